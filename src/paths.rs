@@ -1,0 +1,64 @@
+//! Where jobguard keeps its files: system locations when running as root, per-user
+//! locations otherwise, so that a trial run by a normal user works without /run or /var/lib.
+//!
+//! | what | root | other users |
+//! |---|---|---|
+//! | locks | `/run/jobguard/lock` | `$XDG_RUNTIME_DIR/jobguard/lock`, else `/tmp/jobguard-UID/lock` |
+//! | report files | `/run/jobguard/report` | same base as locks |
+//! | store | `sqlite:///var/lib/jobguard/jobguard.db` | `$XDG_STATE_HOME/jobguard/jobguard.db`, else `~/.local/state/jobguard/jobguard.db` |
+//!
+//! `JOBGUARD_RUNTIME_DIR` overrides the runtime base (locks and reports) for tests.
+
+use std::path::PathBuf;
+
+/// System runtime directory (`RuntimeDirectory=jobguard`, kept by tmpfiles.d).
+pub const SYSTEM_RUNTIME_DIR: &str = "/run/jobguard";
+/// System state directory (`StateDirectory=jobguard`).
+pub const SYSTEM_STATE_DIR: &str = "/var/lib/jobguard";
+
+fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+/// Base of the runtime files: locks and report files live below it.
+pub fn runtime_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("JOBGUARD_RUNTIME_DIR").filter(|v| !v.is_empty()) {
+        return PathBuf::from(d);
+    }
+    if is_root() {
+        return PathBuf::from(SYSTEM_RUNTIME_DIR);
+    }
+    match std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
+        Some(d) => PathBuf::from(d).join("jobguard"),
+        None => PathBuf::from(format!("/tmp/jobguard-{}", nix::unistd::geteuid())),
+    }
+}
+
+/// Directory of the per-job lock files.
+pub fn lock_dir() -> PathBuf {
+    runtime_dir().join("lock")
+}
+
+/// Directory of the per-run report files the jobs write to.
+pub fn report_dir() -> PathBuf {
+    runtime_dir().join("report")
+}
+
+/// Directory of the embedded store when the job list names none.
+pub fn state_dir() -> PathBuf {
+    if is_root() {
+        return PathBuf::from(SYSTEM_STATE_DIR);
+    }
+    if let Some(d) = std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(d).join("jobguard");
+    }
+    match std::env::var_os("HOME").filter(|v| !v.is_empty()) {
+        Some(h) => PathBuf::from(h).join(".local/state/jobguard"),
+        None => PathBuf::from(format!("/tmp/jobguard-{}/state", nix::unistd::geteuid())),
+    }
+}
+
+/// The store address used when the job list names none: SQLite in [`state_dir`].
+pub fn default_store_url() -> String {
+    format!("sqlite://{}", state_dir().join("jobguard.db").display())
+}

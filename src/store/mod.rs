@@ -1,0 +1,166 @@
+//! Stores: where leases and the run ledger live, behind one trait.
+//!
+//! The embedded default is SQLite ([`sqlite`]); shared stores for several hosts
+//! (PostgreSQL, MySQL/MariaDB, Redis, later etcd and ZooKeeper) implement the same
+//! [`Store`] trait, each in its own file behind a cargo feature.
+//!
+//! The trait is shaped around *atomic decisions* rather than rows, so that a key-value
+//! store with server-side leases fits as well as SQL: [`Store::claim`] checks the slot,
+//! takes the lease and records the start in one step (one round trip where the engine
+//! allows), and every later write is conditional on the lease's holder and fencing token.
+//! All times are µs since the Unix epoch by the store's clock.
+
+use std::time::Duration;
+
+use crate::lease::{Holder, Lease};
+use crate::ledger::{Finish, NewRun, Outcome, Resolution, Run};
+
+#[cfg(feature = "store-sqlite")]
+pub mod sqlite;
+
+/// A store failure. Contention is never an error: see [`Claim`].
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The store could not be reached or answered with an I/O error; worth retrying.
+    #[error("store {store} unavailable: {detail}")]
+    Unavailable {
+        /// [`Store::describe`] of the store.
+        store: String,
+        /// What failed.
+        detail: String,
+    },
+    /// The address is malformed or names an unknown kind of store.
+    #[error("bad store address {address:?}: {detail}")]
+    Address {
+        /// The address, with any password masked.
+        address: String,
+        /// What is wrong.
+        detail: String,
+    },
+    /// The store answered, but with something jobguard cannot use (schema too new, bad row).
+    #[error("store {store}: {detail}")]
+    Invalid {
+        /// [`Store::describe`] of the store.
+        store: String,
+        /// What is wrong.
+        detail: String,
+    },
+}
+
+/// What the shim asks of [`Store::claim`].
+#[derive(Debug, Clone)]
+pub struct ClaimRequest {
+    /// The record to create when the claim succeeds.
+    pub run: NewRun,
+    /// Who asks.
+    pub holder: Holder,
+    /// Lease time to live.
+    pub ttl: Duration,
+}
+
+/// The decision of [`Store::claim`]. Only [`Claim::Claimed`] lets the command run.
+#[derive(Debug, Clone)]
+pub enum Claim {
+    /// Lease granted and `running` recorded; run the command.
+    Claimed {
+        /// The grant, with its fencing token.
+        lease: Lease,
+        /// The new `running` record.
+        run: Run,
+    },
+    /// The slot is done (a record succeeded, or a person resolved it as done) and the
+    /// request was not forced.
+    SlotDone {
+        /// The record that made it done.
+        by: Run,
+    },
+    /// An earlier attempt at the slot is held for a person (`on_interrupted = "hold"`).
+    SlotHeld {
+        /// The held record.
+        by: Run,
+    },
+    /// Another holder's lease has not expired.
+    Busy {
+        /// The lease that is in the way.
+        lease: Lease,
+        /// Its current run, if the store knows it.
+        run: Option<Run>,
+    },
+}
+
+/// What [`Store::finish`] managed to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Finished {
+    /// The record was updated (it was still `running` with our fencing token, and for
+    /// outcomes other than `lease_lost`, the lease was still ours and unexpired).
+    pub recorded: bool,
+    /// The lease was released (it was still ours).
+    pub released: bool,
+}
+
+/// Which records [`Store::runs`] returns, newest first.
+#[derive(Debug, Clone, Default)]
+pub struct RunQuery {
+    /// Only this job.
+    pub job: Option<String>,
+    /// Only this slot (µs since the epoch); needs `job`.
+    pub slot: Option<i64>,
+    /// Only records in one of these states (empty: all).
+    pub outcomes: Vec<Outcome>,
+    /// Only records with one of these resolutions (empty: any, including none).
+    pub resolutions: Vec<Resolution>,
+    /// At most this many (0: no limit).
+    pub limit: usize,
+}
+
+/// Leases and ledger in one store. Methods take `&mut self`: a store is one connection.
+pub trait Store {
+    /// The address for messages, with secrets masked.
+    fn describe(&self) -> String;
+
+    /// Creates the schema or migrates it to the current version. Idempotent; also done
+    /// implicitly on first use.
+    ///
+    /// # Errors
+    /// [`StoreError::Invalid`] if the schema is newer than this jobguard knows.
+    fn init(&mut self) -> Result<(), StoreError>;
+
+    /// The store's clock, µs since the Unix epoch.
+    fn now(&mut self) -> Result<i64, StoreError>;
+
+    /// In one atomic step: unless `req.run.forced`, answer [`Claim::SlotDone`] if the slot is
+    /// done and [`Claim::SlotHeld`] if an attempt at it is held; answer [`Claim::Busy`] if
+    /// another holder's lease is unexpired (by the store's clock); else grant the lease
+    /// with a fencing token larger than every earlier one for the job, insert a `running`
+    /// record (attempt = earlier attempts at the slot + 1) and mark queued or held earlier
+    /// attempts of the slot as [`Resolution::Rerun`].
+    fn claim(&mut self, req: &ClaimRequest) -> Result<Claim, StoreError>;
+
+    /// Extends the lease to store-now + `ttl` if it is still held by `lease.holder` with
+    /// `lease.token` and has not expired. Returns the new `expire_at`, or `None` when the
+    /// lease is lost.
+    fn renew(&mut self, lease: &Lease, ttl: Duration) -> Result<Option<i64>, StoreError>;
+
+    /// Records how run `run_id` ended and releases the lease, both conditional on the
+    /// fencing token: see [`Finished`]. `finished_at` is the store's clock.
+    fn finish(&mut self, lease: &Lease, run_id: &str, finish: &Finish) -> Result<Finished, StoreError>;
+
+    /// Marks a `running` record whose holder is gone as `interrupted` with `reason` and
+    /// `resolution`, and releases the job's lease if it is still the run's grant (same
+    /// holder and token). Returns false if the record was no longer `running`.
+    fn interrupt(&mut self, run: &Run, reason: &str, resolution: Resolution) -> Result<bool, StoreError>;
+
+    /// The job's lease row, expired or not; `None` if never granted or released.
+    fn lease(&mut self, job: &str) -> Result<Option<Lease>, StoreError>;
+
+    /// Records matching `query`, newest first (by `started_at`).
+    fn runs(&mut self, query: &RunQuery) -> Result<Vec<Run>, StoreError>;
+
+    /// Sets the resolution of the slot's `interrupted`, `lease_lost` and `failed` records
+    /// that are not yet resolved as `rerun` or `done`; returns how many changed.
+    fn resolve(&mut self, job: &str, slot: i64, resolution: Resolution) -> Result<usize, StoreError>;
+
+    /// Operator override: ends the job's lease now whoever holds it. Returns the lease
+    /// that was ended, if one was unexpired.
+    fn unlock(&mut self, job: &str) -> Result<Option<Lease>, StoreError>;
+}
