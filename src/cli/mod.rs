@@ -1,1 +1,180 @@
-//! Command-line front ends (being written).
+//! The `jobguard` command line: argument definitions (clap derive) and one file per
+//! subcommand. Parsing is pure; each subcommand's `run` does the I/O, prints its own
+//! errors once to stderr as `jobguard: ...`, and returns the exit status of [`crate::exit`].
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+pub mod calendar;
+pub mod check;
+pub mod generate;
+pub mod history;
+pub mod recover;
+pub mod resolve;
+pub mod run;
+pub mod status;
+pub mod unlock;
+
+/// Run scheduled jobs exactly once per scheduled slot.
+#[derive(Debug, Parser)]
+#[command(name = "jobguard", version, about, propagate_version = true)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run one job for its current slot (the ExecStart of jobguard@JOB.service).
+    Run(RunArgs),
+    /// Validate the job list; print every error; exit 1 if there is one.
+    Check(ConfigArgs),
+    /// Write the units the generator would write into a directory, for inspection.
+    Generate(GenerateArgs),
+    /// Show the elapses of OnCalendar= expressions, like `systemd-analyze calendar`.
+    Calendar(CalendarArgs),
+    /// Show a job's ledger, newest first.
+    History(HistoryArgs),
+    /// List every job with its last slot and outcome, and the runs that need attention.
+    Status(StatusArgs),
+    /// Find runs cut off by a crash or reboot; mark them interrupted; re-run or hold them.
+    Recover(RecoverArgs),
+    /// Decide what happens to a held or failed slot.
+    Resolve(ResolveArgs),
+    /// End a job's lease now, whoever holds it (for a holder known to be dead).
+    Unlock(UnlockArgs),
+}
+
+/// Where the job list is.
+#[derive(Debug, Clone, Args)]
+pub struct ConfigArgs {
+    /// A job list file, or a directory of *.toml files (default: /etc/jobguard/jobs.toml
+    /// and /etc/jobguard/jobs.d/*.toml; env JOBGUARD_CONFIG).
+    #[arg(long, value_name = "PATH", global = true)]
+    pub config: Option<PathBuf>,
+}
+
+/// Arguments of `jobguard run`.
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// The job's name.
+    pub job: String,
+    /// Run this slot instead of the current one (systemd timestamp syntax, e.g.
+    /// "2026-11-29 02:00:00 UTC" or RFC 3339).
+    #[arg(long, value_name = "TIME")]
+    pub slot: Option<String>,
+    /// Run even if the slot already succeeded or is held; recorded as forced.
+    #[arg(long)]
+    pub force: bool,
+    #[command(flatten)]
+    pub config: ConfigArgs,
+}
+
+/// Arguments of `jobguard generate`.
+#[derive(Debug, Clone, Args)]
+pub struct GenerateArgs {
+    /// Directory to write the units into (created if missing).
+    #[arg(long, value_name = "DIR")]
+    pub output: PathBuf,
+    #[command(flatten)]
+    pub config: ConfigArgs,
+}
+
+/// Arguments of `jobguard calendar`: those of `systemd-analyze calendar`, plus `--previous`.
+#[derive(Debug, Clone, Args)]
+pub struct CalendarArgs {
+    /// One or more OnCalendar= expressions.
+    #[arg(required = true, value_name = "EXPR")]
+    pub exprs: Vec<String>,
+    /// How many elapses to show.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub iterations: u32,
+    /// Compute from this time instead of now (systemd timestamp syntax).
+    #[arg(long, value_name = "TIME")]
+    pub base_time: Option<String>,
+    /// Show the previous elapses at or before the base time instead of the next ones.
+    #[arg(long)]
+    pub previous: bool,
+}
+
+/// Arguments of `jobguard history`.
+#[derive(Debug, Clone, Args)]
+pub struct HistoryArgs {
+    /// The job's name.
+    pub job: String,
+    /// Print one JSON array.
+    #[arg(long)]
+    pub json: bool,
+    /// Show at most N records (0: all).
+    #[arg(long, default_value_t = 50, value_name = "N")]
+    pub limit: usize,
+    #[command(flatten)]
+    pub config: ConfigArgs,
+}
+
+/// Arguments of `jobguard status`.
+#[derive(Debug, Clone, Args)]
+pub struct StatusArgs {
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub config: ConfigArgs,
+}
+
+/// Arguments of `jobguard recover`.
+#[derive(Debug, Clone, Args)]
+pub struct RecoverArgs {
+    /// Only this job (default: all).
+    pub job: Option<String>,
+    #[command(flatten)]
+    pub config: ConfigArgs,
+}
+
+/// Arguments of `jobguard resolve`.
+#[derive(Debug, Clone, Args)]
+#[command(group(clap::ArgGroup::new("action").required(true).args(["rerun", "done"])))]
+pub struct ResolveArgs {
+    /// The job's name.
+    pub job: String,
+    /// The slot (systemd timestamp syntax or RFC 3339, as history prints it).
+    pub slot: String,
+    /// Queue the slot to run again.
+    #[arg(long)]
+    pub rerun: bool,
+    /// Declare the slot done: later triggers skip it.
+    #[arg(long)]
+    pub done: bool,
+    #[command(flatten)]
+    pub config: ConfigArgs,
+}
+
+/// Arguments of `jobguard unlock`.
+#[derive(Debug, Clone, Args)]
+pub struct UnlockArgs {
+    /// The job's name.
+    pub job: String,
+    #[command(flatten)]
+    pub config: ConfigArgs,
+}
+
+/// Entry point of the `jobguard` binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let status = match cli.command {
+        Command::Run(a) => run::run(&a),
+        Command::Check(a) => check::run(&a),
+        Command::Generate(a) => generate::run(&a),
+        Command::Calendar(a) => calendar::run(&a),
+        Command::History(a) => history::run(&a),
+        Command::Status(a) => status::run(&a),
+        Command::Recover(a) => recover::run(&a),
+        Command::Resolve(a) => resolve::run(&a),
+        Command::Unlock(a) => unlock::run(&a),
+    };
+    ExitCode::from(status)
+}
