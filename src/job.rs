@@ -19,6 +19,17 @@ pub enum OnInterrupted {
     Hold,
 }
 
+/// What the shim does when the store cannot be reached within `store_wait`
+/// (key `on_store_unavailable`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnStoreUnavailable {
+    /// Nothing runs; the unit fails and the journal says why.
+    #[default]
+    Fail,
+    /// Nothing runs; the run is logged as skipped and exits 0.
+    Skip,
+}
+
 /// A job from the job list.
 #[derive(Debug, Clone)]
 pub struct Job {
@@ -49,6 +60,12 @@ pub struct Job {
     pub lease_ttl: Duration,
     /// Policy for runs cut off by a crash or reboot.
     pub on_interrupted: OnInterrupted,
+    /// How long the shim retries an unreachable store at start (default 2 min).
+    pub store_wait: Duration,
+    /// What to do when the store stays unreachable.
+    pub on_store_unavailable: OnStoreUnavailable,
+    /// Grace between SIGTERM and SIGKILL when the shim stops the command (default 10 s).
+    pub kill_grace: Duration,
     /// The file the job was defined in.
     pub source: PathBuf,
 }
