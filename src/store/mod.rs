@@ -39,10 +39,7 @@ pub fn open(address: &str) -> Result<Box<dyn Store>, StoreError> {
 ///
 /// # Errors
 /// As [`open`].
-pub fn open_with_clock(
-    address: &str,
-    clock: Arc<dyn Clock>,
-) -> Result<Box<dyn Store>, StoreError> {
+pub fn open_with_clock(address: &str, clock: Arc<dyn Clock>) -> Result<Box<dyn Store>, StoreError> {
     let parsed = StoreAddress::parse(address)?;
     match parsed {
         #[cfg(feature = "store-sqlite")]
