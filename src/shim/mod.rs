@@ -398,7 +398,9 @@ fn run_slot(
         }
         Err(e) => return store_failed(job, &e),
     };
-    lock.set_run(&run.run_id);
+    if let Err(e) = lock.set_run_id(&run.run_id) {
+        eprintln!("jobguard: {}: {e}", job.name);
+    }
     execute(job, store, &lease, &run, account, claimed_at)
 }
 
@@ -531,8 +533,16 @@ fn classify(job: &Job, ended: &child::Ended) -> (Finish, u8) {
         report: Default::default(),
         resolution,
     };
+    let policy = match job.on_interrupted {
+        OnInterrupted::Rerun => Resolution::Queued,
+        OnInterrupted::Hold => Resolution::Held,
+    };
     if ended.lease_lost {
-        return (mk(Outcome::LeaseLost, "lease-lost", None), exit::LEASE_LOST);
+        // The slot was cut like a crash would cut it: the job's policy applies.
+        return (
+            mk(Outcome::LeaseLost, "lease-lost", Some(policy)),
+            exit::LEASE_LOST,
+        );
     }
     if ended.timed_out {
         return (mk(Outcome::Failed, "timeout", None), exit::TIMEOUT);
@@ -544,11 +554,7 @@ fn classify(job: &Job, ended: &child::Ended) -> (Finish, u8) {
         // Stopped from outside. A system going down cuts the run like a reboot would: the
         // job's policy applies. An operator's stop waits for a person.
         if system_stopping() {
-            let resolution = match job.on_interrupted {
-                OnInterrupted::Rerun => Resolution::Queued,
-                OnInterrupted::Hold => Resolution::Held,
-            };
-            return (mk(Outcome::Interrupted, "shutdown", Some(resolution)), code);
+            return (mk(Outcome::Interrupted, "shutdown", Some(policy)), code);
         }
         let reason = format!(
             "stopped-{}",

@@ -1,0 +1,4 @@
+//! Helpers shared by the integration tests.
+
+pub mod conformance;
+pub mod helper;
