@@ -388,6 +388,12 @@ impl Kmsg {
     }
 }
 
+impl Drop for Kmsg {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
 /// One entry of the container's journal (`journalctl -o json`).
 #[derive(Debug, Clone)]
 pub struct JournalEntry(pub serde_json::Map<String, serde_json::Value>);

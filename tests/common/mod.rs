@@ -20,6 +20,11 @@ pub fn in_ci() -> bool {
 /// straight to the process's stderr (past the test harness's capture, so it shows in
 /// `cargo test` output) and returns false: the caller returns at once.
 pub fn go_on(test: &str, why_not: Option<String>) -> bool {
+    go_on_as("SKIPPED", test, why_not)
+}
+
+/// [`go_on`] with another word than `SKIPPED` in the printed line (e.g. `PENDING`).
+pub fn go_on_as(label: &str, test: &str, why_not: Option<String>) -> bool {
     let Some(why) = why_not else {
         return true;
     };
@@ -27,7 +32,7 @@ pub fn go_on(test: &str, why_not: Option<String>) -> bool {
         panic!("{test}: cannot run in CI: {why}");
     }
     let mut err = std::io::stderr().lock();
-    let _ = writeln!(err, "SKIPPED {test}: {why}");
+    let _ = writeln!(err, "\n{label} {test}: {why}");
     false
 }
 
