@@ -40,6 +40,7 @@ pub trait Env {
 }
 
 /// Expands to one `#[test]` per conformance case, each on a fresh env from `$fresh()`.
+#[allow(unused_macros)]
 macro_rules! conformance_suite {
     ($fresh:path) => {
         $crate::common::conformance::conformance_suite!(@cases $fresh;
@@ -71,6 +72,7 @@ macro_rules! conformance_suite {
         )*
     };
 }
+#[allow(unused_imports)]
 pub(crate) use conformance_suite;
 
 /// Holder number `n`: its own machine, boot and pid.
