@@ -4,7 +4,7 @@
 //! (`find_next()` in calendarspec.c): start from the broken-down local time just after
 //! the base, and for each field from year to second move to the earliest matching
 //! value, letting `mktime` normalize after every step and restarting whenever the
-//! normalization moved a field. Every `mktime` goes through [`tm::Zone::mktime`], which
+//! normalization moved a field. Every `mktime` goes through [`Zone::mktime`], which
 //! reproduces glibc's, so daylight-saving gaps and folds come out as systemd's do.
 //!
 //! The previous elapse (systemd has none) is found by searching backwards with growing
@@ -12,7 +12,7 @@
 //! elapse the next-elapse function produces.
 
 use super::spec::{BITS_WEEKDAYS, Chain, MAX_YEAR, Spec, USEC_PER_SEC};
-use super::tm::{Tm, Zone};
+use super::tm::{LibcState, Tm, Zone};
 
 /// Why no next elapse was computed (systemd's error codes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,13 +34,13 @@ const MAX_ITERATIONS: u32 = 1000;
 struct Eval<'a> {
     spec: &'a Spec,
     zone: &'a Zone,
-    offset: i64,
+    st: LibcState,
 }
 
 impl Eval<'_> {
     /// `mktime_or_timegm()`: `None` is glibc's -1 (and `tm` unchanged).
     fn mktime(&mut self, tm: &mut Tm) -> Option<i64> {
-        self.zone.mktime(tm, &mut self.offset)
+        self.zone.mktime(tm, &mut self.st)
     }
 
     /// `find_end_of_month()`: the day of month that is `day` days from the end of
@@ -165,9 +165,14 @@ impl Eval<'_> {
             *u = 0;
         }
 
+        // Once a candidate fell before the start (a fall-back fold), the DST flag that
+        // mktime() found is kept instead of being reset to the expression's.
+        let mut keep_isdst = false;
         for _ in 0..MAX_ITERATIONS {
             let _ = self.mktime(&mut c);
-            c.isdst = i64::from(spec.dst);
+            if !keep_isdst {
+                c.isdst = i64::from(spec.dst);
+            }
 
             c.year += 1900;
             let mut year = c.year;
@@ -307,6 +312,15 @@ impl Eval<'_> {
                 Ok(true) => {}
             }
 
+            // Debian's systemd 252 (252.39) refuses a candidate whose local fields are
+            // before the start's, as after a fall-back: it tries one hour later.
+            let cand = (c.year, c.mon, c.mday, c.hour, c.min, c.sec, tm_usec);
+            let start = (tm.year, tm.mon, tm.mday, tm.hour, tm.min, tm.sec, usec);
+            if cand < start {
+                c.hour += 1;
+                keep_isdst = true;
+                continue;
+            }
             return Ok((c, tm_usec));
         }
         Err(NextError::Loop)
@@ -315,7 +329,15 @@ impl Eval<'_> {
 
 /// `calendar_spec_next_usec()`: the first elapse strictly after `usec` (µs since the
 /// epoch, UTC), evaluated in `zone`.
-pub(crate) fn next_usec(spec: &Spec, zone: &Zone, usec: i64) -> Result<i64, NextError> {
+///
+/// `st` is the emulated C library state carried over from earlier calls in the process
+/// (see [`LibcState`]); it only matters in rare daylight-saving corner cases.
+pub(crate) fn next_usec(
+    spec: &Spec,
+    zone: &Zone,
+    usec: i64,
+    st: &mut LibcState,
+) -> Result<i64, NextError> {
     if usec > USEC_TIMESTAMP_FORMATTABLE_MAX {
         return Err(NextError::Invalid);
     }
@@ -323,13 +345,20 @@ pub(crate) fn next_usec(spec: &Spec, zone: &Zone, usec: i64) -> Result<i64, Next
     let us = i64::from(USEC_PER_SEC);
     let t = usec.div_euclid(us);
     let tm = zone.localtime(t).ok_or(NextError::Invalid)?;
+    if matches!(zone, Zone::Local(_)) {
+        st.last_local = Some(t);
+    }
     let mut ev = Eval {
         spec,
         zone,
-        offset: 0,
+        st: *st,
     };
-    let (mut tm, tm_usec) = ev.find_next(&tm, usec.rem_euclid(us))?;
-    match ev.mktime(&mut tm) {
+    let found = ev.find_next(&tm, usec.rem_euclid(us));
+    *st = ev.st;
+    let (mut tm, tm_usec) = found?;
+    let r = ev.mktime(&mut tm);
+    *st = ev.st;
+    match r {
         Some(t) if t >= 0 => Ok(t * us + tm_usec),
         _ => Err(NextError::Invalid),
     }
@@ -339,7 +368,7 @@ pub(crate) fn next_usec(spec: &Spec, zone: &Zone, usec: i64) -> Result<i64, Next
 /// `next_usec(p - 1) == p` and `next_usec(p) > at`, or `None` if nothing elapses at or
 /// before `at`.
 pub(crate) fn previous_usec(spec: &Spec, zone: &Zone, at: i64) -> Option<i64> {
-    let next = |x: i64| next_usec(spec, zone, x).ok();
+    let next = |x: i64| next_usec(spec, zone, x, &mut LibcState::default()).ok();
     // Systemd cannot produce an elapse before the epoch; searches start from -1 µs.
     let floor = -1;
     if at < 0 {

@@ -23,6 +23,7 @@ pub use timestamp::{format_relative, format_timestamp, parse_timestamp};
 
 pub(crate) use elapse::NextError;
 use spec::Spec;
+pub(crate) use tm::LibcState;
 use tm::Zone;
 
 /// A parsed `OnCalendar=` expression, with the time zone it is evaluated in.
@@ -120,7 +121,32 @@ impl CalendarSpec {
     /// [`CalendarError`] when systemd would reject the expression.
     pub fn parse_in(expr: &str, local: TimeZone) -> Result<Self, CalendarError> {
         let (n0, n1, _, _) = tm::tz_names(&local);
-        let parsed = spec::parse(expr, (&n0, &n1)).map_err(|k| CalendarError::new(expr, k))?;
+        Self::parse_with_names(expr, local, (&n0, &n1))
+    }
+
+    /// [`CalendarSpec::parse_in`] with the local zone's abbreviations as glibc's
+    /// `tzname[]` holds them at that moment of an emulated process.
+    pub(crate) fn parse_emulated(
+        expr: &str,
+        local: TimeZone,
+        state: &LibcState,
+    ) -> Result<Self, CalendarError> {
+        let (n0, n1) = match state.last_local {
+            Some(t) => tm::names_at(&local, t),
+            None => {
+                let (n0, n1, _, _) = tm::tz_names(&local);
+                (n0, n1)
+            }
+        };
+        Self::parse_with_names(expr, local, (&n0, &n1))
+    }
+
+    fn parse_with_names(
+        expr: &str,
+        local: TimeZone,
+        (n0, n1): (&str, &str),
+    ) -> Result<Self, CalendarError> {
+        let parsed = spec::parse(expr, (n0, n1)).map_err(|k| CalendarError::new(expr, k))?;
         let (zone, zone_name) = if parsed.spec.utc {
             (Zone::Utc, "UTC".to_string())
         } else if let (Some(tz), Some(name)) = (parsed.zone, parsed.spec.timezone.clone()) {
@@ -140,7 +166,9 @@ impl CalendarSpec {
     /// year in the past). Same rule as systemd's `calendar_spec_next_usec()`; times are
     /// handled in whole microseconds.
     pub fn next_elapse(&self, after: Timestamp) -> Option<Timestamp> {
-        let usec = self.next_usec(after.as_microsecond()).ok()?;
+        let usec = self
+            .next_usec(after.as_microsecond(), &mut LibcState::default())
+            .ok()?;
         Timestamp::from_microsecond(usec).ok()
     }
 
@@ -155,8 +183,23 @@ impl CalendarSpec {
 
     /// `calendar_spec_next_usec()` on microseconds since the epoch, with systemd's
     /// error kinds.
-    pub(crate) fn next_usec(&self, usec: i64) -> Result<i64, NextError> {
-        elapse::next_usec(&self.spec, &self.zone, usec)
+    ///
+    /// `state` is the C library's `mktime` guess of the emulated process: an expression
+    /// with its own zone is evaluated in a forked child in systemd, so it sees the state
+    /// but does not change it.
+    pub(crate) fn next_usec(&self, usec: i64, state: &mut LibcState) -> Result<i64, NextError> {
+        if self.spec.timezone.is_some() {
+            let mut child = *state;
+            elapse::next_usec(&self.spec, &self.zone, usec, &mut child)
+        } else {
+            elapse::next_usec(&self.spec, &self.zone, usec, state)
+        }
+    }
+
+    /// Whether the expression names its own tzdb zone (systemd then evaluates it in a
+    /// forked child, whose warnings are lost).
+    pub(crate) fn has_own_zone(&self) -> bool {
+        self.spec.timezone.is_some()
     }
 
     /// The IANA name of the time zone the expression is evaluated in: its own zone when

@@ -635,9 +635,15 @@ fn normalize(c: &mut Spec) {
     normalize_chain(&mut c.usec);
 }
 
+/// systemd's `chain_valid()`. It checks the sorted items recursively and, for `~`
+/// days, lowers the upper bound by 3 on every step, so the k-th item (from 0) of a
+/// `~` list must be at most 28 - 3k; systemd 252 rejects `*~9,26`, and so does this.
 fn chain_valid(chain: &Chain, from: i32, to: i32, end_of_month: bool) -> bool {
-    let to = if end_of_month { to - 3 } else { to };
+    let mut to = to;
     chain.iter().all(|c| {
+        if end_of_month {
+            to -= 3;
+        }
         if c.start < from || c.start > to {
             return false;
         }
@@ -813,6 +819,7 @@ mod tests {
             ("1..3/5:00", "*-*-* 01:00:00"),
             ("12:00 cest", "*-*-* 12:00:00 CEST"),
             ("Mon..Sun 12:00", "*-*-* 12:00:00"),
+            ("*~9,2 *:00", "*-*~02,09 *:00:00"),
         ];
         for (input, want) in cases {
             assert_eq!(norm(input), want, "{input}");
@@ -843,6 +850,8 @@ mod tests {
             "*-*-* 1.5:00",
             "02~03-04",
             "*-*-* *:*:5.",
+            "*~26,9",
+            "*~9,26 *:00",
         ] {
             assert!(
                 parse(bad, ("CET", "CEST")).is_err(),

@@ -9,7 +9,7 @@ use jiff::Timestamp;
 use jiff::tz::TimeZone;
 
 use super::spec::{load_timezone, parse_fraction};
-use super::tm::{self, Tm, Zone};
+use super::tm::{self, LibcState, Tm, Zone};
 use super::{CalendarError, CalendarErrorKind};
 
 const USEC_PER_SEC: u64 = 1_000_000;
@@ -271,7 +271,14 @@ fn strptime(s: &[u8], fmt: &str, tm: &mut Tm) -> Option<usize> {
 }
 
 /// `parse_timestamp_impl()` in `zone`; `with_tz` when the zone was named at the end.
-fn parse_impl(t: &str, zone_tz: &TimeZone, with_tz: bool, now: u64, extended: bool) -> Option<u64> {
+fn parse_impl(
+    t: &str,
+    zone_tz: &TimeZone,
+    with_tz: bool,
+    now: u64,
+    extended: bool,
+    state: &mut LibcState,
+) -> Option<u64> {
     if !with_tz && let Some(rest) = t.strip_prefix('@') {
         return parse_sec(rest);
     }
@@ -327,6 +334,9 @@ fn parse_impl(t: &str, zone_tz: &TimeZone, with_tz: bool, now: u64, extended: bo
         };
         let x = i64::try_from(ret / USEC_PER_SEC).ok()?;
         let mut tm = zone.localtime(x)?;
+        if !utc {
+            state.last_local = Some(x);
+        }
         tm.isdst = dst;
         let mut x_usec: u64 = 0;
         let mut done = false;
@@ -421,8 +431,8 @@ fn parse_impl(t: &str, zone_tz: &TimeZone, with_tz: bool, now: u64, extended: bo
             tm.min = 0;
             tm.hour = 0;
         }
-        let mut offset = 0;
-        let x = zone.mktime(&mut tm, &mut offset)?;
+        let mut gm_state = LibcState::default();
+        let x = zone.mktime(&mut tm, if utc { &mut gm_state } else { state })?;
         if x < 0 {
             return None;
         }
@@ -469,7 +479,7 @@ pub fn parse_timestamp_in(
         kind: CalendarErrorKind::Invalid,
     };
     let now_us = u64::try_from(now.as_microsecond()).map_err(|_| err())?;
-    match parse_systemd(s, local, now_us, true) {
+    match parse_systemd(s, local, now_us, true, &mut LibcState::default()) {
         Some(us) => i64::try_from(us)
             .ok()
             .and_then(|v| Timestamp::from_microsecond(v).ok())
@@ -478,11 +488,32 @@ pub fn parse_timestamp_in(
     }
 }
 
+/// [`parse_timestamp_in`] that also returns glibc's `mktime` state afterwards, for
+/// emulating a whole `systemd-analyze` process.
+pub(crate) fn parse_timestamp_with_state(
+    s: &str,
+    now: Timestamp,
+    local: &TimeZone,
+    state: &mut LibcState,
+) -> Option<Timestamp> {
+    let now_us = u64::try_from(now.as_microsecond()).ok()?;
+    match parse_systemd(s, local, now_us, true, state) {
+        Some(us) => Timestamp::from_microsecond(i64::try_from(us).ok()?).ok(),
+        None => s.trim().parse::<Timestamp>().ok(),
+    }
+}
+
 /// Whether systemd 252 itself accepts `s` as a timestamp (without this module's
-/// additions: `T` between date and time, RFC 3339 offsets).
-pub fn is_systemd_timestamp(s: &str, now: Timestamp) -> bool {
+/// additions: `T` between date and time, zone names, RFC 3339 offsets), as seen from
+/// an emulated process whose C library state is `state` (updated as glibc's would be).
+pub(crate) fn is_systemd_timestamp(
+    s: &str,
+    now: Timestamp,
+    local: &TimeZone,
+    state: &mut LibcState,
+) -> bool {
     u64::try_from(now.as_microsecond())
-        .is_ok_and(|n| parse_systemd(s, &super::local_zone(), n, false).is_some())
+        .is_ok_and(|n| parse_systemd(s, local, n, false, state).is_some())
 }
 
 /// Whether `s` is a time span in systemd's syntax (`parse_sec()`, e.g. `5min 3s`).
@@ -491,21 +522,32 @@ pub fn is_systemd_timespan(s: &str) -> bool {
 }
 
 /// systemd's `parse_timestamp()`: a named zone at the end switches the zone.
-/// `extended` also accepts `T` between date and time.
-fn parse_systemd(t: &str, local: &TimeZone, now: u64, extended: bool) -> Option<u64> {
+/// `extended` also accepts `T` between date and time and zone names, which systemd 252
+/// rejects.
+fn parse_systemd(
+    t: &str,
+    local: &TimeZone,
+    now: u64,
+    extended: bool,
+    state: &mut LibcState,
+) -> Option<u64> {
     let named = t
         .rfind(' ')
         .and_then(|sp| load_timezone(&t[sp + 1..]).map(|tz| (sp, tz)));
     let ends_utc = t.len() >= 4 && t.as_bytes()[t.len() - 4..].eq_ignore_ascii_case(b" UTC");
     match named {
+        // systemd 252 fails every timestamp ending in a zone name other than " UTC"
+        // (its forked parser never reports success); later versions accept them.
+        Some(_) if !ends_utc && !extended => None,
         Some((sp, tz)) if !ends_utc => {
             let name = &t[sp + 1..];
             let (n0, n1, _, _) = tm::tz_names(&tz);
             let with_tz = name != n0 && name != n1;
             let t = if with_tz { &t[..sp] } else { t };
-            parse_impl(t, &tz, with_tz, now, extended)
+            // systemd parses in a forked child: the process's mktime state is untouched.
+            parse_impl(t, &tz, with_tz, now, extended, &mut state.clone())
         }
-        _ => parse_impl(t, local, false, now, extended),
+        _ => parse_impl(t, local, false, now, extended, state),
     }
 }
 

@@ -7,8 +7,9 @@
 //! `time/mktime.c`: probe with the offset of the previous call, follow the error,
 //! stop on an oscillation across a spring-forward gap preferring the DST side, and
 //! search neighbouring instants when a requested `tm_isdst` does not match) on top of
-//! jiff's time zone data. The offset the previous call found is explicit state
-//! ([`Zone::mktime`]'s `offset`) instead of a process-wide static.
+//! jiff's time zone data. What glibc keeps in process-wide statics (the offset the
+//! previous `mktime` found, and which local time was converted last, which decides
+//! `tzname[]`) is explicit state here: [`LibcState`].
 //! Times are whole seconds since the Unix epoch, as `time_t`.
 
 use jiff::Timestamp;
@@ -28,6 +29,15 @@ pub(crate) struct Tm {
     pub wday: i64,
     pub yday: i64,
     pub isdst: i64,
+}
+
+/// The C library's process state that calendar arithmetic depends on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct LibcState {
+    /// glibc's `localtime_offset`: the guess the next `mktime` starts from (seconds).
+    pub offset: i64,
+    /// The last instant converted to local time in the local zone (sets `tzname[]`).
+    pub last_local: Option<i64>,
 }
 
 /// The zone a conversion happens in: UTC through `gmtime`/`timegm`, or a tzdb zone
@@ -161,8 +171,18 @@ impl Zone {
     /// `tm`, normalizing `tm` in place on success as glibc does, or `None` (glibc's -1
     /// with `EOVERFLOW`), leaving `tm` untouched.
     ///
-    /// `offset` is glibc's `localtime_offset`: the guess of the previous call, updated.
-    pub(crate) fn mktime(&self, tp: &mut Tm, offset: &mut i64) -> Option<i64> {
+    /// `st.offset` is glibc's `localtime_offset`: the guess of the previous call, updated.
+    pub(crate) fn mktime(&self, tp: &mut Tm, st: &mut LibcState) -> Option<i64> {
+        let conv = |t: i64, st: &mut LibcState| {
+            if matches!(self, Zone::Local(_)) {
+                st.last_local = Some(t);
+            }
+            self.localtime(t)
+        };
+        if matches!(self, Zone::Utc) {
+            // glibc's timegm() ignores the caller's tm_isdst.
+            tp.isdst = 0;
+        }
         let sec_requested = tp.sec;
         let min = tp.min;
         let hour = tp.hour;
@@ -179,7 +199,7 @@ impl Zone {
         let mon_yday = MON_YDAY[usize::from(leapyear(year))][idx] - 1;
         let yday = mon_yday + mday;
 
-        let off = *offset;
+        let off = st.offset;
         let sec = sec_requested.clamp(0, 59);
 
         let negative_offset_guess = -off;
@@ -201,7 +221,7 @@ impl Zone {
         let mut matched = true;
 
         loop {
-            tm = self.localtime(t)?;
+            tm = conv(t, st)?;
             let dt = ydhms_diff(
                 year, yday, hour, min, sec, tm.year, tm.yday, tm.hour, tm.min, tm.sec,
             );
@@ -244,14 +264,14 @@ impl Zone {
             'probe: while delta < delta_bound {
                 for direction in [-1, 1] {
                     let ot = t + delta * direction;
-                    let otm = self.localtime(ot)?;
+                    let otm = conv(ot, st)?;
                     if !isdst_differ(isdst, otm.isdst) {
                         let gt = ot
                             + ydhms_diff(
                                 year, yday, hour, min, sec, otm.year, otm.yday, otm.hour, otm.min,
                                 otm.sec,
                             );
-                        if let Some(g) = self.localtime(gt) {
+                        if let Some(g) = conv(gt, st) {
                             t = gt;
                             tm = g;
                             found = true;
@@ -263,18 +283,18 @@ impl Zone {
             }
             if !found {
                 t += 3600 * dst_difference;
-                tm = self.localtime(t)?;
+                tm = conv(t, st)?;
             }
         }
 
-        *offset = (t - t0 - negative_offset_guess) as i32 as i64;
+        st.offset = (t - t0 - negative_offset_guess) as i32 as i64;
 
         if sec_requested != tm.sec {
             let mut adj = i64::from(sec == 0 && tm.sec == 60);
             adj -= sec;
             adj += sec_requested;
             t += adj;
-            tm = self.localtime(t)?;
+            tm = conv(t, st)?;
         }
         *tp = tm;
         Some(t)
@@ -322,6 +342,41 @@ pub(crate) fn tz_names(tz: &TimeZone) -> (String, String, bool, i64) {
     (name0, name1, off0 != off1, -off0)
 }
 
+/// glibc's `tzname[]` after converting `t` to local time in `tz` (`__tzfile_compute`):
+/// the abbreviation in force, and for the other flavour (standard or DST) the next one
+/// the zone's data switches to; beyond the data, the zone's current rule names.
+pub(crate) fn names_at(tz: &TimeZone, t: i64) -> (String, String) {
+    const DATA_END: i64 = 2_147_483_647;
+    if t >= DATA_END {
+        let (n0, n1, _, _) = tz_names(tz);
+        return (n0, n1);
+    }
+    let Ok(ts) = Timestamp::from_second(t) else {
+        let (n0, n1, _, _) = tz_names(tz);
+        return (n0, n1);
+    };
+    let info = tz.to_offset_info(ts);
+    let mut names: [Option<String>; 2] = [None, None];
+    names[usize::from(info.dst().is_dst())] = Some(info.abbreviation().to_string());
+    for tr in tz.following(ts) {
+        if tr.timestamp().as_second() >= DATA_END {
+            break;
+        }
+        let d = usize::from(tr.dst().is_dst());
+        if names[d].is_none() {
+            names[d] = Some(tr.abbreviation().to_string());
+            if names[1 - d].is_some() {
+                break;
+            }
+        }
+    }
+    if names[0].is_none() {
+        names[0] = names[1].clone();
+    }
+    let [n0, n1] = names;
+    (n0.unwrap_or_default(), n1.unwrap_or_default())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -356,7 +411,10 @@ mod tests {
     #[test]
     fn timegm_normalizes() {
         let mut t = tm(2026, 1, 32, 25, 0, 0, -1);
-        let mut off = 0;
+        let mut off = LibcState {
+            offset: 0,
+            last_local: None,
+        };
         let r = Zone::Utc.mktime(&mut t, &mut off);
         assert_eq!(r, Some(1_769_994_000));
         assert_eq!((t.mon, t.mday, t.hour, t.wday), (1, 2, 1, 1));
@@ -366,7 +424,10 @@ mod tests {
     fn spring_forward_gap_goes_to_dst_side() {
         // glibc 2.36: 02:30 on 2026-03-29 in Berlin becomes 03:30 CEST.
         let mut t = tm(2026, 3, 29, 2, 30, 0, -1);
-        let mut off = -3600;
+        let mut off = LibcState {
+            offset: -3600,
+            last_local: None,
+        };
         let r = berlin().mktime(&mut t, &mut off);
         assert_eq!(r, Some(1_774_747_800));
         assert_eq!((t.hour, t.min, t.isdst), (3, 30, 1));
@@ -376,14 +437,23 @@ mod tests {
     fn fall_back_fold_follows_previous_offset() {
         let z = berlin();
         let mut t = tm(2026, 10, 25, 2, 30, 0, -1);
-        let mut off = -7200;
+        let mut off = LibcState {
+            offset: -7200,
+            last_local: None,
+        };
         assert_eq!(z.mktime(&mut t, &mut off), Some(1_792_888_200));
         let mut t = tm(2026, 10, 25, 2, 30, 0, -1);
-        let mut off = -3600;
+        let mut off = LibcState {
+            offset: -3600,
+            last_local: None,
+        };
         assert_eq!(z.mktime(&mut t, &mut off), Some(1_792_891_800));
         // A fresh process (offset 0) lands on standard time.
         let mut t = tm(2026, 10, 25, 2, 30, 0, -1);
-        let mut off = 0;
+        let mut off = LibcState {
+            offset: 0,
+            last_local: None,
+        };
         assert_eq!(z.mktime(&mut t, &mut off), Some(1_792_891_800));
     }
 
@@ -391,7 +461,10 @@ mod tests {
     fn requested_dst_flag_uses_neighbouring_offset() {
         // 12:00 "CEST" in January is 11:00 CET.
         let mut t = tm(2026, 1, 10, 12, 0, 0, 1);
-        let mut off = 0;
+        let mut off = LibcState {
+            offset: 0,
+            last_local: None,
+        };
         assert_eq!(berlin().mktime(&mut t, &mut off), Some(1_768_039_200));
         assert_eq!((t.hour, t.isdst), (11, 0));
     }
