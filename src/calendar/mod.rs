@@ -215,3 +215,144 @@ impl fmt::Display for CalendarSpec {
         self.spec.fmt(f)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ts(s: &str) -> Timestamp {
+        s.parse().expect("valid test timestamp")
+    }
+
+    fn berlin() -> TimeZone {
+        TimeZone::get("Europe/Berlin").expect("tzdb has Europe/Berlin")
+    }
+
+    #[test]
+    fn spring_forward_skips_the_missing_time() {
+        // systemd 252: 02:30 does not exist on 2026-03-29 in Berlin; the next one is a
+        // day later.
+        let spec = CalendarSpec::parse_in("*-*-* 02:30", berlin()).expect("valid");
+        let next = spec.next_elapse(ts("2026-03-28T11:00:00Z"));
+        assert_eq!(next, Some(ts("2026-03-30T00:30:00Z")));
+    }
+
+    #[test]
+    fn fall_back_fires_once_in_the_first_pass() {
+        let spec = CalendarSpec::parse_in("*-*-* 02:30", berlin()).expect("valid");
+        // From before the fold: 02:30 CEST, then the next day.
+        let first = spec.next_elapse(ts("2026-10-24T22:00:00Z"));
+        assert_eq!(first, Some(ts("2026-10-25T00:30:00Z")));
+        let second = spec.next_elapse(ts("2026-10-25T00:30:00Z"));
+        assert_eq!(second, Some(ts("2026-10-26T01:30:00Z")));
+        // From inside the second pass, before 02:30 CET: that one.
+        let inside = spec.next_elapse(ts("2026-10-25T01:15:00Z"));
+        assert_eq!(inside, Some(ts("2026-10-25T01:30:00Z")));
+    }
+
+    #[test]
+    fn zone_names() {
+        let local = berlin();
+        assert_eq!(
+            CalendarSpec::parse_in("daily", local.clone())
+                .expect("valid")
+                .zone_name(),
+            "Europe/Berlin"
+        );
+        assert_eq!(
+            CalendarSpec::parse_in("daily UTC", local.clone())
+                .expect("valid")
+                .zone_name(),
+            "UTC"
+        );
+        let ny = CalendarSpec::parse_in("daily America/New_York", local).expect("valid");
+        assert_eq!(ny.zone_name(), "America/New_York");
+        assert_eq!(ny.to_string(), "*-*-* 00:00:00 America/New_York");
+    }
+
+    #[test]
+    fn parse_errors_name_the_expression() {
+        let e = CalendarSpec::parse_in("*-*-* 25:00", TimeZone::UTC).expect_err("hour 25");
+        assert_eq!(e.kind, CalendarErrorKind::Invalid);
+        assert_eq!(
+            e.to_string(),
+            "invalid calendar expression \"*-*-* 25:00\": not a calendar event"
+        );
+        let e = CalendarSpec::parse_in("*:0/0", TimeZone::UTC).expect_err("repeat 0");
+        assert_eq!(e.kind, CalendarErrorKind::Range);
+    }
+
+    /// previous_elapse(t) is an elapse, and the last one at or before t.
+    fn check_previous(spec: &CalendarSpec, at: Timestamp) -> Option<Timestamp> {
+        let p = spec.previous_elapse(at);
+        match p {
+            Some(p) => {
+                assert!(p <= at, "{spec}: {p} after {at}");
+                let before = Timestamp::from_microsecond(p.as_microsecond() - 1).expect("valid");
+                assert_eq!(spec.next_elapse(before), Some(p), "{spec} at {at}");
+                assert!(
+                    spec.next_elapse(p).is_none_or(|n| n > at),
+                    "{spec}: an elapse after {p} before {at}"
+                );
+            }
+            None => {
+                let first = spec.next_elapse(Timestamp::from_microsecond(-1).expect("valid"));
+                assert!(
+                    first.is_none_or(|n| n > at),
+                    "{spec}: {first:?} at or before {at}"
+                );
+            }
+        }
+        p
+    }
+
+    #[test]
+    fn previous_elapse_property() {
+        let exprs = [
+            "daily",
+            "minutely",
+            "*-*-* *:*:*",
+            "*-*-* *:*:0/0.25",
+            "*-02-29 00:00",
+            "2021,2024,2030-06-01 12:00",
+            "2100-01-01",
+            "Mon..Fri *-*-* 09:00 Europe/Berlin",
+            "*-*~1 23:59:59",
+            "*-*-* 02:30",
+            "*:0/15",
+            "quarterly America/New_York",
+        ];
+        let ats = [
+            "2026-03-29T00:59:59.999999Z",
+            "2026-03-29T01:00:00Z",
+            "2026-10-25T00:45:00Z",
+            "2026-10-25T01:30:00Z",
+            "2024-02-29T00:00:00Z",
+            "2025-01-01T00:00:00.000001Z",
+            "2026-11-29T11:24:00Z",
+            "1970-01-01T00:00:30Z",
+        ];
+        for e in exprs {
+            let spec = CalendarSpec::parse_in(e, berlin()).expect("valid");
+            for at in ats {
+                check_previous(&spec, ts(at));
+            }
+        }
+        let leap = CalendarSpec::parse_in("*-02-29 00:00", TimeZone::UTC).expect("valid");
+        assert_eq!(
+            leap.previous_elapse(ts("2027-06-01T00:00:00Z")),
+            Some(ts("2024-02-29T00:00:00Z"))
+        );
+        assert_eq!(
+            leap.previous_elapse(ts("2024-02-29T00:00:00Z")),
+            Some(ts("2024-02-29T00:00:00Z"))
+        );
+        let future = CalendarSpec::parse_in("2100-01-01", TimeZone::UTC).expect("valid");
+        assert_eq!(future.previous_elapse(ts("2026-01-01T00:00:00Z")), None);
+        let dense = CalendarSpec::parse_in("2020..2022-*-* *:*:*", TimeZone::UTC).expect("valid");
+        assert_eq!(
+            dense.previous_elapse(ts("2030-01-01T00:00:00Z")),
+            Some(ts("2022-12-31T23:59:59Z"))
+        );
+    }
+}
