@@ -1,11 +1,17 @@
 //! systemd calendar events (`OnCalendar=`), evaluated the way systemd evaluates them.
 //!
 //! Parses the whole grammar of systemd.time(7) "CALENDAR EVENTS" as systemd 252 does
-//! ([`spec`]) and computes the next elapse after a point in time (what a timer does) and
-//! the previous elapse at or before one (the slot a run belongs to) ([`elapse`]).
-//! Daylight-saving gaps and folds come out as systemd's, because the arithmetic goes
-//! through a reproduction of glibc's `mktime` ([`tm`]). Also parses and prints
-//! timestamps in systemd's syntax ([`timestamp`]). Time zones come from the system tzdb
+//! (submodule `spec`) and computes the next elapse after a point in time (what a timer
+//! does) and the previous elapse at or before one (the slot a run belongs to) (submodule
+//! `elapse`). Daylight-saving gaps and folds come out as systemd's, because the
+//! arithmetic goes through a reproduction of glibc's `mktime` (submodule `tm`). Also
+//! parses and prints timestamps in systemd's syntax ([`timestamp`]).
+//!
+//! The reference is the systemd on Debian 12 (252.39, glibc 2.36), including what it
+//! does beyond upstream 252: after a fall-back it refuses a candidate whose local time is
+//! before the start and tries an hour later. Quirks are kept on purpose: `~` lists are
+//! validated with a bound that shrinks by 3 per item, `*/5` is rejected, an expression
+//! ending in the local zone's abbreviation (`CET`) forces the DST flag. Time zones come from the system tzdb
 //! through jiff. Printing in `systemd-analyze calendar`'s format lives in
 //! [`crate::cli::calendar`]; this module has no I/O beyond reading time zone data.
 
