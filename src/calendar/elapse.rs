@@ -369,8 +369,9 @@ pub(crate) fn next_usec(
 /// before `at`.
 pub(crate) fn previous_usec(spec: &Spec, zone: &Zone, at: i64) -> Option<i64> {
     let next = |x: i64| next_usec(spec, zone, x, &mut LibcState::default()).ok();
-    // Systemd cannot produce an elapse before the epoch; searches start from -1 µs.
-    let floor = -1;
+    // systemd's times are unsigned: its searches start at the epoch at the earliest,
+    // so the first elapse it can produce is after 1970-01-01 00:00:00 UTC.
+    let floor = 0;
     if at < 0 {
         return None;
     }
