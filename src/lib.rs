@@ -14,8 +14,8 @@
 //! Binaries under `src/bin/` only parse arguments and call into [`cli`].
 
 pub mod calendar;
-pub mod cli;
 pub mod clock;
+pub mod cli;
 pub mod config;
 pub mod exit;
 pub mod generator;

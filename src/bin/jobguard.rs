@@ -1,3 +1,1 @@
-fn main() -> std::process::ExitCode {
-    jobguard::cli::main()
-}
+fn main() -> std::process::ExitCode { jobguard::cli::main() }
