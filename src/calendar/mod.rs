@@ -1,19 +1,81 @@
 //! systemd calendar events (`OnCalendar=`), evaluated the way systemd evaluates them.
 //!
-//! Parses the whole grammar of systemd.time(7) "CALENDAR EVENTS" and computes the next
-//! elapse after a point in time (what a timer does) and the previous elapse at or before
-//! one (the slot a run belongs to). Time zones come from the system tzdb through jiff.
-//! Printing in `systemd-analyze calendar`'s format lives in [`crate::cli`]; this module
-//! has no I/O beyond reading time zone data.
+//! Parses the whole grammar of systemd.time(7) "CALENDAR EVENTS" as systemd 252 does
+//! (submodule `spec`) and computes the next elapse after a point in time (what a timer
+//! does) and the previous elapse at or before one (the slot a run belongs to) (submodule
+//! `elapse`). Daylight-saving gaps and folds come out as systemd's, because the
+//! arithmetic goes through a reproduction of glibc's `mktime` (submodule `tm`). Also
+//! parses and prints timestamps in systemd's syntax ([`timestamp`]).
+//!
+//! The reference is the systemd on Debian 12 (252.39, glibc 2.36), including what it
+//! does beyond upstream 252: after a fall-back it refuses a candidate whose local time is
+//! before the start and tries an hour later. Quirks are kept on purpose: `~` lists are
+//! validated with a bound that shrinks by 3 per item, `*/5` is rejected, an expression
+//! ending in the local zone's abbreviation (`CET`) forces the DST flag. Time zones come from the system tzdb
+//! through jiff. Printing in `systemd-analyze calendar`'s format lives in
+//! [`crate::cli::calendar`]; this module has no I/O beyond reading time zone data.
 
 use std::fmt;
 
 use jiff::Timestamp;
+use jiff::tz::TimeZone;
 
-/// A parsed `OnCalendar=` expression.
-#[derive(Debug, Clone, PartialEq, Eq)]
+mod elapse;
+mod spec;
+pub mod timestamp;
+mod tm;
+
+pub use timestamp::{format_relative, format_timestamp, parse_timestamp};
+
+pub(crate) use elapse::NextError;
+use spec::Spec;
+pub(crate) use tm::LibcState;
+use tm::Zone;
+
+/// A parsed `OnCalendar=` expression, with the time zone it is evaluated in.
+#[derive(Debug, Clone)]
 pub struct CalendarSpec {
-    original: String,
+    spec: Spec,
+    zone: Zone,
+    zone_name: String,
+}
+
+impl PartialEq for CalendarSpec {
+    fn eq(&self, other: &Self) -> bool {
+        self.spec == other.spec && self.zone_name == other.zone_name
+    }
+}
+
+impl Eq for CalendarSpec {}
+
+/// The kind of a parse error, after the error codes systemd returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CalendarErrorKind {
+    /// Bad syntax or a value outside its field (systemd: `EINVAL`).
+    Invalid,
+    /// A number too large, or a repetition of 0 (systemd: `ERANGE`).
+    Range,
+    /// More than 241 items in one field's list (systemd: `ENOBUFS`).
+    TooMany,
+}
+
+impl CalendarErrorKind {
+    /// The C library's text for the matching error code, as systemd prints it.
+    pub fn strerror(self) -> &'static str {
+        match self {
+            CalendarErrorKind::Invalid => "Invalid argument",
+            CalendarErrorKind::Range => "Numerical result out of range",
+            CalendarErrorKind::TooMany => "No buffer space available",
+        }
+    }
+
+    fn reason(self) -> &'static str {
+        match self {
+            CalendarErrorKind::Invalid => "not a calendar event",
+            CalendarErrorKind::Range => "number out of range",
+            CalendarErrorKind::TooMany => "too many list items",
+        }
+    }
 }
 
 /// Why an expression is not a valid calendar event.
@@ -24,56 +86,279 @@ pub struct CalendarError {
     pub expr: String,
     /// What is wrong, in a few words.
     pub reason: String,
+    /// The error class, matching systemd's error code.
+    pub kind: CalendarErrorKind,
+}
+
+impl CalendarError {
+    pub(crate) fn new(expr: &str, kind: CalendarErrorKind) -> Self {
+        CalendarError {
+            expr: expr.to_string(),
+            reason: kind.reason().to_string(),
+            kind,
+        }
+    }
+}
+
+/// The process's local time zone (`TZ`, else /etc/localtime), as glibc would use it.
+pub(crate) fn local_zone() -> TimeZone {
+    TimeZone::system()
+}
+
+/// A name for a zone: its IANA name, or "UTC" when it has none.
+fn name_of(tz: &TimeZone) -> String {
+    tz.iana_name().unwrap_or("UTC").to_string()
 }
 
 impl CalendarSpec {
-    /// Parses an expression in the syntax of systemd.time(7), "CALENDAR EVENTS".
+    /// Parses an expression in the syntax of systemd.time(7), "CALENDAR EVENTS", exactly
+    /// as systemd 252 accepts it; expressions without a zone are evaluated in the
+    /// process's local zone (`TZ`, else /etc/localtime), read now.
     ///
     /// # Errors
     /// [`CalendarError`] when systemd would reject the expression.
     pub fn parse(expr: &str) -> Result<Self, CalendarError> {
-        Err(CalendarError {
-            expr: expr.to_string(),
-            reason: "calendar engine not built yet".into(),
+        Self::parse_in(expr, local_zone())
+    }
+
+    /// Like [`CalendarSpec::parse`], with `local` as the local time zone.
+    ///
+    /// # Errors
+    /// [`CalendarError`] when systemd would reject the expression.
+    pub fn parse_in(expr: &str, local: TimeZone) -> Result<Self, CalendarError> {
+        let (n0, n1, _, _) = tm::tz_names(&local);
+        Self::parse_with_names(expr, local, (&n0, &n1))
+    }
+
+    /// [`CalendarSpec::parse_in`] with the local zone's abbreviations as glibc's
+    /// `tzname[]` holds them at that moment of an emulated process.
+    pub(crate) fn parse_emulated(
+        expr: &str,
+        local: TimeZone,
+        state: &LibcState,
+    ) -> Result<Self, CalendarError> {
+        let (n0, n1) = match state.last_local {
+            Some(t) => tm::names_at(&local, t),
+            None => {
+                let (n0, n1, _, _) = tm::tz_names(&local);
+                (n0, n1)
+            }
+        };
+        Self::parse_with_names(expr, local, (&n0, &n1))
+    }
+
+    fn parse_with_names(
+        expr: &str,
+        local: TimeZone,
+        (n0, n1): (&str, &str),
+    ) -> Result<Self, CalendarError> {
+        let parsed = spec::parse(expr, (n0, n1)).map_err(|k| CalendarError::new(expr, k))?;
+        let (zone, zone_name) = if parsed.spec.utc {
+            (Zone::Utc, "UTC".to_string())
+        } else if let (Some(tz), Some(name)) = (parsed.zone, parsed.spec.timezone.clone()) {
+            (Zone::Local(tz), name)
+        } else {
+            let name = name_of(&local);
+            (Zone::Local(local), name)
+        };
+        Ok(CalendarSpec {
+            spec: parsed.spec,
+            zone,
+            zone_name,
         })
     }
 
-    /// The first elapse strictly after `after`, or `None` when there is none
-    /// (e.g. a year in the past). Same rule as systemd's `calendar_spec_next_usec()`.
+    /// The first elapse strictly after `after`, or `None` when there is none (e.g. a
+    /// year in the past). Same rule as systemd's `calendar_spec_next_usec()`; times are
+    /// handled in whole microseconds.
     pub fn next_elapse(&self, after: Timestamp) -> Option<Timestamp> {
-        let _ = after;
-        None
+        let usec = self
+            .next_usec(after.as_microsecond(), &mut LibcState::default())
+            .ok()?;
+        Timestamp::from_microsecond(usec).ok()
     }
 
     /// The latest elapse at or before `at`: the slot a run fired at `at` belongs to.
+    /// It is an elapse [`CalendarSpec::next_elapse`] yields (`next_elapse(p - 1µs) ==
+    /// p`) and no elapse lies after it up to `at`; `None` when nothing elapses at or
+    /// before `at`.
     pub fn previous_elapse(&self, at: Timestamp) -> Option<Timestamp> {
-        let _ = at;
-        None
+        let usec = elapse::previous_usec(&self.spec, &self.zone, at.as_microsecond())?;
+        Timestamp::from_microsecond(usec).ok()
+    }
+
+    /// `calendar_spec_next_usec()` on microseconds since the epoch, with systemd's
+    /// error kinds.
+    ///
+    /// `state` is the C library's `mktime` guess of the emulated process: an expression
+    /// with its own zone is evaluated in a forked child in systemd, so it sees the state
+    /// but does not change it.
+    pub(crate) fn next_usec(&self, usec: i64, state: &mut LibcState) -> Result<i64, NextError> {
+        if self.spec.timezone.is_some() {
+            let mut child = *state;
+            elapse::next_usec(&self.spec, &self.zone, usec, &mut child)
+        } else {
+            elapse::next_usec(&self.spec, &self.zone, usec, state)
+        }
+    }
+
+    /// Whether the expression names its own tzdb zone (systemd then evaluates it in a
+    /// forked child, whose warnings are lost).
+    pub(crate) fn has_own_zone(&self) -> bool {
+        self.spec.timezone.is_some()
     }
 
     /// The IANA name of the time zone the expression is evaluated in: its own zone when
-    /// it names one, `"UTC"` for UTC, else the system's local zone.
+    /// it names one, `"UTC"` for UTC, else the local zone the expression was parsed in.
     pub fn zone_name(&self) -> String {
-        String::from("UTC")
+        self.zone_name.clone()
     }
 }
 
 impl fmt::Display for CalendarSpec {
     /// The normalized form, as `systemd-analyze calendar` prints it.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.original)
+        self.spec.fmt(f)
     }
 }
 
-/// Parses a timestamp in systemd's syntax (systemd.time(7), "PARSING TIMESTAMPS"),
-/// relative to `now`.
-///
-/// # Errors
-/// [`CalendarError`] when systemd would reject it.
-pub fn parse_timestamp(s: &str, now: Timestamp) -> Result<Timestamp, CalendarError> {
-    let _ = now;
-    s.parse::<Timestamp>().map_err(|e| CalendarError {
-        expr: s.to_string(),
-        reason: e.to_string(),
-    })
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ts(s: &str) -> Timestamp {
+        s.parse().expect("valid test timestamp")
+    }
+
+    fn berlin() -> TimeZone {
+        TimeZone::get("Europe/Berlin").expect("tzdb has Europe/Berlin")
+    }
+
+    #[test]
+    fn spring_forward_skips_the_missing_time() {
+        // systemd 252: 02:30 does not exist on 2026-03-29 in Berlin; the next one is a
+        // day later.
+        let spec = CalendarSpec::parse_in("*-*-* 02:30", berlin()).expect("valid");
+        let next = spec.next_elapse(ts("2026-03-28T11:00:00Z"));
+        assert_eq!(next, Some(ts("2026-03-30T00:30:00Z")));
+    }
+
+    #[test]
+    fn fall_back_fires_once_in_the_first_pass() {
+        let spec = CalendarSpec::parse_in("*-*-* 02:30", berlin()).expect("valid");
+        // From before the fold: 02:30 CEST, then the next day.
+        let first = spec.next_elapse(ts("2026-10-24T22:00:00Z"));
+        assert_eq!(first, Some(ts("2026-10-25T00:30:00Z")));
+        let second = spec.next_elapse(ts("2026-10-25T00:30:00Z"));
+        assert_eq!(second, Some(ts("2026-10-26T01:30:00Z")));
+        // From inside the second pass, before 02:30 CET: that one.
+        let inside = spec.next_elapse(ts("2026-10-25T01:15:00Z"));
+        assert_eq!(inside, Some(ts("2026-10-25T01:30:00Z")));
+    }
+
+    #[test]
+    fn zone_names() {
+        let local = berlin();
+        assert_eq!(
+            CalendarSpec::parse_in("daily", local.clone())
+                .expect("valid")
+                .zone_name(),
+            "Europe/Berlin"
+        );
+        assert_eq!(
+            CalendarSpec::parse_in("daily UTC", local.clone())
+                .expect("valid")
+                .zone_name(),
+            "UTC"
+        );
+        let ny = CalendarSpec::parse_in("daily America/New_York", local).expect("valid");
+        assert_eq!(ny.zone_name(), "America/New_York");
+        assert_eq!(ny.to_string(), "*-*-* 00:00:00 America/New_York");
+    }
+
+    #[test]
+    fn parse_errors_name_the_expression() {
+        let e = CalendarSpec::parse_in("*-*-* 25:00", TimeZone::UTC).expect_err("hour 25");
+        assert_eq!(e.kind, CalendarErrorKind::Invalid);
+        assert_eq!(
+            e.to_string(),
+            "invalid calendar expression \"*-*-* 25:00\": not a calendar event"
+        );
+        let e = CalendarSpec::parse_in("*:0/0", TimeZone::UTC).expect_err("repeat 0");
+        assert_eq!(e.kind, CalendarErrorKind::Range);
+    }
+
+    /// previous_elapse(t) is an elapse, and the last one at or before t.
+    fn check_previous(spec: &CalendarSpec, at: Timestamp) -> Option<Timestamp> {
+        let p = spec.previous_elapse(at);
+        match p {
+            Some(p) => {
+                assert!(p <= at, "{spec}: {p} after {at}");
+                let before = Timestamp::from_microsecond(p.as_microsecond() - 1).expect("valid");
+                assert_eq!(spec.next_elapse(before), Some(p), "{spec} at {at}");
+                assert!(
+                    spec.next_elapse(p).is_none_or(|n| n > at),
+                    "{spec}: an elapse after {p} before {at}"
+                );
+            }
+            None => {
+                let first = spec.next_elapse(Timestamp::UNIX_EPOCH);
+                assert!(
+                    first.is_none_or(|n| n > at),
+                    "{spec}: {first:?} at or before {at}"
+                );
+            }
+        }
+        p
+    }
+
+    #[test]
+    fn previous_elapse_property() {
+        let exprs = [
+            "daily",
+            "minutely",
+            "*-*-* *:*:*",
+            "*-*-* *:*:0/0.25",
+            "*-02-29 00:00",
+            "2021,2024,2030-06-01 12:00",
+            "2100-01-01",
+            "Mon..Fri *-*-* 09:00 Europe/Berlin",
+            "*-*~1 23:59:59",
+            "*-*-* 02:30",
+            "*:0/15",
+            "quarterly America/New_York",
+        ];
+        let ats = [
+            "2026-03-29T00:59:59.999999Z",
+            "2026-03-29T01:00:00Z",
+            "2026-10-25T00:45:00Z",
+            "2026-10-25T01:30:00Z",
+            "2024-02-29T00:00:00Z",
+            "2025-01-01T00:00:00.000001Z",
+            "2026-11-29T11:24:00Z",
+            "1970-01-01T00:00:30Z",
+        ];
+        for e in exprs {
+            let spec = CalendarSpec::parse_in(e, berlin()).expect("valid");
+            for at in ats {
+                check_previous(&spec, ts(at));
+            }
+        }
+        let leap = CalendarSpec::parse_in("*-02-29 00:00", TimeZone::UTC).expect("valid");
+        assert_eq!(
+            leap.previous_elapse(ts("2027-06-01T00:00:00Z")),
+            Some(ts("2024-02-29T00:00:00Z"))
+        );
+        assert_eq!(
+            leap.previous_elapse(ts("2024-02-29T00:00:00Z")),
+            Some(ts("2024-02-29T00:00:00Z"))
+        );
+        let future = CalendarSpec::parse_in("2100-01-01", TimeZone::UTC).expect("valid");
+        assert_eq!(future.previous_elapse(ts("2026-01-01T00:00:00Z")), None);
+        let dense = CalendarSpec::parse_in("2020..2022-*-* *:*:*", TimeZone::UTC).expect("valid");
+        assert_eq!(
+            dense.previous_elapse(ts("2030-01-01T00:00:00Z")),
+            Some(ts("2022-12-31T23:59:59Z"))
+        );
+    }
 }

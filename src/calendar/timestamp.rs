@@ -1,0 +1,748 @@
+//! Timestamps in systemd's syntax: parsing (systemd.time(7), "PARSING TIMESTAMPS", as
+//! systemd 252's `parse_timestamp()` accepts them, plus RFC 3339 with `Z` or an offset)
+//! and printing (`format_timestamp()` and `format_timestamp_relative()`).
+//!
+//! Used for `jobguard calendar --base-time`, `jobguard run --slot` and the lines
+//! `jobguard calendar` prints. Times are microseconds since the Unix epoch internally.
+
+use jiff::Timestamp;
+use jiff::tz::TimeZone;
+
+use super::spec::{load_timezone, parse_fraction};
+use super::tm::{self, LibcState, Tm, Zone};
+use super::{CalendarError, CalendarErrorKind};
+
+const USEC_PER_SEC: u64 = 1_000_000;
+const USEC_PER_MSEC: u64 = 1_000;
+const USEC_PER_MINUTE: u64 = 60 * USEC_PER_SEC;
+const USEC_PER_HOUR: u64 = 60 * USEC_PER_MINUTE;
+const USEC_PER_DAY: u64 = 24 * USEC_PER_HOUR;
+const USEC_PER_WEEK: u64 = 7 * USEC_PER_DAY;
+const USEC_PER_MONTH: u64 = 2_629_800 * USEC_PER_SEC;
+const USEC_PER_YEAR: u64 = 31_557_600 * USEC_PER_SEC;
+const USEC_INFINITY: u64 = u64::MAX;
+
+/// Largest timestamp systemd parses or prints (9999-12-30 23:59:59.999999 UTC), in µs.
+const FORMATTABLE_MAX: u64 = 253_402_214_399_999_999;
+
+const WHITESPACE: &[u8] = b" \t\n\r";
+
+/// Time span units of systemd.time(7), longest match first as systemd tries them.
+const UNITS: &[(&str, u64)] = &[
+    ("seconds", USEC_PER_SEC),
+    ("second", USEC_PER_SEC),
+    ("sec", USEC_PER_SEC),
+    ("s", USEC_PER_SEC),
+    ("minutes", USEC_PER_MINUTE),
+    ("minute", USEC_PER_MINUTE),
+    ("min", USEC_PER_MINUTE),
+    ("months", USEC_PER_MONTH),
+    ("month", USEC_PER_MONTH),
+    ("M", USEC_PER_MONTH),
+    ("msec", USEC_PER_MSEC),
+    ("ms", USEC_PER_MSEC),
+    ("m", USEC_PER_MINUTE),
+    ("hours", USEC_PER_HOUR),
+    ("hour", USEC_PER_HOUR),
+    ("hr", USEC_PER_HOUR),
+    ("h", USEC_PER_HOUR),
+    ("days", USEC_PER_DAY),
+    ("day", USEC_PER_DAY),
+    ("d", USEC_PER_DAY),
+    ("weeks", USEC_PER_WEEK),
+    ("week", USEC_PER_WEEK),
+    ("w", USEC_PER_WEEK),
+    ("years", USEC_PER_YEAR),
+    ("year", USEC_PER_YEAR),
+    ("y", USEC_PER_YEAR),
+    ("usec", 1),
+    ("us", 1),
+    ("\u{3bc}s", 1),
+    ("\u{b5}s", 1),
+];
+
+fn skip_ws(s: &[u8], mut i: usize) -> usize {
+    while i < s.len() && WHITESPACE.contains(&s[i]) {
+        i += 1;
+    }
+    i
+}
+
+/// systemd's `parse_sec()`: a time span such as `5min 3s` or `1.5h` (a bare number is
+/// seconds) in microseconds; `None` if it is not one.
+fn parse_sec(t: &str) -> Option<u64> {
+    let s = t.as_bytes();
+    let mut p = skip_ws(s, 0);
+    if s[p..].starts_with(b"infinity") {
+        let q = skip_ws(s, p + 8);
+        return (q == s.len()).then_some(USEC_INFINITY);
+    }
+    let mut usec: u64 = 0;
+    let mut something = false;
+    loop {
+        p = skip_ws(s, p);
+        if p == s.len() {
+            return something.then_some(usec);
+        }
+        if s[p] == b'-' {
+            return None;
+        }
+        // strtoll: white space, a sign, digits.
+        let mut e = skip_ws(s, p);
+        if e < s.len() && s[e] == b'+' {
+            e += 1;
+        }
+        let digits = e;
+        let mut l: u64 = 0;
+        while e < s.len() && s[e].is_ascii_digit() {
+            l = l.checked_mul(10)?.checked_add(u64::from(s[e] - b'0'))?;
+            e += 1;
+        }
+        if l > i64::MAX as u64 {
+            return None;
+        }
+        let no_digits = e == digits;
+        let had_dot = e < s.len() && s[e] == b'.';
+        if had_dot {
+            p = e + 1;
+            while p < s.len() && s[p].is_ascii_digit() {
+                p += 1;
+            }
+        } else if no_digits {
+            return None;
+        } else {
+            p = e;
+        }
+        let q = skip_ws(s, p);
+        let mut multiplier = USEC_PER_SEC;
+        let mut after = q;
+        for (suffix, mult) in UNITS {
+            if s[q..].starts_with(suffix.as_bytes()) {
+                multiplier = *mult;
+                after = q + suffix.len();
+                break;
+            }
+        }
+        if after == p && p < s.len() {
+            return None;
+        }
+        p = after;
+        if l >= USEC_INFINITY / multiplier {
+            return None;
+        }
+        let k = l * multiplier;
+        if k >= USEC_INFINITY - usec {
+            return None;
+        }
+        usec += k;
+        something = true;
+        if had_dot {
+            let mut m = multiplier / 10;
+            let mut b = e + 1;
+            while b < s.len() && s[b].is_ascii_digit() {
+                let k = u64::from(s[b] - b'0') * m;
+                if k >= USEC_INFINITY - usec {
+                    return None;
+                }
+                usec += k;
+                b += 1;
+                m /= 10;
+            }
+            if b == e + 1 {
+                return None;
+            }
+        }
+    }
+}
+
+/// Reads a number of at most `n` digits in `from..=to` after optional white space, as
+/// glibc's strptime does (it stops early when another digit would exceed `to`).
+fn get_number(s: &[u8], rp: &mut usize, from: i64, to: i64, n: usize) -> Option<i64> {
+    while *rp < s.len() && s[*rp].is_ascii_whitespace() {
+        *rp += 1;
+    }
+    if *rp >= s.len() || !s[*rp].is_ascii_digit() {
+        return None;
+    }
+    let mut val: i64 = 0;
+    let mut left = n;
+    loop {
+        val = val * 10 + i64::from(s[*rp] - b'0');
+        *rp += 1;
+        left -= 1;
+        if !(left > 0 && val * 10 <= to && *rp < s.len() && s[*rp].is_ascii_digit()) {
+            break;
+        }
+    }
+    (from..=to).contains(&val).then_some(val)
+}
+
+const MONTHS: [&str; 12] = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+];
+
+/// The subset of glibc's strptime(3) systemd's timestamp parser uses (`%y %Y %m %d %H
+/// %M %S %b`, literal characters, white space). Returns where parsing stopped.
+fn strptime(s: &[u8], fmt: &str, tm: &mut Tm) -> Option<usize> {
+    let f = fmt.as_bytes();
+    let mut rp = 0;
+    let mut fi = 0;
+    let mut want_xday = false;
+    while fi < f.len() {
+        let c = f[fi];
+        if c.is_ascii_whitespace() {
+            while rp < s.len() && s[rp].is_ascii_whitespace() {
+                rp += 1;
+            }
+            fi += 1;
+            continue;
+        }
+        if c != b'%' {
+            if rp >= s.len() || s[rp] != c {
+                return None;
+            }
+            rp += 1;
+            fi += 1;
+            continue;
+        }
+        let conv = *f.get(fi + 1)?;
+        fi += 2;
+        match conv {
+            b'Y' => {
+                tm.year = get_number(s, &mut rp, 0, 9999, 4)? - 1900;
+                want_xday = true;
+            }
+            b'y' => {
+                let v = get_number(s, &mut rp, 0, 99, 2)?;
+                tm.year = if v >= 69 { v } else { v + 100 };
+                want_xday = true;
+            }
+            b'm' => {
+                tm.mon = get_number(s, &mut rp, 1, 12, 2)? - 1;
+                want_xday = true;
+            }
+            b'd' => {
+                tm.mday = get_number(s, &mut rp, 1, 31, 2)?;
+                want_xday = true;
+            }
+            b'H' => tm.hour = get_number(s, &mut rp, 0, 23, 2)?,
+            b'M' => tm.min = get_number(s, &mut rp, 0, 59, 2)?,
+            b'S' => tm.sec = get_number(s, &mut rp, 0, 61, 2)?,
+            b'b' => {
+                let rest = &s[rp..];
+                let mut found = None;
+                for (i, name) in MONTHS.iter().enumerate() {
+                    for cand in [*name, &name[..3]] {
+                        let cb = cand.as_bytes();
+                        if rest.len() >= cb.len() && rest[..cb.len()].eq_ignore_ascii_case(cb) {
+                            found = Some((i, cb.len()));
+                            break;
+                        }
+                    }
+                    if found.is_some() {
+                        break;
+                    }
+                }
+                let (i, len) = found?;
+                tm.mon = i as i64;
+                rp += len;
+                want_xday = true;
+            }
+            _ => return None,
+        }
+    }
+    if want_xday && tm.year >= -1900 {
+        let y = tm.year + 1900;
+        let days = tm::days_from_civil(y, tm.mon + 1, 1) + tm.mday - 1;
+        tm.wday = (days + 4).rem_euclid(7);
+    }
+    Some(rp)
+}
+
+/// `parse_timestamp_impl()` in `zone`; `with_tz` when the zone was named at the end.
+fn parse_impl(
+    t: &str,
+    zone_tz: &TimeZone,
+    with_tz: bool,
+    now: u64,
+    extended: bool,
+    state: &mut LibcState,
+) -> Option<u64> {
+    if !with_tz && let Some(rest) = t.strip_prefix('@') {
+        return parse_sec(rest);
+    }
+    let mut ret = now;
+    let mut plus = 0;
+    let mut minus = 0;
+    let mut t = t;
+    let mut utc = false;
+    let mut dst = -1;
+    let mut special = false;
+    if !with_tz {
+        if t == "now" {
+            special = true;
+        } else if let Some(rest) = t.strip_prefix('+') {
+            plus = parse_sec(rest)?;
+            special = true;
+        } else if let Some(rest) = t.strip_prefix('-') {
+            minus = parse_sec(rest)?;
+            special = true;
+        } else if let Some(rest) = t.strip_suffix(" ago") {
+            minus = parse_sec(rest)?;
+            special = true;
+        } else if let Some(rest) = t.strip_suffix(" left") {
+            plus = parse_sec(rest)?;
+            special = true;
+        } else if t.len() >= 4 && t.as_bytes()[t.len() - 4..].eq_ignore_ascii_case(b" UTC") {
+            utc = true;
+            t = &t[..t.len() - 4];
+        } else {
+            let (n0, n1, _, _) = tm::tz_names(zone_tz);
+            for (j, name) in [n0, n1].iter().enumerate() {
+                if name.is_empty() || t.len() <= name.len() {
+                    continue;
+                }
+                let e = t.len() - name.len();
+                if !t.as_bytes()[e..].eq_ignore_ascii_case(name.as_bytes())
+                    || t.as_bytes()[e - 1] != b' '
+                {
+                    continue;
+                }
+                t = &t[..e - 1];
+                dst = j as i64;
+                break;
+            }
+        }
+    }
+
+    if !special {
+        let zone = if utc {
+            Zone::Utc
+        } else {
+            Zone::Local(zone_tz.clone())
+        };
+        let x = i64::try_from(ret / USEC_PER_SEC).ok()?;
+        let mut tm = zone.localtime(x)?;
+        if !utc {
+            state.last_local = Some(x);
+        }
+        tm.isdst = dst;
+        let mut x_usec: u64 = 0;
+        let mut done = false;
+        match t {
+            "today" => {}
+            "yesterday" => tm.mday -= 1,
+            "tomorrow" => tm.mday += 1,
+            _ => {
+                let days = [
+                    ("Sunday", 0),
+                    ("Sun", 0),
+                    ("Monday", 1),
+                    ("Mon", 1),
+                    ("Tuesday", 2),
+                    ("Tue", 2),
+                    ("Wednesday", 3),
+                    ("Wed", 3),
+                    ("Thursday", 4),
+                    ("Thu", 4),
+                    ("Friday", 5),
+                    ("Fri", 5),
+                    ("Saturday", 6),
+                    ("Sat", 6),
+                ];
+                let mut weekday = -1;
+                for (name, nr) in days {
+                    let b = t.as_bytes();
+                    if b.len() > name.len()
+                        && b[..name.len()].eq_ignore_ascii_case(name.as_bytes())
+                        && b[name.len()] == b' '
+                    {
+                        weekday = nr;
+                        t = &t[name.len() + 1..];
+                        break;
+                    }
+                }
+                let s = t.as_bytes();
+                let copy = tm;
+                // (format, may carry a fraction, seconds are zero)
+                let formats: [(&str, bool, bool); 12] = [
+                    ("%y-%m-%d %H:%M:%S", true, false),
+                    ("%Y-%m-%d %H:%M:%S", true, false),
+                    ("%Y-%m-%dT%H:%M:%S", true, false),
+                    ("%b %d %H:%M:%S", true, false),
+                    ("%y-%m-%d %H:%M", false, true),
+                    ("%Y-%m-%d %H:%M", false, true),
+                    ("%Y-%m-%dT%H:%M", false, true),
+                    ("%y-%m-%d", false, true),
+                    ("%Y-%m-%d", false, true),
+                    ("%H:%M:%S", true, false),
+                    ("%H:%M", false, true),
+                    ("", false, false),
+                ];
+                for (fmt, frac, zero) in formats {
+                    if fmt.is_empty() {
+                        return None;
+                    }
+                    if !extended && fmt.contains('T') {
+                        continue;
+                    }
+                    let mut cand = copy;
+                    let Some(k) = strptime(s, fmt, &mut cand) else {
+                        continue;
+                    };
+                    if frac && s.get(k) == Some(&b'.') {
+                        let (add, n) = parse_fraction(&s[k + 1..]).ok()?;
+                        if k + 1 + n != s.len() {
+                            return None;
+                        }
+                        x_usec = u64::from(add);
+                    } else if k != s.len() {
+                        continue;
+                    }
+                    if zero {
+                        cand.sec = 0;
+                        if fmt.ends_with("%d") {
+                            cand.min = 0;
+                            cand.hour = 0;
+                        }
+                    }
+                    tm = cand;
+                    done = true;
+                    break;
+                }
+                if done && weekday >= 0 && tm.wday != weekday {
+                    return None;
+                }
+            }
+        }
+        if !done {
+            tm.sec = 0;
+            tm.min = 0;
+            tm.hour = 0;
+        }
+        let mut gm_state = LibcState::default();
+        let x = zone.mktime(&mut tm, if utc { &mut gm_state } else { state })?;
+        if x < 0 {
+            return None;
+        }
+        ret = u64::try_from(x).ok()? * USEC_PER_SEC + x_usec;
+        if ret > FORMATTABLE_MAX {
+            return None;
+        }
+    }
+
+    ret = ret.checked_add(plus)?;
+    if ret > FORMATTABLE_MAX {
+        return None;
+    }
+    ret.checked_sub(minus)
+}
+
+/// Parses a timestamp in systemd's syntax (systemd.time(7), "PARSING TIMESTAMPS", as
+/// systemd 252 reads it): `[WEEKDAY] YYYY-MM-DD [HH:MM[:SS[.frac]]]` (two-digit years
+/// too), `HH:MM[:SS]` (today), `YYYY-MM-DDTHH:MM[:SS]`, `Mon DD HH:MM:SS`, `now`,
+/// `today`, `yesterday`, `tomorrow`, `@EPOCH`, `+SPAN`, `-SPAN`, `SPAN ago`, `SPAN
+/// left`, each optionally followed by ` UTC`, the local zone's abbreviation or a tzdb
+/// zone name; and also RFC 3339 with `Z` or a numeric offset
+/// (`2026-11-29T02:00:00Z`). Local times are in the process's local zone. `now` is the
+/// current time relative forms start from.
+///
+/// # Errors
+/// [`CalendarError`] (kind [`CalendarErrorKind::Invalid`]) when `s` is none of these.
+pub fn parse_timestamp(s: &str, now: Timestamp) -> Result<Timestamp, CalendarError> {
+    parse_timestamp_in(s, now, &super::local_zone())
+}
+
+/// [`parse_timestamp`] with `local` as the local time zone.
+///
+/// # Errors
+/// [`CalendarError`] when `s` is not a timestamp.
+pub fn parse_timestamp_in(
+    s: &str,
+    now: Timestamp,
+    local: &TimeZone,
+) -> Result<Timestamp, CalendarError> {
+    let err = || CalendarError {
+        expr: s.to_string(),
+        reason: "not a timestamp".to_string(),
+        kind: CalendarErrorKind::Invalid,
+    };
+    let now_us = u64::try_from(now.as_microsecond()).map_err(|_| err())?;
+    match parse_systemd(s, local, now_us, true, &mut LibcState::default()) {
+        Some(us) => i64::try_from(us)
+            .ok()
+            .and_then(|v| Timestamp::from_microsecond(v).ok())
+            .ok_or_else(err),
+        None => s.trim().parse::<Timestamp>().map_err(|_| err()),
+    }
+}
+
+/// [`parse_timestamp_in`] that also returns glibc's `mktime` state afterwards, for
+/// emulating a whole `systemd-analyze` process.
+pub(crate) fn parse_timestamp_with_state(
+    s: &str,
+    now: Timestamp,
+    local: &TimeZone,
+    state: &mut LibcState,
+) -> Option<Timestamp> {
+    let now_us = u64::try_from(now.as_microsecond()).ok()?;
+    match parse_systemd(s, local, now_us, true, state) {
+        Some(us) => Timestamp::from_microsecond(i64::try_from(us).ok()?).ok(),
+        None => s.trim().parse::<Timestamp>().ok(),
+    }
+}
+
+/// Whether systemd 252 itself accepts `s` as a timestamp (without this module's
+/// additions: `T` between date and time, zone names, RFC 3339 offsets), as seen from
+/// an emulated process whose C library state is `state` (updated as glibc's would be).
+pub(crate) fn is_systemd_timestamp(
+    s: &str,
+    now: Timestamp,
+    local: &TimeZone,
+    state: &mut LibcState,
+) -> bool {
+    u64::try_from(now.as_microsecond())
+        .is_ok_and(|n| parse_systemd(s, local, n, false, state).is_some())
+}
+
+/// Whether `s` is a time span in systemd's syntax (`parse_sec()`, e.g. `5min 3s`).
+pub fn is_systemd_timespan(s: &str) -> bool {
+    parse_sec(s).is_some()
+}
+
+/// systemd's `parse_timestamp()`: a named zone at the end switches the zone.
+/// `extended` also accepts `T` between date and time and zone names, which systemd 252
+/// rejects.
+fn parse_systemd(
+    t: &str,
+    local: &TimeZone,
+    now: u64,
+    extended: bool,
+    state: &mut LibcState,
+) -> Option<u64> {
+    let named = t
+        .rfind(' ')
+        .and_then(|sp| load_timezone(&t[sp + 1..]).map(|tz| (sp, tz)));
+    let ends_utc = t.len() >= 4 && t.as_bytes()[t.len() - 4..].eq_ignore_ascii_case(b" UTC");
+    match named {
+        // systemd 252 fails every timestamp ending in a zone name other than " UTC"
+        // (its forked parser never reports success); later versions accept them.
+        Some(_) if !ends_utc && !extended => None,
+        Some((sp, tz)) if !ends_utc => {
+            let name = &t[sp + 1..];
+            let (n0, n1, _, _) = tm::tz_names(&tz);
+            let with_tz = name != n0 && name != n1;
+            let t = if with_tz { &t[..sp] } else { t };
+            // systemd parses in a forked child: the process's mktime state is untouched.
+            parse_impl(t, &tz, with_tz, now, extended, &mut state.clone())
+        }
+        _ => parse_impl(t, local, false, now, extended, state),
+    }
+}
+
+const WEEKDAYS: [&str; 7] = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"];
+
+/// systemd's `format_timestamp()`: `Www YYYY-MM-DD HH:MM:SS ZONE` in `zone` (the zone's
+/// abbreviation), or with `UTC` when `zone` is `None`; seconds are rounded down.
+pub fn format_timestamp(t: Timestamp, zone: Option<&TimeZone>) -> String {
+    let us = t.as_microsecond();
+    if us < 0 || us as u64 > FORMATTABLE_MAX {
+        return "--- XXXX-XX-XX XX:XX:XX".to_string();
+    }
+    let secs = us.div_euclid(1_000_000);
+    let z = match zone {
+        Some(tz) => Zone::Local(tz.clone()),
+        None => Zone::Utc,
+    };
+    let Some(tm) = z.localtime(secs) else {
+        return "--- XXXX-XX-XX XX:XX:XX".to_string();
+    };
+    let mut out = format!(
+        "{} {:04}-{:02}-{:02} {:02}:{:02}:{:02}",
+        WEEKDAYS[tm.wday as usize],
+        tm.year + 1900,
+        tm.mon + 1,
+        tm.mday,
+        tm.hour,
+        tm.min,
+        tm.sec
+    );
+    let abbr = z.abbreviation(secs);
+    if !abbr.is_empty() {
+        out.push(' ');
+        out.push_str(&abbr);
+    }
+    out
+}
+
+/// systemd's `format_timestamp_relative()`: how far `t` is from `now`, e.g. `5min 3s
+/// left`, `1 day 2h ago`, `3 months 4 days left`, `now`; months are 30.44 days and
+/// years 365.25 days, as in systemd.
+pub fn format_relative(t: Timestamp, now: Timestamp) -> String {
+    let (t, n) = (t.as_microsecond(), now.as_microsecond());
+    let (d, s) = if n > t {
+        ((n - t) as u64, " ago")
+    } else {
+        ((t - n) as u64, " left")
+    };
+    let plural = |v: u64, one: &'static str, many: &'static str| if v == 1 { one } else { many };
+    if d >= USEC_PER_YEAR {
+        let years = d / USEC_PER_YEAR;
+        let months = (d % USEC_PER_YEAR) / USEC_PER_MONTH;
+        format!(
+            "{years} {} {months} {}{s}",
+            plural(years, "year", "years"),
+            plural(months, "month", "months")
+        )
+    } else if d >= USEC_PER_MONTH {
+        let months = d / USEC_PER_MONTH;
+        let days = (d % USEC_PER_MONTH) / USEC_PER_DAY;
+        format!(
+            "{months} {} {days} {}{s}",
+            plural(months, "month", "months"),
+            plural(days, "day", "days")
+        )
+    } else if d >= USEC_PER_WEEK {
+        let weeks = d / USEC_PER_WEEK;
+        let days = (d % USEC_PER_WEEK) / USEC_PER_DAY;
+        format!(
+            "{weeks} {} {days} {}{s}",
+            plural(weeks, "week", "weeks"),
+            plural(days, "day", "days")
+        )
+    } else if d >= 2 * USEC_PER_DAY {
+        format!("{} days{s}", d / USEC_PER_DAY)
+    } else if d >= 25 * USEC_PER_HOUR {
+        format!("1 day {}h{s}", (d - USEC_PER_DAY) / USEC_PER_HOUR)
+    } else if d >= 6 * USEC_PER_HOUR {
+        format!("{}h{s}", d / USEC_PER_HOUR)
+    } else if d >= USEC_PER_HOUR {
+        format!(
+            "{}h {}min{s}",
+            d / USEC_PER_HOUR,
+            (d % USEC_PER_HOUR) / USEC_PER_MINUTE
+        )
+    } else if d >= 5 * USEC_PER_MINUTE {
+        format!("{}min{s}", d / USEC_PER_MINUTE)
+    } else if d >= USEC_PER_MINUTE {
+        format!(
+            "{}min {}s{s}",
+            d / USEC_PER_MINUTE,
+            (d % USEC_PER_MINUTE) / USEC_PER_SEC
+        )
+    } else if d >= USEC_PER_SEC {
+        format!("{}s{s}", d / USEC_PER_SEC)
+    } else if d >= USEC_PER_MSEC {
+        format!("{}ms{s}", d / USEC_PER_MSEC)
+    } else if d > 0 {
+        format!("{d}us{s}")
+    } else {
+        "now".to_string()
+    }
+}
+
+/// Whether systemd would call `zone` UTC (`timezone == 0 && daylight == 0` after
+/// `tzset()`): then `systemd-analyze` prints no "(in UTC)" lines.
+pub fn is_utc_zone(zone: &TimeZone) -> bool {
+    let (_, _, daylight, timezone) = tm::tz_names(zone);
+    timezone == 0 && !daylight
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ts(s: &str) -> Timestamp {
+        s.parse().expect("valid test timestamp")
+    }
+
+    fn parse_utc(s: &str) -> Result<Timestamp, CalendarError> {
+        parse_timestamp_in(s, ts("2026-11-29T11:24:00Z"), &TimeZone::UTC)
+    }
+
+    #[test]
+    fn absolute_forms() {
+        let want = ts("2026-11-29T02:00:00Z");
+        for s in [
+            "2026-11-29 02:00:00",
+            "2026-11-29 02:00",
+            "26-11-29 02:00:00",
+            "2026-11-29T02:00:00",
+            "2026-11-29T02:00:00Z",
+            "2026-11-29T03:00:00+01:00",
+            "Sun 2026-11-29 02:00:00",
+            "2026-11-29 02:00:00 UTC",
+            "2026-11-29 03:00:00 Europe/Berlin",
+            "@1795917600",
+            "Nov 29 02:00:00",
+            "02:00",
+        ] {
+            assert_eq!(parse_utc(s), Ok(want), "{s}");
+        }
+        assert_eq!(parse_utc("2026-11-29"), Ok(ts("2026-11-29T00:00:00Z")));
+        assert_eq!(
+            parse_utc("2026-11-29 02:00:00.25"),
+            Ok(ts("2026-11-29T02:00:00.25Z"))
+        );
+    }
+
+    #[test]
+    fn relative_forms() {
+        assert_eq!(parse_utc("now"), Ok(ts("2026-11-29T11:24:00Z")));
+        assert_eq!(parse_utc("today"), Ok(ts("2026-11-29T00:00:00Z")));
+        assert_eq!(parse_utc("yesterday"), Ok(ts("2026-11-28T00:00:00Z")));
+        assert_eq!(parse_utc("tomorrow"), Ok(ts("2026-11-30T00:00:00Z")));
+        assert_eq!(parse_utc("+5min"), Ok(ts("2026-11-29T11:29:00Z")));
+        assert_eq!(parse_utc("-1h 30min"), Ok(ts("2026-11-29T09:54:00Z")));
+        assert_eq!(parse_utc("2 days ago"), Ok(ts("2026-11-27T11:24:00Z")));
+        assert_eq!(parse_utc("1.5h left"), Ok(ts("2026-11-29T12:54:00Z")));
+    }
+
+    #[test]
+    fn rejects() {
+        for s in [
+            "",
+            "bogus",
+            "Mon 2026-11-29 02:00",
+            "2026-13-01",
+            "+",
+            "5 agox",
+            "-5 min x",
+            "2026-11-29 02:00:00.x",
+        ] {
+            assert!(parse_utc(s).is_err(), "{s:?}");
+        }
+    }
+
+    #[test]
+    fn formats() {
+        let t = ts("2026-03-30T00:30:00Z");
+        let berlin = TimeZone::get("Europe/Berlin").expect("zone");
+        assert_eq!(
+            format_timestamp(t, Some(&berlin)),
+            "Mon 2026-03-30 02:30:00 CEST"
+        );
+        assert_eq!(format_timestamp(t, None), "Mon 2026-03-30 00:30:00 UTC");
+        let now = ts("2026-11-29T11:24:00Z");
+        let rel = |s: &str| format_relative(ts(s), now);
+        assert_eq!(rel("2026-11-30T00:00:00Z"), "12h left");
+        assert_eq!(rel("2026-12-01T00:00:00Z"), "1 day 12h left");
+        assert_eq!(rel("2026-03-30T00:30:00Z"), "8 months 0 days ago");
+        assert_eq!(rel("2069-01-01T00:00:00Z"), "42 years 1 month left");
+        assert_eq!(rel("2026-11-29T11:24:00Z"), "now");
+        assert_eq!(rel("2026-11-29T11:27:05Z"), "3min 5s left");
+        assert!(is_utc_zone(&TimeZone::UTC));
+        assert!(!is_utc_zone(&TimeZone::get("Europe/London").expect("zone")));
+    }
+}
