@@ -105,7 +105,9 @@ impl TimeSpan {
     /// A finite span; saturates to one microsecond below infinity.
     pub fn from_duration(d: Duration) -> Self {
         let usec = u64::try_from(d.as_micros()).unwrap_or(u64::MAX - 1);
-        TimeSpan { usec: usec.min(u64::MAX - 1) }
+        TimeSpan {
+            usec: usec.min(u64::MAX - 1),
+        }
     }
 
     /// Microseconds; `u64::MAX` for infinity.
@@ -134,7 +136,11 @@ impl TimeSpan {
         let b = text.as_bytes();
         let mut p = skip_ws(b, 0);
         if let Some(rest) = b[p..].strip_prefix(b"infinity") {
-            return if rest.iter().all(|&c| is_ws(c)) { Ok(Self::INFINITY) } else { Err(invalid()) };
+            return if rest.iter().all(|&c| is_ws(c)) {
+                Ok(Self::INFINITY)
+            } else {
+                Err(invalid())
+            };
         }
         let mut total: u64 = 0;
         let mut something = false;
@@ -284,7 +290,9 @@ mod tests {
     use super::*;
 
     fn us(s: &str) -> u64 {
-        TimeSpan::parse(s).map(TimeSpan::as_usec).unwrap_or_else(|e| panic!("{s:?}: {e}"))
+        TimeSpan::parse(s)
+            .map(TimeSpan::as_usec)
+            .unwrap_or_else(|e| panic!("{s:?}: {e}"))
     }
 
     #[test]
@@ -312,7 +320,18 @@ mod tests {
 
     #[test]
     fn rejects_what_systemd_rejects() {
-        for bad in ["", " ", "5x", "5secs", "1.s", "3. 1", "12.34.56", "infinityx", "5 s s", "min"] {
+        for bad in [
+            "",
+            " ",
+            "5x",
+            "5secs",
+            "1.s",
+            "3. 1",
+            "12.34.56",
+            "infinityx",
+            "5 s s",
+            "min",
+        ] {
             assert!(
                 matches!(TimeSpan::parse(bad), Err(TimeSpanError::Invalid(_))),
                 "{bad:?} should be invalid"
@@ -342,7 +361,11 @@ mod tests {
             ("3us", "3us"),
         ];
         for (input, want) in cases {
-            assert_eq!(TimeSpan::parse(input).map(|t| t.to_string()).as_deref(), Ok(want), "{input}");
+            assert_eq!(
+                TimeSpan::parse(input).map(|t| t.to_string()).as_deref(),
+                Ok(want),
+                "{input}"
+            );
         }
     }
 

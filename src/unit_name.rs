@@ -64,7 +64,10 @@ pub fn escape(s: &str) -> String {
 /// past `NAME_MAX` (255 bytes).
 pub fn escape_path(path: &str) -> Result<String, EscapeError> {
     let absolute = path.starts_with('/');
-    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty() && *p != ".").collect();
+    let parts: Vec<&str> = path
+        .split('/')
+        .filter(|p| !p.is_empty() && *p != ".")
+        .collect();
     if parts.is_empty() {
         if path.is_empty() || absolute {
             return Ok(String::from("-"));
@@ -134,8 +137,19 @@ fn unescape_with(s: &str, dash_is_slash: bool) -> Result<Vec<u8>, EscapeError> {
 }
 
 /// Unit types systemd knows, as unit-name suffixes (systemd.unit(5)).
-pub const UNIT_TYPES: &[&str] =
-    &["service", "socket", "device", "mount", "automount", "swap", "target", "path", "timer", "slice", "scope"];
+pub const UNIT_TYPES: &[&str] = &[
+    "service",
+    "socket",
+    "device",
+    "mount",
+    "automount",
+    "swap",
+    "target",
+    "path",
+    "timer",
+    "slice",
+    "scope",
+];
 
 /// The specifier letters systemd expands in unit files (systemd.unit(5), "SPECIFIERS",
 /// systemd 252), without `%` itself.
@@ -156,12 +170,16 @@ pub fn is_valid_unit_name(name: &str) -> bool {
         return false;
     }
     let valid_chars = |s: &str, at: bool| {
-        s.bytes().all(|c| is_plain(c) || c == b'-' || c == b'\\' || (at && c == b'@'))
+        s.bytes()
+            .all(|c| is_plain(c) || c == b'-' || c == b'\\' || (at && c == b'@'))
     };
     // The prefix ends at the first '@'; the instance may hold more of them.
     match stem.split_once('@') {
         Some((prefix, instance)) => {
-            !prefix.is_empty() && !instance.is_empty() && valid_chars(prefix, false) && valid_chars(instance, true)
+            !prefix.is_empty()
+                && !instance.is_empty()
+                && valid_chars(prefix, false)
+                && valid_chars(instance, true)
         }
         None => !stem.is_empty() && valid_chars(stem, false),
     }
@@ -200,7 +218,10 @@ pub fn escape_specifiers(s: &str) -> String {
 /// line continuation, systemd.syntax(7)) gets one more `\`. Non-ASCII text is kept as
 /// UTF-8.
 pub fn escape_free_text(s: &str) -> String {
-    let cleaned: String = s.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    let cleaned: String = s
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
     let mut out = escape_specifiers(cleaned.trim());
     let trailing = out.bytes().rev().take_while(|&c| c == b'\\').count();
     if trailing % 2 == 1 {
@@ -274,15 +295,20 @@ fn quote_exec_word(arg: &str, first: bool) -> String {
 /// A whole `ExecStart=` value: every argument quoted by [`quote_exec_arg`], separated by
 /// single spaces. `argv[0]` should be an absolute path or a plain command name.
 pub fn exec_command_line<S: AsRef<str>>(argv: &[S]) -> String {
-    let quoted: Vec<String> =
-        argv.iter().enumerate().map(|(i, a)| quote_exec_word(a.as_ref(), i == 0)).collect();
+    let quoted: Vec<String> = argv
+        .iter()
+        .enumerate()
+        .map(|(i, a)| quote_exec_word(a.as_ref(), i == 0))
+        .collect();
     quoted.join(" ")
 }
 
 /// Text for a `#` comment line: control characters become `?` so the comment stays one
 /// line.
 pub fn comment_text(s: &str) -> String {
-    s.chars().map(|c| if c.is_control() { '?' } else { c }).collect()
+    s.chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
 }
 
 #[cfg(test)]
@@ -311,11 +337,20 @@ mod tests {
         assert_eq!(escape_path("//x/./y/.").as_deref(), Ok("x-y"));
         assert_eq!(escape_path("/-a").as_deref(), Ok("\\x2da"));
         assert_eq!(escape_path("a/..b").as_deref(), Ok("a-..b"));
-        assert_eq!(escape_path("/srv/Données").as_deref(), Ok("srv-Donn\\xc3\\xa9es"));
+        assert_eq!(
+            escape_path("/srv/Données").as_deref(),
+            Ok("srv-Donn\\xc3\\xa9es")
+        );
         for bad in [".", "./", "..", "a/..", "../x", "/a/../b"] {
-            assert!(matches!(escape_path(bad), Err(EscapeError::NotNormalized(_))), "{bad:?}");
+            assert!(
+                matches!(escape_path(bad), Err(EscapeError::NotNormalized(_))),
+                "{bad:?}"
+            );
         }
-        assert!(matches!(escape_path(&format!("/{}", "a".repeat(256))), Err(EscapeError::TooLong(_))));
+        assert!(matches!(
+            escape_path(&format!("/{}", "a".repeat(256))),
+            Err(EscapeError::TooLong(_))
+        ));
     }
 
     #[test]
@@ -334,14 +369,31 @@ mod tests {
 
     #[test]
     fn validates_unit_names() {
-        for good in ["a.service", "jobguard@store-sync.timer", "x@a@b.service", "a\\x2db.mount", "mail:x.target"] {
+        for good in [
+            "a.service",
+            "jobguard@store-sync.timer",
+            "x@a@b.service",
+            "a\\x2db.mount",
+            "mail:x.target",
+        ] {
             assert!(is_valid_unit_name(good), "{good}");
         }
-        for bad in ["", "a", "a.bogus", ".service", "@x.service", "a@.service", "a b.service", "ä.service"] {
+        for bad in [
+            "",
+            "a",
+            "a.bogus",
+            ".service",
+            "@x.service",
+            "a@.service",
+            "a b.service",
+            "ä.service",
+        ] {
             assert!(!is_valid_unit_name(bad), "{bad}");
         }
         assert!(!is_valid_unit_name(&format!("{}.service", "a".repeat(250))));
-        assert!(is_valid_unit_name_with_specifiers("status-email@%n.service"));
+        assert!(is_valid_unit_name_with_specifiers(
+            "status-email@%n.service"
+        ));
         assert!(is_valid_unit_name_with_specifiers("alert-%i.service"));
         assert!(!is_valid_unit_name_with_specifiers("alert@%.service"));
         assert!(!is_valid_unit_name_with_specifiers("alert@%Z.service"));
@@ -350,8 +402,14 @@ mod tests {
     #[test]
     fn doubles_percent_and_cleans_free_text() {
         assert_eq!(escape_specifiers("100% %i"), "100%% %%i");
-        assert_eq!(escape_free_text("  Sync 100%\nof the\tstore  "), "Sync 100%% of the store");
-        assert_eq!(escape_free_text("Überweisung → Kasse"), "Überweisung → Kasse");
+        assert_eq!(
+            escape_free_text("  Sync 100%\nof the\tstore  "),
+            "Sync 100%% of the store"
+        );
+        assert_eq!(
+            escape_free_text("Überweisung → Kasse"),
+            "Überweisung → Kasse"
+        );
         assert_eq!(escape_free_text("ends with \\"), "ends with \\\\");
         assert_eq!(escape_free_text("ends with \\\\"), "ends with \\\\");
         assert_eq!(comment_text("a\nb"), "a?b");
@@ -359,8 +417,14 @@ mod tests {
 
     #[test]
     fn file_uris_percent_encode() {
-        assert_eq!(file_uri(Path::new("/etc/jobguard/jobs.toml")), "file:/etc/jobguard/jobs.toml");
-        assert_eq!(file_uri(Path::new("/srv/my jobs/100%.toml")), "file:/srv/my%20jobs/100%25.toml");
+        assert_eq!(
+            file_uri(Path::new("/etc/jobguard/jobs.toml")),
+            "file:/etc/jobguard/jobs.toml"
+        );
+        assert_eq!(
+            file_uri(Path::new("/srv/my jobs/100%.toml")),
+            "file:/srv/my%20jobs/100%25.toml"
+        );
         assert_eq!(file_uri(Path::new("/ä")), "file:/%C3%A4");
     }
 
