@@ -1,1 +1,220 @@
-//! (being written)
+//! Structured events for the journal, and readable lines on stderr.
+//!
+//! Every event of a run (start, skip, finish, interrupted, ...) is one journal entry with
+//! the fields `JOBGUARD_JOB`, `JOBGUARD_SLOT`, `JOBGUARD_RUN_ID`, `JOBGUARD_EVENT`,
+//! `JOBGUARD_REASON`, `JOBGUARD_OUTCOME`, `JOBGUARD_EXIT_STATUS` (and a few more) and a
+//! `MESSAGE_ID` fixed per kind of event, so `journalctl JOBGUARD_JOB=x` and
+//! `journalctl -x` work. Entries go through `tracing` with the `tracing-journald` layer
+//! (native protocol, systemd.journal-fields(7)). When stderr is not already the journal
+//! (a shell, a test), the same event is also printed there as one readable line.
+
+use std::io::Write;
+use std::os::fd::AsFd;
+
+use tracing::Level;
+use tracing_subscriber::layer::SubscriberExt;
+
+use crate::ledger::Outcome;
+
+/// The kinds of event, each with its own `MESSAGE_ID` (see the journal catalog).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// The command was started for a slot.
+    Started,
+    /// Skipped: the slot already succeeded (or was resolved as done).
+    SkippedSlotDone,
+    /// Skipped: the slot is held for a person.
+    SkippedSlotHeld,
+    /// Skipped: another instance on this host holds the job's lock.
+    SkippedLockHeld,
+    /// Skipped: another holder's lease is unexpired.
+    SkippedLeaseHeld,
+    /// Skipped: the store could not be reached (`on_store_unavailable = "skip"`).
+    SkippedStoreUnavailable,
+    /// The command exited 0.
+    Finished,
+    /// The command failed (non-zero, signal, timeout, could not start).
+    Failed,
+    /// A run was cut off (crash, reboot, shutdown, stop) and marked interrupted.
+    Interrupted,
+    /// The lease could not be renewed; the command was stopped.
+    LeaseLost,
+    /// `jobguard recover` queued or started a re-run of an interrupted slot.
+    Recovered,
+    /// Slots between the last recorded one and this one never ran.
+    GapDetected,
+}
+
+impl Kind {
+    /// The value of `JOBGUARD_EVENT`.
+    pub fn event(self) -> &'static str {
+        match self {
+            Kind::Started => "start",
+            Kind::SkippedSlotDone
+            | Kind::SkippedSlotHeld
+            | Kind::SkippedLockHeld
+            | Kind::SkippedLeaseHeld
+            | Kind::SkippedStoreUnavailable => "skip",
+            Kind::Finished | Kind::Failed => "finish",
+            Kind::Interrupted => "interrupted",
+            Kind::LeaseLost => "lease-lost",
+            Kind::Recovered => "recover",
+            Kind::GapDetected => "gap",
+        }
+    }
+
+    /// The `MESSAGE_ID` of this kind: 32 lower-case hex digits, fixed forever.
+    pub fn message_id(self) -> &'static str {
+        match self {
+            Kind::Started => "34ff0b1f3dbf41c6ace7495ab7b45f37",
+            Kind::SkippedSlotDone => "b080f0ce94bd4a5e9cc86070a2ed8d3c",
+            Kind::SkippedSlotHeld => "6802e01bbd6e4a6db64db1aec00c9d0e",
+            Kind::SkippedLockHeld => "0eaf93dacac44928b6d2bc029cf6f554",
+            Kind::SkippedLeaseHeld => "d0a2cc62b51d423ca629c2ace623d194",
+            Kind::SkippedStoreUnavailable => "af13661a32ea4be5a7fa8388a542caf1",
+            Kind::Finished => "9fb9749e319e40488204b6f156681d66",
+            Kind::Failed => "70cff139d72b466dbe7c37818c4b50ba",
+            Kind::Interrupted => "690bc128ba2840dcae86cd7463875f5e",
+            Kind::LeaseLost => "d6a46057361e4b3d909eb236412d9815",
+            Kind::Recovered => "b7a87ff5268947519bbbf9062178cdee",
+            Kind::GapDetected => "328264b3aa754d54a5a32c0263f1204c",
+        }
+    }
+
+    fn level(self) -> Level {
+        match self {
+            Kind::Failed | Kind::LeaseLost => Level::ERROR,
+            Kind::Interrupted | Kind::GapDetected | Kind::SkippedStoreUnavailable => Level::WARN,
+            _ => Level::INFO,
+        }
+    }
+}
+
+/// One event. Empty optional fields are left out of the entry.
+#[derive(Debug, Clone)]
+pub struct Event<'a> {
+    /// What happened.
+    pub kind: Kind,
+    /// Job name.
+    pub job: &'a str,
+    /// Slot, RFC 3339 UTC.
+    pub slot: Option<String>,
+    /// Run id.
+    pub run_id: Option<String>,
+    /// Why (skips, failures, interruptions), machine-readable: `slot-done`, `lock-held`, ...
+    pub reason: Option<String>,
+    /// Outcome of the run.
+    pub outcome: Option<Outcome>,
+    /// Exit status of the run (128+N for signal N).
+    pub exit_status: Option<i32>,
+    /// Attempt number at the slot.
+    pub attempt: Option<i64>,
+    /// Fencing token of the lease.
+    pub fencing_token: Option<i64>,
+    /// The job's report as `key=value` pairs separated by spaces.
+    pub report: Option<String>,
+    /// The readable message: says what, why and who.
+    pub message: String,
+}
+
+impl<'a> Event<'a> {
+    /// An event with only kind, job and message set.
+    pub fn new(kind: Kind, job: &'a str, message: impl Into<String>) -> Self {
+        Event {
+            kind,
+            job,
+            slot: None,
+            run_id: None,
+            reason: None,
+            outcome: None,
+            exit_status: None,
+            attempt: None,
+            fencing_token: None,
+            report: None,
+            message: message.into(),
+        }
+    }
+}
+
+/// Sets up the journal sink once per process. Returns whether the journal is reachable.
+/// Safe to call more than once.
+pub fn init() -> bool {
+    static INIT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *INIT.get_or_init(|| match tracing_journald::layer() {
+        Ok(layer) => {
+            let layer = layer
+                .with_field_prefix(None)
+                .with_syslog_identifier("jobguard".to_string())
+                .with_priority_mappings(tracing_journald::PriorityMappings {
+                    info: tracing_journald::Priority::Informational,
+                    ..tracing_journald::PriorityMappings::new()
+                });
+            let subscriber = tracing_subscriber::registry().with(layer);
+            tracing::subscriber::set_global_default(subscriber).is_ok()
+        }
+        Err(_) => false,
+    })
+}
+
+/// Whether stderr is connected to the journal (`JOURNAL_STREAM` names its device and inode).
+fn stderr_is_journal() -> bool {
+    let Some(stream) = std::env::var_os("JOURNAL_STREAM") else {
+        return false;
+    };
+    let Ok(st) = nix::sys::stat::fstat(std::io::stderr().as_fd()) else {
+        return false;
+    };
+    stream.to_string_lossy() == format!("{}:{}", st.st_dev, st.st_ino)
+}
+
+/// Sends `ev` to the journal (if [`init`] found one) and, unless stderr is the journal,
+/// prints it to stderr as `jobguard[JOB]: EVENT: MESSAGE`.
+pub fn emit(ev: &Event<'_>) {
+    let journal = init();
+    if journal {
+        send(ev);
+    }
+    if !journal || !stderr_is_journal() {
+        let _ = writeln!(
+            std::io::stderr(),
+            "jobguard[{}]: {}: {}",
+            ev.job,
+            ev.kind.event(),
+            ev.message
+        );
+    }
+}
+
+fn send(ev: &Event<'_>) {
+    let outcome = ev.outcome.map(Outcome::as_str);
+    macro_rules! at_level {
+        ($lvl:expr) => {
+            tracing::event!(
+                $lvl,
+                message_id = ev.kind.message_id(),
+                jobguard_job = ev.job,
+                jobguard_event = ev.kind.event(),
+                jobguard_slot = ev.slot.as_deref(),
+                jobguard_run_id = ev.run_id.as_deref(),
+                jobguard_reason = ev.reason.as_deref(),
+                jobguard_outcome = outcome,
+                jobguard_exit_status = ev.exit_status,
+                jobguard_attempt = ev.attempt,
+                jobguard_fencing_token = ev.fencing_token,
+                jobguard_report = ev.report.as_deref(),
+                "{}",
+                ev.message
+            )
+        };
+    }
+    match ev.kind.level() {
+        Level::ERROR => at_level!(Level::ERROR),
+        Level::WARN => at_level!(Level::WARN),
+        _ => at_level!(Level::INFO),
+    }
+}
+
+/// Sends `STATUS=text` to systemd (no-op outside a unit or without `NotifyAccess=`).
+pub fn status(text: &str) {
+    let _ = sd_notify::notify(&[sd_notify::NotifyState::Status(text)]);
+}

@@ -28,7 +28,10 @@ pub struct Holder {
 impl Holder {
     /// The identity string stored as the lease holder: `machine_id:boot_id:pid:pid_start`.
     pub fn id(&self) -> String {
-        format!("{}:{}:{}:{}", self.machine_id, self.boot_id, self.pid, self.pid_start)
+        format!(
+            "{}:{}:{}:{}",
+            self.machine_id, self.boot_id, self.pid, self.pid_start
+        )
     }
 }
 

@@ -212,4 +212,6 @@ pub struct Finish {
     pub exit_status: Option<i32>,
     /// Counters reported by the job.
     pub report: BTreeMap<String, String>,
+    /// For `Interrupted`: what happens next (queued re-run or held for a person).
+    pub resolution: Option<Resolution>,
 }

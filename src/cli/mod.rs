@@ -16,6 +16,7 @@ pub mod resolve;
 pub mod run;
 pub mod status;
 pub mod unlock;
+pub mod view;
 
 /// Run scheduled jobs exactly once per scheduled slot.
 #[derive(Debug, Parser)]
@@ -160,6 +161,53 @@ pub struct UnlockArgs {
     pub job: String,
     #[command(flatten)]
     pub config: ConfigArgs,
+}
+
+/// Loads the job list and returns the job named `name`. Prints why not (the job's own
+/// configuration errors, or that no such job exists) and returns [`crate::exit::CONFIG`].
+pub fn find_job(config: &ConfigArgs, name: &str) -> Result<crate::job::Job, u8> {
+    let source = crate::config::ConfigSource::resolve(config.config.clone());
+    let mut set = crate::config::load(&source);
+    if let Some(job) = set.jobs.remove(name) {
+        return Ok(job);
+    }
+    let own: Vec<_> = set
+        .errors
+        .iter()
+        .filter(|e| e.job.as_deref() == Some(name))
+        .collect();
+    if own.is_empty() {
+        let files: Vec<String> = set.files.iter().map(|f| f.display().to_string()).collect();
+        eprintln!(
+            "jobguard: no job named {name:?} in {}",
+            if files.is_empty() {
+                "the job list (no file found)".to_string()
+            } else {
+                files.join(", ")
+            }
+        );
+        for e in &set.errors {
+            eprintln!("jobguard: {e}");
+        }
+    } else {
+        for e in own {
+            eprintln!("jobguard: {e}");
+        }
+    }
+    Err(crate::exit::CONFIG)
+}
+
+/// Opens and initialises the store at `url`, printing the error once.
+pub fn open_store(url: &str) -> Result<Box<dyn crate::store::Store>, u8> {
+    let opened = crate::store::open(url).and_then(|mut s| s.init().map(|()| s));
+    opened.map_err(|e| {
+        eprintln!("jobguard: {e}");
+        match e {
+            crate::store::StoreError::Unavailable { .. } => crate::exit::STORE_UNAVAILABLE,
+            crate::store::StoreError::Address { .. } => crate::exit::CONFIG,
+            crate::store::StoreError::Invalid { .. } => crate::exit::SOFTWARE,
+        }
+    })
 }
 
 /// Entry point of the `jobguard` binary.

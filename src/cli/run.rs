@@ -1,10 +1,19 @@
-//! `jobguard run` (being written).
+//! `jobguard run JOB [--slot TIME] [--force]`: the ExecStart of `jobguard@JOB.service`.
 
-use crate::cli::RunArgs;
+use crate::cli::{RunArgs, find_job};
+use crate::shim;
 
-/// Runs `jobguard run`; returns the exit status.
+/// Runs `jobguard run`; returns the exit status (the command's own, or see [`crate::exit`]).
 pub fn run(args: &RunArgs) -> u8 {
-    let _ = args;
-    eprintln!("jobguard: run: not built yet");
-    crate::exit::SOFTWARE
+    let job = match find_job(&args.config, &args.job) {
+        Ok(j) => j,
+        Err(code) => return code,
+    };
+    shim::run(
+        &job,
+        &shim::Request {
+            slot: args.slot.clone(),
+            force: args.force,
+        },
+    )
 }

@@ -1,10 +1,204 @@
-//! `jobguard status` (being written).
+//! `jobguard status [--json]`: every job with its schedule, next elapse, last slot and
+//! outcome, a running run's holder, and the runs that need attention.
+//!
+//! A run needs attention when its slot is not done and its latest attempt ended
+//! `failed`, `interrupted` or `lease_lost` (with what happens next: a queued re-run, or
+//! held for `jobguard resolve`).
 
-use crate::cli::StatusArgs;
+use std::collections::BTreeMap;
 
-/// Runs `jobguard status`; returns the exit status.
+use serde_json::{Value, json};
+
+use crate::cli::{StatusArgs, open_store, view};
+use crate::config::{self, ConfigSource};
+use crate::exit;
+use crate::job::Job;
+use crate::ledger::{Outcome, Resolution, Run, format_usec};
+use crate::store::{RunQuery, Store};
+
+/// How many recent records per job `status` looks at.
+const RECENT: usize = 200;
+
+/// The runs among `recent` (newest first) that need attention: per slot that is not
+/// done, its latest attempt if that ended failed, interrupted or lease_lost.
+pub fn attention(recent: &[Run]) -> Vec<Run> {
+    let mut by_slot: BTreeMap<i64, Vec<&Run>> = BTreeMap::new();
+    for r in recent {
+        by_slot.entry(r.slot.usec).or_default().push(r);
+    }
+    let mut out = Vec::new();
+    for runs in by_slot.values() {
+        let done = runs
+            .iter()
+            .any(|r| r.outcome == Outcome::Succeeded || r.resolution == Some(Resolution::Done));
+        if done {
+            continue;
+        }
+        // `recent` is newest first, so the first of the slot is its latest attempt.
+        if let Some(latest) = runs.first()
+            && matches!(
+                latest.outcome,
+                Outcome::Failed | Outcome::Interrupted | Outcome::LeaseLost
+            )
+        {
+            out.push((*latest).clone());
+        }
+    }
+    out.sort_by_key(|r| std::cmp::Reverse(r.started_at));
+    out
+}
+
+struct JobStatus {
+    json: Value,
+    row: Vec<String>,
+    attention: Vec<Run>,
+}
+
+fn job_status(store: &mut dyn Store, job: &Job, now_usec: i64) -> Result<JobStatus, String> {
+    let recent = store
+        .runs(&RunQuery {
+            job: Some(job.name.clone()),
+            limit: RECENT,
+            ..RunQuery::default()
+        })
+        .map_err(|e| e.to_string())?;
+    let lease = store.lease(&job.name).map_err(|e| e.to_string())?;
+    let store_now = store.now().map_err(|e| e.to_string())?;
+    let live_lease = lease.filter(|l| l.expire_at > store_now);
+    let next = jiff::Timestamp::from_microsecond(now_usec)
+        .ok()
+        .and_then(|t| job.calendar.next_elapse(t))
+        .map(|t| t.as_microsecond());
+    let last = recent
+        .iter()
+        .filter(|r| r.outcome != Outcome::Running)
+        .max_by_key(|r| (r.slot.usec, r.started_at));
+    let running = recent.iter().find(|r| r.outcome == Outcome::Running);
+    let attention = attention(&recent);
+    let json = json!({
+        "job": job.name,
+        "schedule": job.schedule,
+        "store": store.describe(),
+        "next_elapse": next.map(format_usec),
+        "next_elapse_usec": next,
+        "last": last.map(view::run_json),
+        "running": running.map(view::run_json),
+        "lease": live_lease.as_ref().map(view::lease_json),
+        "attention": attention.iter().map(view::run_json).collect::<Vec<_>>(),
+    });
+    let last_text = last
+        .map(|r| format!("{} {} on {}", r.slot.rfc3339(), r.outcome, r.host))
+        .unwrap_or_else(|| "never ran".into());
+    let running_text = running
+        .map(|r| {
+            format!(
+                "since {} on {} ({})",
+                format_usec(r.started_at),
+                r.host,
+                view::span(now_usec - r.started_at)
+            )
+        })
+        .unwrap_or_else(|| "-".into());
+    let row = vec![
+        job.name.clone(),
+        job.schedule.clone(),
+        next.map(format_usec).unwrap_or_else(|| "-".into()),
+        last_text,
+        running_text,
+        attention.len().to_string(),
+    ];
+    Ok(JobStatus {
+        json,
+        row,
+        attention,
+    })
+}
+
+/// Runs `jobguard status`; returns the exit status (non-zero if a store could not be read).
 pub fn run(args: &StatusArgs) -> u8 {
-    let _ = args;
-    eprintln!("jobguard: status: not built yet");
-    crate::exit::SOFTWARE
+    let set = config::load(&ConfigSource::resolve(args.config.config.clone()));
+    let now = jiff::Timestamp::now().as_microsecond();
+    let mut status = exit::OK;
+    let mut stores: BTreeMap<String, Option<Box<dyn Store>>> = BTreeMap::new();
+    let mut jobs_json = Vec::new();
+    let mut rows = Vec::new();
+    let mut attention_all = Vec::new();
+    let mut problems = Vec::new();
+    for job in set.jobs.values() {
+        let store = stores
+            .entry(job.store.clone())
+            .or_insert_with(|| open_store(&job.store).ok());
+        let Some(store) = store.as_mut() else {
+            problems.push(format!(
+                "{}: store {} could not be opened",
+                job.name, job.store
+            ));
+            status = exit::STORE_UNAVAILABLE;
+            continue;
+        };
+        match job_status(store.as_mut(), job, now) {
+            Ok(s) => {
+                jobs_json.push(s.json);
+                rows.push(s.row);
+                attention_all.extend(s.attention);
+            }
+            Err(e) => {
+                problems.push(format!("{}: {e}", job.name));
+                status = exit::STORE_UNAVAILABLE;
+            }
+        }
+    }
+    let errors: Vec<String> = set.errors.iter().map(|e| e.to_string()).collect();
+    if args.json {
+        let out = json!({
+            "jobs": jobs_json,
+            "attention": attention_all.iter().map(view::run_json).collect::<Vec<_>>(),
+            "config_errors": errors,
+            "problems": problems,
+        });
+        println!("{out}");
+        return status;
+    }
+    if rows.is_empty() {
+        println!("no jobs in the job list");
+    } else {
+        print!(
+            "{}",
+            view::table(
+                &["JOB", "SCHEDULE", "NEXT", "LAST", "RUNNING", "ATTENTION"],
+                &rows
+            )
+        );
+    }
+    if !attention_all.is_empty() {
+        println!("\nneeds attention:");
+        for r in &attention_all {
+            let next = match r.resolution {
+                Some(Resolution::Queued) => "re-run queued".to_string(),
+                Some(Resolution::Held) => format!(
+                    "held: jobguard resolve {} {} --rerun|--done",
+                    r.job,
+                    r.slot.rfc3339()
+                ),
+                _ => format!(
+                    "jobguard resolve {} {} --rerun|--done",
+                    r.job,
+                    r.slot.rfc3339()
+                ),
+            };
+            println!(
+                "  {} slot {}: {} ({}) on {} at {}; {next}",
+                r.job,
+                r.slot.rfc3339(),
+                r.outcome,
+                r.reason.as_deref().unwrap_or("-"),
+                r.host,
+                format_usec(r.finished_at.unwrap_or(r.started_at))
+            );
+        }
+    }
+    for e in errors.iter().chain(problems.iter()) {
+        eprintln!("jobguard: {e}");
+    }
+    status
 }

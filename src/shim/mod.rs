@@ -1,1 +1,667 @@
-//! (being written)
+//! One invocation of `jobguard run JOB`: lock, slot, lease, ledger, child, renew, record,
+//! report.
+//!
+//! Order of a run (the contract of the README):
+//! 1. take the job's local flock without waiting ([`crate::lock`]); held → skip;
+//! 2. compute the slot ([`slot`]): the latest elapse at or before the timer's fire time;
+//! 3. in one atomic store step ([`crate::store::Store::claim`]): skip if the slot is done
+//!    or held, skip if another holder's lease is unexpired, else take the lease (with a
+//!    new fencing token) and record `running`;
+//! 4. run the command as a child ([`child`]) with the `JOBGUARD_*` variables, renewing the
+//!    lease every third of its time to live and forwarding stop signals;
+//! 5. record the outcome and release the lease, both conditional on the fencing token;
+//!    exit with the command's status (128+N for signal N). A skip exits 0.
+//!
+//! Interrupted slots that `jobguard recover` queued for a re-run are run first, each as
+//! its own attempt through the same steps.
+
+pub mod child;
+pub mod report;
+pub mod slot;
+
+use std::fs;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::exit;
+use crate::identity;
+use crate::job::{Job, OnInterrupted, OnStoreUnavailable};
+use crate::journal::{self, Event, Kind};
+use crate::lease::{Holder, Lease};
+use crate::ledger::{Finish, NewRun, Outcome, Resolution, Run, Slot, format_usec};
+use crate::lock::{JobLock, LockAttempt};
+use crate::paths;
+use crate::store::{self, Claim, ClaimRequest, RunQuery, Store, StoreError};
+
+/// What the caller asks of one `jobguard run`.
+#[derive(Debug, Clone, Default)]
+pub struct Request {
+    /// `--slot`: run this slot (systemd timestamp syntax or RFC 3339) instead of the current one.
+    pub slot: Option<String>,
+    /// `--force`: run even if the slot is done or held; recorded as forced.
+    pub force: bool,
+}
+
+/// Runs `job` once for its current slot (after any queued re-runs); returns the exit status
+/// of [`crate::exit`]. Every skip and failure is reported to the journal and stderr.
+pub fn run(job: &Job, req: &Request) -> u8 {
+    journal::init();
+    if let Err(e) = child::block_signals() {
+        eprintln!("jobguard: {}: cannot block signals: {e}", job.name);
+        return exit::OS_ERROR;
+    }
+    let account = match &job.user {
+        Some(name) => match child::lookup_account(name) {
+            Ok(a) => {
+                let me = nix::unistd::geteuid();
+                if !me.is_root() && me != a.uid {
+                    eprintln!(
+                        "jobguard: {}: running as user {name:?} needs root",
+                        job.name
+                    );
+                    return exit::NO_PERMISSION;
+                }
+                Some(a)
+            }
+            Err(e) => {
+                eprintln!("jobguard: {}: {e}", job.name);
+                return exit::CONFIG;
+            }
+        },
+        None => None,
+    };
+    if let Err(e) = prepare_runtime_dirs() {
+        eprintln!("jobguard: {}: {e}", job.name);
+        return exit::OS_ERROR;
+    }
+    let mut lock = match JobLock::try_acquire(&paths::lock_dir(), &job.name) {
+        Ok(LockAttempt::Acquired(l)) => l,
+        Ok(LockAttempt::Busy { holder }) => {
+            let who = holder
+                .map(|h| h.to_string())
+                .unwrap_or_else(|| "another process".into());
+            let mut ev = Event::new(
+                Kind::SkippedLockHeld,
+                &job.name,
+                format!("skipped: another instance on this host holds the job's lock ({who})"),
+            );
+            ev.reason = Some("lock-held".into());
+            journal::emit(&ev);
+            journal::status(&format!("skipped: lock held by {who}"));
+            return exit::OK;
+        }
+        Err(e) => {
+            eprintln!("jobguard: {}: {e}", job.name);
+            return exit::OS_ERROR;
+        }
+    };
+
+    let now = crate::clock::Clock::now_usec(&crate::clock::SystemClock);
+    let current = match slot::for_request(job, req.slot.as_deref(), now) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("jobguard: {}: {e}", job.name);
+            return exit::CONFIG;
+        }
+    };
+
+    let mut store = match open_store(job) {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+
+    let mut slots: Vec<(Slot, String)> = Vec::new();
+    if req.slot.is_none() && !req.force {
+        match queued_slots(store.as_mut(), &job.name) {
+            Ok(q) => slots.extend(q.into_iter().map(|s| (s, "rerun".to_string()))),
+            Err(e) => {
+                eprintln!("jobguard: {}: {e}", job.name);
+                return exit::STORE_UNAVAILABLE;
+            }
+        }
+    }
+    if !slots.iter().any(|(s, _)| s.usec == current.slot.usec) {
+        if req.slot.is_none() {
+            report_gap(store.as_mut(), job, &current.slot);
+        }
+        slots.push((current.slot.clone(), current.trigger.to_string()));
+    }
+
+    let holder = identity::current_holder();
+    let mut status = exit::OK;
+    for (slot, trigger) in slots {
+        let s = run_slot(
+            job,
+            store.as_mut(),
+            &mut lock,
+            &holder,
+            account.as_ref(),
+            &slot,
+            &trigger,
+            req.force,
+        );
+        if status == exit::OK {
+            status = s;
+        }
+    }
+    status
+}
+
+/// Creates the runtime directories: the base (0711: jobs may reach their report file but
+/// not list it), the lock directory (0700: no job can take another job's lock) and the
+/// report directory (0711).
+fn prepare_runtime_dirs() -> Result<(), String> {
+    let mk = |p: &Path, mode: u32| -> Result<(), String> {
+        let r = fs::DirBuilder::new().recursive(true).mode(mode).create(p);
+        r.map_err(|e| format!("cannot create {}: {e}", p.display()))
+    };
+    mk(&paths::runtime_dir(), 0o711)?;
+    mk(&paths::lock_dir(), 0o700)?;
+    mk(&paths::report_dir(), 0o711)
+}
+
+/// Opens the store, retrying an unreachable one with backoff for `store_wait`; on giving
+/// up applies `on_store_unavailable`. Returns the exit status to use on failure.
+fn open_store(job: &Job) -> Result<Box<dyn Store>, u8> {
+    match with_retry(job, || {
+        let mut s = store::open(&job.store)?;
+        s.init()?;
+        Ok(s)
+    }) {
+        Ok(s) => Ok(s),
+        Err(e) => Err(store_failed(job, &e)),
+    }
+}
+
+fn with_retry<T>(job: &Job, mut f: impl FnMut() -> Result<T, StoreError>) -> Result<T, StoreError> {
+    let give_up = Instant::now() + job.store_wait;
+    let mut pause = Duration::from_millis(250);
+    loop {
+        match f() {
+            Err(StoreError::Unavailable { store, detail }) if Instant::now() + pause < give_up => {
+                eprintln!(
+                    "jobguard: {}: store {store} unavailable ({detail}); retrying in {pause:?}",
+                    job.name
+                );
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_secs(10));
+            }
+            other => return other,
+        }
+    }
+}
+
+fn store_failed(job: &Job, e: &StoreError) -> u8 {
+    let skip = matches!(e, StoreError::Unavailable { .. })
+        && job.on_store_unavailable == OnStoreUnavailable::Skip;
+    let mut ev = Event::new(
+        Kind::SkippedStoreUnavailable,
+        &job.name,
+        format!(
+            "{}: {e}; nothing was run",
+            if skip { "skipped" } else { "failed" }
+        ),
+    );
+    ev.reason = Some("store-unavailable".into());
+    journal::emit(&ev);
+    journal::status(&format!("store unavailable: {e}"));
+    match e {
+        StoreError::Unavailable { .. } if skip => exit::OK,
+        StoreError::Unavailable { .. } => exit::STORE_UNAVAILABLE,
+        StoreError::Address { .. } => exit::CONFIG,
+        StoreError::Invalid { .. } => exit::SOFTWARE,
+    }
+}
+
+/// Slots of the job whose interrupted attempt was queued for a re-run, oldest first.
+fn queued_slots(store: &mut dyn Store, job: &str) -> Result<Vec<Slot>, StoreError> {
+    let q = RunQuery {
+        job: Some(job.to_string()),
+        resolutions: vec![Resolution::Queued],
+        ..RunQuery::default()
+    };
+    let mut slots: Vec<Slot> = store.runs(&q)?.into_iter().map(|r| r.slot).collect();
+    slots.sort_by_key(|s| s.usec);
+    slots.dedup_by_key(|s| s.usec);
+    Ok(slots)
+}
+
+/// Logs slots between the newest recorded one and `current` that never ran.
+fn report_gap(store: &mut dyn Store, job: &Job, current: &Slot) {
+    let q = RunQuery {
+        job: Some(job.name.clone()),
+        limit: 20,
+        ..RunQuery::default()
+    };
+    let Ok(recent) = store.runs(&q) else { return };
+    let Some(last) = recent.iter().map(|r| r.slot.usec).max() else {
+        return;
+    };
+    let missed = slot::elapses_between(&job.calendar, last, current.usec, 1000);
+    if missed.is_empty() {
+        return;
+    }
+    let (first, latest) = (missed[0], missed[missed.len() - 1]);
+    let more = if missed.len() >= 1000 { " or more" } else { "" };
+    let mut ev = Event::new(
+        Kind::GapDetected,
+        &job.name,
+        format!(
+            "{}{more} slot(s) never ran between {} and {}: first {}, last {}",
+            missed.len(),
+            format_usec(last),
+            current.rfc3339(),
+            format_usec(first),
+            format_usec(latest)
+        ),
+    );
+    ev.slot = Some(current.rfc3339());
+    ev.reason = Some("missed-slots".into());
+    journal::emit(&ev);
+}
+
+fn describe_run(r: &Run) -> String {
+    format!(
+        "run {} (attempt {}) on host {} at {}",
+        r.run_id,
+        r.attempt,
+        r.host,
+        format_usec(r.finished_at.unwrap_or(r.started_at))
+    )
+}
+
+fn skip(job: &Job, slot: &Slot, kind: Kind, reason: &str, message: String) -> u8 {
+    let mut ev = Event::new(kind, &job.name, format!("skipped: {message}"));
+    ev.slot = Some(slot.rfc3339());
+    ev.reason = Some(reason.into());
+    journal::emit(&ev);
+    journal::status(&format!("skipped: {message}"));
+    exit::OK
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_slot(
+    job: &Job,
+    store: &mut dyn Store,
+    lock: &mut JobLock,
+    holder: &Holder,
+    account: Option<&child::Account>,
+    slot: &Slot,
+    trigger: &str,
+    force: bool,
+) -> u8 {
+    let req = ClaimRequest {
+        run: NewRun {
+            run_id: identity::new_run_id(),
+            job: job.name.clone(),
+            slot: slot.clone(),
+            forced: force,
+            trigger: trigger.to_string(),
+            invocation_id: std::env::var("INVOCATION_ID")
+                .ok()
+                .filter(|v| !v.is_empty()),
+        },
+        holder: holder.clone(),
+        ttl: job.lease_ttl,
+    };
+    let claimed_at = Instant::now();
+    let (lease, run) = match with_retry(job, || store.claim(&req)) {
+        Ok(Claim::Claimed { lease, run }) => (lease, run),
+        Ok(Claim::SlotDone { by }) => {
+            if trigger == "rerun" {
+                // A queued re-run of a slot that another attempt has since finished.
+                if let Err(e) = store.resolve(&job.name, slot.usec, Resolution::Rerun) {
+                    eprintln!("jobguard: {}: {e}", job.name);
+                }
+            }
+            let what = if by.outcome == Outcome::Succeeded {
+                "already succeeded"
+            } else {
+                "was resolved as done"
+            };
+            return skip(
+                job,
+                slot,
+                Kind::SkippedSlotDone,
+                "slot-done",
+                format!("slot {} {what}: {}", slot.rfc3339(), describe_run(&by)),
+            );
+        }
+        Ok(Claim::SlotHeld { by }) => {
+            return skip(
+                job,
+                slot,
+                Kind::SkippedSlotHeld,
+                "slot-held",
+                format!(
+                    "slot {} is held for a person after {} ended {}; decide with `jobguard resolve {} {} --rerun|--done`",
+                    slot.rfc3339(),
+                    describe_run(&by),
+                    by.outcome,
+                    job.name,
+                    slot.rfc3339()
+                ),
+            );
+        }
+        Ok(Claim::Busy { lease, run }) => {
+            let running = run
+                .map(|r| format!(", {}", describe_run(&r)))
+                .unwrap_or_default();
+            return skip(
+                job,
+                slot,
+                Kind::SkippedLeaseHeld,
+                "lease-held",
+                format!(
+                    "slot {}: the lease is held by host {} (token {}) until {}{running}",
+                    slot.rfc3339(),
+                    lease.host,
+                    lease.token,
+                    format_usec(lease.expire_at)
+                ),
+            );
+        }
+        Err(e) => return store_failed(job, &e),
+    };
+    lock.set_run(&run.run_id);
+    execute(job, store, &lease, &run, account, claimed_at)
+}
+
+/// Runs the command for a claimed slot and records how it ended.
+fn execute(
+    job: &Job,
+    store: &mut dyn Store,
+    lease: &Lease,
+    run: &Run,
+    account: Option<&child::Account>,
+    claimed_at: Instant,
+) -> u8 {
+    let slot_text = run.slot.rfc3339();
+    let owner = account.map(|a| (a.uid, a.gid));
+    let report_path = match report::create(&paths::report_dir(), &run.run_id, owner) {
+        Ok(p) => Some(p),
+        Err(e) => {
+            eprintln!("jobguard: {}: cannot create the report file: {e}", job.name);
+            None
+        }
+    };
+    let mut env = vec![
+        ("JOBGUARD_JOB".to_string(), job.name.clone()),
+        ("JOBGUARD_SLOT".to_string(), slot_text.clone()),
+        ("JOBGUARD_RUN_ID".to_string(), run.run_id.clone()),
+        (
+            "JOBGUARD_IDEMPOTENCY_KEY".to_string(),
+            run.slot.idempotency_key(&job.name),
+        ),
+        (
+            "JOBGUARD_FENCING_TOKEN".to_string(),
+            lease.token.to_string(),
+        ),
+        ("JOBGUARD_ATTEMPT".to_string(), run.attempt.to_string()),
+    ];
+    if let Some(p) = &report_path {
+        env.push(("JOBGUARD_REPORT".to_string(), p.display().to_string()));
+    }
+    env.extend(job.environment.iter().map(|(k, v)| (k.clone(), v.clone())));
+    let cwd = job
+        .working_directory
+        .clone()
+        .or_else(|| account.map(|a| a.home.clone()));
+    let spec = child::Spec {
+        argv: job.command.clone(),
+        env,
+        env_remove: vec!["NOTIFY_SOCKET".into(), "JOBGUARD_CONFIG".into()],
+        cwd,
+        account: account.cloned(),
+    };
+
+    let mut ev = Event::new(
+        Kind::Started,
+        &job.name,
+        format!(
+            "started slot {slot_text} (attempt {}, trigger {}, fencing token {}, run {})",
+            run.attempt, run.trigger, lease.token, run.run_id
+        ),
+    );
+    ev.slot = Some(slot_text.clone());
+    ev.run_id = Some(run.run_id.clone());
+    ev.attempt = Some(run.attempt);
+    ev.fencing_token = Some(lease.token);
+    journal::emit(&ev);
+    journal::status(&format!(
+        "running slot {slot_text}, attempt {}, lease token {}",
+        run.attempt, lease.token
+    ));
+
+    let (finish, code) = match child::spawn(&spec) {
+        Err(e) => {
+            let code = match e.kind() {
+                std::io::ErrorKind::NotFound => exit::NOT_FOUND,
+                std::io::ErrorKind::PermissionDenied => exit::CANNOT_EXECUTE,
+                _ => exit::CANNOT_EXECUTE,
+            };
+            eprintln!(
+                "jobguard: {}: cannot start {:?}: {e}",
+                job.name, job.command[0]
+            );
+            let f = Finish {
+                outcome: Outcome::Failed,
+                reason: Some("exec".into()),
+                exit_status: Some(i32::from(code)),
+                report: Default::default(),
+                resolution: None,
+            };
+            (f, code)
+        }
+        Ok(pid) => {
+            let mut renewer = Renewer::new(job.lease_ttl, claimed_at);
+            let limits = child::Limits {
+                timeout: job.timeout,
+                kill_grace: job.kill_grace,
+                renew_first: renewer.every(),
+            };
+            let ended = match child::supervise(pid, limits, &mut || renewer.renew(store, lease)) {
+                Ok(e) => e,
+                Err(e) => {
+                    eprintln!("jobguard: {}: lost track of the command: {e}", job.name);
+                    return exit::OS_ERROR;
+                }
+            };
+            classify(job, &ended)
+        }
+    };
+    let mut finish = finish;
+    if let Some(p) = &report_path {
+        let (pairs, bad) = report::collect(p);
+        for line in bad {
+            eprintln!(
+                "jobguard: {}: ignored report line {line:?} (want key=value)",
+                job.name
+            );
+        }
+        finish.report = pairs;
+    }
+    record(job, store, lease, run, &finish);
+    code
+}
+
+/// Decides outcome and exit status from how the command ended.
+fn classify(job: &Job, ended: &child::Ended) -> (Finish, u8) {
+    let code = exit::from_child(ended.status);
+    let status = Some(i32::from(code));
+    let mk = |outcome, reason: &str, resolution| Finish {
+        outcome,
+        reason: Some(reason.to_string()),
+        exit_status: status,
+        report: Default::default(),
+        resolution,
+    };
+    if ended.lease_lost {
+        return (mk(Outcome::LeaseLost, "lease-lost", None), exit::LEASE_LOST);
+    }
+    if ended.timed_out {
+        return (mk(Outcome::Failed, "timeout", None), exit::TIMEOUT);
+    }
+    if ended.status.success() {
+        return (mk(Outcome::Succeeded, "exit", None), code);
+    }
+    if let Some(sig) = ended.stop_signal {
+        // Stopped from outside. A system going down cuts the run like a reboot would: the
+        // job's policy applies. An operator's stop waits for a person.
+        if system_stopping() {
+            let resolution = match job.on_interrupted {
+                OnInterrupted::Rerun => Resolution::Queued,
+                OnInterrupted::Hold => Resolution::Held,
+            };
+            return (mk(Outcome::Interrupted, "shutdown", Some(resolution)), code);
+        }
+        let reason = format!(
+            "stopped-{}",
+            sig.as_str().trim_start_matches("SIG").to_lowercase()
+        );
+        return (
+            mk(Outcome::Interrupted, &reason, Some(Resolution::Held)),
+            code,
+        );
+    }
+    let reason = if ended.status.code().is_some() {
+        "exit"
+    } else {
+        "signal"
+    };
+    (mk(Outcome::Failed, reason, None), code)
+}
+
+/// Whether systemd is taking the system down (`systemctl is-system-running` says
+/// `stopping`). Only asked after a stop signal, never on the normal path.
+fn system_stopping() -> bool {
+    if !Path::new("/run/systemd/system").exists() {
+        return false;
+    }
+    std::process::Command::new("systemctl")
+        .arg("is-system-running")
+        .stderr(std::process::Stdio::null())
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "stopping")
+        .unwrap_or(false)
+}
+
+/// Writes the outcome, releases the lease and logs the finish event.
+fn record(job: &Job, store: &mut dyn Store, lease: &Lease, run: &Run, finish: &Finish) {
+    let slot_text = run.slot.rfc3339();
+    let result = with_retry_short(|| store.finish(lease, &run.run_id, finish));
+    let note = match result {
+        Ok(f) if f.recorded => String::new(),
+        Ok(_) => "; NOT recorded: the lease expired or passed to another holder".to_string(),
+        Err(e) => format!("; NOT recorded: {e}"),
+    };
+    let kind = match finish.outcome {
+        Outcome::Succeeded => Kind::Finished,
+        Outcome::Interrupted => Kind::Interrupted,
+        Outcome::LeaseLost => Kind::LeaseLost,
+        _ => Kind::Failed,
+    };
+    let report = report::one_line(&finish.report);
+    let mut ev = Event::new(
+        kind,
+        &job.name,
+        format!(
+            "slot {slot_text} {} ({}, exit status {}){}{note}",
+            finish.outcome,
+            finish.reason.as_deref().unwrap_or("-"),
+            finish
+                .exit_status
+                .map(|s| s.to_string())
+                .unwrap_or_else(|| "-".into()),
+            if report.is_empty() {
+                String::new()
+            } else {
+                format!("; report: {report}")
+            },
+        ),
+    );
+    ev.slot = Some(slot_text.clone());
+    ev.run_id = Some(run.run_id.clone());
+    ev.reason = finish.reason.clone();
+    ev.outcome = Some(finish.outcome);
+    ev.exit_status = finish.exit_status;
+    ev.attempt = Some(run.attempt);
+    ev.fencing_token = Some(lease.token);
+    ev.report = (!report.is_empty()).then_some(report);
+    journal::emit(&ev);
+    journal::status(&format!("slot {slot_text}: {}{note}", finish.outcome));
+}
+
+/// A few quick retries for the final write: the command has already run.
+fn with_retry_short<T>(mut f: impl FnMut() -> Result<T, StoreError>) -> Result<T, StoreError> {
+    let mut pause = Duration::from_millis(100);
+    for _ in 0..5 {
+        match f() {
+            Err(StoreError::Unavailable { .. }) => {
+                std::thread::sleep(pause);
+                pause *= 2;
+            }
+            other => return other,
+        }
+    }
+    f()
+}
+
+/// Renews the lease and judges, by this host's monotonic clock, whether it is still safely
+/// held: a renewal that cannot be confirmed before the lease would expire, less a safety
+/// margin, means lost.
+struct Renewer {
+    ttl: Duration,
+    /// The lease surely lasts until here: the send time of the last confirmed grant or
+    /// renewal plus the time to live.
+    valid_until: Instant,
+}
+
+impl Renewer {
+    fn new(ttl: Duration, granted_at: Instant) -> Self {
+        Renewer {
+            ttl,
+            valid_until: granted_at + ttl,
+        }
+    }
+
+    /// The safety margin: a sixth of the time to live, at most 10 s.
+    fn margin(&self) -> Duration {
+        (self.ttl / 6).min(Duration::from_secs(10))
+    }
+
+    /// Renew every third of the time to live.
+    fn every(&self) -> Duration {
+        (self.ttl / 3).max(Duration::from_millis(100))
+    }
+
+    fn renew(&mut self, store: &mut dyn Store, lease: &Lease) -> child::Renewal {
+        let sent = Instant::now();
+        match store.renew(lease, self.ttl) {
+            Ok(Some(_)) => {
+                self.valid_until = sent + self.ttl;
+                child::Renewal::Held(self.every())
+            }
+            Ok(None) => {
+                eprintln!(
+                    "jobguard: {}: the lease expired or passed to another holder",
+                    lease.job
+                );
+                child::Renewal::Lost
+            }
+            Err(e) => {
+                eprintln!("jobguard: {}: lease renewal failed: {e}", lease.job);
+                // Retry soon, and give up while there is still the margin left.
+                let give_up = self.valid_until.checked_sub(self.margin()).unwrap_or(sent);
+                let now = Instant::now();
+                if now >= give_up {
+                    child::Renewal::Lost
+                } else {
+                    let retry = (self.ttl / 10).max(Duration::from_millis(100));
+                    child::Renewal::Held(retry.min(give_up - now))
+                }
+            }
+        }
+    }
+}

@@ -18,6 +18,18 @@ use crate::ledger::{Finish, NewRun, Outcome, Resolution, Run};
 #[cfg(feature = "store-sqlite")]
 pub mod sqlite;
 
+/// Opens the store at `url` (e.g. `sqlite:///var/lib/jobguard/jobguard.db`).
+///
+/// # Errors
+/// [`StoreError::Address`] for an unknown scheme; [`StoreError::Unavailable`] when it
+/// cannot be opened.
+pub fn open(url: &str) -> Result<Box<dyn Store>, StoreError> {
+    Err(StoreError::Address {
+        address: url.to_string(),
+        detail: "no store backend built yet".into(),
+    })
+}
+
 /// A store failure. Contention is never an error: see [`Claim`].
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -143,12 +155,22 @@ pub trait Store {
 
     /// Records how run `run_id` ended and releases the lease, both conditional on the
     /// fencing token: see [`Finished`]. `finished_at` is the store's clock.
-    fn finish(&mut self, lease: &Lease, run_id: &str, finish: &Finish) -> Result<Finished, StoreError>;
+    fn finish(
+        &mut self,
+        lease: &Lease,
+        run_id: &str,
+        finish: &Finish,
+    ) -> Result<Finished, StoreError>;
 
     /// Marks a `running` record whose holder is gone as `interrupted` with `reason` and
     /// `resolution`, and releases the job's lease if it is still the run's grant (same
     /// holder and token). Returns false if the record was no longer `running`.
-    fn interrupt(&mut self, run: &Run, reason: &str, resolution: Resolution) -> Result<bool, StoreError>;
+    fn interrupt(
+        &mut self,
+        run: &Run,
+        reason: &str,
+        resolution: Resolution,
+    ) -> Result<bool, StoreError>;
 
     /// The job's lease row, expired or not; `None` if never granted or released.
     fn lease(&mut self, job: &str) -> Result<Option<Lease>, StoreError>;
@@ -158,7 +180,12 @@ pub trait Store {
 
     /// Sets the resolution of the slot's `interrupted`, `lease_lost` and `failed` records
     /// that are not yet resolved as `rerun` or `done`; returns how many changed.
-    fn resolve(&mut self, job: &str, slot: i64, resolution: Resolution) -> Result<usize, StoreError>;
+    fn resolve(
+        &mut self,
+        job: &str,
+        slot: i64,
+        resolution: Resolution,
+    ) -> Result<usize, StoreError>;
 
     /// Operator override: ends the job's lease now whoever holds it. Returns the lease
     /// that was ended, if one was unexpired.

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Benchmarks of jobguard's own overhead (not run by CI; numbers go into release notes).
+#
+#   benches/shim-and-generator.sh            # needs hyperfine (apt-get install hyperfine)
+#
+# 1. The shim: `jobguard run` of /bin/true (lock, slot, SQLite claim with fsync'd commit,
+#    fork/exec/wait, fsync'd finish) against `flock -n LOCK /bin/true`, median of many
+#    runs; the difference is the shim's own cost. `--force` makes every run a real run of
+#    the same slot instead of a skip.
+# 2. The generator: `jobguard-generator DIR` for 10, 100, 1,000 and 10,000 jobs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release --locked -q
+BIN=$PWD/target/release
+W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
+RUNS=${RUNS:-300}
+
+cat > "$W/jobs.toml" <<TOML
+[defaults]
+store = "sqlite://state/jobguard.db"
+[jobs.true]
+schedule = "daily"
+command = ["/bin/true"]
+TOML
+export JOBGUARD_RUNTIME_DIR=$W/run
+"$BIN/jobguard" run --config "$W/jobs.toml" true 2>/dev/null
+hyperfine -N --warmup 20 --runs "$RUNS" --export-json "$W/shim.json" \
+  -n flock "flock -n $W/bench.lock /bin/true" \
+  -n 'jobguard run' "$BIN/jobguard run --force --config $W/jobs.toml true"
+python3 - "$W/shim.json" <<'PY'
+import json, sys
+r = {x["command"]: x for x in json.load(open(sys.argv[1]))["results"]}
+f, j = r["flock"]["median"] * 1e3, r["jobguard run"]["median"] * 1e3
+print(f"shim: flock median {f:.2f} ms, jobguard run median {j:.2f} ms, "
+      f"overhead {j - f:.2f} ms, ratio {j / f:.2f}")
+PY
+
+for n in 10 100 1000 10000; do
+  mkdir -p "$W/gen$n/out"
+  python3 - "$n" > "$W/gen$n/jobs.toml" <<'PY'
+import sys
+n = int(sys.argv[1])
+print('[defaults]\nstore = "sqlite:///var/lib/jobguard/jobguard.db"\n')
+for i in range(n):
+    print(f'[jobs.job-{i}]\ndescription = "Job {i}"\nschedule = "*-*-* {i % 24:02d}:{i % 60:02d}:00"\n'
+          f'command = ["/usr/bin/true", "{i}"]\n')
+PY
+done
+hyperfine -N --warmup 5 --runs 50 --export-json "$W/gen.json" \
+  -n 10 "env JOBGUARD_CONFIG=$W/gen10/jobs.toml $BIN/jobguard-generator $W/gen10/out" \
+  -n 100 "env JOBGUARD_CONFIG=$W/gen100/jobs.toml $BIN/jobguard-generator $W/gen100/out" \
+  -n 1000 "env JOBGUARD_CONFIG=$W/gen1000/jobs.toml $BIN/jobguard-generator $W/gen1000/out" \
+  -n 10000 "env JOBGUARD_CONFIG=$W/gen10000/jobs.toml $BIN/jobguard-generator $W/gen10000/out"
+python3 - "$W/gen.json" <<'PY'
+import json, sys
+for x in json.load(open(sys.argv[1]))["results"]:
+    print(f"generator: {x['command']:>5} jobs: median {x['median'] * 1e3:.2f} ms")
+PY

@@ -1,0 +1,126 @@
+//! How runs and leases are shown to people and scripts: one JSON shape and one table
+//! shape, shared by `history` and `status`.
+
+use serde_json::{Value, json};
+
+use crate::lease::Lease;
+use crate::ledger::{Run, format_usec};
+
+/// A run as a JSON object: times as RFC 3339 UTC strings plus `*_usec` (µs since the
+/// epoch) twins for arithmetic.
+pub fn run_json(r: &Run) -> Value {
+    json!({
+        "run_id": r.run_id,
+        "job": r.job,
+        "slot": r.slot.rfc3339(),
+        "slot_usec": r.slot.usec,
+        "slot_zone": r.slot.zone,
+        "attempt": r.attempt,
+        "outcome": r.outcome.as_str(),
+        "reason": r.reason,
+        "exit_status": r.exit_status,
+        "forced": r.forced,
+        "trigger": r.trigger,
+        "host": r.host,
+        "machine_id": r.machine_id,
+        "boot_id": r.boot_id,
+        "pid": r.pid,
+        "invocation_id": r.invocation_id,
+        "started_at": format_usec(r.started_at),
+        "started_at_usec": r.started_at,
+        "finished_at": r.finished_at.map(format_usec),
+        "finished_at_usec": r.finished_at,
+        "fencing_token": r.fencing_token,
+        "report": r.report,
+        "resolution": r.resolution.map(|x| x.as_str()),
+        "idempotency_key": r.slot.idempotency_key(&r.job),
+    })
+}
+
+/// A lease as a JSON object.
+pub fn lease_json(l: &Lease) -> Value {
+    json!({
+        "job": l.job,
+        "holder": l.holder,
+        "host": l.host,
+        "fencing_token": l.token,
+        "acquired_at": format_usec(l.acquired_at),
+        "expire_at": format_usec(l.expire_at),
+    })
+}
+
+/// A duration in µs as `1h 02m 03s`, `4m 05s` or `6.2s`.
+pub fn span(usec: i64) -> String {
+    let s = usec.max(0) / 1_000_000;
+    if s >= 3600 {
+        format!("{}h {:02}m {:02}s", s / 3600, (s % 3600) / 60, s % 60)
+    } else if s >= 60 {
+        format!("{}m {:02}s", s / 60, s % 60)
+    } else {
+        format!("{:.1}s", usec.max(0) as f64 / 1e6)
+    }
+}
+
+/// Prints rows as a table with a header, columns padded to their widest cell.
+pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            if let Some(w) = widths.get_mut(i) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut out = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            if i + 1 == cells.len() {
+                out.push_str(c);
+            } else {
+                out.push_str(&format!("{c:<w$}  ", w = widths[i]));
+            }
+        }
+        out.trim_end().to_string()
+    };
+    let mut out = line(header.to_vec());
+    out.push('\n');
+    for row in rows {
+        out.push_str(&line(row.iter().map(String::as_str).collect()));
+        out.push('\n');
+    }
+    out
+}
+
+/// One line per run for `history`.
+pub fn run_row(r: &Run) -> Vec<String> {
+    let dur = r
+        .finished_at
+        .map(|f| span(f - r.started_at))
+        .unwrap_or_else(|| "-".into());
+    let mut outcome = r.outcome.as_str().to_string();
+    if let Some(res) = r.resolution {
+        outcome.push_str(&format!(" ({})", res.as_str()));
+    }
+    if r.forced {
+        outcome.push_str(" forced");
+    }
+    vec![
+        r.slot.rfc3339(),
+        r.attempt.to_string(),
+        outcome,
+        r.reason.clone().unwrap_or_else(|| "-".into()),
+        r.exit_status
+            .map(|s| s.to_string())
+            .unwrap_or_else(|| "-".into()),
+        r.host.clone(),
+        format_usec(r.started_at),
+        dur,
+        r.run_id.clone(),
+        crate::shim::report::one_line(&r.report),
+    ]
+}
+
+/// Header of [`run_row`].
+pub const RUN_HEADER: [&str; 10] = [
+    "SLOT", "ATTEMPT", "OUTCOME", "REASON", "EXIT", "HOST", "STARTED", "DURATION", "RUN", "REPORT",
+];

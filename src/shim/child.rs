@@ -1,0 +1,297 @@
+//! The job's command as a child process: spawned in a session of its own (so it and its
+//! children can be signalled as one process group), with privileges dropped to the job's
+//! user, `PR_SET_PDEATHSIG` so it cannot run on unguarded if the shim dies, and an empty
+//! signal mask. Then supervised: signals are forwarded, the lease renewed, the timeout
+//! enforced.
+//!
+//! The shim blocks the signals it handles ([`block_signals`]) and reads them from a
+//! signalfd, in one thread: no signal handlers, no races with `waitpid`.
+
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::signal::{SigSet, SigmaskHow, Signal, killpg, sigprocmask};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::{Gid, Pid, Uid, User};
+
+/// The signals the shim handles through its signalfd.
+const HANDLED: [Signal; 4] = [
+    Signal::SIGTERM,
+    Signal::SIGINT,
+    Signal::SIGHUP,
+    Signal::SIGCHLD,
+];
+
+fn handled_set() -> SigSet {
+    let mut set = SigSet::empty();
+    for s in HANDLED {
+        set.add(s);
+    }
+    set
+}
+
+/// Blocks SIGTERM, SIGINT, SIGHUP and SIGCHLD in the calling thread, so they queue for the
+/// signalfd. Call before any thread exists (threads inherit the mask).
+///
+/// # Errors
+/// The errno of `sigprocmask(2)`.
+pub fn block_signals() -> Result<(), Errno> {
+    sigprocmask(SigmaskHow::SIG_BLOCK, Some(&handled_set()), None)
+}
+
+/// The account a job's command runs as.
+#[derive(Debug, Clone)]
+pub struct Account {
+    /// User name.
+    pub name: String,
+    /// User id.
+    pub uid: Uid,
+    /// Primary group id.
+    pub gid: Gid,
+    /// Supplementary groups (from the group database, as `initgroups(3)` would set).
+    pub groups: Vec<Gid>,
+    /// Home directory.
+    pub home: PathBuf,
+    /// Login shell.
+    pub shell: PathBuf,
+}
+
+/// Looks up `name` in the user and group databases.
+///
+/// # Errors
+/// A message naming the user when it does not exist or the lookup fails.
+pub fn lookup_account(name: &str) -> Result<Account, String> {
+    let user = match User::from_name(name) {
+        Ok(Some(u)) => u,
+        Ok(None) => return Err(format!("user {name:?} does not exist")),
+        Err(e) => return Err(format!("cannot look up user {name:?}: {e}")),
+    };
+    let cname = std::ffi::CString::new(name).map_err(|_| format!("bad user name {name:?}"))?;
+    let groups = nix::unistd::getgrouplist(&cname, user.gid)
+        .map_err(|e| format!("cannot read the groups of user {name:?}: {e}"))?;
+    Ok(Account {
+        name: name.to_string(),
+        uid: user.uid,
+        gid: user.gid,
+        groups,
+        home: user.dir,
+        shell: user.shell,
+    })
+}
+
+/// What to start.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    /// argv; `argv[0]` without a `/` is looked up in `PATH`.
+    pub argv: Vec<String>,
+    /// Variables to set (on top of the shim's environment).
+    pub env: Vec<(String, String)>,
+    /// Variables to remove from the shim's environment.
+    pub env_remove: Vec<String>,
+    /// Working directory.
+    pub cwd: Option<PathBuf>,
+    /// Account to switch to; `None` keeps the shim's.
+    pub account: Option<Account>,
+}
+
+/// Starts the command. The child gets its own session and process group (pgid = pid).
+///
+/// # Errors
+/// The `io::Error` of the spawn: `NotFound` and `PermissionDenied` when exec failed.
+pub fn spawn(spec: &Spec) -> std::io::Result<Pid> {
+    let (program, args) = spec
+        .argv
+        .split_first()
+        .ok_or_else(|| std::io::Error::other("empty command"))?;
+    let mut cmd = Command::new(program);
+    cmd.args(args).stdin(Stdio::null());
+    for k in &spec.env_remove {
+        cmd.env_remove(k);
+    }
+    if let Some(acct) = &spec.account {
+        cmd.env("HOME", &acct.home)
+            .env("USER", &acct.name)
+            .env("LOGNAME", &acct.name)
+            .env("SHELL", &acct.shell);
+    }
+    for (k, v) in &spec.env {
+        cmd.env(k, v);
+    }
+    if let Some(dir) = &spec.cwd {
+        cmd.current_dir(dir);
+    }
+    let account = spec.account.clone();
+    let parent = nix::unistd::getpid();
+    // SAFETY: the closure runs in the forked child before exec and only makes
+    // async-signal-safe system calls (setsid, setgroups, setgid, setuid, prctl,
+    // getppid, sigprocmask); the group list was computed before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            nix::unistd::setsid()?;
+            if let Some(a) = &account {
+                nix::unistd::setgroups(&a.groups)?;
+                nix::unistd::setgid(a.gid)?;
+                nix::unistd::setuid(a.uid)?;
+            }
+            // Set after the credential change, which clears it (prctl(2)).
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+            if nix::unistd::getppid() != parent {
+                return Err(std::io::Error::other(
+                    "shim exited before the command started",
+                ));
+            }
+            sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)?;
+            Ok(())
+        });
+    }
+    let child = cmd.spawn()?;
+    let pid = i32::try_from(child.id()).map_err(|_| std::io::Error::other("pid out of range"))?;
+    // The `Child` handle is not needed: the pid is reaped by `waitpid` in `supervise`.
+    drop(child);
+    Ok(Pid::from_raw(pid))
+}
+
+/// What the lease renewer reports to the supervisor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Renewal {
+    /// The lease is held (renewed, or a failed renewal left time to retry); call again
+    /// after this long.
+    Held(Duration),
+    /// The lease is lost or about to expire unconfirmed: stop the command.
+    Lost,
+}
+
+/// Limits of a supervised run.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Stop the command after this long.
+    pub timeout: Option<Duration>,
+    /// SIGTERM → SIGKILL grace when the shim stops the command.
+    pub kill_grace: Duration,
+    /// First call of the renewer after this long; later ones as it asks.
+    pub renew_first: Duration,
+}
+
+/// How the supervised command ended.
+#[derive(Debug, Clone, Copy)]
+pub struct Ended {
+    /// Its wait status.
+    pub status: ExitStatus,
+    /// The shim stopped it because of the timeout.
+    pub timed_out: bool,
+    /// The shim stopped it because the lease was lost.
+    pub lease_lost: bool,
+    /// A stop signal the shim received and forwarded, if any.
+    pub stop_signal: Option<Signal>,
+}
+
+/// Waits for `pid` to exit, forwarding SIGTERM/SIGINT/SIGHUP to its process group, calling
+/// `renew` when it asks, and stopping the group (SIGTERM, then SIGKILL after
+/// the grace) on timeout or lost lease. Signals must be blocked ([`block_signals`]).
+///
+/// # Errors
+/// The errno of signalfd, poll or waitpid.
+pub fn supervise(
+    pid: Pid,
+    limits: Limits,
+    renew: &mut dyn FnMut() -> Renewal,
+) -> Result<Ended, Errno> {
+    use std::os::fd::AsFd;
+    let sfd = SignalFd::with_flags(
+        &handled_set(),
+        SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK,
+    )?;
+    let started = Instant::now();
+    let deadline = limits.timeout.map(|t| started + t);
+    let mut next_renew = started + limits.renew_first;
+    let mut kill_at: Option<Instant> = None;
+    let mut ended = Ended {
+        status: ExitStatus::default(),
+        timed_out: false,
+        lease_lost: false,
+        stop_signal: None,
+    };
+    let stop = |kill_at: &mut Option<Instant>, sig: Signal| {
+        let _ = killpg(pid, sig);
+        if kill_at.is_none() {
+            *kill_at = Some(Instant::now() + limits.kill_grace);
+        }
+    };
+    loop {
+        if let Some(status) = reap(pid)? {
+            ended.status = status;
+            // Anything the command left in its group goes with it.
+            let _ = killpg(pid, Signal::SIGKILL);
+            return Ok(ended);
+        }
+        let now = Instant::now();
+        let mut wake = next_renew;
+        if let Some(d) = deadline {
+            wake = wake.min(d);
+        }
+        if let Some(k) = kill_at {
+            wake = wake.min(k);
+        }
+        let wait = wake.saturating_duration_since(now);
+        let ms = u16::try_from(wait.as_millis().min(60_000)).unwrap_or(u16::MAX);
+        let mut fds = [PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::from(ms)) {
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(e) => return Err(e),
+        }
+        while let Ok(Some(info)) = sfd.read_signal() {
+            let Ok(sig) = Signal::try_from(info.ssi_signo as i32) else {
+                continue;
+            };
+            if sig != Signal::SIGCHLD {
+                ended.stop_signal = Some(sig);
+                let _ = killpg(pid, sig);
+                if matches!(sig, Signal::SIGTERM | Signal::SIGINT) && kill_at.is_none() {
+                    kill_at = Some(Instant::now() + limits.kill_grace);
+                }
+            }
+        }
+        let now = Instant::now();
+        if now >= next_renew && !ended.lease_lost {
+            match renew() {
+                Renewal::Held(after) => next_renew = Instant::now() + after,
+                Renewal::Lost => {
+                    ended.lease_lost = true;
+                    next_renew = now + Duration::from_secs(3600);
+                    stop(&mut kill_at, Signal::SIGTERM);
+                }
+            }
+        }
+        if let Some(d) = deadline
+            && now >= d
+            && !ended.timed_out
+        {
+            ended.timed_out = true;
+            stop(&mut kill_at, Signal::SIGTERM);
+        }
+        if let Some(k) = kill_at
+            && now >= k
+        {
+            let _ = killpg(pid, Signal::SIGKILL);
+            kill_at = Some(now + Duration::from_secs(3600));
+        }
+    }
+}
+
+fn reap(pid: Pid) -> Result<Option<ExitStatus>, Errno> {
+    use std::os::unix::process::ExitStatusExt;
+    match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
+        Ok(WaitStatus::Exited(_, code)) => Ok(Some(ExitStatus::from_raw((code & 0xff) << 8))),
+        Ok(WaitStatus::Signaled(_, sig, core)) => Ok(Some(ExitStatus::from_raw(
+            sig as i32 | if core { 0x80 } else { 0 },
+        ))),
+        Ok(_) => Ok(None),
+        Err(Errno::EINTR) => Ok(None),
+        Err(e) => Err(e),
+    }
+}

@@ -1,0 +1,133 @@
+//! Which slot a run belongs to.
+//!
+//! A slot is the latest elapse of the job's `OnCalendar=` expression at or before the
+//! moment the timer fired: systemd sets `TRIGGER_TIMER_REALTIME_USEC` (µs since the
+//! epoch) for timer-started services (systemd.exec(7), "Environment variables set or
+//! propagated by the service manager"); that moment is late by any `RandomizedDelaySec=`
+//! jitter or by a `Persistent=` catch-up, and the latest elapse before it is still the
+//! slot that fired. Without it (a manual start), the moment is now.
+
+use jiff::Timestamp;
+
+use crate::calendar::{self, CalendarSpec};
+use crate::job::Job;
+use crate::ledger::Slot;
+
+/// The slot of a run and what triggered it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Current {
+    /// The slot.
+    pub slot: Slot,
+    /// `timer` when started by the job's timer, else `manual`.
+    pub trigger: &'static str,
+}
+
+/// Why no slot could be found.
+#[derive(Debug, thiserror::Error)]
+pub enum SlotError {
+    /// `--slot` could not be parsed.
+    #[error("bad --slot: {0}")]
+    Parse(#[from] calendar::CalendarError),
+    /// `--slot` is not an elapse of the schedule.
+    #[error(
+        "--slot {given} is not an elapse of schedule {schedule:?}; the slot at or before it is {previous}"
+    )]
+    NotAnElapse {
+        /// As given.
+        given: String,
+        /// The job's schedule.
+        schedule: String,
+        /// The previous elapse, RFC 3339, or "none".
+        previous: String,
+    },
+    /// The schedule has no elapse at or before the moment.
+    #[error("schedule {schedule:?} has no elapse at or before {at}")]
+    NoElapse {
+        /// The job's schedule.
+        schedule: String,
+        /// The moment, RFC 3339.
+        at: String,
+    },
+}
+
+/// The moment the timer fired, from `TRIGGER_TIMER_REALTIME_USEC` (µs since the epoch).
+pub fn timer_fire_time() -> Option<i64> {
+    std::env::var("TRIGGER_TIMER_REALTIME_USEC")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+        .filter(|v| *v > 0)
+}
+
+/// The slot for `jobguard run`: `--slot` if given (it must be an elapse), else the latest
+/// elapse at or before the timer's fire time, else at or before `now_usec`.
+///
+/// # Errors
+/// [`SlotError`] when `--slot` is bad or there is no elapse.
+pub fn for_request(job: &Job, given: Option<&str>, now_usec: i64) -> Result<Current, SlotError> {
+    let zone = job.calendar.zone_name();
+    let now = Timestamp::from_microsecond(now_usec).unwrap_or(Timestamp::UNIX_EPOCH);
+    if let Some(text) = given {
+        let at = calendar::parse_timestamp(text, now)?;
+        let prev = job.calendar.previous_elapse(at);
+        if prev != Some(at) {
+            return Err(SlotError::NotAnElapse {
+                given: text.to_string(),
+                schedule: job.schedule.clone(),
+                previous: prev
+                    .map(|p| crate::ledger::format_usec(p.as_microsecond()))
+                    .unwrap_or_else(|| "none".into()),
+            });
+        }
+        return Ok(Current {
+            slot: Slot {
+                usec: at.as_microsecond(),
+                zone,
+            },
+            trigger: "manual",
+        });
+    }
+    let (at_usec, trigger) = match timer_fire_time() {
+        Some(t) => (t, "timer"),
+        None => (now_usec, "manual"),
+    };
+    let at = Timestamp::from_microsecond(at_usec).unwrap_or(now);
+    match job.calendar.previous_elapse(at) {
+        Some(p) => Ok(Current {
+            slot: Slot {
+                usec: p.as_microsecond(),
+                zone,
+            },
+            trigger,
+        }),
+        None => Err(SlotError::NoElapse {
+            schedule: job.schedule.clone(),
+            at: crate::ledger::format_usec(at_usec),
+        }),
+    }
+}
+
+/// Elapses strictly between `after_usec` and `before_usec` (µs since the epoch), at most
+/// `max` of them: the slots that never ran in a gap.
+pub fn elapses_between(
+    cal: &CalendarSpec,
+    after_usec: i64,
+    before_usec: i64,
+    max: usize,
+) -> Vec<i64> {
+    let mut out = Vec::new();
+    let Ok(mut t) = Timestamp::from_microsecond(after_usec) else {
+        return out;
+    };
+    while out.len() < max {
+        match cal.next_elapse(t) {
+            Some(n) if n.as_microsecond() < before_usec => {
+                out.push(n.as_microsecond());
+                t = n;
+            }
+            _ => break,
+        }
+    }
+    out
+}

@@ -1,0 +1,335 @@
+//! `jobguard run` with real processes and a real SQLite store: the shim's guarantees on
+//! one host (no overlap, a done slot is skipped, status pass-through, signals, crash of
+//! the shim, timeouts, reports, the job's environment).
+
+mod support;
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use support::{Sandbox, stderr};
+
+/// 2026-11-29T02:03:00Z, µs: three minutes after the 02:00 elapse, as a late timer.
+const FIRED: &str = "1764381780000000";
+const SLOT: &str = "2026-11-29T02:00:00Z";
+
+fn job(name: &str, command: &str, extra: &str) -> String {
+    format!(
+        "[jobs.{name}]\nschedule = \"*-*-* 02:00:00 UTC\"\ncommand = [\"/bin/sh\", \"-c\", {command:?}]\n{extra}\n"
+    )
+}
+
+fn timer_run(sb: &Sandbox, name: &str) -> std::process::Output {
+    sb.cmd(&["run", name]).env("TRIGGER_TIMER_REALTIME_USEC", FIRED).output().expect("run")
+}
+
+#[test]
+fn second_trigger_for_a_succeeded_slot_is_a_skip_that_says_who() {
+    let sb = Sandbox::new(&job("sync", "echo ran >> \"$OUT\"", "environment = { OUT = \"OUTFILE\" }"));
+    let jobs = std::fs::read_to_string(sb.file("jobs.toml")).unwrap();
+    std::fs::write(sb.file("jobs.toml"), jobs.replace("OUTFILE", &sb.file("out").display().to_string())).unwrap();
+
+    let first = timer_run(&sb, "sync");
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+    assert!(stderr(&first).contains("start"), "{}", stderr(&first));
+    let second = timer_run(&sb, "sync");
+    assert_eq!(second.status.code(), Some(0), "a skip exits 0: {}", stderr(&second));
+    let err = stderr(&second);
+    assert!(err.contains("skip") && err.contains("already succeeded"), "{err}");
+    assert!(err.contains(SLOT), "the skip names the slot: {err}");
+    // A manual start in the same slot's period is also a skip.
+    let manual = sb.run(&["run", "sync", "--slot", SLOT]);
+    assert!(stderr(&manual).contains("already succeeded"), "{}", stderr(&manual));
+    assert_eq!(sb.lines("out"), 1, "the command ran once");
+
+    let h = sb.history("sync");
+    assert_eq!(h.len(), 1);
+    assert_eq!(h[0]["outcome"], "succeeded");
+    assert_eq!(h[0]["slot"], SLOT);
+    assert_eq!(h[0]["attempt"], 1);
+    assert_eq!(h[0]["forced"], false);
+    assert_eq!(h[0]["trigger"], "timer");
+    for key in ["run_id", "job", "slot", "host", "started_at", "finished_at", "outcome", "exit_status", "attempt", "forced"] {
+        assert!(h[0].get(key).is_some(), "history --json has {key}");
+    }
+
+    // --force runs again and is recorded as forced.
+    let forced = sb.cmd(&["run", "sync", "--force"]).env("TRIGGER_TIMER_REALTIME_USEC", FIRED).output().unwrap();
+    assert_eq!(forced.status.code(), Some(0), "{}", stderr(&forced));
+    assert_eq!(sb.lines("out"), 2);
+    let h = sb.history("sync");
+    assert_eq!(h[0]["forced"], true);
+    assert_eq!(h[0]["attempt"], 2);
+}
+
+#[test]
+fn a_second_instance_gives_up_at_once_while_the_first_runs() {
+    let sb = Sandbox::new(&job("slow", "echo start >> \"$OUT\"; sleep 3", "environment = { OUT = \"OUTFILE\" }"));
+    let jobs = std::fs::read_to_string(sb.file("jobs.toml")).unwrap();
+    std::fs::write(sb.file("jobs.toml"), jobs.replace("OUTFILE", &sb.file("out").display().to_string())).unwrap();
+    let mut first = sb
+        .cmd(&["run", "slow"])
+        .env("TRIGGER_TIMER_REALTIME_USEC", FIRED)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until the command runs.
+    let t0 = Instant::now();
+    while sb.lines("out") == 0 && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut others = Vec::new();
+    for _ in 0..4 {
+        others.push(sb.cmd(&["run", "slow"]).env("TRIGGER_TIMER_REALTIME_USEC", FIRED).stderr(Stdio::piped()).spawn().unwrap());
+    }
+    for o in others {
+        let out = o.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0));
+        assert!(stderr(&out).contains("lock"), "skipped on the lock: {}", stderr(&out));
+    }
+    assert!(first.try_wait().unwrap().is_none(), "the others returned while the first still ran");
+    assert!(first.wait().unwrap().success());
+    assert_eq!(sb.lines("out"), 1);
+}
+
+#[test]
+fn exit_status_passes_through_and_a_failed_slot_runs_again() {
+    let sb = Sandbox::new(&job("fails", "exit 3", ""));
+    let out = timer_run(&sb, "fails");
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let again = timer_run(&sb, "fails");
+    assert_eq!(again.status.code(), Some(3));
+    let h = sb.history("fails");
+    assert_eq!(h.len(), 2);
+    assert_eq!(h[0]["outcome"], "failed");
+    assert_eq!(h[0]["exit_status"], 3);
+    assert_eq!(h[0]["attempt"], 2);
+}
+
+#[test]
+fn death_by_signal_becomes_128_plus_n() {
+    let sb = Sandbox::new(&job("killed", "kill -KILL $$", ""));
+    let out = timer_run(&sb, "killed");
+    assert_eq!(out.status.code(), Some(137), "{}", stderr(&out));
+    assert_eq!(sb.history("killed")[0]["outcome"], "failed");
+}
+
+#[test]
+fn missing_command_is_127_and_recorded() {
+    let sb = Sandbox::new("[jobs.nocmd]\nschedule = \"daily\"\ncommand = [\"/nonexistent/cmd\"]\n");
+    let out = sb.run(&["run", "nocmd"]);
+    assert_eq!(out.status.code(), Some(127), "{}", stderr(&out));
+    let h = sb.history("nocmd");
+    assert_eq!(h[0]["outcome"], "failed");
+    assert_eq!(h[0]["reason"], "exec");
+}
+
+#[test]
+fn unknown_job_is_a_config_error() {
+    let sb = Sandbox::new(&job("a", "true", ""));
+    let out = sb.run(&["run", "b"]);
+    assert_eq!(out.status.code(), Some(78));
+    assert!(stderr(&out).contains("no job named \"b\""), "{}", stderr(&out));
+}
+
+#[test]
+fn the_job_gets_its_slot_key_token_and_report_file() {
+    let sb = Sandbox::new(&job(
+        "env",
+        "env | grep ^JOBGUARD_ | sort > \"$OUT\"; printf 'rows_read=3000\\nrows_inserted=2000\\nbatch=b1\\n' >> \"$JOBGUARD_REPORT\"",
+        "environment = { OUT = \"OUTFILE\" }",
+    ));
+    let jobs = std::fs::read_to_string(sb.file("jobs.toml")).unwrap();
+    std::fs::write(sb.file("jobs.toml"), jobs.replace("OUTFILE", &sb.file("env.txt").display().to_string())).unwrap();
+    let out = timer_run(&sb, "env");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let env = sb.read("env.txt");
+    assert!(env.contains("JOBGUARD_JOB=env\n"), "{env}");
+    assert!(env.contains(&format!("JOBGUARD_SLOT={SLOT}\n")), "{env}");
+    assert!(env.contains(&format!("JOBGUARD_IDEMPOTENCY_KEY=env@{SLOT}\n")), "{env}");
+    assert!(env.contains("JOBGUARD_ATTEMPT=1\n"), "{env}");
+    assert!(env.contains("JOBGUARD_FENCING_TOKEN="), "{env}");
+    assert!(env.contains("JOBGUARD_RUN_ID="), "{env}");
+    assert!(env.contains("JOBGUARD_REPORT="), "{env}");
+    let h = sb.history("env");
+    assert_eq!(h[0]["report"]["rows_read"], "3000");
+    assert_eq!(h[0]["report"]["batch"], "b1");
+    assert_eq!(h[0]["idempotency_key"], format!("env@{SLOT}"));
+    assert!(stderr(&out).contains("rows_inserted=2000"), "logged at finish: {}", stderr(&out));
+    // The fencing token given to the job is the one stored with the run.
+    let token = env.lines().find_map(|l| l.strip_prefix("JOBGUARD_FENCING_TOKEN=")).unwrap();
+    assert_eq!(h[0]["fencing_token"].to_string(), token);
+}
+
+#[test]
+fn timeout_stops_the_command_and_records_it() {
+    let sb = Sandbox::new(&job("hang", "sleep 30", "timeout = \"1s\"\nkill_grace = \"1s\""));
+    let t0 = Instant::now();
+    let out = timer_run(&sb, "hang");
+    assert_eq!(out.status.code(), Some(124), "{}", stderr(&out));
+    assert!(t0.elapsed() < Duration::from_secs(20));
+    let h = sb.history("hang");
+    assert_eq!(h[0]["outcome"], "failed");
+    assert_eq!(h[0]["reason"], "timeout");
+}
+
+#[test]
+fn sigterm_is_forwarded_to_the_command() {
+    let sb = Sandbox::new(&job(
+        "term",
+        "trap 'echo got-term >> \"$OUT\"; exit 0' TERM; echo up >> \"$OUT\"; while :; do sleep 0.1; done",
+        "environment = { OUT = \"OUTFILE\" }",
+    ));
+    let jobs = std::fs::read_to_string(sb.file("jobs.toml")).unwrap();
+    std::fs::write(sb.file("jobs.toml"), jobs.replace("OUTFILE", &sb.file("out").display().to_string())).unwrap();
+    let child = sb.cmd(&["run", "term"]).env("TRIGGER_TIMER_REALTIME_USEC", FIRED).stderr(Stdio::piped()).spawn().unwrap();
+    let t0 = Instant::now();
+    while !sb.read("out").contains("up") && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(sb.read("out").contains("got-term"), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(sb.history("term")[0]["outcome"], "succeeded");
+}
+
+#[test]
+fn a_command_stopped_by_sigterm_is_interrupted_and_held() {
+    let sb = Sandbox::new(&job("stop", "echo up >> \"$OUT\"; sleep 30", "environment = { OUT = \"OUTFILE\" }"));
+    let jobs = std::fs::read_to_string(sb.file("jobs.toml")).unwrap();
+    std::fs::write(sb.file("jobs.toml"), jobs.replace("OUTFILE", &sb.file("out").display().to_string())).unwrap();
+    let child = sb.cmd(&["run", "stop"]).env("TRIGGER_TIMER_REALTIME_USEC", FIRED).stderr(Stdio::piped()).spawn().unwrap();
+    let t0 = Instant::now();
+    while !sb.read("out").contains("up") && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(143), "{}", stderr(&out));
+    let h = sb.history("stop");
+    assert_eq!(h[0]["outcome"], "interrupted");
+    assert_eq!(h[0]["reason"], "stopped-term");
+    assert_eq!(h[0]["resolution"], "held");
+    // A held slot is skipped until a person decides.
+    let again = timer_run(&sb, "stop");
+    assert!(stderr(&again).contains("held"), "{}", stderr(&again));
+    let resolved = sb.run(&["resolve", "stop", SLOT, "--done"]);
+    assert!(resolved.status.success(), "{}", stderr(&resolved));
+    let after = timer_run(&sb, "stop");
+    assert!(stderr(&after).contains("resolved as done"), "{}", stderr(&after));
+}
+
+#[test]
+fn killing_the_shim_kills_the_command_and_recover_reruns_the_slot() {
+    let sb = Sandbox::new(&job(
+        "crash",
+        "echo $$ >> \"$OUT\"; if [ \"$JOBGUARD_ATTEMPT\" = 1 ]; then sleep 60; fi",
+        "environment = { OUT = \"OUTFILE\" }",
+    ));
+    let jobs = std::fs::read_to_string(sb.file("jobs.toml")).unwrap();
+    std::fs::write(sb.file("jobs.toml"), jobs.replace("OUTFILE", &sb.file("out").display().to_string())).unwrap();
+    let mut child = sb.cmd(&["run", "crash"]).env("TRIGGER_TIMER_REALTIME_USEC", FIRED).stderr(Stdio::null()).spawn().unwrap();
+    let t0 = Instant::now();
+    while sb.lines("out") == 0 && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let cmd_pid: i32 = sb.read("out").trim().parse().unwrap();
+    child.kill().unwrap(); // SIGKILL: no chance to record anything
+    child.wait().unwrap();
+    // PR_SET_PDEATHSIG: the command does not run on unguarded.
+    let t0 = Instant::now();
+    while std::path::Path::new(&format!("/proc/{cmd_pid}")).exists() && t0.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!std::path::Path::new(&format!("/proc/{cmd_pid}")).exists(), "command {cmd_pid} outlived the shim");
+    assert_eq!(sb.history("crash")[0]["outcome"], "running");
+
+    // Without systemd, recover re-runs the slot itself.
+    let rec = sb.cmd(&["recover"]).env_remove("TRIGGER_TIMER_REALTIME_USEC").output().unwrap();
+    let err = stderr(&rec);
+    assert!(rec.status.success(), "{err}");
+    assert!(err.contains("interrupted") && err.contains("process-gone"), "{err}");
+    let h = sb.history("crash");
+    assert_eq!(h.len(), 2, "{h:?}");
+    assert_eq!(h[0]["outcome"], "succeeded");
+    assert_eq!(h[0]["attempt"], 2);
+    assert_eq!(h[0]["slot"], SLOT);
+    assert_eq!(h[0]["trigger"], "rerun");
+    assert_eq!(h[1]["outcome"], "interrupted");
+    assert_eq!(h[1]["resolution"], "rerun");
+    // Nothing is left to do: a second recover changes nothing.
+    let rec2 = sb.run(&["recover"]);
+    assert!(rec2.status.success());
+    assert_eq!(sb.history("crash").len(), 2);
+}
+
+#[test]
+fn explicit_slot_must_be_an_elapse() {
+    let sb = Sandbox::new(&job("s", "true", ""));
+    let bad = sb.run(&["run", "s", "--slot", "2026-11-29T02:00:01Z"]);
+    assert_eq!(bad.status.code(), Some(78), "{}", stderr(&bad));
+    assert!(stderr(&bad).contains("not an elapse"), "{}", stderr(&bad));
+    let good = sb.run(&["run", "s", "--slot", "2026-11-28T02:00:00Z"]);
+    assert!(good.status.success(), "{}", stderr(&good));
+    assert_eq!(sb.history("s")[0]["slot"], "2026-11-28T02:00:00Z");
+}
+
+#[test]
+fn a_gap_of_missed_slots_is_logged() {
+    let sb = Sandbox::new(&job("gap", "true", ""));
+    assert!(timer_run(&sb, "gap").status.success());
+    // Three days later: the 30th and 1st never ran.
+    let later = 1_764_381_780_000_000i64 + 3 * 86_400_000_000;
+    let out = sb.cmd(&["run", "gap"]).env("TRIGGER_TIMER_REALTIME_USEC", later.to_string()).output().unwrap();
+    let err = stderr(&out);
+    assert!(err.contains("gap") && err.contains("2 slot(s) never ran"), "{err}");
+    assert!(err.contains("2026-11-30T02:00:00Z") && err.contains("2026-12-01T02:00:00Z"), "{err}");
+}
+
+#[test]
+fn a_daemonized_grandchild_does_not_keep_the_lock() {
+    let sb = Sandbox::new(&job("daemon", "setsid sleep 20 >/dev/null 2>&1 < /dev/null & echo started", ""));
+    assert!(timer_run(&sb, "daemon").status.success());
+    let again = sb.cmd(&["run", "daemon", "--force"]).env("TRIGGER_TIMER_REALTIME_USEC", FIRED).output().unwrap();
+    assert!(!stderr(&again).contains("lock"), "{}", stderr(&again));
+    assert!(again.status.success());
+    let _ = std::process::Command::new("pkill").args(["-f", "^sleep 20$"]).status();
+}
+
+#[test]
+fn user_jobs_run_as_that_user_and_cannot_touch_the_ledger_or_locks() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("SKIPPED: needs root to switch users");
+        assert!(std::env::var_os("CI").is_none(), "CI runs as root");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let sb = Sandbox::new(&job(
+        "asuser",
+        "id -u > \"$OUT/uid\"; id -G > \"$OUT/groups\"; echo \"$HOME $USER\" > \"$OUT/home\"; \
+         if echo x >> \"$DB\"; then echo writable; else echo denied; fi > \"$OUT/db\"; \
+         if echo x >> \"$LOCKS/other.lock\"; then echo writable; else echo denied; fi > \"$OUT/lock\"",
+        "user = \"nobody\"\nenvironment = { OUT = \"OUTDIR\", DB = \"DBPATH\", LOCKS = \"LOCKDIR\" }",
+    ));
+    std::fs::set_permissions(sb.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    let out_dir = sb.file("out");
+    std::fs::create_dir(&out_dir).unwrap();
+    std::fs::set_permissions(&out_dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let jobs = std::fs::read_to_string(sb.file("jobs.toml")).unwrap();
+    let jobs = jobs
+        .replace("OUTDIR", &out_dir.display().to_string())
+        .replace("DBPATH", &sb.file("state/jobguard.db").display().to_string())
+        .replace("LOCKDIR", &sb.file("run/lock").display().to_string());
+    std::fs::write(sb.file("jobs.toml"), jobs).unwrap();
+    let out = timer_run(&sb, "asuser");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap();
+    assert_eq!(sb.read("out/uid").trim(), nobody.uid.to_string());
+    assert!(!sb.read("out/groups").split_whitespace().any(|g| g == "0"), "root's group dropped");
+    assert!(sb.read("out/home").starts_with(&nobody.dir.display().to_string()));
+    assert_eq!(sb.read("out/db").trim(), "denied", "the job cannot write the ledger");
+    assert_eq!(sb.read("out/lock").trim(), "denied", "the job cannot reach the locks");
+    assert_eq!(sb.history("asuser")[0]["outcome"], "succeeded");
+}

@@ -1,0 +1,74 @@
+//! Shared helpers for the binary tests: a temporary job list, runtime directory and
+//! store per test, and the real `jobguard` binary.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// A sandbox: a directory with `jobs.toml`, a runtime dir and a SQLite store inside.
+pub struct Sandbox {
+    pub dir: tempfile::TempDir,
+}
+
+impl Sandbox {
+    /// A sandbox whose job list is `jobs` (TOML text). The store defaults to
+    /// `sqlite://state/jobguard.db` relative to the job list.
+    pub fn new(jobs: &str) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let text = format!("[defaults]\nstore = \"sqlite://state/jobguard.db\"\n\n{jobs}");
+        std::fs::write(dir.path().join("jobs.toml"), text).expect("write jobs.toml");
+        Sandbox { dir }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// `jobguard ARGS... --config jobs.toml` with a private runtime dir.
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_jobguard"));
+        c.args(args)
+            .arg("--config")
+            .arg(self.file("jobs.toml"))
+            .env("JOBGUARD_RUNTIME_DIR", self.file("run"))
+            .env_remove("JOBGUARD_CONFIG")
+            .env_remove("TRIGGER_TIMER_REALTIME_USEC")
+            .env_remove("TRIGGER_UNIT")
+            .env_remove("INVOCATION_ID")
+            .env_remove("NOTIFY_SOCKET")
+            .env_remove("JOURNAL_STREAM");
+        c
+    }
+
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().expect("run jobguard")
+    }
+
+    /// `jobguard history JOB --json` parsed.
+    pub fn history(&self, job: &str) -> Vec<serde_json::Value> {
+        let out = self.run(&["history", job, "--json", "--limit", "0"]);
+        assert!(out.status.success(), "history failed: {}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("history json");
+        v.as_array().expect("array").clone()
+    }
+
+    pub fn read(&self, name: &str) -> String {
+        std::fs::read_to_string(self.file(name)).unwrap_or_default()
+    }
+
+    pub fn lines(&self, name: &str) -> usize {
+        self.read(name).lines().count()
+    }
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
