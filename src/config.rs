@@ -47,8 +47,17 @@ pub const DROPIN_DIR: &str = "jobs.d";
 
 /// Store address schemes a job list may name (`SCHEME://…`). Whether a backend is built
 /// in is checked when the store is opened, not here.
-pub const STORE_SCHEMES: &[&str] =
-    &["sqlite", "postgres", "postgresql", "mysql", "mariadb", "redis", "rediss", "etcd", "zookeeper"];
+pub const STORE_SCHEMES: &[&str] = &[
+    "sqlite",
+    "postgres",
+    "postgresql",
+    "mysql",
+    "mariadb",
+    "redis",
+    "rediss",
+    "etcd",
+    "zookeeper",
+];
 
 /// Shortest accepted `lease_ttl`: the shim renews every third of it.
 pub const MIN_LEASE_TTL: Duration = Duration::from_secs(3);
@@ -78,7 +87,10 @@ impl ConfigSource {
 impl fmt::Display for ConfigSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ConfigSource::Default => write!(f, "{DEFAULT_CONFIG_DIR}/{MAIN_FILE} and {DEFAULT_CONFIG_DIR}/{DROPIN_DIR}"),
+            ConfigSource::Default => write!(
+                f,
+                "{DEFAULT_CONFIG_DIR}/{MAIN_FILE} and {DEFAULT_CONFIG_DIR}/{DROPIN_DIR}"
+            ),
             ConfigSource::Path(p) => write!(f, "{}", p.display()),
         }
     }
@@ -149,12 +161,17 @@ pub struct JobSet {
 pub fn load(source: &ConfigSource) -> JobSet {
     let mut set = JobSet::default();
     let files = match source {
-        ConfigSource::Default => list_dir_source(Path::new(DEFAULT_CONFIG_DIR), false, &mut set.errors),
+        ConfigSource::Default => {
+            list_dir_source(Path::new(DEFAULT_CONFIG_DIR), false, &mut set.errors)
+        }
         ConfigSource::Path(p) => {
             let p = absolute(p);
             match std::fs::metadata(&p) {
                 Ok(m) if m.is_dir() => list_dir_source(&p, true, &mut set.errors),
-                Ok(_) => vec![SourceFile { path: p, main: false }],
+                Ok(_) => vec![SourceFile {
+                    path: p,
+                    main: false,
+                }],
                 Err(e) => {
                     set.errors.push(file_error(&p, None, io_message(&e)));
                     Vec::new()
@@ -241,7 +258,11 @@ fn toml_files(dir: &Path, errors: &mut Vec<ConfigError>) -> Vec<PathBuf> {
         })
         .collect();
     names.sort_by(|a, b| a.as_encoded_bytes().cmp(b.as_encoded_bytes()));
-    names.into_iter().map(|n| dir.join(n)).filter(|p| p.is_file()).collect()
+    names
+        .into_iter()
+        .map(|n| dir.join(n))
+        .filter(|p| p.is_file())
+        .collect()
 }
 
 /// The files of a directory source; `all_toml` also reads `DIR/*.toml` beside `jobs.toml`.
@@ -249,17 +270,26 @@ fn list_dir_source(dir: &Path, all_toml: bool, errors: &mut Vec<ConfigError>) ->
     let main = dir.join(MAIN_FILE);
     let mut out = Vec::new();
     if main.is_file() {
-        out.push(SourceFile { path: main.clone(), main: true });
+        out.push(SourceFile {
+            path: main.clone(),
+            main: true,
+        });
     }
     if all_toml {
         for p in toml_files(dir, errors) {
             if p != main {
-                out.push(SourceFile { path: p, main: false });
+                out.push(SourceFile {
+                    path: p,
+                    main: false,
+                });
             }
         }
     }
     for p in toml_files(&dir.join(DROPIN_DIR), errors) {
-        out.push(SourceFile { path: p, main: false });
+        out.push(SourceFile {
+            path: p,
+            main: false,
+        });
     }
     out
 }
@@ -280,9 +310,15 @@ impl<'a> LineIndex<'a> {
     /// 1-based line and 1-based column in characters.
     fn position(&self, offset: usize) -> (usize, usize) {
         let offset = offset.min(self.text.len());
-        let line = self.starts.partition_point(|&s| s <= offset).saturating_sub(1);
+        let line = self
+            .starts
+            .partition_point(|&s| s <= offset)
+            .saturating_sub(1);
         let start = self.starts[line];
-        let col = self.text.get(start..offset).map_or(offset - start, |s| s.chars().count());
+        let col = self
+            .text
+            .get(start..offset)
+            .map_or(offset - start, |s| s.chars().count());
         (line + 1, col + 1)
     }
 }
@@ -387,7 +423,9 @@ fn key_path(parts: &[&str]) -> String {
         if i > 0 {
             out.push('.');
         }
-        let bare = !p.is_empty() && p.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_');
+        let bare = !p.is_empty()
+            && p.bytes()
+                .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_');
         if bare {
             out.push_str(p);
         } else {
@@ -436,7 +474,12 @@ impl TableCtx<'_> {
         let (line, column) = self.lines.position(offset);
         let mut parts = self.prefix.clone();
         parts.push(key);
-        Origin { file: self.file, line, column, key: key_path(&parts) }
+        Origin {
+            file: self.file,
+            line,
+            column,
+            key: key_path(&parts),
+        }
     }
 
     fn error(&mut self, at: &Origin, message: String) {
@@ -460,7 +503,10 @@ impl TableCtx<'_> {
     ) -> Option<Val<T>> {
         let at = self.origin(key, v.span().start);
         match f(self, v) {
-            Ok(value) => Some(Val { value: Some(value), at }),
+            Ok(value) => Some(Val {
+                value: Some(value),
+                at,
+            }),
             Err(message) => {
                 // An empty message: the reader recorded its own, more precise errors.
                 if !message.is_empty() {
@@ -476,7 +522,9 @@ impl TableCtx<'_> {
         for (k, v) in table.iter() {
             let key: &str = k.get_ref();
             match key {
-                "description" => p.description = self.read(key, v, |_, v| string(v).map(str::to_string)),
+                "description" => {
+                    p.description = self.read(key, v, |_, v| string(v).map(str::to_string))
+                }
                 "schedule" => p.schedule = self.read(key, v, |_, v| schedule(v)),
                 "command" => p.command = self.read(key, v, |_, v| command(v)),
                 "user" => p.user = self.read(key, v, |_, v| user(v)),
@@ -484,19 +532,28 @@ impl TableCtx<'_> {
                     p.working_directory = self.read(key, v, |c, v| path_value(v, c.dir));
                 }
                 "environment" => p.environment = self.read(key, v, |c, v| c.environment(v)),
-                "timeout" => p.timeout = self.read(key, v, |_, v| span(v, SpanRule::ZeroOrInfinityIsNone)),
+                "timeout" => {
+                    p.timeout = self.read(key, v, |_, v| span(v, SpanRule::ZeroOrInfinityIsNone))
+                }
                 "randomized_delay" => {
-                    p.randomized_delay = self.read(key, v, |_, v| span(v, SpanRule::FiniteZeroIsNone));
+                    p.randomized_delay =
+                        self.read(key, v, |_, v| span(v, SpanRule::FiniteZeroIsNone));
                 }
                 "store" | "store_file" => {
                     let val = if key == "store" {
-                        self.read(key, v, |c, v| store_address(v, c.dir).map(StoreRef::Address))
+                        self.read(key, v, |c, v| {
+                            store_address(v, c.dir).map(StoreRef::Address)
+                        })
                     } else {
                         self.read(key, v, |c, v| path_value(v, c.dir).map(StoreRef::File))
                     };
                     if let (Some(old), Some(new)) = (&p.store, &val) {
                         let (first, second) =
-                            if (old.at.line, old.at.column) < (new.at.line, new.at.column) { (old, new) } else { (new, old) };
+                            if (old.at.line, old.at.column) < (new.at.line, new.at.column) {
+                                (old, new)
+                            } else {
+                                (new, old)
+                            };
                         let at = second.at.clone();
                         let msg = format!(
                             "store and store_file exclude each other ({} is set at line {})",
@@ -508,28 +565,54 @@ impl TableCtx<'_> {
                         p.store = val;
                     }
                 }
-                "store_wait" => p.store_wait = self.read(key, v, |_, v| finite_span(v, Duration::ZERO)),
+                "store_wait" => {
+                    p.store_wait = self.read(key, v, |_, v| finite_span(v, Duration::ZERO))
+                }
                 "on_store_unavailable" => {
                     p.on_store_unavailable = self.read(key, v, |_, v| {
-                        choice(v, &[("fail", OnStoreUnavailable::Fail), ("skip", OnStoreUnavailable::Skip)])
+                        choice(
+                            v,
+                            &[
+                                ("fail", OnStoreUnavailable::Fail),
+                                ("skip", OnStoreUnavailable::Skip),
+                            ],
+                        )
                     });
                 }
                 "clock_tolerance" => {
-                    p.clock_tolerance = self.read(key, v, |_, v| finite_span(v, Duration::from_micros(1)));
+                    p.clock_tolerance =
+                        self.read(key, v, |_, v| finite_span(v, Duration::from_micros(1)));
                 }
-                "lease_ttl" => p.lease_ttl = self.read(key, v, |_, v| finite_span(v, MIN_LEASE_TTL)),
+                "lease_ttl" => {
+                    p.lease_ttl = self.read(key, v, |_, v| finite_span(v, MIN_LEASE_TTL))
+                }
                 "on_interrupted" => {
                     p.on_interrupted = self.read(key, v, |_, v| {
-                        choice(v, &[("rerun", OnInterrupted::Rerun), ("hold", OnInterrupted::Hold)])
+                        choice(
+                            v,
+                            &[
+                                ("rerun", OnInterrupted::Rerun),
+                                ("hold", OnInterrupted::Hold),
+                            ],
+                        )
                     });
                 }
                 "inhibit" => {
                     p.inhibit = self.read(key, v, |_, v| {
-                        choice(v, &[("delay", Inhibit::Delay), ("block", Inhibit::Block), ("none", Inhibit::None)])
+                        choice(
+                            v,
+                            &[
+                                ("delay", Inhibit::Delay),
+                                ("block", Inhibit::Block),
+                                ("none", Inhibit::None),
+                            ],
+                        )
                     });
                 }
                 "on_failure" => p.on_failure = self.read(key, v, |_, v| on_failure(v)),
-                "kill_grace" => p.kill_grace = self.read(key, v, |_, v| finite_span(v, Duration::ZERO)),
+                "kill_grace" => {
+                    p.kill_grace = self.read(key, v, |_, v| finite_span(v, Duration::ZERO))
+                }
                 "persistent" => {
                     p.persistent = self.read(key, v, |_, v| match v.get_ref() {
                         DeValue::Boolean(b) => Ok(*b),
@@ -545,9 +628,15 @@ impl TableCtx<'_> {
         p
     }
 
-    fn environment(&mut self, v: &Spanned<DeValue<'_>>) -> Result<BTreeMap<String, String>, String> {
+    fn environment(
+        &mut self,
+        v: &Spanned<DeValue<'_>>,
+    ) -> Result<BTreeMap<String, String>, String> {
         let DeValue::Table(t) = v.get_ref() else {
-            return Err(format!("expected a table of strings, found {}", type_name(v.get_ref())));
+            return Err(format!(
+                "expected a table of strings, found {}",
+                type_name(v.get_ref())
+            ));
         };
         let mut out = BTreeMap::new();
         let mut ok = true;
@@ -557,12 +646,19 @@ impl TableCtx<'_> {
                 let (line, column) = self.lines.position(k.span().start);
                 let mut parts = self.prefix.clone();
                 parts.extend(["environment", name]);
-                Origin { file: self.file, line, column, key: key_path(&parts) }
+                Origin {
+                    file: self.file,
+                    line,
+                    column,
+                    key: key_path(&parts),
+                }
             };
             let check = if !is_env_name(name) {
                 Err(format!("invalid environment variable name {name:?}"))
             } else if name.starts_with("JOBGUARD_") {
-                Err(format!("{name} is reserved: the shim sets the JOBGUARD_* variables"))
+                Err(format!(
+                    "{name} is reserved: the shim sets the JOBGUARD_* variables"
+                ))
             } else {
                 string(val).and_then(no_nul).map(str::to_string)
             };
@@ -589,7 +685,11 @@ fn string<'v>(v: &'v Spanned<DeValue<'_>>) -> Result<&'v str, String> {
 }
 
 fn no_nul(s: &str) -> Result<&str, String> {
-    if s.contains('\0') { Err(String::from("contains a NUL character")) } else { Ok(s) }
+    if s.contains('\0') {
+        Err(String::from("contains a NUL character"))
+    } else {
+        Ok(s)
+    }
 }
 
 /// `[A-Za-z_][A-Za-z0-9_]*`, the names a shell and systemd's `Environment=` accept.
@@ -602,19 +702,26 @@ fn is_env_name(s: &str) -> bool {
 
 fn schedule(v: &Spanned<DeValue<'_>>) -> Result<(String, CalendarSpec), String> {
     let s = string(v)?;
-    CalendarSpec::parse(s).map(|c| (s.to_string(), c)).map_err(|e| e.to_string())
+    CalendarSpec::parse(s)
+        .map(|c| (s.to_string(), c))
+        .map_err(|e| e.to_string())
 }
 
 fn command(v: &Spanned<DeValue<'_>>) -> Result<Vec<String>, String> {
     let DeValue::Array(a) = v.get_ref() else {
-        return Err(format!("expected an array of strings, found {}", type_name(v.get_ref())));
+        return Err(format!(
+            "expected an array of strings, found {}",
+            type_name(v.get_ref())
+        ));
     };
     if a.is_empty() {
         return Err(String::from("must not be empty"));
     }
     let mut out = Vec::with_capacity(a.len());
     for (i, item) in a.iter().enumerate() {
-        let s = string(item).and_then(no_nul).map_err(|m| format!("element {}: {m}", i + 1))?;
+        let s = string(item)
+            .and_then(no_nul)
+            .map_err(|m| format!("element {}: {m}", i + 1))?;
         out.push(s.to_string());
     }
     if out[0].is_empty() {
@@ -633,7 +740,9 @@ fn user(v: &Spanned<DeValue<'_>>) -> Result<String, String> {
         && !b[0].is_ascii_digit()
         && b[0] != b'-'
         && b.iter().enumerate().all(|(i, &c)| {
-            c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'.') || (c == b'$' && i == b.len() - 1)
+            c.is_ascii_alphanumeric()
+                || matches!(c, b'_' | b'-' | b'.')
+                || (c == b'$' && i == b.len() - 1)
         });
     if numeric {
         return match s.parse::<u32>() {
@@ -641,7 +750,11 @@ fn user(v: &Spanned<DeValue<'_>>) -> Result<String, String> {
             _ => Err(format!("invalid user {s:?}: UID out of range")),
         };
     }
-    if name_ok { Ok(s.to_string()) } else { Err(format!("invalid user name {s:?}")) }
+    if name_ok {
+        Ok(s.to_string())
+    } else {
+        Err(format!("invalid user name {s:?}"))
+    }
 }
 
 fn path_value(v: &Spanned<DeValue<'_>>, dir: &Path) -> Result<PathBuf, String> {
@@ -658,7 +771,10 @@ fn store_address(v: &Spanned<DeValue<'_>>, dir: &Path) -> Result<String, String>
         return Err(format!("invalid store address {s:?}: expected SCHEME://…"));
     };
     if !STORE_SCHEMES.contains(&scheme) {
-        return Err(format!("unknown store type {scheme:?} (known: {})", STORE_SCHEMES.join(", ")));
+        return Err(format!(
+            "unknown store type {scheme:?} (known: {})",
+            STORE_SCHEMES.join(", ")
+        ));
     }
     if scheme != "sqlite" {
         return Ok(s.to_string());
@@ -680,10 +796,14 @@ fn on_failure(v: &Spanned<DeValue<'_>>) -> Result<String, String> {
 
 fn choice<T: Copy>(v: &Spanned<DeValue<'_>>, options: &[(&str, T)]) -> Result<T, String> {
     let s = string(v)?;
-    options.iter().find(|(name, _)| *name == s).map(|(_, t)| *t).ok_or_else(|| {
-        let names: Vec<String> = options.iter().map(|(n, _)| format!("{n:?}")).collect();
-        format!("expected one of {}, found {s:?}", names.join(", "))
-    })
+    options
+        .iter()
+        .find(|(name, _)| *name == s)
+        .map(|(_, t)| *t)
+        .ok_or_else(|| {
+            let names: Vec<String> = options.iter().map(|(n, _)| format!("{n:?}")).collect();
+            format!("expected one of {}, found {s:?}", names.join(", "))
+        })
 }
 
 enum SpanRule {
@@ -705,7 +825,10 @@ fn timespan(v: &Spanned<DeValue<'_>>) -> Result<TimeSpan, String> {
             .and_then(|secs| secs.checked_mul(1_000_000))
             .map(TimeSpan::from_usec)
             .ok_or_else(|| format!("invalid time span {}", i.as_str())),
-        other => Err(format!("expected a time span such as \"2min\", found {}", type_name(other))),
+        other => Err(format!(
+            "expected a time span such as \"2min\", found {}",
+            type_name(other)
+        )),
     }
 }
 
@@ -721,7 +844,9 @@ fn span(v: &Spanned<DeValue<'_>>, rule: SpanRule) -> Result<Option<Duration>, St
 }
 
 fn finite_span(v: &Spanned<DeValue<'_>>, min: Duration) -> Result<Duration, String> {
-    let d = timespan(v)?.as_duration().ok_or_else(|| String::from("must be finite"))?;
+    let d = timespan(v)?
+        .as_duration()
+        .ok_or_else(|| String::from("must be finite"))?;
     if d < min {
         return Err(format!("must be at least {}", TimeSpan::from_duration(min)));
     }
@@ -744,7 +869,9 @@ impl Loader {
                 return;
             }
         };
-        let dir = path.parent().map_or_else(|| PathBuf::from("/"), Path::to_path_buf);
+        let dir = path
+            .parent()
+            .map_or_else(|| PathBuf::from("/"), Path::to_path_buf);
         let mut file_defaults = None;
         let mut jobs_table = None;
         let mut top = TableCtx {
@@ -761,7 +888,10 @@ impl Loader {
             let key: &str = k.get_ref();
             match (key, v.get_ref()) {
                 ("defaults", DeValue::Table(t)) => {
-                    let mut ctx = TableCtx { prefix: vec!["defaults"], ..top.sub() };
+                    let mut ctx = TableCtx {
+                        prefix: vec!["defaults"],
+                        ..top.sub()
+                    };
                     let partial = ctx.read_table(t);
                     top.errors.append(&mut ctx.errors);
                     self.defaults.push(partial);
@@ -774,7 +904,13 @@ impl Loader {
                 }
                 _ => {
                     let at = top.origin(key, k.span().start);
-                    top.error(&at, format!("unknown key {} (expected defaults or jobs)", key_path(&[key])));
+                    top.error(
+                        &at,
+                        format!(
+                            "unknown key {} (expected defaults or jobs)",
+                            key_path(&[key])
+                        ),
+                    );
                 }
             }
         }
@@ -788,8 +924,18 @@ impl Loader {
         for (k, v) in jobs.iter() {
             let name: &str = k.get_ref();
             let (line, column) = lines.position(k.span().start);
-            let at = Origin { file, line, column, key: key_path(&["jobs", name]) };
-            let mut ctx = TableCtx { prefix: vec!["jobs", name], job: Some(name), scope: ErrorScope::Job, ..top.sub() };
+            let at = Origin {
+                file,
+                line,
+                column,
+                key: key_path(&["jobs", name]),
+            };
+            let mut ctx = TableCtx {
+                prefix: vec!["jobs", name],
+                job: Some(name),
+                scope: ErrorScope::Job,
+                ..top.sub()
+            };
             if !job::is_valid_job_name(name) {
                 ctx.error(
                     &at,
@@ -807,7 +953,13 @@ impl Loader {
                     Partial::default()
                 }
             };
-            self.jobs.push(RawJob { name: name.to_string(), at, own, errors: ctx.errors, file_defaults });
+            self.jobs.push(RawJob {
+                name: name.to_string(),
+                at,
+                own,
+                errors: ctx.errors,
+                file_defaults,
+            });
         }
     }
 
@@ -849,7 +1001,11 @@ impl Loader {
             }
             let layers: Vec<&Partial> = std::iter::once(&raw.own)
                 .chain(raw.file_defaults.map(|i| &self.defaults[i]))
-                .chain(self.global_defaults.filter(|g| Some(*g) != raw.file_defaults).map(|i| &self.defaults[i]))
+                .chain(
+                    self.global_defaults
+                        .filter(|g| Some(*g) != raw.file_defaults)
+                        .map(|i| &self.defaults[i]),
+                )
                 .collect();
             match build_job(raw, &layers, &self.files) {
                 Ok(job) => {
@@ -860,8 +1016,19 @@ impl Loader {
         }
         // File order first, then position; the sort is stable, so equal positions keep
         // the order they were found in.
-        let order: HashMap<&Path, usize> = self.files.iter().enumerate().map(|(i, f)| (f.as_path(), i)).collect();
-        errors.sort_by_key(|e| (order.get(e.file.as_path()).copied().unwrap_or(0), e.line, e.column));
+        let order: HashMap<&Path, usize> = self
+            .files
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (f.as_path(), i))
+            .collect();
+        errors.sort_by_key(|e| {
+            (
+                order.get(e.file.as_path()).copied().unwrap_or(0),
+                e.line,
+                e.column,
+            )
+        });
         set.errors.append(&mut errors);
     }
 }
@@ -883,7 +1050,11 @@ impl<'a> TableCtx<'a> {
 }
 
 /// Applies the layers (job first) and checks that the required keys are there.
-fn build_job(raw: &RawJob, layers: &[&Partial], files: &[PathBuf]) -> Result<Job, Vec<ConfigError>> {
+fn build_job(
+    raw: &RawJob,
+    layers: &[&Partial],
+    files: &[PathBuf],
+) -> Result<Job, Vec<ConfigError>> {
     let mut errors = Vec::new();
     let job_error = |at: &Origin, key: String, message: String| ConfigError {
         file: files[raw.at.file].clone(),
@@ -940,10 +1111,15 @@ fn build_job(raw: &RawJob, layers: &[&Partial], files: &[PathBuf]) -> Result<Job
         (layers.iter().any(|l| l.command.is_some()), "command"),
     ] {
         if !present {
-            errors.push(job_error(&raw.at, key_path(&["jobs", &raw.name, key]), format!("missing key {key}")));
+            errors.push(job_error(
+                &raw.at,
+                key_path(&["jobs", &raw.name, key]),
+                format!("missing key {key}"),
+            ));
         }
     }
-    let (Some((schedule, calendar)), Some(command), true) = (schedule, command, errors.is_empty()) else {
+    let (Some((schedule, calendar)), Some(command), true) = (schedule, command, errors.is_empty())
+    else {
         return Err(errors);
     };
     let (store, store_file) = match store {

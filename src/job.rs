@@ -31,7 +31,9 @@ pub fn is_valid_job_name(name: &str) -> bool {
     !b.is_empty()
         && b.len() <= MAX_JOB_NAME_LEN
         && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
-        && b.iter().all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'-' | b'_' | b'.'))
+        && b.iter().all(|&c| {
+            c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'-' | b'_' | b'.')
+        })
 }
 
 /// What `jobguard recover` does with a run that was cut off (key `on_interrupted`).
@@ -194,7 +196,10 @@ impl Job {
             .map(str::trim)
             .find(|l| !l.is_empty() && !l.starts_with('#'))
             .map(str::to_string)
-            .ok_or_else(|| StoreAddressError::Empty { job: self.name.clone(), path: path.clone() })
+            .ok_or_else(|| StoreAddressError::Empty {
+                job: self.name.clone(),
+                path: path.clone(),
+            })
     }
 
     /// Whether the job's store may live on another host, so its service should wait for
@@ -214,7 +219,19 @@ mod tests {
         for good in ["a", "store-sync", "0day", "a.b_c-d", &"x".repeat(64)] {
             assert!(is_valid_job_name(good), "{good:?}");
         }
-        for bad in ["", "-a", ".a", "_a", "A", "a b", "a/b", "a@b", "ä", "a\\b", &"x".repeat(65)] {
+        for bad in [
+            "",
+            "-a",
+            ".a",
+            "_a",
+            "A",
+            "a b",
+            "a/b",
+            "a@b",
+            "ä",
+            "a\\b",
+            &"x".repeat(65),
+        ] {
             assert!(!is_valid_job_name(bad), "{bad:?}");
         }
     }
