@@ -423,25 +423,30 @@ fn key_path(parts: &[&str]) -> String {
         if i > 0 {
             out.push('.');
         }
-        let bare = !p.is_empty()
-            && p.bytes()
-                .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_');
-        if bare {
-            out.push_str(p);
-        } else {
-            out.push('"');
-            for c in p.chars() {
-                match c {
-                    '"' => out.push_str("\\\""),
-                    '\\' => out.push_str("\\\\"),
-                    c if c.is_control() => out.push_str(&c.escape_unicode().to_string()),
-                    c => out.push(c),
-                }
-            }
-            out.push('"');
-        }
+        push_key_part(&mut out, p);
     }
     out
+}
+
+/// Appends one part of a dotted key: bare when TOML allows, else quoted.
+fn push_key_part(out: &mut String, p: &str) {
+    let bare = !p.is_empty()
+        && p.bytes()
+            .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_');
+    if bare {
+        out.push_str(p);
+        return;
+    }
+    out.push('"');
+    for c in p.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => out.extend(c.escape_unicode()),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
 }
 
 fn type_name(v: &DeValue<'_>) -> &'static str {
@@ -462,8 +467,8 @@ struct TableCtx<'a> {
     path: &'a Path,
     dir: &'a Path,
     lines: &'a LineIndex<'a>,
-    /// Key prefix: `["defaults"]` or `["jobs", NAME]`.
-    prefix: Vec<&'a str>,
+    /// Key prefix, dotted: `defaults` or `jobs.NAME`.
+    prefix_key: String,
     job: Option<&'a str>,
     scope: ErrorScope,
     errors: Vec<ConfigError>,
@@ -472,14 +477,23 @@ struct TableCtx<'a> {
 impl TableCtx<'_> {
     fn origin(&self, key: &str, offset: usize) -> Origin {
         let (line, column) = self.lines.position(offset);
-        let mut parts = self.prefix.clone();
-        parts.push(key);
         Origin {
             file: self.file,
             line,
             column,
-            key: key_path(&parts),
+            key: self.key(key),
         }
+    }
+
+    /// The dotted path of `key` in this table.
+    fn key(&self, key: &str) -> String {
+        let mut s = String::with_capacity(self.prefix_key.len() + key.len() + 1);
+        s.push_str(&self.prefix_key);
+        if !s.is_empty() {
+            s.push('.');
+        }
+        push_key_part(&mut s, key);
+        s
     }
 
     fn error(&mut self, at: &Origin, message: String) {
@@ -644,13 +658,14 @@ impl TableCtx<'_> {
             let name: &str = k.get_ref();
             let at = {
                 let (line, column) = self.lines.position(k.span().start);
-                let mut parts = self.prefix.clone();
-                parts.extend(["environment", name]);
+                let mut key = self.key("environment");
+                key.push('.');
+                push_key_part(&mut key, name);
                 Origin {
                     file: self.file,
                     line,
                     column,
-                    key: key_path(&parts),
+                    key,
                 }
             };
             let check = if !is_env_name(name) {
@@ -879,7 +894,7 @@ impl Loader {
             path,
             dir: &dir,
             lines: &lines,
-            prefix: Vec::new(),
+            prefix_key: String::new(),
             job: None,
             scope: ErrorScope::Key,
             errors: Vec::new(),
@@ -889,7 +904,7 @@ impl Loader {
             match (key, v.get_ref()) {
                 ("defaults", DeValue::Table(t)) => {
                     let mut ctx = TableCtx {
-                        prefix: vec!["defaults"],
+                        prefix_key: String::from("defaults"),
                         ..top.sub()
                     };
                     let partial = ctx.read_table(t);
@@ -931,7 +946,7 @@ impl Loader {
                 key: key_path(&["jobs", name]),
             };
             let mut ctx = TableCtx {
-                prefix: vec!["jobs", name],
+                prefix_key: at.key.clone(),
                 job: Some(name),
                 scope: ErrorScope::Job,
                 ..top.sub()
@@ -1041,7 +1056,7 @@ impl<'a> TableCtx<'a> {
             path: self.path,
             dir: self.dir,
             lines: self.lines,
-            prefix: Vec::new(),
+            prefix_key: String::new(),
             job: None,
             scope: ErrorScope::Key,
             errors: Vec::new(),

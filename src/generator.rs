@@ -7,13 +7,14 @@
 //! generator mode warnings go to the kernel log (`/dev/kmsg`, as `<4>jobguard-generator[PID]: …`),
 //! because stderr of a generator may go nowhere; otherwise to stderr.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use crate::config::{ConfigError, ConfigSource, ErrorScope, JobSet};
-use crate::render::{RenderOptions, UnitContent, UnitFile, render};
+use crate::job::Job;
+use crate::render::{RenderOptions, UnitContent, UnitFile, render_common, render_jobs};
 
 /// Identifier in log lines.
 pub const IDENT: &str = "jobguard-generator";
@@ -93,29 +94,23 @@ pub fn warning_line(e: &ConfigError) -> String {
 /// file or link that is already at a path. Keeps going after a failure.
 ///
 /// # Errors
-/// Every path that could not be written, in order.
+/// Every path that could not be written.
 pub fn write_units(dir: &Path, units: &[UnitFile]) -> Result<(), Vec<WriteError>> {
-    let mut made: HashSet<PathBuf> = HashSet::new();
-    let mut errors = Vec::new();
+    let mut uses: HashMap<&Path, usize> = HashMap::new();
     for u in units {
-        let path = dir.join(&u.path);
-        if let Some(parent) = path.parent()
-            && parent != dir
-            && !made.contains(parent)
-        {
-            if let Err(source) = std::fs::create_dir_all(parent) {
-                errors.push(WriteError::Io {
-                    path: parent.to_path_buf(),
-                    source,
-                });
-                continue;
-            }
-            made.insert(parent.to_path_buf());
-        }
-        if let Err(source) = write_one(&path, &u.content) {
-            errors.push(WriteError::Io { path, source });
+        if let Some(parent) = u.path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            *uses.entry(parent).or_default() += 1;
         }
     }
+    let mut shared: Vec<&Path> = uses
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(p, _)| *p)
+        .collect();
+    shared.sort();
+    let mut errors = make_dirs(dir, &shared);
+    let shared: HashSet<&Path> = shared.into_iter().collect();
+    errors.extend(in_parallel(units, |part| write_part(dir, part, &shared)));
     if errors.is_empty() {
         Ok(())
     } else {
@@ -123,18 +118,112 @@ pub fn write_units(dir: &Path, units: &[UnitFile]) -> Result<(), Vec<WriteError>
     }
 }
 
+/// Makes directories below `dir` (and their parents).
+fn make_dirs(dir: &Path, rel: &[&Path]) -> Vec<WriteError> {
+    let mut errors = Vec::new();
+    for p in rel {
+        let path = dir.join(p);
+        if let Err(source) = std::fs::create_dir_all(&path) {
+            errors.push(WriteError::Io { path, source });
+        }
+    }
+    errors
+}
+
+/// Runs `f` on slices of `items` in a few threads and collects what they return, in
+/// order. Most of a generator's time is file-system calls, which two or more threads
+/// overlap well (systemd.generator(7) asks generators to be fast).
+fn in_parallel<T: Sync>(
+    items: &[T],
+    f: impl Fn(&[T]) -> Vec<WriteError> + Sync,
+) -> Vec<WriteError> {
+    let threads = if items.len() < PARALLEL_MIN {
+        1
+    } else {
+        std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .clamp(1, MAX_THREADS)
+    };
+    if threads == 1 {
+        return f(items);
+    }
+    let chunk = items.len().div_ceil(threads);
+    let f = &f;
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = items
+            .chunks(chunk)
+            .map(|part| scope.spawn(move || f(part)))
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    vec![WriteError::Io {
+                        path: PathBuf::new(),
+                        source: std::io::Error::other("writer thread panicked"),
+                    }]
+                })
+            })
+            .collect()
+    })
+}
+
+/// Fewer items than this are written by one thread.
+const PARALLEL_MIN: usize = 64;
+/// Most writer threads.
+const MAX_THREADS: usize = 4;
+
+/// Writes a slice of the units; parents not in `shared` (already made) are made here.
+fn write_part(dir: &Path, part: &[UnitFile], shared: &HashSet<&Path>) -> Vec<WriteError> {
+    let mut errors = Vec::new();
+    for u in part {
+        let path = dir.join(&u.path);
+        if let Some(parent) = u
+            .path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty() && !shared.contains(p))
+        {
+            let parent = dir.join(parent);
+            match std::fs::create_dir(&parent) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(source) => {
+                    errors.push(WriteError::Io {
+                        path: parent,
+                        source,
+                    });
+                    continue;
+                }
+            }
+        }
+        if let Err(source) = write_one(&path, &u.content) {
+            errors.push(WriteError::Io { path, source });
+        }
+    }
+    errors
+}
+
+fn write_file(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    // O_NOFOLLOW: replace a link that is in the way rather than write through it.
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)?;
+    f.write_all(text.as_bytes())
+}
+
 fn write_one(path: &Path, content: &UnitContent) -> std::io::Result<()> {
     match content {
-        UnitContent::File(text) => {
-            // Replace rather than write through an existing link.
-            if path
-                .symlink_metadata()
-                .is_ok_and(|m| m.file_type().is_symlink())
-            {
+        UnitContent::File(text) => match write_file(path, text) {
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
                 std::fs::remove_file(path)?;
+                write_file(path, text)
             }
-            std::fs::write(path, text)
-        }
+            r => r,
+        },
         UnitContent::Symlink(target) => match std::os::unix::fs::symlink(target, path) {
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                 std::fs::remove_file(path)?;
@@ -164,19 +253,32 @@ pub fn run(args: &GeneratorArgs) -> u8 {
 }
 
 /// Logs `set`'s errors, renders it and writes the units into `dir`. Returns the exit
-/// status as [`run`] does.
+/// status as [`run`] does. Rendering and writing are split over a few threads by job;
+/// the output is the same as [`write_units`] of [`crate::render::render`].
 pub fn generate_into(set: &JobSet, dir: &Path, opts: &RenderOptions, log: &mut Log) -> u8 {
     for e in &set.errors {
         log.warn(&warning_line(e));
     }
-    let units = render(set, opts);
-    match write_units(dir, &units) {
-        Ok(()) => crate::exit::OK,
-        Err(errors) => {
-            for e in errors {
-                log.error(&e.to_string());
-            }
-            crate::exit::FAILURE
-        }
+    let jobs: Vec<&Job> = set.jobs.values().collect();
+    let mut errors = Vec::new();
+    if !jobs.is_empty() {
+        errors.extend(make_dirs(dir, &[Path::new(WANTS_DIR)]));
+        let shared: HashSet<&Path> = [Path::new(WANTS_DIR)].into_iter().collect();
+        errors.extend(in_parallel(&jobs, |part| {
+            write_part(dir, &render_jobs(part, opts), &shared)
+        }));
     }
+    if let Err(e) = write_units(dir, &render_common(set, opts)) {
+        errors.extend(e);
+    }
+    if errors.is_empty() {
+        return crate::exit::OK;
+    }
+    for e in errors {
+        log.error(&e.to_string());
+    }
+    crate::exit::FAILURE
 }
+
+/// The `.wants/` directory that every job's timer link goes into.
+const WANTS_DIR: &str = "timers.target.wants";

@@ -20,6 +20,7 @@
 //! Every file starts with a header naming the generator and the source file. Every value
 //! is escaped by [`crate::unit_name`]. Writing the files is [`crate::generator`]'s job.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -89,37 +90,59 @@ pub struct UnitFile {
 /// recover units). Errors in `set` are not looked at: bad jobs are simply absent.
 pub fn render(set: &JobSet, opts: &RenderOptions) -> Vec<UnitFile> {
     let mut out = Vec::with_capacity(set.jobs.len() * 3 + 3);
+    let jobs: Vec<&Job> = set.jobs.values().collect();
+    out.extend(render_jobs(&jobs, opts));
+    out.extend(render_common(set, opts));
+    out
+}
+
+/// The three entries of each job: timer drop-in, service drop-in, `.wants/` link.
+pub fn render_jobs(jobs: &[&Job], opts: &RenderOptions) -> Vec<UnitFile> {
     let timer_template = opts.unit_dir.join("jobguard@.timer");
-    for job in set.jobs.values() {
+    let mut sources: HashMap<&Path, SourceText> = HashMap::new();
+    let mut out = Vec::with_capacity(jobs.len() * 3);
+    for job in jobs {
+        let src = sources
+            .entry(job.source.as_path())
+            .or_insert_with(|| SourceText::new(&job.source));
+        let desc = escape_free_text(&job_description(job));
         out.push(UnitFile {
             path: PathBuf::from(format!("jobguard@{}.timer.d/{DROPIN_NAME}", job.name)),
-            content: UnitContent::File(timer_dropin(job)),
+            content: UnitContent::File(timer_text(job, src, &desc)),
         });
         out.push(UnitFile {
             path: PathBuf::from(format!("jobguard@{}.service.d/{DROPIN_NAME}", job.name)),
-            content: UnitContent::File(service_dropin(job)),
+            content: UnitContent::File(service_text(job, src, &desc)),
         });
         out.push(UnitFile {
             path: PathBuf::from(format!("timers.target.wants/jobguard@{}.timer", job.name)),
             content: UnitContent::Symlink(timer_template.clone()),
         });
     }
-    if !set.jobs.is_empty() {
+    out
+}
+
+/// The entries that exist once: with at least one job, the links that enable the recover
+/// service and timer, and the recover drop-in when some store may be remote.
+pub fn render_common(set: &JobSet, opts: &RenderOptions) -> Vec<UnitFile> {
+    let mut out = Vec::new();
+    if set.jobs.is_empty() {
+        return out;
+    }
+    out.push(UnitFile {
+        path: PathBuf::from("multi-user.target.wants/jobguard-recover.service"),
+        content: UnitContent::Symlink(opts.unit_dir.join("jobguard-recover.service")),
+    });
+    out.push(UnitFile {
+        path: PathBuf::from("timers.target.wants/jobguard-recover.timer"),
+        content: UnitContent::Symlink(opts.unit_dir.join("jobguard-recover.timer")),
+    });
+    let remote: Vec<&Job> = set.jobs.values().filter(|j| j.needs_network()).collect();
+    if !remote.is_empty() {
         out.push(UnitFile {
-            path: PathBuf::from("multi-user.target.wants/jobguard-recover.service"),
-            content: UnitContent::Symlink(opts.unit_dir.join("jobguard-recover.service")),
+            path: PathBuf::from(format!("jobguard-recover.service.d/{DROPIN_NAME}")),
+            content: UnitContent::File(recover_dropin(&remote)),
         });
-        out.push(UnitFile {
-            path: PathBuf::from("timers.target.wants/jobguard-recover.timer"),
-            content: UnitContent::Symlink(opts.unit_dir.join("jobguard-recover.timer")),
-        });
-        let remote: Vec<&Job> = set.jobs.values().filter(|j| j.needs_network()).collect();
-        if !remote.is_empty() {
-            out.push(UnitFile {
-                path: PathBuf::from(format!("jobguard-recover.service.d/{DROPIN_NAME}")),
-                content: UnitContent::File(recover_dropin(&remote)),
-            });
-        }
     }
     out
 }
@@ -134,20 +157,34 @@ fn header(out: &mut String, sources: &[&Path]) {
     out.push('\n');
 }
 
-/// `Description=`, `SourcePath=`, `Documentation=` for a job's units.
-fn unit_section(out: &mut String, job: &Job, description: &str) {
-    out.push_str("[Unit]\n");
-    let _ = writeln!(out, "Description={}", escape_free_text(description));
-    let source = job.source.to_string_lossy();
-    // A path systemd cannot read back (a newline in it) is left out rather than mangled.
-    if job.source.is_absolute() && !source.chars().any(char::is_control) {
-        let _ = writeln!(out, "SourcePath={}", escape_specifiers(&source));
+/// The text of a job's units that depends only on its source file.
+struct SourceText {
+    /// The header comment.
+    header: String,
+    /// `SourcePath=` and `Documentation=` lines.
+    refs: String,
+}
+
+impl SourceText {
+    fn new(source: &Path) -> Self {
+        let mut header_text = String::with_capacity(128);
+        header(&mut header_text, &[source]);
+        let mut refs = String::with_capacity(128);
+        let lossy = source.to_string_lossy();
+        // A path systemd cannot read back (a newline in it) is left out rather than mangled.
+        if source.is_absolute() && !lossy.chars().any(char::is_control) {
+            let _ = writeln!(refs, "SourcePath={}", escape_specifiers(&lossy));
+        }
+        let _ = writeln!(
+            refs,
+            "Documentation={}",
+            escape_specifiers(&file_uri(source))
+        );
+        SourceText {
+            header: header_text,
+            refs,
+        }
     }
-    let _ = writeln!(
-        out,
-        "Documentation={}",
-        escape_specifiers(&file_uri(&job.source))
-    );
 }
 
 fn job_description(job: &Job) -> String {
@@ -159,13 +196,22 @@ fn job_description(job: &Job) -> String {
 
 /// The timer drop-in of one job.
 pub fn timer_dropin(job: &Job) -> String {
+    let desc = escape_free_text(&job_description(job));
+    timer_text(job, &SourceText::new(&job.source), &desc)
+}
+
+/// The service drop-in of one job.
+pub fn service_dropin(job: &Job) -> String {
+    let desc = escape_free_text(&job_description(job));
+    service_text(job, &SourceText::new(&job.source), &desc)
+}
+
+/// `desc` is already escaped.
+fn timer_text(job: &Job, src: &SourceText, desc: &str) -> String {
     let mut out = String::with_capacity(512);
-    header(&mut out, &[&job.source]);
-    unit_section(
-        &mut out,
-        job,
-        &format!("Timer for {}", job_description(job)),
-    );
+    out.push_str(&src.header);
+    let _ = write!(out, "[Unit]\nDescription=Timer for {desc}\n");
+    out.push_str(&src.refs);
     out.push_str("\n[Timer]\n");
     // Clear anything the template might set, so the job's schedule is the only one.
     out.push_str("OnCalendar=\n");
@@ -177,11 +223,12 @@ pub fn timer_dropin(job: &Job) -> String {
     out
 }
 
-/// The service drop-in of one job.
-pub fn service_dropin(job: &Job) -> String {
+/// `desc` is already escaped.
+fn service_text(job: &Job, src: &SourceText, desc: &str) -> String {
     let mut out = String::with_capacity(512);
-    header(&mut out, &[&job.source]);
-    unit_section(&mut out, job, &job_description(job));
+    out.push_str(&src.header);
+    let _ = write!(out, "[Unit]\nDescription={desc}\n");
+    out.push_str(&src.refs);
     if let Some(unit) = &job.on_failure {
         // Specifiers such as %n are the point of this key: written as given (it was
         // checked to be a unit name once they are expanded).
