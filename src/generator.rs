@@ -10,7 +10,13 @@
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::Write as _;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
+use nix::unistd::UnlinkatFlags;
 
 use crate::config::{ConfigError, ConfigSource, ErrorScope, JobSet};
 use crate::job::Job;
@@ -110,7 +116,10 @@ pub fn write_units(dir: &Path, units: &[UnitFile]) -> Result<(), Vec<WriteError>
     shared.sort();
     let mut errors = make_dirs(dir, &shared);
     let shared: HashSet<&Path> = shared.into_iter().collect();
-    errors.extend(in_parallel(units, |part| write_part(dir, part, &shared)));
+    match OutDir::open(dir) {
+        Ok(out) => errors.extend(in_parallel(units, |part| write_part(&out, part, &shared))),
+        Err(e) => errors.push(e),
+    }
     if errors.is_empty() {
         Ok(())
     } else {
@@ -173,64 +182,83 @@ const PARALLEL_MIN: usize = 64;
 /// Most writer threads.
 const MAX_THREADS: usize = 4;
 
+/// The output directory, opened once: every entry is made relative to it (`mkdirat`,
+/// `openat`, `symlinkat`), which spares the kernel the walk down its path each time.
+struct OutDir<'a> {
+    path: &'a Path,
+    fd: OwnedFd,
+}
+
+impl<'a> OutDir<'a> {
+    fn open(path: &'a Path) -> Result<Self, WriteError> {
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+        match nix::fcntl::open(path, flags, Mode::empty()) {
+            Ok(fd) => Ok(OutDir { path, fd }),
+            Err(e) => Err(WriteError::Io {
+                path: path.to_path_buf(),
+                source: e.into(),
+            }),
+        }
+    }
+
+    fn error(&self, rel: &Path, source: std::io::Error) -> WriteError {
+        WriteError::Io {
+            path: self.path.join(rel),
+            source,
+        }
+    }
+}
+
 /// Writes a slice of the units; parents not in `shared` (already made) are made here.
-fn write_part(dir: &Path, part: &[UnitFile], shared: &HashSet<&Path>) -> Vec<WriteError> {
+fn write_part(out: &OutDir<'_>, part: &[UnitFile], shared: &HashSet<&Path>) -> Vec<WriteError> {
     let mut errors = Vec::new();
     for u in part {
-        let path = dir.join(&u.path);
         if let Some(parent) = u
             .path
             .parent()
             .filter(|p| !p.as_os_str().is_empty() && !shared.contains(p))
         {
-            let parent = dir.join(parent);
-            match std::fs::create_dir(&parent) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                Err(source) => {
-                    errors.push(WriteError::Io {
-                        path: parent,
-                        source,
-                    });
+            match nix::sys::stat::mkdirat(&out.fd, parent, Mode::from_bits_truncate(0o755)) {
+                Ok(()) | Err(Errno::EEXIST) => {}
+                Err(e) => {
+                    errors.push(out.error(parent, e.into()));
                     continue;
                 }
             }
         }
-        if let Err(source) = write_one(&path, &u.content) {
-            errors.push(WriteError::Io { path, source });
+        if let Err(e) = write_one(out, &u.path, &u.content) {
+            errors.push(out.error(&u.path, e));
         }
     }
     errors
 }
 
-fn write_file(path: &Path, text: &str) -> std::io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
+fn write_file(out: &OutDir<'_>, rel: &Path, text: &str) -> std::io::Result<()> {
     // O_NOFOLLOW: replace a link that is in the way rather than write through it.
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)?;
-    f.write_all(text.as_bytes())
+    let flags =
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_TRUNC | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let fd = nix::fcntl::openat(&out.fd, rel, flags, Mode::from_bits_truncate(0o644))?;
+    File::from(fd).write_all(text.as_bytes())
 }
 
-fn write_one(path: &Path, content: &UnitContent) -> std::io::Result<()> {
+fn write_one(out: &OutDir<'_>, rel: &Path, content: &UnitContent) -> std::io::Result<()> {
     match content {
-        UnitContent::File(text) => match write_file(path, text) {
+        UnitContent::File(text) => match write_file(out, rel, text) {
             Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
-                std::fs::remove_file(path)?;
-                write_file(path, text)
+                nix::unistd::unlinkat(&out.fd, rel, UnlinkatFlags::NoRemoveDir)?;
+                write_file(out, rel, text)
             }
             r => r,
         },
-        UnitContent::Symlink(target) => match std::os::unix::fs::symlink(target, path) {
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                std::fs::remove_file(path)?;
-                std::os::unix::fs::symlink(target, path)
+        UnitContent::Symlink(target) => {
+            match nix::unistd::symlinkat(target.as_path(), &out.fd, rel) {
+                Err(Errno::EEXIST) => {
+                    nix::unistd::unlinkat(&out.fd, rel, UnlinkatFlags::NoRemoveDir)?;
+                    Ok(nix::unistd::symlinkat(target.as_path(), &out.fd, rel)?)
+                }
+                r => Ok(r?),
             }
-            r => r,
-        },
+        }
     }
 }
 
@@ -264,9 +292,12 @@ pub fn generate_into(set: &JobSet, dir: &Path, opts: &RenderOptions, log: &mut L
     if !jobs.is_empty() {
         errors.extend(make_dirs(dir, &[Path::new(WANTS_DIR)]));
         let shared: HashSet<&Path> = [Path::new(WANTS_DIR)].into_iter().collect();
-        errors.extend(in_parallel(&jobs, |part| {
-            write_part(dir, &render_jobs(part, opts), &shared)
-        }));
+        match OutDir::open(dir) {
+            Ok(out) => errors.extend(in_parallel(&jobs, |part| {
+                write_part(&out, &render_jobs(part, opts), &shared)
+            })),
+            Err(e) => errors.push(e),
+        }
     }
     if let Err(e) = write_units(dir, &render_common(set, opts)) {
         errors.extend(e);
