@@ -436,3 +436,55 @@ fn generated_units_pass_systemd_analyze_verify() {
         .expect("run systemd-analyze");
     assert!(String::from_utf8_lossy(&o.stderr).contains("Failed to parse boolean value"));
 }
+
+/// In generator mode (three directories) warnings go to the kernel log, not stderr.
+#[test]
+fn generator_mode_logs_to_kmsg() {
+    use std::io::{Read, Seek, SeekFrom};
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut kmsg = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open("/dev/kmsg")
+        .expect("open /dev/kmsg (the tests run as root)");
+    kmsg.seek(SeekFrom::End(0))
+        .expect("seek to the end of the kernel log");
+    let input = cases_dir().join("03-bad-and-good/input");
+    let dirs = tempfile::tempdir().expect("tempdir");
+    let (n, e, l) = (
+        dirs.path().join("n"),
+        dirs.path().join("e"),
+        dirs.path().join("l"),
+    );
+    for d in [&n, &e, &l] {
+        std::fs::create_dir(d).expect("mkdir");
+    }
+    let o = generator(&input, &[&n, &e, &l]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(
+        o.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let mut records = Vec::new();
+    let mut buf = vec![0u8; 8192];
+    // One record per read; EAGAIN at the end.
+    while let Ok(len) = kmsg.read(&mut buf) {
+        records.push(String::from_utf8_lossy(&buf[..len]).into_owned());
+    }
+    let ours: Vec<&String> = records
+        .iter()
+        .filter(|r| r.contains("jobguard-generator[") && r.contains(input.to_str().expect("utf-8")))
+        .collect();
+    // The first field of a /dev/kmsg record is facility * 8 + level: a record written
+    // from user space as "<4>" is facility user (1), level warning (4), so 12.
+    assert!(
+        ours.iter()
+            .any(|r| r.starts_with("12,") && r.contains("skipping job typo")),
+        "{records:#?}"
+    );
+    assert!(
+        ours.iter().any(|r| r.contains("skipping file")),
+        "{ours:#?}"
+    );
+}
