@@ -29,6 +29,8 @@ pub enum Kind {
     SkippedLockHeld,
     /// Skipped: another holder's lease is unexpired.
     SkippedLeaseHeld,
+    /// Skipped: the slot is older than one already recorded (clock behind, schedule changed).
+    SkippedOutOfOrder,
     /// Skipped: the store could not be reached (`on_store_unavailable = "skip"`).
     SkippedStoreUnavailable,
     /// The command exited 0.
@@ -54,6 +56,7 @@ impl Kind {
             | Kind::SkippedSlotHeld
             | Kind::SkippedLockHeld
             | Kind::SkippedLeaseHeld
+            | Kind::SkippedOutOfOrder
             | Kind::SkippedStoreUnavailable => "skip",
             Kind::Finished | Kind::Failed => "finish",
             Kind::Interrupted => "interrupted",
@@ -72,6 +75,7 @@ impl Kind {
             Kind::SkippedLockHeld => "0eaf93dacac44928b6d2bc029cf6f554",
             Kind::SkippedLeaseHeld => "d0a2cc62b51d423ca629c2ace623d194",
             Kind::SkippedStoreUnavailable => "af13661a32ea4be5a7fa8388a542caf1",
+            Kind::SkippedOutOfOrder => "659e35ec95284ab8a34cf1f5e99c6772",
             Kind::Finished => "9fb9749e319e40488204b6f156681d66",
             Kind::Failed => "70cff139d72b466dbe7c37818c4b50ba",
             Kind::Interrupted => "690bc128ba2840dcae86cd7463875f5e",
@@ -84,7 +88,10 @@ impl Kind {
     fn level(self) -> Level {
         match self {
             Kind::Failed | Kind::LeaseLost => Level::ERROR,
-            Kind::Interrupted | Kind::GapDetected | Kind::SkippedStoreUnavailable => Level::WARN,
+            Kind::Interrupted
+            | Kind::GapDetected
+            | Kind::SkippedStoreUnavailable
+            | Kind::SkippedOutOfOrder => Level::WARN,
             _ => Level::INFO,
         }
     }

@@ -129,6 +129,74 @@ pub fn under_systemd() -> bool {
     Path::new("/run/systemd/system").is_dir()
 }
 
+/// Starts the timers of jobs that systemd has loaded but never started.
+///
+/// `systemctl daemon-reload` loads the timers the generator wrote for new jobs but does not
+/// start them (only a start of `timers.target` or a boot does). A timer that is inactive
+/// and was never active since it was loaded (`InactiveExitTimestampMonotonic=0`) is
+/// started here, so a new job fires without a reboot; a timer that an operator stopped
+/// was active once and is left alone. Returns the timers started.
+///
+/// # Errors
+/// A message with systemctl's output when it fails.
+pub fn start_new_timers<'a>(
+    jobs: impl IntoIterator<Item = &'a str>,
+) -> Result<Vec<String>, String> {
+    let units: Vec<String> = jobs
+        .into_iter()
+        .map(|j| format!("jobguard@{j}.timer"))
+        .collect();
+    if units.is_empty() {
+        return Ok(Vec::new());
+    }
+    let out = std::process::Command::new("systemctl")
+        .args([
+            "show",
+            "-p",
+            "Id,LoadState,ActiveState,InactiveExitTimestampMonotonic",
+        ])
+        .args(&units)
+        .output()
+        .map_err(|e| format!("cannot run systemctl: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "systemctl show: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let never_started: Vec<String> = text
+        .split("\n\n")
+        .filter_map(|block| {
+            let prop = |k: &str| {
+                block
+                    .lines()
+                    .find_map(|l| l.strip_prefix(k)?.strip_prefix('='))
+            };
+            let fresh = prop("LoadState") == Some("loaded")
+                && prop("ActiveState") == Some("inactive")
+                && prop("InactiveExitTimestampMonotonic") == Some("0");
+            fresh.then(|| prop("Id").map(str::to_string)).flatten()
+        })
+        .collect();
+    if never_started.is_empty() {
+        return Ok(never_started);
+    }
+    let out = std::process::Command::new("systemctl")
+        .args(["start", "--no-block"])
+        .args(&never_started)
+        .output()
+        .map_err(|e| format!("cannot run systemctl: {e}"))?;
+    if out.status.success() {
+        Ok(never_started)
+    } else {
+        Err(format!(
+            "systemctl start: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
 /// Starts the job's unit without waiting, so it runs its queued slots.
 ///
 /// # Errors

@@ -20,26 +20,49 @@ fn job(name: &str, command: &str, extra: &str) -> String {
 }
 
 fn timer_run(sb: &Sandbox, name: &str) -> std::process::Output {
-    sb.cmd(&["run", name]).env("TRIGGER_TIMER_REALTIME_USEC", FIRED).output().expect("run")
+    sb.cmd(&["run", name])
+        .env("TRIGGER_TIMER_REALTIME_USEC", FIRED)
+        .output()
+        .expect("run")
 }
 
 #[test]
 fn second_trigger_for_a_succeeded_slot_is_a_skip_that_says_who() {
-    let sb = Sandbox::new(&job("sync", "echo ran >> \"$OUT\"", "environment = { OUT = \"OUTFILE\" }"));
+    let sb = Sandbox::new(&job(
+        "sync",
+        "echo ran >> \"$OUT\"",
+        "environment = { OUT = \"OUTFILE\" }",
+    ));
     let jobs = std::fs::read_to_string(sb.file("jobs.toml")).unwrap();
-    std::fs::write(sb.file("jobs.toml"), jobs.replace("OUTFILE", &sb.file("out").display().to_string())).unwrap();
+    std::fs::write(
+        sb.file("jobs.toml"),
+        jobs.replace("OUTFILE", &sb.file("out").display().to_string()),
+    )
+    .unwrap();
 
     let first = timer_run(&sb, "sync");
     assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
     assert!(stderr(&first).contains("start"), "{}", stderr(&first));
     let second = timer_run(&sb, "sync");
-    assert_eq!(second.status.code(), Some(0), "a skip exits 0: {}", stderr(&second));
+    assert_eq!(
+        second.status.code(),
+        Some(0),
+        "a skip exits 0: {}",
+        stderr(&second)
+    );
     let err = stderr(&second);
-    assert!(err.contains("skip") && err.contains("already succeeded"), "{err}");
+    assert!(
+        err.contains("skip") && err.contains("already succeeded"),
+        "{err}"
+    );
     assert!(err.contains(SLOT), "the skip names the slot: {err}");
     // A manual start in the same slot's period is also a skip.
     let manual = sb.run(&["run", "sync", "--slot", SLOT]);
-    assert!(stderr(&manual).contains("already succeeded"), "{}", stderr(&manual));
+    assert!(
+        stderr(&manual).contains("already succeeded"),
+        "{}",
+        stderr(&manual)
+    );
     assert_eq!(sb.lines("out"), 1, "the command ran once");
 
     let h = sb.history("sync");
@@ -49,12 +72,27 @@ fn second_trigger_for_a_succeeded_slot_is_a_skip_that_says_who() {
     assert_eq!(h[0]["attempt"], 1);
     assert_eq!(h[0]["forced"], false);
     assert_eq!(h[0]["trigger"], "timer");
-    for key in ["run_id", "job", "slot", "host", "started_at", "finished_at", "outcome", "exit_status", "attempt", "forced"] {
+    for key in [
+        "run_id",
+        "job",
+        "slot",
+        "host",
+        "started_at",
+        "finished_at",
+        "outcome",
+        "exit_status",
+        "attempt",
+        "forced",
+    ] {
         assert!(h[0].get(key).is_some(), "history --json has {key}");
     }
 
     // --force runs again and is recorded as forced.
-    let forced = sb.cmd(&["run", "sync", "--force"]).env("TRIGGER_TIMER_REALTIME_USEC", FIRED).output().unwrap();
+    let forced = sb
+        .cmd(&["run", "sync", "--force"])
+        .env("TRIGGER_TIMER_REALTIME_USEC", FIRED)
+        .output()
+        .unwrap();
     assert_eq!(forced.status.code(), Some(0), "{}", stderr(&forced));
     assert_eq!(sb.lines("out"), 2);
     let h = sb.history("sync");
@@ -64,9 +102,17 @@ fn second_trigger_for_a_succeeded_slot_is_a_skip_that_says_who() {
 
 #[test]
 fn a_second_instance_gives_up_at_once_while_the_first_runs() {
-    let sb = Sandbox::new(&job("slow", "echo start >> \"$OUT\"; sleep 3", "environment = { OUT = \"OUTFILE\" }"));
+    let sb = Sandbox::new(&job(
+        "slow",
+        "echo start >> \"$OUT\"; sleep 3",
+        "environment = { OUT = \"OUTFILE\" }",
+    ));
     let jobs = std::fs::read_to_string(sb.file("jobs.toml")).unwrap();
-    std::fs::write(sb.file("jobs.toml"), jobs.replace("OUTFILE", &sb.file("out").display().to_string())).unwrap();
+    std::fs::write(
+        sb.file("jobs.toml"),
+        jobs.replace("OUTFILE", &sb.file("out").display().to_string()),
+    )
+    .unwrap();
     let mut first = sb
         .cmd(&["run", "slow"])
         .env("TRIGGER_TIMER_REALTIME_USEC", FIRED)
@@ -80,14 +126,27 @@ fn a_second_instance_gives_up_at_once_while_the_first_runs() {
     }
     let mut others = Vec::new();
     for _ in 0..4 {
-        others.push(sb.cmd(&["run", "slow"]).env("TRIGGER_TIMER_REALTIME_USEC", FIRED).stderr(Stdio::piped()).spawn().unwrap());
+        others.push(
+            sb.cmd(&["run", "slow"])
+                .env("TRIGGER_TIMER_REALTIME_USEC", FIRED)
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
     }
     for o in others {
         let out = o.wait_with_output().unwrap();
         assert_eq!(out.status.code(), Some(0));
-        assert!(stderr(&out).contains("lock"), "skipped on the lock: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("lock"),
+            "skipped on the lock: {}",
+            stderr(&out)
+        );
     }
-    assert!(first.try_wait().unwrap().is_none(), "the others returned while the first still ran");
+    assert!(
+        first.try_wait().unwrap().is_none(),
+        "the others returned while the first still ran"
+    );
     assert!(first.wait().unwrap().success());
     assert_eq!(sb.lines("out"), 1);
 }
@@ -129,7 +188,11 @@ fn unknown_job_is_a_config_error() {
     let sb = Sandbox::new(&job("a", "true", ""));
     let out = sb.run(&["run", "b"]);
     assert_eq!(out.status.code(), Some(78));
-    assert!(stderr(&out).contains("no job named \"b\""), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no job named \"b\""),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
@@ -140,13 +203,20 @@ fn the_job_gets_its_slot_key_token_and_report_file() {
         "environment = { OUT = \"OUTFILE\" }",
     ));
     let jobs = std::fs::read_to_string(sb.file("jobs.toml")).unwrap();
-    std::fs::write(sb.file("jobs.toml"), jobs.replace("OUTFILE", &sb.file("env.txt").display().to_string())).unwrap();
+    std::fs::write(
+        sb.file("jobs.toml"),
+        jobs.replace("OUTFILE", &sb.file("env.txt").display().to_string()),
+    )
+    .unwrap();
     let out = timer_run(&sb, "env");
     assert!(out.status.success(), "{}", stderr(&out));
     let env = sb.read("env.txt");
     assert!(env.contains("JOBGUARD_JOB=env\n"), "{env}");
     assert!(env.contains(&format!("JOBGUARD_SLOT={SLOT}\n")), "{env}");
-    assert!(env.contains(&format!("JOBGUARD_IDEMPOTENCY_KEY=env@{SLOT}\n")), "{env}");
+    assert!(
+        env.contains(&format!("JOBGUARD_IDEMPOTENCY_KEY=env@{SLOT}\n")),
+        "{env}"
+    );
     assert!(env.contains("JOBGUARD_ATTEMPT=1\n"), "{env}");
     assert!(env.contains("JOBGUARD_FENCING_TOKEN="), "{env}");
     assert!(env.contains("JOBGUARD_RUN_ID="), "{env}");
@@ -155,15 +225,26 @@ fn the_job_gets_its_slot_key_token_and_report_file() {
     assert_eq!(h[0]["report"]["rows_read"], "3000");
     assert_eq!(h[0]["report"]["batch"], "b1");
     assert_eq!(h[0]["idempotency_key"], format!("env@{SLOT}"));
-    assert!(stderr(&out).contains("rows_inserted=2000"), "logged at finish: {}", stderr(&out));
+    assert!(
+        stderr(&out).contains("rows_inserted=2000"),
+        "logged at finish: {}",
+        stderr(&out)
+    );
     // The fencing token given to the job is the one stored with the run.
-    let token = env.lines().find_map(|l| l.strip_prefix("JOBGUARD_FENCING_TOKEN=")).unwrap();
+    let token = env
+        .lines()
+        .find_map(|l| l.strip_prefix("JOBGUARD_FENCING_TOKEN="))
+        .unwrap();
     assert_eq!(h[0]["fencing_token"].to_string(), token);
 }
 
 #[test]
 fn timeout_stops_the_command_and_records_it() {
-    let sb = Sandbox::new(&job("hang", "sleep 30", "timeout = \"1s\"\nkill_grace = \"1s\""));
+    let sb = Sandbox::new(&job(
+        "hang",
+        "sleep 30",
+        "timeout = \"1s\"\nkill_grace = \"1s\"",
+    ));
     let t0 = Instant::now();
     let out = timer_run(&sb, "hang");
     assert_eq!(out.status.code(), Some(124), "{}", stderr(&out));
@@ -181,8 +262,17 @@ fn sigterm_is_forwarded_to_the_command() {
         "environment = { OUT = \"OUTFILE\" }",
     ));
     let jobs = std::fs::read_to_string(sb.file("jobs.toml")).unwrap();
-    std::fs::write(sb.file("jobs.toml"), jobs.replace("OUTFILE", &sb.file("out").display().to_string())).unwrap();
-    let child = sb.cmd(&["run", "term"]).env("TRIGGER_TIMER_REALTIME_USEC", FIRED).stderr(Stdio::piped()).spawn().unwrap();
+    std::fs::write(
+        sb.file("jobs.toml"),
+        jobs.replace("OUTFILE", &sb.file("out").display().to_string()),
+    )
+    .unwrap();
+    let child = sb
+        .cmd(&["run", "term"])
+        .env("TRIGGER_TIMER_REALTIME_USEC", FIRED)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let t0 = Instant::now();
     while !sb.read("out").contains("up") && t0.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(20));
@@ -197,15 +287,32 @@ fn sigterm_is_forwarded_to_the_command() {
 
 #[test]
 fn a_command_stopped_by_sigterm_is_interrupted_and_held() {
-    let sb = Sandbox::new(&job("stop", "echo up >> \"$OUT\"; sleep 30", "environment = { OUT = \"OUTFILE\" }"));
+    let sb = Sandbox::new(&job(
+        "stop",
+        "echo up >> \"$OUT\"; sleep 30",
+        "environment = { OUT = \"OUTFILE\" }",
+    ));
     let jobs = std::fs::read_to_string(sb.file("jobs.toml")).unwrap();
-    std::fs::write(sb.file("jobs.toml"), jobs.replace("OUTFILE", &sb.file("out").display().to_string())).unwrap();
-    let child = sb.cmd(&["run", "stop"]).env("TRIGGER_TIMER_REALTIME_USEC", FIRED).stderr(Stdio::piped()).spawn().unwrap();
+    std::fs::write(
+        sb.file("jobs.toml"),
+        jobs.replace("OUTFILE", &sb.file("out").display().to_string()),
+    )
+    .unwrap();
+    let child = sb
+        .cmd(&["run", "stop"])
+        .env("TRIGGER_TIMER_REALTIME_USEC", FIRED)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let t0 = Instant::now();
     while !sb.read("out").contains("up") && t0.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(20));
     }
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(143), "{}", stderr(&out));
     let h = sb.history("stop");
@@ -218,7 +325,11 @@ fn a_command_stopped_by_sigterm_is_interrupted_and_held() {
     let resolved = sb.run(&["resolve", "stop", SLOT, "--done"]);
     assert!(resolved.status.success(), "{}", stderr(&resolved));
     let after = timer_run(&sb, "stop");
-    assert!(stderr(&after).contains("resolved as done"), "{}", stderr(&after));
+    assert!(
+        stderr(&after).contains("resolved as done"),
+        "{}",
+        stderr(&after)
+    );
 }
 
 #[test]
@@ -229,8 +340,17 @@ fn killing_the_shim_kills_the_command_and_recover_reruns_the_slot() {
         "environment = { OUT = \"OUTFILE\" }",
     ));
     let jobs = std::fs::read_to_string(sb.file("jobs.toml")).unwrap();
-    std::fs::write(sb.file("jobs.toml"), jobs.replace("OUTFILE", &sb.file("out").display().to_string())).unwrap();
-    let mut child = sb.cmd(&["run", "crash"]).env("TRIGGER_TIMER_REALTIME_USEC", FIRED).stderr(Stdio::null()).spawn().unwrap();
+    std::fs::write(
+        sb.file("jobs.toml"),
+        jobs.replace("OUTFILE", &sb.file("out").display().to_string()),
+    )
+    .unwrap();
+    let mut child = sb
+        .cmd(&["run", "crash"])
+        .env("TRIGGER_TIMER_REALTIME_USEC", FIRED)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     let t0 = Instant::now();
     while sb.lines("out") == 0 && t0.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(20));
@@ -240,17 +360,29 @@ fn killing_the_shim_kills_the_command_and_recover_reruns_the_slot() {
     child.wait().unwrap();
     // PR_SET_PDEATHSIG: the command does not run on unguarded.
     let t0 = Instant::now();
-    while std::path::Path::new(&format!("/proc/{cmd_pid}")).exists() && t0.elapsed() < Duration::from_secs(5) {
+    while std::path::Path::new(&format!("/proc/{cmd_pid}")).exists()
+        && t0.elapsed() < Duration::from_secs(5)
+    {
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert!(!std::path::Path::new(&format!("/proc/{cmd_pid}")).exists(), "command {cmd_pid} outlived the shim");
+    assert!(
+        !std::path::Path::new(&format!("/proc/{cmd_pid}")).exists(),
+        "command {cmd_pid} outlived the shim"
+    );
     assert_eq!(sb.history("crash")[0]["outcome"], "running");
 
     // Without systemd, recover re-runs the slot itself.
-    let rec = sb.cmd(&["recover"]).env_remove("TRIGGER_TIMER_REALTIME_USEC").output().unwrap();
+    let rec = sb
+        .cmd(&["recover"])
+        .env_remove("TRIGGER_TIMER_REALTIME_USEC")
+        .output()
+        .unwrap();
     let err = stderr(&rec);
     assert!(rec.status.success(), "{err}");
-    assert!(err.contains("interrupted") && err.contains("process-gone"), "{err}");
+    assert!(
+        err.contains("interrupted") && err.contains("process-gone"),
+        "{err}"
+    );
     let h = sb.history("crash");
     assert_eq!(h.len(), 2, "{h:?}");
     assert_eq!(h[0]["outcome"], "succeeded");
@@ -282,20 +414,40 @@ fn a_gap_of_missed_slots_is_logged() {
     assert!(timer_run(&sb, "gap").status.success());
     // Three days later: the 30th and 1st never ran.
     let later = 1_764_381_780_000_000i64 + 3 * 86_400_000_000;
-    let out = sb.cmd(&["run", "gap"]).env("TRIGGER_TIMER_REALTIME_USEC", later.to_string()).output().unwrap();
+    let out = sb
+        .cmd(&["run", "gap"])
+        .env("TRIGGER_TIMER_REALTIME_USEC", later.to_string())
+        .output()
+        .unwrap();
     let err = stderr(&out);
-    assert!(err.contains("gap") && err.contains("2 slot(s) never ran"), "{err}");
-    assert!(err.contains("2026-11-30T02:00:00Z") && err.contains("2026-12-01T02:00:00Z"), "{err}");
+    assert!(
+        err.contains("gap") && err.contains("2 slot(s) never ran"),
+        "{err}"
+    );
+    assert!(
+        err.contains("2026-11-30T02:00:00Z") && err.contains("2026-12-01T02:00:00Z"),
+        "{err}"
+    );
 }
 
 #[test]
 fn a_daemonized_grandchild_does_not_keep_the_lock() {
-    let sb = Sandbox::new(&job("daemon", "setsid sleep 20 >/dev/null 2>&1 < /dev/null & echo started", ""));
+    let sb = Sandbox::new(&job(
+        "daemon",
+        "setsid sleep 20 >/dev/null 2>&1 < /dev/null & echo started",
+        "",
+    ));
     assert!(timer_run(&sb, "daemon").status.success());
-    let again = sb.cmd(&["run", "daemon", "--force"]).env("TRIGGER_TIMER_REALTIME_USEC", FIRED).output().unwrap();
+    let again = sb
+        .cmd(&["run", "daemon", "--force"])
+        .env("TRIGGER_TIMER_REALTIME_USEC", FIRED)
+        .output()
+        .unwrap();
     assert!(!stderr(&again).contains("lock"), "{}", stderr(&again));
     assert!(again.status.success());
-    let _ = std::process::Command::new("pkill").args(["-f", "^sleep 20$"]).status();
+    let _ = std::process::Command::new("pkill")
+        .args(["-f", "^sleep 20$"])
+        .status();
 }
 
 #[test]
@@ -320,16 +472,60 @@ fn user_jobs_run_as_that_user_and_cannot_touch_the_ledger_or_locks() {
     let jobs = std::fs::read_to_string(sb.file("jobs.toml")).unwrap();
     let jobs = jobs
         .replace("OUTDIR", &out_dir.display().to_string())
-        .replace("DBPATH", &sb.file("state/jobguard.db").display().to_string())
+        .replace(
+            "DBPATH",
+            &sb.file("state/jobguard.db").display().to_string(),
+        )
         .replace("LOCKDIR", &sb.file("run/lock").display().to_string());
     std::fs::write(sb.file("jobs.toml"), jobs).unwrap();
     let out = timer_run(&sb, "asuser");
     assert!(out.status.success(), "{}", stderr(&out));
     let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap();
     assert_eq!(sb.read("out/uid").trim(), nobody.uid.to_string());
-    assert!(!sb.read("out/groups").split_whitespace().any(|g| g == "0"), "root's group dropped");
-    assert!(sb.read("out/home").starts_with(&nobody.dir.display().to_string()));
-    assert_eq!(sb.read("out/db").trim(), "denied", "the job cannot write the ledger");
-    assert_eq!(sb.read("out/lock").trim(), "denied", "the job cannot reach the locks");
+    assert!(
+        !sb.read("out/groups").split_whitespace().any(|g| g == "0"),
+        "root's group dropped"
+    );
+    assert!(
+        sb.read("out/home")
+            .starts_with(&nobody.dir.display().to_string())
+    );
+    assert_eq!(
+        sb.read("out/db").trim(),
+        "denied",
+        "the job cannot write the ledger"
+    );
+    assert_eq!(
+        sb.read("out/lock").trim(),
+        "denied",
+        "the job cannot reach the locks"
+    );
     assert_eq!(sb.history("asuser")[0]["outcome"], "succeeded");
+}
+
+#[test]
+fn a_clock_behind_does_not_run_an_old_slot_and_future_slots_are_refused() {
+    let sb = Sandbox::new(&job("clock", "true", ""));
+    assert!(timer_run(&sb, "clock").status.success());
+    // The clock jumped back a day (e.g. a wrong RTC before time sync).
+    let behind = 1_764_381_780_000_000i64 - 86_400_000_000;
+    let out = sb
+        .cmd(&["run", "clock"])
+        .env("TRIGGER_TIMER_REALTIME_USEC", behind.to_string())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(
+        stderr(&out).contains("older than slot 2026-11-29T02:00:00Z"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(sb.history("clock").len(), 1);
+    // On purpose, with --slot, it runs.
+    let out = sb.run(&["run", "clock", "--slot", "2026-11-28T02:00:00Z"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(sb.history("clock").len(), 2);
+    let future = sb.run(&["run", "clock", "--slot", "2099-01-01T02:00:00Z"]);
+    assert_eq!(future.status.code(), Some(2), "{}", stderr(&future));
+    assert!(stderr(&future).contains("in the future"));
 }

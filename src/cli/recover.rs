@@ -30,6 +30,15 @@ pub fn run(args: &RecoverArgs) -> u8 {
         by_store.entry(job.store.as_str()).or_default().push(job);
     }
     let systemd = recover::under_systemd();
+    if systemd && args.job.is_none() {
+        match recover::start_new_timers(set.jobs.keys().map(String::as_str)) {
+            Ok(started) if !started.is_empty() => {
+                println!("started new timers: {}", started.join(" "))
+            }
+            Ok(_) => {}
+            Err(e) => eprintln!("jobguard: {e}"),
+        }
+    }
     let mut status = exit::OK;
     let mut to_run = Vec::new();
     for (url, jobs) in by_store {

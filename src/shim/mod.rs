@@ -121,11 +121,22 @@ pub fn run(job: &Job, req: &Request) -> u8 {
             }
         }
     }
+    if let Some(given) = &req.slot
+        && current.slot.usec > now
+        && !req.force
+    {
+        eprintln!(
+            "jobguard: {}: slot {given} is in the future; running it now would make its own firing a skip (use --force to insist)",
+            job.name
+        );
+        return exit::USAGE;
+    }
     if !slots.iter().any(|(s, _)| s.usec == current.slot.usec) {
-        if req.slot.is_none() {
-            report_gap(store.as_mut(), job, &current.slot);
+        let behind =
+            req.slot.is_none() && !req.force && !in_sequence(store.as_mut(), job, &current.slot);
+        if !behind {
+            slots.push((current.slot.clone(), current.trigger.to_string()));
         }
-        slots.push((current.slot.clone(), current.trigger.to_string()));
     }
 
     let holder = identity::current_holder();
@@ -227,20 +238,42 @@ fn queued_slots(store: &mut dyn Store, job: &str) -> Result<Vec<Slot>, StoreErro
     Ok(slots)
 }
 
-/// Logs slots between the newest recorded one and `current` that never ran.
-fn report_gap(store: &mut dyn Store, job: &Job, current: &Slot) {
+/// Checks `current` against the newest slot recorded for the job: logs the slots between
+/// them that never ran (a gap is never silent), and returns false, after logging a skip,
+/// when `current` is older than a recorded slot: this host's clock is behind (early boot
+/// before time sync, a wrong RTC) or the schedule changed. Such a slot is not run by a
+/// trigger; `--slot` runs it on purpose.
+fn in_sequence(store: &mut dyn Store, job: &Job, current: &Slot) -> bool {
     let q = RunQuery {
         job: Some(job.name.clone()),
         limit: 20,
         ..RunQuery::default()
     };
-    let Ok(recent) = store.runs(&q) else { return };
-    let Some(last) = recent.iter().map(|r| r.slot.usec).max() else {
-        return;
+    let Ok(recent) = store.runs(&q) else {
+        return true;
     };
-    let missed = slot::elapses_between(&job.calendar, last, current.usec, 1000);
+    let Some(newest) = recent.iter().map(|r| r.slot.usec).max() else {
+        return true;
+    };
+    if current.usec < newest {
+        skip(
+            job,
+            current,
+            Kind::SkippedOutOfOrder,
+            "slot-behind",
+            format!(
+                "slot {} is older than slot {} already recorded: this host's clock may be behind or the schedule changed; run it with `jobguard run {} --slot {}` if it is wanted",
+                current.rfc3339(),
+                format_usec(newest),
+                job.name,
+                current.rfc3339()
+            ),
+        );
+        return false;
+    }
+    let missed = slot::elapses_between(&job.calendar, newest, current.usec, 1000);
     if missed.is_empty() {
-        return;
+        return true;
     }
     let (first, latest) = (missed[0], missed[missed.len() - 1]);
     let more = if missed.len() >= 1000 { " or more" } else { "" };
@@ -250,7 +283,7 @@ fn report_gap(store: &mut dyn Store, job: &Job, current: &Slot) {
         format!(
             "{}{more} slot(s) never ran between {} and {}: first {}, last {}",
             missed.len(),
-            format_usec(last),
+            format_usec(newest),
             current.rfc3339(),
             format_usec(first),
             format_usec(latest)
@@ -259,6 +292,7 @@ fn report_gap(store: &mut dyn Store, job: &Job, current: &Slot) {
     ev.slot = Some(current.rfc3339());
     ev.reason = Some("missed-slots".into());
     journal::emit(&ev);
+    true
 }
 
 fn describe_run(r: &Run) -> String {
@@ -364,7 +398,9 @@ fn run_slot(
         }
         Err(e) => return store_failed(job, &e),
     };
-    lock.set_run(&run.run_id);
+    if let Err(e) = lock.set_run_id(&run.run_id) {
+        eprintln!("jobguard: {}: {e}", job.name);
+    }
     execute(job, store, &lease, &run, account, claimed_at)
 }
 
@@ -497,8 +533,16 @@ fn classify(job: &Job, ended: &child::Ended) -> (Finish, u8) {
         report: Default::default(),
         resolution,
     };
+    let policy = match job.on_interrupted {
+        OnInterrupted::Rerun => Resolution::Queued,
+        OnInterrupted::Hold => Resolution::Held,
+    };
     if ended.lease_lost {
-        return (mk(Outcome::LeaseLost, "lease-lost", None), exit::LEASE_LOST);
+        // The slot was cut like a crash would cut it: the job's policy applies.
+        return (
+            mk(Outcome::LeaseLost, "lease-lost", Some(policy)),
+            exit::LEASE_LOST,
+        );
     }
     if ended.timed_out {
         return (mk(Outcome::Failed, "timeout", None), exit::TIMEOUT);
@@ -510,11 +554,7 @@ fn classify(job: &Job, ended: &child::Ended) -> (Finish, u8) {
         // Stopped from outside. A system going down cuts the run like a reboot would: the
         // job's policy applies. An operator's stop waits for a person.
         if system_stopping() {
-            let resolution = match job.on_interrupted {
-                OnInterrupted::Rerun => Resolution::Queued,
-                OnInterrupted::Hold => Resolution::Held,
-            };
-            return (mk(Outcome::Interrupted, "shutdown", Some(resolution)), code);
+            return (mk(Outcome::Interrupted, "shutdown", Some(policy)), code);
         }
         let reason = format!(
             "stopped-{}",

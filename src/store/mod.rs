@@ -15,19 +15,58 @@ use std::time::Duration;
 use crate::lease::{Holder, Lease};
 use crate::ledger::{Finish, NewRun, Outcome, Resolution, Run};
 
+pub mod address;
 #[cfg(feature = "store-sqlite")]
 pub mod sqlite;
 
-/// Opens the store at `url` (e.g. `sqlite:///var/lib/jobguard/jobguard.db`).
+use std::sync::Arc;
+
+use crate::clock::{Clock, SystemClock};
+use address::StoreAddress;
+
+/// Opens the store at `address` with the system clock. Nothing is written until the
+/// first operation (which creates or migrates the schema).
 ///
 /// # Errors
-/// [`StoreError::Address`] for an unknown scheme; [`StoreError::Unavailable`] when it
-/// cannot be opened.
-pub fn open(url: &str) -> Result<Box<dyn Store>, StoreError> {
-    Err(StoreError::Address {
-        address: url.to_string(),
-        detail: "no store backend built yet".into(),
-    })
+/// [`StoreError::Address`] for a malformed address or a kind this build does not contain
+/// (the message lists what it supports); otherwise as the backend's open.
+pub fn open(address: &str) -> Result<Box<dyn Store>, StoreError> {
+    open_with_clock(address, Arc::new(SystemClock))
+}
+
+/// Opens the store at `address`; stores without a clock of their own (SQLite, which is on
+/// this host) read time from `clock`. For tests that move time.
+///
+/// # Errors
+/// As [`open`].
+pub fn open_with_clock(address: &str, clock: Arc<dyn Clock>) -> Result<Box<dyn Store>, StoreError> {
+    let parsed = StoreAddress::parse(address)?;
+    match parsed {
+        #[cfg(feature = "store-sqlite")]
+        StoreAddress::SqliteFile(path) => Ok(Box::new(sqlite::SqliteStore::open_with(
+            &path,
+            clock,
+            &sqlite::SqliteOptions::default(),
+        )?)),
+        #[cfg(feature = "store-sqlite")]
+        StoreAddress::SqliteMemory => Ok(Box::new(sqlite::SqliteStore::open_in_memory(clock)?)),
+        #[cfg(not(feature = "store-sqlite"))]
+        StoreAddress::SqliteFile(_) | StoreAddress::SqliteMemory => {
+            let _ = clock;
+            Err(not_built(address, "sqlite"))
+        }
+        StoreAddress::NotBuilt { scheme } => Err(not_built(address, &scheme)),
+    }
+}
+
+fn not_built(address: &str, scheme: &str) -> StoreError {
+    StoreError::Address {
+        address: address::mask(address),
+        detail: format!(
+            "store kind {scheme:?} is not built into this jobguard; supported: {}",
+            address::SUPPORTED
+        ),
+    }
 }
 
 /// A store failure. Contention is never an error: see [`Claim`].
@@ -106,7 +145,7 @@ pub struct Finished {
     /// The record was updated (it was still `running` with our fencing token, and for
     /// outcomes other than `lease_lost`, the lease was still ours and unexpired).
     pub recorded: bool,
-    /// The lease was released (it was still ours).
+    /// The lease was released (it was still ours and unexpired).
     pub released: bool,
 }
 

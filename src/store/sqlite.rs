@@ -1,1 +1,888 @@
-//! (being written)
+//! The embedded store: leases and the run ledger in one SQLite file on this host.
+//!
+//! Two tables, named so that an operator with `sqlite3` recognises them:
+//! - `jobguard_lease`: one row per job (holder, host, fencing token, acquired_at,
+//!   expire_at). A released lease keeps its row with an empty holder and `expire_at = 0`,
+//!   so the fencing token keeps growing across releases.
+//! - `jobguard_run`: one row per attempt at a (job, slot), with every field of
+//!   [`crate::ledger::Run`]; the job's counters are a JSON object in `report`. A partial
+//!   unique index allows at most one non-forced `succeeded` row per (job, slot).
+//!
+//! All times are INTEGER µs since the Unix epoch, read from the store's [`Clock`] (the
+//! host's clock: the file is only ever used from this host). The schema version is
+//! `PRAGMA user_version`; the store creates and migrates the schema itself and refuses a
+//! file whose version is newer than it knows.
+//!
+//! Durability: the file is in WAL mode with `synchronous=FULL`, so every committed ledger
+//! write is on disk before the call returns and survives a power cut (with
+//! `synchronous=NORMAL` a WAL commit can be lost; see <https://sqlite.org/pragma.html#pragma_synchronous>).
+//! Every write is one `BEGIN IMMEDIATE` transaction, which takes the write lock at once so
+//! that concurrent processes wait in the busy handler instead of failing
+//! (<https://sqlite.org/lang_transaction.html>). WAL needs every user of the file on the
+//! same host (<https://sqlite.org/wal.html>): not on a network file system.
+//!
+//! This module does not decide paths (see [`crate::paths`]) or parse addresses (see
+//! [`crate::store::address`]).
+
+use std::fs::{DirBuilder, OpenOptions};
+use std::io::ErrorKind;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rusqlite::types::Value;
+use rusqlite::{
+    Connection, ErrorCode, OpenFlags, OptionalExtension, Row, TransactionBehavior, params,
+};
+
+use crate::clock::{Clock, SystemClock};
+use crate::lease::{Holder, Lease};
+use crate::ledger::{Finish, Outcome, Resolution, Run, Slot};
+use crate::store::{Claim, ClaimRequest, Finished, RunQuery, Store, StoreError};
+
+/// The schema version this jobguard writes and understands (`PRAGMA user_version`).
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// Default time a statement waits for another process's write lock, after which the
+/// store answers [`StoreError::Unavailable`].
+pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `MIGRATIONS[n]` takes the schema from version `n` to `n + 1`.
+const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
+    // 0 -> 1: leases and the run ledger.
+    "
+    CREATE TABLE jobguard_lease (
+        job          TEXT    NOT NULL PRIMARY KEY,
+        holder       TEXT    NOT NULL,  -- Holder::id(); '' once released
+        host         TEXT    NOT NULL,
+        token        INTEGER NOT NULL,  -- fencing token of the latest grant
+        acquired_at  INTEGER NOT NULL,  -- µs since the epoch
+        expire_at    INTEGER NOT NULL   -- µs since the epoch; 0 once released
+    ) STRICT;
+
+    CREATE TABLE jobguard_run (
+        run_id         TEXT    NOT NULL PRIMARY KEY,
+        job            TEXT    NOT NULL,
+        slot_usec      INTEGER NOT NULL,
+        slot_zone      TEXT    NOT NULL,
+        attempt        INTEGER NOT NULL,
+        outcome        TEXT    NOT NULL CHECK (outcome IN
+                           ('running', 'succeeded', 'failed', 'interrupted', 'lease_lost')),
+        reason         TEXT,
+        exit_status    INTEGER,
+        forced         INTEGER NOT NULL CHECK (forced IN (0, 1)),
+        trigger_kind   TEXT    NOT NULL,
+        host           TEXT    NOT NULL,
+        machine_id     TEXT    NOT NULL,
+        boot_id        TEXT    NOT NULL,
+        pid            INTEGER NOT NULL,
+        pid_start      INTEGER NOT NULL,
+        invocation_id  TEXT,
+        started_at     INTEGER NOT NULL,
+        finished_at    INTEGER,
+        fencing_token  INTEGER NOT NULL,
+        report         TEXT    NOT NULL DEFAULT '{}',
+        resolution     TEXT CHECK (resolution IS NULL OR resolution IN
+                           ('queued', 'held', 'rerun', 'done'))
+    ) STRICT;
+
+    CREATE UNIQUE INDEX jobguard_run_one_success
+        ON jobguard_run (job, slot_usec) WHERE outcome = 'succeeded' AND forced = 0;
+    CREATE INDEX jobguard_run_slot ON jobguard_run (job, slot_usec);
+    CREATE INDEX jobguard_run_history ON jobguard_run (job, started_at);
+    CREATE INDEX jobguard_run_running ON jobguard_run (job) WHERE outcome = 'running';
+    ",
+];
+
+/// The columns of `jobguard_run`, in the order [`read_run`] reads them.
+const RUN_COLUMNS: &str = "run_id, job, slot_usec, slot_zone, attempt, outcome, reason, \
+     exit_status, forced, trigger_kind, host, machine_id, boot_id, pid, pid_start, \
+     invocation_id, started_at, finished_at, fencing_token, report, resolution";
+
+/// `PRAGMA synchronous` for the file (<https://sqlite.org/pragma.html#pragma_synchronous>).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Synchronous {
+    /// fsync at every commit: a committed write survives a power cut. The default.
+    #[default]
+    Full,
+    /// In WAL mode, fsync only at checkpoints: faster, but the last commits can be lost on
+    /// a power cut. Only for measurements and throw-away stores.
+    Normal,
+}
+
+/// How [`SqliteStore::open_with`] sets up the connection.
+#[derive(Debug, Clone)]
+pub struct SqliteOptions {
+    /// Durability of commits; [`Synchronous::Full`] unless measuring.
+    pub synchronous: Synchronous,
+    /// How long a statement waits for another process's lock.
+    pub busy_timeout: Duration,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        SqliteOptions {
+            synchronous: Synchronous::Full,
+            busy_timeout: DEFAULT_BUSY_TIMEOUT,
+        }
+    }
+}
+
+/// The embedded SQLite store: one connection to one file (or to a private in-memory
+/// database).
+pub struct SqliteStore {
+    conn: Connection,
+    describe: String,
+    clock: Arc<dyn Clock>,
+    schema_ready: bool,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("describe", &self.describe)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A failure inside one store operation, before it is named after the store.
+enum Fail {
+    Sql(rusqlite::Error),
+    Data(String),
+}
+
+impl From<rusqlite::Error> for Fail {
+    fn from(e: rusqlite::Error) -> Self {
+        Fail::Sql(e)
+    }
+}
+
+/// Names a failure after the store and the operation, and sorts it: I/O, locks held past
+/// the busy timeout and files that cannot be opened are [`StoreError::Unavailable`];
+/// constraint violations, corruption and bad rows are [`StoreError::Invalid`].
+fn store_error(store: &str, op: &str, fail: Fail) -> StoreError {
+    match fail {
+        Fail::Data(detail) => StoreError::Invalid {
+            store: store.to_string(),
+            detail: format!("{op}: {detail}"),
+        },
+        Fail::Sql(e) => {
+            let unavailable = matches!(
+                e.sqlite_error_code(),
+                Some(
+                    ErrorCode::DatabaseBusy
+                        | ErrorCode::DatabaseLocked
+                        | ErrorCode::CannotOpen
+                        | ErrorCode::SystemIoFailure
+                        | ErrorCode::DiskFull
+                        | ErrorCode::ReadOnly
+                        | ErrorCode::PermissionDenied
+                        | ErrorCode::OutOfMemory
+                        | ErrorCode::FileLockingProtocolFailed
+                        | ErrorCode::NoLargeFileSupport
+                        | ErrorCode::OperationInterrupted
+                )
+            );
+            let store = store.to_string();
+            let detail = format!("{op}: {e}");
+            if unavailable {
+                StoreError::Unavailable { store, detail }
+            } else {
+                StoreError::Invalid { store, detail }
+            }
+        }
+    }
+}
+
+/// Converts a time to live to µs, saturating at `i64::MAX`.
+fn duration_usec(d: Duration) -> i64 {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}
+
+impl SqliteStore {
+    /// Opens (creating if missing) the store file at `path` with the system clock and
+    /// [`SqliteOptions::default`].
+    ///
+    /// # Errors
+    /// As [`SqliteStore::open_with`].
+    pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
+        Self::open_with(path, Arc::new(SystemClock), &SqliteOptions::default())
+    }
+
+    /// Opens (creating if missing) the store file at `path`, reading time from `clock`.
+    ///
+    /// A missing parent directory is created with mode 0700 and a missing file with mode
+    /// 0600 (both less the umask): jobs running as other users must not be able to write
+    /// the ledger. Existing directories and files keep their modes. The connection is put
+    /// in WAL mode with the requested `synchronous` level and busy timeout. The schema is
+    /// created or migrated on first use (or by [`Store::init`]).
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the directory or file cannot be created or opened,
+    /// or the file cannot be switched to WAL; [`StoreError::Invalid`] when it is not an
+    /// SQLite database. Messages name the path.
+    pub fn open_with(
+        path: &Path,
+        clock: Arc<dyn Clock>,
+        options: &SqliteOptions,
+    ) -> Result<SqliteStore, StoreError> {
+        let describe = format!("sqlite://{}", path.display());
+        let unavailable = |detail: String| StoreError::Unavailable {
+            store: describe.clone(),
+            detail,
+        };
+        let parent = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        if !parent.is_dir() {
+            DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(parent)
+                .map_err(|e| {
+                    unavailable(format!("cannot create directory {}: {e}", parent.display()))
+                })?;
+            if let Some(grandparent) = parent.parent().filter(|p| !p.as_os_str().is_empty()) {
+                sync_dir(grandparent).map_err(|e| {
+                    unavailable(format!("cannot sync {}: {e}", grandparent.display()))
+                })?;
+            }
+        }
+        match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)
+        {
+            // SQLite syncs the directory when it creates the WAL, not for the main file;
+            // make the new file's name durable before the first commit goes into the WAL.
+            Ok(_) => sync_dir(parent)
+                .map_err(|e| unavailable(format!("cannot sync {}: {e}", parent.display())))?,
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+            Err(e) => {
+                return Err(unavailable(format!(
+                    "cannot create {}: {e}",
+                    path.display()
+                )));
+            }
+        }
+        // No SQLITE_OPEN_URI: the path is a path, even if it starts with "file:".
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(path, flags)
+            .map_err(|e| store_error(&describe, &format!("open {}", path.display()), e.into()))?;
+        let mut store = SqliteStore {
+            conn,
+            describe,
+            clock,
+            schema_ready: false,
+        };
+        store.configure(options, true)?;
+        Ok(store)
+    }
+
+    /// Opens a private in-memory store (`sqlite::memory:`), gone when dropped. For tests.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] if SQLite cannot allocate it.
+    pub fn open_in_memory(clock: Arc<dyn Clock>) -> Result<SqliteStore, StoreError> {
+        let describe = "sqlite::memory:".to_string();
+        let conn =
+            Connection::open_in_memory().map_err(|e| store_error(&describe, "open", e.into()))?;
+        let mut store = SqliteStore {
+            conn,
+            describe,
+            clock,
+            schema_ready: false,
+        };
+        store.configure(&SqliteOptions::default(), false)?;
+        Ok(store)
+    }
+
+    fn configure(&mut self, options: &SqliteOptions, wal: bool) -> Result<(), StoreError> {
+        let describe = &self.describe;
+        let conn = &self.conn;
+        conn.busy_timeout(options.busy_timeout)
+            .map_err(|e| store_error(describe, "set busy timeout", e.into()))?;
+        if wal {
+            let mode = set_wal(conn, options.busy_timeout)
+                .map_err(|e| store_error(describe, "set journal_mode=WAL", e.into()))?;
+            if !mode.eq_ignore_ascii_case("wal") {
+                return Err(StoreError::Unavailable {
+                    store: describe.clone(),
+                    detail: format!("cannot switch to WAL: journal_mode is {mode}"),
+                });
+            }
+        }
+        let level = match options.synchronous {
+            Synchronous::Full => "FULL",
+            Synchronous::Normal => "NORMAL",
+        };
+        conn.pragma_update(None, "synchronous", level)
+            .map_err(|e| store_error(describe, "set synchronous", e.into()))?;
+        Ok(())
+    }
+
+    /// The schema version of the file (`PRAGMA user_version`; 0 for a new file).
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] if the file cannot be read.
+    pub fn schema_version(&mut self) -> Result<i64, StoreError> {
+        self.conn
+            .pragma_query_value(None, "user_version", |row| row.get(0))
+            .map_err(|e| store_error(&self.describe, "read schema version", e.into()))
+    }
+
+    /// The connection's `PRAGMA synchronous` level: 0 OFF, 1 NORMAL, 2 FULL, 3 EXTRA
+    /// (<https://sqlite.org/pragma.html#pragma_synchronous>).
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] if SQLite cannot answer.
+    pub fn synchronous_level(&self) -> Result<i64, StoreError> {
+        self.conn
+            .pragma_query_value(None, "synchronous", |row| row.get(0))
+            .map_err(|e| store_error(&self.describe, "read synchronous", e.into()))
+    }
+
+    fn newer_schema(&self, version: i64) -> StoreError {
+        StoreError::Invalid {
+            store: self.describe.clone(),
+            detail: format!(
+                "schema version {version} is newer than this jobguard knows ({SCHEMA_VERSION}); upgrade jobguard"
+            ),
+        }
+    }
+
+    /// Runs [`Store::init`] once per connection.
+    fn ready(&mut self) -> Result<(), StoreError> {
+        if self.schema_ready {
+            return Ok(());
+        }
+        self.init()
+    }
+
+    /// Runs `f` in one `BEGIN IMMEDIATE` transaction with the store's time taken after the
+    /// write lock is held, and commits if it returns `Ok`.
+    fn write<T>(
+        &mut self,
+        op: &str,
+        f: impl FnOnce(&rusqlite::Transaction<'_>, i64) -> Result<T, Fail>,
+    ) -> Result<T, StoreError> {
+        self.ready()?;
+        let clock = &self.clock;
+        let result = (|| {
+            let tx = self
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let now = clock.now_usec();
+            let value = f(&tx, now)?;
+            tx.commit()?;
+            Ok(value)
+        })();
+        result.map_err(|e| store_error(&self.describe, op, e))
+    }
+}
+
+/// fsyncs a directory, so that the names created in it survive a power cut.
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// Puts the file in WAL mode (a no-op once it is) and returns the journal mode.
+///
+/// Switching a new file to WAL needs an exclusive lock, and SQLite answers `SQLITE_BUSY`
+/// at once, without calling the busy handler, while another connection has the file open
+/// (several processes opening a new store together). So the switch is retried here for
+/// up to `patience`.
+fn set_wal(conn: &Connection, patience: Duration) -> rusqlite::Result<String> {
+    let current: String = conn.pragma_query_value(None, "journal_mode", |row| row.get(0))?;
+    if current.eq_ignore_ascii_case("wal") {
+        return Ok(current);
+    }
+    let deadline = std::time::Instant::now() + patience;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0)) {
+            Err(e)
+                if e.sqlite_error_code() == Some(ErrorCode::DatabaseBusy)
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Reads one `jobguard_run` row selected with [`RUN_COLUMNS`].
+fn read_run(row: &Row<'_>) -> Result<Run, Fail> {
+    let run_id: String = row.get(0)?;
+    let bad = |what: String| Fail::Data(format!("run {run_id}: {what}"));
+    let outcome: String = row.get(5)?;
+    let outcome = outcome.parse::<Outcome>().map_err(bad)?;
+    let resolution: Option<String> = row.get(20)?;
+    let resolution = resolution
+        .map(|r| r.parse::<Resolution>())
+        .transpose()
+        .map_err(bad)?;
+    let pid: i64 = row.get(13)?;
+    let pid = u32::try_from(pid).map_err(|_| bad(format!("pid {pid} out of range")))?;
+    let pid_start: i64 = row.get(14)?;
+    let pid_start =
+        u64::try_from(pid_start).map_err(|_| bad(format!("pid_start {pid_start} out of range")))?;
+    let report: String = row.get(19)?;
+    let report = serde_json::from_str(&report).map_err(|e| bad(format!("report: {e}")))?;
+    let forced: i64 = row.get(8)?;
+    Ok(Run {
+        job: row.get(1)?,
+        slot: Slot {
+            usec: row.get(2)?,
+            zone: row.get(3)?,
+        },
+        attempt: row.get(4)?,
+        outcome,
+        reason: row.get(6)?,
+        exit_status: row.get(7)?,
+        forced: forced != 0,
+        trigger: row.get(9)?,
+        host: row.get(10)?,
+        machine_id: row.get(11)?,
+        boot_id: row.get(12)?,
+        pid,
+        pid_start,
+        invocation_id: row.get(15)?,
+        started_at: row.get(16)?,
+        finished_at: row.get(17)?,
+        fencing_token: row.get(18)?,
+        report,
+        resolution,
+        run_id,
+    })
+}
+
+/// Runs a `SELECT RUN_COLUMNS FROM jobguard_run <rest>` and reads every row.
+fn select_runs(
+    conn: &Connection,
+    rest: &str,
+    values: impl rusqlite::Params,
+) -> Result<Vec<Run>, Fail> {
+    let sql = format!("SELECT {RUN_COLUMNS} FROM jobguard_run {rest}");
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let mut rows = stmt.query(values)?;
+    let mut runs = Vec::new();
+    while let Some(row) = rows.next()? {
+        runs.push(read_run(row)?);
+    }
+    Ok(runs)
+}
+
+/// The first run of [`select_runs`], if any.
+fn select_run(
+    conn: &Connection,
+    rest: &str,
+    values: impl rusqlite::Params,
+) -> Result<Option<Run>, Fail> {
+    Ok(select_runs(conn, rest, values)?.into_iter().next())
+}
+
+/// The job's lease row, released or not.
+fn lease_row(conn: &Connection, job: &str) -> Result<Option<Lease>, Fail> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT holder, host, token, acquired_at, expire_at FROM jobguard_lease WHERE job = ?1",
+        )?
+        .query_row([job], |row| {
+            Ok(Lease {
+                job: job.to_string(),
+                holder: row.get(0)?,
+                host: row.get(1)?,
+                token: row.get(2)?,
+                acquired_at: row.get(3)?,
+                expire_at: row.get(4)?,
+            })
+        })
+        .optional()?)
+}
+
+/// Releases the job's lease if it is still the grant `holder`/`token` (and, with
+/// `unexpired_at`, has not expired by then); true if it was released.
+fn release(
+    conn: &Connection,
+    job: &str,
+    holder: &str,
+    token: i64,
+    unexpired_at: Option<i64>,
+) -> Result<bool, Fail> {
+    let n = conn.execute(
+        "UPDATE jobguard_lease SET holder = '', host = '', expire_at = 0
+         WHERE job = ?1 AND holder = ?2 AND token = ?3 AND holder <> ''
+           AND (?4 IS NULL OR expire_at > ?4)",
+        params![job, holder, token, unexpired_at],
+    )?;
+    Ok(n == 1)
+}
+
+fn insert_run(conn: &Connection, run: &Run) -> Result<(), Fail> {
+    let report = serde_json::to_string(&run.report)
+        .map_err(|e| Fail::Data(format!("run {}: report: {e}", run.run_id)))?;
+    let pid_start = i64::try_from(run.pid_start)
+        .map_err(|_| Fail::Data(format!("pid_start {} out of range", run.pid_start)))?;
+    conn.execute(
+        &format!(
+            "INSERT INTO jobguard_run ({RUN_COLUMNS}) VALUES
+             (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
+              ?19, ?20, ?21)"
+        ),
+        params![
+            run.run_id,
+            run.job,
+            run.slot.usec,
+            run.slot.zone,
+            run.attempt,
+            run.outcome.as_str(),
+            run.reason,
+            run.exit_status,
+            run.forced,
+            run.trigger,
+            run.host,
+            run.machine_id,
+            run.boot_id,
+            run.pid,
+            pid_start,
+            run.invocation_id,
+            run.started_at,
+            run.finished_at,
+            run.fencing_token,
+            report,
+            run.resolution.map(Resolution::as_str),
+        ],
+    )?;
+    Ok(())
+}
+
+impl Store for SqliteStore {
+    fn describe(&self) -> String {
+        self.describe.clone()
+    }
+
+    fn init(&mut self) -> Result<(), StoreError> {
+        let version = self.schema_version()?;
+        if version == SCHEMA_VERSION {
+            self.schema_ready = true;
+            return Ok(());
+        }
+        if version > SCHEMA_VERSION {
+            return Err(self.newer_schema(version));
+        }
+        let result = (|| {
+            let tx = self
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            // Another process may have migrated while we waited for the lock.
+            let version: i64 = tx.pragma_query_value(None, "user_version", |row| row.get(0))?;
+            if version > SCHEMA_VERSION {
+                return Ok(Some(version));
+            }
+            let from = usize::try_from(version.max(0)).unwrap_or(0);
+            for migration in MIGRATIONS.iter().skip(from) {
+                tx.execute_batch(migration)?;
+            }
+            tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+            tx.commit()?;
+            Ok(None)
+        })();
+        match result {
+            Ok(None) => {
+                self.schema_ready = true;
+                Ok(())
+            }
+            Ok(Some(newer)) => Err(self.newer_schema(newer)),
+            Err(e) => Err(store_error(&self.describe, "create schema", Fail::Sql(e))),
+        }
+    }
+
+    fn now(&mut self) -> Result<i64, StoreError> {
+        Ok(self.clock.now_usec())
+    }
+
+    fn claim(&mut self, req: &ClaimRequest) -> Result<Claim, StoreError> {
+        let holder_id = req.holder.id();
+        let ttl = duration_usec(req.ttl);
+        self.write("claim", |tx, now| {
+            let new = &req.run;
+            if !new.forced {
+                if let Some(by) = select_run(
+                    tx,
+                    "WHERE job = ?1 AND slot_usec = ?2
+                       AND (outcome = 'succeeded' OR resolution = 'done')
+                     ORDER BY outcome = 'succeeded' DESC, started_at DESC, rowid DESC LIMIT 1",
+                    params![new.job, new.slot.usec],
+                )? {
+                    return Ok(Claim::SlotDone { by });
+                }
+                if let Some(by) = select_run(
+                    tx,
+                    "WHERE job = ?1 AND slot_usec = ?2 AND resolution = 'held'
+                     ORDER BY started_at DESC, rowid DESC LIMIT 1",
+                    params![new.job, new.slot.usec],
+                )? {
+                    return Ok(Claim::SlotHeld { by });
+                }
+            }
+            let current = lease_row(tx, &new.job)?;
+            if let Some(lease) = &current
+                && !lease.holder.is_empty()
+                && lease.expire_at > now
+                && lease.holder != holder_id
+            {
+                let run = select_run(
+                    tx,
+                    "WHERE job = ?1 AND fencing_token = ?2
+                         ORDER BY started_at DESC, rowid DESC LIMIT 1",
+                    params![new.job, lease.token],
+                )?;
+                return Ok(Claim::Busy {
+                    lease: lease.clone(),
+                    run,
+                });
+            }
+            let last_token = current.as_ref().map_or(0, |l| l.token);
+            let token = last_token
+                .checked_add(1)
+                .ok_or_else(|| Fail::Data(format!("job {}: fencing token overflow", new.job)))?;
+            let lease = Lease {
+                job: new.job.clone(),
+                holder: holder_id.clone(),
+                host: req.holder.host.clone(),
+                token,
+                acquired_at: now,
+                expire_at: now.saturating_add(ttl),
+            };
+            tx.execute(
+                "INSERT INTO jobguard_lease (job, holder, host, token, acquired_at, expire_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT (job) DO UPDATE SET holder = excluded.holder,
+                     host = excluded.host, token = excluded.token,
+                     acquired_at = excluded.acquired_at, expire_at = excluded.expire_at",
+                params![
+                    lease.job,
+                    lease.holder,
+                    lease.host,
+                    lease.token,
+                    lease.acquired_at,
+                    lease.expire_at
+                ],
+            )?;
+            let earlier: i64 = tx.query_row(
+                "SELECT COUNT(*) FROM jobguard_run WHERE job = ?1 AND slot_usec = ?2",
+                params![new.job, new.slot.usec],
+                |row| row.get(0),
+            )?;
+            let run = Run {
+                run_id: new.run_id.clone(),
+                job: new.job.clone(),
+                slot: new.slot.clone(),
+                attempt: earlier + 1,
+                outcome: Outcome::Running,
+                reason: None,
+                exit_status: None,
+                forced: new.forced,
+                trigger: new.trigger.clone(),
+                host: req.holder.host.clone(),
+                machine_id: req.holder.machine_id.clone(),
+                boot_id: req.holder.boot_id.clone(),
+                pid: req.holder.pid,
+                pid_start: req.holder.pid_start,
+                invocation_id: new.invocation_id.clone(),
+                started_at: now,
+                finished_at: None,
+                fencing_token: token,
+                report: Default::default(),
+                resolution: None,
+            };
+            insert_run(tx, &run)?;
+            tx.execute(
+                "UPDATE jobguard_run SET resolution = 'rerun'
+                 WHERE job = ?1 AND slot_usec = ?2 AND resolution IN ('queued', 'held')",
+                params![new.job, new.slot.usec],
+            )?;
+            Ok(Claim::Claimed { lease, run })
+        })
+    }
+
+    fn renew(&mut self, lease: &Lease, ttl: Duration) -> Result<Option<i64>, StoreError> {
+        let ttl = duration_usec(ttl);
+        self.write("renew", |tx, now| {
+            let expire_at = now.saturating_add(ttl);
+            let n = tx.execute(
+                "UPDATE jobguard_lease SET expire_at = ?4
+                 WHERE job = ?1 AND holder = ?2 AND token = ?3 AND holder <> ''
+                   AND expire_at > ?5",
+                params![lease.job, lease.holder, lease.token, expire_at, now],
+            )?;
+            Ok((n == 1).then_some(expire_at))
+        })
+    }
+
+    fn finish(
+        &mut self,
+        lease: &Lease,
+        run_id: &str,
+        finish: &Finish,
+    ) -> Result<Finished, StoreError> {
+        if finish.outcome == Outcome::Running {
+            return Err(StoreError::Invalid {
+                store: self.describe.clone(),
+                detail: format!("finish: run {run_id}: running is not an end state"),
+            });
+        }
+        self.write("finish", |tx, now| {
+            let report = serde_json::to_string(&finish.report)
+                .map_err(|e| Fail::Data(format!("run {run_id}: report: {e}")))?;
+            let lease_held = if finish.outcome == Outcome::LeaseLost {
+                "1"
+            } else {
+                "EXISTS (SELECT 1 FROM jobguard_lease l
+                         WHERE l.job = jobguard_run.job AND l.holder = ?7 AND l.holder <> ''
+                           AND l.token = ?6 AND l.expire_at > ?5)"
+            };
+            let recorded = tx.execute(
+                &format!(
+                    "UPDATE jobguard_run
+                     SET outcome = ?2, reason = ?3, exit_status = ?4, finished_at = ?5,
+                         report = ?8, resolution = ?10
+                     WHERE run_id = ?1 AND outcome = 'running' AND fencing_token = ?6
+                       AND job = ?9 AND {lease_held}"
+                ),
+                params![
+                    run_id,
+                    finish.outcome.as_str(),
+                    finish.reason,
+                    finish.exit_status,
+                    now,
+                    lease.token,
+                    lease.holder,
+                    report,
+                    lease.job,
+                    finish.resolution.map(Resolution::as_str)
+                ],
+            )? == 1;
+            let released = release(tx, &lease.job, &lease.holder, lease.token, Some(now))?;
+            Ok(Finished { recorded, released })
+        })
+    }
+
+    fn interrupt(
+        &mut self,
+        run: &Run,
+        reason: &str,
+        resolution: Resolution,
+    ) -> Result<bool, StoreError> {
+        let holder = Holder {
+            machine_id: run.machine_id.clone(),
+            boot_id: run.boot_id.clone(),
+            pid: run.pid,
+            pid_start: run.pid_start,
+            host: run.host.clone(),
+        }
+        .id();
+        self.write("interrupt", |tx, now| {
+            let changed = tx.execute(
+                "UPDATE jobguard_run
+                 SET outcome = 'interrupted', reason = ?2, resolution = ?3, finished_at = ?4
+                 WHERE run_id = ?1 AND outcome = 'running'",
+                params![run.run_id, reason, resolution.as_str(), now],
+            )? == 1;
+            release(tx, &run.job, &holder, run.fencing_token, None)?;
+            Ok(changed)
+        })
+    }
+
+    fn lease(&mut self, job: &str) -> Result<Option<Lease>, StoreError> {
+        self.ready()?;
+        lease_row(&self.conn, job)
+            .map(|lease| lease.filter(|l| !l.holder.is_empty()))
+            .map_err(|e| store_error(&self.describe, "read lease", e))
+    }
+
+    fn runs(&mut self, query: &RunQuery) -> Result<Vec<Run>, StoreError> {
+        self.ready()?;
+        let mut conditions: Vec<String> = Vec::new();
+        let mut values: Vec<Value> = Vec::new();
+        fn placeholder(values: &mut Vec<Value>, value: Value) -> String {
+            values.push(value);
+            format!("?{}", values.len())
+        }
+        if let Some(job) = &query.job {
+            let p = placeholder(&mut values, Value::Text(job.clone()));
+            conditions.push(format!("job = {p}"));
+        }
+        if let Some(slot) = query.slot {
+            let p = placeholder(&mut values, Value::Integer(slot));
+            conditions.push(format!("slot_usec = {p}"));
+        }
+        if !query.outcomes.is_empty() {
+            let list: Vec<String> = query
+                .outcomes
+                .iter()
+                .map(|o| placeholder(&mut values, Value::Text(o.as_str().to_string())))
+                .collect();
+            conditions.push(format!("outcome IN ({})", list.join(", ")));
+        }
+        if !query.resolutions.is_empty() {
+            let list: Vec<String> = query
+                .resolutions
+                .iter()
+                .map(|r| placeholder(&mut values, Value::Text(r.as_str().to_string())))
+                .collect();
+            conditions.push(format!("resolution IN ({})", list.join(", ")));
+        }
+        let mut rest = String::new();
+        if !conditions.is_empty() {
+            rest.push_str("WHERE ");
+            rest.push_str(&conditions.join(" AND "));
+        }
+        rest.push_str(" ORDER BY started_at DESC, rowid DESC");
+        if query.limit > 0 {
+            let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
+            let p = placeholder(&mut values, Value::Integer(limit));
+            rest.push_str(&format!(" LIMIT {p}"));
+        }
+        select_runs(&self.conn, &rest, rusqlite::params_from_iter(values))
+            .map_err(|e| store_error(&self.describe, "read runs", e))
+    }
+
+    fn resolve(
+        &mut self,
+        job: &str,
+        slot: i64,
+        resolution: Resolution,
+    ) -> Result<usize, StoreError> {
+        self.write("resolve", |tx, _now| {
+            Ok(tx.execute(
+                "UPDATE jobguard_run SET resolution = ?3
+                 WHERE job = ?1 AND slot_usec = ?2
+                   AND outcome IN ('interrupted', 'lease_lost', 'failed')
+                   AND (resolution IS NULL OR resolution NOT IN ('rerun', 'done', ?3))",
+                params![job, slot, resolution.as_str()],
+            )?)
+        })
+    }
+
+    fn unlock(&mut self, job: &str) -> Result<Option<Lease>, StoreError> {
+        self.write("unlock", |tx, now| {
+            let ended = lease_row(tx, job)?.filter(|l| !l.holder.is_empty() && l.expire_at > now);
+            tx.execute(
+                "UPDATE jobguard_lease SET holder = '', host = '', expire_at = 0
+                 WHERE job = ?1 AND holder <> ''",
+                [job],
+            )?;
+            Ok(ended)
+        })
+    }
+}

@@ -51,7 +51,11 @@ impl Sandbox {
     /// `jobguard history JOB --json` parsed.
     pub fn history(&self, job: &str) -> Vec<serde_json::Value> {
         let out = self.run(&["history", job, "--json", "--limit", "0"]);
-        assert!(out.status.success(), "history failed: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "history failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("history json");
         v.as_array().expect("array").clone()
     }

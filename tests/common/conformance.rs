@@ -1,0 +1,850 @@
+//! The store conformance suite: the same cases for every [`Store`] backend.
+//!
+//! A backend's test file provides a function returning a fresh [`Env`] (an empty store
+//! plus a way to move its clock) and expands [`conformance_suite!`] with it, which makes
+//! one `#[test]` per case. Every case starts the clock at [`T0`] and moves it only through
+//! [`Env::advance`], so expiry is judged by the store's clock, never by sleeping.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use jobguard::lease::{Holder, Lease};
+use jobguard::ledger::{Finish, NewRun, Outcome, Resolution, Run, Slot};
+use jobguard::store::{Claim, ClaimRequest, Finished, RunQuery, Store, StoreError};
+
+/// The store clock at the start of every case: 2027-01-15T08:00:00Z.
+pub const T0: i64 = 1_800_000_000_000_000;
+/// Lease time to live used by the cases: 60 s.
+pub const TTL: Duration = Duration::from_secs(60);
+/// [`TTL`] in µs.
+pub const TTL_US: i64 = 60_000_000;
+/// A slot: 2027-01-15T02:00:00Z.
+pub const S1: i64 = 1_799_978_400_000_000;
+/// The next day's slot.
+pub const S2: i64 = S1 + 86_400_000_000;
+/// The day after.
+pub const S3: i64 = S2 + 86_400_000_000;
+/// The day after that.
+pub const S4: i64 = S3 + 86_400_000_000;
+
+/// One empty store under test, shared by any number of connections.
+pub trait Env {
+    /// A new connection to the store (a new "process").
+    fn connect(&self) -> Result<Box<dyn Store>, StoreError>;
+    /// Moves the store's clock forward by `usec` µs.
+    fn advance(&self, usec: i64);
+    /// Writes `version` as the store's schema version, behind the store's back.
+    fn set_schema_version(&self, version: i64);
+    /// The schema version this jobguard writes.
+    fn current_schema_version(&self) -> i64;
+}
+
+/// Expands to one `#[test]` per conformance case, each on a fresh env from `$fresh()`.
+#[allow(unused_macros)]
+macro_rules! conformance_suite {
+    ($fresh:path) => {
+        $crate::common::conformance::conformance_suite!(@cases $fresh;
+            acquire_contend_expire_takeover,
+            own_unexpired_lease_can_be_claimed_again,
+            renew_extends_by_store_clock,
+            token_grows_across_release_takeover_and_unlock,
+            stale_holder_changes_nothing,
+            lease_lost_needs_only_the_running_record,
+            unique_success_per_slot,
+            slot_done_held_and_forced,
+            attempts_count_per_slot,
+            resolve_and_claim_mark_rerun,
+            interrupt_releases_only_the_matching_lease,
+            unlock_ends_any_lease,
+            finish_records_every_field,
+            runs_filters_and_order,
+            reopen_and_init_are_idempotent,
+            newer_schema_is_refused,
+        );
+    };
+    (@cases $fresh:path; $($case:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                let env = $fresh();
+                $crate::common::conformance::$case(&*env);
+            }
+        )*
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use conformance_suite;
+
+/// Holder number `n`: its own machine, boot and pid.
+pub fn holder(n: u32) -> Holder {
+    Holder {
+        machine_id: format!("{n:032x}"),
+        boot_id: format!("b{n:031x}"),
+        pid: 1000 + n,
+        pid_start: 5_000_000 + u64::from(n),
+        host: format!("host-{n}"),
+    }
+}
+
+/// A run id from a number.
+pub fn rid(n: u32) -> String {
+    format!("{n:032x}")
+}
+
+/// A claim request for `job`/`slot` by holder `h` with run id `r`.
+pub fn request(job: &str, slot: i64, h: u32, r: u32, forced: bool) -> ClaimRequest {
+    ClaimRequest {
+        run: NewRun {
+            run_id: rid(r),
+            job: job.to_string(),
+            slot: Slot {
+                usec: slot,
+                zone: "Europe/Berlin".to_string(),
+            },
+            forced,
+            trigger: "timer".to_string(),
+            invocation_id: Some(format!("inv{r}")),
+        },
+        holder: holder(h),
+        ttl: TTL,
+    }
+}
+
+fn connect(env: &dyn Env) -> Box<dyn Store> {
+    env.connect().expect("connect to the store")
+}
+
+/// Claims and expects a grant.
+pub fn claimed(s: &mut dyn Store, req: &ClaimRequest) -> (Lease, Run) {
+    match s.claim(req).expect("claim") {
+        Claim::Claimed { lease, run } => (lease, run),
+        other => panic!("expected Claimed for run {}, got {other:?}", req.run.run_id),
+    }
+}
+
+/// Claims and expects Busy; returns the lease in the way and its run.
+pub fn busy(s: &mut dyn Store, req: &ClaimRequest) -> (Lease, Option<Run>) {
+    match s.claim(req).expect("claim") {
+        Claim::Busy { lease, run } => (lease, run),
+        other => panic!("expected Busy for run {}, got {other:?}", req.run.run_id),
+    }
+}
+
+fn finish(outcome: Outcome) -> Finish {
+    Finish {
+        outcome,
+        reason: match outcome {
+            Outcome::Failed => Some("exit".to_string()),
+            Outcome::LeaseLost => Some("renew".to_string()),
+            _ => None,
+        },
+        exit_status: match outcome {
+            Outcome::Succeeded => Some(0),
+            Outcome::Failed => Some(1),
+            _ => None,
+        },
+        report: BTreeMap::new(),
+        resolution: None,
+    }
+}
+
+fn run_by_id(s: &mut dyn Store, job: &str, run_id: &str) -> Run {
+    s.runs(&RunQuery {
+        job: Some(job.to_string()),
+        ..RunQuery::default()
+    })
+    .expect("runs")
+    .into_iter()
+    .find(|r| r.run_id == run_id)
+    .unwrap_or_else(|| panic!("run {run_id} not in the ledger"))
+}
+
+fn slot_runs(s: &mut dyn Store, job: &str, slot: i64) -> Vec<Run> {
+    s.runs(&RunQuery {
+        job: Some(job.to_string()),
+        slot: Some(slot),
+        ..RunQuery::default()
+    })
+    .expect("runs")
+}
+
+const RECORDED_AND_RELEASED: Finished = Finished {
+    recorded: true,
+    released: true,
+};
+const NOTHING: Finished = Finished {
+    recorded: false,
+    released: false,
+};
+
+/// A lease is granted with a token, contended until it expires by the store's clock, then
+/// taken over by another holder.
+pub fn acquire_contend_expire_takeover(env: &dyn Env) {
+    let mut a = connect(env);
+    let mut b = connect(env);
+    assert_eq!(a.now().unwrap(), T0);
+    assert_eq!(a.lease("sync").unwrap(), None);
+
+    let (l1, r1) = claimed(&mut *a, &request("sync", S1, 1, 1, false));
+    assert_eq!(l1.job, "sync");
+    assert_eq!(l1.holder, holder(1).id());
+    assert_eq!(l1.host, "host-1");
+    assert_eq!(l1.acquired_at, T0);
+    assert_eq!(l1.expire_at, T0 + TTL_US);
+    assert_eq!(r1.outcome, Outcome::Running);
+    assert_eq!(r1.fencing_token, l1.token);
+    assert_eq!(r1.attempt, 1);
+    assert_eq!(r1.started_at, T0);
+    assert_eq!(b.lease("sync").unwrap(), Some(l1.clone()));
+
+    // Another holder, through another connection: busy, and told who holds it.
+    let (in_way, its_run) = busy(&mut *b, &request("sync", S1, 2, 2, false));
+    assert_eq!(in_way, l1);
+    assert_eq!(
+        its_run.as_ref().map(|r| r.run_id.as_str()),
+        Some(rid(1).as_str())
+    );
+    // Busy wrote nothing.
+    assert_eq!(slot_runs(&mut *b, "sync", S1).len(), 1);
+
+    // Still busy 1 µs before expiry.
+    env.advance(TTL_US - 1);
+    busy(&mut *b, &request("sync", S1, 2, 3, false));
+    // Expired at expire_at: taken over with a larger token.
+    env.advance(1);
+    let (l2, r2) = claimed(&mut *b, &request("sync", S1, 2, 4, false));
+    assert!(l2.token > l1.token, "{l2:?} after {l1:?}");
+    assert_eq!(l2.holder, holder(2).id());
+    assert_eq!(r2.attempt, 2);
+    assert_eq!(a.lease("sync").unwrap(), Some(l2.clone()));
+
+    // Now the first holder is the one turned away.
+    let (in_way, its_run) = busy(&mut *a, &request("sync", S1, 1, 5, false));
+    assert_eq!(in_way, l2);
+    assert_eq!(its_run.map(|r| r.run_id), Some(rid(4)));
+
+    // Another job is independent.
+    claimed(&mut *a, &request("other", S1, 1, 6, false));
+}
+
+/// A holder asking again while its own lease is unexpired gets a new grant.
+pub fn own_unexpired_lease_can_be_claimed_again(env: &dyn Env) {
+    let mut s = connect(env);
+    let (l1, _) = claimed(&mut *s, &request("sync", S1, 1, 1, false));
+    env.advance(1_000_000);
+    let (l2, r2) = claimed(&mut *s, &request("sync", S1, 1, 2, false));
+    assert!(l2.token > l1.token);
+    assert_eq!(r2.attempt, 2);
+    // The first grant is superseded: its run can no longer record.
+    assert_eq!(
+        s.finish(&l1, &rid(1), &finish(Outcome::Succeeded)).unwrap(),
+        NOTHING
+    );
+    assert_eq!(
+        s.finish(&l2, &rid(2), &finish(Outcome::Succeeded)).unwrap(),
+        RECORDED_AND_RELEASED
+    );
+}
+
+/// Renewal moves expiry to store-now + ttl, only for the current unexpired grant.
+pub fn renew_extends_by_store_clock(env: &dyn Env) {
+    let mut a = connect(env);
+    let mut b = connect(env);
+    let (l1, _) = claimed(&mut *a, &request("sync", S1, 1, 1, false));
+    env.advance(30_000_000);
+    let until = a.renew(&l1, TTL).unwrap();
+    assert_eq!(until, Some(T0 + 30_000_000 + TTL_US));
+    assert_eq!(b.lease("sync").unwrap().unwrap().expire_at, T0 + 90_000_000);
+    // Past the original expiry, still held.
+    env.advance(TTL_US - 1);
+    busy(&mut *b, &request("sync", S1, 2, 2, false));
+    env.advance(1);
+    // Expired: renewal is refused and changes nothing.
+    assert_eq!(a.renew(&l1, TTL).unwrap(), None);
+    assert_eq!(b.lease("sync").unwrap().unwrap().expire_at, T0 + 90_000_000);
+    claimed(&mut *b, &request("sync", S1, 2, 3, false));
+    assert_eq!(a.renew(&l1, TTL).unwrap(), None);
+    // A lease value with the right token but another holder is not ours either.
+    let l2 = b.lease("sync").unwrap().unwrap();
+    let forged = Lease {
+        holder: holder(1).id(),
+        ..l2.clone()
+    };
+    assert_eq!(a.renew(&forged, TTL).unwrap(), None);
+    assert_eq!(b.lease("sync").unwrap(), Some(l2));
+}
+
+/// Tokens grow per job across every grant, also after release, takeover and unlock.
+pub fn token_grows_across_release_takeover_and_unlock(env: &dyn Env) {
+    let mut s = connect(env);
+    let mut tokens = Vec::new();
+    let (l, _) = claimed(&mut *s, &request("sync", S1, 1, 1, false));
+    tokens.push(l.token);
+    assert_eq!(
+        s.finish(&l, &rid(1), &finish(Outcome::Succeeded)).unwrap(),
+        RECORDED_AND_RELEASED
+    );
+    assert_eq!(s.lease("sync").unwrap(), None, "released");
+
+    let (l, _) = claimed(&mut *s, &request("sync", S2, 2, 2, false));
+    tokens.push(l.token);
+    env.advance(TTL_US);
+    let (l, _) = claimed(&mut *s, &request("sync", S2, 3, 3, false));
+    tokens.push(l.token);
+    assert!(s.unlock("sync").unwrap().is_some());
+    let (l, _) = claimed(&mut *s, &request("sync", S3, 1, 4, false));
+    tokens.push(l.token);
+    let released = s.finish(&l, &rid(4), &finish(Outcome::Failed)).unwrap();
+    assert_eq!(released, RECORDED_AND_RELEASED);
+    let (l, _) = claimed(&mut *s, &request("sync", S3, 1, 5, false));
+    tokens.push(l.token);
+
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "tokens not increasing: {tokens:?}"
+    );
+    // Tokens are per job: another job's first token is not larger than sync's first.
+    let (other, _) = claimed(&mut *s, &request("other", S1, 1, 6, false));
+    assert!(other.token <= tokens[0], "{other:?} vs {tokens:?}");
+}
+
+/// A holder whose lease expired, or was taken over, renews, records and releases nothing,
+/// and the store says so.
+pub fn stale_holder_changes_nothing(env: &dyn Env) {
+    let mut a = connect(env);
+    let mut b = connect(env);
+    let (l1, _) = claimed(&mut *a, &request("sync", S1, 1, 1, false));
+    env.advance(TTL_US);
+
+    // Expired, nobody took over yet.
+    assert_eq!(a.renew(&l1, TTL).unwrap(), None);
+    for outcome in [Outcome::Succeeded, Outcome::Failed] {
+        assert_eq!(a.finish(&l1, &rid(1), &finish(outcome)).unwrap(), NOTHING);
+    }
+    let r1 = run_by_id(&mut *a, "sync", &rid(1));
+    assert_eq!(r1.outcome, Outcome::Running);
+    assert_eq!(r1.finished_at, None);
+    let row = b.lease("sync").unwrap().unwrap();
+    assert_eq!(row, l1, "an expired holder must not touch the lease row");
+
+    // Taken over.
+    let (l2, _) = claimed(&mut *b, &request("sync", S1, 2, 2, false));
+    assert_eq!(a.renew(&l1, TTL).unwrap(), None);
+    assert_eq!(
+        a.finish(&l1, &rid(1), &finish(Outcome::Succeeded)).unwrap(),
+        NOTHING
+    );
+    // The old grant cannot finish the new holder's run either.
+    assert_eq!(
+        a.finish(&l1, &rid(2), &finish(Outcome::Failed)).unwrap(),
+        NOTHING
+    );
+    assert_eq!(a.lease("sync").unwrap(), Some(l2.clone()));
+    assert_eq!(
+        run_by_id(&mut *a, "sync", &rid(2)).outcome,
+        Outcome::Running
+    );
+    assert_eq!(
+        run_by_id(&mut *a, "sync", &rid(1)).outcome,
+        Outcome::Running
+    );
+
+    // The new holder is unaffected.
+    assert_eq!(
+        b.finish(&l2, &rid(2), &finish(Outcome::Succeeded)).unwrap(),
+        RECORDED_AND_RELEASED
+    );
+}
+
+/// `lease_lost` is recorded while the record is still `running` with the grant's token,
+/// whoever holds the lease now, and never releases someone else's lease.
+pub fn lease_lost_needs_only_the_running_record(env: &dyn Env) {
+    let mut a = connect(env);
+    let mut b = connect(env);
+    let (l1, _) = claimed(&mut *a, &request("sync", S1, 1, 1, false));
+    env.advance(TTL_US + 5);
+    let (l2, _) = claimed(&mut *b, &request("sync", S1, 2, 2, false));
+
+    let done = a.finish(&l1, &rid(1), &finish(Outcome::LeaseLost)).unwrap();
+    assert_eq!(
+        done,
+        Finished {
+            recorded: true,
+            released: false
+        }
+    );
+    let r1 = run_by_id(&mut *a, "sync", &rid(1));
+    assert_eq!(r1.outcome, Outcome::LeaseLost);
+    assert_eq!(r1.reason.as_deref(), Some("renew"));
+    assert_eq!(r1.finished_at, Some(T0 + TTL_US + 5));
+    assert_eq!(a.lease("sync").unwrap(), Some(l2));
+    // Once recorded, it is no longer running: a second finish changes nothing.
+    assert_eq!(
+        a.finish(&l1, &rid(1), &finish(Outcome::LeaseLost)).unwrap(),
+        NOTHING
+    );
+    // The wrong token never matches.
+    let wrong = Lease {
+        token: l1.token + 100,
+        ..l1
+    };
+    assert!(
+        !b.finish(&wrong, &rid(2), &finish(Outcome::LeaseLost))
+            .unwrap()
+            .recorded
+    );
+}
+
+/// Two holders after an expiry cannot both record success for a slot.
+pub fn unique_success_per_slot(env: &dyn Env) {
+    let mut a = connect(env);
+    let mut b = connect(env);
+    let mut c = connect(env);
+    let (l1, _) = claimed(&mut *a, &request("sync", S1, 1, 1, false));
+    env.advance(TTL_US);
+    let (l2, _) = claimed(&mut *b, &request("sync", S1, 2, 2, false));
+    assert_eq!(
+        b.finish(&l2, &rid(2), &finish(Outcome::Succeeded)).unwrap(),
+        RECORDED_AND_RELEASED
+    );
+    // The lease is free again, but the old grant is still not ours.
+    assert_eq!(
+        a.finish(&l1, &rid(1), &finish(Outcome::Succeeded)).unwrap(),
+        NOTHING
+    );
+    let succeeded = c
+        .runs(&RunQuery {
+            job: Some("sync".into()),
+            slot: Some(S1),
+            outcomes: vec![Outcome::Succeeded],
+            ..RunQuery::default()
+        })
+        .unwrap();
+    assert_eq!(succeeded.len(), 1);
+    assert_eq!(succeeded[0].run_id, rid(2));
+    match c.claim(&request("sync", S1, 3, 3, false)).unwrap() {
+        Claim::SlotDone { by } => assert_eq!(by.run_id, rid(2)),
+        other => panic!("expected SlotDone, got {other:?}"),
+    }
+}
+
+/// Done and held slots are skipped unless forced; forcing never skips the lease.
+pub fn slot_done_held_and_forced(env: &dyn Env) {
+    let mut s = connect(env);
+    // S1: succeeded -> done.
+    let (l, _) = claimed(&mut *s, &request("sync", S1, 1, 1, false));
+    s.finish(&l, &rid(1), &finish(Outcome::Succeeded)).unwrap();
+    match s.claim(&request("sync", S1, 2, 2, false)).unwrap() {
+        Claim::SlotDone { by } => {
+            assert_eq!(by.run_id, rid(1));
+            assert_eq!(by.outcome, Outcome::Succeeded);
+        }
+        other => panic!("expected SlotDone, got {other:?}"),
+    }
+    assert_eq!(
+        slot_runs(&mut *s, "sync", S1).len(),
+        1,
+        "a skip writes nothing"
+    );
+    assert_eq!(s.lease("sync").unwrap(), None, "a skip takes no lease");
+    let (l, forced) = claimed(&mut *s, &request("sync", S1, 2, 3, true));
+    assert!(forced.forced);
+    assert_eq!(forced.attempt, 2);
+    assert_eq!(
+        s.finish(&l, &rid(3), &finish(Outcome::Succeeded)).unwrap(),
+        RECORDED_AND_RELEASED,
+        "a forced run over a done slot records its success"
+    );
+
+    // S2: interrupted and held -> held.
+    let (_, r) = claimed(&mut *s, &request("sync", S2, 1, 4, false));
+    assert!(s.interrupt(&r, "boot", Resolution::Held).unwrap());
+    match s.claim(&request("sync", S2, 2, 5, false)).unwrap() {
+        Claim::SlotHeld { by } => {
+            assert_eq!(by.run_id, rid(4));
+            assert_eq!(by.resolution, Some(Resolution::Held));
+        }
+        other => panic!("expected SlotHeld, got {other:?}"),
+    }
+    let (_, r) = claimed(&mut *s, &request("sync", S2, 2, 6, true));
+    assert_eq!(r.attempt, 2);
+    assert_eq!(
+        run_by_id(&mut *s, "sync", &rid(4)).resolution,
+        Some(Resolution::Rerun),
+        "the forced attempt takes the held one over"
+    );
+
+    // S3: a forced claim still waits for another holder's lease.
+    env.advance(TTL_US);
+    claimed(&mut *s, &request("sync", S3, 3, 7, false));
+    let (lease, _) = busy(&mut *s, &request("sync", S3, 4, 8, true));
+    assert_eq!(lease.holder, holder(3).id());
+
+    // S4: failed, then resolved as done by a person -> done.
+    env.advance(TTL_US);
+    let (l, _) = claimed(&mut *s, &request("sync", S4, 1, 9, false));
+    s.finish(&l, &rid(9), &finish(Outcome::Failed)).unwrap();
+    assert_eq!(s.resolve("sync", S4, Resolution::Done).unwrap(), 1);
+    match s.claim(&request("sync", S4, 2, 10, false)).unwrap() {
+        Claim::SlotDone { by } => {
+            assert_eq!(by.run_id, rid(9));
+            assert_eq!(by.resolution, Some(Resolution::Done));
+        }
+        other => panic!("expected SlotDone, got {other:?}"),
+    }
+}
+
+/// Attempts count the earlier records of the same (job, slot) only.
+pub fn attempts_count_per_slot(env: &dyn Env) {
+    let mut s = connect(env);
+    for (n, expected) in [(1, 1), (2, 2), (3, 3)] {
+        let (l, r) = claimed(&mut *s, &request("sync", S1, 1, n, false));
+        assert_eq!(r.attempt, expected);
+        s.finish(&l, &rid(n), &finish(Outcome::Failed)).unwrap();
+    }
+    let (l, r) = claimed(&mut *s, &request("sync", S2, 1, 4, false));
+    assert_eq!(r.attempt, 1);
+    s.finish(&l, &rid(4), &finish(Outcome::Failed)).unwrap();
+    let (_, r) = claimed(&mut *s, &request("other", S1, 1, 5, false));
+    assert_eq!(r.attempt, 1);
+    let (_, r) = claimed(&mut *s, &request("sync", S1, 1, 6, false));
+    assert_eq!(r.attempt, 4);
+}
+
+/// `resolve` sets what happens next to unresolved failed, lease-lost and interrupted
+/// records; a later attempt marks queued and held ones as taken over (`rerun`).
+pub fn resolve_and_claim_mark_rerun(env: &dyn Env) {
+    let mut s = connect(env);
+    let (l, _) = claimed(&mut *s, &request("sync", S1, 1, 1, false));
+    s.finish(&l, &rid(1), &finish(Outcome::Failed)).unwrap();
+    let (l, _) = claimed(&mut *s, &request("sync", S1, 1, 2, false));
+    s.finish(&l, &rid(2), &finish(Outcome::LeaseLost)).unwrap();
+    let (_, r3) = claimed(&mut *s, &request("sync", S1, 1, 3, false));
+    assert!(s.interrupt(&r3, "boot", Resolution::Queued).unwrap());
+    // Another slot and another job are not touched.
+    let (l, _) = claimed(&mut *s, &request("sync", S2, 1, 4, false));
+    s.finish(&l, &rid(4), &finish(Outcome::Failed)).unwrap();
+    let (l, _) = claimed(&mut *s, &request("other", S1, 1, 5, false));
+    s.finish(&l, &rid(5), &finish(Outcome::Failed)).unwrap();
+
+    assert_eq!(s.resolve("sync", S1, Resolution::Held).unwrap(), 3);
+    assert_eq!(
+        s.resolve("sync", S1, Resolution::Held).unwrap(),
+        0,
+        "already held"
+    );
+    for n in [1, 2, 3] {
+        assert_eq!(
+            run_by_id(&mut *s, "sync", &rid(n)).resolution,
+            Some(Resolution::Held)
+        );
+    }
+    assert_eq!(run_by_id(&mut *s, "sync", &rid(4)).resolution, None);
+    assert_eq!(run_by_id(&mut *s, "other", &rid(5)).resolution, None);
+    assert!(matches!(
+        s.claim(&request("sync", S1, 1, 6, false)).unwrap(),
+        Claim::SlotHeld { .. }
+    ));
+
+    assert_eq!(s.resolve("sync", S1, Resolution::Queued).unwrap(), 3);
+    let (l, r) = claimed(&mut *s, &request("sync", S1, 1, 7, false));
+    assert_eq!(r.attempt, 4);
+    for n in [1, 2, 3] {
+        assert_eq!(
+            run_by_id(&mut *s, "sync", &rid(n)).resolution,
+            Some(Resolution::Rerun)
+        );
+    }
+    // Rerun records are final; the running attempt is not resolvable.
+    assert_eq!(s.resolve("sync", S1, Resolution::Done).unwrap(), 0);
+    s.finish(&l, &rid(7), &finish(Outcome::Failed)).unwrap();
+    assert_eq!(s.resolve("sync", S1, Resolution::Done).unwrap(), 1);
+    assert_eq!(
+        s.resolve("sync", S1, Resolution::Queued).unwrap(),
+        0,
+        "done is final"
+    );
+    // Succeeded records are never resolved.
+    let (l, _) = claimed(&mut *s, &request("sync", S3, 1, 8, false));
+    s.finish(&l, &rid(8), &finish(Outcome::Succeeded)).unwrap();
+    assert_eq!(s.resolve("sync", S3, Resolution::Done).unwrap(), 0);
+}
+
+/// `interrupt` ends a running record once and releases the lease only if it is still that
+/// run's grant.
+pub fn interrupt_releases_only_the_matching_lease(env: &dyn Env) {
+    let mut s = connect(env);
+    let (_, r1) = claimed(&mut *s, &request("sync", S1, 1, 1, false));
+    env.advance(7);
+    assert!(
+        s.interrupt(&r1, "process-gone", Resolution::Queued)
+            .unwrap()
+    );
+    assert_eq!(s.lease("sync").unwrap(), None, "its own grant is released");
+    let rec = run_by_id(&mut *s, "sync", &rid(1));
+    assert_eq!(rec.outcome, Outcome::Interrupted);
+    assert_eq!(rec.reason.as_deref(), Some("process-gone"));
+    assert_eq!(rec.resolution, Some(Resolution::Queued));
+    assert_eq!(rec.finished_at, Some(T0 + 7));
+
+    let (l2, r2) = claimed(&mut *s, &request("sync", S1, 2, 2, false));
+    assert_eq!(r2.attempt, 2);
+    assert_eq!(
+        run_by_id(&mut *s, "sync", &rid(1)).resolution,
+        Some(Resolution::Rerun)
+    );
+    // A second interrupt of the same record changes nothing and keeps the new lease.
+    assert!(!s.interrupt(&r1, "boot", Resolution::Held).unwrap());
+    assert_eq!(s.lease("sync").unwrap(), Some(l2.clone()));
+    assert_eq!(
+        run_by_id(&mut *s, "sync", &rid(1)).reason.as_deref(),
+        Some("process-gone")
+    );
+
+    // r2's holder vanished, its lease expired and holder 3 took over: interrupting r2
+    // must not end holder 3's lease.
+    env.advance(TTL_US);
+    let (l3, _) = claimed(&mut *s, &request("sync", S1, 3, 3, false));
+    assert!(s.interrupt(&r2, "lease-expired", Resolution::Held).unwrap());
+    assert_eq!(s.lease("sync").unwrap(), Some(l3));
+    assert_eq!(
+        run_by_id(&mut *s, "sync", &rid(2)).outcome,
+        Outcome::Interrupted
+    );
+    assert_ne!(l2.token, 0);
+}
+
+/// `unlock` ends whatever lease is there and reports it if it was unexpired.
+pub fn unlock_ends_any_lease(env: &dyn Env) {
+    let mut a = connect(env);
+    let mut b = connect(env);
+    assert_eq!(a.unlock("never").unwrap(), None);
+    let (l1, _) = claimed(&mut *a, &request("sync", S1, 1, 1, false));
+    assert_eq!(b.unlock("sync").unwrap(), Some(l1.clone()));
+    assert_eq!(b.lease("sync").unwrap(), None);
+    assert_eq!(a.renew(&l1, TTL).unwrap(), None);
+    let (l2, _) = claimed(&mut *b, &request("sync", S1, 2, 2, false));
+    assert!(l2.token > l1.token);
+    assert_eq!(
+        a.finish(&l1, &rid(1), &finish(Outcome::Succeeded)).unwrap(),
+        NOTHING
+    );
+    env.advance(TTL_US);
+    assert_eq!(
+        a.unlock("sync").unwrap(),
+        None,
+        "an expired lease is not reported"
+    );
+    claimed(&mut *a, &request("sync", S1, 1, 3, false));
+}
+
+/// Every field of a record comes back as written.
+pub fn finish_records_every_field(env: &dyn Env) {
+    let mut s = connect(env);
+    let req = request("store-sync", S1, 7, 1, false);
+    let (l, r) = claimed(&mut *s, &req);
+    let h = holder(7);
+    let expected_start = Run {
+        run_id: rid(1),
+        job: "store-sync".into(),
+        slot: Slot {
+            usec: S1,
+            zone: "Europe/Berlin".into(),
+        },
+        attempt: 1,
+        outcome: Outcome::Running,
+        reason: None,
+        exit_status: None,
+        forced: false,
+        trigger: "timer".into(),
+        host: h.host.clone(),
+        machine_id: h.machine_id.clone(),
+        boot_id: h.boot_id.clone(),
+        pid: h.pid,
+        pid_start: h.pid_start,
+        invocation_id: Some("inv1".into()),
+        started_at: T0,
+        finished_at: None,
+        fencing_token: l.token,
+        report: BTreeMap::new(),
+        resolution: None,
+    };
+    assert_eq!(r, expected_start);
+    assert_eq!(run_by_id(&mut *s, "store-sync", &rid(1)), expected_start);
+
+    env.advance(5_000_000);
+    let report: BTreeMap<String, String> = [
+        ("inserted", "2990"),
+        ("duplicates", "10"),
+        ("batch", "2027-01-15 \"night\" ünïcode"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let done = s
+        .finish(
+            &l,
+            &rid(1),
+            &Finish {
+                outcome: Outcome::Failed,
+                reason: Some("signal".into()),
+                exit_status: Some(143),
+                report: report.clone(),
+                resolution: None,
+            },
+        )
+        .unwrap();
+    assert_eq!(done, RECORDED_AND_RELEASED);
+    let back = run_by_id(&mut *s, "store-sync", &rid(1));
+    assert_eq!(
+        back,
+        Run {
+            outcome: Outcome::Failed,
+            reason: Some("signal".into()),
+            exit_status: Some(143),
+            finished_at: Some(T0 + 5_000_000),
+            report,
+            ..expected_start
+        }
+    );
+}
+
+/// `runs` filters by job, slot, outcome and resolution, newest first, with a limit.
+pub fn runs_filters_and_order(env: &dyn Env) {
+    let mut s = connect(env);
+    // (run, job, slot, outcome)
+    let plan: [(u32, &str, i64, Outcome); 6] = [
+        (1, "sync", S1, Outcome::Failed),
+        (2, "sync", S1, Outcome::Succeeded),
+        (3, "sync", S2, Outcome::Failed),
+        (4, "other", S1, Outcome::Succeeded),
+        (5, "sync", S3, Outcome::Running),
+        (6, "other", S2, Outcome::Running),
+    ];
+    for (n, job, slot, outcome) in plan {
+        env.advance(1_000_000);
+        let (l, _) = claimed(&mut *s, &request(job, slot, n, n, false));
+        if outcome != Outcome::Running {
+            s.finish(&l, &rid(n), &finish(outcome)).unwrap();
+        }
+    }
+    s.resolve("sync", S2, Resolution::Held).unwrap();
+
+    let ids = |runs: Vec<Run>| runs.into_iter().map(|r| r.run_id).collect::<Vec<_>>();
+    let ids_of = |ns: &[u32]| ns.iter().map(|&n| rid(n)).collect::<Vec<_>>();
+    let q = |job: Option<&str>, slot: Option<i64>| RunQuery {
+        job: job.map(str::to_string),
+        slot,
+        ..RunQuery::default()
+    };
+
+    assert_eq!(
+        ids(s.runs(&q(None, None)).unwrap()),
+        ids_of(&[6, 5, 4, 3, 2, 1])
+    );
+    assert_eq!(
+        ids(s.runs(&q(Some("sync"), None)).unwrap()),
+        ids_of(&[5, 3, 2, 1])
+    );
+    assert_eq!(
+        ids(s.runs(&q(Some("sync"), Some(S1))).unwrap()),
+        ids_of(&[2, 1])
+    );
+    assert_eq!(ids(s.runs(&q(Some("nobody"), None)).unwrap()), ids_of(&[]));
+    assert_eq!(
+        ids(s
+            .runs(&RunQuery {
+                outcomes: vec![Outcome::Running],
+                ..RunQuery::default()
+            })
+            .unwrap()),
+        ids_of(&[6, 5])
+    );
+    assert_eq!(
+        ids(s
+            .runs(&RunQuery {
+                job: Some("sync".into()),
+                outcomes: vec![Outcome::Failed, Outcome::Succeeded],
+                ..RunQuery::default()
+            })
+            .unwrap()),
+        ids_of(&[3, 2, 1])
+    );
+    assert_eq!(
+        ids(s
+            .runs(&RunQuery {
+                resolutions: vec![Resolution::Held, Resolution::Queued],
+                ..RunQuery::default()
+            })
+            .unwrap()),
+        ids_of(&[3])
+    );
+    assert_eq!(
+        ids(s
+            .runs(&RunQuery {
+                limit: 2,
+                ..RunQuery::default()
+            })
+            .unwrap()),
+        ids_of(&[6, 5])
+    );
+    assert_eq!(
+        ids(s
+            .runs(&RunQuery {
+                job: Some("sync".into()),
+                limit: 1,
+                outcomes: vec![Outcome::Failed],
+                ..RunQuery::default()
+            })
+            .unwrap()),
+        ids_of(&[3])
+    );
+}
+
+/// Opening again sees the same data; `init` can run any number of times.
+pub fn reopen_and_init_are_idempotent(env: &dyn Env) {
+    let lease = {
+        let mut s = connect(env);
+        s.init().unwrap();
+        s.init().unwrap();
+        let (l, _) = claimed(&mut *s, &request("sync", S1, 1, 1, false));
+        s.init().unwrap();
+        l
+    };
+    let mut s = connect(env);
+    s.init().unwrap();
+    assert_eq!(s.lease("sync").unwrap(), Some(lease.clone()));
+    assert_eq!(
+        run_by_id(&mut *s, "sync", &rid(1)).fencing_token,
+        lease.token
+    );
+    let mut t = connect(env);
+    t.init().unwrap();
+    busy(&mut *t, &request("sync", S1, 2, 2, false));
+}
+
+/// A store whose schema is newer than this jobguard knows is refused, not used.
+pub fn newer_schema_is_refused(env: &dyn Env) {
+    {
+        let mut s = connect(env);
+        s.init().unwrap();
+        claimed(&mut *s, &request("sync", S1, 1, 1, false));
+    }
+    env.set_schema_version(env.current_schema_version() + 1);
+    let refused = |e: StoreError| {
+        let msg = e.to_string();
+        assert!(
+            matches!(e, StoreError::Invalid { .. }) && msg.contains("newer"),
+            "expected a newer-schema refusal, got {msg}"
+        );
+    };
+    match env.connect() {
+        Err(e) => refused(e),
+        Ok(mut s) => {
+            refused(s.init().unwrap_err());
+            refused(s.claim(&request("sync", S2, 2, 2, false)).unwrap_err());
+            refused(s.runs(&RunQuery::default()).unwrap_err());
+            refused(s.lease("sync").unwrap_err());
+        }
+    }
+}
