@@ -17,6 +17,8 @@ use std::process::{Command, Output};
 
 use jobguard::unit_name::{escape_specifiers, file_uri};
 
+mod common;
+
 const GENERATOR: &str = env!("CARGO_BIN_EXE_jobguard-generator");
 
 fn cases_dir() -> PathBuf {
@@ -487,4 +489,138 @@ fn generator_mode_logs_to_kmsg() {
         ours.iter().any(|r| r.contains("skipping file")),
         "{ours:#?}"
     );
+}
+
+/// systemd itself reads the generated drop-ins back as meant: a booted container (see
+/// tests/common/container.rs) with the generator installed, and `systemctl show` of the
+/// units. Checks the escaping of `%`, newlines and non-ASCII text in descriptions, a
+/// trailing backslash, specifiers in `OnFailure=`, and the values from the job list.
+#[test]
+fn systemd_reads_the_generated_units_as_meant() {
+    let test = "systemd_reads_the_generated_units_as_meant";
+    if !common::go_on(test, common::container::prerequisites()) {
+        return;
+    }
+    let jobs = "[jobs.\"report_v2.de\"]\n\
+                description = \"Umsatz 100% → Übersicht für %i und %n\\nzweite Zeile\"\n\
+                schedule = \"*-*-* 06:00:00\"\n\
+                command = [\"/bin/true\"]\n\
+                randomized_delay = \"90s\"\n\
+                kill_grace = \"1min\"\n\
+                on_failure = \"status-email@%n.service\"\n\
+                store = \"postgres://db.internal/jobs\"\n\
+                persistent = false\n\n\
+                [jobs.trailing]\n\
+                description = 'ends with a backslash \\'\n\
+                schedule = \"daily\"\n\
+                command = [\"/bin/true\"]\n";
+    let mut opts = common::container::Options::new()
+        .copy(env!("CARGO_BIN_EXE_jobguard"), "/usr/local/bin/jobguard")
+        .copy(GENERATOR, "/usr/local/bin/jobguard-generator")
+        .symlink(
+            "/etc/systemd/system-generators/jobguard-generator",
+            "/usr/local/bin/jobguard-generator",
+        )
+        .file("/etc/jobguard/jobs.toml", jobs);
+    for t in [
+        "jobguard@.service",
+        "jobguard@.timer",
+        "jobguard-recover.service",
+        "jobguard-recover.timer",
+    ] {
+        opts = opts.copy(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("units").join(t),
+            &format!("/usr/lib/systemd/system/{t}"),
+        );
+    }
+    let c = common::container::Container::boot("generator", &opts).expect("boot a container");
+    let show = |unit: &str, props: &[&str]| -> BTreeMap<String, String> {
+        let mut argv = vec!["systemctl", "show", unit];
+        for p in props {
+            argv.extend(["-p", p]);
+        }
+        let out = c.exec_ok(&argv).expect("systemctl show");
+        out.lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let svc = show(
+        "jobguard@report_v2.de.service",
+        &[
+            "Description",
+            "SourcePath",
+            "Documentation",
+            "OnFailure",
+            "After",
+            "Wants",
+            "TimeoutStopUSec",
+            "Type",
+            "KillMode",
+            "NotifyAccess",
+            "DropInPaths",
+        ],
+    );
+    assert_eq!(
+        svc["Description"],
+        "Umsatz 100% → Übersicht für %i und %n zweite Zeile"
+    );
+    assert_eq!(svc["SourcePath"], "/etc/jobguard/jobs.toml");
+    // The template's documentation, then the job's file.
+    assert_eq!(
+        svc["Documentation"],
+        "file:/usr/share/doc/jobguard/README.md file:/etc/jobguard/jobs.toml"
+    );
+    assert_eq!(
+        svc["OnFailure"],
+        "status-email@jobguard@report_v2.de.service.service"
+    );
+    assert!(svc["After"].contains("network-online.target"), "{svc:?}");
+    assert!(svc["After"].contains("jobguard-recover.service"), "{svc:?}");
+    assert!(svc["Wants"].contains("network-online.target"), "{svc:?}");
+    assert_eq!(svc["TimeoutStopUSec"], "1min 30s");
+    assert_eq!(
+        (
+            svc["Type"].as_str(),
+            svc["KillMode"].as_str(),
+            svc["NotifyAccess"].as_str()
+        ),
+        ("exec", "mixed", "main")
+    );
+    assert!(
+        svc["DropInPaths"]
+            .contains("/run/systemd/generator/jobguard@report_v2.de.service.d/50-jobguard.conf"),
+        "{svc:?}"
+    );
+    let timer = show(
+        "jobguard@report_v2.de.timer",
+        &[
+            "Description",
+            "TimersCalendar",
+            "Persistent",
+            "RandomizedDelayUSec",
+            "AccuracyUSec",
+            "ActiveState",
+        ],
+    );
+    assert_eq!(
+        timer["Description"],
+        "Timer for Umsatz 100% → Übersicht für %i und %n zweite Zeile"
+    );
+    assert!(
+        timer["TimersCalendar"].contains("OnCalendar=*-*-* 06:00:00"),
+        "{timer:?}"
+    );
+    assert_eq!(timer["Persistent"], "no");
+    assert_eq!(timer["RandomizedDelayUSec"], "1min 30s");
+    assert_eq!(timer["AccuracyUSec"], "1s");
+    assert_eq!(timer["ActiveState"], "active");
+    // A single trailing backslash would join the next line; it is doubled, and the next
+    // line (SourcePath=) is still read.
+    let trailing = show("jobguard@trailing.service", &["Description", "SourcePath"]);
+    assert_eq!(trailing["Description"], "ends with a backslash \\\\");
+    assert_eq!(trailing["SourcePath"], "/etc/jobguard/jobs.toml");
+    // The recover units are enabled by the generator.
+    let recover = show("jobguard-recover.timer", &["ActiveState"]);
+    assert_eq!(recover["ActiveState"], "active");
 }
