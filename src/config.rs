@@ -936,45 +936,39 @@ impl Loader {
         let Some(jobs) = jobs_table else {
             return;
         };
-        for (k, v) in jobs.iter() {
-            let name: &str = k.get_ref();
-            let (line, column) = lines.position(k.span().start);
-            let at = Origin {
-                file,
-                line,
-                column,
-                key: key_path(&["jobs", name]),
+        let entries: Vec<_> = jobs.iter().collect();
+        let read_all =
+            |part: &[(&Spanned<toml::de::DeString<'_>>, &Spanned<DeValue<'_>>)]| -> Vec<RawJob> {
+                part.iter()
+                    .map(|(k, v)| read_job(&top, k, v, file_defaults))
+                    .collect()
             };
-            let mut ctx = TableCtx {
-                prefix_key: at.key.clone(),
-                job: Some(name),
-                scope: ErrorScope::Job,
-                ..top.sub()
-            };
-            if !job::is_valid_job_name(name) {
-                ctx.error(
-                    &at,
-                    format!(
-                        "invalid job name {name:?}: use 1 to {} lower-case letters, digits, '-', '_', '.', \
-                         starting with a letter or digit",
-                        job::MAX_JOB_NAME_LEN
-                    ),
-                );
-            }
-            let own = match v.get_ref() {
-                DeValue::Table(t) => ctx.read_table(t),
-                other => {
-                    ctx.error(&at, format!("expected a table, found {}", type_name(other)));
-                    Partial::default()
-                }
-            };
-            self.jobs.push(RawJob {
-                name: name.to_string(),
-                at,
-                own,
-                errors: ctx.errors,
-                file_defaults,
+        // Each job is read on its own (its schedule parsed, every value checked), so a long
+        // list is split over a few threads; the generator runs at every boot.
+        let threads = if entries.len() < PARALLEL_MIN_JOBS {
+            1
+        } else {
+            std::thread::available_parallelism()
+                .map_or(1, |n| n.get())
+                .clamp(1, 4)
+        };
+        if threads == 1 {
+            self.jobs.extend(read_all(&entries));
+        } else {
+            let chunk = entries.len().div_ceil(threads);
+            let read_all = &read_all;
+            let parts: Vec<Vec<RawJob>> = std::thread::scope(|scope| {
+                let handles: Vec<_> = entries
+                    .chunks(chunk)
+                    .map(|part| scope.spawn(move || read_all(part)))
+                    .collect();
+                // A reader thread only panics on a bug: pass that panic on.
+                handles
+                    .into_iter()
+                    .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+                    .collect()
             });
+            self.jobs.extend(parts.into_iter().flatten());
         }
     }
 
@@ -1045,6 +1039,56 @@ impl Loader {
             )
         });
         set.errors.append(&mut errors);
+    }
+}
+
+/// Lists shorter than this are read by one thread.
+const PARALLEL_MIN_JOBS: usize = 256;
+
+/// Reads one `[jobs.NAME]` table: its name, its own keys, their errors.
+fn read_job(
+    top: &TableCtx<'_>,
+    k: &Spanned<toml::de::DeString<'_>>,
+    v: &Spanned<DeValue<'_>>,
+    file_defaults: Option<usize>,
+) -> RawJob {
+    let name: &str = k.get_ref();
+    let (line, column) = top.lines.position(k.span().start);
+    let at = Origin {
+        file: top.file,
+        line,
+        column,
+        key: key_path(&["jobs", name]),
+    };
+    let mut ctx = TableCtx {
+        prefix_key: at.key.clone(),
+        job: Some(name),
+        scope: ErrorScope::Job,
+        ..top.sub()
+    };
+    if !job::is_valid_job_name(name) {
+        ctx.error(
+            &at,
+            format!(
+                "invalid job name {name:?}: use 1 to {} lower-case letters, digits, '-', '_', '.', \
+                 starting with a letter or digit",
+                job::MAX_JOB_NAME_LEN
+            ),
+        );
+    }
+    let own = match v.get_ref() {
+        DeValue::Table(t) => ctx.read_table(t),
+        other => {
+            ctx.error(&at, format!("expected a table, found {}", type_name(other)));
+            Partial::default()
+        }
+    };
+    RawJob {
+        name: name.to_string(),
+        at,
+        own,
+        errors: ctx.errors,
+        file_defaults,
     }
 }
 

@@ -567,3 +567,42 @@ fn check_of_a_good_list_exits_0() {
         "2 valid jobs in 1 file: a, b\n"
     );
 }
+
+#[test]
+fn a_long_list_is_read_whole_with_errors_in_order() {
+    // Long enough to be read by several threads.
+    let d = Dir::new();
+    let mut text = String::new();
+    for i in 0..600 {
+        text.push_str(&format!("[jobs.job-{i:03}]\n{GOOD}"));
+        if i % 200 == 7 {
+            text.push_str(&format!("bogus{i} = 1\n"));
+        }
+        text.push('\n');
+    }
+    let f = d.write("jobs.toml", &text);
+    let set = d.load();
+    assert_eq!(set.jobs.len(), 597);
+    let keys: Vec<&str> = set.errors.iter().filter_map(|e| e.key.as_deref()).collect();
+    assert_eq!(
+        keys,
+        [
+            "jobs.job-007.bogus7",
+            "jobs.job-207.bogus207",
+            "jobs.job-407.bogus407"
+        ]
+    );
+    for e in &set.errors {
+        let name = e
+            .key
+            .as_deref()
+            .and_then(|k| k.rsplit('.').next())
+            .expect("key");
+        assert_at(
+            e,
+            &f,
+            pos(&text, "", &format!("{name} = 1")),
+            e.key.as_deref().expect("key"),
+        );
+    }
+}
