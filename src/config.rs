@@ -26,7 +26,7 @@
 //! every value keeps its position. Time spans follow [`crate::timespan`], schedules
 //! [`crate::calendar`].
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -635,7 +635,11 @@ impl TableCtx<'_> {
                 }
                 _ => {
                     let at = self.origin(key, k.span().start);
-                    self.error(&at, format!("unknown key {}", key_path(&[key])));
+                    let message = match closest_key(key) {
+                        Some(k) => format!("unknown key {} (did you mean {k}?)", key_path(&[key])),
+                        None => format!("unknown key {}", key_path(&[key])),
+                    };
+                    self.error(&at, message);
                 }
             }
         }
@@ -977,11 +981,11 @@ impl Loader {
         // Duplicates: every definition after the first is an error naming the first, and
         // the name is left out entirely.
         let mut first: HashMap<&str, &RawJob> = HashMap::new();
-        let mut duplicated: HashMap<&str, ()> = HashMap::new();
+        let mut duplicated: HashSet<&str> = HashSet::new();
         for raw in &self.jobs {
             match first.get(raw.name.as_str()) {
                 Some(prev) => {
-                    duplicated.insert(raw.name.as_str(), ());
+                    duplicated.insert(raw.name.as_str());
                     errors.push(ConfigError {
                         file: self.files[raw.at.file].clone(),
                         line: Some(raw.at.line),
@@ -1005,7 +1009,7 @@ impl Loader {
         }
         for raw in &self.jobs {
             errors.extend(raw.errors.iter().cloned());
-            if !raw.errors.is_empty() || duplicated.contains_key(raw.name.as_str()) {
+            if !raw.errors.is_empty() || duplicated.contains(raw.name.as_str()) {
                 continue;
             }
             let layers: Vec<&Partial> = std::iter::once(&raw.own)
@@ -1040,6 +1044,31 @@ impl Loader {
         });
         set.errors.append(&mut errors);
     }
+}
+
+/// The job key nearest to a misspelt one (at most two edits away), for the error message.
+fn closest_key(key: &str) -> Option<&'static str> {
+    JOB_KEYS
+        .iter()
+        .map(|k| (edit_distance(key, k), *k))
+        .filter(|(d, _)| *d <= 2)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k)
+}
+
+/// Levenshtein distance in characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let subst = prev[j] + usize::from(ca != *cb);
+            cur[j + 1] = subst.min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
 }
 
 /// Lists shorter than this are read by one thread.

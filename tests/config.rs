@@ -63,7 +63,10 @@ fn unknown_key_names_file_line_column_and_key() {
     let set = d.load();
     let e = only_error(&set);
     assert_at(e, &f, pos(&text, "", "descripton"), "jobs.sync.descripton");
-    assert!(e.message.contains("unknown key descripton"), "{e}");
+    assert_eq!(
+        e.message,
+        "unknown key descripton (did you mean description?)"
+    );
     assert_eq!(e.job.as_deref(), Some("sync"));
     assert_eq!(e.scope, ErrorScope::Job);
     assert!(!set.jobs.contains_key("sync"));
