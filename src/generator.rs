@@ -1,4 +1,4 @@
-//! The systemd generator: load the job list, [`render`] it, write the result.
+//! The systemd generator: load the job list, [`render`](crate::render::render) it, write the result.
 //!
 //! Follows systemd.generator(7): runs at boot and on every daemon-reload, writes only
 //! into its output directory, talks to no other process, and never holds up boot. A bad

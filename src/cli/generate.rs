@@ -1,7 +1,9 @@
 //! `jobguard generate --output DIR`: writes the units the generator would write, for
 //! inspection. Problems in the job list are printed as the generator logs them ("…;
 //! skipping …") and do not change the exit status; a directory that cannot be written
-//! does ([`crate::exit::FAILURE`]).
+//! does ([`crate::exit::FAILURE`]). Files already in the directory are replaced when the
+//! generator would write them and left alone otherwise (a job removed from the list keeps
+//! its old files there).
 
 use crate::cli::GenerateArgs;
 use crate::config::{self, ConfigSource};
