@@ -940,39 +940,8 @@ impl Loader {
         let Some(jobs) = jobs_table else {
             return;
         };
-        let entries: Vec<_> = jobs.iter().collect();
-        let read_all =
-            |part: &[(&Spanned<toml::de::DeString<'_>>, &Spanned<DeValue<'_>>)]| -> Vec<RawJob> {
-                part.iter()
-                    .map(|(k, v)| read_job(&top, k, v, file_defaults))
-                    .collect()
-            };
-        // Each job is read on its own (its schedule parsed, every value checked), so a long
-        // list is split over a few threads; the generator runs at every boot.
-        let threads = if entries.len() < PARALLEL_MIN_JOBS {
-            1
-        } else {
-            std::thread::available_parallelism()
-                .map_or(1, |n| n.get())
-                .clamp(1, 4)
-        };
-        if threads == 1 {
-            self.jobs.extend(read_all(&entries));
-        } else {
-            let chunk = entries.len().div_ceil(threads);
-            let read_all = &read_all;
-            let parts: Vec<Vec<RawJob>> = std::thread::scope(|scope| {
-                let handles: Vec<_> = entries
-                    .chunks(chunk)
-                    .map(|part| scope.spawn(move || read_all(part)))
-                    .collect();
-                // A reader thread only panics on a bug: pass that panic on.
-                handles
-                    .into_iter()
-                    .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-                    .collect()
-            });
-            self.jobs.extend(parts.into_iter().flatten());
+        for (k, v) in jobs.iter() {
+            self.jobs.push(read_job(&top, k, v, file_defaults));
         }
     }
 
@@ -1070,9 +1039,6 @@ fn edit_distance(a: &str, b: &str) -> usize {
     }
     prev[b.len()]
 }
-
-/// Lists shorter than this are read by one thread.
-const PARALLEL_MIN_JOBS: usize = 256;
 
 /// Reads one `[jobs.NAME]` table: its name, its own keys, their errors.
 fn read_job(

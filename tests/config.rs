@@ -573,7 +573,6 @@ fn check_of_a_good_list_exits_0() {
 
 #[test]
 fn a_long_list_is_read_whole_with_errors_in_order() {
-    // Long enough to be read by several threads.
     let d = Dir::new();
     let mut text = String::new();
     for i in 0..600 {
