@@ -3,13 +3,64 @@
 //! `--config` / `JOBGUARD_CONFIG`.
 //!
 //! Loading never stops at the first problem: every error is collected with its file,
-//! line, column and key, bad jobs are left out, and the good ones are returned.
+//! line, column and key, bad jobs are left out, and the good ones are returned. A TOML
+//! syntax error skips that file only. What a source reads, and how `[defaults]` layer:
+//!
+//! - [`ConfigSource::Default`]: `/etc/jobguard/jobs.toml` (may be missing), then
+//!   `/etc/jobguard/jobs.d/*.toml`.
+//! - a file: that file alone.
+//! - a directory `D`: `D/jobs.toml` if present, then the other `D/*.toml` files, then
+//!   `D/jobs.d/*.toml`, so `--config /etc/jobguard` reads what the default reads (plus
+//!   any other `*.toml` beside `jobs.toml`).
+//! - Only regular files (or links to them) whose names end in `.toml` and do not start
+//!   with `.` are read; "lexical" is byte order of the file names.
+//! - A job takes each key from, in order: its own table; the `[defaults]` of its own file;
+//!   the `[defaults]` of the source's `jobs.toml` (which so apply to every file); the
+//!   built-in default.
+//! - Relative paths (`working_directory`, `store_file`, a `sqlite://relative/path.db`
+//!   store) are relative to the directory of the file that wrote them, also when they
+//!   come from `[defaults]`.
+//! - A job defined in two files is an error naming both, and neither definition is used.
+//!
+//! The TOML is read through toml's span-keeping document API ([`toml::de::DeTable`]), so
+//! every value keeps its position. Time spans follow [`crate::timespan`], schedules
+//! [`crate::calendar`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use crate::job::Job;
+use toml::Spanned;
+use toml::de::{DeTable, DeValue};
+
+use crate::calendar::CalendarSpec;
+use crate::job::{self, Inhibit, Job, OnInterrupted, OnStoreUnavailable};
+use crate::timespan::TimeSpan;
+
+/// The directory of the default job list.
+pub const DEFAULT_CONFIG_DIR: &str = "/etc/jobguard";
+/// The main file of a job-list directory; its `[defaults]` apply to every file.
+pub const MAIN_FILE: &str = "jobs.toml";
+/// The drop-in directory of a job-list directory.
+pub const DROPIN_DIR: &str = "jobs.d";
+
+/// Store address schemes a job list may name (`SCHEME://…`). Whether a backend is built
+/// in is checked when the store is opened, not here.
+pub const STORE_SCHEMES: &[&str] = &[
+    "sqlite",
+    "postgres",
+    "postgresql",
+    "mysql",
+    "mariadb",
+    "redis",
+    "rediss",
+    "etcd",
+    "zookeeper",
+];
+
+/// Shortest accepted `lease_ttl`: the shim renews every third of it.
+pub const MIN_LEASE_TTL: Duration = Duration::from_secs(3);
 
 /// Where the job list comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,6 +84,30 @@ impl ConfigSource {
     }
 }
 
+impl fmt::Display for ConfigSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigSource::Default => write!(
+                f,
+                "{DEFAULT_CONFIG_DIR}/{MAIN_FILE} and {DEFAULT_CONFIG_DIR}/{DROPIN_DIR}"
+            ),
+            ConfigSource::Path(p) => write!(f, "{}", p.display()),
+        }
+    }
+}
+
+/// What an error cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorScope {
+    /// The file was not read (unreadable, TOML syntax error, missing `--config` path).
+    File,
+    /// The job named in [`ConfigError::job`] was left out.
+    Job,
+    /// A key outside any job (in `[defaults]` or at the top level); jobs that inherit a
+    /// bad default get an error of their own.
+    Key,
+}
+
 /// One problem in the job list.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
@@ -40,7 +115,7 @@ pub struct ConfigError {
     pub file: PathBuf,
     /// 1-based line, when known.
     pub line: Option<usize>,
-    /// 1-based column, when known.
+    /// 1-based column (in characters), when known.
     pub column: Option<usize>,
     /// The job, when the problem is inside one.
     pub job: Option<String>,
@@ -48,6 +123,8 @@ pub struct ConfigError {
     pub key: Option<String>,
     /// What is wrong.
     pub message: String,
+    /// What was skipped because of it.
+    pub scope: ErrorScope,
 }
 
 impl fmt::Display for ConfigError {
@@ -73,7 +150,7 @@ impl std::error::Error for ConfigError {}
 pub struct JobSet {
     /// Valid jobs by name.
     pub jobs: BTreeMap<String, Job>,
-    /// Every problem found, in file order.
+    /// Every problem found, in file order, then by position.
     pub errors: Vec<ConfigError>,
     /// The files read, in order.
     pub files: Vec<PathBuf>,
@@ -82,6 +159,1050 @@ pub struct JobSet {
 /// Loads the job list from `source`. Never fails as a whole: unreadable files and bad
 /// jobs become entries of [`JobSet::errors`].
 pub fn load(source: &ConfigSource) -> JobSet {
-    let _ = source;
-    JobSet::default()
+    let mut set = JobSet::default();
+    let files = match source {
+        ConfigSource::Default => {
+            list_dir_source(Path::new(DEFAULT_CONFIG_DIR), false, &mut set.errors)
+        }
+        ConfigSource::Path(p) => {
+            let p = absolute(p);
+            match std::fs::metadata(&p) {
+                Ok(m) if m.is_dir() => list_dir_source(&p, true, &mut set.errors),
+                Ok(_) => vec![SourceFile {
+                    path: p,
+                    main: false,
+                }],
+                Err(e) => {
+                    set.errors.push(file_error(&p, None, io_message(&e)));
+                    Vec::new()
+                }
+            }
+        }
+    };
+    let mut loader = Loader::default();
+    for f in &files {
+        let text = match std::fs::read_to_string(&f.path) {
+            Ok(t) => t,
+            Err(e) => {
+                set.errors.push(file_error(&f.path, None, io_message(&e)));
+                continue;
+            }
+        };
+        set.files.push(f.path.clone());
+        loader.load_file(&f.path, &text, f.main);
+    }
+    loader.finish(&mut set);
+    set
+}
+
+/// Loads a job list from text, as if read from `path` (which only names it in errors and
+/// anchors relative paths). For tests and tools.
+pub fn load_str(path: &Path, text: &str) -> JobSet {
+    let mut set = JobSet::default();
+    let path = absolute(path);
+    set.files.push(path.clone());
+    let mut loader = Loader::default();
+    loader.load_file(&path, text, false);
+    loader.finish(&mut set);
+    set
+}
+
+struct SourceFile {
+    path: PathBuf,
+    main: bool,
+}
+
+fn absolute(p: &Path) -> PathBuf {
+    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+fn io_message(e: &std::io::Error) -> String {
+    let s = e.to_string();
+    // "No such file or directory (os error 2)" -> "no such file or directory"
+    let s = s.split(" (os error").next().unwrap_or(&s);
+    let mut c = s.chars();
+    match c.next() {
+        Some(first) => first.to_lowercase().chain(c).collect(),
+        None => String::new(),
+    }
+}
+
+fn file_error(path: &Path, pos: Option<(usize, usize)>, message: String) -> ConfigError {
+    ConfigError {
+        file: path.to_path_buf(),
+        line: pos.map(|p| p.0),
+        column: pos.map(|p| p.1),
+        job: None,
+        key: None,
+        message,
+        scope: ErrorScope::File,
+    }
+}
+
+/// The `*.toml` files of a directory, sorted by name; a missing directory is empty.
+fn toml_files(dir: &Path, errors: &mut Vec<ConfigError>) -> Vec<PathBuf> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
+        Err(e) => {
+            errors.push(file_error(dir, None, io_message(&e)));
+            return Vec::new();
+        }
+    };
+    let mut names: Vec<std::ffi::OsString> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.file_name())
+        .filter(|n| {
+            let b = n.as_encoded_bytes();
+            b.ends_with(b".toml") && !b.starts_with(b".")
+        })
+        .collect();
+    names.sort_by(|a, b| a.as_encoded_bytes().cmp(b.as_encoded_bytes()));
+    names
+        .into_iter()
+        .map(|n| dir.join(n))
+        .filter(|p| p.is_file())
+        .collect()
+}
+
+/// The files of a directory source; `all_toml` also reads `DIR/*.toml` beside `jobs.toml`.
+fn list_dir_source(dir: &Path, all_toml: bool, errors: &mut Vec<ConfigError>) -> Vec<SourceFile> {
+    let main = dir.join(MAIN_FILE);
+    let mut out = Vec::new();
+    if main.is_file() {
+        out.push(SourceFile {
+            path: main.clone(),
+            main: true,
+        });
+    }
+    if all_toml {
+        for p in toml_files(dir, errors) {
+            if p != main {
+                out.push(SourceFile {
+                    path: p,
+                    main: false,
+                });
+            }
+        }
+    }
+    for p in toml_files(&dir.join(DROPIN_DIR), errors) {
+        out.push(SourceFile {
+            path: p,
+            main: false,
+        });
+    }
+    out
+}
+
+/// Byte offsets of line starts, for offset → (line, column).
+struct LineIndex<'a> {
+    text: &'a str,
+    starts: Vec<usize>,
+}
+
+impl<'a> LineIndex<'a> {
+    fn new(text: &'a str) -> Self {
+        let mut starts = vec![0];
+        starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
+        LineIndex { text, starts }
+    }
+
+    /// 1-based line and 1-based column in characters.
+    fn position(&self, offset: usize) -> (usize, usize) {
+        let offset = offset.min(self.text.len());
+        let line = self
+            .starts
+            .partition_point(|&s| s <= offset)
+            .saturating_sub(1);
+        let start = self.starts[line];
+        let col = self
+            .text
+            .get(start..offset)
+            .map_or(offset - start, |s| s.chars().count());
+        (line + 1, col + 1)
+    }
+}
+
+/// Where a value came from: the file (index into [`Loader::files`]), position and key.
+#[derive(Debug, Clone)]
+struct Origin {
+    file: usize,
+    line: usize,
+    column: usize,
+    key: String,
+}
+
+/// A key's value as read from one table; `None` when it was invalid (the error is
+/// already recorded).
+#[derive(Debug, Clone)]
+struct Val<T> {
+    value: Option<T>,
+    at: Origin,
+}
+
+/// Every job key as read from one table (`[defaults]` or `[jobs.NAME]`), validated on
+/// its own; relative paths already resolved against that table's file.
+#[derive(Debug, Clone, Default)]
+struct Partial {
+    description: Option<Val<String>>,
+    schedule: Option<Val<(String, CalendarSpec)>>,
+    command: Option<Val<Vec<String>>>,
+    user: Option<Val<String>>,
+    working_directory: Option<Val<PathBuf>>,
+    environment: Option<Val<BTreeMap<String, String>>>,
+    timeout: Option<Val<Option<Duration>>>,
+    randomized_delay: Option<Val<Option<Duration>>>,
+    /// `store` or `store_file`, whichever the table names (both: an error).
+    store: Option<Val<StoreRef>>,
+    store_wait: Option<Val<Duration>>,
+    on_store_unavailable: Option<Val<OnStoreUnavailable>>,
+    clock_tolerance: Option<Val<Duration>>,
+    lease_ttl: Option<Val<Duration>>,
+    on_interrupted: Option<Val<OnInterrupted>>,
+    inhibit: Option<Val<Inhibit>>,
+    on_failure: Option<Val<String>>,
+    kill_grace: Option<Val<Duration>>,
+    persistent: Option<Val<bool>>,
+}
+
+#[derive(Debug, Clone)]
+enum StoreRef {
+    Address(String),
+    File(PathBuf),
+}
+
+/// Every key a job (or `[defaults]`) may hold.
+pub const JOB_KEYS: &[&str] = &[
+    "description",
+    "schedule",
+    "command",
+    "user",
+    "working_directory",
+    "environment",
+    "timeout",
+    "randomized_delay",
+    "store",
+    "store_file",
+    "store_wait",
+    "on_store_unavailable",
+    "clock_tolerance",
+    "lease_ttl",
+    "on_interrupted",
+    "inhibit",
+    "on_failure",
+    "kill_grace",
+    "persistent",
+];
+
+/// A job as read, before defaults: where it was defined and its own keys.
+struct RawJob {
+    name: String,
+    at: Origin,
+    own: Partial,
+    /// Errors in the job's own table.
+    errors: Vec<ConfigError>,
+    /// Index of the file's `[defaults]` in [`Loader::defaults`].
+    file_defaults: Option<usize>,
+}
+
+#[derive(Default)]
+struct Loader {
+    files: Vec<PathBuf>,
+    /// `[defaults]` of each file that has one.
+    defaults: Vec<Partial>,
+    /// The `[defaults]` of the source's main file.
+    global_defaults: Option<usize>,
+    jobs: Vec<RawJob>,
+    errors: Vec<ConfigError>,
+}
+
+/// Formats a dotted TOML key, quoting the parts that are not bare keys.
+fn key_path(parts: &[&str]) -> String {
+    let mut out = String::new();
+    for (i, p) in parts.iter().enumerate() {
+        if i > 0 {
+            out.push('.');
+        }
+        push_key_part(&mut out, p);
+    }
+    out
+}
+
+/// Appends one part of a dotted key: bare when TOML allows, else quoted.
+fn push_key_part(out: &mut String, p: &str) {
+    let bare = !p.is_empty()
+        && p.bytes()
+            .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_');
+    if bare {
+        out.push_str(p);
+        return;
+    }
+    out.push('"');
+    for c in p.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => out.extend(c.escape_unicode()),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+fn type_name(v: &DeValue<'_>) -> &'static str {
+    match v {
+        DeValue::String(_) => "a string",
+        DeValue::Integer(_) => "an integer",
+        DeValue::Float(_) => "a float",
+        DeValue::Boolean(_) => "a boolean",
+        DeValue::Datetime(_) => "a date-time",
+        DeValue::Array(_) => "an array",
+        DeValue::Table(_) => "a table",
+    }
+}
+
+/// Context for reading one table of one file.
+struct TableCtx<'a> {
+    file: usize,
+    path: &'a Path,
+    dir: &'a Path,
+    lines: &'a LineIndex<'a>,
+    /// Key prefix, dotted: `defaults` or `jobs.NAME`.
+    prefix_key: String,
+    job: Option<&'a str>,
+    scope: ErrorScope,
+    errors: Vec<ConfigError>,
+}
+
+impl TableCtx<'_> {
+    fn origin(&self, key: &str, offset: usize) -> Origin {
+        let (line, column) = self.lines.position(offset);
+        Origin {
+            file: self.file,
+            line,
+            column,
+            key: self.key(key),
+        }
+    }
+
+    /// The dotted path of `key` in this table.
+    fn key(&self, key: &str) -> String {
+        let mut s = String::with_capacity(self.prefix_key.len() + key.len() + 1);
+        s.push_str(&self.prefix_key);
+        if !s.is_empty() {
+            s.push('.');
+        }
+        push_key_part(&mut s, key);
+        s
+    }
+
+    fn error(&mut self, at: &Origin, message: String) {
+        self.errors.push(ConfigError {
+            file: self.path.to_path_buf(),
+            line: Some(at.line),
+            column: Some(at.column),
+            job: self.job.map(str::to_string),
+            key: Some(at.key.clone()),
+            message,
+            scope: self.scope,
+        });
+    }
+
+    /// Reads a value with `f`, recording its error at the value's position.
+    fn read<T>(
+        &mut self,
+        key: &str,
+        v: &Spanned<DeValue<'_>>,
+        f: impl FnOnce(&mut Self, &Spanned<DeValue<'_>>) -> Result<T, String>,
+    ) -> Option<Val<T>> {
+        let at = self.origin(key, v.span().start);
+        match f(self, v) {
+            Ok(value) => Some(Val {
+                value: Some(value),
+                at,
+            }),
+            Err(message) => {
+                // An empty message: the reader recorded its own, more precise errors.
+                if !message.is_empty() {
+                    self.error(&at, message);
+                }
+                Some(Val { value: None, at })
+            }
+        }
+    }
+
+    fn read_table(&mut self, table: &DeTable<'_>) -> Partial {
+        let mut p = Partial::default();
+        for (k, v) in table.iter() {
+            let key: &str = k.get_ref();
+            match key {
+                "description" => {
+                    p.description = self.read(key, v, |_, v| string(v).map(str::to_string))
+                }
+                "schedule" => p.schedule = self.read(key, v, |_, v| schedule(v)),
+                "command" => p.command = self.read(key, v, |_, v| command(v)),
+                "user" => p.user = self.read(key, v, |_, v| user(v)),
+                "working_directory" => {
+                    p.working_directory = self.read(key, v, |c, v| path_value(v, c.dir));
+                }
+                "environment" => p.environment = self.read(key, v, |c, v| c.environment(v)),
+                "timeout" => {
+                    p.timeout = self.read(key, v, |_, v| span(v, SpanRule::ZeroOrInfinityIsNone))
+                }
+                "randomized_delay" => {
+                    p.randomized_delay =
+                        self.read(key, v, |_, v| span(v, SpanRule::FiniteZeroIsNone));
+                }
+                "store" | "store_file" => {
+                    let val = if key == "store" {
+                        self.read(key, v, |c, v| {
+                            store_address(v, c.dir).map(StoreRef::Address)
+                        })
+                    } else {
+                        self.read(key, v, |c, v| path_value(v, c.dir).map(StoreRef::File))
+                    };
+                    if let (Some(old), Some(new)) = (&p.store, &val) {
+                        let (first, second) =
+                            if (old.at.line, old.at.column) < (new.at.line, new.at.column) {
+                                (old, new)
+                            } else {
+                                (new, old)
+                            };
+                        let at = second.at.clone();
+                        let msg = format!(
+                            "store and store_file exclude each other ({} is set at line {})",
+                            first.at.key, first.at.line
+                        );
+                        self.error(&at, msg);
+                        p.store = Some(Val { value: None, at });
+                    } else {
+                        p.store = val;
+                    }
+                }
+                "store_wait" => {
+                    p.store_wait = self.read(key, v, |_, v| finite_span(v, Duration::ZERO))
+                }
+                "on_store_unavailable" => {
+                    p.on_store_unavailable = self.read(key, v, |_, v| {
+                        choice(
+                            v,
+                            &[
+                                ("fail", OnStoreUnavailable::Fail),
+                                ("skip", OnStoreUnavailable::Skip),
+                            ],
+                        )
+                    });
+                }
+                "clock_tolerance" => {
+                    p.clock_tolerance =
+                        self.read(key, v, |_, v| finite_span(v, Duration::from_micros(1)));
+                }
+                "lease_ttl" => {
+                    p.lease_ttl = self.read(key, v, |_, v| finite_span(v, MIN_LEASE_TTL))
+                }
+                "on_interrupted" => {
+                    p.on_interrupted = self.read(key, v, |_, v| {
+                        choice(
+                            v,
+                            &[
+                                ("rerun", OnInterrupted::Rerun),
+                                ("hold", OnInterrupted::Hold),
+                            ],
+                        )
+                    });
+                }
+                "inhibit" => {
+                    p.inhibit = self.read(key, v, |_, v| {
+                        choice(
+                            v,
+                            &[
+                                ("delay", Inhibit::Delay),
+                                ("block", Inhibit::Block),
+                                ("none", Inhibit::None),
+                            ],
+                        )
+                    });
+                }
+                "on_failure" => p.on_failure = self.read(key, v, |_, v| on_failure(v)),
+                "kill_grace" => {
+                    p.kill_grace = self.read(key, v, |_, v| finite_span(v, Duration::ZERO))
+                }
+                "persistent" => {
+                    p.persistent = self.read(key, v, |_, v| match v.get_ref() {
+                        DeValue::Boolean(b) => Ok(*b),
+                        other => Err(format!("expected a boolean, found {}", type_name(other))),
+                    });
+                }
+                _ => {
+                    let at = self.origin(key, k.span().start);
+                    let message = match closest_key(key) {
+                        Some(k) => format!("unknown key {} (did you mean {k}?)", key_path(&[key])),
+                        None => format!("unknown key {}", key_path(&[key])),
+                    };
+                    self.error(&at, message);
+                }
+            }
+        }
+        p
+    }
+
+    fn environment(
+        &mut self,
+        v: &Spanned<DeValue<'_>>,
+    ) -> Result<BTreeMap<String, String>, String> {
+        let DeValue::Table(t) = v.get_ref() else {
+            return Err(format!(
+                "expected a table of strings, found {}",
+                type_name(v.get_ref())
+            ));
+        };
+        let mut out = BTreeMap::new();
+        let mut ok = true;
+        for (k, val) in t.iter() {
+            let name: &str = k.get_ref();
+            let at = {
+                let (line, column) = self.lines.position(k.span().start);
+                let mut key = self.key("environment");
+                key.push('.');
+                push_key_part(&mut key, name);
+                Origin {
+                    file: self.file,
+                    line,
+                    column,
+                    key,
+                }
+            };
+            let check = if !is_env_name(name) {
+                Err(format!("invalid environment variable name {name:?}"))
+            } else if name.starts_with("JOBGUARD_") {
+                Err(format!(
+                    "{name} is reserved: the shim sets the JOBGUARD_* variables"
+                ))
+            } else {
+                string(val).and_then(no_nul).map(str::to_string)
+            };
+            match check {
+                Ok(s) => {
+                    out.insert(name.to_string(), s);
+                }
+                Err(m) => {
+                    ok = false;
+                    self.error(&at, m);
+                }
+            }
+        }
+        // Entry errors are recorded one by one; the caller records nothing more.
+        if ok { Ok(out) } else { Err(String::new()) }
+    }
+}
+
+fn string<'v>(v: &'v Spanned<DeValue<'_>>) -> Result<&'v str, String> {
+    match v.get_ref() {
+        DeValue::String(s) => Ok(s),
+        other => Err(format!("expected a string, found {}", type_name(other))),
+    }
+}
+
+fn no_nul(s: &str) -> Result<&str, String> {
+    if s.contains('\0') {
+        Err(String::from("contains a NUL character"))
+    } else {
+        Ok(s)
+    }
+}
+
+/// `[A-Za-z_][A-Za-z0-9_]*`, the names a shell and systemd's `Environment=` accept.
+fn is_env_name(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && (b[0].is_ascii_alphabetic() || b[0] == b'_')
+        && b.iter().all(|&c| c.is_ascii_alphanumeric() || c == b'_')
+}
+
+fn schedule(v: &Spanned<DeValue<'_>>) -> Result<(String, CalendarSpec), String> {
+    let s = string(v)?;
+    CalendarSpec::parse(s)
+        .map(|c| (s.to_string(), c))
+        .map_err(|e| e.to_string())
+}
+
+fn command(v: &Spanned<DeValue<'_>>) -> Result<Vec<String>, String> {
+    let DeValue::Array(a) = v.get_ref() else {
+        return Err(format!(
+            "expected an array of strings, found {}",
+            type_name(v.get_ref())
+        ));
+    };
+    if a.is_empty() {
+        return Err(String::from("must not be empty"));
+    }
+    let mut out = Vec::with_capacity(a.len());
+    for (i, item) in a.iter().enumerate() {
+        let s = string(item)
+            .and_then(no_nul)
+            .map_err(|m| format!("element {}: {m}", i + 1))?;
+        out.push(s.to_string());
+    }
+    if out[0].is_empty() {
+        return Err(String::from("the program (element 1) must not be empty"));
+    }
+    Ok(out)
+}
+
+/// systemd's relaxed user-name rule (a name it would accept in `User=`), or a numeric UID.
+fn user(v: &Spanned<DeValue<'_>>) -> Result<String, String> {
+    let s = string(v)?;
+    let b = s.as_bytes();
+    let numeric = !b.is_empty() && b.iter().all(u8::is_ascii_digit);
+    let name_ok = !b.is_empty()
+        && b.len() <= 256
+        && !b[0].is_ascii_digit()
+        && b[0] != b'-'
+        && b.iter().enumerate().all(|(i, &c)| {
+            c.is_ascii_alphanumeric()
+                || matches!(c, b'_' | b'-' | b'.')
+                || (c == b'$' && i == b.len() - 1)
+        });
+    if numeric {
+        return match s.parse::<u32>() {
+            Ok(uid) if uid != u32::MAX => Ok(s.to_string()),
+            _ => Err(format!("invalid user {s:?}: UID out of range")),
+        };
+    }
+    if name_ok {
+        Ok(s.to_string())
+    } else {
+        Err(format!("invalid user name {s:?}"))
+    }
+}
+
+fn path_value(v: &Spanned<DeValue<'_>>, dir: &Path) -> Result<PathBuf, String> {
+    let s = no_nul(string(v)?)?;
+    if s.is_empty() {
+        return Err(String::from("must not be empty"));
+    }
+    Ok(dir.join(s))
+}
+
+fn store_address(v: &Spanned<DeValue<'_>>, dir: &Path) -> Result<String, String> {
+    let s = no_nul(string(v)?)?;
+    let Some((scheme, rest)) = s.split_once("://") else {
+        return Err(format!("invalid store address {s:?}: expected SCHEME://…"));
+    };
+    if !STORE_SCHEMES.contains(&scheme) {
+        return Err(format!(
+            "unknown store type {scheme:?} (known: {})",
+            STORE_SCHEMES.join(", ")
+        ));
+    }
+    if scheme != "sqlite" {
+        return Ok(s.to_string());
+    }
+    if rest.is_empty() {
+        return Err(String::from("sqlite store without a path"));
+    }
+    Ok(format!("sqlite://{}", dir.join(rest).display()))
+}
+
+fn on_failure(v: &Spanned<DeValue<'_>>) -> Result<String, String> {
+    let s = string(v)?;
+    if crate::unit_name::is_valid_unit_name_with_specifiers(s) {
+        Ok(s.to_string())
+    } else {
+        Err(format!("invalid unit name {s:?}"))
+    }
+}
+
+fn choice<T: Copy>(v: &Spanned<DeValue<'_>>, options: &[(&str, T)]) -> Result<T, String> {
+    let s = string(v)?;
+    options
+        .iter()
+        .find(|(name, _)| *name == s)
+        .map(|(_, t)| *t)
+        .ok_or_else(|| {
+            let names: Vec<String> = options.iter().map(|(n, _)| format!("{n:?}")).collect();
+            format!("expected one of {}, found {s:?}", names.join(", "))
+        })
+}
+
+enum SpanRule {
+    /// `0` and `infinity` mean "no limit" (`None`).
+    ZeroOrInfinityIsNone,
+    /// Finite; `0` means "not set" (`None`).
+    FiniteZeroIsNone,
+}
+
+/// A time span from a string (`"2min"`) or a non-negative integer of seconds (`120`).
+fn timespan(v: &Spanned<DeValue<'_>>) -> Result<TimeSpan, String> {
+    match v.get_ref() {
+        DeValue::String(s) => TimeSpan::parse(s).map_err(|e| e.to_string()),
+        DeValue::Integer(i) => i
+            .as_str()
+            .parse::<u64>()
+            .ok()
+            .filter(|_| i.radix() == 10)
+            .and_then(|secs| secs.checked_mul(1_000_000))
+            .map(TimeSpan::from_usec)
+            .ok_or_else(|| format!("invalid time span {}", i.as_str())),
+        other => Err(format!(
+            "expected a time span such as \"2min\", found {}",
+            type_name(other)
+        )),
+    }
+}
+
+fn span(v: &Spanned<DeValue<'_>>, rule: SpanRule) -> Result<Option<Duration>, String> {
+    let t = timespan(v)?;
+    match rule {
+        SpanRule::ZeroOrInfinityIsNone => Ok(t.as_duration().filter(|d| !d.is_zero())),
+        SpanRule::FiniteZeroIsNone => match t.as_duration() {
+            Some(d) => Ok(Some(d).filter(|d| !d.is_zero())),
+            None => Err(String::from("must be finite")),
+        },
+    }
+}
+
+fn finite_span(v: &Spanned<DeValue<'_>>, min: Duration) -> Result<Duration, String> {
+    let d = timespan(v)?
+        .as_duration()
+        .ok_or_else(|| String::from("must be finite"))?;
+    if d < min {
+        return Err(format!("must be at least {}", TimeSpan::from_duration(min)));
+    }
+    Ok(d)
+}
+
+impl Loader {
+    fn load_file(&mut self, path: &Path, text: &str, main: bool) {
+        let file = self.files.len();
+        self.files.push(path.to_path_buf());
+        let lines = LineIndex::new(text);
+        let doc = match DeTable::parse(text) {
+            Ok(d) => d,
+            Err(e) => {
+                let pos = e.span().map(|s| lines.position(s.start));
+                let message = e.message().trim().to_string();
+                let mut err = file_error(path, pos, format!("TOML syntax error: {message}"));
+                err.message = err.message.replace('\n', " ");
+                self.errors.push(err);
+                return;
+            }
+        };
+        let dir = path
+            .parent()
+            .map_or_else(|| PathBuf::from("/"), Path::to_path_buf);
+        let mut file_defaults = None;
+        let mut jobs_table = None;
+        let mut top = TableCtx {
+            file,
+            path,
+            dir: &dir,
+            lines: &lines,
+            prefix_key: String::new(),
+            job: None,
+            scope: ErrorScope::Key,
+            errors: Vec::new(),
+        };
+        for (k, v) in doc.get_ref().iter() {
+            let key: &str = k.get_ref();
+            match (key, v.get_ref()) {
+                ("defaults", DeValue::Table(t)) => {
+                    let mut ctx = TableCtx {
+                        prefix_key: String::from("defaults"),
+                        ..top.sub()
+                    };
+                    let partial = ctx.read_table(t);
+                    top.errors.append(&mut ctx.errors);
+                    self.defaults.push(partial);
+                    file_defaults = Some(self.defaults.len() - 1);
+                }
+                ("jobs", DeValue::Table(t)) => jobs_table = Some(t),
+                ("defaults" | "jobs", other) => {
+                    let at = top.origin(key, v.span().start);
+                    top.error(&at, format!("expected a table, found {}", type_name(other)));
+                }
+                _ => {
+                    let at = top.origin(key, k.span().start);
+                    top.error(
+                        &at,
+                        format!(
+                            "unknown key {} (expected defaults or jobs)",
+                            key_path(&[key])
+                        ),
+                    );
+                }
+            }
+        }
+        if main {
+            self.global_defaults = file_defaults;
+        }
+        self.errors.append(&mut top.errors);
+        let Some(jobs) = jobs_table else {
+            return;
+        };
+        for (k, v) in jobs.iter() {
+            self.jobs.push(read_job(&top, k, v, file_defaults));
+        }
+    }
+
+    fn finish(self, set: &mut JobSet) {
+        let mut errors = self.errors;
+        // Duplicates: every definition after the first is an error naming the first, and
+        // the name is left out entirely.
+        let mut first: HashMap<&str, &RawJob> = HashMap::new();
+        let mut duplicated: HashSet<&str> = HashSet::new();
+        for raw in &self.jobs {
+            match first.get(raw.name.as_str()) {
+                Some(prev) => {
+                    duplicated.insert(raw.name.as_str());
+                    errors.push(ConfigError {
+                        file: self.files[raw.at.file].clone(),
+                        line: Some(raw.at.line),
+                        column: Some(raw.at.column),
+                        job: Some(raw.name.clone()),
+                        key: Some(raw.at.key.clone()),
+                        message: format!(
+                            "job {} is also defined in {}:{}:{}; neither definition is used",
+                            raw.name,
+                            self.files[prev.at.file].display(),
+                            prev.at.line,
+                            prev.at.column
+                        ),
+                        scope: ErrorScope::Job,
+                    });
+                }
+                None => {
+                    first.insert(raw.name.as_str(), raw);
+                }
+            }
+        }
+        for raw in &self.jobs {
+            errors.extend(raw.errors.iter().cloned());
+            if !raw.errors.is_empty() || duplicated.contains(raw.name.as_str()) {
+                continue;
+            }
+            let layers: Vec<&Partial> = std::iter::once(&raw.own)
+                .chain(raw.file_defaults.map(|i| &self.defaults[i]))
+                .chain(
+                    self.global_defaults
+                        .filter(|g| Some(*g) != raw.file_defaults)
+                        .map(|i| &self.defaults[i]),
+                )
+                .collect();
+            match build_job(raw, &layers, &self.files) {
+                Ok(job) => {
+                    set.jobs.insert(job.name.clone(), job);
+                }
+                Err(mut errs) => errors.append(&mut errs),
+            }
+        }
+        // File order first, then position; the sort is stable, so equal positions keep
+        // the order they were found in.
+        let order: HashMap<&Path, usize> = self
+            .files
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (f.as_path(), i))
+            .collect();
+        errors.sort_by_key(|e| {
+            (
+                order.get(e.file.as_path()).copied().unwrap_or(0),
+                e.line,
+                e.column,
+            )
+        });
+        set.errors.append(&mut errors);
+    }
+}
+
+/// The job key nearest to a misspelt one (at most two edits away), for the error message.
+fn closest_key(key: &str) -> Option<&'static str> {
+    JOB_KEYS
+        .iter()
+        .map(|k| (edit_distance(key, k), *k))
+        .filter(|(d, _)| *d <= 2)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k)
+}
+
+/// Levenshtein distance in characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let subst = prev[j] + usize::from(ca != *cb);
+            cur[j + 1] = subst.min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// Reads one `[jobs.NAME]` table: its name, its own keys, their errors.
+fn read_job(
+    top: &TableCtx<'_>,
+    k: &Spanned<toml::de::DeString<'_>>,
+    v: &Spanned<DeValue<'_>>,
+    file_defaults: Option<usize>,
+) -> RawJob {
+    let name: &str = k.get_ref();
+    let (line, column) = top.lines.position(k.span().start);
+    let at = Origin {
+        file: top.file,
+        line,
+        column,
+        key: key_path(&["jobs", name]),
+    };
+    let mut ctx = TableCtx {
+        prefix_key: at.key.clone(),
+        job: Some(name),
+        scope: ErrorScope::Job,
+        ..top.sub()
+    };
+    if !job::is_valid_job_name(name) {
+        ctx.error(
+            &at,
+            format!(
+                "invalid job name {name:?}: use 1 to {} lower-case letters, digits, '-', '_', '.', \
+                 starting with a letter or digit",
+                job::MAX_JOB_NAME_LEN
+            ),
+        );
+    }
+    let own = match v.get_ref() {
+        DeValue::Table(t) => ctx.read_table(t),
+        other => {
+            ctx.error(&at, format!("expected a table, found {}", type_name(other)));
+            Partial::default()
+        }
+    };
+    RawJob {
+        name: name.to_string(),
+        at,
+        own,
+        errors: ctx.errors,
+        file_defaults,
+    }
+}
+
+impl<'a> TableCtx<'a> {
+    /// A context for a sub-table of the same file.
+    fn sub(&self) -> TableCtx<'a> {
+        TableCtx {
+            file: self.file,
+            path: self.path,
+            dir: self.dir,
+            lines: self.lines,
+            prefix_key: String::new(),
+            job: None,
+            scope: ErrorScope::Key,
+            errors: Vec::new(),
+        }
+    }
+}
+
+/// Applies the layers (job first) and checks that the required keys are there.
+fn build_job(
+    raw: &RawJob,
+    layers: &[&Partial],
+    files: &[PathBuf],
+) -> Result<Job, Vec<ConfigError>> {
+    let mut errors = Vec::new();
+    let job_error = |at: &Origin, key: String, message: String| ConfigError {
+        file: files[raw.at.file].clone(),
+        line: Some(at.line),
+        column: Some(at.column),
+        job: Some(raw.name.clone()),
+        key: Some(key),
+        message,
+        scope: ErrorScope::Job,
+    };
+    macro_rules! pick {
+        ($field:ident) => {{
+            let found = layers.iter().find_map(|l| l.$field.as_ref());
+            match found {
+                Some(Val { value: Some(v), .. }) => Some(v.clone()),
+                Some(Val { value: None, at }) => {
+                    // Jobs with errors in their own table never get here, so this is a
+                    // bad default: recorded once at the default, and here for this job.
+                    let key = key_path(&["jobs", &raw.name, stringify!($field)]);
+                    let message = format!(
+                        "inherits the invalid {} at {}:{}:{}",
+                        at.key,
+                        files[at.file].display(),
+                        at.line,
+                        at.column
+                    );
+                    errors.push(job_error(&raw.at, key, message));
+                    None
+                }
+                None => None,
+            }
+        }};
+    }
+    let description = pick!(description);
+    let schedule = pick!(schedule);
+    let command = pick!(command);
+    let user = pick!(user);
+    let working_directory = pick!(working_directory);
+    let environment = pick!(environment);
+    let timeout = pick!(timeout);
+    let randomized_delay = pick!(randomized_delay);
+    let store = pick!(store);
+    let store_wait = pick!(store_wait);
+    let on_store_unavailable = pick!(on_store_unavailable);
+    let clock_tolerance = pick!(clock_tolerance);
+    let lease_ttl = pick!(lease_ttl);
+    let on_interrupted = pick!(on_interrupted);
+    let inhibit = pick!(inhibit);
+    let on_failure = pick!(on_failure);
+    let kill_grace = pick!(kill_grace);
+    let persistent = pick!(persistent);
+    for (present, key) in [
+        (layers.iter().any(|l| l.schedule.is_some()), "schedule"),
+        (layers.iter().any(|l| l.command.is_some()), "command"),
+    ] {
+        if !present {
+            errors.push(job_error(
+                &raw.at,
+                key_path(&["jobs", &raw.name, key]),
+                format!("missing key {key}"),
+            ));
+        }
+    }
+    let (Some((schedule, calendar)), Some(command), true) = (schedule, command, errors.is_empty())
+    else {
+        return Err(errors);
+    };
+    let (store, store_file) = match store {
+        Some(StoreRef::Address(a)) => (a, None),
+        Some(StoreRef::File(f)) => (String::new(), Some(f)),
+        None => (crate::paths::default_store_url(), None),
+    };
+    Ok(Job {
+        name: raw.name.clone(),
+        description,
+        schedule,
+        calendar,
+        command,
+        user,
+        working_directory,
+        environment: environment.unwrap_or_default(),
+        timeout: timeout.flatten(),
+        randomized_delay: randomized_delay.flatten(),
+        store,
+        store_file,
+        store_wait: store_wait.unwrap_or(job::DEFAULT_STORE_WAIT),
+        on_store_unavailable: on_store_unavailable.unwrap_or_default(),
+        clock_tolerance: clock_tolerance.unwrap_or(job::DEFAULT_CLOCK_TOLERANCE),
+        lease_ttl: lease_ttl.unwrap_or(job::DEFAULT_LEASE_TTL),
+        on_interrupted: on_interrupted.unwrap_or_default(),
+        inhibit: inhibit.unwrap_or_default(),
+        on_failure,
+        kill_grace: kill_grace.unwrap_or(job::DEFAULT_KILL_GRACE),
+        persistent: persistent.unwrap_or(true),
+        source: files[raw.at.file].clone(),
+    })
 }

@@ -1,13 +1,40 @@
 //! One validated job from the job list, with every default applied.
 //!
 //! Parsing and validation of the TOML lives in [`crate::config`]; this type is what the
-//! generator, the shim and the operator commands work with.
+//! generator, the shim and the operator commands work with. Every field here has been
+//! checked: names follow [`is_valid_job_name`], spans are finite where the key requires
+//! it, relative paths are already resolved against the file that named them.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::calendar::CalendarSpec;
+
+/// Longest job name, in bytes.
+pub const MAX_JOB_NAME_LEN: usize = 64;
+
+/// Default `lease_ttl`: 2 minutes.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(120);
+/// Default `store_wait`: 2 minutes.
+pub const DEFAULT_STORE_WAIT: Duration = Duration::from_secs(120);
+/// Default `clock_tolerance`: 60 seconds.
+pub const DEFAULT_CLOCK_TOLERANCE: Duration = Duration::from_secs(60);
+/// Default `kill_grace`: 10 seconds between SIGTERM and SIGKILL.
+pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(10);
+
+/// Whether `name` is a valid job name: 1 to 64 bytes of lower-case ASCII letters, digits,
+/// `-`, `_` and `.`, starting with a letter or a digit. Every such name is a valid
+/// systemd unit instance as it is, so `jobguard@NAME.timer` needs no escaping.
+pub fn is_valid_job_name(name: &str) -> bool {
+    let b = name.as_bytes();
+    !b.is_empty()
+        && b.len() <= MAX_JOB_NAME_LEN
+        && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
+        && b.iter().all(|&c| {
+            c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'-' | b'_' | b'.')
+        })
+}
 
 /// What `jobguard recover` does with a run that was cut off (key `on_interrupted`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -26,8 +53,20 @@ pub enum OnStoreUnavailable {
     /// Nothing runs; the unit fails and the journal says why.
     #[default]
     Fail,
-    /// Nothing runs; the run is logged as skipped and exits 0.
+    /// Nothing runs; the run is logged as skipped and the unit succeeds.
     Skip,
+}
+
+/// Which logind inhibitor lock the shim holds while the command runs (key `inhibit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Inhibit {
+    /// Shutdown and sleep wait up to logind's `InhibitDelayMaxSec`.
+    #[default]
+    Delay,
+    /// Shutdown and sleep that honour inhibitors are refused while the job runs.
+    Block,
+    /// No inhibitor lock.
+    None,
 }
 
 /// A job from the job list.
@@ -49,23 +88,151 @@ pub struct Job {
     pub working_directory: Option<PathBuf>,
     /// Extra environment of the command.
     pub environment: BTreeMap<String, String>,
-    /// The run is stopped (SIGTERM, then SIGKILL) after this long.
+    /// The run is stopped (SIGTERM, then SIGKILL after `kill_grace`) after this long;
+    /// `None`: no limit.
     pub timeout: Option<Duration>,
-    /// `RandomizedDelaySec=` of the timer.
+    /// `RandomizedDelaySec=` of the timer; `None` when not set or zero.
     pub randomized_delay: Option<Duration>,
     /// Store address, e.g. `sqlite:///var/lib/jobguard/jobguard.db` (relative sqlite paths
-    /// already resolved against the directory of the file that named them).
+    /// already resolved against the directory of the file that named them). Empty when
+    /// [`Job::store_file`] is set: the address is read from that file at run time
+    /// ([`Job::store_address`]).
     pub store: String,
+    /// A root-only file holding the store address (absolute after loading), so that
+    /// secrets stay out of the world-readable job list and unit files.
+    pub store_file: Option<PathBuf>,
+    /// How long the shim retries an unreachable store before `on_store_unavailable`.
+    pub store_wait: Duration,
+    /// Policy when the store stays unreachable.
+    pub on_store_unavailable: OnStoreUnavailable,
+    /// Largest accepted difference between host time and store time.
+    pub clock_tolerance: Duration,
     /// Lease time to live; the shim renews every third of it.
     pub lease_ttl: Duration,
     /// Policy for runs cut off by a crash or reboot.
     pub on_interrupted: OnInterrupted,
-    /// How long the shim retries an unreachable store at start (default 2 min).
-    pub store_wait: Duration,
-    /// What to do when the store stays unreachable.
-    pub on_store_unavailable: OnStoreUnavailable,
-    /// Grace between SIGTERM and SIGKILL when the shim stops the command (default 10 s).
+    /// Inhibitor lock held while the command runs.
+    pub inhibit: Inhibit,
+    /// Unit started when the job's service fails (`OnFailure=`); may use specifiers
+    /// such as `%n`.
+    pub on_failure: Option<String>,
+    /// Time between SIGTERM and SIGKILL when the command is stopped.
     pub kill_grace: Duration,
+    /// `Persistent=` of the timer: catch up a slot missed while the machine was off.
+    pub persistent: bool,
     /// The file the job was defined in.
     pub source: PathBuf,
+}
+
+/// Why [`Job::store_address`] could not produce an address.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreAddressError {
+    /// The store file could not be read.
+    #[error("job {job}: cannot read store_file {path}: {source}")]
+    Read {
+        /// The job.
+        job: String,
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The store file holds no address.
+    #[error("job {job}: store_file {path} holds no address")]
+    Empty {
+        /// The job.
+        job: String,
+        /// The file.
+        path: PathBuf,
+    },
+}
+
+impl Job {
+    /// A job with every optional key at its default: the store is
+    /// [`crate::paths::default_store_url`]. Meant for tests and tools that build jobs
+    /// without a job list.
+    pub fn new(name: &str, calendar: CalendarSpec, command: Vec<String>, source: &Path) -> Self {
+        Job {
+            name: name.to_string(),
+            description: None,
+            schedule: calendar.to_string(),
+            calendar,
+            command,
+            user: None,
+            working_directory: None,
+            environment: BTreeMap::new(),
+            timeout: None,
+            randomized_delay: None,
+            store: crate::paths::default_store_url(),
+            store_file: None,
+            store_wait: DEFAULT_STORE_WAIT,
+            on_store_unavailable: OnStoreUnavailable::Fail,
+            clock_tolerance: DEFAULT_CLOCK_TOLERANCE,
+            lease_ttl: DEFAULT_LEASE_TTL,
+            on_interrupted: OnInterrupted::Rerun,
+            inhibit: Inhibit::Delay,
+            on_failure: None,
+            kill_grace: DEFAULT_KILL_GRACE,
+            persistent: true,
+            source: source.to_path_buf(),
+        }
+    }
+
+    /// The store address: [`Job::store`], or the first line of [`Job::store_file`] that
+    /// is neither empty nor a `#` comment, trimmed.
+    ///
+    /// # Errors
+    /// [`StoreAddressError`] when the file cannot be read or holds no address.
+    pub fn store_address(&self) -> Result<String, StoreAddressError> {
+        let Some(path) = &self.store_file else {
+            return Ok(self.store.clone());
+        };
+        let text = std::fs::read_to_string(path).map_err(|source| StoreAddressError::Read {
+            job: self.name.clone(),
+            path: path.clone(),
+            source,
+        })?;
+        text.lines()
+            .map(str::trim)
+            .find(|l| !l.is_empty() && !l.starts_with('#'))
+            .map(str::to_string)
+            .ok_or_else(|| StoreAddressError::Empty {
+                job: self.name.clone(),
+                path: path.clone(),
+            })
+    }
+
+    /// Whether the job's store may live on another host, so its service should wait for
+    /// the network: any store that is not `sqlite://`, and any store named through
+    /// `store_file` (its address is a secret the generator does not read).
+    pub fn needs_network(&self) -> bool {
+        self.store_file.is_some() || !self.store.starts_with("sqlite://")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_names_follow_the_rules() {
+        for good in ["a", "store-sync", "0day", "a.b_c-d", &"x".repeat(64)] {
+            assert!(is_valid_job_name(good), "{good:?}");
+        }
+        for bad in [
+            "",
+            "-a",
+            ".a",
+            "_a",
+            "A",
+            "a b",
+            "a/b",
+            "a@b",
+            "ä",
+            "a\\b",
+            &"x".repeat(65),
+        ] {
+            assert!(!is_valid_job_name(bad), "{bad:?}");
+        }
+    }
 }

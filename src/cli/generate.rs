@@ -1,10 +1,35 @@
-//! `jobguard generate` (being written).
+//! `jobguard generate --output DIR`: writes the units the generator would write, for
+//! inspection. Problems in the job list are printed as the generator logs them ("…;
+//! skipping …") and do not change the exit status; a directory that cannot be written
+//! does ([`crate::exit::FAILURE`]). Files already in the directory are replaced when the
+//! generator would write them and left alone otherwise (a job removed from the list keeps
+//! its old files there).
 
 use crate::cli::GenerateArgs;
+use crate::config::{self, ConfigSource};
+use crate::generator::{self, Log};
+use crate::render::RenderOptions;
 
 /// Runs `jobguard generate`; returns the exit status.
 pub fn run(args: &GenerateArgs) -> u8 {
-    let _ = args;
-    eprintln!("jobguard: generate: not built yet");
-    crate::exit::SOFTWARE
+    if let Err(e) = std::fs::create_dir_all(&args.output) {
+        eprintln!("jobguard: cannot create {}: {e}", args.output.display());
+        return crate::exit::FAILURE;
+    }
+    let set = config::load(&ConfigSource::resolve(args.config.config.clone()));
+    let status = generator::generate_into(
+        &set,
+        &args.output,
+        &RenderOptions::from_env(),
+        &mut Log::Stderr("jobguard"),
+    );
+    if status == crate::exit::OK {
+        println!(
+            "wrote units for {} job{} to {}",
+            set.jobs.len(),
+            if set.jobs.len() == 1 { "" } else { "s" },
+            args.output.display()
+        );
+    }
+    status
 }

@@ -1,0 +1,610 @@
+//! The job list: every error names its file, line, column and key; defaults layer as
+//! documented; `jobguard check` prints every error and exits 1.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use jobguard::config::{ConfigError, ConfigSource, ErrorScope, JobSet, load};
+use jobguard::job::{Inhibit, OnInterrupted, OnStoreUnavailable};
+
+/// A temporary job-list directory.
+struct Dir(tempfile::TempDir);
+
+impl Dir {
+    fn new() -> Self {
+        Dir(tempfile::tempdir().expect("tempdir"))
+    }
+
+    fn path(&self) -> &Path {
+        self.0.path()
+    }
+
+    fn write(&self, rel: &str, text: &str) -> PathBuf {
+        let p = self.path().join(rel);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&p, text).expect("write");
+        p
+    }
+
+    fn load(&self) -> JobSet {
+        load(&ConfigSource::Path(self.path().to_path_buf()))
+    }
+}
+
+/// 1-based line and column (in characters) of the first `needle` in `text`, after the
+/// first line containing `after` (so a needle that also appears earlier can be found).
+fn pos(text: &str, after: &str, needle: &str) -> (usize, usize) {
+    let start = text.find(after).expect("anchor in text");
+    let at = start + text[start..].find(needle).expect("needle in text");
+    let line = text[..at].matches('\n').count() + 1;
+    let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    (line, text[line_start..at].chars().count() + 1)
+}
+
+fn only_error(set: &JobSet) -> &ConfigError {
+    assert_eq!(set.errors.len(), 1, "errors: {:#?}", set.errors);
+    &set.errors[0]
+}
+
+fn assert_at(e: &ConfigError, file: &Path, (line, col): (usize, usize), key: &str) {
+    assert_eq!(e.file, file, "{e}");
+    assert_eq!((e.line, e.column), (Some(line), Some(col)), "{e}");
+    assert_eq!(e.key.as_deref(), Some(key), "{e}");
+}
+
+const GOOD: &str = "schedule = \"*-*-* 02:00:00\"\ncommand = [\"/bin/true\"]\n";
+
+#[test]
+fn unknown_key_names_file_line_column_and_key() {
+    let d = Dir::new();
+    let text = format!("[jobs.sync]\n{GOOD}descripton = \"typo\"\n\n[jobs.other]\n{GOOD}");
+    let f = d.write("jobs.toml", &text);
+    let set = d.load();
+    let e = only_error(&set);
+    assert_at(e, &f, pos(&text, "", "descripton"), "jobs.sync.descripton");
+    assert_eq!(
+        e.message,
+        "unknown key descripton (did you mean description?)"
+    );
+    assert_eq!(e.job.as_deref(), Some("sync"));
+    assert_eq!(e.scope, ErrorScope::Job);
+    assert!(!set.jobs.contains_key("sync"));
+    assert!(
+        set.jobs.contains_key("other"),
+        "the other job is still loaded"
+    );
+}
+
+#[test]
+fn unknown_top_level_and_defaults_keys_are_named() {
+    let d = Dir::new();
+    let text = format!("job = 1\n[defaults]\nlease = \"2min\"\n[jobs.a]\n{GOOD}");
+    let f = d.write("jobs.toml", &text);
+    let set = d.load();
+    assert_eq!(set.errors.len(), 2, "{:#?}", set.errors);
+    assert_at(&set.errors[0], &f, (1, 1), "job");
+    assert_at(
+        &set.errors[1],
+        &f,
+        pos(&text, "[defaults]", "lease"),
+        "defaults.lease",
+    );
+    assert!(set.errors.iter().all(|e| e.scope == ErrorScope::Key));
+    assert!(set.jobs.contains_key("a"));
+}
+
+#[test]
+fn bad_schedule_names_the_value() {
+    let d = Dir::new();
+    let text = "[jobs.nightly]\nschedule = \"nonsense 25:99\"\ncommand = [\"/bin/true\"]\n";
+    let f = d.write("jobs.toml", text);
+    let set = d.load();
+    let e = only_error(&set);
+    assert_at(e, &f, pos(text, "", "\"nonsense"), "jobs.nightly.schedule");
+    assert!(e.message.contains("invalid calendar expression"), "{e}");
+    assert!(set.jobs.is_empty());
+}
+
+#[test]
+fn bad_time_spans_name_the_value() {
+    let d = Dir::new();
+    let text = format!(
+        "[jobs.a]\n{GOOD}timeout = \"5 parsecs\"\n\n[jobs.b]\n{GOOD}lease_ttl = \"1s\"\n\n\
+         [jobs.c]\n{GOOD}randomized_delay = \"infinity\"\n\n[jobs.d]\n{GOOD}kill_grace = -5\n"
+    );
+    let f = d.write("jobs.toml", &text);
+    let set = d.load();
+    assert_eq!(set.errors.len(), 4, "{:#?}", set.errors);
+    assert_at(
+        &set.errors[0],
+        &f,
+        pos(&text, "[jobs.a]", "\"5 parsecs"),
+        "jobs.a.timeout",
+    );
+    assert!(
+        set.errors[0]
+            .message
+            .contains("invalid time span \"5 parsecs\"")
+    );
+    assert_at(
+        &set.errors[1],
+        &f,
+        pos(&text, "[jobs.b]", "\"1s"),
+        "jobs.b.lease_ttl",
+    );
+    assert!(
+        set.errors[1].message.contains("at least 3s"),
+        "{}",
+        set.errors[1]
+    );
+    assert_at(
+        &set.errors[2],
+        &f,
+        pos(&text, "[jobs.c]", "\"infinity"),
+        "jobs.c.randomized_delay",
+    );
+    assert!(set.errors[2].message.contains("finite"));
+    assert_at(
+        &set.errors[3],
+        &f,
+        pos(&text, "[jobs.d]", "-5"),
+        "jobs.d.kill_grace",
+    );
+    assert!(set.jobs.is_empty());
+}
+
+#[test]
+fn bad_job_names_are_refused() {
+    let d = Dir::new();
+    let long = "x".repeat(65);
+    let text = format!(
+        "[jobs.Sync]\n{GOOD}\n[jobs.\"-dash\"]\n{GOOD}\n[jobs.\"a b\"]\n{GOOD}\n[jobs.{long}]\n{GOOD}\n[jobs.{}]\n{GOOD}",
+        "y".repeat(64)
+    );
+    let f = d.write("jobs.toml", &text);
+    let set = d.load();
+    assert_eq!(set.errors.len(), 4, "{:#?}", set.errors);
+    // Errors come in file order.
+    assert_at(&set.errors[0], &f, pos(&text, "", "Sync"), "jobs.Sync");
+    // `-dash` is a bare key to TOML, `a b` is not.
+    assert_at(
+        &set.errors[1],
+        &f,
+        pos(&text, "", "\"-dash\""),
+        "jobs.-dash",
+    );
+    assert_at(
+        &set.errors[2],
+        &f,
+        pos(&text, "", "\"a b\""),
+        "jobs.\"a b\"",
+    );
+    assert_at(
+        &set.errors[3],
+        &f,
+        pos(&text, "", &long),
+        &format!("jobs.{long}"),
+    );
+    assert!(
+        set.errors
+            .iter()
+            .all(|e| e.message.contains("invalid job name"))
+    );
+    assert_eq!(set.jobs.keys().collect::<Vec<_>>(), [&"y".repeat(64)]);
+}
+
+#[test]
+fn the_same_job_in_two_files_names_both_and_uses_neither() {
+    let d = Dir::new();
+    let a = format!("[jobs.keep]\n{GOOD}\n[jobs.twice]\n{GOOD}");
+    let b = format!("# second\n\n[jobs.twice]\n{GOOD}");
+    let fa = d.write("jobs.d/10-a.toml", &a);
+    let fb = d.write("jobs.d/20-b.toml", &b);
+    let set = d.load();
+    let e = only_error(&set);
+    assert_at(e, &fb, pos(&b, "", "twice"), "jobs.twice");
+    let (line, col) = pos(&a, "", "twice");
+    assert!(
+        e.message
+            .contains(&format!("{}:{line}:{col}", fa.display())),
+        "{e}"
+    );
+    assert!(!set.jobs.contains_key("twice"));
+    assert!(set.jobs.contains_key("keep"));
+}
+
+#[test]
+fn a_toml_syntax_error_skips_that_file_only() {
+    let d = Dir::new();
+    let bad = "[jobs.b]\nschedule = \"daily\ncommand = [\"x\"]\n";
+    d.write("jobs.toml", &format!("[jobs.a]\n{GOOD}"));
+    let fb = d.write("jobs.d/10-b.toml", bad);
+    d.write("jobs.d/20-c.toml", &format!("[jobs.c]\n{GOOD}"));
+    let set = d.load();
+    let e = only_error(&set);
+    assert_eq!(e.file, fb);
+    // The string runs to the end of line 2, where TOML wants its closing quote.
+    assert_eq!((e.line, e.column), (Some(2), Some(18)), "{e}");
+    assert!(e.message.starts_with("TOML syntax error"), "{e}");
+    assert_eq!(e.scope, ErrorScope::File);
+    assert_eq!(set.jobs.keys().collect::<Vec<_>>(), ["a", "c"]);
+    assert_eq!(set.files.len(), 3);
+}
+
+#[test]
+fn a_missing_key_points_at_the_job() {
+    let d = Dir::new();
+    let text = "[jobs.half]\ncommand = [\"/bin/true\"]\n";
+    let f = d.write("jobs.toml", text);
+    let set = d.load();
+    let e = only_error(&set);
+    assert_at(e, &f, (1, 7), "jobs.half.schedule");
+    assert!(e.message.contains("missing key schedule"));
+}
+
+#[test]
+fn type_and_value_errors_are_reported_each() {
+    let d = Dir::new();
+    let text = format!(
+        "[jobs.a]\n{GOOD}on_interrupted = \"retry\"\ninhibit = true\npersistent = \"yes\"\n\
+         environment = {{ \"1X\" = \"v\", JOBGUARD_JOB = \"x\", OK = 1 }}\n\
+         store = \"ftp://x\"\non_failure = \"mail.bogus\"\nuser = \"a:b\"\ncommand = [\"\"]\n"
+    );
+    let f = d.write("jobs.toml", &text);
+    let set = d.load();
+    // command appears twice in the table: that is a TOML error for the whole file.
+    let e = only_error(&set);
+    assert_eq!(e.scope, ErrorScope::File);
+    assert_eq!(e.file, f);
+
+    let text = format!(
+        "[jobs.a]\n{GOOD}on_interrupted = \"retry\"\ninhibit = true\npersistent = \"yes\"\n\
+         environment = {{ \"1X\" = \"v\", JOBGUARD_JOB = \"x\", OK = 1 }}\n\
+         store = \"ftp://x\"\non_failure = \"mail.bogus\"\nuser = \"a:b\"\n"
+    );
+    let f = d.write("jobs.toml", &text);
+    let set = d.load();
+    let keys: Vec<&str> = set.errors.iter().filter_map(|e| e.key.as_deref()).collect();
+    assert_eq!(
+        keys,
+        [
+            "jobs.a.on_interrupted",
+            "jobs.a.inhibit",
+            "jobs.a.persistent",
+            "jobs.a.environment.1X",
+            "jobs.a.environment.JOBGUARD_JOB",
+            "jobs.a.environment.OK",
+            "jobs.a.store",
+            "jobs.a.on_failure",
+            "jobs.a.user",
+        ]
+    );
+    assert_at(
+        &set.errors[0],
+        &f,
+        pos(&text, "", "\"retry\""),
+        "jobs.a.on_interrupted",
+    );
+    assert!(
+        set.errors[0]
+            .message
+            .contains("expected one of \"rerun\", \"hold\"")
+    );
+    assert_at(
+        &set.errors[3],
+        &f,
+        pos(&text, "", "\"1X\""),
+        "jobs.a.environment.1X",
+    );
+    assert_at(
+        &set.errors[5],
+        &f,
+        pos(&text, "", "OK"),
+        "jobs.a.environment.OK",
+    );
+    assert!(set.jobs.is_empty());
+}
+
+#[test]
+fn defaults_layer_and_relative_paths_follow_their_file() {
+    let d = Dir::new();
+    d.write(
+        "jobs.toml",
+        &format!(
+            "[defaults]\nstore = \"sqlite://state/jobguard.db\"\nlease_ttl = \"5min\"\non_interrupted = \"hold\"\n\
+             working_directory = \"work\"\n\n[jobs.main-job]\n{GOOD}"
+        ),
+    );
+    d.write(
+        "jobs.d/10-team.toml",
+        &format!(
+            "[defaults]\nlease_ttl = \"10min\"\ninhibit = \"block\"\n\n[jobs.team-job]\n{GOOD}lease_ttl = 30\n\n\
+             [jobs.team-default]\n{GOOD}store_file = \"secret.url\"\n"
+        ),
+    );
+    let set = d.load();
+    assert!(set.errors.is_empty(), "{:#?}", set.errors);
+    let root = d.path();
+    let main = &set.jobs["main-job"];
+    assert_eq!(
+        main.store,
+        format!("sqlite://{}", root.join("state/jobguard.db").display())
+    );
+    assert_eq!(main.lease_ttl, Duration::from_secs(300));
+    assert_eq!(main.on_interrupted, OnInterrupted::Hold);
+    assert_eq!(
+        main.working_directory.as_deref(),
+        Some(root.join("work").as_path())
+    );
+    assert_eq!(main.inhibit, Inhibit::Delay);
+    // A file's own defaults override jobs.toml's; a job's keys override both; jobs.toml's
+    // relative paths stay relative to jobs.toml.
+    let team = &set.jobs["team-job"];
+    assert_eq!(team.lease_ttl, Duration::from_secs(30));
+    assert_eq!(team.inhibit, Inhibit::Block);
+    assert_eq!(team.on_interrupted, OnInterrupted::Hold);
+    assert_eq!(
+        team.working_directory.as_deref(),
+        Some(root.join("work").as_path())
+    );
+    let td = &set.jobs["team-default"];
+    assert_eq!(td.lease_ttl, Duration::from_secs(600));
+    assert_eq!(td.store, "");
+    assert_eq!(
+        td.store_file.as_deref(),
+        Some(root.join("jobs.d/secret.url").as_path())
+    );
+    assert!(td.needs_network());
+    assert!(!main.needs_network());
+}
+
+#[test]
+fn a_bad_default_is_reported_once_and_for_each_job_that_inherits_it() {
+    let d = Dir::new();
+    let text = format!(
+        "[defaults]\ntimeout = \"soon\"\n\n[jobs.a]\n{GOOD}\n[jobs.b]\n{GOOD}timeout = \"1h\"\n"
+    );
+    let f = d.write("jobs.toml", &text);
+    let set = d.load();
+    assert_eq!(set.errors.len(), 2, "{:#?}", set.errors);
+    assert_at(
+        &set.errors[0],
+        &f,
+        pos(&text, "", "\"soon\""),
+        "defaults.timeout",
+    );
+    assert_eq!(set.errors[0].scope, ErrorScope::Key);
+    // The job's error points at the job's name in its header.
+    assert_at(
+        &set.errors[1],
+        &f,
+        pos(&text, "[jobs.a]", "a]"),
+        "jobs.a.timeout",
+    );
+    assert!(
+        set.errors[1]
+            .message
+            .contains("inherits the invalid defaults.timeout")
+    );
+    assert_eq!(set.jobs.keys().collect::<Vec<_>>(), ["b"]);
+}
+
+#[test]
+fn store_and_store_file_exclude_each_other() {
+    let d = Dir::new();
+    let text = format!(
+        "[jobs.a]\n{GOOD}store = \"postgres://db/x\"\nstore_file = \"/etc/jobguard/store.url\"\n"
+    );
+    let f = d.write("jobs.toml", &text);
+    let set = d.load();
+    let e = only_error(&set);
+    assert_at(
+        e,
+        &f,
+        pos(&text, "", "\"/etc/jobguard/store.url\""),
+        "jobs.a.store_file",
+    );
+}
+
+#[test]
+fn every_key_reaches_the_job() {
+    let d = Dir::new();
+    d.write(
+        "jobs.toml",
+        "[jobs.\"store-sync.v2\"]\n\
+         description = \"Sync\"\n\
+         schedule = \"Mon..Fri 02:00\"\n\
+         command = [\"/usr/bin/php\", \"sync.php\", \"--all\"]\n\
+         user = \"sync\"\n\
+         working_directory = \"/srv/sync\"\n\
+         environment = { APP_ENV = \"prod\", _X = \"\" }\n\
+         timeout = \"1h 30min\"\n\
+         randomized_delay = \"5min\"\n\
+         store = \"postgres://db.example/jobs\"\n\
+         store_wait = \"30s\"\n\
+         on_store_unavailable = \"skip\"\n\
+         clock_tolerance = \"5s\"\n\
+         lease_ttl = \"1min\"\n\
+         on_interrupted = \"hold\"\n\
+         inhibit = \"none\"\n\
+         on_failure = \"status-email@%n.service\"\n\
+         kill_grace = \"1.5s\"\n\
+         persistent = false\n",
+    );
+    let set = d.load();
+    assert!(set.errors.is_empty(), "{:#?}", set.errors);
+    let j = &set.jobs["store-sync.v2"];
+    assert_eq!(j.description.as_deref(), Some("Sync"));
+    assert_eq!(j.schedule, "Mon..Fri 02:00");
+    assert_eq!(j.command, ["/usr/bin/php", "sync.php", "--all"]);
+    assert_eq!(j.user.as_deref(), Some("sync"));
+    assert_eq!(j.working_directory.as_deref(), Some(Path::new("/srv/sync")));
+    assert_eq!(j.environment.len(), 2);
+    assert_eq!(j.environment["APP_ENV"], "prod");
+    assert_eq!(j.timeout, Some(Duration::from_secs(5400)));
+    assert_eq!(j.randomized_delay, Some(Duration::from_secs(300)));
+    assert_eq!(j.store, "postgres://db.example/jobs");
+    assert_eq!(j.store_wait, Duration::from_secs(30));
+    assert_eq!(j.on_store_unavailable, OnStoreUnavailable::Skip);
+    assert_eq!(j.clock_tolerance, Duration::from_secs(5));
+    assert_eq!(j.lease_ttl, Duration::from_secs(60));
+    assert_eq!(j.on_interrupted, OnInterrupted::Hold);
+    assert_eq!(j.inhibit, Inhibit::None);
+    assert_eq!(j.on_failure.as_deref(), Some("status-email@%n.service"));
+    assert_eq!(j.kill_grace, Duration::from_millis(1500));
+    assert!(!j.persistent);
+    assert_eq!(j.source, d.path().join("jobs.toml"));
+}
+
+#[test]
+fn defaults_when_nothing_is_set() {
+    let d = Dir::new();
+    d.write(
+        "jobs.toml",
+        &format!("[jobs.a]\n{GOOD}timeout = \"infinity\"\nrandomized_delay = 0\n"),
+    );
+    let set = d.load();
+    assert!(set.errors.is_empty(), "{:#?}", set.errors);
+    let j = &set.jobs["a"];
+    assert_eq!(j.store, jobguard::paths::default_store_url());
+    assert_eq!(j.lease_ttl, Duration::from_secs(120));
+    assert_eq!(j.store_wait, Duration::from_secs(120));
+    assert_eq!(j.clock_tolerance, Duration::from_secs(60));
+    assert_eq!(j.kill_grace, Duration::from_secs(10));
+    assert_eq!((j.timeout, j.randomized_delay), (None, None));
+    assert_eq!(j.on_interrupted, OnInterrupted::Rerun);
+    assert_eq!(j.on_store_unavailable, OnStoreUnavailable::Fail);
+    assert_eq!(j.inhibit, Inhibit::Delay);
+    assert!(j.persistent);
+}
+
+#[test]
+fn a_directory_reads_jobs_toml_first_then_toml_files_then_jobs_d() {
+    let d = Dir::new();
+    d.write("a.toml", &format!("[jobs.from-a]\n{GOOD}"));
+    d.write("jobs.toml", &format!("[jobs.from-main]\n{GOOD}"));
+    d.write("notes.txt", "not a job list");
+    d.write(".hidden.toml", "this is not toml");
+    d.write("jobs.d/z.toml", &format!("[jobs.from-z]\n{GOOD}"));
+    d.write("jobs.d/b.toml", &format!("[jobs.from-b]\n{GOOD}"));
+    let set = d.load();
+    assert!(set.errors.is_empty(), "{:#?}", set.errors);
+    let names: Vec<String> = set
+        .files
+        .iter()
+        .map(|f| {
+            f.strip_prefix(d.path())
+                .expect("inside")
+                .display()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(
+        names,
+        ["jobs.toml", "a.toml", "jobs.d/b.toml", "jobs.d/z.toml"]
+    );
+    assert_eq!(set.jobs.len(), 4);
+}
+
+#[test]
+fn a_missing_config_path_is_an_error_not_a_crash() {
+    let d = Dir::new();
+    let missing = d.path().join("nope.toml");
+    let set = load(&ConfigSource::Path(missing.clone()));
+    let e = only_error(&set);
+    assert_eq!(e.file, missing);
+    assert_eq!(e.message, "no such file or directory");
+    assert!(set.jobs.is_empty());
+}
+
+fn check(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_jobguard"))
+        .arg("check")
+        .args(args)
+        .env_remove("JOBGUARD_CONFIG")
+        .output()
+        .expect("run jobguard check")
+}
+
+#[test]
+fn check_prints_every_error_and_exits_1() {
+    let d = Dir::new();
+    let text = format!("[jobs.good]\n{GOOD}\n[jobs.bad]\n{GOOD}bogus = 1\ntimeout = \"x\"\n");
+    let f = d.write("jobs.toml", &text);
+    let out = check(&["--config", d.path().to_str().expect("utf-8")]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (l1, c1) = pos(&text, "", "bogus");
+    let (l2, c2) = pos(&text, "", "\"x\"");
+    assert_eq!(
+        stderr,
+        format!(
+            "{f}:{l1}:{c1}: jobs.bad.bogus: unknown key bogus\n{f}:{l2}:{c2}: jobs.bad.timeout: invalid time span \"x\"\n",
+            f = f.display()
+        )
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "1 valid job in 1 file: good; 2 errors\n"
+    );
+}
+
+#[test]
+fn check_of_a_good_list_exits_0() {
+    let d = Dir::new();
+    d.write("jobs.toml", &format!("[jobs.a]\n{GOOD}\n[jobs.b]\n{GOOD}"));
+    let out = check(&[
+        "--config",
+        d.path().join("jobs.toml").to_str().expect("utf-8"),
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.stderr.is_empty());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "2 valid jobs in 1 file: a, b\n"
+    );
+}
+
+#[test]
+fn a_long_list_is_read_whole_with_errors_in_order() {
+    let d = Dir::new();
+    let mut text = String::new();
+    for i in 0..600 {
+        text.push_str(&format!("[jobs.job-{i:03}]\n{GOOD}"));
+        if i % 200 == 7 {
+            text.push_str(&format!("bogus{i} = 1\n"));
+        }
+        text.push('\n');
+    }
+    let f = d.write("jobs.toml", &text);
+    let set = d.load();
+    assert_eq!(set.jobs.len(), 597);
+    let keys: Vec<&str> = set.errors.iter().filter_map(|e| e.key.as_deref()).collect();
+    assert_eq!(
+        keys,
+        [
+            "jobs.job-007.bogus7",
+            "jobs.job-207.bogus207",
+            "jobs.job-407.bogus407"
+        ]
+    );
+    for e in &set.errors {
+        let name = e
+            .key
+            .as_deref()
+            .and_then(|k| k.rsplit('.').next())
+            .expect("key");
+        assert_at(
+            e,
+            &f,
+            pos(&text, "", &format!("{name} = 1")),
+            e.key.as_deref().expect("key"),
+        );
+    }
+}
