@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use support::{Sandbox, stderr};
 
 /// 2026-11-29T02:03:00Z, µs: three minutes after the 02:00 elapse, as a late timer.
-const FIRED: &str = "1764381780000000";
+const FIRED: &str = "1795917780000000";
 const SLOT: &str = "2026-11-29T02:00:00Z";
 
 fn job(name: &str, command: &str, extra: &str) -> String {
@@ -413,7 +413,7 @@ fn a_gap_of_missed_slots_is_logged() {
     let sb = Sandbox::new(&job("gap", "true", ""));
     assert!(timer_run(&sb, "gap").status.success());
     // Three days later: the 30th and 1st never ran.
-    let later = 1_764_381_780_000_000i64 + 3 * 86_400_000_000;
+    let later = 1_795_917_780_000_000i64 + 3 * 86_400_000_000;
     let out = sb
         .cmd(&["run", "gap"])
         .env("TRIGGER_TIMER_REALTIME_USEC", later.to_string())
@@ -508,7 +508,7 @@ fn a_clock_behind_does_not_run_an_old_slot_and_future_slots_are_refused() {
     let sb = Sandbox::new(&job("clock", "true", ""));
     assert!(timer_run(&sb, "clock").status.success());
     // The clock jumped back a day (e.g. a wrong RTC before time sync).
-    let behind = 1_764_381_780_000_000i64 - 86_400_000_000;
+    let behind = 1_795_917_780_000_000i64 - 86_400_000_000;
     let out = sb
         .cmd(&["run", "clock"])
         .env("TRIGGER_TIMER_REALTIME_USEC", behind.to_string())

@@ -1,6 +1,6 @@
 //! `jobguard history JOB [--json] [--limit N]`: the job's ledger, newest first.
 
-use crate::cli::{HistoryArgs, find_job, open_store, view};
+use crate::cli::{HistoryArgs, find_job, open_job_store, view};
 use crate::exit;
 use crate::store::RunQuery;
 
@@ -10,7 +10,7 @@ pub fn run(args: &HistoryArgs) -> u8 {
         Ok(j) => j,
         Err(code) => return code,
     };
-    let mut store = match open_store(&job.store) {
+    let mut store = match open_job_store(&job) {
         Ok(s) => s,
         Err(code) => return code,
     };

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::cli::{RecoverArgs, open_store};
+use crate::cli::{RecoverArgs, job_store_address, open_store};
 use crate::config::{self, ConfigSource};
 use crate::exit;
 use crate::journal::{self, Event, Kind};
@@ -21,13 +21,17 @@ pub fn run(args: &RecoverArgs) -> u8 {
         eprintln!("jobguard: no job named {name:?}");
         return exit::CONFIG;
     }
-    let mut by_store: BTreeMap<&str, Vec<&crate::job::Job>> = BTreeMap::new();
+    let mut status = exit::OK;
+    let mut by_store: BTreeMap<String, Vec<&crate::job::Job>> = BTreeMap::new();
     for job in set
         .jobs
         .values()
         .filter(|j| args.job.as_ref().is_none_or(|n| *n == j.name))
     {
-        by_store.entry(job.store.as_str()).or_default().push(job);
+        match job_store_address(job) {
+            Ok(address) => by_store.entry(address).or_default().push(job),
+            Err(code) => status = code,
+        }
     }
     let systemd = recover::under_systemd();
     if systemd && args.job.is_none() {
@@ -39,10 +43,9 @@ pub fn run(args: &RecoverArgs) -> u8 {
             Err(e) => eprintln!("jobguard: {e}"),
         }
     }
-    let mut status = exit::OK;
     let mut to_run = Vec::new();
     for (url, jobs) in by_store {
-        let mut store = match open_store(url) {
+        let mut store = match open_store(&url) {
             Ok(s) => s,
             Err(code) => {
                 status = code;

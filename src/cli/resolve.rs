@@ -1,7 +1,7 @@
 //! `jobguard resolve JOB SLOT --rerun|--done`: decide what happens to a held, interrupted
 //! or failed slot.
 
-use crate::cli::{ResolveArgs, find_job, open_store};
+use crate::cli::{ResolveArgs, find_job, open_job_store};
 use crate::exit;
 use crate::ledger::{Resolution, format_usec};
 
@@ -19,7 +19,7 @@ pub fn run(args: &ResolveArgs) -> u8 {
             return exit::USAGE;
         }
     };
-    let mut store = match open_store(&job.store) {
+    let mut store = match open_job_store(&job) {
         Ok(s) => s,
         Err(code) => return code,
     };

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use crate::cli::{StatusArgs, open_store, view};
+use crate::cli::{StatusArgs, job_store_address, open_store, view};
 use crate::config::{self, ConfigSource};
 use crate::exit;
 use crate::job::Job;
@@ -125,13 +125,18 @@ pub fn run(args: &StatusArgs) -> u8 {
     let mut attention_all = Vec::new();
     let mut problems = Vec::new();
     for job in set.jobs.values() {
+        let Ok(address) = job_store_address(job) else {
+            problems.push(format!("{}: the store address could not be read", job.name));
+            status = exit::CONFIG;
+            continue;
+        };
         let store = stores
-            .entry(job.store.clone())
-            .or_insert_with(|| open_store(&job.store).ok());
+            .entry(address.clone())
+            .or_insert_with(|| open_store(&address).ok());
         let Some(store) = store.as_mut() else {
             problems.push(format!(
                 "{}: store {} could not be opened",
-                job.name, job.store
+                job.name, address
             ));
             status = exit::STORE_UNAVAILABLE;
             continue;

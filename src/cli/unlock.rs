@@ -2,7 +2,7 @@
 //! known to be dead (a host that will not come back) when waiting for expiry is not
 //! wanted. Does not touch the ledger: `jobguard recover` then marks its run interrupted.
 
-use crate::cli::{UnlockArgs, find_job, open_store};
+use crate::cli::{UnlockArgs, find_job, open_job_store};
 use crate::exit;
 use crate::ledger::format_usec;
 
@@ -12,7 +12,7 @@ pub fn run(args: &UnlockArgs) -> u8 {
         Ok(j) => j,
         Err(code) => return code,
     };
-    let mut store = match open_store(&job.store) {
+    let mut store = match open_job_store(&job) {
         Ok(s) => s,
         Err(code) => return code,
     };

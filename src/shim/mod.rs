@@ -176,7 +176,11 @@ fn prepare_runtime_dirs() -> Result<(), String> {
 /// up applies `on_store_unavailable`. Returns the exit status to use on failure.
 fn open_store(job: &Job) -> Result<Box<dyn Store>, u8> {
     match with_retry(job, || {
-        let mut s = store::open(&job.store)?;
+        let address = job.store_address().map_err(|e| StoreError::Address {
+            address: String::new(),
+            detail: e.to_string(),
+        })?;
+        let mut s = store::open(&address)?;
         s.init()?;
         Ok(s)
     }) {
@@ -440,10 +444,16 @@ fn execute(
         env.push(("JOBGUARD_REPORT".to_string(), p.display().to_string()));
     }
     env.extend(job.environment.iter().map(|(k, v)| (k.clone(), v.clone())));
-    let cwd = job
-        .working_directory
-        .clone()
-        .or_else(|| account.map(|a| a.home.clone()));
+    // Like cron: the user's home when it exists, else "/".
+    let cwd = job.working_directory.clone().or_else(|| {
+        account.map(|a| {
+            if a.home.is_dir() {
+                a.home.clone()
+            } else {
+                "/".into()
+            }
+        })
+    });
     let spec = child::Spec {
         argv: job.command.clone(),
         env,
@@ -477,10 +487,19 @@ fn execute(
                 std::io::ErrorKind::PermissionDenied => exit::CANNOT_EXECUTE,
                 _ => exit::CANNOT_EXECUTE,
             };
-            eprintln!(
-                "jobguard: {}: cannot start {:?}: {e}",
-                job.name, job.command[0]
-            );
+            let dir = spec.cwd.as_ref().filter(|d| !d.is_dir());
+            match dir {
+                Some(d) => eprintln!(
+                    "jobguard: {}: cannot start {:?}: working directory {}: {e}",
+                    job.name,
+                    job.command[0],
+                    d.display()
+                ),
+                None => eprintln!(
+                    "jobguard: {}: cannot start {:?}: {e}",
+                    job.name, job.command[0]
+                ),
+            }
             let f = Finish {
                 outcome: Outcome::Failed,
                 reason: Some("exec".into()),
