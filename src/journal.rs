@@ -175,20 +175,14 @@ fn stderr_is_journal() -> bool {
 }
 
 /// Sends `ev` to the journal (if [`init`] found one) and, unless stderr is the journal,
-/// prints it to stderr as `jobguard[JOB]: EVENT: MESSAGE`.
+/// prints it to stderr as `jobguard[JOB]: MESSAGE`.
 pub fn emit(ev: &Event<'_>) {
     let journal = init();
     if journal {
         send(ev);
     }
     if !journal || !stderr_is_journal() {
-        let _ = writeln!(
-            std::io::stderr(),
-            "jobguard[{}]: {}: {}",
-            ev.job,
-            ev.kind.event(),
-            ev.message
-        );
+        let _ = writeln!(std::io::stderr(), "jobguard[{}]: {}", ev.job, ev.message);
     }
 }
 

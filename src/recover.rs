@@ -85,7 +85,7 @@ pub fn recover_job(store: &mut dyn Store, job: &Job) -> Result<Recovered, StoreE
             Kind::Interrupted,
             &job.name,
             format!(
-                "slot {} was cut off: run {} (attempt {}) started {} on host {} ({}); {next}",
+                "interrupted: slot {} was cut off: run {} (attempt {}) started {} on host {} ({}); {next}",
                 run.slot.rfc3339(),
                 run.run_id,
                 run.attempt,

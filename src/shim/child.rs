@@ -66,16 +66,21 @@ pub struct Account {
 /// # Errors
 /// A message naming the user when it does not exist or the lookup fails.
 pub fn lookup_account(name: &str) -> Result<Account, String> {
-    let user = match User::from_name(name) {
+    let found = match name.parse::<u32>() {
+        Ok(uid) => User::from_uid(Uid::from_raw(uid)),
+        Err(_) => User::from_name(name),
+    };
+    let user = match found {
         Ok(Some(u)) => u,
         Ok(None) => return Err(format!("user {name:?} does not exist")),
         Err(e) => return Err(format!("cannot look up user {name:?}: {e}")),
     };
-    let cname = std::ffi::CString::new(name).map_err(|_| format!("bad user name {name:?}"))?;
+    let cname = std::ffi::CString::new(user.name.as_str())
+        .map_err(|_| format!("bad user name {name:?}"))?;
     let groups = nix::unistd::getgrouplist(&cname, user.gid)
         .map_err(|e| format!("cannot read the groups of user {name:?}: {e}"))?;
     Ok(Account {
-        name: name.to_string(),
+        name: user.name.clone(),
         uid: user.uid,
         gid: user.gid,
         groups,

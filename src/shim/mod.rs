@@ -285,7 +285,7 @@ fn in_sequence(store: &mut dyn Store, job: &Job, current: &Slot) -> bool {
         Kind::GapDetected,
         &job.name,
         format!(
-            "{}{more} slot(s) never ran between {} and {}: first {}, last {}",
+            "gap: {}{more} slot(s) never ran between {} and {}: first {}, last {}",
             missed.len(),
             format_usec(newest),
             current.rfc3339(),
@@ -626,7 +626,7 @@ fn record(job: &Job, store: &mut dyn Store, lease: &Lease, run: &Run, finish: &F
         kind,
         &job.name,
         format!(
-            "slot {slot_text} {} ({}, exit status {}){}{note}",
+            "finished slot {slot_text}: {} ({}, exit status {}){}{note}",
             finish.outcome,
             finish.reason.as_deref().unwrap_or("-"),
             finish
