@@ -12,13 +12,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --locked -q
 BIN=$PWD/target/release
-W=$(mktemp -d)
+# On tmpfs, like /run where the generator writes and the locks live.
+W=$(mktemp -d -p /dev/shm)
 trap 'rm -rf "$W"' EXIT
 RUNS=${RUNS:-300}
+# The store must be on a real disk for fsync to mean anything: the default is a directory
+# under target/, on the same file system as a real /var/lib.
+STATE=${STATE:-$PWD/target/bench-state}
+rm -rf "$STATE"; mkdir -p "$STATE"
 
 cat > "$W/jobs.toml" <<TOML
 [defaults]
-store = "sqlite://state/jobguard.db"
+store = "sqlite://$STATE/jobguard.db"
 [jobs.true]
 schedule = "daily"
 command = ["/bin/true"]
@@ -47,11 +52,13 @@ for i in range(n):
           f'command = ["/usr/bin/true", "{i}"]\n')
 PY
 done
-hyperfine -N --warmup 5 --runs 50 --export-json "$W/gen.json" \
-  -n 10 "env JOBGUARD_CONFIG=$W/gen10/jobs.toml $BIN/jobguard-generator $W/gen10/out" \
-  -n 100 "env JOBGUARD_CONFIG=$W/gen100/jobs.toml $BIN/jobguard-generator $W/gen100/out" \
-  -n 1000 "env JOBGUARD_CONFIG=$W/gen1000/jobs.toml $BIN/jobguard-generator $W/gen1000/out" \
-  -n 10000 "env JOBGUARD_CONFIG=$W/gen10000/jobs.toml $BIN/jobguard-generator $W/gen10000/out"
+# systemd hands a generator empty directories on tmpfs: so does each timed run here.
+args=()
+for n in 10 100 1000 10000; do
+  args+=(-n "$n" --prepare "rm -rf $W/gen$n/out; mkdir $W/gen$n/out"
+         "env JOBGUARD_CONFIG=$W/gen$n/jobs.toml $BIN/jobguard-generator $W/gen$n/out")
+done
+hyperfine -N --warmup 5 --runs 50 --export-json "$W/gen.json" "${args[@]}"
 python3 - "$W/gen.json" <<'PY'
 import json, sys
 for x in json.load(open(sys.argv[1]))["results"]:

@@ -101,8 +101,43 @@ impl CalendarError {
 }
 
 /// The process's local time zone (`TZ`, else /etc/localtime), as glibc would use it.
+///
+/// A zone name (in `TZ`, or as the target of the /etc/localtime link) is loaded straight
+/// from its file: jiff's own detection indexes the whole tzdb directory on first use,
+/// which costs milliseconds on every start of the shim and the generator. Anything else
+/// (a POSIX TZ string, a copied /etc/localtime) goes through jiff.
 pub(crate) fn local_zone() -> TimeZone {
-    TimeZone::system()
+    // Cached per value of TZ: the generator parses one schedule per job.
+    static CACHE: std::sync::Mutex<Option<(Option<std::ffi::OsString>, TimeZone)>> =
+        std::sync::Mutex::new(None);
+    let key = std::env::var_os("TZ");
+    let mut cache = CACHE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((k, zone)) = cache.as_ref()
+        && *k == key
+    {
+        return zone.clone();
+    }
+    let zone = read_local_zone();
+    *cache = Some((key, zone.clone()));
+    zone
+}
+
+fn read_local_zone() -> TimeZone {
+    let named =
+        match std::env::var("TZ") {
+            Ok(tz) => spec::load_timezone(tz.strip_prefix(':').unwrap_or(&tz)),
+            Err(std::env::VarError::NotUnicode(_)) => None,
+            Err(std::env::VarError::NotPresent) => std::fs::read_link("/etc/localtime")
+                .ok()
+                .and_then(|target| {
+                    let target = target.to_string_lossy().into_owned();
+                    let at = target.find("zoneinfo/")? + "zoneinfo/".len();
+                    spec::load_timezone(&target[at..])
+                }),
+        };
+    named.unwrap_or_else(TimeZone::system)
 }
 
 /// A name for a zone: its IANA name, or "UTC" when it has none.
