@@ -21,6 +21,9 @@ pub const SOFTWARE: u8 = 70;
 pub const OS_ERROR: u8 = 71;
 /// The lease was lost while the command ran; the command was stopped (`EX_TEMPFAIL`).
 pub const LEASE_LOST: u8 = 75;
+/// This host's clock and the store's differ by more than `clock_tolerance`; nothing ran
+/// (`EX_PROTOCOL`).
+pub const CLOCK_SKEW: u8 = 76;
 /// Not allowed: e.g. `user =` needs root (`EX_NOPERM`).
 pub const NO_PERMISSION: u8 = 77;
 /// The job is unknown or its configuration is invalid (`EX_CONFIG`).

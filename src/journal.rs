@@ -31,6 +31,8 @@ pub enum Kind {
     SkippedLeaseHeld,
     /// Skipped: the slot is older than one already recorded (clock behind, schedule changed).
     SkippedOutOfOrder,
+    /// Not run: this host's clock and the store's differ by more than `clock_tolerance`.
+    ClockSkew,
     /// Skipped: the store could not be reached (`on_store_unavailable = "skip"`).
     SkippedStoreUnavailable,
     /// The command exited 0.
@@ -58,6 +60,7 @@ impl Kind {
             | Kind::SkippedLeaseHeld
             | Kind::SkippedOutOfOrder
             | Kind::SkippedStoreUnavailable => "skip",
+            Kind::ClockSkew => "clock-skew",
             Kind::Finished | Kind::Failed => "finish",
             Kind::Interrupted => "interrupted",
             Kind::LeaseLost => "lease-lost",
@@ -75,6 +78,7 @@ impl Kind {
             Kind::SkippedLockHeld => "0eaf93dacac44928b6d2bc029cf6f554",
             Kind::SkippedLeaseHeld => "d0a2cc62b51d423ca629c2ace623d194",
             Kind::SkippedStoreUnavailable => "af13661a32ea4be5a7fa8388a542caf1",
+            Kind::ClockSkew => "320502f7a8c647ad8401ed61ec6e9466",
             Kind::SkippedOutOfOrder => "659e35ec95284ab8a34cf1f5e99c6772",
             Kind::Finished => "9fb9749e319e40488204b6f156681d66",
             Kind::Failed => "70cff139d72b466dbe7c37818c4b50ba",
@@ -87,7 +91,7 @@ impl Kind {
 
     fn level(self) -> Level {
         match self {
-            Kind::Failed | Kind::LeaseLost => Level::ERROR,
+            Kind::Failed | Kind::LeaseLost | Kind::ClockSkew => Level::ERROR,
             Kind::Interrupted
             | Kind::GapDetected
             | Kind::SkippedStoreUnavailable

@@ -111,6 +111,10 @@ pub fn run(job: &Job, req: &Request) -> u8 {
         Err(code) => return code,
     };
 
+    if let Err(code) = check_clock(job, store.as_mut()) {
+        return code;
+    }
+
     let mut slots: Vec<(Slot, String)> = Vec::new();
     if req.slot.is_none() && !req.force {
         match queued_slots(store.as_mut(), &job.name) {
@@ -227,6 +231,42 @@ fn store_failed(job: &Job, e: &StoreError) -> u8 {
         StoreError::Address { .. } => exit::CONFIG,
         StoreError::Invalid { .. } => exit::SOFTWARE,
     }
+}
+
+/// Compares this host's clock with the store's: the slot comes from this host's clock and
+/// the lease from the store's, so they must agree within `clock_tolerance`. Returns the
+/// exit status to use when they do not (after logging both times).
+fn check_clock(job: &Job, store: &mut dyn Store) -> Result<(), u8> {
+    let clock = crate::clock::SystemClock;
+    let before = crate::clock::Clock::now_usec(&clock);
+    let store_now = with_retry(job, || store.now()).map_err(|e| store_failed(job, &e))?;
+    let after = crate::clock::Clock::now_usec(&clock);
+    let host = before + (after - before) / 2;
+    let skew = store_now - host;
+    let tolerance = i64::try_from(job.clock_tolerance.as_micros()).unwrap_or(i64::MAX);
+    if skew.abs() <= tolerance {
+        return Ok(());
+    }
+    let mut ev = Event::new(
+        Kind::ClockSkew,
+        &job.name,
+        format!(
+            "not run: this host's clock is {} {} the store's (host {}, store {} at {}; tolerance {}s)",
+            crate::cli::view::span(skew.abs()),
+            if skew > 0 { "behind" } else { "ahead of" },
+            format_usec(host),
+            format_usec(store_now),
+            store.describe(),
+            job.clock_tolerance.as_secs()
+        ),
+    );
+    ev.reason = Some("clock-skew".into());
+    journal::emit(&ev);
+    journal::status(&format!(
+        "not run: clock differs from the store's by {}",
+        crate::cli::view::span(skew.abs())
+    ));
+    Err(exit::CLOCK_SKEW)
 }
 
 /// Slots of the job whose interrupted attempt was queued for a re-run, oldest first.
