@@ -5,9 +5,8 @@
 mod support;
 
 use std::process::Stdio;
-use std::time::{Duration, Instant};
 
-use support::{Sandbox, stderr};
+use support::{Sandbox, stderr, wait_until};
 
 /// 2026-11-29T02:03:00Z, µs: three minutes after the 02:00 elapse, as a late timer.
 const FIRED: &str = "1795917780000000";
@@ -31,14 +30,8 @@ fn second_trigger_for_a_succeeded_slot_is_a_skip_that_says_who() {
     let sb = Sandbox::new(&job(
         "sync",
         "echo ran >> \"$OUT\"",
-        "environment = { OUT = \"OUTFILE\" }",
+        "environment = { OUT = \"@DIR@/out\" }",
     ));
-    let jobs = std::fs::read_to_string(sb.file("jobs.toml")).unwrap();
-    std::fs::write(
-        sb.file("jobs.toml"),
-        jobs.replace("OUTFILE", &sb.file("out").display().to_string()),
-    )
-    .unwrap();
 
     let first = timer_run(&sb, "sync");
     assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
@@ -105,14 +98,8 @@ fn a_second_instance_gives_up_at_once_while_the_first_runs() {
     let sb = Sandbox::new(&job(
         "slow",
         "echo start >> \"$OUT\"; sleep 3",
-        "environment = { OUT = \"OUTFILE\" }",
+        "environment = { OUT = \"@DIR@/out\" }",
     ));
-    let jobs = std::fs::read_to_string(sb.file("jobs.toml")).unwrap();
-    std::fs::write(
-        sb.file("jobs.toml"),
-        jobs.replace("OUTFILE", &sb.file("out").display().to_string()),
-    )
-    .unwrap();
     let mut first = sb
         .cmd(&["run", "slow"])
         .env("TRIGGER_TIMER_REALTIME_USEC", FIRED)
@@ -120,10 +107,10 @@ fn a_second_instance_gives_up_at_once_while_the_first_runs() {
         .spawn()
         .unwrap();
     // Wait until the command runs.
-    let t0 = Instant::now();
-    while sb.lines("out") == 0 && t0.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    assert!(
+        wait_until(10, || sb.lines("out") > 0),
+        "the command started"
+    );
     let mut others = Vec::new();
     for _ in 0..4 {
         others.push(
@@ -200,17 +187,11 @@ fn the_job_gets_its_slot_key_token_and_report_file() {
     let sb = Sandbox::new(&job(
         "env",
         "env | grep ^JOBGUARD_ | sort > \"$OUT\"; printf 'rows_read=3000\\nrows_inserted=2000\\nbatch=b1\\n' >> \"$JOBGUARD_REPORT\"",
-        "environment = { OUT = \"OUTFILE\" }",
+        "environment = { OUT = \"@DIR@/out\" }",
     ));
-    let jobs = std::fs::read_to_string(sb.file("jobs.toml")).unwrap();
-    std::fs::write(
-        sb.file("jobs.toml"),
-        jobs.replace("OUTFILE", &sb.file("env.txt").display().to_string()),
-    )
-    .unwrap();
     let out = timer_run(&sb, "env");
     assert!(out.status.success(), "{}", stderr(&out));
-    let env = sb.read("env.txt");
+    let env = sb.read("out");
     assert!(env.contains("JOBGUARD_JOB=env\n"), "{env}");
     assert!(env.contains(&format!("JOBGUARD_SLOT={SLOT}\n")), "{env}");
     assert!(
@@ -245,10 +226,8 @@ fn timeout_stops_the_command_and_records_it() {
         "sleep 30",
         "timeout = \"1s\"\nkill_grace = \"1s\"",
     ));
-    let t0 = Instant::now();
     let out = timer_run(&sb, "hang");
     assert_eq!(out.status.code(), Some(124), "{}", stderr(&out));
-    assert!(t0.elapsed() < Duration::from_secs(20));
     let h = sb.history("hang");
     assert_eq!(h[0]["outcome"], "failed");
     assert_eq!(h[0]["reason"], "timeout");
@@ -259,24 +238,18 @@ fn sigterm_is_forwarded_to_the_command() {
     let sb = Sandbox::new(&job(
         "term",
         "trap 'echo got-term >> \"$OUT\"; exit 0' TERM; echo up >> \"$OUT\"; while :; do sleep 0.1; done",
-        "environment = { OUT = \"OUTFILE\" }",
+        "environment = { OUT = \"@DIR@/out\" }",
     ));
-    let jobs = std::fs::read_to_string(sb.file("jobs.toml")).unwrap();
-    std::fs::write(
-        sb.file("jobs.toml"),
-        jobs.replace("OUTFILE", &sb.file("out").display().to_string()),
-    )
-    .unwrap();
     let child = sb
         .cmd(&["run", "term"])
         .env("TRIGGER_TIMER_REALTIME_USEC", FIRED)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let t0 = Instant::now();
-    while !sb.read("out").contains("up") && t0.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    assert!(
+        wait_until(10, || sb.read("out").contains("up")),
+        "the command started"
+    );
     let pid = nix::unistd::Pid::from_raw(child.id() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
     let out = child.wait_with_output().unwrap();
@@ -290,24 +263,18 @@ fn a_command_stopped_by_sigterm_is_interrupted_and_held() {
     let sb = Sandbox::new(&job(
         "stop",
         "echo up >> \"$OUT\"; sleep 30",
-        "environment = { OUT = \"OUTFILE\" }",
+        "environment = { OUT = \"@DIR@/out\" }",
     ));
-    let jobs = std::fs::read_to_string(sb.file("jobs.toml")).unwrap();
-    std::fs::write(
-        sb.file("jobs.toml"),
-        jobs.replace("OUTFILE", &sb.file("out").display().to_string()),
-    )
-    .unwrap();
     let child = sb
         .cmd(&["run", "stop"])
         .env("TRIGGER_TIMER_REALTIME_USEC", FIRED)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let t0 = Instant::now();
-    while !sb.read("out").contains("up") && t0.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    assert!(
+        wait_until(10, || sb.read("out").contains("up")),
+        "the command started"
+    );
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
         nix::sys::signal::Signal::SIGTERM,
@@ -337,36 +304,25 @@ fn killing_the_shim_kills_the_command_and_recover_reruns_the_slot() {
     let sb = Sandbox::new(&job(
         "crash",
         "echo $$ >> \"$OUT\"; if [ \"$JOBGUARD_ATTEMPT\" = 1 ]; then sleep 60; fi",
-        "environment = { OUT = \"OUTFILE\" }",
+        "environment = { OUT = \"@DIR@/out\" }",
     ));
-    let jobs = std::fs::read_to_string(sb.file("jobs.toml")).unwrap();
-    std::fs::write(
-        sb.file("jobs.toml"),
-        jobs.replace("OUTFILE", &sb.file("out").display().to_string()),
-    )
-    .unwrap();
     let mut child = sb
         .cmd(&["run", "crash"])
         .env("TRIGGER_TIMER_REALTIME_USEC", FIRED)
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let t0 = Instant::now();
-    while sb.lines("out") == 0 && t0.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    assert!(
+        wait_until(10, || sb.lines("out") > 0),
+        "the command started"
+    );
     let cmd_pid: i32 = sb.read("out").trim().parse().unwrap();
     child.kill().unwrap(); // SIGKILL: no chance to record anything
     child.wait().unwrap();
     // PR_SET_PDEATHSIG: the command does not run on unguarded.
-    let t0 = Instant::now();
-    while std::path::Path::new(&format!("/proc/{cmd_pid}")).exists()
-        && t0.elapsed() < Duration::from_secs(5)
-    {
-        std::thread::sleep(Duration::from_millis(20));
-    }
     assert!(
-        !std::path::Path::new(&format!("/proc/{cmd_pid}")).exists(),
+        wait_until(5, || !std::path::Path::new(&format!("/proc/{cmd_pid}"))
+            .exists()),
         "command {cmd_pid} outlived the shim"
     );
     assert_eq!(sb.history("crash")[0]["outcome"], "running");

@@ -20,139 +20,16 @@ const USEC_PER_DAY: u64 = 24 * USEC_PER_HOUR;
 const USEC_PER_WEEK: u64 = 7 * USEC_PER_DAY;
 const USEC_PER_MONTH: u64 = 2_629_800 * USEC_PER_SEC;
 const USEC_PER_YEAR: u64 = 31_557_600 * USEC_PER_SEC;
-const USEC_INFINITY: u64 = u64::MAX;
 
 /// Largest timestamp systemd parses or prints (9999-12-30 23:59:59.999999 UTC), in µs.
 const FORMATTABLE_MAX: u64 = 253_402_214_399_999_999;
 
-const WHITESPACE: &[u8] = b" \t\n\r";
-
-/// Time span units of systemd.time(7), longest match first as systemd tries them.
-const UNITS: &[(&str, u64)] = &[
-    ("seconds", USEC_PER_SEC),
-    ("second", USEC_PER_SEC),
-    ("sec", USEC_PER_SEC),
-    ("s", USEC_PER_SEC),
-    ("minutes", USEC_PER_MINUTE),
-    ("minute", USEC_PER_MINUTE),
-    ("min", USEC_PER_MINUTE),
-    ("months", USEC_PER_MONTH),
-    ("month", USEC_PER_MONTH),
-    ("M", USEC_PER_MONTH),
-    ("msec", USEC_PER_MSEC),
-    ("ms", USEC_PER_MSEC),
-    ("m", USEC_PER_MINUTE),
-    ("hours", USEC_PER_HOUR),
-    ("hour", USEC_PER_HOUR),
-    ("hr", USEC_PER_HOUR),
-    ("h", USEC_PER_HOUR),
-    ("days", USEC_PER_DAY),
-    ("day", USEC_PER_DAY),
-    ("d", USEC_PER_DAY),
-    ("weeks", USEC_PER_WEEK),
-    ("week", USEC_PER_WEEK),
-    ("w", USEC_PER_WEEK),
-    ("years", USEC_PER_YEAR),
-    ("year", USEC_PER_YEAR),
-    ("y", USEC_PER_YEAR),
-    ("usec", 1),
-    ("us", 1),
-    ("\u{3bc}s", 1),
-    ("\u{b5}s", 1),
-];
-
-fn skip_ws(s: &[u8], mut i: usize) -> usize {
-    while i < s.len() && WHITESPACE.contains(&s[i]) {
-        i += 1;
-    }
-    i
-}
-
 /// systemd's `parse_sec()`: a time span such as `5min 3s` or `1.5h` (a bare number is
-/// seconds) in microseconds; `None` if it is not one.
+/// seconds) in microseconds; `None` if it is not one. See [`crate::timespan`].
 fn parse_sec(t: &str) -> Option<u64> {
-    let s = t.as_bytes();
-    let mut p = skip_ws(s, 0);
-    if s[p..].starts_with(b"infinity") {
-        let q = skip_ws(s, p + 8);
-        return (q == s.len()).then_some(USEC_INFINITY);
-    }
-    let mut usec: u64 = 0;
-    let mut something = false;
-    loop {
-        p = skip_ws(s, p);
-        if p == s.len() {
-            return something.then_some(usec);
-        }
-        if s[p] == b'-' {
-            return None;
-        }
-        // strtoll: white space, a sign, digits.
-        let mut e = skip_ws(s, p);
-        if e < s.len() && s[e] == b'+' {
-            e += 1;
-        }
-        let digits = e;
-        let mut l: u64 = 0;
-        while e < s.len() && s[e].is_ascii_digit() {
-            l = l.checked_mul(10)?.checked_add(u64::from(s[e] - b'0'))?;
-            e += 1;
-        }
-        if l > i64::MAX as u64 {
-            return None;
-        }
-        let no_digits = e == digits;
-        let had_dot = e < s.len() && s[e] == b'.';
-        if had_dot {
-            p = e + 1;
-            while p < s.len() && s[p].is_ascii_digit() {
-                p += 1;
-            }
-        } else if no_digits {
-            return None;
-        } else {
-            p = e;
-        }
-        let q = skip_ws(s, p);
-        let mut multiplier = USEC_PER_SEC;
-        let mut after = q;
-        for (suffix, mult) in UNITS {
-            if s[q..].starts_with(suffix.as_bytes()) {
-                multiplier = *mult;
-                after = q + suffix.len();
-                break;
-            }
-        }
-        if after == p && p < s.len() {
-            return None;
-        }
-        p = after;
-        if l >= USEC_INFINITY / multiplier {
-            return None;
-        }
-        let k = l * multiplier;
-        if k >= USEC_INFINITY - usec {
-            return None;
-        }
-        usec += k;
-        something = true;
-        if had_dot {
-            let mut m = multiplier / 10;
-            let mut b = e + 1;
-            while b < s.len() && s[b].is_ascii_digit() {
-                let k = u64::from(s[b] - b'0') * m;
-                if k >= USEC_INFINITY - usec {
-                    return None;
-                }
-                usec += k;
-                b += 1;
-                m /= 10;
-            }
-            if b == e + 1 {
-                return None;
-            }
-        }
-    }
+    crate::timespan::TimeSpan::parse(t)
+        .ok()
+        .map(|s| s.as_usec())
 }
 
 /// Reads a number of at most `n` digits in `from..=to` after optional white space, as

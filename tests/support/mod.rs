@@ -11,10 +11,12 @@ pub struct Sandbox {
 }
 
 impl Sandbox {
-    /// A sandbox whose job list is `jobs` (TOML text). The store defaults to
-    /// `sqlite://state/jobguard.db` relative to the job list.
+    /// A sandbox whose job list is `jobs` (TOML text), with `@DIR@` replaced by the
+    /// sandbox's directory. The store defaults to `sqlite://state/jobguard.db` relative to
+    /// the job list.
     pub fn new(jobs: &str) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
+        let jobs = jobs.replace("@DIR@", &dir.path().display().to_string());
         let text = format!("[defaults]\nstore = \"sqlite://state/jobguard.db\"\n\n{jobs}");
         std::fs::write(dir.path().join("jobs.toml"), text).expect("write jobs.toml");
         Sandbox { dir }
@@ -75,4 +77,16 @@ pub fn stderr(o: &Output) -> String {
 
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Polls `cond` every 20 ms until it holds or `secs` seconds pass; returns whether it held.
+pub fn wait_until(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
+    let t0 = std::time::Instant::now();
+    while !cond() {
+        if t0.elapsed() > std::time::Duration::from_secs(secs) {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    true
 }
