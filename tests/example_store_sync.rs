@@ -307,3 +307,56 @@ fn job_list_matches_the_story() {
     assert_eq!(job["on_interrupted"].as_str(), Some("rerun"));
     assert!(job.contains_key("timeout") && job.contains_key("description"));
 }
+
+/// `psql` against the local PostgreSQL as `postgres` (trust auth), one value out.
+fn psql(db: &str, sql: &str) -> Result<String, String> {
+    let out = Command::new("psql")
+        .args(["-h", "127.0.0.1", "-U", "postgres", "-d", db, "-XAtqc", sql])
+        .output()
+        .map_err(|e| format!("psql: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+    }
+}
+
+#[test]
+fn sync_into_postgresql_inserts_3000_then_nothing() {
+    let test = "sync_into_postgresql_inserts_3000_then_nothing";
+    if !have_python(test) {
+        return;
+    }
+    let why_not = psql("postgres", "SELECT 1")
+        .err()
+        .map(|e| format!("no PostgreSQL on 127.0.0.1: {e}"));
+    if !common::go_on(test, why_not) {
+        return;
+    }
+    let db = format!("store_sync_{}", std::process::id());
+    psql("postgres", &format!("DROP DATABASE IF EXISTS {db}")).expect("drop");
+    psql("postgres", &format!("CREATE DATABASE {db}")).expect("create");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("postgresql://postgres@127.0.0.1/{db}");
+    let run = |run_id: &str| {
+        let out = sync_cmd(dir.path(), run_id)
+            .env("STORE_SYNC_DB", &url)
+            .output()
+            .expect("sync.py");
+        assert!(
+            out.status.success(),
+            "sync.py: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run("run-1");
+    assert_eq!(last_report(dir.path()), report(3000, 3000, 0));
+    run("run-2");
+    assert_eq!(last_report(dir.path()), report(3000, 0, 3000));
+    assert_eq!(psql(&db, "SELECT count(*) FROM orders").unwrap(), "3000");
+    assert_eq!(
+        psql(&db, "SELECT count(*) FROM orders WHERE run_id = 'run-1'").unwrap(),
+        "3000"
+    );
+    psql("postgres", &format!("DROP DATABASE {db}")).expect("drop");
+}

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Sync the day's store transactions (a CSV file) into the `orders` table of an SQLite
-database, so that running it again, or after a crash, never duplicates a row.
+or PostgreSQL database, so that running it again, or after a crash, never duplicates a
+row.
 
 Two layers make it safe to re-run:
 - a UNIQUE index on the source transaction id, with INSERT OR IGNORE: a row already in
@@ -18,7 +19,9 @@ Environment (relative paths are relative to the working directory):
   STORE_SYNC_CSV         input CSV (default: transactions.csv; if that default file is
                          missing it is generated with gen_transactions.py and a note on
                          stderr; a missing file named here explicitly is an error)
-  STORE_SYNC_DB          SQLite database (default: orders.db), created if missing
+  STORE_SYNC_DB          SQLite database (default: orders.db), created if missing; or a
+                         postgres:// or postgresql:// URL (needs python3-psycopg2):
+                         the orders table is created there if missing
   STORE_SYNC_BATCH_SIZE  rows per commit (default: 100)
   STORE_SYNC_PAUSE_MS    pause after each committed batch, in milliseconds (default: 0),
                          to make a run slow enough to be cut in the middle
@@ -64,6 +67,30 @@ INSERT = """
 INSERT OR IGNORE INTO orders
     (txn_id, store, sku, qty, amount_cents, txn_time, idempotency_key, run_id, synced_at)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+"""
+
+
+PG_SCHEMA = """
+CREATE TABLE IF NOT EXISTS orders (
+    id              BIGSERIAL PRIMARY KEY,
+    txn_id          TEXT    NOT NULL UNIQUE,
+    store           TEXT    NOT NULL,
+    sku             TEXT    NOT NULL,
+    qty             INTEGER NOT NULL,
+    amount_cents    BIGINT  NOT NULL,
+    txn_time        TEXT    NOT NULL,
+    idempotency_key TEXT,
+    run_id          TEXT,
+    synced_at       TEXT    NOT NULL
+)
+"""
+
+PG_INSERT = """
+INSERT INTO orders
+    (txn_id, store, sku, qty, amount_cents, txn_time, idempotency_key, run_id, synced_at)
+VALUES %s
+ON CONFLICT (txn_id) DO NOTHING
+RETURNING 1
 """
 
 
@@ -144,16 +171,67 @@ def batch_label(rows):
     return first if first == last else "%s..%s" % (first, last)
 
 
-def open_db(path):
-    """Open (or create) the database in autocommit mode, WAL with synchronous=FULL: in WAL
-    mode NORMAL may lose the last commits on power loss, FULL fsyncs every commit."""
-    db = sqlite3.connect(path, timeout=30.0, isolation_level=None)
-    mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-    if mode.lower() != "wal":
-        raise Failure(1, "%s: could not switch to WAL (journal_mode is %s)" % (path, mode))
-    db.execute("PRAGMA synchronous=FULL")
-    db.executescript(SCHEMA)
-    return db
+class SqliteOrders:
+    """The orders table in an SQLite file: autocommit mode, WAL with synchronous=FULL (in
+    WAL mode NORMAL may lose the last commits on power loss, FULL fsyncs every commit)."""
+
+    def __init__(self, path):
+        self.db = sqlite3.connect(path, timeout=30.0, isolation_level=None)
+        mode = self.db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        if mode.lower() != "wal":
+            raise Failure(1, "%s: could not switch to WAL (journal_mode is %s)" % (path, mode))
+        self.db.execute("PRAGMA synchronous=FULL")
+        self.db.executescript(SCHEMA)
+
+    def insert(self, batch):
+        """Insert one batch in one transaction; returns how many rows were new."""
+        before = self.db.total_changes
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            self.db.executemany(INSERT, batch)
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        return self.db.total_changes - before
+
+    def close(self):
+        self.db.close()
+
+
+class PostgresOrders:
+    """The orders table in PostgreSQL (each batch one transaction; the server's own
+    durability applies)."""
+
+    def __init__(self, url):
+        try:
+            import psycopg2
+            import psycopg2.extras
+        except ImportError:
+            raise Failure(EX_USAGE, "STORE_SYNC_DB is a PostgreSQL URL, which needs python3-psycopg2")
+        self.extras = psycopg2.extras
+        try:
+            self.db = psycopg2.connect(url, connect_timeout=10)
+        except psycopg2.Error as e:
+            raise Failure(1, "cannot connect to PostgreSQL: %s" % str(e).strip())
+        with self.db, self.db.cursor() as cur:
+            # Several hosts may create the table at once: serialize on an advisory lock.
+            cur.execute("SELECT pg_advisory_xact_lock(hashtext('store-sync orders'))")
+            cur.execute(PG_SCHEMA)
+
+    def insert(self, batch):
+        with self.db, self.db.cursor() as cur:
+            return len(self.extras.execute_values(cur, PG_INSERT, batch, fetch=True))
+
+    def close(self):
+        self.db.close()
+
+
+def open_db(target):
+    """The orders table at `target`: a PostgreSQL URL or an SQLite file path."""
+    if target.startswith(("postgres://", "postgresql://")):
+        return PostgresOrders(target)
+    return SqliteOrders(target)
 
 
 def sync(db, rows, batch_size, pause_ms, key, run_id):
@@ -162,15 +240,7 @@ def sync(db, rows, batch_size, pause_ms, key, run_id):
     for start in range(0, len(rows), batch_size):
         synced_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         batch = [r + (key, run_id, synced_at) for r in rows[start : start + batch_size]]
-        before = db.total_changes
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            db.executemany(INSERT, batch)
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        inserted += db.total_changes - before
+        inserted += db.insert(batch)
         if pause_ms:
             time.sleep(pause_ms / 1000.0)
     return inserted
