@@ -21,16 +21,12 @@
 mod common;
 
 use std::path::Path;
-use std::process::Output;
+
 use std::time::Duration;
 
-use common::container::{self, Container, JournalEntry, Options};
+use common::container::{self, Container, JournalEntry};
+use common::host::*;
 use serde_json::Value;
-
-const JOBGUARD: &str = env!("CARGO_BIN_EXE_jobguard");
-const GENERATOR: &str = env!("CARGO_BIN_EXE_jobguard-generator");
-const UNITS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/units");
-const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/store-sync");
 
 /// Job events with a fixed meaning in issue 2; other events a later issue adds (e.g. a
 /// detected gap) are left out when comparing sequences.
@@ -39,149 +35,6 @@ const EVENTS: &[&str] = &["start", "skip", "finish", "interrupted"];
 /// Whether `test` can run: containers can be booted, and the pieces have landed.
 fn ready(test: &str) -> bool {
     common::go_on(test, container::prerequisites())
-}
-
-// ---------------------------------------------------------------------------------------
-// Setting up a host with jobguard installed.
-// ---------------------------------------------------------------------------------------
-
-fn unit_files() -> Vec<(String, std::path::PathBuf)> {
-    let mut files = Vec::new();
-    if let Ok(entries) = std::fs::read_dir(UNITS) {
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let is_unit = [".service", ".timer", ".target", ".path", ".socket"]
-                .iter()
-                .any(|s| name.ends_with(s));
-            if is_unit && e.path().is_file() {
-                files.push((name, e.path()));
-            }
-        }
-    }
-    files.sort();
-    files
-}
-
-/// jobguard installed as a package would install it, with `jobs_toml` as
-/// /etc/jobguard/jobs.toml.
-fn jobguard_options(jobs_toml: &str) -> Options {
-    let mut opts = Options::new()
-        .copy(JOBGUARD, "/usr/local/bin/jobguard")
-        .copy(GENERATOR, "/usr/local/bin/jobguard-generator")
-        .symlink(
-            "/etc/systemd/system-generators/jobguard-generator",
-            "/usr/local/bin/jobguard-generator",
-        )
-        .file("/etc/jobguard/jobs.toml", jobs_toml);
-    for (name, path) in unit_files() {
-        opts = opts.copy(path, &format!("/usr/lib/systemd/system/{name}"));
-    }
-    opts
-}
-
-/// Boots a host with `opts`, then enables the recover units that units/ ships.
-fn boot(tag: &str, opts: &Options) -> Container {
-    let c = Container::boot(tag, opts).expect("boot");
-    let recover: Vec<String> = unit_files()
-        .into_iter()
-        .map(|(name, _)| name)
-        .filter(|n| n.starts_with("jobguard-recover."))
-        .collect();
-    let mut argv = vec!["systemctl", "enable"];
-    argv.extend(recover.iter().map(String::as_str));
-    c.exec_ok(&argv)
-        .expect("systemctl enable the recover units");
-    c
-}
-
-// ---------------------------------------------------------------------------------------
-// Reading the host's state.
-// ---------------------------------------------------------------------------------------
-
-fn text(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// `systemctl show -p ...` of `unit` as (key, value) pairs.
-fn show(c: &Container, unit: &str, props: &[&str]) -> Vec<(String, String)> {
-    let mut argv = vec!["systemctl", "show", unit];
-    for p in props {
-        argv.extend(["-p", p]);
-    }
-    c.exec_ok(&argv)
-        .expect("systemctl show")
-        .lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
-
-fn prop(c: &Container, unit: &str, name: &str) -> String {
-    show(c, unit, &[name])
-        .into_iter()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v)
-        .unwrap_or_default()
-}
-
-/// Waits until `unit` is no longer starting or running; returns its `Result=`.
-fn wait_unit_done(c: &Container, unit: &str, timeout: Duration) -> String {
-    common::wait_for(
-        &format!("{unit} to finish"),
-        timeout,
-        Duration::from_millis(200),
-        || {
-            let p = show(c, unit, &["ActiveState", "SubState", "Result"]);
-            let get = |k: &str| {
-                p.iter()
-                    .find(|(key, _)| key == k)
-                    .map(|(_, v)| v.clone())
-                    .unwrap_or_default()
-            };
-            let (active, sub) = (get("ActiveState"), get("SubState"));
-            let done = active == "inactive"
-                || active == "failed"
-                || (active == "active" && sub == "exited");
-            Ok(done.then(|| get("Result")))
-        },
-    )
-    .expect("unit finished")
-}
-
-/// `jobguard history JOB --json` inside, all rows, newest first.
-fn history(c: &Container, job: &str) -> Result<Vec<Value>, String> {
-    let out = c
-        .exec(&["jobguard", "history", job, "--json", "--limit", "0"])
-        .map_err(|e| e.to_string())?;
-    if !out.status.success() {
-        return Err(format!(
-            "jobguard history: {}: {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    match serde_json::from_slice::<Value>(&out.stdout) {
-        Ok(Value::Array(rows)) => Ok(rows),
-        Ok(other) => Err(format!(
-            "jobguard history --json printed {other}, not an array"
-        )),
-        Err(e) => Err(format!("jobguard history --json: {e}: {}", text(&out))),
-    }
-}
-
-/// A JSON value as text (run ids may be strings or numbers).
-fn field(row: &Value, key: &str) -> String {
-    match row.get(key) {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Null) | None => String::new(),
-        Some(v) => v.to_string(),
-    }
-}
-
-fn outcome_rows<'a>(rows: &'a [Value], outcome: &str) -> Vec<&'a Value> {
-    rows.iter()
-        .filter(|r| field(r, "outcome") == outcome)
-        .collect()
 }
 
 /// The job's events (issue 2's kinds only), oldest first.
