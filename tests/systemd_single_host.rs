@@ -182,8 +182,16 @@ fn timers_are_listed_after_boot_and_after_daemon_reload() {
         all.contains("jobguard@beta.timer"),
         "after daemon-reload:\n{all}"
     );
-    c.exec_ok(&["systemctl", "start", "timers.target"])
-        .expect("start timers.target");
+    assert_eq!(prop(&c, "jobguard@beta.timer", "ActiveState"), "inactive");
+    // The recover pass (jobguard-recover.timer runs it every minute) starts timers that
+    // were loaded but never started; one an operator stopped stays stopped.
+    c.exec_ok(&["systemctl", "stop", "jobguard@alpha.timer"])
+        .expect("stop alpha's timer");
+    c.exec_ok(&["systemctl", "start", "jobguard-recover.service"])
+        .expect("a recover pass");
+    assert_eq!(prop(&c, "jobguard@alpha.timer", "ActiveState"), "inactive");
+    c.exec_ok(&["systemctl", "start", "jobguard@alpha.timer"])
+        .expect("start alpha's timer again");
     let timers = c
         .exec_ok(&["systemctl", "list-timers", "--no-pager"])
         .expect("list-timers");
