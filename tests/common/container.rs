@@ -295,6 +295,28 @@ fn below(base: &Path, inside: &str) -> Result<PathBuf> {
     Ok(base.join(p.strip_prefix("/").unwrap_or(p)))
 }
 
+/// Creates `dir` in an overlay's upper directory as an opaque directory
+/// (`trusted.overlay.opaque=y`, see the kernel's overlayfs documentation): the lower
+/// layer's files at that path are not visible through the overlay.
+fn opaque_dir(dir: &Path) -> Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    fs::create_dir_all(dir).map_err(io_err(format!("create {}", dir.display())))?;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).map_err(|_| Error::Io {
+        what: format!("path {}", dir.display()),
+        source: std::io::Error::other("NUL in path"),
+    })?;
+    let name = c"trusted.overlay.opaque";
+    // SAFETY: both strings are NUL-terminated and outlive the call; the value is 1 byte.
+    let rc = unsafe { libc::setxattr(path.as_ptr(), name.as_ptr(), b"y".as_ptr().cast(), 1, 0) };
+    if rc != 0 {
+        return Err(Error::Io {
+            what: format!("mark {} opaque", dir.display()),
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    Ok(())
+}
+
 fn install(upper: &Path, item: &Install) -> Result<()> {
     let dest = below(upper, &item.path)?;
     if let Some(parent) = dest.parent() {
@@ -657,6 +679,11 @@ impl Container {
             "[Journal]\nReadKMsg=no\n",
         )
         .map_err(io_err("write the journald drop-in"))?;
+        // The machine's own jobguard state (a job list, a store from a trial run) must not
+        // leak into the container: opaque directories hide what the lower layer has there.
+        for dir in ["etc/jobguard", "var/lib/jobguard"] {
+            opaque_dir(&upper.join(dir))?;
+        }
         for item in &options.installs {
             install(&upper, item)?;
         }
