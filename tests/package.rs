@@ -322,7 +322,7 @@ fn rpm_holds_the_files_config_dependencies_and_scripts() {
         );
     }
     assert!(
-        !scripts.contains("/var/lib/jobguard"),
+        !scripts.lines().any(|l| l.trim_start().starts_with("rm ")),
         "rpm keeps the state:\n{scripts}"
     );
 }
@@ -535,13 +535,24 @@ fn deb_installs_runs_upgrades_and_goes_away_on_a_booted_system() {
         "",
         "units left after remove"
     );
+    // list-unit-files exits 1 when nothing matches.
+    let files = c
+        .exec(&["systemctl", "list-unit-files", "--no-legend", "jobguard*"])
+        .expect("systemctl list-unit-files");
     assert_eq!(
-        sh(&c, "systemctl list-unit-files --no-legend 'jobguard*'").trim(),
+        String::from_utf8_lossy(&files.stdout).trim(),
         "",
         "unit files left after remove"
     );
     assert!(sh(&c, "ls /var/lib/jobguard").contains("jobguard.db"));
     assert!(sh(&c, "test ! -e /usr/bin/jobguard && echo gone").contains("gone"));
+
+    // Installed again after a remove: the recovery timer is enabled and runs again.
+    sh(&c, &format!("{APT} install /root/pkg/jobguard_2.deb"));
+    assert_eq!(
+        sh(&c, "systemctl is-enabled jobguard-recover.timer; systemctl is-active jobguard-recover.timer").trim(),
+        "enabled\nactive"
+    );
 
     // Purge: the state goes too.
     sh(&c, &format!("{APT} purge jobguard"));
