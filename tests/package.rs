@@ -559,3 +559,57 @@ fn deb_installs_runs_upgrades_and_goes_away_on_a_booted_system() {
     assert!(sh(&c, "test ! -e /var/lib/jobguard && echo gone").contains("gone"));
     assert!(sh(&c, "test ! -e /etc/jobguard/jobs.toml && echo gone").contains("gone"));
 }
+
+/// Every key of the table in docs/jobs.toml.md has its entry in jobguard.toml(5), and
+/// the page describes no other key.
+#[test]
+fn jobguard_toml_5_describes_every_key_of_the_job_list() {
+    let doc = std::fs::read_to_string(Path::new(ROOT).join("docs/jobs.toml.md"))
+        .expect("read docs/jobs.toml.md");
+    let mut doc_keys: Vec<&str> = doc
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `")?.split_once('`'))
+        .map(|(key, _)| key)
+        .collect();
+    doc_keys.sort();
+    let page = std::fs::read_to_string(Path::new(ROOT).join("packaging/man/jobguard.toml.5"))
+        .expect("read packaging/man/jobguard.toml.5");
+    let keys_section = page
+        .split(".SH KEYS")
+        .nth(1)
+        .and_then(|s| s.split("\n.SH ").next())
+        .expect("a KEYS section");
+    let lines: Vec<&str> = keys_section.lines().collect();
+    let mut page_keys: Vec<&str> = lines
+        .windows(2)
+        .filter(|w| w[0] == ".TP")
+        .filter_map(|w| w[1].strip_prefix(".B "))
+        .collect();
+    page_keys.sort();
+    assert!(
+        doc_keys.len() >= 19,
+        "keys in docs/jobs.toml.md: {doc_keys:?}"
+    );
+    assert_eq!(page_keys, doc_keys);
+}
+
+/// Every MESSAGE_ID of src/journal.rs is explained in jobguard(1).
+#[test]
+fn jobguard_1_lists_every_journal_message_id() {
+    let source = std::fs::read_to_string(Path::new(ROOT).join("src/journal.rs"))
+        .expect("read src/journal.rs");
+    let ids: Vec<&str> = source
+        .split('"')
+        .filter(|s| s.len() == 32 && s.bytes().all(|b| b.is_ascii_hexdigit()))
+        .collect();
+    assert!(ids.len() >= 13, "MESSAGE_IDs in src/journal.rs: {ids:?}");
+    let page = std::fs::read_to_string(Path::new(ROOT).join("packaging/man/jobguard.1"))
+        .expect("read packaging/man/jobguard.1");
+    let events = page
+        .split(".SH JOURNAL EVENTS")
+        .nth(1)
+        .expect("a JOURNAL EVENTS section");
+    for id in ids {
+        assert!(events.contains(id), "jobguard(1) lacks MESSAGE_ID {id}");
+    }
+}
