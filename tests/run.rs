@@ -529,3 +529,62 @@ fn a_clock_behind_does_not_run_an_old_slot_and_future_slots_are_refused() {
     assert_eq!(future.status.code(), Some(2), "{}", stderr(&future));
     assert!(stderr(&future).contains("in the future"));
 }
+
+/// Writes `jobs` with `OUTFILE` replaced by the sandbox's `out` file.
+fn with_out(sb: &Sandbox) {
+    let jobs = std::fs::read_to_string(sb.file("jobs.toml")).unwrap();
+    std::fs::write(
+        sb.file("jobs.toml"),
+        jobs.replace("OUTFILE", &sb.file("out").display().to_string()),
+    )
+    .unwrap();
+}
+
+fn wait_for_lines(sb: &Sandbox, name: &str, n: usize) {
+    let t0 = Instant::now();
+    while sb.lines(name) < n && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_stop_during_a_queued_rerun_does_not_start_the_current_slot() {
+    // The 28th fails once, is queued for a re-run by a person, and the re-run is slow.
+    let sb = Sandbox::new(&job(
+        "queue",
+        "echo \"$JOBGUARD_SLOT\" >> \"$OUT\"; case \"$JOBGUARD_SLOT\" in 2026-11-28*) \
+         if [ -e \"$OUT.go\" ]; then sleep 30; fi; exit 1;; esac",
+        "environment = { OUT = \"OUTFILE\" }",
+    ));
+    with_out(&sb);
+    let first = sb.run(&["run", "queue", "--slot", "2026-11-28T02:00:00Z"]);
+    assert_eq!(first.status.code(), Some(1), "{}", stderr(&first));
+    let resolved = sb.run(&["resolve", "queue", "2026-11-28T02:00:00Z", "--rerun"]);
+    assert!(resolved.status.success(), "{}", stderr(&resolved));
+    std::fs::write(sb.file("out.go"), "").unwrap();
+
+    // The timer fires for the 29th: the queued 28th runs first; an operator stops it.
+    let child = sb
+        .cmd(&["run", "queue"])
+        .env("TRIGGER_TIMER_REALTIME_USEC", FIRED)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_lines(&sb, "out", 2);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(143), "{}", stderr(&out));
+    assert_eq!(
+        sb.read("out").lines().collect::<Vec<_>>(),
+        ["2026-11-28T02:00:00Z", "2026-11-28T02:00:00Z"],
+        "a stopped shim starts nothing more: {}",
+        stderr(&out)
+    );
+    let h = sb.history("queue");
+    assert!(h.iter().all(|r| r["slot"] != SLOT), "{h:?}");
+    assert_eq!(h[0]["reason"], "stopped-term");
+}

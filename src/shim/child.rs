@@ -10,6 +10,7 @@
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
@@ -26,6 +27,28 @@ const HANDLED: [Signal; 4] = [
     Signal::SIGHUP,
     Signal::SIGCHLD,
 ];
+
+/// Set once the shim has read a stop signal (SIGTERM, SIGINT or SIGHUP) in [`supervise`].
+static STOP_SEEN: AtomicBool = AtomicBool::new(false);
+
+/// Whether someone asked the shim to stop: a stop signal was read while a command ran, or
+/// one is pending now (blocked by [`block_signals`], so it waits until read). A shim that
+/// was asked to stop starts no further command.
+pub fn stop_requested() -> bool {
+    if STOP_SEEN.load(Ordering::Relaxed) {
+        return true;
+    }
+    let mut raw = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    // SAFETY: sigpending(2) only writes the set it is given.
+    if unsafe { libc::sigpending(raw.as_mut_ptr()) } != 0 {
+        return false;
+    }
+    // SAFETY: sigpending returned 0, so it filled the set.
+    let pending = unsafe { SigSet::from_sigset_t_unchecked(raw.assume_init()) };
+    [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP]
+        .iter()
+        .any(|s| pending.contains(*s))
+}
 
 fn handled_set() -> SigSet {
     let mut set = SigSet::empty();
@@ -254,6 +277,7 @@ pub fn supervise(
                 continue;
             };
             if sig != Signal::SIGCHLD {
+                STOP_SEEN.store(true, Ordering::Relaxed);
                 ended.stop_signal = Some(sig);
                 let _ = killpg(pid, sig);
                 if matches!(sig, Signal::SIGTERM | Signal::SIGINT) && kill_at.is_none() {

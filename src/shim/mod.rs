@@ -142,6 +142,15 @@ pub fn run(job: &Job, req: &Request) -> u8 {
     let holder = identity::current_holder();
     let mut status = exit::OK;
     for (slot, trigger) in slots {
+        if child::stop_requested() {
+            // An operator's stop ends the shim: no further slot is started.
+            eprintln!(
+                "jobguard: {}: asked to stop; slot {} not started",
+                job.name,
+                slot.rfc3339()
+            );
+            break;
+        }
         let s = run_slot(
             job,
             store.as_mut(),
