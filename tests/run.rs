@@ -588,3 +588,38 @@ fn a_stop_during_a_queued_rerun_does_not_start_the_current_slot() {
     assert!(h.iter().all(|r| r["slot"] != SLOT), "{h:?}");
     assert_eq!(h[0]["reason"], "stopped-term");
 }
+
+#[test]
+fn a_runtime_dir_others_can_write_or_own_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let sb = Sandbox::new(&job(
+        "rt",
+        "echo ran >> \"$OUT\"",
+        "environment = { OUT = \"OUTFILE\" }",
+    ));
+    with_out(&sb);
+    // e.g. /tmp/jobguard-UID made in advance by another user to hold or swap the locks.
+    let rt = sb.file("run");
+    std::fs::create_dir(&rt).unwrap();
+    std::fs::set_permissions(&rt, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = timer_run(&sb, "rt");
+    assert_eq!(out.status.code(), Some(71), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("writable by others"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(sb.lines("out"), 0, "nothing ran");
+    if nix::unistd::geteuid().is_root() {
+        std::fs::set_permissions(&rt, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap();
+        nix::unistd::chown(&rt, Some(nobody.uid), None).unwrap();
+        let out = timer_run(&sb, "rt");
+        assert_eq!(out.status.code(), Some(71), "{}", stderr(&out));
+        assert!(stderr(&out).contains("owned by uid"), "{}", stderr(&out));
+        nix::unistd::chown(&rt, Some(nix::unistd::geteuid()), None).unwrap();
+    }
+    let out = timer_run(&sb, "rt");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(sb.lines("out"), 1);
+}

@@ -171,10 +171,35 @@ pub fn run(job: &Job, req: &Request) -> u8 {
 /// Creates the runtime directories: the base (0711: jobs may reach their report file but
 /// not list it), the lock directory (0700: no job can take another job's lock) and the
 /// report directory (0711).
+///
+/// Each must then be a real directory (not a symlink) owned by this user and not writable
+/// by group or others: whoever can write one can take, delete or swap the locks, e.g. a
+/// `/tmp/jobguard-UID` made in advance by another user.
 fn prepare_runtime_dirs() -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let me = nix::unistd::geteuid().as_raw();
     let mk = |p: &Path, mode: u32| -> Result<(), String> {
         let r = fs::DirBuilder::new().recursive(true).mode(mode).create(p);
-        r.map_err(|e| format!("cannot create {}: {e}", p.display()))
+        r.map_err(|e| format!("cannot create {}: {e}", p.display()))?;
+        let m = fs::symlink_metadata(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+        if !m.is_dir() {
+            return Err(format!("{} is not a directory", p.display()));
+        }
+        if m.uid() != me {
+            return Err(format!(
+                "{} is owned by uid {}, not by this user (uid {me})",
+                p.display(),
+                m.uid()
+            ));
+        }
+        if m.mode() & 0o022 != 0 {
+            return Err(format!(
+                "{} is writable by others (mode {:o}): they could take or swap the locks",
+                p.display(),
+                m.mode() & 0o7777
+            ));
+        }
+        Ok(())
     };
     mk(&paths::runtime_dir(), 0o711)?;
     mk(&paths::lock_dir(), 0o700)?;
