@@ -39,6 +39,11 @@ pub fn holder_gone(store: &mut dyn Store, run: &Run) -> Result<Option<&'static s
             return Ok(Some("boot"));
         }
         if !identity::process_alive(run.pid, run.pid_start) {
+            // The shim is gone; its command's children may not be. The slot runs again
+            // only once none of them is left.
+            if !identity::end_run_survivors(&run.run_id) {
+                return Ok(None);
+            }
             return Ok(Some("process-gone"));
         }
         return Ok(None);

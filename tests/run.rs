@@ -623,3 +623,56 @@ fn a_runtime_dir_others_can_write_or_own_is_refused() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(sb.lines("out"), 1);
 }
+
+/// Whether `pid` runs (exists and is not a zombie).
+fn running(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            let after = &s[s.rfind(')').unwrap() + 1..];
+            !after.trim_start().starts_with('Z')
+        })
+        .unwrap_or(false)
+}
+
+#[test]
+fn the_commands_children_left_by_a_killed_shim_never_overlap_the_rerun() {
+    // The command's own child is a grandchild of the shim: PR_SET_PDEATHSIG does not reach
+    // it, and without systemd no cgroup ends it.
+    let sb = Sandbox::new(&job(
+        "orphan",
+        "if [ \"$JOBGUARD_ATTEMPT\" = 1 ]; then sh -c 'echo $$ > \"$OUT.pid\"; sleep 60; echo late >> \"$OUT\"'; fi; \
+         echo \"attempt $JOBGUARD_ATTEMPT\" >> \"$OUT\"",
+        "environment = { OUT = \"OUTFILE\" }",
+    ));
+    with_out(&sb);
+    let mut shim = sb
+        .cmd(&["run", "orphan"])
+        .env("TRIGGER_TIMER_REALTIME_USEC", FIRED)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_lines(&sb, "out.pid", 1);
+    let orphan: i32 = sb.read("out.pid").trim().parse().unwrap();
+    shim.kill().unwrap();
+    shim.wait().unwrap();
+    assert!(running(orphan), "the grandchild outlives the shim");
+
+    let rec = sb.run(&["recover"]);
+    let survived = running(orphan);
+    if survived {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(orphan),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    assert!(rec.status.success(), "{}", stderr(&rec));
+    assert!(
+        !survived,
+        "the cut run's processes are ended before its slot runs again: {}",
+        stderr(&rec)
+    );
+    assert_eq!(sb.read("out"), "attempt 2\n");
+    let h = sb.history("orphan");
+    assert_eq!(h[0]["outcome"], "succeeded", "{h:?}");
+    assert_eq!(h[1]["outcome"], "interrupted");
+}
