@@ -676,3 +676,19 @@ fn the_commands_children_left_by_a_killed_shim_never_overlap_the_rerun() {
     assert_eq!(h[0]["outcome"], "succeeded", "{h:?}");
     assert_eq!(h[1]["outcome"], "interrupted");
 }
+
+#[test]
+fn status_lists_every_job_even_when_its_store_cannot_be_read() {
+    let sb = Sandbox::new(&job("lost", "true", ""));
+    std::fs::create_dir_all(sb.file("state")).unwrap();
+    std::fs::write(sb.file("state/jobguard.db"), vec![0xa5u8; 8192]).unwrap();
+    let out = sb.run(&["status"]);
+    assert_ne!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = support::stdout(&out);
+    assert!(!text.contains("no jobs"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("lost ") && l.contains("store unreadable")),
+        "{text}"
+    );
+}
