@@ -692,3 +692,68 @@ fn status_lists_every_job_even_when_its_store_cannot_be_read() {
         "{text}"
     );
 }
+
+#[test]
+fn a_store_disk_full_at_the_end_of_a_run_is_waited_out_not_turned_into_a_rerun() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("SKIPPED: needs root to mount a small file system");
+        assert!(std::env::var_os("CI").is_none(), "CI runs as root");
+        return;
+    }
+    // The store on a 1 MiB file system that the job fills; a cleaner (here the test, in
+    // life e.g. logrotate) frees it 5 s after the command ended. The lease (30s) still
+    // holds meanwhile.
+    let fs_dir = tempfile::tempdir().unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+        .arg(fs_dir.path())
+        .status()
+        .unwrap();
+    assert!(mounted.success(), "mount tmpfs");
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(fs_dir.path().to_path_buf());
+    let fill = fs_dir.path().join("fill");
+    let sb = Sandbox::new(&job(
+        "full",
+        "echo ran >> \"$OUT\"; cat /dev/zero > \"$FILL\" 2>/dev/null; echo filled >> \"$OUT\"",
+        &format!(
+            "lease_ttl = \"30s\"\nenvironment = {{ OUT = \"OUTFILE\", FILL = {:?} }}",
+            fill.display().to_string()
+        ),
+    ));
+    let jobs = std::fs::read_to_string(sb.file("jobs.toml"))
+        .unwrap()
+        .replace(
+            "sqlite://state/jobguard.db",
+            &format!("sqlite://{}/jobguard.db", fs_dir.path().display()),
+        );
+    std::fs::write(sb.file("jobs.toml"), jobs).unwrap();
+    with_out(&sb);
+    let out_file = sb.file("out");
+    let cleaner = std::thread::spawn(move || {
+        let t0 = Instant::now();
+        while !std::fs::read_to_string(&out_file)
+            .unwrap_or_default()
+            .contains("filled")
+            && t0.elapsed() < Duration::from_secs(20)
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_secs(5));
+        let _ = std::fs::remove_file(&fill);
+    });
+    let out = timer_run(&sb, "full");
+    cleaner.join().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("NOT recorded"), "{}", stderr(&out));
+    let h = sb.history("full");
+    assert_eq!(h[0]["outcome"], "succeeded", "{h:?}");
+    // Nothing for recover to re-run: the command ran once.
+    assert!(sb.run(&["recover"]).status.success());
+    assert_eq!(sb.read("out"), "ran\nfilled\n");
+}

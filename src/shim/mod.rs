@@ -514,6 +514,8 @@ fn execute(
         run.attempt, lease.token
     ));
 
+    // The lease surely holds until here (by this host's monotonic clock), less a margin.
+    let mut lease_good_until = Renewer::new(job.lease_ttl, claimed_at).give_up_at();
     let (finish, code) = match child::spawn(&spec) {
         Err(e) => {
             let code = match e.kind() {
@@ -557,6 +559,7 @@ fn execute(
                     return exit::OS_ERROR;
                 }
             };
+            lease_good_until = renewer.give_up_at();
             classify(job, &ended)
         }
     };
@@ -571,7 +574,7 @@ fn execute(
         }
         finish.report = pairs;
     }
-    record(job, store, lease, run, &finish);
+    record(job, store, lease, run, &finish, lease_good_until);
     code
 }
 
@@ -640,10 +643,34 @@ fn system_stopping() -> bool {
         .unwrap_or(false)
 }
 
-/// Writes the outcome, releases the lease and logs the finish event.
-fn record(job: &Job, store: &mut dyn Store, lease: &Lease, run: &Run, finish: &Finish) {
+/// Writes the outcome, releases the lease and logs the finish event. An unavailable store
+/// (a full disk, a lock held long) is retried while the lease surely holds
+/// (`lease_good_until`), at least a few seconds: an outcome that is not recorded leaves
+/// the run `running`, and `jobguard recover` would run the slot again.
+fn record(
+    job: &Job,
+    store: &mut dyn Store,
+    lease: &Lease,
+    run: &Run,
+    finish: &Finish,
+    lease_good_until: Instant,
+) {
     let slot_text = run.slot.rfc3339();
-    let result = with_retry_short(|| store.finish(lease, &run.run_id, finish));
+    let give_up = lease_good_until.max(Instant::now() + Duration::from_secs(3));
+    let mut warned = false;
+    let result = with_retry_until(give_up, || {
+        let r = store.finish(lease, &run.run_id, finish);
+        if let Err(e) = &r
+            && !warned
+        {
+            warned = true;
+            eprintln!(
+                "jobguard: {}: recording the outcome failed: {e}; retrying",
+                job.name
+            );
+        }
+        r
+    });
     let note = match result {
         Ok(f) if f.recorded => String::new(),
         Ok(_) => "; NOT recorded: the lease expired or passed to another holder".to_string(),
@@ -686,19 +713,22 @@ fn record(job: &Job, store: &mut dyn Store, lease: &Lease, run: &Run, finish: &F
     journal::status(&format!("slot {slot_text}: {}{note}", finish.outcome));
 }
 
-/// A few quick retries for the final write: the command has already run.
-fn with_retry_short<T>(mut f: impl FnMut() -> Result<T, StoreError>) -> Result<T, StoreError> {
+/// Retries `f` while the store is unavailable, with backoff (0.1 s doubling to 2 s), until
+/// `give_up`: the final write, after the command has already run.
+fn with_retry_until<T>(
+    give_up: Instant,
+    mut f: impl FnMut() -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
     let mut pause = Duration::from_millis(100);
-    for _ in 0..5 {
+    loop {
         match f() {
-            Err(StoreError::Unavailable { .. }) => {
+            Err(StoreError::Unavailable { .. }) if Instant::now() + pause < give_up => {
                 std::thread::sleep(pause);
-                pause *= 2;
+                pause = (pause * 2).min(Duration::from_secs(2));
             }
             other => return other,
         }
     }
-    f()
 }
 
 /// Renews the lease and judges, by this host's monotonic clock, whether it is still safely
@@ -724,6 +754,13 @@ impl Renewer {
         (self.ttl / 6).min(Duration::from_secs(10))
     }
 
+    /// Until when the lease surely holds, less the safety margin.
+    fn give_up_at(&self) -> Instant {
+        self.valid_until
+            .checked_sub(self.margin())
+            .unwrap_or(self.valid_until)
+    }
+
     /// Renew every third of the time to live.
     fn every(&self) -> Duration {
         (self.ttl / 3).max(Duration::from_millis(100))
@@ -746,7 +783,7 @@ impl Renewer {
             Err(e) => {
                 eprintln!("jobguard: {}: lease renewal failed: {e}", lease.job);
                 // Retry soon, and give up while there is still the margin left.
-                let give_up = self.valid_until.checked_sub(self.margin()).unwrap_or(sent);
+                let give_up = self.give_up_at();
                 let now = Instant::now();
                 if now >= give_up {
                     child::Renewal::Lost
