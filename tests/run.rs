@@ -757,3 +757,36 @@ fn a_store_disk_full_at_the_end_of_a_run_is_waited_out_not_turned_into_a_rerun()
     assert!(sb.run(&["recover"]).status.success());
     assert_eq!(sb.read("out"), "ran\nfilled\n");
 }
+
+#[test]
+fn descriptors_the_shim_inherited_do_not_reach_the_command() {
+    // A root shell (or a caller's leaked pipe) holding fd 7 on a file: a job running as
+    // another user must not get it, as systemd gives a service only 0, 1 and 2.
+    let sb = Sandbox::new(&job(
+        "fds",
+        "ls /proc/self/fd > \"$OUT\"",
+        "environment = { OUT = \"OUTFILE\" }",
+    ));
+    with_out(&sb);
+    std::fs::write(sb.file("secret"), "x").unwrap();
+    let mut cmd = sb.cmd(&["run", "fds"]);
+    let secret = std::fs::File::open(sb.file("secret")).unwrap();
+    let raw = std::os::fd::AsRawFd::as_raw_fd(&secret);
+    // SAFETY: dup2 in the forked test child before exec, async-signal-safe.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+            if libc::dup2(raw, 7) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let fds: Vec<String> = sb.read("out").lines().map(str::to_string).collect();
+    assert!(fds.contains(&"1".to_string()), "{fds:?}");
+    assert!(
+        !fds.contains(&"7".to_string()),
+        "fd 7 leaked into the job: {fds:?}"
+    );
+}

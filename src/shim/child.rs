@@ -1,7 +1,7 @@
 //! The job's command as a child process: spawned in a session of its own (so it and its
 //! children can be signalled as one process group), with privileges dropped to the job's
-//! user, `PR_SET_PDEATHSIG` so it cannot run on unguarded if the shim dies, and an empty
-//! signal mask. Then supervised: signals are forwarded, the lease renewed, the timeout
+//! user, `PR_SET_PDEATHSIG` so it cannot run on unguarded if the shim dies, an empty
+//! signal mask and no descriptors but 0, 1 and 2. Then supervised: signals are forwarded, the lease renewed, the timeout
 //! enforced.
 //!
 //! The shim blocks the signals it handles ([`block_signals`]) and reads them from a
@@ -157,7 +157,7 @@ pub fn spawn(spec: &Spec) -> std::io::Result<Pid> {
     let parent = nix::unistd::getpid();
     // SAFETY: the closure runs in the forked child before exec and only makes
     // async-signal-safe system calls (setsid, setgroups, setgid, setuid, prctl,
-    // getppid, sigprocmask); the group list was computed before the fork.
+    // getppid, sigprocmask, close_range); the group list was computed before the fork.
     unsafe {
         cmd.pre_exec(move || {
             nix::unistd::setsid()?;
@@ -174,6 +174,12 @@ pub fn spawn(spec: &Spec) -> std::io::Result<Pid> {
                 ));
             }
             sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)?;
+            // Descriptors the shim inherited without close-on-exec (a caller's shell or a
+            // leaked pipe) do not reach the command: like a systemd service, it gets only
+            // stdin, stdout and stderr. CLOSE_RANGE_CLOEXEC (Linux 5.11) keeps the fd std
+            // uses to report a failed exec working until the exec. On an older kernel
+            // (EINVAL, ENOSYS) the command starts anyway, as before.
+            let _ = libc::close_range(3, libc::c_uint::MAX, libc::CLOSE_RANGE_CLOEXEC as i32);
             Ok(())
         });
     }
