@@ -790,3 +790,39 @@ fn descriptors_the_shim_inherited_do_not_reach_the_command() {
         "fd 7 leaked into the job: {fds:?}"
     );
 }
+
+#[test]
+fn a_stop_while_waiting_for_the_store_ends_the_wait() {
+    // The store's directory cannot be made (its parent is a file): unavailable, retried
+    // for store_wait. `systemctl stop` must not have to wait for that (or SIGKILL).
+    let sb = Sandbox::new(&job("wait", "true", "store_wait = \"10min\""));
+    std::fs::write(sb.file("state"), "not a directory").unwrap();
+    let err_file = std::fs::File::create(sb.file("stderr")).unwrap();
+    let mut child = sb
+        .cmd(&["run", "wait"])
+        .env("TRIGGER_TIMER_REALTIME_USEC", FIRED)
+        .stderr(err_file)
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while !sb.read("stderr").contains("retrying") && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    // A guard: a shim that does not hear the stop is killed after a minute.
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t0.elapsed() > Duration::from_secs(60) {
+            child.kill().unwrap();
+            break child.wait().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let err = sb.read("stderr");
+    assert_ne!(status.code(), None, "the stop was not heard: {err}");
+    assert!(err.contains("asked to stop"), "{err}");
+}

@@ -223,6 +223,8 @@ fn open_store(job: &Job) -> Result<Box<dyn Store>, u8> {
     }
 }
 
+/// Retries `f` while the store is unavailable, with backoff, for `store_wait`; a stop signal
+/// (SIGTERM, SIGINT, SIGHUP: `systemctl stop`) ends the wait at once with the last error.
 fn with_retry<T>(job: &Job, mut f: impl FnMut() -> Result<T, StoreError>) -> Result<T, StoreError> {
     let give_up = Instant::now() + job.store_wait;
     let mut pause = Duration::from_millis(250);
@@ -233,7 +235,16 @@ fn with_retry<T>(job: &Job, mut f: impl FnMut() -> Result<T, StoreError>) -> Res
                     "jobguard: {}: store {store} unavailable ({detail}); retrying in {pause:?}",
                     job.name
                 );
-                std::thread::sleep(pause);
+                // Sleep in short steps: the stop signals are blocked, so look for them.
+                let wake = Instant::now() + pause;
+                while Instant::now() < wake {
+                    if child::stop_requested() {
+                        eprintln!("jobguard: {}: asked to stop; no longer waiting", job.name);
+                        return Err(StoreError::Unavailable { store, detail });
+                    }
+                    let left = wake.saturating_duration_since(Instant::now());
+                    std::thread::sleep(left.min(Duration::from_millis(100)));
+                }
                 pause = (pause * 2).min(Duration::from_secs(10));
             }
             other => return other,
