@@ -826,3 +826,23 @@ fn a_stop_while_waiting_for_the_store_ends_the_wait() {
     assert_ne!(status.code(), None, "the stop was not heard: {err}");
     assert!(err.contains("asked to stop"), "{err}");
 }
+
+#[test]
+fn the_finish_event_names_the_status_jobguard_exits_with() {
+    // JOBGUARD_EXIT_STATUS is "as jobguard exits": 124 for a timeout, even though the
+    // command itself died from SIGKILL (137) after ignoring SIGTERM.
+    let sb = Sandbox::new(&job(
+        "deaf",
+        "trap '' TERM; sleep 30 & wait; sleep 30",
+        "timeout = \"1s\"\nkill_grace = \"1s\"",
+    ));
+    let out = timer_run(&sb, "deaf");
+    assert_eq!(out.status.code(), Some(124), "{}", stderr(&out));
+    let finished = stderr(&out)
+        .lines()
+        .find(|l| l.contains("finished slot"))
+        .unwrap_or_default()
+        .to_string();
+    assert!(finished.contains("exit status 124"), "{finished}");
+    assert!(finished.contains("command: 137"), "{finished}");
+}

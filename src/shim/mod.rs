@@ -585,7 +585,7 @@ fn execute(
         }
         finish.report = pairs;
     }
-    record(job, store, lease, run, &finish, lease_good_until);
+    record(job, store, lease, run, &finish, code, lease_good_until);
     code
 }
 
@@ -654,7 +654,8 @@ fn system_stopping() -> bool {
         .unwrap_or(false)
 }
 
-/// Writes the outcome, releases the lease and logs the finish event. An unavailable store
+/// Writes the outcome, releases the lease and logs the finish event with `code`, the
+/// status jobguard exits with (the ledger keeps the command's own). An unavailable store
 /// (a full disk, a lock held long) is retried while the lease surely holds
 /// (`lease_good_until`), at least a few seconds: an outcome that is not recorded leaves
 /// the run `running`, and `jobguard recover` would run the slot again.
@@ -664,6 +665,7 @@ fn record(
     lease: &Lease,
     run: &Run,
     finish: &Finish,
+    code: u8,
     lease_good_until: Instant,
 ) {
     let slot_text = run.slot.rfc3339();
@@ -698,13 +700,13 @@ fn record(
         kind,
         &job.name,
         format!(
-            "finished slot {slot_text}: {} ({}, exit status {}){}{note}",
+            "finished slot {slot_text}: {} ({}, exit status {code}{}){}{note}",
             finish.outcome,
             finish.reason.as_deref().unwrap_or("-"),
-            finish
-                .exit_status
-                .map(|s| s.to_string())
-                .unwrap_or_else(|| "-".into()),
+            match finish.exit_status {
+                Some(s) if s != i32::from(code) => format!(", command: {s}"),
+                _ => String::new(),
+            },
             if report.is_empty() {
                 String::new()
             } else {
@@ -716,7 +718,7 @@ fn record(
     ev.run_id = Some(run.run_id.clone());
     ev.reason = finish.reason.clone();
     ev.outcome = Some(finish.outcome);
-    ev.exit_status = finish.exit_status;
+    ev.exit_status = Some(i32::from(code));
     ev.attempt = Some(run.attempt);
     ev.fencing_token = Some(lease.token);
     ev.report = (!report.is_empty()).then_some(report);
