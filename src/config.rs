@@ -181,7 +181,7 @@ pub fn load(source: &ConfigSource) -> JobSet {
     };
     let mut loader = Loader::default();
     for f in &files {
-        let text = match std::fs::read_to_string(&f.path) {
+        let text = match read_regular(&f.path) {
             Ok(t) => t,
             Err(e) => {
                 set.errors.push(file_error(&f.path, None, io_message(&e)));
@@ -261,6 +261,31 @@ fn toml_files(dir: &Path, errors: &mut Vec<ConfigError>) -> Vec<PathBuf> {
     // Every entry is read, so a dangling symlink or a directory named *.toml is an error
     // that names it, not a silent gap in the job list.
     names.into_iter().map(|n| dir.join(n)).collect()
+}
+
+/// Reads a job-list file, which must be a regular file: a FIFO or a device (maybe behind
+/// a symlink) would block or never end, and the generator must never hold up boot. Opened
+/// with `O_NONBLOCK` so that opening a FIFO does not wait for a writer.
+fn read_regular(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if meta.is_dir() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::IsADirectory,
+            "is a directory",
+        ));
+    }
+    if !meta.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let mut text = String::new();
+    file.read_to_string(&mut text)?;
+    Ok(text)
 }
 
 /// Whether `path` is an entry of its directory (a dangling symlink is one).
