@@ -846,3 +846,43 @@ fn the_finish_event_names_the_status_jobguard_exits_with() {
     assert!(finished.contains("exit status 124"), "{finished}");
     assert!(finished.contains("command: 137"), "{finished}");
 }
+
+#[test]
+fn a_rerun_that_is_cut_off_again_is_held_not_rerun_forever() {
+    // A job that takes the host down with it (OOM, panic, a reboot) would otherwise be
+    // re-run after every boot. "Re-run once": the second cut holds the slot for a person.
+    let sb = Sandbox::new(&job(
+        "again",
+        "echo \"$JOBGUARD_ATTEMPT\" >> \"$OUT\"; if [ \"$JOBGUARD_ATTEMPT\" -le 2 ]; then sleep 60; fi",
+        "environment = { OUT = \"OUTFILE\" }",
+    ));
+    with_out(&sb);
+    let kill_when = |mut p: std::process::Child, lines: usize| {
+        wait_for_lines(&sb, "out", lines);
+        p.kill().unwrap();
+        p.wait().unwrap();
+    };
+    let shim = sb
+        .cmd(&["run", "again"])
+        .env("TRIGGER_TIMER_REALTIME_USEC", FIRED)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    kill_when(shim, 1);
+    // Without systemd, recover runs the re-run itself: cut that one too.
+    let recover = sb.cmd(&["recover"]).stderr(Stdio::null()).spawn().unwrap();
+    kill_when(recover, 2);
+    let rec = sb.run(&["recover"]);
+    assert!(rec.status.success(), "{}", stderr(&rec));
+    assert_eq!(
+        sb.read("out"),
+        "1\n2\n",
+        "no third attempt: {}",
+        stderr(&rec)
+    );
+    let h = sb.history("again");
+    assert_eq!(h[0]["attempt"], 2, "{h:?}");
+    assert_eq!(h[0]["outcome"], "interrupted");
+    assert_eq!(h[0]["resolution"], "held");
+    assert!(stderr(&rec).contains("held"), "{}", stderr(&rec));
+}

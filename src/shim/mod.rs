@@ -575,6 +575,13 @@ fn execute(
         }
     };
     let mut finish = finish;
+    if finish.resolution == Some(Resolution::Queued) {
+        // Re-run once: a slot already cut off before is held for a person this time.
+        match crate::recover::cut_resolution(store, job, run) {
+            Ok(r) => finish.resolution = Some(r),
+            Err(e) => eprintln!("jobguard: {}: {e}", job.name),
+        }
+    }
     if let Some(p) = &report_path {
         let (pairs, bad) = report::collect(p);
         for line in bad {
