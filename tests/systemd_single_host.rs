@@ -63,9 +63,12 @@ fn unit_files() -> Vec<(String, std::path::PathBuf)> {
 }
 
 /// jobguard installed as a package would install it, with `jobs_toml` as
-/// /etc/jobguard/jobs.toml.
+/// /etc/jobguard/jobs.toml, on a host that had no jobguard before (the machine's own
+/// /etc/jobguard and ledger in /var/lib/jobguard are hidden).
 fn jobguard_options(jobs_toml: &str) -> Options {
     let mut opts = Options::new()
+        .hide_host("/etc/jobguard")
+        .hide_host("/var/lib/jobguard")
         .copy(JOBGUARD, "/usr/local/bin/jobguard")
         .copy(GENERATOR, "/usr/local/bin/jobguard-generator")
         .symlink(

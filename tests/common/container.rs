@@ -168,6 +168,8 @@ enum Source {
     Copy(PathBuf),
     Symlink(String),
     Dir,
+    /// An empty directory that hides the machine's own directory at the same path.
+    Opaque,
 }
 
 #[derive(Debug, Clone)]
@@ -256,6 +258,20 @@ impl Options {
         self
     }
 
+    /// An empty directory (mode 0755) that hides whatever the machine has at `path`: an
+    /// opaque overlay directory (`trusted.overlay.opaque`, overlayfs(5)). For state the
+    /// container must not inherit from the machine it runs on, such as a jobguard ledger
+    /// in /var/lib/jobguard or a job list in /etc/jobguard. Files installed below `path`
+    /// after this are seen.
+    pub fn hide_host(mut self, path: &str) -> Self {
+        self.installs.push(Install {
+            path: path.into(),
+            source: Source::Opaque,
+            mode: Some(0o755),
+        });
+        self
+    }
+
     /// Mask one more unit on the kernel command line (`systemd.mask=`).
     pub fn mask(mut self, unit: &str) -> Self {
         self.masks.push(unit.into());
@@ -314,6 +330,24 @@ fn install(upper: &Path, item: &Install) -> Result<()> {
             std::os::unix::fs::symlink(target, &dest).map_err(io_err(what.clone()))?
         }
         Source::Dir => fs::create_dir_all(&dest).map_err(io_err(what.clone()))?,
+        Source::Opaque => {
+            fs::create_dir_all(&dest).map_err(io_err(what.clone()))?;
+            let c_path = std::ffi::CString::new(dest.as_os_str().as_encoded_bytes())
+                .map_err(|e| io_err(what.clone())(io::Error::other(e)))?;
+            // SAFETY: valid NUL-terminated strings and a 1-byte value that outlive the call.
+            let r = unsafe {
+                libc::setxattr(
+                    c_path.as_ptr(),
+                    c"trusted.overlay.opaque".as_ptr(),
+                    b"y".as_ptr().cast(),
+                    1,
+                    0,
+                )
+            };
+            if r != 0 {
+                return Err(io_err(what.clone())(io::Error::last_os_error()));
+            }
+        }
     }
     if let Some(mode) = item.mode {
         fs::set_permissions(&dest, fs::Permissions::from_mode(mode)).map_err(io_err(what))?;
