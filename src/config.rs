@@ -181,7 +181,7 @@ pub fn load(source: &ConfigSource) -> JobSet {
     };
     let mut loader = Loader::default();
     for f in &files {
-        let text = match std::fs::read_to_string(&f.path) {
+        let text = match read_regular(&f.path) {
             Ok(t) => t,
             Err(e) => {
                 set.errors.push(file_error(&f.path, None, io_message(&e)));
@@ -239,7 +239,7 @@ fn file_error(path: &Path, pos: Option<(usize, usize)>, message: String) -> Conf
     }
 }
 
-/// The `*.toml` files of a directory, sorted by name; a missing directory is empty.
+/// The `*.toml` entries of a directory, sorted by name; a missing directory is empty.
 fn toml_files(dir: &Path, errors: &mut Vec<ConfigError>) -> Vec<PathBuf> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
@@ -258,18 +258,46 @@ fn toml_files(dir: &Path, errors: &mut Vec<ConfigError>) -> Vec<PathBuf> {
         })
         .collect();
     names.sort_by(|a, b| a.as_encoded_bytes().cmp(b.as_encoded_bytes()));
-    names
-        .into_iter()
-        .map(|n| dir.join(n))
-        .filter(|p| p.is_file())
-        .collect()
+    // Every entry is read, so a dangling symlink or a directory named *.toml is an error
+    // that names it, not a silent gap in the job list.
+    names.into_iter().map(|n| dir.join(n)).collect()
+}
+
+/// Reads a job-list file, which must be a regular file: a FIFO or a device (maybe behind
+/// a symlink) would block or never end, and the generator must never hold up boot. Opened
+/// with `O_NONBLOCK` so that opening a FIFO does not wait for a writer.
+fn read_regular(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if meta.is_dir() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::IsADirectory,
+            "is a directory",
+        ));
+    }
+    if !meta.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let mut text = String::new();
+    file.read_to_string(&mut text)?;
+    Ok(text)
+}
+
+/// Whether `path` is an entry of its directory (a dangling symlink is one).
+fn entry_exists(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok()
 }
 
 /// The files of a directory source; `all_toml` also reads `DIR/*.toml` beside `jobs.toml`.
 fn list_dir_source(dir: &Path, all_toml: bool, errors: &mut Vec<ConfigError>) -> Vec<SourceFile> {
     let main = dir.join(MAIN_FILE);
     let mut out = Vec::new();
-    if main.is_file() {
+    if entry_exists(&main) {
         out.push(SourceFile {
             path: main.clone(),
             main: true,

@@ -43,6 +43,48 @@ pub fn process_alive(pid: u32, start: u64) -> bool {
     process_start(pid) == Some(start)
 }
 
+/// Ends what is left of a cut-off run on this host: every process whose environment
+/// carries `JOBGUARD_RUN_ID=<run_id>` (the command's children and grandchildren that
+/// outlived a killed shim; `PR_SET_PDEATHSIG` reaches only the command itself, and outside
+/// systemd no cgroup ends the rest). Sends them SIGKILL and waits up to 5 s for them to
+/// go. Returns true when none is left, false when some still run (or cannot be signalled,
+/// e.g. another user's processes when not root).
+///
+/// The environment read is the one each process started with (`/proc/PID/environ`,
+/// proc(5)), so a process that started with a cleaned environment is not found.
+pub fn end_run_survivors(run_id: &str) -> bool {
+    let needle = format!("JOBGUARD_RUN_ID={run_id}");
+    let find = || -> Vec<i32> {
+        let Ok(dir) = fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|pid| {
+                fs::read(format!("/proc/{pid}/environ"))
+                    .map(|env| env.split(|b| *b == 0).any(|v| v == needle.as_bytes()))
+                    .unwrap_or(false)
+            })
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let left = find();
+        if left.is_empty() {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        for pid in left {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// The identity of this process as a lease holder.
 pub fn current_holder() -> Holder {
     let pid = std::process::id();

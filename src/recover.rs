@@ -39,6 +39,11 @@ pub fn holder_gone(store: &mut dyn Store, run: &Run) -> Result<Option<&'static s
             return Ok(Some("boot"));
         }
         if !identity::process_alive(run.pid, run.pid_start) {
+            // The shim is gone; its command's children may not be. The slot runs again
+            // only once none of them is left.
+            if !identity::end_run_survivors(&run.run_id) {
+                return Ok(None);
+            }
             return Ok(Some("process-gone"));
         }
         return Ok(None);
@@ -48,6 +53,34 @@ pub fn holder_gone(store: &mut dyn Store, run: &Run) -> Result<Option<&'static s
     match store.lease(&run.job)? {
         Some(l) if l.token == run.fencing_token && l.expire_at > now => Ok(None),
         _ => Ok(Some("lease-expired")),
+    }
+}
+
+/// What happens to the slot of `run`, an attempt that was cut off (a crash, a reboot, a
+/// shutdown, a lost lease): the job's `on_interrupted`, except that a slot is re-run only
+/// once: when an earlier attempt at the same slot was already cut off, it is held for a
+/// person (a job that takes the host down with it is not re-run after every boot).
+///
+/// # Errors
+/// Store errors while reading the slot's attempts.
+pub fn cut_resolution(
+    store: &mut dyn Store,
+    job: &Job,
+    run: &Run,
+) -> Result<Resolution, StoreError> {
+    if job.on_interrupted == OnInterrupted::Hold {
+        return Ok(Resolution::Held);
+    }
+    let earlier = store.runs(&RunQuery {
+        job: Some(job.name.clone()),
+        slot: Some(run.slot.usec),
+        outcomes: vec![Outcome::Interrupted, Outcome::LeaseLost],
+        ..RunQuery::default()
+    })?;
+    if earlier.iter().any(|r| r.run_id != run.run_id) {
+        Ok(Resolution::Held)
+    } else {
+        Ok(Resolution::Queued)
     }
 }
 
@@ -66,10 +99,7 @@ pub fn recover_job(store: &mut dyn Store, job: &Job) -> Result<Recovered, StoreE
         let Some(reason) = holder_gone(store, &run)? else {
             continue;
         };
-        let resolution = match job.on_interrupted {
-            OnInterrupted::Rerun => Resolution::Queued,
-            OnInterrupted::Hold => Resolution::Held,
-        };
+        let resolution = cut_resolution(store, job, &run)?;
         if !store.interrupt(&run, reason, resolution)? {
             continue;
         }

@@ -608,3 +608,56 @@ fn a_long_list_is_read_whole_with_errors_in_order() {
         );
     }
 }
+
+#[test]
+fn a_dangling_symlink_in_the_job_list_is_an_error_not_silence() {
+    // e.g. jobs.d/app.toml -> /srv/app/jobs.toml while /srv is not mounted yet: the
+    // generator runs before most mounts, and the app's jobs must not vanish unnoticed.
+    let d = Dir::new();
+    d.write("jobs.toml", &format!("[jobs.good]\n{GOOD}"));
+    std::fs::create_dir_all(d.path().join("jobs.d")).unwrap();
+    let link = d.path().join("jobs.d/app.toml");
+    std::os::unix::fs::symlink("/nonexistent/jobguard/app.toml", &link).unwrap();
+    let set = d.load();
+    assert!(set.jobs.contains_key("good"));
+    let e = only_error(&set);
+    assert_eq!(e.file, link, "{e}");
+    assert!(e.to_string().contains("no such file"), "{e}");
+
+    // The main file too.
+    let d = Dir::new();
+    std::os::unix::fs::symlink(
+        "/nonexistent/jobguard/jobs.toml",
+        d.path().join("jobs.toml"),
+    )
+    .unwrap();
+    let set = d.load();
+    assert_eq!(only_error(&set).file, d.path().join("jobs.toml"));
+}
+
+#[test]
+fn a_fifo_or_device_in_the_job_list_is_an_error_not_a_hang() {
+    // The generator runs at boot: reading a FIFO named *.toml would block it for good.
+    let d = Dir::new();
+    d.write("jobs.toml", &format!("[jobs.good]\n{GOOD}"));
+    std::fs::create_dir_all(d.path().join("jobs.d")).unwrap();
+    let fifo = d.path().join("jobs.d/pipe.toml");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", d.path().join("jobs.d/zero.toml")).unwrap();
+    let path = d.path().to_path_buf();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(load(&ConfigSource::Path(path)));
+    });
+    let set = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("loading the job list hangs on a FIFO");
+    assert!(set.jobs.contains_key("good"));
+    assert_eq!(set.errors.len(), 2, "{:#?}", set.errors);
+    assert_eq!(set.errors[0].file, fifo);
+    assert!(
+        set.errors[0].to_string().contains("not a regular file"),
+        "{}",
+        set.errors[0]
+    );
+}

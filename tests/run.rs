@@ -6,6 +6,8 @@ mod support;
 
 use std::process::Stdio;
 
+use std::time::{Duration, Instant};
+
 use support::{Sandbox, stderr, wait_until};
 
 /// 2026-11-29T02:03:00Z, µs: three minutes after the 02:00 elapse, as a late timer.
@@ -484,4 +486,361 @@ fn a_clock_behind_does_not_run_an_old_slot_and_future_slots_are_refused() {
     let future = sb.run(&["run", "clock", "--slot", "2099-01-01T02:00:00Z"]);
     assert_eq!(future.status.code(), Some(2), "{}", stderr(&future));
     assert!(stderr(&future).contains("in the future"));
+}
+
+/// Writes `jobs` with `OUTFILE` replaced by the sandbox's `out` file.
+fn with_out(sb: &Sandbox) {
+    let jobs = std::fs::read_to_string(sb.file("jobs.toml")).unwrap();
+    std::fs::write(
+        sb.file("jobs.toml"),
+        jobs.replace("OUTFILE", &sb.file("out").display().to_string()),
+    )
+    .unwrap();
+}
+
+fn wait_for_lines(sb: &Sandbox, name: &str, n: usize) {
+    let t0 = Instant::now();
+    while sb.lines(name) < n && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_stop_during_a_queued_rerun_does_not_start_the_current_slot() {
+    // The 28th fails once, is queued for a re-run by a person, and the re-run is slow.
+    let sb = Sandbox::new(&job(
+        "queue",
+        "echo \"$JOBGUARD_SLOT\" >> \"$OUT\"; case \"$JOBGUARD_SLOT\" in 2026-11-28*) \
+         if [ -e \"$OUT.go\" ]; then sleep 30; fi; exit 1;; esac",
+        "environment = { OUT = \"OUTFILE\" }",
+    ));
+    with_out(&sb);
+    let first = sb.run(&["run", "queue", "--slot", "2026-11-28T02:00:00Z"]);
+    assert_eq!(first.status.code(), Some(1), "{}", stderr(&first));
+    let resolved = sb.run(&["resolve", "queue", "2026-11-28T02:00:00Z", "--rerun"]);
+    assert!(resolved.status.success(), "{}", stderr(&resolved));
+    std::fs::write(sb.file("out.go"), "").unwrap();
+
+    // The timer fires for the 29th: the queued 28th runs first; an operator stops it.
+    let child = sb
+        .cmd(&["run", "queue"])
+        .env("TRIGGER_TIMER_REALTIME_USEC", FIRED)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_lines(&sb, "out", 2);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(143), "{}", stderr(&out));
+    assert_eq!(
+        sb.read("out").lines().collect::<Vec<_>>(),
+        ["2026-11-28T02:00:00Z", "2026-11-28T02:00:00Z"],
+        "a stopped shim starts nothing more: {}",
+        stderr(&out)
+    );
+    let h = sb.history("queue");
+    assert!(h.iter().all(|r| r["slot"] != SLOT), "{h:?}");
+    assert_eq!(h[0]["reason"], "stopped-term");
+}
+
+#[test]
+fn a_runtime_dir_others_can_write_or_own_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let sb = Sandbox::new(&job(
+        "rt",
+        "echo ran >> \"$OUT\"",
+        "environment = { OUT = \"OUTFILE\" }",
+    ));
+    with_out(&sb);
+    // e.g. /tmp/jobguard-UID made in advance by another user to hold or swap the locks.
+    let rt = sb.file("run");
+    std::fs::create_dir(&rt).unwrap();
+    std::fs::set_permissions(&rt, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = timer_run(&sb, "rt");
+    assert_eq!(out.status.code(), Some(71), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("writable by others"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(sb.lines("out"), 0, "nothing ran");
+    if nix::unistd::geteuid().is_root() {
+        std::fs::set_permissions(&rt, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap();
+        nix::unistd::chown(&rt, Some(nobody.uid), None).unwrap();
+        let out = timer_run(&sb, "rt");
+        assert_eq!(out.status.code(), Some(71), "{}", stderr(&out));
+        assert!(stderr(&out).contains("owned by uid"), "{}", stderr(&out));
+        nix::unistd::chown(&rt, Some(nix::unistd::geteuid()), None).unwrap();
+    }
+    let out = timer_run(&sb, "rt");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(sb.lines("out"), 1);
+}
+
+/// Whether `pid` runs (exists and is not a zombie).
+fn running(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            let after = &s[s.rfind(')').unwrap() + 1..];
+            !after.trim_start().starts_with('Z')
+        })
+        .unwrap_or(false)
+}
+
+#[test]
+fn the_commands_children_left_by_a_killed_shim_never_overlap_the_rerun() {
+    // The command's own child is a grandchild of the shim: PR_SET_PDEATHSIG does not reach
+    // it, and without systemd no cgroup ends it.
+    let sb = Sandbox::new(&job(
+        "orphan",
+        "if [ \"$JOBGUARD_ATTEMPT\" = 1 ]; then sh -c 'echo $$ > \"$OUT.pid\"; sleep 60; echo late >> \"$OUT\"'; fi; \
+         echo \"attempt $JOBGUARD_ATTEMPT\" >> \"$OUT\"",
+        "environment = { OUT = \"OUTFILE\" }",
+    ));
+    with_out(&sb);
+    let mut shim = sb
+        .cmd(&["run", "orphan"])
+        .env("TRIGGER_TIMER_REALTIME_USEC", FIRED)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_lines(&sb, "out.pid", 1);
+    let orphan: i32 = sb.read("out.pid").trim().parse().unwrap();
+    shim.kill().unwrap();
+    shim.wait().unwrap();
+    assert!(running(orphan), "the grandchild outlives the shim");
+
+    let rec = sb.run(&["recover"]);
+    let survived = running(orphan);
+    if survived {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(orphan),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    assert!(rec.status.success(), "{}", stderr(&rec));
+    assert!(
+        !survived,
+        "the cut run's processes are ended before its slot runs again: {}",
+        stderr(&rec)
+    );
+    assert_eq!(sb.read("out"), "attempt 2\n");
+    let h = sb.history("orphan");
+    assert_eq!(h[0]["outcome"], "succeeded", "{h:?}");
+    assert_eq!(h[1]["outcome"], "interrupted");
+}
+
+#[test]
+fn status_lists_every_job_even_when_its_store_cannot_be_read() {
+    let sb = Sandbox::new(&job("lost", "true", ""));
+    std::fs::create_dir_all(sb.file("state")).unwrap();
+    std::fs::write(sb.file("state/jobguard.db"), vec![0xa5u8; 8192]).unwrap();
+    let out = sb.run(&["status"]);
+    assert_ne!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = support::stdout(&out);
+    assert!(!text.contains("no jobs"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("lost ") && l.contains("store unreadable")),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_store_disk_full_at_the_end_of_a_run_is_waited_out_not_turned_into_a_rerun() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("SKIPPED: needs root to mount a small file system");
+        assert!(std::env::var_os("CI").is_none(), "CI runs as root");
+        return;
+    }
+    // The store on a 1 MiB file system that the job fills; a cleaner (here the test, in
+    // life e.g. logrotate) frees it 5 s after the command ended. The lease (30s) still
+    // holds meanwhile.
+    let fs_dir = tempfile::tempdir().unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+        .arg(fs_dir.path())
+        .status()
+        .unwrap();
+    assert!(mounted.success(), "mount tmpfs");
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(fs_dir.path().to_path_buf());
+    let fill = fs_dir.path().join("fill");
+    let sb = Sandbox::new(&job(
+        "full",
+        "echo ran >> \"$OUT\"; cat /dev/zero > \"$FILL\" 2>/dev/null; echo filled >> \"$OUT\"",
+        &format!(
+            "lease_ttl = \"30s\"\nenvironment = {{ OUT = \"OUTFILE\", FILL = {:?} }}",
+            fill.display().to_string()
+        ),
+    ));
+    let jobs = std::fs::read_to_string(sb.file("jobs.toml"))
+        .unwrap()
+        .replace(
+            "sqlite://state/jobguard.db",
+            &format!("sqlite://{}/jobguard.db", fs_dir.path().display()),
+        );
+    std::fs::write(sb.file("jobs.toml"), jobs).unwrap();
+    with_out(&sb);
+    let out_file = sb.file("out");
+    let cleaner = std::thread::spawn(move || {
+        let t0 = Instant::now();
+        while !std::fs::read_to_string(&out_file)
+            .unwrap_or_default()
+            .contains("filled")
+            && t0.elapsed() < Duration::from_secs(20)
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_secs(5));
+        let _ = std::fs::remove_file(&fill);
+    });
+    let out = timer_run(&sb, "full");
+    cleaner.join().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("NOT recorded"), "{}", stderr(&out));
+    let h = sb.history("full");
+    assert_eq!(h[0]["outcome"], "succeeded", "{h:?}");
+    // Nothing for recover to re-run: the command ran once.
+    assert!(sb.run(&["recover"]).status.success());
+    assert_eq!(sb.read("out"), "ran\nfilled\n");
+}
+
+#[test]
+fn descriptors_the_shim_inherited_do_not_reach_the_command() {
+    // A root shell (or a caller's leaked pipe) holding fd 7 on a file: a job running as
+    // another user must not get it, as systemd gives a service only 0, 1 and 2.
+    let sb = Sandbox::new(&job(
+        "fds",
+        "ls /proc/self/fd > \"$OUT\"",
+        "environment = { OUT = \"OUTFILE\" }",
+    ));
+    with_out(&sb);
+    std::fs::write(sb.file("secret"), "x").unwrap();
+    let mut cmd = sb.cmd(&["run", "fds"]);
+    let secret = std::fs::File::open(sb.file("secret")).unwrap();
+    let raw = std::os::fd::AsRawFd::as_raw_fd(&secret);
+    // SAFETY: dup2 in the forked test child before exec, async-signal-safe.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+            if libc::dup2(raw, 7) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let fds: Vec<String> = sb.read("out").lines().map(str::to_string).collect();
+    assert!(fds.contains(&"1".to_string()), "{fds:?}");
+    assert!(
+        !fds.contains(&"7".to_string()),
+        "fd 7 leaked into the job: {fds:?}"
+    );
+}
+
+#[test]
+fn a_stop_while_waiting_for_the_store_ends_the_wait() {
+    // The store's directory cannot be made (its parent is a file): unavailable, retried
+    // for store_wait. `systemctl stop` must not have to wait for that (or SIGKILL).
+    let sb = Sandbox::new(&job("wait", "true", "store_wait = \"10min\""));
+    std::fs::write(sb.file("state"), "not a directory").unwrap();
+    let err_file = std::fs::File::create(sb.file("stderr")).unwrap();
+    let mut child = sb
+        .cmd(&["run", "wait"])
+        .env("TRIGGER_TIMER_REALTIME_USEC", FIRED)
+        .stderr(err_file)
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while !sb.read("stderr").contains("retrying") && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    // A guard: a shim that does not hear the stop is killed after a minute.
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t0.elapsed() > Duration::from_secs(60) {
+            child.kill().unwrap();
+            break child.wait().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let err = sb.read("stderr");
+    assert_ne!(status.code(), None, "the stop was not heard: {err}");
+    assert!(err.contains("asked to stop"), "{err}");
+}
+
+#[test]
+fn the_finish_event_names_the_status_jobguard_exits_with() {
+    // JOBGUARD_EXIT_STATUS is "as jobguard exits": 124 for a timeout, even though the
+    // command itself died from SIGKILL (137) after ignoring SIGTERM.
+    let sb = Sandbox::new(&job(
+        "deaf",
+        "trap '' TERM; sleep 30 & wait; sleep 30",
+        "timeout = \"1s\"\nkill_grace = \"1s\"",
+    ));
+    let out = timer_run(&sb, "deaf");
+    assert_eq!(out.status.code(), Some(124), "{}", stderr(&out));
+    let finished = stderr(&out)
+        .lines()
+        .find(|l| l.contains("finished slot"))
+        .unwrap_or_default()
+        .to_string();
+    assert!(finished.contains("exit status 124"), "{finished}");
+    assert!(finished.contains("command: 137"), "{finished}");
+}
+
+#[test]
+fn a_rerun_that_is_cut_off_again_is_held_not_rerun_forever() {
+    // A job that takes the host down with it (OOM, panic, a reboot) would otherwise be
+    // re-run after every boot. "Re-run once": the second cut holds the slot for a person.
+    let sb = Sandbox::new(&job(
+        "again",
+        "echo \"$JOBGUARD_ATTEMPT\" >> \"$OUT\"; if [ \"$JOBGUARD_ATTEMPT\" -le 2 ]; then sleep 60; fi",
+        "environment = { OUT = \"OUTFILE\" }",
+    ));
+    with_out(&sb);
+    let kill_when = |mut p: std::process::Child, lines: usize| {
+        wait_for_lines(&sb, "out", lines);
+        p.kill().unwrap();
+        p.wait().unwrap();
+    };
+    let shim = sb
+        .cmd(&["run", "again"])
+        .env("TRIGGER_TIMER_REALTIME_USEC", FIRED)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    kill_when(shim, 1);
+    // Without systemd, recover runs the re-run itself: cut that one too.
+    let recover = sb.cmd(&["recover"]).stderr(Stdio::null()).spawn().unwrap();
+    kill_when(recover, 2);
+    let rec = sb.run(&["recover"]);
+    assert!(rec.status.success(), "{}", stderr(&rec));
+    assert_eq!(
+        sb.read("out"),
+        "1\n2\n",
+        "no third attempt: {}",
+        stderr(&rec)
+    );
+    let h = sb.history("again");
+    assert_eq!(h[0]["attempt"], 2, "{h:?}");
+    assert_eq!(h[0]["outcome"], "interrupted");
+    assert_eq!(h[0]["resolution"], "held");
+    assert!(stderr(&rec).contains("held"), "{}", stderr(&rec));
 }

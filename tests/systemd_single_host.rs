@@ -628,3 +628,69 @@ fn bad_jobs_are_skipped_with_a_warning_and_the_good_ones_get_timers() {
         assert!(!written.contains(name), "{name} was written:\n{written}");
     }
 }
+
+#[test]
+fn a_killed_shims_leftover_processes_end_before_the_rerun_under_systemd() {
+    if !ready("a_killed_shims_leftover_processes_end_before_the_rerun_under_systemd") {
+        return;
+    }
+    // Attempt 1 leaves a grandchild (the inner sh and its sleep) that PR_SET_PDEATHSIG does
+    // not reach; KillMode=mixed leaves it to the stop timeout. Recover must end it before
+    // the slot runs again, so the two attempts never overlap.
+    let jobs = "[jobs.orphan]\n\
+                schedule = \"*-01-01 00:00:00 UTC\"\n\
+                command = ['/bin/sh', '-c', 'echo \"$JOBGUARD_ATTEMPT start\" >> /var/lib/orphan-test/lines; \
+                if [ \"$JOBGUARD_ATTEMPT\" = 1 ]; then sh -c \"sleep 1000; echo late >> /var/lib/orphan-test/lines\"; fi; \
+                echo \"$JOBGUARD_ATTEMPT end\" >> /var/lib/orphan-test/lines']\n";
+    let c = boot(
+        "orphan",
+        &jobguard_options(jobs).dir("/var/lib/orphan-test"),
+    );
+    let lines = || -> String {
+        c.exec(&["cat", "/var/lib/orphan-test/lines"])
+            .map(|o| text(&o))
+            .unwrap_or_default()
+    };
+    c.exec_ok(&[
+        "systemctl",
+        "start",
+        "--no-block",
+        "jobguard@orphan.service",
+    ])
+    .expect("start");
+    common::wait_for(
+        "attempt 1 to run",
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        || Ok(lines().contains("1 start").then_some(())),
+    )
+    .expect("attempt 1 runs");
+    c.exec_ok(&[
+        "systemctl",
+        "kill",
+        "--kill-whom=main",
+        "--signal=SIGKILL",
+        "jobguard@orphan.service",
+    ])
+    .expect("SIGKILL the shim");
+    c.exec_ok(&["systemctl", "start", "jobguard-recover.service"])
+        .expect("recover");
+    let rows = common::wait_for(
+        "a succeeded re-run",
+        Duration::from_secs(120),
+        Duration::from_secs(1),
+        || {
+            let rows = history(&c, "orphan")?;
+            Ok((!outcome_rows(&rows, "succeeded").is_empty()).then_some(rows))
+        },
+    )
+    .expect("the slot runs again");
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!(field(&rows[1], "outcome"), "interrupted", "{rows:?}");
+    let ps = c.exec_ok(&["ps", "-eo", "args"]).expect("ps");
+    assert!(
+        !ps.lines().any(|l| l.trim() == "sleep 1000"),
+        "attempt 1's grandchild still runs: {ps}"
+    );
+    assert_eq!(lines(), "1 start\n2 start\n2 end\n");
+}

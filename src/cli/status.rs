@@ -114,6 +114,22 @@ fn job_status(store: &mut dyn Store, job: &Job, now_usec: i64) -> Result<JobStat
     })
 }
 
+/// The table row of a job whose store could not be read: the job is still listed.
+fn unreadable_row(job: &Job, now_usec: i64) -> Vec<String> {
+    let next = jiff::Timestamp::from_microsecond(now_usec)
+        .ok()
+        .and_then(|t| job.calendar.next_elapse(t))
+        .map(|t| format_usec(t.as_microsecond()));
+    vec![
+        job.name.clone(),
+        job.schedule.clone(),
+        next.unwrap_or_else(|| "-".into()),
+        "? (store unreadable)".into(),
+        "?".into(),
+        "?".into(),
+    ]
+}
+
 /// Runs `jobguard status`; returns the exit status (non-zero if a store could not be read).
 pub fn run(args: &StatusArgs) -> u8 {
     let set = config::load(&ConfigSource::resolve(args.config.config.clone()));
@@ -139,6 +155,7 @@ pub fn run(args: &StatusArgs) -> u8 {
                 job.name, address
             ));
             status = exit::STORE_UNAVAILABLE;
+            rows.push(unreadable_row(job, now));
             continue;
         };
         match job_status(store.as_mut(), job, now) {
@@ -150,6 +167,7 @@ pub fn run(args: &StatusArgs) -> u8 {
             Err(e) => {
                 problems.push(format!("{}: {e}", job.name));
                 status = exit::STORE_UNAVAILABLE;
+                rows.push(unreadable_row(job, now));
             }
         }
     }

@@ -1,7 +1,7 @@
 //! The job's command as a child process: spawned in a session of its own (so it and its
 //! children can be signalled as one process group), with privileges dropped to the job's
-//! user, `PR_SET_PDEATHSIG` so it cannot run on unguarded if the shim dies, and an empty
-//! signal mask. Then supervised: signals are forwarded, the lease renewed, the timeout
+//! user, `PR_SET_PDEATHSIG` so it cannot run on unguarded if the shim dies, an empty
+//! signal mask and no descriptors but 0, 1 and 2. Then supervised: signals are forwarded, the lease renewed, the timeout
 //! enforced.
 //!
 //! The shim blocks the signals it handles ([`block_signals`]) and reads them from a
@@ -10,6 +10,7 @@
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
@@ -26,6 +27,28 @@ const HANDLED: [Signal; 4] = [
     Signal::SIGHUP,
     Signal::SIGCHLD,
 ];
+
+/// Set once the shim has read a stop signal (SIGTERM, SIGINT or SIGHUP) in [`supervise`].
+static STOP_SEEN: AtomicBool = AtomicBool::new(false);
+
+/// Whether someone asked the shim to stop: a stop signal was read while a command ran, or
+/// one is pending now (blocked by [`block_signals`], so it waits until read). A shim that
+/// was asked to stop starts no further command.
+pub fn stop_requested() -> bool {
+    if STOP_SEEN.load(Ordering::Relaxed) {
+        return true;
+    }
+    let mut raw = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    // SAFETY: sigpending(2) only writes the set it is given.
+    if unsafe { libc::sigpending(raw.as_mut_ptr()) } != 0 {
+        return false;
+    }
+    // SAFETY: sigpending returned 0, so it filled the set.
+    let pending = unsafe { SigSet::from_sigset_t_unchecked(raw.assume_init()) };
+    [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP]
+        .iter()
+        .any(|s| pending.contains(*s))
+}
 
 fn handled_set() -> SigSet {
     let mut set = SigSet::empty();
@@ -134,7 +157,7 @@ pub fn spawn(spec: &Spec) -> std::io::Result<Pid> {
     let parent = nix::unistd::getpid();
     // SAFETY: the closure runs in the forked child before exec and only makes
     // async-signal-safe system calls (setsid, setgroups, setgid, setuid, prctl,
-    // getppid, sigprocmask); the group list was computed before the fork.
+    // getppid, sigprocmask, close_range); the group list was computed before the fork.
     unsafe {
         cmd.pre_exec(move || {
             nix::unistd::setsid()?;
@@ -151,6 +174,12 @@ pub fn spawn(spec: &Spec) -> std::io::Result<Pid> {
                 ));
             }
             sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)?;
+            // Descriptors the shim inherited without close-on-exec (a caller's shell or a
+            // leaked pipe) do not reach the command: like a systemd service, it gets only
+            // stdin, stdout and stderr. CLOSE_RANGE_CLOEXEC (Linux 5.11) keeps the fd std
+            // uses to report a failed exec working until the exec. On an older kernel
+            // (EINVAL, ENOSYS) the command starts anyway, as before.
+            let _ = libc::close_range(3, libc::c_uint::MAX, libc::CLOSE_RANGE_CLOEXEC as i32);
             Ok(())
         });
     }
@@ -254,6 +283,7 @@ pub fn supervise(
                 continue;
             };
             if sig != Signal::SIGCHLD {
+                STOP_SEEN.store(true, Ordering::Relaxed);
                 ended.stop_signal = Some(sig);
                 let _ = killpg(pid, sig);
                 if matches!(sig, Signal::SIGTERM | Signal::SIGINT) && kill_at.is_none() {

@@ -146,6 +146,15 @@ pub fn run(job: &Job, req: &Request) -> u8 {
     let holder = identity::current_holder();
     let mut status = exit::OK;
     for (slot, trigger) in slots {
+        if child::stop_requested() {
+            // An operator's stop ends the shim: no further slot is started.
+            eprintln!(
+                "jobguard: {}: asked to stop; slot {} not started",
+                job.name,
+                slot.rfc3339()
+            );
+            break;
+        }
         let s = run_slot(
             job,
             store.as_mut(),
@@ -166,10 +175,35 @@ pub fn run(job: &Job, req: &Request) -> u8 {
 /// Creates the runtime directories: the base (0711: jobs may reach their report file but
 /// not list it), the lock directory (0700: no job can take another job's lock) and the
 /// report directory (0711).
+///
+/// Each must then be a real directory (not a symlink) owned by this user and not writable
+/// by group or others: whoever can write one can take, delete or swap the locks, e.g. a
+/// `/tmp/jobguard-UID` made in advance by another user.
 fn prepare_runtime_dirs() -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let me = nix::unistd::geteuid().as_raw();
     let mk = |p: &Path, mode: u32| -> Result<(), String> {
         let r = fs::DirBuilder::new().recursive(true).mode(mode).create(p);
-        r.map_err(|e| format!("cannot create {}: {e}", p.display()))
+        r.map_err(|e| format!("cannot create {}: {e}", p.display()))?;
+        let m = fs::symlink_metadata(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+        if !m.is_dir() {
+            return Err(format!("{} is not a directory", p.display()));
+        }
+        if m.uid() != me {
+            return Err(format!(
+                "{} is owned by uid {}, not by this user (uid {me})",
+                p.display(),
+                m.uid()
+            ));
+        }
+        if m.mode() & 0o022 != 0 {
+            return Err(format!(
+                "{} is writable by others (mode {:o}): they could take or swap the locks",
+                p.display(),
+                m.mode() & 0o7777
+            ));
+        }
+        Ok(())
     };
     mk(&paths::runtime_dir(), 0o711)?;
     mk(&paths::lock_dir(), 0o700)?;
@@ -193,6 +227,8 @@ fn open_store(job: &Job) -> Result<Box<dyn Store>, u8> {
     }
 }
 
+/// Retries `f` while the store is unavailable, with backoff, for `store_wait`; a stop signal
+/// (SIGTERM, SIGINT, SIGHUP: `systemctl stop`) ends the wait at once with the last error.
 fn with_retry<T>(job: &Job, mut f: impl FnMut() -> Result<T, StoreError>) -> Result<T, StoreError> {
     let give_up = Instant::now() + job.store_wait;
     let mut pause = Duration::from_millis(250);
@@ -203,7 +239,16 @@ fn with_retry<T>(job: &Job, mut f: impl FnMut() -> Result<T, StoreError>) -> Res
                     "jobguard: {}: store {store} unavailable ({detail}); retrying in {pause:?}",
                     job.name
                 );
-                std::thread::sleep(pause);
+                // Sleep in short steps: the stop signals are blocked, so look for them.
+                let wake = Instant::now() + pause;
+                while Instant::now() < wake {
+                    if child::stop_requested() {
+                        eprintln!("jobguard: {}: asked to stop; no longer waiting", job.name);
+                        return Err(StoreError::Unavailable { store, detail });
+                    }
+                    let left = wake.saturating_duration_since(Instant::now());
+                    std::thread::sleep(left.min(Duration::from_millis(100)));
+                }
                 pause = (pause * 2).min(Duration::from_secs(10));
             }
             other => return other,
@@ -520,6 +565,8 @@ fn execute(
         run.attempt, lease.token
     ));
 
+    // The lease surely holds until here (by this host's monotonic clock), less a margin.
+    let mut lease_good_until = Renewer::new(job.lease_ttl, claimed_at).give_up_at();
     let (finish, code) = match child::spawn(&spec) {
         Err(e) => {
             let code = match e.kind() {
@@ -563,10 +610,18 @@ fn execute(
                     return exit::OS_ERROR;
                 }
             };
+            lease_good_until = renewer.give_up_at();
             classify(job, &ended)
         }
     };
     let mut finish = finish;
+    if finish.resolution == Some(Resolution::Queued) {
+        // Re-run once: a slot already cut off before is held for a person this time.
+        match crate::recover::cut_resolution(store, job, run) {
+            Ok(r) => finish.resolution = Some(r),
+            Err(e) => eprintln!("jobguard: {}: {e}", job.name),
+        }
+    }
     if let Some(p) = &report_path {
         let (pairs, bad) = report::collect(p);
         for line in bad {
@@ -577,7 +632,7 @@ fn execute(
         }
         finish.report = pairs;
     }
-    record(job, store, lease, run, &finish);
+    record(job, store, lease, run, &finish, code, lease_good_until);
     code
 }
 
@@ -646,10 +701,36 @@ fn system_stopping() -> bool {
         .unwrap_or(false)
 }
 
-/// Writes the outcome, releases the lease and logs the finish event.
-fn record(job: &Job, store: &mut dyn Store, lease: &Lease, run: &Run, finish: &Finish) {
+/// Writes the outcome, releases the lease and logs the finish event with `code`, the
+/// status jobguard exits with (the ledger keeps the command's own). An unavailable store
+/// (a full disk, a lock held long) is retried while the lease surely holds
+/// (`lease_good_until`), at least a few seconds: an outcome that is not recorded leaves
+/// the run `running`, and `jobguard recover` would run the slot again.
+fn record(
+    job: &Job,
+    store: &mut dyn Store,
+    lease: &Lease,
+    run: &Run,
+    finish: &Finish,
+    code: u8,
+    lease_good_until: Instant,
+) {
     let slot_text = run.slot.rfc3339();
-    let result = with_retry_short(|| store.finish(lease, &run.run_id, finish));
+    let give_up = lease_good_until.max(Instant::now() + Duration::from_secs(3));
+    let mut warned = false;
+    let result = with_retry_until(give_up, || {
+        let r = store.finish(lease, &run.run_id, finish);
+        if let Err(e) = &r
+            && !warned
+        {
+            warned = true;
+            eprintln!(
+                "jobguard: {}: recording the outcome failed: {e}; retrying",
+                job.name
+            );
+        }
+        r
+    });
     let note = match result {
         Ok(f) if f.recorded => String::new(),
         Ok(_) => "; NOT recorded: the lease expired or passed to another holder".to_string(),
@@ -666,13 +747,13 @@ fn record(job: &Job, store: &mut dyn Store, lease: &Lease, run: &Run, finish: &F
         kind,
         &job.name,
         format!(
-            "finished slot {slot_text}: {} ({}, exit status {}){}{note}",
+            "finished slot {slot_text}: {} ({}, exit status {code}{}){}{note}",
             finish.outcome,
             finish.reason.as_deref().unwrap_or("-"),
-            finish
-                .exit_status
-                .map(|s| s.to_string())
-                .unwrap_or_else(|| "-".into()),
+            match finish.exit_status {
+                Some(s) if s != i32::from(code) => format!(", command: {s}"),
+                _ => String::new(),
+            },
             if report.is_empty() {
                 String::new()
             } else {
@@ -684,7 +765,7 @@ fn record(job: &Job, store: &mut dyn Store, lease: &Lease, run: &Run, finish: &F
     ev.run_id = Some(run.run_id.clone());
     ev.reason = finish.reason.clone();
     ev.outcome = Some(finish.outcome);
-    ev.exit_status = finish.exit_status;
+    ev.exit_status = Some(i32::from(code));
     ev.attempt = Some(run.attempt);
     ev.fencing_token = Some(lease.token);
     ev.report = (!report.is_empty()).then_some(report);
@@ -692,19 +773,22 @@ fn record(job: &Job, store: &mut dyn Store, lease: &Lease, run: &Run, finish: &F
     journal::status(&format!("slot {slot_text}: {}{note}", finish.outcome));
 }
 
-/// A few quick retries for the final write: the command has already run.
-fn with_retry_short<T>(mut f: impl FnMut() -> Result<T, StoreError>) -> Result<T, StoreError> {
+/// Retries `f` while the store is unavailable, with backoff (0.1 s doubling to 2 s), until
+/// `give_up`: the final write, after the command has already run.
+fn with_retry_until<T>(
+    give_up: Instant,
+    mut f: impl FnMut() -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
     let mut pause = Duration::from_millis(100);
-    for _ in 0..5 {
+    loop {
         match f() {
-            Err(StoreError::Unavailable { .. }) => {
+            Err(StoreError::Unavailable { .. }) if Instant::now() + pause < give_up => {
                 std::thread::sleep(pause);
-                pause *= 2;
+                pause = (pause * 2).min(Duration::from_secs(2));
             }
             other => return other,
         }
     }
-    f()
 }
 
 /// Renews the lease and judges, by this host's monotonic clock, whether it is still safely
@@ -730,6 +814,13 @@ impl Renewer {
         (self.ttl / 6).min(Duration::from_secs(10))
     }
 
+    /// Until when the lease surely holds, less the safety margin.
+    fn give_up_at(&self) -> Instant {
+        self.valid_until
+            .checked_sub(self.margin())
+            .unwrap_or(self.valid_until)
+    }
+
     /// Renew every third of the time to live.
     fn every(&self) -> Duration {
         (self.ttl / 3).max(Duration::from_millis(100))
@@ -752,7 +843,7 @@ impl Renewer {
             Err(e) => {
                 eprintln!("jobguard: {}: lease renewal failed: {e}", lease.job);
                 // Retry soon, and give up while there is still the margin left.
-                let give_up = self.valid_until.checked_sub(self.margin()).unwrap_or(sent);
+                let give_up = self.give_up_at();
                 let now = Instant::now();
                 if now >= give_up {
                     child::Renewal::Lost

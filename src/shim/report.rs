@@ -16,6 +16,8 @@ use nix::unistd::{Gid, Uid};
 pub const MAX_REPORT_BYTES: u64 = 64 * 1024;
 /// Keys longer than this (bytes) are ignored.
 const MAX_KEY_BYTES: usize = 64;
+/// A line that is not understood is shown (in the warning) cut to about this many bytes.
+const MAX_SHOWN_BYTES: usize = 120;
 
 /// Creates an empty report file `<dir>/<run_id>.report`, owned by `owner` if given.
 ///
@@ -34,17 +36,20 @@ pub fn create(dir: &Path, run_id: &str, owner: Option<(Uid, Gid)>) -> std::io::R
     Ok(path)
 }
 
-/// Reads and removes the report file. Lines are `key=value`; keys are letters, digits,
-/// `_`, `-` and `.`; blank lines and lines starting with `#` are ignored; a later value
-/// for a key replaces an earlier one. Returns the pairs and the lines that were not
-/// understood (for a warning).
+/// Reads (at most [`MAX_REPORT_BYTES`]) and removes the report file. Lines are
+/// `key=value`; keys are letters, digits, `_`, `-` and `.`; values are text without
+/// control characters (tab allowed); bytes that are not UTF-8 spoil only their line; blank
+/// lines and lines starting with `#` are ignored; a later value for a key replaces an
+/// earlier one. Returns the pairs and the lines that were not understood, shortened, for a
+/// warning.
 pub fn collect(path: &Path) -> (BTreeMap<String, String>, Vec<String>) {
-    let mut text = String::new();
+    let mut bytes = Vec::new();
     if let Ok(f) = fs::File::open(path) {
-        let _ = f.take(MAX_REPORT_BYTES).read_to_string(&mut text);
+        let _ = f.take(MAX_REPORT_BYTES).read_to_end(&mut bytes);
     }
     let _ = fs::remove_file(path);
-    parse(&text)
+    // The job may write anything: bytes that are not UTF-8 spoil their own line only.
+    parse(&String::from_utf8_lossy(&bytes))
 }
 
 /// Parses report text; see [`collect`].
@@ -57,13 +62,31 @@ pub fn parse(text: &str) -> (BTreeMap<String, String>, Vec<String>) {
             continue;
         }
         match line.split_once('=') {
-            Some((k, v)) if valid_key(k.trim()) => {
+            Some((k, v)) if valid_key(k.trim()) && printable(v) => {
                 pairs.insert(k.trim().to_string(), v.trim().to_string());
             }
-            _ => bad.push(line.to_string()),
+            _ => bad.push(shorten(line)),
         }
     }
     (pairs, bad)
+}
+
+/// Values are shown on terminals (`history`, `status`, stderr): no control characters
+/// but tab, so a job cannot send escape sequences to an operator's terminal.
+fn printable(v: &str) -> bool {
+    !v.chars().any(|c| c.is_control() && c != '\t')
+}
+
+/// `line` cut to at most [`MAX_SHOWN_BYTES`] (at a character boundary), with `…` if cut.
+fn shorten(line: &str) -> String {
+    if line.len() <= MAX_SHOWN_BYTES {
+        return line.to_string();
+    }
+    let mut end = MAX_SHOWN_BYTES;
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &line[..end])
 }
 
 fn valid_key(k: &str) -> bool {
@@ -99,6 +122,33 @@ mod tests {
             one_line(&p),
             "batch=2026-11-29 rows_inserted=2000 rows_read=3001"
         );
+    }
+
+    #[test]
+    fn binary_garbage_in_a_report_keeps_the_good_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = create(dir.path(), "bin", None).unwrap();
+        fs::write(&path, b"rows=5\n\xffgarbage\x00\nbatch=b1\n").unwrap();
+        let (p, bad) = collect(&path);
+        assert_eq!(p.get("rows").map(String::as_str), Some("5"));
+        assert_eq!(p.get("batch").map(String::as_str), Some("b1"));
+        assert_eq!(bad.len(), 1, "{bad:?}");
+    }
+
+    #[test]
+    fn control_characters_in_a_report_never_reach_a_terminal() {
+        let (p, bad) = parse("k=a\x1b[31mred\x07\nok=tab\there\n");
+        assert_eq!(p.get("k"), None, "an escape sequence is not stored");
+        assert_eq!(p.get("ok").map(String::as_str), Some("tab\there"));
+        assert_eq!(bad.len(), 1);
+    }
+
+    #[test]
+    fn a_huge_report_line_is_shortened_in_the_warning() {
+        let long = "x".repeat(100_000);
+        let (_, bad) = parse(&long);
+        assert_eq!(bad.len(), 1);
+        assert!(bad[0].len() <= MAX_SHOWN_BYTES + 4, "{}", bad[0].len());
     }
 
     #[test]
