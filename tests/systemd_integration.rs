@@ -1,0 +1,467 @@
+//! jobguard speaking systemd's language (issue 5), under a real systemd in a throwaway
+//! container (`tests/common/container.rs`): logind inhibitor locks while a command runs,
+//! a shutdown during a run recorded as `interrupted` (reason `shutdown`) and re-run after
+//! the next boot, `STATUS=` lines in `systemctl status`, the journal catalog shown by
+//! `journalctl -x`, and `jobguard status --json` agreeing with systemd's timers.
+//!
+//! Installed as in tests/systemd_single_host.rs: binaries in /usr/local/bin, the
+//! generator in /etc/systemd/system-generators/, units/ in /usr/lib/systemd/system/, the
+//! job list in /etc/jobguard/jobs.toml, plus the catalog in /usr/lib/systemd/catalog/.
+//!
+//! Needs root and systemd-nspawn (skipped with a `SKIPPED` line otherwise, failed in CI).
+//!
+//! ```sh
+//! cargo test --test systemd_integration
+//! ```
+
+mod common;
+
+use std::process::Output;
+use std::time::Duration;
+
+use common::container::{self, Container, Options};
+use serde_json::Value;
+
+const JOBGUARD: &str = env!("CARGO_BIN_EXE_jobguard");
+const GENERATOR: &str = env!("CARGO_BIN_EXE_jobguard-generator");
+const UNITS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/units");
+const CATALOG: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/packaging/catalog/jobguard.catalog"
+);
+
+fn ready(test: &str) -> bool {
+    common::go_on(test, container::prerequisites())
+}
+
+/// A job whose command records its open descriptors, then waits until the test creates
+/// /run/NAME.release (or, on a later boot, finishes at once: /var/lib/NAME.first is
+/// there). Yearly UTC schedule: the slot cannot change while the test runs.
+fn waiting_job(name: &str, extra: &str) -> String {
+    format!(
+        "[jobs.{name}]\n\
+         schedule = \"*-01-01 00:00:00 UTC\"\n\
+         {extra}\n\
+         command = ['/bin/sh', '-c', 'if [ -e /var/lib/{name}.first ]; then exit 0; fi; \
+         ls -l /proc/$$/fd > /var/lib/{name}.fds; touch /var/lib/{name}.first; \
+         while [ ! -e /run/{name}.release ]; do sleep 0.1; done']\n"
+    )
+}
+
+fn options(jobs_toml: &str) -> Options {
+    let mut opts = Options::new()
+        .copy(JOBGUARD, "/usr/local/bin/jobguard")
+        .copy(GENERATOR, "/usr/local/bin/jobguard-generator")
+        .symlink(
+            "/etc/systemd/system-generators/jobguard-generator",
+            "/usr/local/bin/jobguard-generator",
+        )
+        .copy(CATALOG, "/usr/lib/systemd/catalog/jobguard.catalog")
+        .file("/etc/jobguard/jobs.toml", jobs_toml);
+    let mut units: Vec<_> = std::fs::read_dir(UNITS)
+        .expect("units/")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.extension()
+                .is_some_and(|x| x == "service" || x == "timer")
+        })
+        .collect();
+    units.sort();
+    for p in units {
+        let name = p
+            .file_name()
+            .expect("file name")
+            .to_string_lossy()
+            .into_owned();
+        opts = opts.copy(&p, &format!("/usr/lib/systemd/system/{name}"));
+    }
+    opts
+}
+
+fn boot(tag: &str, jobs_toml: &str) -> Container {
+    let c = Container::boot(tag, &options(jobs_toml)).expect("boot");
+    c.exec_ok(&["systemctl", "enable", "jobguard-recover.service"])
+        .expect("enable jobguard-recover.service");
+    c
+}
+
+fn text(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn prop(c: &Container, unit: &str, name: &str) -> String {
+    let out = c
+        .exec_ok(&["systemctl", "show", unit, "-p", name, "--value"])
+        .expect("systemctl show");
+    out.trim().to_string()
+}
+
+fn start_and_wait_running(c: &Container, name: &str) {
+    c.exec_ok(&[
+        "systemctl",
+        "start",
+        "--no-block",
+        &format!("jobguard@{name}.service"),
+    ])
+    .expect("start");
+    let fds = format!("/var/lib/{name}.fds");
+    common::wait_for(
+        "the command to run",
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        || {
+            Ok(c.exec(&["test", "-s", &fds])
+                .ok()
+                .filter(|o| o.status.success()))
+        },
+    )
+    .expect("the command runs");
+}
+
+fn wait_inactive(c: &Container, unit: &str) -> String {
+    common::wait_for(
+        &format!("{unit} to end"),
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        || {
+            let state = prop(c, unit, "ActiveState");
+            Ok((state == "inactive" || state == "failed").then(|| prop(c, unit, "Result")))
+        },
+    )
+    .expect("unit ended")
+}
+
+fn inhibitors(c: &Container) -> String {
+    let out = c
+        .exec(&["systemd-inhibit", "--list", "--no-pager", "--no-legend"])
+        .expect("systemd-inhibit --list");
+    text(&out)
+}
+
+fn history(c: &Container, job: &str) -> Vec<Value> {
+    let out = c
+        .exec_ok(&["jobguard", "history", job, "--json", "--limit", "0"])
+        .expect("jobguard history");
+    match serde_json::from_str(&out) {
+        Ok(Value::Array(rows)) => rows,
+        other => panic!("jobguard history --json: {other:?}: {out}"),
+    }
+}
+
+fn s(v: &Value, key: &str) -> String {
+    match v.get(key) {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Null) | None => String::new(),
+        Some(v) => v.to_string(),
+    }
+}
+
+/// The `Status: "..."` line of `systemctl status UNIT`, if any.
+fn status_line(c: &Container, unit: &str) -> Option<String> {
+    let out = c
+        .exec(&["systemctl", "status", "--no-pager", "--lines=0", unit])
+        .expect("systemctl status");
+    text(&out)
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("Status: "))
+        .map(str::to_string)
+}
+
+#[test]
+fn a_run_holds_an_inhibitor_shows_its_status_and_the_catalog_explains_its_events() {
+    if !ready("a_run_holds_an_inhibitor_shows_its_status_and_the_catalog_explains_its_events") {
+        return;
+    }
+    let c = boot("sd5-inhibit", &waiting_job("hold", ""));
+    start_and_wait_running(&c, "hold");
+
+    // The lock names the job and the slot; the command did not inherit its descriptor.
+    let list = inhibitors(&c);
+    let line = list
+        .lines()
+        .find(|l| l.contains("jobguard hold"))
+        .unwrap_or_else(|| panic!("no jobguard lock in systemd-inhibit --list:\n{list}"));
+    assert!(line.contains("running slot 20"), "{line}");
+    assert!(line.contains("-01-01T00:00:00Z"), "{line}");
+    assert!(line.contains("shutdown:sleep"), "{line}");
+    assert!(line.contains("delay"), "{line}");
+    let fds = c.exec_ok(&["cat", "/var/lib/hold.fds"]).expect("fds");
+    assert!(
+        !fds.contains("/run/systemd/inhibit/"),
+        "the command inherited the inhibitor lock:\n{fds}"
+    );
+
+    // systemctl status shows the running run's STATUS.
+    let running = status_line(&c, "jobguard@hold.service").expect("a Status: line");
+    assert!(
+        running.contains("running slot") && running.contains("lease held by host"),
+        "{running}"
+    );
+
+    c.exec_ok(&["touch", "/run/hold.release"]).expect("release");
+    assert_eq!(wait_inactive(&c, "jobguard@hold.service"), "success");
+    let after = inhibitors(&c);
+    assert!(
+        !after.contains("jobguard hold"),
+        "the lock outlived the run:\n{after}"
+    );
+
+    // A start for the same slot is a skip, and says so in systemctl status.
+    c.exec_ok(&["systemctl", "start", "jobguard@hold.service"])
+        .expect("start again");
+    let skipped = status_line(&c, "jobguard@hold.service").unwrap_or_default();
+    assert!(
+        skipped.contains("skipped: slot") && skipped.contains("already succeeded"),
+        "systemctl status after a skip: {skipped:?}"
+    );
+
+    // The catalog explains the finish and the skip.
+    c.exec_ok(&["journalctl", "--update-catalog"])
+        .expect("journalctl --update-catalog");
+    let finished = c
+        .exec_ok(&[
+            "journalctl",
+            "-x",
+            "--no-pager",
+            "MESSAGE_ID=9fb9749e319e40488204b6f156681d66",
+        ])
+        .expect("journalctl -x");
+    assert!(
+        finished.contains("Subject: jobguard job hold finished slot ")
+            && finished.contains("Defined-By: jobguard")
+            && finished.contains("Nothing needs to be done."),
+        "{finished}"
+    );
+    let skip = c
+        .exec_ok(&[
+            "journalctl",
+            "-x",
+            "--no-pager",
+            "MESSAGE_ID=b080f0ce94bd4a5e9cc86070a2ed8d3c",
+        ])
+        .expect("journalctl -x");
+    assert!(
+        skip.contains("jobguard run hold --slot ") && skip.contains("--force"),
+        "{skip}"
+    );
+
+    // jobguard status --json reports the timer as systemd has it.
+    let out = c
+        .exec_ok(&["jobguard", "status", "--json"])
+        .expect("jobguard status");
+    let status: Value = serde_json::from_str(&out).expect("status JSON");
+    let job = &status["jobs"][0];
+    let timer = &job["systemd"]["timer"];
+    let raw = c
+        .exec_ok(&[
+            "busctl",
+            "get-property",
+            "org.freedesktop.systemd1",
+            "/org/freedesktop/systemd1/unit/jobguard_40hold_2etimer",
+            "org.freedesktop.systemd1.Timer",
+            "NextElapseUSecRealtime",
+        ])
+        .expect("busctl");
+    assert_eq!(
+        format!("t {}", timer["next_elapse_usec"]),
+        raw.trim(),
+        "{job}"
+    );
+    let shown = prop(&c, "jobguard@hold.timer", "NextElapseUSecRealtime");
+    let shown_utc = c
+        .exec_ok(&[
+            "env",
+            "TZ=UTC",
+            "systemctl",
+            "show",
+            "jobguard@hold.timer",
+            "-p",
+            "NextElapseUSecRealtime",
+            "--value",
+        ])
+        .expect("systemctl show");
+    let rfc = s(timer, "next_elapse");
+    // `systemctl show` prints e.g. "Fri 2027-01-01 00:00:00 UTC".
+    let want = rfc.replace('T', " ").replace('Z', " UTC");
+    assert!(
+        shown_utc.trim().ends_with(&want),
+        "{shown:?} {shown_utc:?} vs {rfc}"
+    );
+    assert_eq!(s(job, "next_elapse"), rfc, "{job}");
+    assert_eq!(s(&job["systemd"]["service"], "active_state"), "inactive");
+    assert_eq!(status["systemd"]["read"], Value::Bool(true), "{status}");
+}
+
+#[test]
+fn a_block_inhibitor_refuses_a_reboot_that_checks_inhibitors() {
+    if !ready("a_block_inhibitor_refuses_a_reboot_that_checks_inhibitors") {
+        return;
+    }
+    let mut c = boot("sd5-block", &waiting_job("blk", "inhibit = \"block\""));
+    start_and_wait_running(&c, "blk");
+    let list = inhibitors(&c);
+    assert!(
+        list.lines()
+            .any(|l| l.contains("jobguard blk") && l.contains("block")),
+        "{list}"
+    );
+    let out = c
+        .exec(&["systemctl", "reboot", "--check-inhibitors=yes"])
+        .expect("systemctl reboot");
+    let said = format!("{}{}", text(&out), String::from_utf8_lossy(&out.stderr));
+    assert!(!out.status.success(), "the reboot was not refused: {said}");
+    assert!(
+        said.contains("jobguard blk"),
+        "the refusal names the job: {said}"
+    );
+    assert!(c.is_running(), "the container went down");
+    c.exec_ok(&["touch", "/run/blk.release"]).expect("release");
+    assert_eq!(wait_inactive(&c, "jobguard@blk.service"), "success");
+}
+
+#[test]
+fn a_poweroff_during_a_run_is_recorded_as_shutdown_and_rerun_after_boot() {
+    if !ready("a_poweroff_during_a_run_is_recorded_as_shutdown_and_rerun_after_boot") {
+        return;
+    }
+    let mut c = boot("sd5-poweroff", &waiting_job("cut", ""));
+    start_and_wait_running(&c, "cut");
+    c.poweroff().expect("poweroff");
+    c.boot_again().expect("boot again");
+
+    let rows = common::wait_for(
+        "the re-run after boot",
+        Duration::from_secs(90),
+        Duration::from_millis(300),
+        || {
+            let rows = history(&c, "cut");
+            Ok(rows
+                .iter()
+                .any(|r| s(r, "outcome") == "succeeded")
+                .then_some(rows))
+        },
+    )
+    .expect("the slot was re-run");
+    let cut: Vec<&Value> = rows
+        .iter()
+        .filter(|r| s(r, "outcome") == "interrupted")
+        .collect();
+    assert_eq!(cut.len(), 1, "{rows:#?}");
+    assert_eq!(s(cut[0], "reason"), "shutdown", "{rows:#?}");
+    assert_eq!(s(cut[0], "resolution"), "rerun", "{rows:#?}");
+    let done: Vec<&Value> = rows
+        .iter()
+        .filter(|r| s(r, "outcome") == "succeeded")
+        .collect();
+    assert_eq!(done.len(), 1, "{rows:#?}");
+    assert_eq!(s(done[0], "slot"), s(cut[0], "slot"));
+    assert_eq!(rows.len(), 2, "{rows:#?}");
+
+    // The shim heard logind's PrepareForShutdown on the first boot (not only the SIGTERM).
+    let first_boot = c
+        .exec_ok(&[
+            "journalctl",
+            "-b",
+            "-1",
+            "--no-pager",
+            "-o",
+            "cat",
+            "-u",
+            "jobguard@cut.service",
+        ])
+        .expect("journal of the first boot");
+    assert!(
+        first_boot.contains("logind PrepareForShutdown"),
+        "{first_boot}"
+    );
+}
+
+/// Every kind of event, by an exhaustive match: adding a kind without a catalog entry
+/// stops this file from compiling.
+fn all_kinds() -> Vec<jobguard::journal::Kind> {
+    use jobguard::journal::Kind;
+    let all = [
+        Kind::Started,
+        Kind::SkippedSlotDone,
+        Kind::SkippedSlotHeld,
+        Kind::SkippedLockHeld,
+        Kind::SkippedLeaseHeld,
+        Kind::SkippedOutOfOrder,
+        Kind::SkippedStoreUnavailable,
+        Kind::Finished,
+        Kind::Failed,
+        Kind::Interrupted,
+        Kind::LeaseLost,
+        Kind::Recovered,
+        Kind::GapDetected,
+    ];
+    for k in all {
+        match k {
+            Kind::Started
+            | Kind::SkippedSlotDone
+            | Kind::SkippedSlotHeld
+            | Kind::SkippedLockHeld
+            | Kind::SkippedLeaseHeld
+            | Kind::SkippedOutOfOrder
+            | Kind::SkippedStoreUnavailable
+            | Kind::Finished
+            | Kind::Failed
+            | Kind::Interrupted
+            | Kind::LeaseLost
+            | Kind::Recovered
+            | Kind::GapDetected => {}
+        }
+    }
+    all.to_vec()
+}
+
+/// The catalog compiles with journalctl (in a scratch root, no systemd needed) and has
+/// exactly one entry per MESSAGE_ID, each with a subject, `Defined-By: jobguard` and text.
+#[test]
+fn the_catalog_has_one_entry_per_event_kind_and_journalctl_reads_it() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let dir = root.path().join("usr/lib/systemd/catalog");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    std::fs::copy(CATALOG, dir.join("jobguard.catalog")).expect("copy");
+    let root_arg = format!("--root={}", root.path().display());
+    let run = |args: &[&str]| {
+        std::process::Command::new("journalctl")
+            .arg(&root_arg)
+            .args(args)
+            .output()
+    };
+    let Ok(out) = run(&["--update-catalog"]) else {
+        common::go_on(
+            "the_catalog_has_one_entry_per_event_kind_and_journalctl_reads_it",
+            Some("journalctl not found".into()),
+        );
+        return;
+    };
+    assert!(out.status.success(), "{out:?}");
+    let listed = text(&run(&["--list-catalog", "--no-pager"]).expect("list"));
+    let catalog = std::fs::read_to_string(CATALOG).expect("catalog");
+    let ids: Vec<&str> = catalog
+        .lines()
+        .filter_map(|l| l.strip_prefix("-- "))
+        .collect();
+    let kinds = all_kinds();
+    assert_eq!(ids.len(), kinds.len(), "one entry per kind: {ids:?}");
+    for k in kinds {
+        let id = k.message_id();
+        assert!(ids.contains(&id), "{k:?} ({id}) has no catalog entry");
+        let line = listed
+            .lines()
+            .find(|l| l.starts_with(id))
+            .unwrap_or_else(|| panic!("journalctl --list-catalog lacks {k:?} ({id}):\n{listed}"));
+        assert!(line.contains("jobguard"), "{line}");
+        let entry = catalog
+            .split("\n-- ")
+            .find(|e| e.starts_with(id))
+            .expect("entry");
+        assert!(entry.contains("\nDefined-By: jobguard\n"), "{entry}");
+        assert!(entry.contains("\nSupport: "), "{entry}");
+        assert!(entry.lines().count() >= 8, "{k:?}: too short:\n{entry}");
+    }
+}
