@@ -15,6 +15,7 @@
 //! ```
 
 mod common;
+mod support;
 
 use std::process::Output;
 use std::time::Duration;
@@ -183,6 +184,7 @@ fn a_run_holds_an_inhibitor_shows_its_status_and_the_catalog_explains_its_events
         .lines()
         .find(|l| l.contains("jobguard hold"))
         .unwrap_or_else(|| panic!("no jobguard lock in systemd-inhibit --list:\n{list}"));
+    eprintln!("systemd-inhibit --list: {line}");
     assert!(line.contains("running slot 20"), "{line}");
     assert!(line.contains("-01-01T00:00:00Z"), "{line}");
     assert!(line.contains("shutdown:sleep"), "{line}");
@@ -195,6 +197,7 @@ fn a_run_holds_an_inhibitor_shows_its_status_and_the_catalog_explains_its_events
 
     // systemctl status shows the running run's STATUS.
     let running = status_line(&c, "jobguard@hold.service").expect("a Status: line");
+    eprintln!("running: {running}");
     assert!(
         running.contains("running slot") && running.contains("lease held by host"),
         "{running}"
@@ -212,6 +215,7 @@ fn a_run_holds_an_inhibitor_shows_its_status_and_the_catalog_explains_its_events
     c.exec_ok(&["systemctl", "start", "jobguard@hold.service"])
         .expect("start again");
     let skipped = status_line(&c, "jobguard@hold.service").unwrap_or_default();
+    eprintln!("skipped: {skipped}");
     assert!(
         skipped.contains("skipped: slot") && skipped.contains("already succeeded"),
         "systemctl status after a skip: {skipped:?}"
@@ -228,6 +232,7 @@ fn a_run_holds_an_inhibitor_shows_its_status_and_the_catalog_explains_its_events
             "MESSAGE_ID=9fb9749e319e40488204b6f156681d66",
         ])
         .expect("journalctl -x");
+    eprintln!("journalctl -x:\n{finished}");
     assert!(
         finished.contains("Subject: jobguard job hold finished slot ")
             && finished.contains("Defined-By: jobguard")
@@ -252,6 +257,10 @@ fn a_run_holds_an_inhibitor_shows_its_status_and_the_catalog_explains_its_events
         .exec_ok(&["jobguard", "status", "--json"])
         .expect("jobguard status");
     let status: Value = serde_json::from_str(&out).expect("status JSON");
+    eprintln!(
+        "jobguard status:\n{}",
+        c.exec_ok(&["jobguard", "status"]).unwrap_or_default()
+    );
     let job = &status["jobs"][0];
     let timer = &job["systemd"]["timer"];
     let raw = c
@@ -311,6 +320,7 @@ fn a_block_inhibitor_refuses_a_reboot_that_checks_inhibitors() {
         .exec(&["systemctl", "reboot", "--check-inhibitors=yes"])
         .expect("systemctl reboot");
     let said = format!("{}{}", text(&out), String::from_utf8_lossy(&out.stderr));
+    eprintln!("systemctl reboot --check-inhibitors=yes: {said}");
     assert!(!out.status.success(), "the reboot was not refused: {said}");
     assert!(
         said.contains("jobguard blk"),
@@ -464,4 +474,93 @@ fn the_catalog_has_one_entry_per_event_kind_and_journalctl_reads_it() {
         assert!(entry.contains("\nSupport: "), "{entry}");
         assert!(entry.lines().count() >= 8, "{k:?}: too short:\n{entry}");
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Without systemd: on this machine (PID 1 is not systemd) with no system bus at the
+// address given.
+// ---------------------------------------------------------------------------------------
+
+const FIRED: &str = "1795917780000000";
+
+fn no_bus(cmd: &mut std::process::Command) -> &mut std::process::Command {
+    cmd.env(
+        "DBUS_SYSTEM_BUS_ADDRESS",
+        "unix:path=/nonexistent/jobguard-test-bus",
+    )
+    .env("TRIGGER_TIMER_REALTIME_USEC", FIRED)
+}
+
+#[test]
+fn without_logind_a_run_warns_once_and_succeeds_and_inhibit_none_does_not_ask() {
+    let sb = support::Sandbox::new(
+        "[jobs.plain]\nschedule = \"*-*-* 02:00:00 UTC\"\ncommand = [\"/bin/true\"]\n\n\
+         [jobs.quiet]\nschedule = \"*-*-* 02:00:00 UTC\"\ncommand = [\"/bin/true\"]\ninhibit = \"none\"\n",
+    );
+    let out = no_bus(&mut sb.cmd(&["run", "plain"]))
+        .output()
+        .expect("run");
+    let err = support::stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(err.matches("warning: logind").count(), 1, "{err}");
+    assert!(err.contains("without a logind inhibitor"), "{err}");
+    let rows = sb.history("plain");
+    assert_eq!(s(&rows[0], "outcome"), "succeeded", "{rows:?}");
+
+    let out = no_bus(&mut sb.cmd(&["run", "quiet"]))
+        .output()
+        .expect("run");
+    let err = support::stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        !err.contains("logind"),
+        "inhibit = none asked logind: {err}"
+    );
+}
+
+#[test]
+fn status_without_systemd_shows_the_ledger_and_says_what_it_could_not_read() {
+    if std::path::Path::new("/run/systemd/system").exists() {
+        common::go_on(
+            "status_without_systemd_shows_the_ledger_and_says_what_it_could_not_read",
+            Some("systemd runs on this machine".into()),
+        );
+        return;
+    }
+    let sb = support::Sandbox::new(
+        "[jobs.ledger]\nschedule = \"*-*-* 02:00:00 UTC\"\ncommand = [\"/bin/true\"]\n",
+    );
+    let out = no_bus(&mut sb.cmd(&["run", "ledger"]))
+        .output()
+        .expect("run");
+    assert!(out.status.success(), "{}", support::stderr(&out));
+
+    let out = sb.run(&["status", "--json"]);
+    assert!(out.status.success(), "{}", support::stderr(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("status JSON");
+    assert_eq!(v["systemd"]["read"], Value::Bool(false), "{v}");
+    assert!(
+        s(&v["systemd"], "note").contains("not running"),
+        "the note says what was not read: {v}"
+    );
+    let job = &v["jobs"][0];
+    assert_eq!(job["systemd"], Value::Null, "{job}");
+    assert_eq!(s(&job["last"], "outcome"), "succeeded", "{job}");
+    assert!(
+        !s(job, "next_elapse").is_empty(),
+        "jobguard's own NEXT: {job}"
+    );
+
+    let out = sb.run(&["status"]);
+    assert!(out.status.success());
+    let table = support::stdout(&out);
+    assert!(
+        table.contains("ledger") && table.contains("succeeded"),
+        "{table}"
+    );
+    assert!(
+        support::stderr(&out).contains("note: systemd is not running here"),
+        "{}",
+        support::stderr(&out)
+    );
 }
