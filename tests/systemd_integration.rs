@@ -564,3 +564,36 @@ fn status_without_systemd_shows_the_ledger_and_says_what_it_could_not_read() {
         support::stderr(&out)
     );
 }
+
+/// The README's OnFailure= recipe: a failing job starts the alert unit with its own
+/// unit's name as the instance.
+#[test]
+fn on_failure_starts_the_alert_unit_of_the_readme_recipe() {
+    if !ready("on_failure_starts_the_alert_unit_of_the_readme_recipe") {
+        return;
+    }
+    let jobs = "[jobs.broken]\n\
+                schedule = \"*-01-01 00:00:00 UTC\"\n\
+                command = ['/bin/sh', '-c', 'exit 3']\n\
+                on_failure = \"jobguard-alert@%n.service\"\n";
+    let alert = "[Unit]\nDescription=Alert about %i\n\n[Service]\nType=oneshot\n\
+                 ExecStart=/bin/sh -c 'systemctl status --no-pager --lines=30 \"%i\" > /var/lib/alert.txt; echo \"host %H\" >> /var/lib/alert.txt'\n";
+    let opts = options(jobs).file("/etc/systemd/system/jobguard-alert@.service", alert);
+    let c = Container::boot("sd5-onfailure", &opts).expect("boot");
+    let _ = c.exec(&["systemctl", "start", "jobguard@broken.service"]);
+    let text = common::wait_for(
+        "the alert",
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        || {
+            Ok(c.exec(&["cat", "/var/lib/alert.txt"])
+                .ok()
+                .filter(|o| o.status.success() && o.stdout.ends_with(b"\n"))
+                .map(|o| text(&o))
+                .filter(|t| t.contains("host ")))
+        },
+    )
+    .expect("the alert unit ran");
+    assert!(text.contains("jobguard@broken.service"), "{text}");
+    assert!(text.contains("failed"), "{text}");
+}
