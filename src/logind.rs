@@ -267,6 +267,10 @@ fn watcher() -> Option<&'static Watcher> {
         .as_ref()
 }
 
+/// Whether logind announced a shutdown (not cancelled) to any run of this process: a
+/// queued re-run started after the announcement is cut by it too.
+static SHUTTING_DOWN: AtomicBool = AtomicBool::new(false);
+
 /// Prints the "no logind" warning once per process (stderr is the journal under systemd).
 fn warn_once(e: &LogindError) {
     static WARNED: AtomicBool = AtomicBool::new(false);
@@ -304,7 +308,7 @@ impl RunGuard {
             labels: lock_labels(&job.name, slot, run_id),
             lock: None,
             watcher: None,
-            shutting_down: false,
+            shutting_down: SHUTTING_DOWN.load(Ordering::Relaxed),
             sleeping: false,
         };
         if mode.is_some() {
@@ -346,6 +350,7 @@ impl RunGuard {
             match b {
                 SHUTDOWN_ON if !self.shutting_down => {
                     self.shutting_down = true;
+                    SHUTTING_DOWN.store(true, Ordering::Relaxed);
                     self.release();
                     self.note(
                         "the system is shutting down (logind PrepareForShutdown): inhibitor lock released; if the command is cut, the run is recorded interrupted (reason shutdown)",
@@ -353,6 +358,7 @@ impl RunGuard {
                 }
                 SHUTDOWN_OFF if self.shutting_down => {
                     self.shutting_down = false;
+                    SHUTTING_DOWN.store(false, Ordering::Relaxed);
                     self.take();
                     self.note("the shutdown was cancelled: inhibitor lock taken again");
                 }

@@ -194,6 +194,25 @@ fn a_run_holds_an_inhibitor_shows_its_status_and_the_catalog_explains_its_events
         !fds.contains("/run/systemd/inhibit/"),
         "the command inherited the inhibitor lock:\n{fds}"
     );
+    // Nothing else of the shim's either (D-Bus sockets, the watch pipe): every open
+    // descriptor is stdin, stdout, stderr or a copy the shell made of one of them.
+    let targets: Vec<(&str, &str)> = fds
+        .lines()
+        .filter_map(|l| {
+            let (left, target) = l.split_once(" -> ")?;
+            Some((left.split_whitespace().last()?, target))
+        })
+        .collect();
+    let std_targets: Vec<&str> = targets
+        .iter()
+        .filter(|(n, _)| ["0", "1", "2"].contains(n))
+        .map(|(_, t)| *t)
+        .collect();
+    assert_eq!(std_targets.len(), 3, "{fds}");
+    assert!(
+        targets.iter().all(|(_, t)| std_targets.contains(t)),
+        "the command inherited a descriptor of the shim:\n{fds}"
+    );
 
     // systemctl status shows the running run's STATUS.
     let running = status_line(&c, "jobguard@hold.service").expect("a Status: line");
