@@ -6,9 +6,10 @@
 //!   (`delay` or `block`; `none` takes nothing and talks to no bus). logind holds the lock
 //!   until the returned file descriptor is closed, so [`RunGuard`] closes it as soon as the
 //!   command ends (org.freedesktop.login1(5), "Inhibitor locks";
-//!   <https://systemd.io/INHIBITOR_LOCKS>). zbus receives descriptors without
-//!   `MSG_CMSG_CLOEXEC`, so the lock's descriptor is marked close-on-exec here before the
-//!   command is spawned: the job must not inherit (and so prolong) the lock.
+//!   <https://systemd.io/INHIBITOR_LOCKS>). The job must not inherit (and so prolong) the
+//!   lock: zbus receives descriptors without `MSG_CMSG_CLOEXEC` and hands out a
+//!   close-on-exec duplicate (zbus 6.2), and the shim sets `FD_CLOEXEC` on it again before
+//!   the command is spawned, so the guarantee does not rest on that detail.
 //! - **Shutdown watch.** One helper thread per process holds its own D-Bus connection
 //!   subscribed to logind's `PrepareForShutdown` and `PrepareForSleep` signals and writes
 //!   one byte per signal into a pipe; the supervisor
@@ -314,7 +315,10 @@ impl RunGuard {
         if mode.is_some() {
             // Watch first: a shutdown announced after the lock is taken is then seen.
             g.watcher = watcher();
-            g.take();
+            // After a shutdown was announced, a new lock would not hold it up anyway.
+            if !g.shutting_down {
+                g.take();
+            }
         }
         g
     }

@@ -616,3 +616,207 @@ fn on_failure_starts_the_alert_unit_of_the_readme_recipe() {
     assert!(text.contains("jobguard@broken.service"), "{text}");
     assert!(text.contains("failed"), "{text}");
 }
+
+// ---------------------------------------------------------------------------------------
+// Sleep, resume and shutdown signals from a mock logind on a private bus: logind cannot
+// suspend a container, so PrepareForSleep is sent by this stand-in (same interface, same
+// path, same well-known name) on a dbus-daemon of the test's own.
+// ---------------------------------------------------------------------------------------
+
+mod mock {
+    use std::os::fd::OwnedFd;
+    use std::sync::{Arc, Mutex};
+
+    /// Each Inhibit call: (what, who, why, mode) and the read end of the pipe whose write
+    /// end was handed out as the lock (it reads EOF once the lock is released).
+    /// One Inhibit call: its four arguments and the read end of the lock's pipe.
+    pub type Call = ([String; 4], OwnedFd);
+
+    #[derive(Default, Clone)]
+    pub struct Calls(pub Arc<Mutex<Vec<Call>>>);
+
+    pub struct Logind {
+        pub calls: Calls,
+    }
+
+    #[zbus::interface(name = "org.freedesktop.login1.Manager")]
+    impl Logind {
+        fn inhibit(
+            &self,
+            what: String,
+            who: String,
+            why: String,
+            mode: String,
+        ) -> zbus::fdo::Result<zbus::OwnedFd> {
+            let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+                .map_err(|e| zbus::fdo::Error::Failed(e.to_string()))?;
+            self.calls
+                .0
+                .lock()
+                .expect("calls")
+                .push(([what, who, why, mode], r));
+            Ok(w.into())
+        }
+
+        #[zbus(signal)]
+        pub async fn prepare_for_shutdown(
+            emitter: &zbus::object_server::SignalEmitter<'_>,
+            start: bool,
+        ) -> zbus::Result<()>;
+
+        #[zbus(signal)]
+        pub async fn prepare_for_sleep(
+            emitter: &zbus::object_server::SignalEmitter<'_>,
+            start: bool,
+        ) -> zbus::Result<()>;
+    }
+}
+
+/// Whether the lock handed out by Inhibit call `i` has been released (its pipe reads EOF).
+fn released(calls: &mock::Calls, i: usize) -> bool {
+    use std::os::fd::AsFd;
+    let calls = calls.0.lock().expect("calls");
+    let Some((_, r)) = calls.get(i) else {
+        return false;
+    };
+    let mut fds = [nix::poll::PollFd::new(
+        r.as_fd(),
+        nix::poll::PollFlags::POLLIN,
+    )];
+    nix::poll::poll(&mut fds, nix::poll::PollTimeout::ZERO).is_ok_and(|n| n > 0)
+}
+
+#[test]
+fn sleep_releases_and_resume_retakes_the_lock_and_a_shutdown_makes_the_cut_interrupted() {
+    let test =
+        "sleep_releases_and_resume_retakes_the_lock_and_a_shutdown_makes_the_cut_interrupted";
+    if std::process::Command::new("dbus-daemon")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        common::go_on(
+            test,
+            Some("dbus-daemon not found (apt-get install dbus)".into()),
+        );
+        return;
+    }
+    let sb = support::Sandbox::new(
+        "[jobs.sleepy]\nschedule = \"*-*-* 02:00:00 UTC\"\n\
+         command = [\"/bin/sh\", \"-c\", \"while [ ! -e \\\"$RELEASE\\\" ]; do sleep 0.1; done\"]\n",
+    );
+    let bus_path = sb.file("bus");
+    let address = format!("unix:path={}", bus_path.display());
+    let mut daemon = std::process::Command::new("dbus-daemon")
+        .args(["--session", "--nofork", "--nopidfile"])
+        .arg(format!("--address={address}"))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("dbus-daemon");
+    let daemon_guard = common::helper::KillOnDrop(daemon.id() as i32);
+    common::wait_for(
+        "the private bus",
+        Duration::from_secs(20),
+        Duration::from_millis(20),
+        || Ok(bus_path.exists().then_some(())),
+    )
+    .expect("bus socket");
+
+    let calls = mock::Calls::default();
+    let logind = mock::Logind {
+        calls: calls.clone(),
+    };
+    let conn = zbus::block_on(async {
+        zbus::connection::Builder::address(address.as_str())
+            .name("org.freedesktop.login1")
+            .serve_at("/org/freedesktop/login1", logind)
+            .build()
+            .await
+    })
+    .expect("mock logind on the private bus");
+    let emit = |shutdown: bool, start: bool| {
+        zbus::block_on(async {
+            let iface = conn
+                .object_server()
+                .interface::<_, mock::Logind>("/org/freedesktop/login1")
+                .await?;
+            if shutdown {
+                mock::Logind::prepare_for_shutdown(iface.signal_emitter(), start).await
+            } else {
+                mock::Logind::prepare_for_sleep(iface.signal_emitter(), start).await
+            }
+        })
+        .expect("emit");
+    };
+    let wait = |what: &str, f: &dyn Fn() -> bool| {
+        common::wait_for(
+            what,
+            Duration::from_secs(30),
+            Duration::from_millis(20),
+            || Ok(f().then_some(())),
+        )
+        .expect(what)
+    };
+
+    let release = sb.file("release");
+    let shim = sb
+        .cmd(&["run", "sleepy"])
+        .env("DBUS_SYSTEM_BUS_ADDRESS", &address)
+        .env("TRIGGER_TIMER_REALTIME_USEC", FIRED)
+        .env("RELEASE", &release)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("jobguard run");
+    let shim_guard = common::helper::KillOnDrop(shim.id() as i32);
+    let n = || calls.0.lock().expect("calls").len();
+    wait("the first Inhibit call", &|| n() >= 1);
+    {
+        let c = calls.0.lock().expect("calls");
+        let [what, who, why, mode] = &c[0].0;
+        assert_eq!(what, "shutdown:sleep");
+        assert_eq!(who, "jobguard sleepy");
+        assert!(why.starts_with("running slot 2026-"), "{why}");
+        assert_eq!(mode, "delay");
+    }
+    assert!(
+        !released(&calls, 0),
+        "the lock was released while the command runs"
+    );
+
+    emit(false, true);
+    wait("the lock released before sleep", &|| released(&calls, 0));
+    emit(false, false);
+    wait("the lock taken again after resume", &|| n() >= 2);
+    assert!(!released(&calls, 1));
+
+    emit(true, true);
+    wait("the lock released at shutdown", &|| released(&calls, 1));
+    // What systemd would do next: stop the unit, i.e. SIGTERM to the shim.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(shim.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("SIGTERM");
+    let out = shim.wait_with_output().expect("shim");
+    // Reaped: its pid may be reused, so the guard must not signal it any more.
+    std::mem::forget(shim_guard);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(143), "{err}");
+    assert!(
+        err.contains("going to sleep") && err.contains("resumed"),
+        "{err}"
+    );
+    let rows = sb.history("sleepy");
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(s(&rows[0], "outcome"), "interrupted", "{rows:?}");
+    assert_eq!(
+        s(&rows[0], "reason"),
+        "shutdown",
+        "not stopped-term: {rows:?}"
+    );
+    assert_eq!(s(&rows[0], "resolution"), "queued", "{rows:?}");
+    drop(conn);
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    std::mem::forget(daemon_guard);
+}
