@@ -112,7 +112,7 @@ pub fn lock_labels(job: &str, slot: &str, run_id: &str) -> (String, String, Stri
 ///
 /// # Errors
 /// [`LogindError::Bus`] without a system bus, without logind, when logind refuses (e.g.
-/// polkit), or after [`CALL_TIMEOUT`]; [`LogindError::Os`] if the descriptor cannot be
+/// polkit), or after 5 s without an answer; [`LogindError::Os`] if the descriptor cannot be
 /// marked close-on-exec (it is closed then).
 pub fn inhibit(what: &str, who: &str, why: &str, mode: &str) -> Result<OwnedFd, LogindError> {
     let fd: OwnedFd = zbus::block_on(async {
@@ -145,7 +145,7 @@ pub struct Watcher {
 
 impl Watcher {
     /// Starts the helper thread and waits until its subscription to logind's signals is in
-    /// place (or [`CALL_TIMEOUT`] passes). Call after the shim blocked its signals.
+    /// place (at most 5 s). Call after the shim blocked its signals.
     ///
     /// # Errors
     /// [`LogindError::Bus`] without a system bus; [`LogindError::Os`] if the pipe cannot be
