@@ -233,6 +233,8 @@ fn a_run_holds_an_inhibitor_shows_its_status_and_the_catalog_explains_its_events
     // A start for the same slot is a skip, and says so in systemctl status.
     c.exec_ok(&["systemctl", "start", "jobguard@hold.service"])
         .expect("start again");
+    // `systemctl start` returns once the shim is exec'd (Type=exec): wait for it to end.
+    assert_eq!(wait_inactive(&c, "jobguard@hold.service"), "success");
     let skipped = status_line(&c, "jobguard@hold.service").unwrap_or_default();
     eprintln!("skipped: {skipped}");
     assert!(
