@@ -223,3 +223,29 @@ fn send(ev: &Event<'_>) {
 pub fn status(text: &str) {
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Status(text)]);
 }
+
+/// Waits until systemd has read every notification this process sent, at most `timeout`
+/// (sd_notify_barrier(3), systemd 246 and later): sends `BARRIER=1` with the write end of
+/// a pipe and waits for the read end to hang up, which happens when systemd closes its
+/// copy after processing all earlier messages. Call before exiting: a `STATUS=` from a
+/// process that is already gone may not be attributed to its unit. No-op outside a unit.
+pub fn notify_barrier(timeout: std::time::Duration) {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    if std::env::var_os("NOTIFY_SOCKET").is_none() {
+        return;
+    }
+    let Ok((read, write)) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) else {
+        return;
+    };
+    let sent = sd_notify::notify_with_fds(
+        &[sd_notify::NotifyState::Custom("BARRIER=1")],
+        &[write.as_fd()],
+    );
+    drop(write);
+    if sent.is_err() {
+        return;
+    }
+    let ms = u16::try_from(timeout.as_millis()).unwrap_or(u16::MAX);
+    let mut fds = [PollFd::new(read.as_fd(), PollFlags::POLLIN)];
+    let _ = poll(&mut fds, PollTimeout::from(ms));
+}

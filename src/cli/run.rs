@@ -9,11 +9,15 @@ pub fn run(args: &RunArgs) -> u8 {
         Ok(j) => j,
         Err(code) => return code,
     };
-    shim::run(
+    let code = shim::run(
         &job,
         &shim::Request {
             slot: args.slot.clone(),
             force: args.force,
         },
-    )
+    );
+    // The last STATUS= (a skip's reason, a run's outcome) must reach systemd before the
+    // process is gone, or `systemctl status` may not show it.
+    crate::journal::notify_barrier(std::time::Duration::from_secs(1));
+    code
 }

@@ -1,6 +1,12 @@
 //! `jobguard status [--json]`: every job with its schedule, next elapse, last slot and
 //! outcome, a running run's holder, and the runs that need attention.
 //!
+//! What systemd knows is joined in when it can be read ([`crate::systemd_dbus`]): each
+//! timer's next elapse (`NextElapseUSecRealtime`, which then is the NEXT column) and last
+//! trigger (`LastTriggerUSec`), and the service's `ActiveState`/`SubState`. Without
+//! systemd (a container without it, a plain shell) the ledger part is still shown, with a
+//! note of what could not be read; NEXT then comes from jobguard's own calendar engine.
+//!
 //! A run needs attention when its slot is not done and its latest attempt ended
 //! `failed`, `interrupted` or `lease_lost` (with what happens next: a queued re-run, or
 //! held for `jobguard resolve`).
@@ -15,6 +21,7 @@ use crate::exit;
 use crate::job::Job;
 use crate::ledger::{Outcome, Resolution, Run, format_usec};
 use crate::store::{RunQuery, Store};
+use crate::systemd_dbus::{self, JobUnits, UnitState};
 
 /// How many recent records per job `status` looks at.
 const RECENT: usize = 200;
@@ -54,7 +61,58 @@ struct JobStatus {
     attention: Vec<Run>,
 }
 
-fn job_status(store: &mut dyn Store, job: &Job, now_usec: i64) -> Result<JobStatus, String> {
+/// A time from systemd (µs since the epoch) as JSON: the µs and RFC 3339.
+fn usec_json(usec: Option<u64>) -> (Value, Value) {
+    match usec.and_then(|u| i64::try_from(u).ok()) {
+        Some(u) => (json!(u), json!(format_usec(u))),
+        None => (Value::Null, Value::Null),
+    }
+}
+
+fn unit_json(u: &UnitState) -> Value {
+    json!({
+        "unit": u.name,
+        "load_state": u.load_state,
+        "active_state": u.active_state,
+        "sub_state": u.sub_state,
+    })
+}
+
+/// systemd's view of a job's units as JSON.
+fn systemd_json(units: &JobUnits) -> Value {
+    let (next_us, next) = usec_json(units.timer.next_elapse_usec);
+    let (last_us, last) = usec_json(units.timer.last_trigger_usec);
+    let mut timer = unit_json(&units.timer.unit);
+    if let Value::Object(m) = &mut timer {
+        m.insert("next_elapse_usec".into(), next_us);
+        m.insert("next_elapse".into(), next);
+        m.insert("last_trigger_usec".into(), last_us);
+        m.insert("last_trigger".into(), last);
+    }
+    json!({ "timer": timer, "service": unit_json(&units.service) })
+}
+
+/// The STATE column: the service's state as systemd has it, and whether the timer waits.
+fn state_text(units: Option<&JobUnits>) -> String {
+    let Some(u) = units else {
+        return "?".into();
+    };
+    let timer = match u.timer.unit.load_state.as_str() {
+        "loaded" => u.timer.unit.active_state.clone(),
+        other => other.to_string(),
+    };
+    format!(
+        "{}/{} (timer {timer})",
+        u.service.active_state, u.service.sub_state
+    )
+}
+
+fn job_status(
+    store: &mut dyn Store,
+    job: &Job,
+    now_usec: i64,
+    units: Option<&JobUnits>,
+) -> Result<JobStatus, String> {
     let recent = store
         .runs(&RunQuery {
             job: Some(job.name.clone()),
@@ -65,10 +123,14 @@ fn job_status(store: &mut dyn Store, job: &Job, now_usec: i64) -> Result<JobStat
     let lease = store.lease(&job.name).map_err(|e| e.to_string())?;
     let store_now = store.now().map_err(|e| e.to_string())?;
     let live_lease = lease.filter(|l| l.expire_at > store_now);
-    let next = jiff::Timestamp::from_microsecond(now_usec)
-        .ok()
-        .and_then(|t| job.calendar.next_elapse(t))
-        .map(|t| t.as_microsecond());
+    // systemd's next elapse when it could be read (it is what will fire), else our own.
+    let next = match units {
+        Some(u) => u.timer.next_elapse_usec.and_then(|n| i64::try_from(n).ok()),
+        None => jiff::Timestamp::from_microsecond(now_usec)
+            .ok()
+            .and_then(|t| job.calendar.next_elapse(t))
+            .map(|t| t.as_microsecond()),
+    };
     let last = recent
         .iter()
         .filter(|r| r.outcome != Outcome::Running)
@@ -85,6 +147,7 @@ fn job_status(store: &mut dyn Store, job: &Job, now_usec: i64) -> Result<JobStat
         "running": running.map(view::run_json),
         "lease": live_lease.as_ref().map(view::lease_json),
         "attention": attention.iter().map(view::run_json).collect::<Vec<_>>(),
+        "systemd": units.map(systemd_json),
     });
     let last_text = last
         .map(|r| format!("{} {} on {}", r.slot.rfc3339(), r.outcome, r.host))
@@ -103,6 +166,7 @@ fn job_status(store: &mut dyn Store, job: &Job, now_usec: i64) -> Result<JobStat
         job.name.clone(),
         job.schedule.clone(),
         next.map(format_usec).unwrap_or_else(|| "-".into()),
+        state_text(units),
         last_text,
         running_text,
         attention.len().to_string(),
@@ -140,7 +204,10 @@ pub fn run(args: &StatusArgs) -> u8 {
     let mut rows = Vec::new();
     let mut attention_all = Vec::new();
     let mut problems = Vec::new();
-    for job in set.jobs.values() {
+    let names: Vec<&str> = set.jobs.values().map(|j| j.name.as_str()).collect();
+    let (systemd, systemd_note) = read_systemd(&names);
+    for (i, job) in set.jobs.values().enumerate() {
+        let units = systemd.as_ref().and_then(|v| v.get(i));
         let Ok(address) = job_store_address(job) else {
             problems.push(format!("{}: the store address could not be read", job.name));
             status = exit::CONFIG;
@@ -158,7 +225,7 @@ pub fn run(args: &StatusArgs) -> u8 {
             rows.push(unreadable_row(job, now));
             continue;
         };
-        match job_status(store.as_mut(), job, now) {
+        match job_status(store.as_mut(), job, now, units) {
             Ok(s) => {
                 jobs_json.push(s.json);
                 rows.push(s.row);
@@ -178,6 +245,10 @@ pub fn run(args: &StatusArgs) -> u8 {
             "attention": attention_all.iter().map(view::run_json).collect::<Vec<_>>(),
             "config_errors": errors,
             "problems": problems,
+            "systemd": {
+                "read": systemd.is_some(),
+                "note": systemd_note,
+            },
         });
         println!("{out}");
         return status;
@@ -188,7 +259,15 @@ pub fn run(args: &StatusArgs) -> u8 {
         print!(
             "{}",
             view::table(
-                &["JOB", "SCHEDULE", "NEXT", "LAST", "RUNNING", "ATTENTION"],
+                &[
+                    "JOB",
+                    "SCHEDULE",
+                    "NEXT",
+                    "STATE",
+                    "LAST",
+                    "RUNNING",
+                    "ATTENTION"
+                ],
                 &rows
             )
         );
@@ -223,5 +302,35 @@ pub fn run(args: &StatusArgs) -> u8 {
     for e in errors.iter().chain(problems.iter()) {
         eprintln!("jobguard: {e}");
     }
+    if let Some(note) = systemd_note {
+        eprintln!("jobguard: note: {note}");
+    }
     status
+}
+
+/// systemd's view of the jobs' units, or why it could not be read (the note says what
+/// is missing from the output).
+fn read_systemd(names: &[&str]) -> (Option<Vec<JobUnits>>, Option<String>) {
+    if names.is_empty() {
+        return (None, None);
+    }
+    // sd_booted(3): systemd is the service manager when this directory exists.
+    if !std::path::Path::new("/run/systemd/system").is_dir() {
+        return (
+            None,
+            Some(
+                "systemd is not running here: timers and unit states not read; NEXT is computed by jobguard"
+                    .into(),
+            ),
+        );
+    }
+    match systemd_dbus::read_jobs(names) {
+        Ok(v) => (Some(v), None),
+        Err(e) => (
+            None,
+            Some(format!(
+                "{e}: timers and unit states not read; NEXT is computed by jobguard"
+            )),
+        ),
+    }
 }

@@ -235,6 +235,30 @@ pub fn supervise(
     limits: Limits,
     renew: &mut dyn FnMut() -> Renewal,
 ) -> Result<Ended, Errno> {
+    supervise_watching(pid, limits, renew, None)
+}
+
+/// A descriptor polled beside the signalfd (the logind shutdown watch of
+/// [`crate::logind`]), and what to do when it is readable: `ready` returns false to stop
+/// polling it (e.g. its writer is gone).
+pub struct Watch<'a> {
+    /// Polled for `POLLIN`.
+    pub fd: std::os::fd::BorrowedFd<'a>,
+    /// Called on the shim's thread when `fd` is readable or hung up.
+    pub ready: &'a mut dyn FnMut() -> bool,
+}
+
+/// [`supervise`], also polling `watch` (if any) and calling its `ready` when readable;
+/// one thread, so nothing races the signal handling.
+///
+/// # Errors
+/// The errno of signalfd, poll or waitpid.
+pub fn supervise_watching(
+    pid: Pid,
+    limits: Limits,
+    renew: &mut dyn FnMut() -> Renewal,
+    mut watch: Option<Watch<'_>>,
+) -> Result<Ended, Errno> {
     use std::os::fd::AsFd;
     let sfd = SignalFd::with_flags(
         &handled_set(),
@@ -273,10 +297,26 @@ pub fn supervise(
         }
         let wait = wake.saturating_duration_since(now);
         let ms = u16::try_from(wait.as_millis().min(60_000)).unwrap_or(u16::MAX);
-        let mut fds = [PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
+        let mut fds = vec![PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
+        if let Some(w) = &watch {
+            fds.push(PollFd::new(w.fd, PollFlags::POLLIN));
+        }
         match poll(&mut fds, PollTimeout::from(ms)) {
             Ok(_) | Err(Errno::EINTR) => {}
             Err(e) => return Err(e),
+        }
+        // The watch (logind's shutdown/sleep signals) is handled before the signals, so a
+        // SIGTERM that systemd sends for a shutdown is already known to be one.
+        let watch_ready = fds
+            .get(1)
+            .and_then(PollFd::revents)
+            .is_some_and(|r| !r.is_empty());
+        drop(fds);
+        if watch_ready
+            && let Some(w) = &mut watch
+            && !(w.ready)()
+        {
+            watch = None;
         }
         while let Ok(Some(info)) = sfd.read_signal() {
             let Ok(sig) = Signal::try_from(info.ssi_signo as i32) else {

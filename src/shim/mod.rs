@@ -31,6 +31,7 @@ use crate::journal::{self, Event, Kind};
 use crate::lease::{Holder, Lease};
 use crate::ledger::{Finish, NewRun, Outcome, Resolution, Run, Slot, format_usec};
 use crate::lock::{JobLock, LockAttempt};
+use crate::logind;
 use crate::paths;
 use crate::store::{self, Claim, ClaimRequest, RunQuery, Store, StoreError};
 
@@ -561,12 +562,16 @@ fn execute(
     ev.fencing_token = Some(lease.token);
     journal::emit(&ev);
     journal::status(&format!(
-        "running slot {slot_text}, attempt {}, lease token {}",
-        run.attempt, lease.token
+        "running slot {slot_text}, attempt {}, lease held by host {} with token {}",
+        run.attempt, lease.host, lease.token
     ));
 
     // The lease surely holds until here (by this host's monotonic clock), less a margin.
     let mut lease_good_until = Renewer::new(job.lease_ttl, claimed_at).give_up_at();
+    // The logind inhibitor lock is taken just before the command starts and released as
+    // soon as it ends (when `guard` is dropped); the guard also hears logind's
+    // PrepareForShutdown/PrepareForSleep, polled by `supervise_watching`. See crate::logind.
+    let mut guard = logind::RunGuard::start(job, &slot_text, &run.run_id);
     let (finish, code) = match child::spawn(&spec) {
         Err(e) => {
             let code = match e.kind() {
@@ -603,7 +608,15 @@ fn execute(
                 kill_grace: job.kill_grace,
                 renew_first: renewer.every(),
             };
-            let ended = match child::supervise(pid, limits, &mut || renewer.renew(store, lease)) {
+            let watch_fd = guard.watch_fd();
+            let mut on_watch = || guard.on_watch_ready();
+            let watch = watch_fd.map(|fd| child::Watch {
+                fd,
+                ready: &mut on_watch,
+            });
+            let supervised =
+                child::supervise_watching(pid, limits, &mut || renewer.renew(store, lease), watch);
+            let ended = match supervised {
                 Ok(e) => e,
                 Err(e) => {
                     eprintln!("jobguard: {}: lost track of the command: {e}", job.name);
@@ -611,9 +624,11 @@ fn execute(
                 }
             };
             lease_good_until = renewer.give_up_at();
-            classify(job, &ended)
+            classify(job, &ended, guard.cut())
         }
     };
+    // The command has ended: release the inhibitor lock before the final writes.
+    drop(guard);
     let mut finish = finish;
     if finish.resolution == Some(Resolution::Queued) {
         // Re-run once: a slot already cut off before is held for a person this time.
@@ -636,8 +651,9 @@ fn execute(
     code
 }
 
-/// Decides outcome and exit status from how the command ended.
-fn classify(job: &Job, ended: &child::Ended) -> (Finish, u8) {
+/// Decides outcome and exit status from how the command ended; `cut` is what logind
+/// announced during the run (shutdown or sleep), if anything.
+fn classify(job: &Job, ended: &child::Ended, cut: Option<logind::Cut>) -> (Finish, u8) {
     let code = exit::from_child(ended.status);
     let status = Some(i32::from(code));
     let mk = |outcome, reason: &str, resolution| Finish {
@@ -657,6 +673,13 @@ fn classify(job: &Job, ended: &child::Ended) -> (Finish, u8) {
             mk(Outcome::LeaseLost, "lease-lost", Some(policy)),
             exit::LEASE_LOST,
         );
+    }
+    // A command that did not succeed after logind announced a shutdown (or sleep) was cut
+    // by it, whatever signal or status it ended with: the job's policy applies.
+    if let Some(cut) = cut
+        && !ended.status.success()
+    {
+        return (mk(Outcome::Interrupted, cut.reason(), Some(policy)), code);
     }
     if ended.timed_out {
         return (mk(Outcome::Failed, "timeout", None), exit::TIMEOUT);

@@ -1,0 +1,191 @@
+//! What systemd knows about a job's units, read over D-Bus from `org.freedesktop.systemd1`
+//! (org.freedesktop.systemd1(5)): the timer's next elapse and last trigger, and the
+//! active state of the timer and the service. Used by `jobguard status`, never by the
+//! shim or the generator.
+//!
+//! Units are looked up with `Manager.LoadUnit` (which also answers for a unit that is not
+//! loaded, with `LoadState=not-found`), then their properties are read one by one with
+//! `org.freedesktop.DBus.Properties.Get`, without caching or subscribing.
+
+use std::time::Duration;
+
+use crate::unit_name;
+
+/// How long one D-Bus call may take.
+const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Errors reading systemd's view.
+#[derive(Debug, thiserror::Error)]
+pub enum SystemdError {
+    /// No system bus, no systemd on it, or a call failed.
+    #[error("systemd over D-Bus: {0}")]
+    Bus(#[from] zbus::Error),
+}
+
+/// One unit as systemd sees it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UnitState {
+    /// The unit's name, e.g. `jobguard@backup.timer`.
+    pub name: String,
+    /// `LoadState`: `loaded`, `not-found`, `masked`, ...
+    pub load_state: String,
+    /// `ActiveState`: `active`, `inactive`, `activating`, `failed`, ...
+    pub active_state: String,
+    /// `SubState`: `waiting`, `running`, `dead`, ...
+    pub sub_state: String,
+}
+
+/// A timer's schedule as systemd computed it (org.freedesktop.systemd1(5), "Timer Unit
+/// Objects"). Times are µs since the Unix epoch, `None` where systemd says 0 (never / no
+/// next elapse).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TimerState {
+    /// The timer unit.
+    pub unit: UnitState,
+    /// `NextElapseUSecRealtime`: the next calendar elapse, µs since the epoch.
+    pub next_elapse_usec: Option<u64>,
+    /// `LastTriggerUSec`: when the timer last fired, µs since the epoch.
+    pub last_trigger_usec: Option<u64>,
+}
+
+/// A job's two units.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobUnits {
+    /// `jobguard@JOB.timer`.
+    pub timer: TimerState,
+    /// `jobguard@JOB.service`.
+    pub service: UnitState,
+}
+
+/// The unit names of job `job`: (`jobguard@JOB.timer`, `jobguard@JOB.service`), with the
+/// instance escaped as systemd-escape(1) would.
+pub fn unit_names(job: &str) -> (String, String) {
+    let inst = unit_name::escape(job);
+    (
+        format!("jobguard@{inst}.timer"),
+        format!("jobguard@{inst}.service"),
+    )
+}
+
+/// Reads the units of each job in `jobs` from the system manager, in order.
+///
+/// # Errors
+/// [`SystemdError::Bus`] when the system bus or systemd cannot be reached, or a call
+/// fails (one error for all: the view is all or nothing).
+pub fn read_jobs(jobs: &[&str]) -> Result<Vec<JobUnits>, SystemdError> {
+    zbus::block_on(async {
+        let conn = zbus::connection::Builder::system()
+            .method_timeout(CALL_TIMEOUT)
+            .build()
+            .await?;
+        let mut out = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            let (timer, service) = unit_names(job);
+            let (t, path) = unit(&conn, &timer).await?;
+            let (next, last) = if t.load_state == "loaded" {
+                let iface = "org.freedesktop.systemd1.Timer";
+                (
+                    get_u64(&conn, &path, iface, "NextElapseUSecRealtime").await?,
+                    get_u64(&conn, &path, iface, "LastTriggerUSec").await?,
+                )
+            } else {
+                (0, 0)
+            };
+            out.push(JobUnits {
+                timer: TimerState {
+                    unit: t,
+                    next_elapse_usec: (next != 0).then_some(next),
+                    last_trigger_usec: (last != 0).then_some(last),
+                },
+                service: unit(&conn, &service).await?.0,
+            });
+        }
+        Ok(out)
+    })
+}
+
+async fn load_unit(
+    conn: &zbus::Connection,
+    name: &str,
+) -> Result<zbus::OwnedObjectPath, zbus::Error> {
+    let reply = conn
+        .call_method(
+            Some("org.freedesktop.systemd1"),
+            "/org/freedesktop/systemd1",
+            Some("org.freedesktop.systemd1.Manager"),
+            "LoadUnit",
+            &(name,),
+        )
+        .await?;
+    reply.body().deserialize()
+}
+
+async fn get(
+    conn: &zbus::Connection,
+    path: &zbus::OwnedObjectPath,
+    iface: &str,
+    prop: &str,
+) -> Result<zbus::OwnedVariant, zbus::Error> {
+    let reply = conn
+        .call_method(
+            Some("org.freedesktop.systemd1"),
+            path,
+            Some("org.freedesktop.DBus.Properties"),
+            "Get",
+            &(iface, prop),
+        )
+        .await?;
+    reply.body().deserialize()
+}
+
+async fn get_u64(
+    conn: &zbus::Connection,
+    path: &zbus::OwnedObjectPath,
+    iface: &str,
+    prop: &str,
+) -> Result<u64, zbus::Error> {
+    let v = get(conn, path, iface, prop).await?;
+    u64::try_from(v)
+}
+
+async fn get_string(
+    conn: &zbus::Connection,
+    path: &zbus::OwnedObjectPath,
+    prop: &str,
+) -> Result<String, zbus::Error> {
+    let v = get(conn, path, "org.freedesktop.systemd1.Unit", prop).await?;
+    String::try_from(v)
+}
+
+/// The unit's state and its object path.
+async fn unit(
+    conn: &zbus::Connection,
+    name: &str,
+) -> Result<(UnitState, zbus::OwnedObjectPath), zbus::Error> {
+    let path = load_unit(conn, name).await?;
+    let state = UnitState {
+        name: name.to_string(),
+        load_state: get_string(conn, &path, "LoadState").await?,
+        active_state: get_string(conn, &path, "ActiveState").await?,
+        sub_state: get_string(conn, &path, "SubState").await?,
+    };
+    Ok((state, path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unit_names_escape_the_instance() {
+        assert_eq!(
+            unit_names("backup"),
+            (
+                "jobguard@backup.timer".to_string(),
+                "jobguard@backup.service".to_string()
+            )
+        );
+        let (timer, _) = unit_names("a-b");
+        assert_eq!(timer, "jobguard@a\\x2db.timer");
+    }
+}
