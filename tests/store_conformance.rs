@@ -60,6 +60,52 @@ mod sqlite {
     crate::common::conformance::conformance_suite!(sqlite_env);
 }
 
+/// The shared stores: the same suite on the real servers (a namespace per case), plus the
+/// cases only they have: the server's clock, and outages at start and during a run.
+macro_rules! remote_store {
+    ($module:ident, $kind:expr) => {
+        mod $module {
+            use crate::common::remote::{self, Kind};
+
+            fn fresh(case: &str) -> Option<Box<dyn crate::common::conformance::Env>> {
+                remote::env($kind, &format!("{}::{case}", stringify!($module)))
+            }
+            crate::common::conformance::conformance_suite!(optional fresh);
+
+            #[test]
+            fn server_clock_judges_with_a_skewed_host_clock() {
+                remote::server_clock_judges($kind, concat!(stringify!($module), "::server_clock"));
+            }
+
+            #[test]
+            fn store_down_at_start_is_unavailable() {
+                remote::outage_at_start($kind);
+            }
+
+            #[test]
+            fn store_cut_off_during_a_run_is_unavailable_then_recovers() {
+                remote::outage_during_run($kind, concat!(stringify!($module), "::outage"));
+            }
+
+            #[test]
+            fn describe_masks_the_password() {
+                let s = jobguard::store::open(&match $kind {
+                    Kind::Postgres => "postgres://u:hunter2@127.0.0.1/test",
+                    Kind::Mysql => "mysql://u:hunter2@127.0.0.1/test",
+                    Kind::Redis => "redis://u:hunter2@127.0.0.1/0",
+                })
+                .unwrap();
+                assert!(!s.describe().contains("hunter2"), "{}", s.describe());
+                assert!(s.describe().contains("u:***@127.0.0.1"), "{}", s.describe());
+            }
+        }
+    };
+}
+
+remote_store!(postgres, Kind::Postgres);
+remote_store!(mysql, Kind::Mysql);
+remote_store!(redis, Kind::Redis);
+
 fn mode(path: &Path) -> u32 {
     std::fs::metadata(path).expect("stat").permissions().mode() & 0o777
 }
@@ -183,7 +229,7 @@ fn addresses() {
     ));
 
     for (address, needle) in [
-        ("postgres://u:pw@db/jobs", "\"postgres\" is not built"),
+        ("rediss://:pw@db/0", "\"rediss\" is not built"),
         ("etcd://h:2379", "unknown store kind \"etcd\""),
         ("jobguard.db", "no store kind"),
     ] {

@@ -7,6 +7,7 @@
 pub mod conformance;
 pub mod container;
 pub mod helper;
+pub mod remote;
 
 use std::io::Write;
 use std::time::{Duration, Instant};
