@@ -18,7 +18,8 @@
 //! Round trips: every decision is one `CALL` of a stored procedure (`jobguard_claim`,
 //! `jobguard_renew`, `jobguard_finish`, `jobguard_interrupt`, `jobguard_unlock`) that
 //! runs one READ COMMITTED transaction: it locks the job's lease row (`SELECT … FOR
-//! UPDATE`), reads the server's clock, decides and writes. Values are sent as literals
+//! UPDATE`), reads the server's clock, decides and writes. `jobguard_claim` first decides
+//! without locking, so that losing claims (done, held, busy) answer at once. Values are sent as literals
 //! in the text protocol (strings as hex literals, so nothing needs escaping), which
 //! avoids the extra prepare round trip of server-side prepared statements; a claim is one
 //! round trip after connecting. Connecting does not ask the server for its settings
@@ -115,6 +116,7 @@ fn migration_1() -> Vec<String> {
                 DECLARE v_holder, v_host VARBINARY(1024);
                 DECLARE v_token, v_acquired, v_expire, v_attempt BIGINT;
                 DECLARE v_kind VARCHAR(16);
+                DECLARE v_pass INT;
                 DECLARE v_by VARBINARY(256) DEFAULT NULL;
                 DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
                 SELECT value INTO v_version FROM jobguard_meta WHERE name = 'schema_version';
@@ -122,37 +124,59 @@ fn migration_1() -> Vec<String> {
                     SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT =
                         'schema version is newer than this jobguard knows; upgrade jobguard';
                 END IF;
-                SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
-                START TRANSACTION;
-                INSERT IGNORE INTO jobguard_lease (job, holder, host, token, acquired_at, expire_at)
-                    VALUES (p_job, '', '', 0, 0, 0);
-                SELECT holder, host, token, acquired_at, expire_at
-                  INTO v_holder, v_host, v_token, v_acquired, v_expire
-                  FROM jobguard_lease WHERE job = p_job FOR UPDATE;
-                SET v_now = {now};
-                IF p_forced = 0 THEN
-                    SELECT run_id INTO v_by FROM jobguard_run
-                     WHERE job = p_job AND slot_usec = p_slot
-                       AND (outcome = 'succeeded' OR resolution = 'done')
-                     ORDER BY outcome = 'succeeded' DESC, started_at DESC, seq DESC LIMIT 1;
-                    IF v_by IS NOT NULL THEN
-                        SET v_kind = 'done';
+                -- Pass 1 reads without locking: a slot that is done or held, or a lease
+                -- another holder keeps, is answered at once, so racing claims that lose
+                -- do not queue on the lease row. Pass 2 locks the row and decides again.
+                SET v_pass = 1;
+                passes: LOOP
+                    IF v_pass = 1 THEN
+                        SELECT holder, host, token, acquired_at, expire_at
+                          INTO v_holder, v_host, v_token, v_acquired, v_expire
+                          FROM jobguard_lease WHERE job = p_job;
                     ELSE
+                        -- The job's lease row (its lock and token counter, never deleted)
+                        -- is made in a statement of its own: inserted inside the
+                        -- transaction, racing claims for a new job would deadlock
+                        -- upgrading their duplicate-key share locks.
+                        INSERT IGNORE INTO jobguard_lease
+                            (job, holder, host, token, acquired_at, expire_at)
+                            VALUES (p_job, '', '', 0, 0, 0);
+                        SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+                        START TRANSACTION;
+                        SELECT holder, host, token, acquired_at, expire_at
+                          INTO v_holder, v_host, v_token, v_acquired, v_expire
+                          FROM jobguard_lease WHERE job = p_job FOR UPDATE;
+                    END IF;
+                    SET v_now = {now};
+                    IF p_forced = 0 THEN
                         SELECT run_id INTO v_by FROM jobguard_run
-                         WHERE job = p_job AND slot_usec = p_slot AND resolution = 'held'
-                         ORDER BY started_at DESC, seq DESC LIMIT 1;
+                         WHERE job = p_job AND slot_usec = p_slot
+                           AND (outcome = 'succeeded' OR resolution = 'done')
+                         ORDER BY outcome = 'succeeded' DESC, started_at DESC, seq DESC
+                         LIMIT 1;
                         IF v_by IS NOT NULL THEN
-                            SET v_kind = 'held';
+                            SET v_kind = 'done';
+                        ELSE
+                            SELECT run_id INTO v_by FROM jobguard_run
+                             WHERE job = p_job AND slot_usec = p_slot AND resolution = 'held'
+                             ORDER BY started_at DESC, seq DESC LIMIT 1;
+                            IF v_by IS NOT NULL THEN
+                                SET v_kind = 'held';
+                            END IF;
                         END IF;
                     END IF;
-                END IF;
-                IF v_kind IS NULL AND v_holder <> '' AND v_expire > v_now
-                   AND v_holder <> p_holder THEN
-                    SET v_kind = 'busy';
-                    SELECT run_id INTO v_by FROM jobguard_run
-                     WHERE job = p_job AND fencing_token = v_token
-                     ORDER BY started_at DESC, seq DESC LIMIT 1;
-                END IF;
+                    IF v_kind IS NULL AND v_holder <> '' AND v_expire > v_now
+                       AND v_holder <> p_holder THEN
+                        SET v_kind = 'busy';
+                        SELECT run_id INTO v_by FROM jobguard_run
+                         WHERE job = p_job AND fencing_token = v_token
+                         ORDER BY started_at DESC, seq DESC LIMIT 1;
+                    END IF;
+                    IF v_kind IS NOT NULL OR v_pass = 2 THEN
+                        LEAVE passes;
+                    END IF;
+                    SET v_pass = 2;
+                END LOOP passes;
                 IF v_kind IS NULL THEN
                     SET v_kind = 'claimed', v_token = v_token + 1, v_holder = p_holder,
                         v_host = p_host, v_acquired = v_now, v_expire = v_now + p_ttl,

@@ -16,9 +16,10 @@
 //! by the *server's* clock (`clock_timestamp()`), read inside the statement that decides.
 //!
 //! Round trips: [`Store::claim`] is one call of the PL/pgSQL function `jobguard_claim`,
-//! which locks the job's lease row (`SELECT … FOR UPDATE`), checks the slot, the lease and
-//! the schema version, grants the lease and inserts the `running` record in the single
-//! transaction of that statement. Statements are sent with `query_typed` (parse, bind
+//! which checks the schema version, the slot and the lease, first without locking (a
+//! losing claim answers at once), then with the job's lease row locked (`SELECT … FOR
+//! UPDATE`) before it grants the lease and inserts the `running` record, all in the
+//! single transaction of that statement. Statements are sent with `query_typed` (parse, bind
 //! and execute in one message flight), so a claim is one round trip after connecting;
 //! on a store that has no schema yet, the tool creates it (under an advisory lock, so
 //! hosts starting together do not race) and asks again. `renew`, `finish`, `interrupt`
@@ -110,46 +111,57 @@ DECLARE
     v_run jobguard_run%ROWTYPE;
     v_found boolean;
     v_attempt bigint;
+    v_pass integer;
 BEGIN
     SELECT value INTO v_version FROM jobguard_meta WHERE key = 'schema_version';
     IF v_version > p_version THEN
         RAISE EXCEPTION 'schema version % is newer than this jobguard knows (%); upgrade jobguard',
             v_version, p_version;
     END IF;
-    -- The lease row is the job's lock and its token counter; it is never deleted.
-    INSERT INTO jobguard_lease (job, holder, host, token, acquired_at, expire_at)
-        VALUES (p_job, '', '', 0, 0, 0) ON CONFLICT (job) DO NOTHING;
-    SELECT * INTO v_lease FROM jobguard_lease WHERE job = p_job FOR UPDATE;
-    v_now := jobguard_now_us(p_now);
-    IF NOT p_forced THEN
-        SELECT * INTO v_run FROM jobguard_run
-         WHERE job = p_job AND slot_usec = p_slot
-           AND (outcome = 'succeeded' OR resolution = 'done')
-         ORDER BY outcome = 'succeeded' DESC, started_at DESC, seq DESC LIMIT 1;
-        IF FOUND THEN
-            RETURN QUERY SELECT 'done'::text, NULL::text, NULL::text, NULL::bigint,
-                NULL::bigint, NULL::bigint, to_jsonb(v_run)::text;
+    -- Pass 1 reads without locking: a slot that is done or held, or a lease another
+    -- holder keeps, is answered at once, so racing claims that lose do not queue on the
+    -- lease row. Pass 2 locks the row and decides again before granting.
+    FOR v_pass IN 1..2 LOOP
+        IF v_pass = 1 THEN
+            SELECT * INTO v_lease FROM jobguard_lease WHERE job = p_job;
+        ELSE
+            -- The lease row is the job's lock and token counter; it is never deleted.
+            INSERT INTO jobguard_lease (job, holder, host, token, acquired_at, expire_at)
+                VALUES (p_job, '', '', 0, 0, 0) ON CONFLICT (job) DO NOTHING;
+            SELECT * INTO v_lease FROM jobguard_lease WHERE job = p_job FOR UPDATE;
+        END IF;
+        v_now := jobguard_now_us(p_now);
+        IF NOT p_forced THEN
+            SELECT * INTO v_run FROM jobguard_run
+             WHERE job = p_job AND slot_usec = p_slot
+               AND (outcome = 'succeeded' OR resolution = 'done')
+             ORDER BY outcome = 'succeeded' DESC, started_at DESC, seq DESC LIMIT 1;
+            IF FOUND THEN
+                RETURN QUERY SELECT 'done'::text, NULL::text, NULL::text, NULL::bigint,
+                    NULL::bigint, NULL::bigint, to_jsonb(v_run)::text;
+                RETURN;
+            END IF;
+            SELECT * INTO v_run FROM jobguard_run
+             WHERE job = p_job AND slot_usec = p_slot AND resolution = 'held'
+             ORDER BY started_at DESC, seq DESC LIMIT 1;
+            IF FOUND THEN
+                RETURN QUERY SELECT 'held'::text, NULL::text, NULL::text, NULL::bigint,
+                    NULL::bigint, NULL::bigint, to_jsonb(v_run)::text;
+                RETURN;
+            END IF;
+        END IF;
+        IF v_lease.holder <> '' AND v_lease.expire_at > v_now
+           AND v_lease.holder <> p_holder THEN
+            SELECT * INTO v_run FROM jobguard_run
+             WHERE job = p_job AND fencing_token = v_lease.token
+             ORDER BY started_at DESC, seq DESC LIMIT 1;
+            v_found := FOUND;
+            RETURN QUERY SELECT 'busy'::text, v_lease.holder, v_lease.host, v_lease.token,
+                v_lease.acquired_at, v_lease.expire_at,
+                CASE WHEN v_found THEN to_jsonb(v_run)::text END;
             RETURN;
         END IF;
-        SELECT * INTO v_run FROM jobguard_run
-         WHERE job = p_job AND slot_usec = p_slot AND resolution = 'held'
-         ORDER BY started_at DESC, seq DESC LIMIT 1;
-        IF FOUND THEN
-            RETURN QUERY SELECT 'held'::text, NULL::text, NULL::text, NULL::bigint,
-                NULL::bigint, NULL::bigint, to_jsonb(v_run)::text;
-            RETURN;
-        END IF;
-    END IF;
-    IF v_lease.holder <> '' AND v_lease.expire_at > v_now AND v_lease.holder <> p_holder THEN
-        SELECT * INTO v_run FROM jobguard_run
-         WHERE job = p_job AND fencing_token = v_lease.token
-         ORDER BY started_at DESC, seq DESC LIMIT 1;
-        v_found := FOUND;
-        RETURN QUERY SELECT 'busy'::text, v_lease.holder, v_lease.host, v_lease.token,
-            v_lease.acquired_at, v_lease.expire_at,
-            CASE WHEN v_found THEN to_jsonb(v_run)::text END;
-        RETURN;
-    END IF;
+    END LOOP;
     UPDATE jobguard_lease SET holder = p_holder, host = p_host, token = v_lease.token + 1,
            acquired_at = v_now, expire_at = v_now + p_ttl
      WHERE job = p_job RETURNING * INTO v_lease;
