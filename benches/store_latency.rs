@@ -83,8 +83,16 @@ impl Counter {
                 // Who spoke last on this connection: 0 nobody, 1 client, 2 server.
                 let last = Arc::new(AtomicU8::new(0));
                 for (from, to, me) in [
-                    (client.try_clone().unwrap(), server.try_clone().unwrap(), 1u8),
-                    (server.try_clone().unwrap(), client.try_clone().unwrap(), 2u8),
+                    (
+                        client.try_clone().unwrap(),
+                        server.try_clone().unwrap(),
+                        1u8,
+                    ),
+                    (
+                        server.try_clone().unwrap(),
+                        client.try_clone().unwrap(),
+                        2u8,
+                    ),
                 ] {
                     let (f, last) = (f.clone(), last.clone());
                     std::thread::spawn(move || pump(from, to, me, &last, &f));
@@ -152,9 +160,7 @@ fn admin(kind: &str, sql: &str) {
         "mysql" => std::process::Command::new("mariadb")
             .args(["-uroot", "-h127.0.0.1", "-e", sql])
             .status(),
-        _ => std::process::Command::new("sh")
-            .args(["-c", sql])
-            .status(),
+        _ => std::process::Command::new("sh").args(["-c", sql]).status(),
     };
     assert!(status.is_ok_and(|s| s.success()), "{sql}");
 }
