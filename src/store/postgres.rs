@@ -6,7 +6,8 @@
 //! <https://www.postgresql.org/docs/current/libpq-connect.html#LIBPQ-CONNSTRING-URIS>) and
 //! one of jobguard's own: `schema=NAME` keeps jobguard's tables in that schema (created if
 //! missing; the connection's `search_path` is set to it in the start-up packet, so it
-//! costs no round trip). Only unencrypted connections are built in for now.
+//! costs no round trip). Without a user name, the process's user name is used, as libpq
+//! does. Only unencrypted connections are built in for now.
 //!
 //! Tables (names an operator recognises): `jobguard_meta` (key `schema_version`),
 //! `jobguard_lease` (one row per job, never deleted: a released lease keeps its row with
@@ -254,7 +255,12 @@ impl PostgresStore {
             config.options(format!("-c search_path={schema}"));
         }
         if config.get_user().is_none() {
-            config.user("root");
+            // As libpq: the user name of the process (root for the shim).
+            let me = nix::unistd::User::from_uid(nix::unistd::geteuid())
+                .ok()
+                .flatten()
+                .map_or_else(|| "root".to_string(), |u| u.name);
+            config.user(me);
         }
         config.connect_timeout(CONNECT_TIMEOUT);
         config.tcp_user_timeout(CALL_TIMEOUT);
