@@ -106,6 +106,19 @@ remote_store!(postgres, Kind::Postgres);
 remote_store!(mysql, Kind::Mysql);
 remote_store!(redis, Kind::Redis);
 
+#[test]
+fn postgres_success_is_unique_in_the_schema() {
+    common::remote::success_is_unique_in_the_schema(
+        common::remote::Kind::Postgres,
+        "postgres::unique",
+    );
+}
+
+#[test]
+fn mysql_success_is_unique_in_the_schema() {
+    common::remote::success_is_unique_in_the_schema(common::remote::Kind::Mysql, "mysql::unique");
+}
+
 fn mode(path: &Path) -> u32 {
     std::fs::metadata(path).expect("stat").permissions().mode() & 0o777
 }

@@ -156,6 +156,13 @@ impl Kind {
 
 /// Runs one SQL statement as the server's administrator with its command-line client.
 pub fn sql(kind: Kind, statement: &str) {
+    if let Err(e) = try_sql(kind, statement) {
+        panic!("{statement}: {e}");
+    }
+}
+
+/// [`sql`], returning the client's error output on failure.
+pub fn try_sql(kind: Kind, statement: &str) -> Result<(), String> {
     let out = match kind {
         Kind::Postgres => Command::new("psql")
             .args([
@@ -175,11 +182,11 @@ pub fn sql(kind: Kind, statement: &str) {
         Kind::Redis => panic!("no SQL on redis"),
     }
     .expect("run the SQL client");
-    assert!(
-        out.status.success(),
-        "{statement}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
 }
 
 /// Whether the server of `kind` answers on its port; `Some(reason)` if not.
@@ -462,4 +469,54 @@ pub fn outage_during_run(kind: Kind, test: &str) {
         direct.claim(&request("sync", T0, 2, 2, false)).unwrap(),
         Claim::Busy { .. }
     ));
+}
+
+/// The store itself refuses a second non-forced `succeeded` record for a (job, slot),
+/// whatever writes it: a copy of a succeeded row inserted behind jobguard's back is
+/// refused by the index (PostgreSQL: partial unique index; MySQL/MariaDB: unique index on
+/// the generated `success_slot` column), while a forced copy is allowed.
+pub fn success_is_unique_in_the_schema(kind: Kind, test: &str) {
+    let Some(ns) = Namespace::new(kind, test) else {
+        return;
+    };
+    let mut s = jobguard::store::open(&ns.address()).unwrap();
+    let (lease, run) = match s.claim(&request("sync", T0, 1, 1, false)).unwrap() {
+        Claim::Claimed { lease, run } => (lease, run),
+        other => panic!("expected Claimed, got {other:?}"),
+    };
+    let done = s
+        .finish(
+            &lease,
+            &run.run_id,
+            &jobguard::ledger::Finish {
+                outcome: jobguard::ledger::Outcome::Succeeded,
+                reason: None,
+                exit_status: Some(0),
+                report: Default::default(),
+                resolution: None,
+            },
+        )
+        .unwrap();
+    assert!(done.recorded);
+    let columns = "job, slot_usec, slot_zone, attempt, outcome, reason, exit_status, forced, \
+        trigger_kind, host, machine_id, boot_id, pid, pid_start, invocation_id, started_at, \
+        finished_at, fencing_token, report, resolution";
+    let copy = |new_id: &str, forced: &str| {
+        let forced_columns = columns.replace("forced,", &format!("{forced} AS forced,"));
+        let table = format!("{}.jobguard_run", ns.name);
+        format!(
+            "INSERT INTO {table} (run_id, {columns}) \
+             SELECT '{new_id}', {forced_columns} FROM {table}"
+        )
+    };
+    let (no, yes) = match kind {
+        Kind::Postgres => ("false", "true"),
+        _ => ("0", "1"),
+    };
+    let refused = try_sql(kind, &copy("copy1", no)).expect_err("a second success was stored");
+    assert!(
+        refused.to_lowercase().contains("duplicate"),
+        "refused for another reason: {refused}"
+    );
+    sql(kind, &copy("copy2", yes));
 }
