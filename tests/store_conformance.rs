@@ -447,3 +447,46 @@ fn processes_racing_for_a_slot_exactly_one_claims() {
         "answers: {answers:#?}"
     );
 }
+
+/// `sslmode=require` encrypts (the server sees the store's connection as TLS) without
+/// checking the certificate, as libpq does; `verify-full` checks it, so the server's
+/// self-signed certificate is refused, as unavailable.
+#[test]
+fn postgres_tls_require_encrypts_and_verify_full_checks_the_certificate() {
+    use common::remote::{Kind, Namespace};
+    let Some(ns) = Namespace::new(Kind::Postgres, "postgres::tls") else {
+        return;
+    };
+    let on = std::process::Command::new("psql")
+        .args(["-h", "127.0.0.1", "-d", "test", "-Atc", "SHOW ssl"])
+        .output()
+        .unwrap();
+    if !common::go_on(
+        "postgres::tls",
+        (String::from_utf8_lossy(&on.stdout).trim() != "on")
+            .then(|| "the PostgreSQL server has ssl = off".to_string()),
+    ) {
+        return;
+    }
+    let app = format!("jgtls{}", std::process::id());
+    let mut s = jobguard::store::open(&format!(
+        "{}&sslmode=require&application_name={app}",
+        ns.address()
+    ))
+    .unwrap();
+    claimed(&mut *s, &request("j", S1, 1, 1, false));
+    let out = std::process::Command::new("psql")
+        .args(["-h", "127.0.0.1", "-d", "test", "-Atc"])
+        .arg(format!(
+            "SELECT s.ssl FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) \
+             WHERE a.application_name = '{app}'"
+        ))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "t", "{out:?}");
+
+    let mut v = jobguard::store::open(&format!("{}&sslmode=verify-full", ns.address())).unwrap();
+    let err = v.claim(&request("j", S2, 2, 2, false)).unwrap_err();
+    assert!(matches!(err, StoreError::Unavailable { .. }), "{err}");
+    assert!(err.to_string().contains("certificate"), "{err}");
+}

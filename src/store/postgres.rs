@@ -7,7 +7,11 @@
 //! one of jobguard's own: `schema=NAME` keeps jobguard's tables in that schema (created if
 //! missing; the connection's `search_path` is set to it in the start-up packet, so it
 //! costs no round trip). Without a user name, the process's user name is used, as libpq
-//! does. Only unencrypted connections are built in for now.
+//! does. TLS follows libpq's `sslmode`: `disable`, `allow` and `prefer` (the default)
+//! connect without TLS; `require` encrypts but, as in libpq, does not check the server's
+//! certificate (it protects against listening, not against a forged server);
+//! `verify-ca` and `verify-full` encrypt and check the certificate against the system's
+//! trust store (`/etc/ssl/certs`) and the host name. TLS is rustls with the ring provider.
 //!
 //! Tables (names an operator recognises): `jobguard_meta` (key `schema_version`),
 //! `jobguard_lease` (one row per job, never deleted: a released lease keeps its row with
@@ -36,9 +40,11 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio_postgres::config::SslMode;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, NoTls, Row};
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::clock::Clock;
 use crate::lease::{Holder, Lease};
@@ -182,10 +188,95 @@ END
 $f$;
 "#];
 
+/// How to encrypt the connection, from the address's `sslmode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tls {
+    /// No TLS (`disable`, `allow`, `prefer`).
+    Off,
+    /// TLS without checking the server's certificate (`require`, as libpq).
+    Unchecked,
+    /// TLS with the certificate checked against the system's roots and the host name.
+    Verified,
+}
+
+/// Accepts any server certificate but still checks the handshake signatures: libpq's
+/// `sslmode=require`.
+#[derive(Debug)]
+struct AnyCertificate(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &rustls::pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// The rustls client configuration for `tls`, or a message saying why there is none.
+fn tls_config(tls: Tls) -> Result<rustls::ClientConfig, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("tls: {e}"))?;
+    Ok(match tls {
+        Tls::Verified => {
+            let mut roots = rustls::RootCertStore::empty();
+            let found = rustls_native_certs::load_native_certs();
+            roots.add_parsable_certificates(found.certs);
+            if roots.is_empty() {
+                return Err("tls: no trusted certificates in the system's store".to_string());
+            }
+            builder.with_root_certificates(roots).with_no_client_auth()
+        }
+        Tls::Off | Tls::Unchecked => builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
+            .with_no_client_auth(),
+    })
+}
+
 /// The PostgreSQL store: one connection (reconnected after a failure).
 pub struct PostgresStore {
     rt: tokio::runtime::Runtime,
     config: tokio_postgres::Config,
+    tls: Tls,
     client: Option<Client>,
     describe: String,
     schema: Option<String>,
@@ -236,7 +327,13 @@ impl PostgresStore {
             address: describe.clone(),
             detail,
         };
-        let (rest, ours) = remote::take_params(address, &["schema"]);
+        let (rest, ours) = remote::take_params(address, &["schema", "sslmode"]);
+        let tls = match ours.get(1).cloned().flatten().as_deref() {
+            None | Some("disable" | "allow" | "prefer") => Tls::Off,
+            Some("require") => Tls::Unchecked,
+            Some("verify-ca" | "verify-full") => Tls::Verified,
+            Some(other) => return Err(bad(format!("unknown sslmode {other:?}"))),
+        };
         let rest = match rest.split_once("://") {
             Some((scheme, tail)) if scheme.eq_ignore_ascii_case("postgres") => {
                 format!("postgresql://{tail}")
@@ -245,7 +342,12 @@ impl PostgresStore {
         };
         let mut config = tokio_postgres::Config::from_str(&rest)
             .map_err(|e| bad(format!("not a postgresql address: {e}")))?;
-        let schema = ours.into_iter().next().flatten();
+        let schema = ours.first().cloned().flatten();
+        config.ssl_mode(if tls == Tls::Off {
+            SslMode::Disable
+        } else {
+            SslMode::Require
+        });
         if let Some(schema) = &schema {
             if !remote::plain_name(schema, false) {
                 return Err(bad(format!(
@@ -278,6 +380,7 @@ impl PostgresStore {
         Ok(PostgresStore {
             rt,
             config,
+            tls,
             client: None,
             describe,
             schema,
@@ -312,7 +415,7 @@ impl PostgresStore {
             Fail::Pg(e) => match e.as_db_error() {
                 None => StoreError::Unavailable {
                     store,
-                    detail: format!("{op}: {e}"),
+                    detail: format!("{op}: {}", remote::chain(&e)),
                 },
                 Some(db) => {
                     let code = db.code().code();
@@ -338,13 +441,26 @@ impl PostgresStore {
         if self.client.as_ref().is_none_or(|c| c.is_closed()) {
             self.client = None;
             let config = self.config.clone();
-            let (client, connection) = self
-                .rt
-                .block_on(async {
-                    tokio::time::timeout(CONNECT_TIMEOUT, config.connect(NoTls)).await
-                })
-                .map_err(|_| Fail::Timeout)??;
-            self.rt.spawn(connection);
+            let client = if self.tls == Tls::Off {
+                let (client, connection) = self
+                    .rt
+                    .block_on(async {
+                        tokio::time::timeout(CONNECT_TIMEOUT, config.connect(NoTls)).await
+                    })
+                    .map_err(|_| Fail::Timeout)??;
+                self.rt.spawn(connection);
+                client
+            } else {
+                let tls = MakeRustlsConnect::new(tls_config(self.tls).map_err(Fail::Data)?);
+                let (client, connection) = self
+                    .rt
+                    .block_on(async {
+                        tokio::time::timeout(CONNECT_TIMEOUT, config.connect(tls)).await
+                    })
+                    .map_err(|_| Fail::Timeout)??;
+                self.rt.spawn(connection);
+                client
+            };
             self.client = Some(client);
         }
         let Some(client) = self.client.as_mut() else {

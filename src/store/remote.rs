@@ -21,6 +21,21 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// take before it counts as unavailable; as [`CONNECT_TIMEOUT`].
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(4);
 
+/// An error with its sources, `outer: inner: innermost`, for messages.
+pub(crate) fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let more = s.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = s.source();
+    }
+    text
+}
+
 /// Converts a time to live to µs, saturating at `i64::MAX`.
 pub(crate) fn duration_usec(d: Duration) -> i64 {
     i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
