@@ -62,6 +62,7 @@ mod sqlite {
 
 /// The shared stores: the same suite on the real servers (a namespace per case), plus the
 /// cases only they have: the server's clock, and outages at start and during a run.
+#[allow(unused_macros)]
 macro_rules! remote_store {
     ($module:ident, $kind:expr) => {
         mod $module {
@@ -102,10 +103,30 @@ macro_rules! remote_store {
     };
 }
 
+#[cfg(all(
+    feature = "store-postgres",
+    feature = "store-mysql",
+    feature = "store-redis"
+))]
 remote_store!(postgres, Kind::Postgres);
+#[cfg(all(
+    feature = "store-postgres",
+    feature = "store-mysql",
+    feature = "store-redis"
+))]
 remote_store!(mysql, Kind::Mysql);
+#[cfg(all(
+    feature = "store-postgres",
+    feature = "store-mysql",
+    feature = "store-redis"
+))]
 remote_store!(redis, Kind::Redis);
 
+#[cfg(all(
+    feature = "store-postgres",
+    feature = "store-mysql",
+    feature = "store-redis"
+))]
 #[test]
 fn postgres_success_is_unique_in_the_schema() {
     common::remote::success_is_unique_in_the_schema(
@@ -114,6 +135,11 @@ fn postgres_success_is_unique_in_the_schema() {
     );
 }
 
+#[cfg(all(
+    feature = "store-postgres",
+    feature = "store-mysql",
+    feature = "store-redis"
+))]
 #[test]
 fn mysql_success_is_unique_in_the_schema() {
     common::remote::success_is_unique_in_the_schema(common::remote::Kind::Mysql, "mysql::unique");
@@ -451,6 +477,11 @@ fn processes_racing_for_a_slot_exactly_one_claims() {
 /// `sslmode=require` encrypts (the server sees the store's connection as TLS) without
 /// checking the certificate, as libpq does; `verify-full` checks it, so the server's
 /// self-signed certificate is refused, as unavailable.
+#[cfg(all(
+    feature = "store-postgres",
+    feature = "store-mysql",
+    feature = "store-redis"
+))]
 #[test]
 fn postgres_tls_require_encrypts_and_verify_full_checks_the_certificate() {
     use common::remote::{Kind, Namespace};

@@ -2,6 +2,11 @@
 //! so the local lock does not decide), fire the same slot of one job at once against
 //! each shared store: exactly one runs the command, every other one skips and says why,
 //! and the ledger holds one record for the slot.
+#![cfg(all(
+    feature = "store-postgres",
+    feature = "store-mysql",
+    feature = "store-redis"
+))]
 
 mod common;
 mod support;

@@ -7,6 +7,11 @@
 pub mod conformance;
 pub mod container;
 pub mod helper;
+#[cfg(all(
+    feature = "store-postgres",
+    feature = "store-mysql",
+    feature = "store-redis"
+))]
 pub mod remote;
 
 use std::io::Write;
