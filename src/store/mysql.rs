@@ -58,7 +58,7 @@ const RUN_COLUMNS: &str = "r.run_id, r.job, r.slot_usec, r.slot_zone, r.attempt,
 fn migration_1() -> Vec<String> {
     let now = format!("COALESCE(p_now, {SERVER_NOW})");
     vec![
-        "CREATE TABLE jobguard_lease (
+        "CREATE TABLE IF NOT EXISTS jobguard_lease (
             job          VARCHAR(255) NOT NULL PRIMARY KEY,
             holder       VARCHAR(255) NOT NULL,
             host         VARCHAR(255) NOT NULL,
@@ -67,7 +67,7 @@ fn migration_1() -> Vec<String> {
             expire_at    BIGINT       NOT NULL
         ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin"
             .to_string(),
-        "CREATE TABLE jobguard_run (
+        "CREATE TABLE IF NOT EXISTS jobguard_run (
             seq            BIGINT       NOT NULL AUTO_INCREMENT UNIQUE,
             run_id         VARCHAR(64)  NOT NULL PRIMARY KEY,
             job            VARCHAR(255) NOT NULL,
@@ -574,6 +574,17 @@ impl MysqlStore {
                 return Ok(Some(version));
             }
             if version < 1 {
+                // MySQL commits each DDL statement on its own, so a migration cut short
+                // leaves part of the schema: every step can be run again.
+                for name in [
+                    "jobguard_claim",
+                    "jobguard_renew",
+                    "jobguard_finish",
+                    "jobguard_interrupt",
+                    "jobguard_unlock",
+                ] {
+                    conn.query_drop(format!("DROP PROCEDURE IF EXISTS {name}"))?;
+                }
                 for statement in migration_1() {
                     conn.query_drop(statement)?;
                 }
