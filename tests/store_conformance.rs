@@ -60,6 +60,91 @@ mod sqlite {
     crate::common::conformance::conformance_suite!(sqlite_env);
 }
 
+/// The shared stores: the same suite on the real servers (a namespace per case), plus the
+/// cases only they have: the server's clock, and outages at start and during a run.
+#[allow(unused_macros)]
+macro_rules! remote_store {
+    ($module:ident, $kind:expr) => {
+        mod $module {
+            use crate::common::remote::{self, Kind};
+
+            fn fresh(case: &str) -> Option<Box<dyn crate::common::conformance::Env>> {
+                remote::env($kind, &format!("{}::{case}", stringify!($module)))
+            }
+            crate::common::conformance::conformance_suite!(optional fresh);
+
+            #[test]
+            fn server_clock_judges_with_a_skewed_host_clock() {
+                remote::server_clock_judges($kind, concat!(stringify!($module), "::server_clock"));
+            }
+
+            #[test]
+            fn store_down_at_start_is_unavailable() {
+                remote::outage_at_start($kind);
+            }
+
+            #[test]
+            fn store_cut_off_during_a_run_is_unavailable_then_recovers() {
+                remote::outage_during_run($kind, concat!(stringify!($module), "::outage"));
+            }
+
+            #[test]
+            fn describe_masks_the_password() {
+                let s = jobguard::store::open(&match $kind {
+                    Kind::Postgres => "postgres://u:hunter2@127.0.0.1/test",
+                    Kind::Mysql => "mysql://u:hunter2@127.0.0.1/test",
+                    Kind::Redis => "redis://u:hunter2@127.0.0.1/0",
+                })
+                .unwrap();
+                assert!(!s.describe().contains("hunter2"), "{}", s.describe());
+                assert!(s.describe().contains("u:***@127.0.0.1"), "{}", s.describe());
+            }
+        }
+    };
+}
+
+#[cfg(all(
+    feature = "store-postgres",
+    feature = "store-mysql",
+    feature = "store-redis"
+))]
+remote_store!(postgres, Kind::Postgres);
+#[cfg(all(
+    feature = "store-postgres",
+    feature = "store-mysql",
+    feature = "store-redis"
+))]
+remote_store!(mysql, Kind::Mysql);
+#[cfg(all(
+    feature = "store-postgres",
+    feature = "store-mysql",
+    feature = "store-redis"
+))]
+remote_store!(redis, Kind::Redis);
+
+#[cfg(all(
+    feature = "store-postgres",
+    feature = "store-mysql",
+    feature = "store-redis"
+))]
+#[test]
+fn postgres_success_is_unique_in_the_schema() {
+    common::remote::success_is_unique_in_the_schema(
+        common::remote::Kind::Postgres,
+        "postgres::unique",
+    );
+}
+
+#[cfg(all(
+    feature = "store-postgres",
+    feature = "store-mysql",
+    feature = "store-redis"
+))]
+#[test]
+fn mysql_success_is_unique_in_the_schema() {
+    common::remote::success_is_unique_in_the_schema(common::remote::Kind::Mysql, "mysql::unique");
+}
+
 fn mode(path: &Path) -> u32 {
     std::fs::metadata(path).expect("stat").permissions().mode() & 0o777
 }
@@ -183,7 +268,7 @@ fn addresses() {
     ));
 
     for (address, needle) in [
-        ("postgres://u:pw@db/jobs", "\"postgres\" is not built"),
+        ("rediss://:pw@db/0", "\"rediss\" is not built"),
         ("etcd://h:2379", "unknown store kind \"etcd\""),
         ("jobguard.db", "no store kind"),
     ] {
@@ -387,4 +472,83 @@ fn processes_racing_for_a_slot_exactly_one_claims() {
         N - 1,
         "answers: {answers:#?}"
     );
+}
+
+/// `sslmode=require` encrypts (the server sees the store's connection as TLS) without
+/// checking the certificate, as libpq does; `verify-full` checks it, so the server's
+/// self-signed certificate is refused, as unavailable.
+#[cfg(all(
+    feature = "store-postgres",
+    feature = "store-mysql",
+    feature = "store-redis"
+))]
+#[test]
+fn postgres_tls_require_encrypts_and_verify_full_checks_the_certificate() {
+    use common::remote::{Kind, Namespace};
+    let Some(ns) = Namespace::new(Kind::Postgres, "postgres::tls") else {
+        return;
+    };
+    let on = std::process::Command::new("psql")
+        .args(["-h", "127.0.0.1", "-d", "test", "-Atc", "SHOW ssl"])
+        .output()
+        .unwrap();
+    if !common::go_on(
+        "postgres::tls",
+        (String::from_utf8_lossy(&on.stdout).trim() != "on")
+            .then(|| "the PostgreSQL server has ssl = off".to_string()),
+    ) {
+        return;
+    }
+    let app = format!("jgtls{}", std::process::id());
+    let mut s = jobguard::store::open(&format!(
+        "{}&sslmode=require&application_name={app}",
+        ns.address()
+    ))
+    .unwrap();
+    claimed(&mut *s, &request("j", S1, 1, 1, false));
+    let out = std::process::Command::new("psql")
+        .args(["-h", "127.0.0.1", "-d", "test", "-Atc"])
+        .arg(format!(
+            "SELECT s.ssl FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) \
+             WHERE a.application_name = '{app}'"
+        ))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "t", "{out:?}");
+
+    let mut v = jobguard::store::open(&format!("{}&sslmode=verify-full", ns.address())).unwrap();
+    let err = v.claim(&request("j", S2, 2, 2, false)).unwrap_err();
+    assert!(matches!(err, StoreError::Unavailable { .. }), "{err}");
+    assert!(err.to_string().contains("certificate"), "{err}");
+}
+
+/// MySQL/MariaDB commit each DDL statement on its own: a migration cut short (tables made,
+/// version not yet written) is completed by the next start instead of failing on what
+/// exists.
+#[cfg(all(
+    feature = "store-postgres",
+    feature = "store-mysql",
+    feature = "store-redis"
+))]
+#[test]
+fn mysql_migration_cut_short_is_completed() {
+    use common::remote::{Kind, Namespace, sql};
+    let Some(ns) = Namespace::new(Kind::Mysql, "mysql::migration") else {
+        return;
+    };
+    jobguard::store::open(&ns.address())
+        .unwrap()
+        .init()
+        .unwrap();
+    sql(
+        Kind::Mysql,
+        &format!(
+            "DELETE FROM {n}.jobguard_meta; DROP PROCEDURE {n}.jobguard_unlock",
+            n = ns.name
+        ),
+    );
+    let mut s = jobguard::store::open(&ns.address()).unwrap();
+    s.init().unwrap();
+    claimed(&mut *s, &request("j", S1, 1, 1, false));
+    assert!(s.unlock("j").unwrap().is_some());
 }

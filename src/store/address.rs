@@ -5,10 +5,12 @@
 //! loader against the file that named them before an address reaches this module; a path
 //! that is still relative here is relative to the current directory.
 //!
-//! Supported now: `sqlite:///ABSOLUTE/PATH.db`, `sqlite://RELATIVE/PATH.db` and
-//! `sqlite::memory:` (a private in-memory store, for tests). The remote kinds
-//! (`postgres://`, `mysql://`, `redis://`) are recognised so that an address naming one
-//! gets a clear "not built in" answer until their backends exist.
+//! Forms: `sqlite:///ABSOLUTE/PATH.db`, `sqlite://RELATIVE/PATH.db`, `sqlite::memory:` (a
+//! private in-memory store, for tests), `postgres://…`/`postgresql://…`,
+//! `mysql://…`/`mariadb://…` and `redis://…`. Each remote kind lives behind a cargo
+//! feature (`store-postgres`, `store-mysql`, `store-redis`, all on by default); a build
+//! without one recognises its addresses and answers "not built in". The remote
+//! addresses are parsed further by their backends.
 
 use std::path::PathBuf;
 
@@ -22,6 +24,12 @@ pub enum StoreAddress {
     SqliteFile(PathBuf),
     /// A private in-memory SQLite store (`sqlite::memory:`); gone when closed.
     SqliteMemory,
+    /// A PostgreSQL address (`postgres://` or `postgresql://`), as written.
+    Postgres(String),
+    /// A MySQL or MariaDB address (`mysql://` or `mariadb://`), as written.
+    Mysql(String),
+    /// A Redis address (`redis://`), as written.
+    Redis(String),
     /// A kind jobguard knows of but that this build does not contain (e.g. `postgres`).
     NotBuilt {
         /// The scheme as written, e.g. `postgres`.
@@ -39,8 +47,8 @@ const KNOWN_REMOTE_SCHEMES: &[&str] = &[
     "rediss",
 ];
 
-/// The address forms this build accepts, for error messages.
-pub const SUPPORTED: &str = "sqlite:///PATH, sqlite::memory:";
+/// The address forms jobguard accepts, for error messages.
+pub const SUPPORTED: &str = "sqlite:///PATH, sqlite::memory:, postgres://USER@HOST/DB, mysql://USER@HOST/DB, redis://HOST:PORT/DB";
 
 impl StoreAddress {
     /// Parses a store address.
@@ -76,7 +84,19 @@ impl StoreAddress {
             return Ok(StoreAddress::SqliteFile(PathBuf::from(path)));
         }
         if KNOWN_REMOTE_SCHEMES.contains(&scheme_lc.as_str()) {
-            return Ok(StoreAddress::NotBuilt { scheme: scheme_lc });
+            let owned = address.to_string();
+            return Ok(match scheme_lc.as_str() {
+                #[cfg(feature = "store-postgres")]
+                "postgres" | "postgresql" => StoreAddress::Postgres(owned),
+                #[cfg(feature = "store-mysql")]
+                "mysql" | "mariadb" => StoreAddress::Mysql(owned),
+                #[cfg(feature = "store-redis")]
+                "redis" => StoreAddress::Redis(owned),
+                _ => {
+                    let _ = owned;
+                    StoreAddress::NotBuilt { scheme: scheme_lc }
+                }
+            });
         }
         Err(bad(format!(
             "unknown store kind {scheme:?}; supported: {SUPPORTED}"
@@ -198,19 +218,35 @@ mod tests {
 
     #[test]
     fn remote_kinds_are_recognised() {
-        for (address, scheme) in [
-            ("postgres://h/db", "postgres"),
-            ("PostgreSQL://h/db", "postgresql"),
-            ("mysql://h/db", "mysql"),
-            ("redis://h:6379/0", "redis"),
+        for address in [
+            "postgres://h/db",
+            "PostgreSQL://h/db",
+            "mysql://h/db",
+            "mariadb://h/db",
+            "redis://h:6379/0",
+            "rediss://h:6379/0",
         ] {
-            assert_eq!(
-                StoreAddress::parse(address).unwrap(),
-                StoreAddress::NotBuilt {
-                    scheme: scheme.to_string()
-                }
+            let parsed = StoreAddress::parse(address).unwrap();
+            assert!(
+                !matches!(
+                    parsed,
+                    StoreAddress::SqliteFile(_) | StoreAddress::SqliteMemory
+                ),
+                "{address}: {parsed:?}"
             );
         }
+        #[cfg(feature = "store-postgres")]
+        assert_eq!(
+            StoreAddress::parse("postgres://h/db").unwrap(),
+            StoreAddress::Postgres("postgres://h/db".into())
+        );
+        // TLS for Redis is not built in yet.
+        assert_eq!(
+            StoreAddress::parse("rediss://h/0").unwrap(),
+            StoreAddress::NotBuilt {
+                scheme: "rediss".into()
+            }
+        );
     }
 
     #[test]

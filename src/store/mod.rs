@@ -16,6 +16,18 @@ use crate::lease::{Holder, Lease};
 use crate::ledger::{Finish, NewRun, Outcome, Resolution, Run};
 
 pub mod address;
+#[cfg(feature = "store-mysql")]
+pub mod mysql;
+#[cfg(feature = "store-postgres")]
+pub mod postgres;
+#[cfg(feature = "store-redis")]
+pub mod redis;
+#[cfg(any(
+    feature = "store-postgres",
+    feature = "store-mysql",
+    feature = "store-redis"
+))]
+pub mod remote;
 #[cfg(feature = "store-sqlite")]
 pub mod sqlite;
 
@@ -35,7 +47,9 @@ pub fn open(address: &str) -> Result<Box<dyn Store>, StoreError> {
 }
 
 /// Opens the store at `address`; stores without a clock of their own (SQLite, which is on
-/// this host) read time from `clock`. For tests that move time.
+/// this host) read time from `clock`. For tests that move time. The shared stores
+/// (PostgreSQL, MySQL/MariaDB, Redis) ignore `clock`: their server's clock judges every
+/// lease.
 ///
 /// # Errors
 /// As [`open`].
@@ -55,6 +69,18 @@ pub fn open_with_clock(address: &str, clock: Arc<dyn Clock>) -> Result<Box<dyn S
             let _ = clock;
             Err(not_built(address, "sqlite"))
         }
+        #[cfg(feature = "store-postgres")]
+        StoreAddress::Postgres(a) => Ok(Box::new(postgres::PostgresStore::open(&a)?)),
+        #[cfg(feature = "store-mysql")]
+        StoreAddress::Mysql(a) => Ok(Box::new(mysql::MysqlStore::open(&a)?)),
+        #[cfg(feature = "store-redis")]
+        StoreAddress::Redis(a) => Ok(Box::new(redis::RedisStore::open(&a)?)),
+        #[cfg(not(feature = "store-postgres"))]
+        StoreAddress::Postgres(_) => Err(not_built(address, "postgres")),
+        #[cfg(not(feature = "store-mysql"))]
+        StoreAddress::Mysql(_) => Err(not_built(address, "mysql")),
+        #[cfg(not(feature = "store-redis"))]
+        StoreAddress::Redis(_) => Err(not_built(address, "redis")),
         StoreAddress::NotBuilt { scheme } => Err(not_built(address, &scheme)),
     }
 }

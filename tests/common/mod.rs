@@ -8,6 +8,12 @@ pub mod conformance;
 pub mod container;
 pub mod helper;
 pub mod host;
+#[cfg(all(
+    feature = "store-postgres",
+    feature = "store-mysql",
+    feature = "store-redis"
+))]
+pub mod remote;
 
 use std::io::Write;
 use std::time::{Duration, Instant};

@@ -1,0 +1,304 @@
+//! Lease decision latency per shared store (PostgreSQL, MariaDB, Redis on 127.0.0.1), and
+//! the round trips a decision costs.
+//!
+//! For each store, in a fresh namespace:
+//! - warm: `claim` (the lease, the done/held check and the `running` record: the whole
+//!   decision before a job starts) on an open connection; median and p99 over many runs
+//!   (each run is finished afterwards, outside the timing);
+//! - cold: open + connect + `claim`, as one `jobguard run` process does;
+//! - contention: 32 threads, each with its own connection, claim the same slot at once;
+//!   the time from the start signal to each answer (median, p99, max over all answers
+//!   of all rounds);
+//! - round trips: every connection goes through a counting TCP proxy that counts the
+//!   client's request flights (a flight is a run of client bytes after the server spoke);
+//!   reported for connect and for one warm claim.
+//!
+//! Run: `cargo bench --bench store_latency` (optional: `BENCH_RUNS=N`, default 500;
+//! `BENCH_STORES=postgres,mysql,redis`). Servers that are not reachable are skipped.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use jobguard::lease::Holder;
+use jobguard::ledger::{Finish, NewRun, Outcome, Slot};
+use jobguard::store::{Claim, ClaimRequest};
+
+fn request(job: &str, slot: i64, id: u64, holder: u32) -> ClaimRequest {
+    ClaimRequest {
+        run: NewRun {
+            run_id: format!("{id:032x}"),
+            job: job.into(),
+            slot: Slot {
+                usec: slot,
+                zone: "UTC".into(),
+            },
+            forced: false,
+            trigger: "timer".into(),
+            invocation_id: None,
+        },
+        holder: Holder {
+            machine_id: format!("{holder:032x}"),
+            boot_id: "1".repeat(32),
+            pid: std::process::id(),
+            pid_start: u64::from(holder),
+            host: format!("bench-{holder}"),
+        },
+        ttl: Duration::from_secs(120),
+    }
+}
+
+fn finish() -> Finish {
+    Finish {
+        outcome: Outcome::Succeeded,
+        reason: None,
+        exit_status: Some(0),
+        report: Default::default(),
+        resolution: None,
+    }
+}
+
+/// A TCP proxy that counts the client's request flights.
+struct Counter {
+    port: u16,
+    flights: Arc<AtomicU64>,
+}
+
+impl Counter {
+    fn start(target: u16) -> Counter {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let flights = Arc::new(AtomicU64::new(0));
+        let f = flights.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else {
+                    continue;
+                };
+                let _ = client.set_nodelay(true);
+                let _ = server.set_nodelay(true);
+                // Who spoke last on this connection: 0 nobody, 1 client, 2 server.
+                let last = Arc::new(AtomicU8::new(0));
+                for (from, to, me) in [
+                    (
+                        client.try_clone().unwrap(),
+                        server.try_clone().unwrap(),
+                        1u8,
+                    ),
+                    (
+                        server.try_clone().unwrap(),
+                        client.try_clone().unwrap(),
+                        2u8,
+                    ),
+                ] {
+                    let (f, last) = (f.clone(), last.clone());
+                    std::thread::spawn(move || pump(from, to, me, &last, &f));
+                }
+            }
+        });
+        Counter { port, flights }
+    }
+}
+
+fn pump(mut from: TcpStream, mut to: TcpStream, me: u8, last: &AtomicU8, flights: &AtomicU64) {
+    let mut buf = [0u8; 65536];
+    loop {
+        match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                if last.swap(me, Ordering::SeqCst) != me && me == 1 {
+                    flights.fetch_add(1, Ordering::SeqCst);
+                }
+                if to.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    let _ = to.shutdown(Shutdown::Both);
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.3} ms", d.as_secs_f64() * 1000.0)
+}
+
+fn report(what: &str, mut samples: Vec<Duration>) {
+    samples.sort();
+    println!(
+        "  {what:<34} n={:<5} median {:>10}  p99 {:>10}  max {:>10}",
+        samples.len(),
+        ms(percentile(&samples, 0.5)),
+        ms(percentile(&samples, 0.99)),
+        ms(*samples.last().unwrap_or(&Duration::ZERO))
+    );
+}
+
+fn address(kind: &str, port: u16, ns: &str) -> String {
+    match kind {
+        "postgres" => format!("postgres://root@127.0.0.1:{port}/test?schema={ns}"),
+        "mysql" => format!("mysql://root@127.0.0.1:{port}/{ns}"),
+        _ => format!("redis://127.0.0.1:{port}/0?prefix={ns}:"),
+    }
+}
+
+fn admin(kind: &str, sql: &str) {
+    let status = match kind {
+        "postgres" => std::process::Command::new("psql")
+            .args(["-h", "127.0.0.1", "-d", "test", "-qc", sql])
+            .status(),
+        "mysql" => std::process::Command::new("mariadb")
+            .args(["-uroot", "-h127.0.0.1", "-e", sql])
+            .status(),
+        _ => std::process::Command::new("sh").args(["-c", sql]).status(),
+    };
+    assert!(status.is_ok_and(|s| s.success()), "{sql}");
+}
+
+fn bench(kind: &str, port: u16, runs: u64) {
+    if TcpStream::connect(("127.0.0.1", port)).is_err() {
+        println!("{kind}: SKIPPED (no server on 127.0.0.1:{port})");
+        return;
+    }
+    let ns = format!("jgbench_{}", std::process::id());
+    if kind == "mysql" {
+        admin(kind, &format!("CREATE DATABASE {ns}"));
+    }
+    let counter = Counter::start(port);
+    let direct = address(kind, port, &ns);
+    let counted = address(kind, counter.port, &ns);
+    println!("{kind} ({direct})");
+
+    let mut s = jobguard::store::open(&direct).unwrap();
+    s.init().unwrap();
+
+    // Round trips: connect, then one claim on the open connection.
+    let before = counter.flights.load(Ordering::SeqCst);
+    let mut c = jobguard::store::open(&counted).unwrap();
+    let _ = c.now().unwrap();
+    let after_connect = counter.flights.load(Ordering::SeqCst);
+    let req = request("rt", 1, 1, 1);
+    let lease = match c.claim(&req).unwrap() {
+        Claim::Claimed { lease, .. } => lease,
+        other => panic!("{other:?}"),
+    };
+    let after_claim = counter.flights.load(Ordering::SeqCst);
+    // And a claim as the first call of a new connection (the shim's case).
+    c.finish(&lease, &req.run.run_id, &finish()).unwrap();
+    let before_cold = counter.flights.load(Ordering::SeqCst);
+    let mut d = jobguard::store::open(&counted).unwrap();
+    match d.claim(&request("rt", 2, 2, 1)).unwrap() {
+        Claim::Claimed { .. } => {}
+        other => panic!("{other:?}"),
+    }
+    let after_cold = counter.flights.load(Ordering::SeqCst);
+    println!(
+        "  round trips: connect + time query {}, warm claim {}, first claim of a new connection (connect included) {}",
+        after_connect - before,
+        after_claim - after_connect,
+        after_cold - before_cold
+    );
+
+    // Warm claims.
+    let mut warm = Vec::new();
+    for i in 0..runs {
+        let req = request("warm", 1_000 + i64::try_from(i).unwrap(), 10_000 + i, 1);
+        let t = Instant::now();
+        let answer = s.claim(&req).unwrap();
+        warm.push(t.elapsed());
+        let Claim::Claimed { lease, .. } = answer else {
+            panic!("{answer:?}")
+        };
+        s.finish(&lease, &req.run.run_id, &finish()).unwrap();
+    }
+    report("claim, warm connection", warm);
+
+    // Cold: open + connect + claim, as one process does.
+    let mut cold = Vec::new();
+    for i in 0..runs.min(200) {
+        let req = request("cold", 1_000 + i64::try_from(i).unwrap(), 20_000 + i, 1);
+        let t = Instant::now();
+        let mut fresh = jobguard::store::open(&direct).unwrap();
+        let answer = fresh.claim(&req).unwrap();
+        cold.push(t.elapsed());
+        let Claim::Claimed { lease, .. } = answer else {
+            panic!("{answer:?}")
+        };
+        fresh.finish(&lease, &req.run.run_id, &finish()).unwrap();
+    }
+    report("open + connect + claim", cold);
+
+    // 32-way contention for one slot, many rounds.
+    let mut decisions = Vec::new();
+    let mut winners_ok = true;
+    for round in 0..20u64 {
+        let barrier = Arc::new(Barrier::new(33));
+        let handles: Vec<_> = (0..32u32)
+            .map(|h| {
+                let barrier = barrier.clone();
+                let direct = direct.clone();
+                std::thread::spawn(move || {
+                    let mut st = jobguard::store::open(&direct).unwrap();
+                    st.init().unwrap();
+                    let req = request(
+                        "race",
+                        5_000 + i64::try_from(round).unwrap(),
+                        100_000 + round * 100 + u64::from(h),
+                        h + 100,
+                    );
+                    barrier.wait();
+                    let t = Instant::now();
+                    let answer = st.claim(&req).unwrap();
+                    (t.elapsed(), matches!(answer, Claim::Claimed { .. }))
+                })
+            })
+            .collect();
+        barrier.wait();
+        let mut claimed = 0;
+        for h in handles {
+            let (d, won) = h.join().unwrap();
+            decisions.push(d);
+            claimed += usize::from(won);
+        }
+        winners_ok &= claimed == 1;
+        s.unlock("race").unwrap();
+    }
+    report("32-way contention, time to decision", decisions);
+    println!("  exactly one winner in every round: {winners_ok}");
+
+    match kind {
+        "postgres" => admin(kind, &format!("DROP SCHEMA {ns} CASCADE")),
+        "mysql" => admin(kind, &format!("DROP DATABASE {ns}")),
+        _ => admin(
+            kind,
+            &format!("redis-cli --scan --pattern '{ns}:*' | xargs -r redis-cli DEL >/dev/null"),
+        ),
+    }
+}
+
+fn main() {
+    let runs: u64 = std::env::var("BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(500);
+    let stores = std::env::var("BENCH_STORES").unwrap_or("postgres,mysql,redis".into());
+    for kind in stores.split(',') {
+        let port = match kind {
+            "postgres" => 5432,
+            "mysql" => 3306,
+            "redis" => 6379,
+            other => panic!("unknown store {other}"),
+        };
+        bench(kind, port, runs);
+    }
+}

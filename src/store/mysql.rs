@@ -1,0 +1,854 @@
+//! The MySQL/MariaDB store: leases and the run ledger shared by every host that names it.
+//!
+//! Address: `mysql://USER[:PASSWORD]@HOST[:PORT]/DATABASE[?PARAMS]` (also `mariadb://`),
+//! the `mysql` crate's URL form (<https://docs.rs/mysql/latest/mysql/struct.Opts.html>).
+//! The database must exist; jobguard creates its tables in it. Only unencrypted
+//! connections are built in for now.
+//!
+//! Tables: `jobguard_meta` (row `schema_version`), `jobguard_lease` (one row per job,
+//! never deleted: a released lease keeps its row with an empty holder, so the fencing
+//! token keeps growing) and `jobguard_run` (one row per attempt). MySQL and MariaDB have
+//! no partial indexes, so the one-success rule is a stored generated column
+//! `success_slot` (the slot when `outcome = 'succeeded' AND forced = 0`, else NULL) with a
+//! UNIQUE index on `(job, success_slot)`: NULLs never collide. Identifiers compare
+//! byte for byte (`utf8mb4_bin`). Times are BIGINT µs since the epoch by the server's
+//! clock: `TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6))`, which does not
+//! depend on the session's time zone.
+//!
+//! Round trips: every decision is one `CALL` of a stored procedure (`jobguard_claim`,
+//! `jobguard_renew`, `jobguard_finish`, `jobguard_interrupt`, `jobguard_unlock`) that
+//! runs one READ COMMITTED transaction: it locks the job's lease row (`SELECT … FOR
+//! UPDATE`), reads the server's clock, decides and writes. `jobguard_claim` first decides
+//! without locking, so that losing claims (done, held, busy) answer at once. Values are sent as literals
+//! in the text protocol (strings as hex literals, so nothing needs escaping), which
+//! avoids the extra prepare round trip of server-side prepared statements; a claim is one
+//! round trip after connecting. Connecting does not ask the server for its settings
+//! (`max_allowed_packet` is given). On a database without the schema, the tool creates it
+//! under `GET_LOCK` (hosts starting together do not race) and asks again.
+//!
+//! Every call has deadlines: connect [`remote::CONNECT_TIMEOUT`], read and write
+//! [`remote::CALL_TIMEOUT`]; a failed connection is dropped and the next call reconnects.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mysql::prelude::Queryable;
+use mysql::{Conn, Opts, OptsBuilder, Row, Value};
+
+use crate::clock::Clock;
+use crate::lease::{Holder, Lease};
+use crate::ledger::{Finish, Outcome, Resolution, Run};
+use crate::store::remote::{self, CALL_TIMEOUT, CONNECT_TIMEOUT, duration_usec};
+use crate::store::{Claim, ClaimRequest, Finished, RunQuery, Store, StoreError, address};
+
+/// The schema version this jobguard writes and understands (`jobguard_meta`).
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// The server's clock in µs since the epoch, independent of the session time zone.
+const SERVER_NOW: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
+
+/// The columns of `jobguard_run` that make a record, as `run_from_row` reads them by name.
+const RUN_COLUMNS: &str = "r.run_id, r.job, r.slot_usec, r.slot_zone, r.attempt, r.outcome, \
+    r.reason, r.exit_status, r.forced, r.trigger_kind, r.host, r.machine_id, r.boot_id, r.pid, \
+    r.pid_start, r.invocation_id, r.started_at, r.finished_at, r.fencing_token, r.report, \
+    r.resolution";
+
+/// Statements of migration 0 -> 1, each sent on its own.
+fn migration_1() -> Vec<String> {
+    let now = format!("COALESCE(p_now, {SERVER_NOW})");
+    vec![
+        "CREATE TABLE IF NOT EXISTS jobguard_lease (
+            job          VARCHAR(255) NOT NULL PRIMARY KEY,
+            holder       VARCHAR(255) NOT NULL,
+            host         VARCHAR(255) NOT NULL,
+            token        BIGINT       NOT NULL,
+            acquired_at  BIGINT       NOT NULL,
+            expire_at    BIGINT       NOT NULL
+        ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin"
+            .to_string(),
+        "CREATE TABLE IF NOT EXISTS jobguard_run (
+            seq            BIGINT       NOT NULL AUTO_INCREMENT UNIQUE,
+            run_id         VARCHAR(64)  NOT NULL PRIMARY KEY,
+            job            VARCHAR(255) NOT NULL,
+            slot_usec      BIGINT       NOT NULL,
+            slot_zone      VARCHAR(64)  NOT NULL,
+            attempt        BIGINT       NOT NULL,
+            outcome        VARCHAR(16)  NOT NULL,
+            reason         TEXT,
+            exit_status    INT,
+            forced         TINYINT      NOT NULL,
+            trigger_kind   VARCHAR(32)  NOT NULL,
+            host           VARCHAR(255) NOT NULL,
+            machine_id     VARCHAR(64)  NOT NULL,
+            boot_id        VARCHAR(64)  NOT NULL,
+            pid            BIGINT       NOT NULL,
+            pid_start      BIGINT       NOT NULL,
+            invocation_id  VARCHAR(64),
+            started_at     BIGINT       NOT NULL,
+            finished_at    BIGINT,
+            fencing_token  BIGINT       NOT NULL,
+            report         TEXT         NOT NULL,
+            resolution     VARCHAR(16),
+            success_slot   BIGINT AS (CASE WHEN outcome = 'succeeded' AND forced = 0
+                                       THEN slot_usec END) STORED,
+            CONSTRAINT jobguard_run_outcome CHECK (outcome IN
+                ('running', 'succeeded', 'failed', 'interrupted', 'lease_lost')),
+            CONSTRAINT jobguard_run_resolution CHECK (resolution IS NULL OR resolution IN
+                ('queued', 'held', 'rerun', 'done')),
+            UNIQUE KEY jobguard_run_one_success (job, success_slot),
+            KEY jobguard_run_slot (job, slot_usec),
+            KEY jobguard_run_history (job, started_at)
+        ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin"
+            .to_string(),
+        format!(
+            "CREATE PROCEDURE jobguard_claim(
+                IN p_version BIGINT, IN p_now BIGINT, IN p_job VARBINARY(1024),
+                IN p_slot BIGINT, IN p_zone VARBINARY(256), IN p_run_id VARBINARY(256),
+                IN p_forced TINYINT, IN p_trigger VARBINARY(128),
+                IN p_invocation VARBINARY(256), IN p_holder VARBINARY(1024),
+                IN p_host VARBINARY(1024), IN p_machine VARBINARY(256),
+                IN p_boot VARBINARY(256), IN p_pid BIGINT, IN p_pid_start BIGINT,
+                IN p_ttl BIGINT)
+            BEGIN
+                DECLARE v_version BIGINT DEFAULT 0;
+                DECLARE v_now BIGINT;
+                DECLARE v_holder, v_host VARBINARY(1024);
+                DECLARE v_token, v_acquired, v_expire, v_attempt BIGINT;
+                DECLARE v_kind VARCHAR(16);
+                DECLARE v_pass INT;
+                DECLARE v_by VARBINARY(256) DEFAULT NULL;
+                DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+                SELECT value INTO v_version FROM jobguard_meta WHERE name = 'schema_version';
+                IF v_version > p_version THEN
+                    SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT =
+                        'schema version is newer than this jobguard knows; upgrade jobguard';
+                END IF;
+                -- Pass 1 reads without locking: a slot that is done or held, or a lease
+                -- another holder keeps, is answered at once, so racing claims that lose
+                -- do not queue on the lease row. Pass 2 locks the row and decides again.
+                SET v_pass = 1;
+                passes: LOOP
+                    IF v_pass = 1 THEN
+                        SELECT holder, host, token, acquired_at, expire_at
+                          INTO v_holder, v_host, v_token, v_acquired, v_expire
+                          FROM jobguard_lease WHERE job = p_job;
+                    ELSE
+                        -- The job's lease row (its lock and token counter, never deleted)
+                        -- is made in a statement of its own: inserted inside the
+                        -- transaction, racing claims for a new job would deadlock
+                        -- upgrading their duplicate-key share locks.
+                        INSERT IGNORE INTO jobguard_lease
+                            (job, holder, host, token, acquired_at, expire_at)
+                            VALUES (p_job, '', '', 0, 0, 0);
+                        SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+                        START TRANSACTION;
+                        SELECT holder, host, token, acquired_at, expire_at
+                          INTO v_holder, v_host, v_token, v_acquired, v_expire
+                          FROM jobguard_lease WHERE job = p_job FOR UPDATE;
+                    END IF;
+                    SET v_now = {now};
+                    IF p_forced = 0 THEN
+                        SELECT run_id INTO v_by FROM jobguard_run
+                         WHERE job = p_job AND slot_usec = p_slot
+                           AND (outcome = 'succeeded' OR resolution = 'done')
+                         ORDER BY outcome = 'succeeded' DESC, started_at DESC, seq DESC
+                         LIMIT 1;
+                        IF v_by IS NOT NULL THEN
+                            SET v_kind = 'done';
+                        ELSE
+                            SELECT run_id INTO v_by FROM jobguard_run
+                             WHERE job = p_job AND slot_usec = p_slot AND resolution = 'held'
+                             ORDER BY started_at DESC, seq DESC LIMIT 1;
+                            IF v_by IS NOT NULL THEN
+                                SET v_kind = 'held';
+                            END IF;
+                        END IF;
+                    END IF;
+                    IF v_kind IS NULL AND v_holder <> '' AND v_expire > v_now
+                       AND v_holder <> p_holder THEN
+                        SET v_kind = 'busy';
+                        SELECT run_id INTO v_by FROM jobguard_run
+                         WHERE job = p_job AND fencing_token = v_token
+                         ORDER BY started_at DESC, seq DESC LIMIT 1;
+                    END IF;
+                    IF v_kind IS NOT NULL OR v_pass = 2 THEN
+                        LEAVE passes;
+                    END IF;
+                    SET v_pass = 2;
+                END LOOP passes;
+                IF v_kind IS NULL THEN
+                    SET v_kind = 'claimed', v_token = v_token + 1, v_holder = p_holder,
+                        v_host = p_host, v_acquired = v_now, v_expire = v_now + p_ttl,
+                        v_by = p_run_id;
+                    UPDATE jobguard_lease SET holder = v_holder, host = v_host, token = v_token,
+                           acquired_at = v_acquired, expire_at = v_expire
+                     WHERE job = p_job;
+                    SELECT COUNT(*) + 1 INTO v_attempt FROM jobguard_run
+                     WHERE job = p_job AND slot_usec = p_slot;
+                    UPDATE jobguard_run SET resolution = 'rerun'
+                     WHERE job = p_job AND slot_usec = p_slot AND resolution IN ('queued', 'held');
+                    INSERT INTO jobguard_run (run_id, job, slot_usec, slot_zone, attempt,
+                            outcome, forced, trigger_kind, host, machine_id, boot_id, pid,
+                            pid_start, invocation_id, started_at, fencing_token, report)
+                        VALUES (p_run_id, p_job, p_slot, p_zone, v_attempt, 'running', p_forced,
+                            p_trigger, p_host, p_machine, p_boot, p_pid, p_pid_start,
+                            p_invocation, v_now, v_token, '{{}}');
+                END IF;
+                COMMIT;
+                SELECT v_kind AS kind, v_holder AS lease_holder, v_host AS lease_host,
+                       v_token AS lease_token, v_acquired AS lease_acquired,
+                       v_expire AS lease_expire, {RUN_COLUMNS}
+                  FROM (SELECT 1) one LEFT JOIN jobguard_run r ON r.run_id = v_by;
+            END"
+        ),
+        format!(
+            "CREATE PROCEDURE jobguard_renew(IN p_now BIGINT, IN p_job VARBINARY(1024),
+                IN p_holder VARBINARY(1024), IN p_token BIGINT, IN p_ttl BIGINT)
+            BEGIN
+                DECLARE v_now BIGINT;
+                DECLARE v_n INT DEFAULT 0;
+                DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+                SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+                START TRANSACTION;
+                SELECT COUNT(*) INTO v_n FROM jobguard_lease WHERE job = p_job FOR UPDATE;
+                SET v_now = {now};
+                UPDATE jobguard_lease SET expire_at = v_now + p_ttl
+                 WHERE job = p_job AND holder = p_holder AND holder <> '' AND token = p_token
+                   AND expire_at > v_now;
+                SET v_n = ROW_COUNT();
+                COMMIT;
+                SELECT CASE WHEN v_n = 1 THEN v_now + p_ttl END AS expire_at;
+            END"
+        ),
+        format!(
+            "CREATE PROCEDURE jobguard_finish(IN p_now BIGINT, IN p_job VARBINARY(1024),
+                IN p_holder VARBINARY(1024), IN p_token BIGINT, IN p_run_id VARBINARY(256),
+                IN p_outcome VARCHAR(16), IN p_reason BLOB, IN p_exit INT, IN p_report LONGBLOB,
+                IN p_resolution VARCHAR(16), IN p_lost TINYINT)
+            BEGIN
+                DECLARE v_now BIGINT;
+                DECLARE v_holder VARBINARY(1024);
+                DECLARE v_token, v_expire BIGINT;
+                DECLARE v_held, v_recorded INT DEFAULT 0;
+                DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+                SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+                START TRANSACTION;
+                SELECT holder, token, expire_at INTO v_holder, v_token, v_expire
+                  FROM jobguard_lease WHERE job = p_job FOR UPDATE;
+                SET v_now = {now};
+                SET v_held = COALESCE(v_holder = p_holder AND p_holder <> ''
+                                      AND v_token = p_token AND v_expire > v_now, 0);
+                UPDATE jobguard_run SET outcome = p_outcome, reason = p_reason,
+                       exit_status = p_exit, finished_at = v_now, report = p_report,
+                       resolution = p_resolution
+                 WHERE run_id = p_run_id AND job = p_job AND outcome = 'running'
+                   AND fencing_token = p_token AND (p_lost = 1 OR v_held = 1);
+                SET v_recorded = ROW_COUNT();
+                IF v_held = 1 THEN
+                    UPDATE jobguard_lease SET holder = '', host = '', expire_at = 0
+                     WHERE job = p_job;
+                END IF;
+                COMMIT;
+                SELECT v_recorded AS recorded, v_held AS released;
+            END"
+        ),
+        format!(
+            "CREATE PROCEDURE jobguard_interrupt(IN p_now BIGINT, IN p_run_id VARBINARY(256),
+                IN p_reason BLOB, IN p_resolution VARCHAR(16), IN p_job VARBINARY(1024),
+                IN p_holder VARBINARY(1024), IN p_token BIGINT)
+            BEGIN
+                DECLARE v_now BIGINT;
+                DECLARE v_changed, v_n INT DEFAULT 0;
+                DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+                SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+                START TRANSACTION;
+                SELECT COUNT(*) INTO v_n FROM jobguard_lease WHERE job = p_job FOR UPDATE;
+                SET v_now = {now};
+                UPDATE jobguard_run SET outcome = 'interrupted', reason = p_reason,
+                       resolution = p_resolution, finished_at = v_now
+                 WHERE run_id = p_run_id AND outcome = 'running';
+                SET v_changed = ROW_COUNT();
+                UPDATE jobguard_lease SET holder = '', host = '', expire_at = 0
+                 WHERE job = p_job AND holder = p_holder AND holder <> '' AND token = p_token;
+                COMMIT;
+                SELECT v_changed AS changed;
+            END"
+        ),
+        format!(
+            "CREATE PROCEDURE jobguard_unlock(IN p_now BIGINT, IN p_job VARBINARY(1024))
+            BEGIN
+                DECLARE v_now BIGINT;
+                DECLARE v_holder, v_host VARBINARY(1024);
+                DECLARE v_token, v_acquired, v_expire BIGINT;
+                DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+                SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+                START TRANSACTION;
+                SELECT holder, host, token, acquired_at, expire_at
+                  INTO v_holder, v_host, v_token, v_acquired, v_expire
+                  FROM jobguard_lease WHERE job = p_job FOR UPDATE;
+                SET v_now = {now};
+                UPDATE jobguard_lease SET holder = '', host = '', expire_at = 0
+                 WHERE job = p_job AND holder <> '';
+                COMMIT;
+                SELECT v_holder AS holder, v_host AS host, v_token AS token,
+                       v_acquired AS acquired_at, v_expire AS expire_at
+                 FROM (SELECT 1) one WHERE v_holder <> '' AND v_expire > v_now;
+            END"
+        ),
+    ]
+}
+
+/// The MySQL/MariaDB store: one connection (reconnected after a failure).
+pub struct MysqlStore {
+    opts: Opts,
+    conn: Option<Conn>,
+    describe: String,
+    schema_ready: bool,
+    test_clock: Option<Arc<dyn Clock>>,
+}
+
+impl std::fmt::Debug for MysqlStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MysqlStore")
+            .field("describe", &self.describe)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A failure inside one call, before it is named after the store.
+enum Fail {
+    My(mysql::Error),
+    Data(String),
+}
+
+impl From<mysql::Error> for Fail {
+    fn from(e: mysql::Error) -> Self {
+        Fail::My(e)
+    }
+}
+
+/// Server error codes that mean "the schema is not there yet": no such table (1146) or
+/// procedure (1305).
+fn missing_schema(e: &Fail) -> bool {
+    matches!(e, Fail::My(mysql::Error::MySqlError(e)) if e.code == 1146 || e.code == 1305)
+}
+
+/// A string as a hex literal: safe in any SQL text, whatever it contains.
+fn lit(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() * 2 + 3);
+    out.push_str("X'");
+    for b in s.bytes() {
+        let _ = write!(out, "{b:02x}");
+    }
+    out.push('\'');
+    out
+}
+
+fn lit_opt(s: Option<&str>) -> String {
+    s.map_or_else(|| "NULL".to_string(), lit)
+}
+
+fn int_opt(n: Option<i64>) -> String {
+    n.map_or_else(|| "NULL".to_string(), |n| n.to_string())
+}
+
+/// One column of a row as JSON: text for strings, numbers for integers.
+fn json_value(value: &Value) -> serde_json::Value {
+    match value {
+        Value::NULL => serde_json::Value::Null,
+        Value::Bytes(b) => serde_json::Value::String(String::from_utf8_lossy(b).into_owned()),
+        Value::Int(i) => serde_json::Value::from(*i),
+        Value::UInt(u) => serde_json::Value::from(*u),
+        Value::Float(f) => serde_json::Value::from(f64::from(*f)),
+        Value::Double(d) => serde_json::Value::from(*d),
+        other => serde_json::Value::String(format!("{other:?}")),
+    }
+}
+
+fn row_object(row: &Row) -> serde_json::Map<String, serde_json::Value> {
+    let mut object = serde_json::Map::new();
+    for (i, column) in row.columns_ref().iter().enumerate() {
+        if let Some(value) = row.as_ref(i) {
+            object.insert(column.name_str().into_owned(), json_value(value));
+        }
+    }
+    object
+}
+
+fn get_int(object: &serde_json::Map<String, serde_json::Value>, name: &str) -> Option<i64> {
+    match object.get(name)? {
+        serde_json::Value::Number(n) => n.as_i64(),
+        serde_json::Value::String(s) => s.parse().ok(),
+        _ => None,
+    }
+}
+
+fn get_text(object: &serde_json::Map<String, serde_json::Value>, name: &str) -> String {
+    match object.get(name) {
+        Some(serde_json::Value::String(s)) => s.clone(),
+        _ => String::new(),
+    }
+}
+
+fn lease_from(
+    job: &str,
+    object: &serde_json::Map<String, serde_json::Value>,
+    p: &str,
+) -> Result<Lease, Fail> {
+    let int = |name: &str| {
+        get_int(object, &format!("{p}{name}"))
+            .ok_or_else(|| Fail::Data(format!("job {job}: lease without {name}")))
+    };
+    Ok(Lease {
+        job: job.to_string(),
+        holder: get_text(object, &format!("{p}holder")),
+        host: get_text(object, &format!("{p}host")),
+        token: int("token")?,
+        acquired_at: int(if p.is_empty() {
+            "acquired_at"
+        } else {
+            "acquired"
+        })?,
+        expire_at: int(if p.is_empty() { "expire_at" } else { "expire" })?,
+    })
+}
+
+impl MysqlStore {
+    /// Parses `address` and prepares a store; connects on the first call.
+    ///
+    /// # Errors
+    /// [`StoreError::Address`] when the address is not a URL the `mysql` client accepts.
+    pub fn open(address: &str) -> Result<MysqlStore, StoreError> {
+        let describe = address::mask(address);
+        let url = match address.split_once("://") {
+            Some((scheme, tail)) if scheme.eq_ignore_ascii_case("mariadb") => {
+                format!("mysql://{tail}")
+            }
+            _ => address.to_string(),
+        };
+        let opts = Opts::from_url(&url).map_err(|e| StoreError::Address {
+            address: describe.clone(),
+            detail: format!("not a mysql address: {e}"),
+        })?;
+        let opts = OptsBuilder::from_opts(opts)
+            .tcp_connect_timeout(Some(CONNECT_TIMEOUT))
+            .read_timeout(Some(CALL_TIMEOUT))
+            .write_timeout(Some(CALL_TIMEOUT))
+            .prefer_socket(false)
+            .max_allowed_packet(Some(16 * 1024 * 1024))
+            .into();
+        Ok(MysqlStore {
+            opts,
+            conn: None,
+            describe,
+            schema_ready: false,
+            test_clock: None,
+        })
+    }
+
+    /// Judges time by `clock` instead of the server's clock: the stored procedures still
+    /// make every decision, with `clock`'s time passed in. Only for tests that move time
+    /// (the store conformance suite); jobguard itself never calls it.
+    #[doc(hidden)]
+    pub fn judge_time_by(&mut self, clock: Arc<dyn Clock>) {
+        self.test_clock = Some(clock);
+    }
+
+    fn test_now(&self) -> String {
+        int_opt(self.test_clock.as_ref().map(|c| c.now_usec()))
+    }
+
+    fn error(&self, op: &str, fail: Fail) -> StoreError {
+        let store = self.describe.clone();
+        match fail {
+            Fail::Data(detail) => StoreError::Invalid {
+                store,
+                detail: format!("{op}: {detail}"),
+            },
+            Fail::My(mysql::Error::MySqlError(e)) => {
+                // Lock wait timeout, deadlock, too many connections, shutdown: retryable.
+                let retryable = matches!(e.code, 1205 | 1213 | 1040 | 1053 | 2006 | 2013);
+                let detail = format!("{op}: {}", e.message);
+                if retryable {
+                    StoreError::Unavailable { store, detail }
+                } else {
+                    StoreError::Invalid { store, detail }
+                }
+            }
+            Fail::My(e) => StoreError::Unavailable {
+                store,
+                detail: format!("{op}: {e}"),
+            },
+        }
+    }
+
+    /// Runs `f` on the connection (connecting first if needed); a connection that failed
+    /// other than with a server error is dropped.
+    fn call<T>(&mut self, f: impl FnOnce(&mut Conn) -> Result<T, Fail>) -> Result<T, Fail> {
+        if self.conn.is_none() {
+            self.conn = Some(Conn::new(self.opts.clone())?);
+        }
+        let Some(conn) = self.conn.as_mut() else {
+            return Err(Fail::Data("no connection".to_string()));
+        };
+        let result = f(conn);
+        if let Err(Fail::My(e)) = &result
+            && !matches!(e, mysql::Error::MySqlError(_))
+        {
+            self.conn = None;
+        }
+        result
+    }
+
+    /// Runs `f`; on a database without the schema, creates it and runs `f` again.
+    fn with_schema<T>(
+        &mut self,
+        op: &str,
+        mut f: impl FnMut(&mut Conn) -> Result<T, Fail>,
+    ) -> Result<T, StoreError> {
+        match self.call(&mut f) {
+            Ok(v) => Ok(v),
+            Err(e) if missing_schema(&e) => {
+                self.init()?;
+                self.call(f).map_err(|e| self.error(op, e))
+            }
+            Err(Fail::My(mysql::Error::MySqlError(e)))
+                if e.state == "45000" && e.message.contains("newer") =>
+            {
+                Err(StoreError::Invalid {
+                    store: self.describe.clone(),
+                    detail: format!("{op}: {}", e.message),
+                })
+            }
+            Err(e) => Err(self.error(op, e)),
+        }
+    }
+
+    fn newer_schema(&self, version: i64) -> StoreError {
+        StoreError::Invalid {
+            store: self.describe.clone(),
+            detail: format!(
+                "schema version {version} is newer than this jobguard knows ({SCHEMA_VERSION}); upgrade jobguard"
+            ),
+        }
+    }
+
+    fn ready(&mut self) -> Result<(), StoreError> {
+        if self.schema_ready {
+            return Ok(());
+        }
+        self.init()
+    }
+
+    /// Reads the schema version, `None` when there is no meta table.
+    fn version(conn: &mut Conn) -> Result<Option<i64>, Fail> {
+        match conn
+            .query_first::<i64, _>("SELECT value FROM jobguard_meta WHERE name = 'schema_version'")
+        {
+            Ok(v) => Ok(Some(v.unwrap_or(0))),
+            Err(e) => {
+                let e = Fail::My(e);
+                if missing_schema(&e) { Ok(None) } else { Err(e) }
+            }
+        }
+    }
+
+    fn migrate(conn: &mut Conn) -> Result<Option<i64>, Fail> {
+        let got: Option<i64> =
+            conn.query_first("SELECT GET_LOCK(CONCAT('jobguard:', DATABASE()), 30)")?;
+        if got != Some(1) {
+            return Err(Fail::Data(
+                "another host holds the schema lock for over 30 s".to_string(),
+            ));
+        }
+        let result = (|| {
+            conn.query_drop(
+                "CREATE TABLE IF NOT EXISTS jobguard_meta (
+                    name  VARCHAR(64) NOT NULL PRIMARY KEY,
+                    value BIGINT      NOT NULL
+                 ) ENGINE = InnoDB",
+            )?;
+            let version = Self::version(conn)?.unwrap_or(0);
+            if version > SCHEMA_VERSION {
+                return Ok(Some(version));
+            }
+            if version < 1 {
+                // MySQL commits each DDL statement on its own, so a migration cut short
+                // leaves part of the schema: every step can be run again.
+                for name in [
+                    "jobguard_claim",
+                    "jobguard_renew",
+                    "jobguard_finish",
+                    "jobguard_interrupt",
+                    "jobguard_unlock",
+                ] {
+                    conn.query_drop(format!("DROP PROCEDURE IF EXISTS {name}"))?;
+                }
+                for statement in migration_1() {
+                    conn.query_drop(statement)?;
+                }
+            }
+            conn.query_drop(format!(
+                "INSERT INTO jobguard_meta (name, value) VALUES ('schema_version', {SCHEMA_VERSION})
+                 ON DUPLICATE KEY UPDATE value = VALUES(value)"
+            ))?;
+            Ok(None)
+        })();
+        let _ = conn.query_drop("DO RELEASE_LOCK(CONCAT('jobguard:', DATABASE()))");
+        result
+    }
+
+    /// Calls a procedure and returns its result row as an object keyed by column name.
+    fn call_proc(
+        conn: &mut Conn,
+        sql: &str,
+    ) -> Result<Option<serde_json::Map<String, serde_json::Value>>, Fail> {
+        let row: Option<Row> = conn.query_first(sql)?;
+        Ok(row.as_ref().map(row_object))
+    }
+}
+
+impl Store for MysqlStore {
+    fn describe(&self) -> String {
+        self.describe.clone()
+    }
+
+    fn init(&mut self) -> Result<(), StoreError> {
+        let version = self
+            .call(Self::version)
+            .map_err(|e| self.error("read schema version", e))?;
+        let newer = match version {
+            Some(v) if v == SCHEMA_VERSION => None,
+            Some(v) if v > SCHEMA_VERSION => Some(v),
+            _ => self
+                .call(Self::migrate)
+                .map_err(|e| self.error("create schema", e))?,
+        };
+        if let Some(v) = newer {
+            return Err(self.newer_schema(v));
+        }
+        self.schema_ready = true;
+        Ok(())
+    }
+
+    fn now(&mut self) -> Result<i64, StoreError> {
+        if let Some(clock) = &self.test_clock {
+            return Ok(clock.now_usec());
+        }
+        self.call(|c| {
+            c.query_first::<i64, _>(format!("SELECT {SERVER_NOW}"))?
+                .ok_or_else(|| Fail::Data("no time".to_string()))
+        })
+        .map_err(|e| self.error("read time", e))
+    }
+
+    fn claim(&mut self, req: &ClaimRequest) -> Result<Claim, StoreError> {
+        let new = &req.run;
+        let sql = format!(
+            "CALL jobguard_claim({SCHEMA_VERSION}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {})",
+            self.test_now(),
+            lit(&new.job),
+            new.slot.usec,
+            lit(&new.slot.zone),
+            lit(&new.run_id),
+            i32::from(new.forced),
+            lit(&new.trigger),
+            lit_opt(new.invocation_id.as_deref()),
+            lit(&req.holder.id()),
+            lit(&req.holder.host),
+            lit(&req.holder.machine_id),
+            lit(&req.holder.boot_id),
+            req.holder.pid,
+            req.holder.pid_start,
+            duration_usec(req.ttl),
+        );
+        let job = new.job.clone();
+        self.with_schema("claim", |c| {
+            let object = Self::call_proc(c, &sql)?
+                .ok_or_else(|| Fail::Data("jobguard_claim answered nothing".to_string()))?;
+            let kind = get_text(&object, "kind");
+            let run = if object.get("run_id").is_some_and(|v| !v.is_null()) {
+                Some(remote::run_from_object(&object).map_err(Fail::Data)?)
+            } else {
+                None
+            };
+            let need_run =
+                |run: Option<Run>| run.ok_or_else(|| Fail::Data(format!("{kind}: no record")));
+            Ok(match kind.as_str() {
+                "done" => Claim::SlotDone { by: need_run(run)? },
+                "held" => Claim::SlotHeld { by: need_run(run)? },
+                "busy" => Claim::Busy {
+                    lease: lease_from(&job, &object, "lease_")?,
+                    run,
+                },
+                "claimed" => Claim::Claimed {
+                    lease: lease_from(&job, &object, "lease_")?,
+                    run: need_run(run)?,
+                },
+                other => return Err(Fail::Data(format!("unknown answer {other:?}"))),
+            })
+        })
+    }
+
+    fn renew(&mut self, lease: &Lease, ttl: Duration) -> Result<Option<i64>, StoreError> {
+        let sql = format!(
+            "CALL jobguard_renew({}, {}, {}, {}, {})",
+            self.test_now(),
+            lit(&lease.job),
+            lit(&lease.holder),
+            lease.token,
+            duration_usec(ttl)
+        );
+        self.with_schema("renew", |c| {
+            let object = Self::call_proc(c, &sql)?.unwrap_or_default();
+            Ok(get_int(&object, "expire_at"))
+        })
+    }
+
+    fn finish(
+        &mut self,
+        lease: &Lease,
+        run_id: &str,
+        finish: &Finish,
+    ) -> Result<Finished, StoreError> {
+        if finish.outcome == Outcome::Running {
+            return Err(StoreError::Invalid {
+                store: self.describe.clone(),
+                detail: format!("finish: run {run_id}: running is not an end state"),
+            });
+        }
+        let report = serde_json::to_string(&finish.report).map_err(|e| StoreError::Invalid {
+            store: self.describe.clone(),
+            detail: format!("finish: run {run_id}: report: {e}"),
+        })?;
+        let sql = format!(
+            "CALL jobguard_finish({}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {})",
+            self.test_now(),
+            lit(&lease.job),
+            lit(&lease.holder),
+            lease.token,
+            lit(run_id),
+            lit(finish.outcome.as_str()),
+            lit_opt(finish.reason.as_deref()),
+            int_opt(finish.exit_status.map(i64::from)),
+            lit(&report),
+            lit_opt(finish.resolution.map(Resolution::as_str)),
+            i32::from(finish.outcome == Outcome::LeaseLost),
+        );
+        self.with_schema("finish", |c| {
+            let object = Self::call_proc(c, &sql)?.unwrap_or_default();
+            Ok(Finished {
+                recorded: get_int(&object, "recorded") == Some(1),
+                released: get_int(&object, "released") == Some(1),
+            })
+        })
+    }
+
+    fn interrupt(
+        &mut self,
+        run: &Run,
+        reason: &str,
+        resolution: Resolution,
+    ) -> Result<bool, StoreError> {
+        let holder = Holder {
+            machine_id: run.machine_id.clone(),
+            boot_id: run.boot_id.clone(),
+            pid: run.pid,
+            pid_start: run.pid_start,
+            host: run.host.clone(),
+        }
+        .id();
+        let sql = format!(
+            "CALL jobguard_interrupt({}, {}, {}, {}, {}, {}, {})",
+            self.test_now(),
+            lit(&run.run_id),
+            lit(reason),
+            lit(resolution.as_str()),
+            lit(&run.job),
+            lit(&holder),
+            run.fencing_token
+        );
+        self.with_schema("interrupt", |c| {
+            let object = Self::call_proc(c, &sql)?.unwrap_or_default();
+            Ok(get_int(&object, "changed") == Some(1))
+        })
+    }
+
+    fn lease(&mut self, job: &str) -> Result<Option<Lease>, StoreError> {
+        self.ready()?;
+        let sql = format!(
+            "SELECT holder, host, token, acquired_at, expire_at FROM jobguard_lease
+             WHERE job = {} AND holder <> ''",
+            lit(job)
+        );
+        self.with_schema("read lease", |c| {
+            let row: Option<Row> = c.query_first(&sql)?;
+            row.map(|r| lease_from(job, &row_object(&r), ""))
+                .transpose()
+        })
+    }
+
+    fn runs(&mut self, query: &RunQuery) -> Result<Vec<Run>, StoreError> {
+        self.ready()?;
+        let mut conditions = Vec::new();
+        if let Some(job) = &query.job {
+            conditions.push(format!("r.job = {}", lit(job)));
+        }
+        if let Some(slot) = query.slot {
+            conditions.push(format!("r.slot_usec = {slot}"));
+        }
+        if !query.outcomes.is_empty() {
+            let list: Vec<String> = query.outcomes.iter().map(|o| lit(o.as_str())).collect();
+            conditions.push(format!("r.outcome IN ({})", list.join(", ")));
+        }
+        if !query.resolutions.is_empty() {
+            let list: Vec<String> = query.resolutions.iter().map(|o| lit(o.as_str())).collect();
+            conditions.push(format!("r.resolution IN ({})", list.join(", ")));
+        }
+        let mut sql = format!("SELECT {RUN_COLUMNS} FROM jobguard_run r");
+        if !conditions.is_empty() {
+            sql.push_str(" WHERE ");
+            sql.push_str(&conditions.join(" AND "));
+        }
+        sql.push_str(" ORDER BY r.started_at DESC, r.seq DESC");
+        if query.limit > 0 {
+            let _ = write!(sql, " LIMIT {}", query.limit);
+        }
+        self.with_schema("read runs", |c| {
+            let rows: Vec<Row> = c.query(&sql)?;
+            rows.iter()
+                .map(|r| remote::run_from_object(&row_object(r)).map_err(Fail::Data))
+                .collect()
+        })
+    }
+
+    fn resolve(
+        &mut self,
+        job: &str,
+        slot: i64,
+        resolution: Resolution,
+    ) -> Result<usize, StoreError> {
+        let r = lit(resolution.as_str());
+        let sql = format!(
+            "UPDATE jobguard_run SET resolution = {r}
+             WHERE job = {} AND slot_usec = {slot}
+               AND outcome IN ('interrupted', 'lease_lost', 'failed')
+               AND (resolution IS NULL OR resolution NOT IN ('rerun', 'done', {r}))",
+            lit(job)
+        );
+        self.with_schema("resolve", |c| {
+            c.query_drop(&sql)?;
+            Ok(usize::try_from(c.affected_rows()).unwrap_or(0))
+        })
+    }
+
+    fn unlock(&mut self, job: &str) -> Result<Option<Lease>, StoreError> {
+        let sql = format!("CALL jobguard_unlock({}, {})", self.test_now(), lit(job));
+        self.with_schema("unlock", |c| {
+            Self::call_proc(c, &sql)?
+                .map(|o| lease_from(job, &o, ""))
+                .transpose()
+        })
+    }
+}

@@ -1,0 +1,945 @@
+//! The PostgreSQL store: leases and the run ledger shared by every host that names it.
+//!
+//! Address: `postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE[?PARAMS]` (also
+//! `postgresql://`), with the parameters of libpq's connection URIs that the
+//! `tokio-postgres` client understands (`sslmode=disable`, `application_name=`, …,
+//! <https://www.postgresql.org/docs/current/libpq-connect.html#LIBPQ-CONNSTRING-URIS>) and
+//! one of jobguard's own: `schema=NAME` keeps jobguard's tables in that schema (created if
+//! missing; the connection's `search_path` is set to it in the start-up packet, so it
+//! costs no round trip). Without a user name, the process's user name is used, as libpq
+//! does. TLS follows libpq's `sslmode`: `disable`, `allow` and `prefer` (the default)
+//! connect without TLS; `require` encrypts but, as in libpq, does not check the server's
+//! certificate (it protects against listening, not against a forged server);
+//! `verify-ca` and `verify-full` encrypt and check the certificate against the system's
+//! trust store (`/etc/ssl/certs`) and the host name. TLS is rustls with the ring provider.
+//!
+//! Tables (names an operator recognises): `jobguard_meta` (key `schema_version`),
+//! `jobguard_lease` (one row per job, never deleted: a released lease keeps its row with
+//! an empty holder, so the fencing token keeps growing across every grant) and
+//! `jobguard_run` (one row per attempt, with a partial unique index that allows one
+//! non-forced `succeeded` row per (job, slot)). All times are `bigint` µs since the epoch
+//! by the *server's* clock (`clock_timestamp()`), read inside the statement that decides.
+//!
+//! Round trips: [`Store::claim`] is one call of the PL/pgSQL function `jobguard_claim`,
+//! which checks the schema version, the slot and the lease, first without locking (a
+//! losing claim answers at once), then with the job's lease row locked (`SELECT … FOR
+//! UPDATE`) before it grants the lease and inserts the `running` record, all in the
+//! single transaction of that statement. Statements are sent with `query_typed` (parse, bind
+//! and execute in one message flight), so a claim is one round trip after connecting;
+//! on a store that has no schema yet, the tool creates it (under an advisory lock, so
+//! hosts starting together do not race) and asks again. `renew`, `finish`, `interrupt`
+//! and `unlock` are single statements (data-modifying CTEs).
+//!
+//! Every call has a deadline ([`remote::CALL_TIMEOUT`], connect [`remote::CONNECT_TIMEOUT`]);
+//! the client is `tokio-postgres` driven by a private current-thread runtime, because the
+//! synchronous `postgres` wrapper has no per-call time limit and a partitioned server
+//! would hang the shim's renewal loop. A call that times out drops the connection; the
+//! next call reconnects.
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_postgres::config::SslMode;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{Client, NoTls, Row};
+use tokio_postgres_rustls::MakeRustlsConnect;
+
+use crate::clock::Clock;
+use crate::lease::{Holder, Lease};
+use crate::ledger::{Finish, Outcome, Resolution, Run};
+use crate::store::remote::{self, CALL_TIMEOUT, CONNECT_TIMEOUT, duration_usec};
+use crate::store::{Claim, ClaimRequest, Finished, RunQuery, Store, StoreError, address};
+
+/// The schema version this jobguard writes and understands (`jobguard_meta`).
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// The server's clock in µs, or the override a test passes (NULL in production).
+const NOW_US: &str =
+    "COALESCE($1::bigint, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)";
+
+/// `MIGRATIONS[n]` takes the schema from version `n` to `n + 1`.
+const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [r#"
+CREATE TABLE jobguard_lease (
+    job          text   PRIMARY KEY,
+    holder       text   NOT NULL,      -- Holder::id(); '' once released
+    host         text   NOT NULL,
+    token        bigint NOT NULL,      -- fencing token of the latest grant
+    acquired_at  bigint NOT NULL,      -- µs since the epoch, server clock
+    expire_at    bigint NOT NULL       -- µs since the epoch; 0 once released
+);
+CREATE TABLE jobguard_run (
+    seq            bigint GENERATED ALWAYS AS IDENTITY,
+    run_id         text    PRIMARY KEY,
+    job            text    NOT NULL,
+    slot_usec      bigint  NOT NULL,
+    slot_zone      text    NOT NULL,
+    attempt        bigint  NOT NULL,
+    outcome        text    NOT NULL CHECK (outcome IN
+                       ('running', 'succeeded', 'failed', 'interrupted', 'lease_lost')),
+    reason         text,
+    exit_status    integer,
+    forced         boolean NOT NULL,
+    trigger_kind   text    NOT NULL,
+    host           text    NOT NULL,
+    machine_id     text    NOT NULL,
+    boot_id        text    NOT NULL,
+    pid            bigint  NOT NULL,
+    pid_start      bigint  NOT NULL,
+    invocation_id  text,
+    started_at     bigint  NOT NULL,
+    finished_at    bigint,
+    fencing_token  bigint  NOT NULL,
+    report         text    NOT NULL DEFAULT '{}',
+    resolution     text CHECK (resolution IS NULL OR resolution IN
+                       ('queued', 'held', 'rerun', 'done'))
+);
+CREATE UNIQUE INDEX jobguard_run_one_success
+    ON jobguard_run (job, slot_usec) WHERE outcome = 'succeeded' AND NOT forced;
+CREATE INDEX jobguard_run_slot ON jobguard_run (job, slot_usec);
+CREATE INDEX jobguard_run_history ON jobguard_run (job, started_at);
+CREATE INDEX jobguard_run_running ON jobguard_run (job) WHERE outcome = 'running';
+
+CREATE FUNCTION jobguard_now_us(p_now bigint) RETURNS bigint LANGUAGE sql VOLATILE AS
+$f$ SELECT COALESCE(p_now, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint) $f$;
+
+CREATE FUNCTION jobguard_claim(
+    p_version bigint, p_now bigint, p_job text, p_slot bigint, p_zone text, p_run_id text,
+    p_forced boolean, p_trigger text, p_invocation text, p_holder text, p_host text,
+    p_machine text, p_boot text, p_pid bigint, p_pid_start bigint, p_ttl bigint)
+RETURNS TABLE (o_kind text, o_holder text, o_host text, o_token bigint,
+               o_acquired bigint, o_expire bigint, o_run text)
+LANGUAGE plpgsql VOLATILE AS $f$
+DECLARE
+    v_version bigint;
+    v_now bigint;
+    v_lease jobguard_lease%ROWTYPE;
+    v_run jobguard_run%ROWTYPE;
+    v_found boolean;
+    v_attempt bigint;
+    v_pass integer;
+BEGIN
+    SELECT value INTO v_version FROM jobguard_meta WHERE key = 'schema_version';
+    IF v_version > p_version THEN
+        RAISE EXCEPTION 'schema version % is newer than this jobguard knows (%); upgrade jobguard',
+            v_version, p_version;
+    END IF;
+    -- Pass 1 reads without locking: a slot that is done or held, or a lease another
+    -- holder keeps, is answered at once, so racing claims that lose do not queue on the
+    -- lease row. Pass 2 locks the row and decides again before granting.
+    FOR v_pass IN 1..2 LOOP
+        IF v_pass = 1 THEN
+            SELECT * INTO v_lease FROM jobguard_lease WHERE job = p_job;
+        ELSE
+            -- The lease row is the job's lock and token counter; it is never deleted.
+            INSERT INTO jobguard_lease (job, holder, host, token, acquired_at, expire_at)
+                VALUES (p_job, '', '', 0, 0, 0) ON CONFLICT (job) DO NOTHING;
+            SELECT * INTO v_lease FROM jobguard_lease WHERE job = p_job FOR UPDATE;
+        END IF;
+        v_now := jobguard_now_us(p_now);
+        IF NOT p_forced THEN
+            SELECT * INTO v_run FROM jobguard_run
+             WHERE job = p_job AND slot_usec = p_slot
+               AND (outcome = 'succeeded' OR resolution = 'done')
+             ORDER BY outcome = 'succeeded' DESC, started_at DESC, seq DESC LIMIT 1;
+            IF FOUND THEN
+                RETURN QUERY SELECT 'done'::text, NULL::text, NULL::text, NULL::bigint,
+                    NULL::bigint, NULL::bigint, to_jsonb(v_run)::text;
+                RETURN;
+            END IF;
+            SELECT * INTO v_run FROM jobguard_run
+             WHERE job = p_job AND slot_usec = p_slot AND resolution = 'held'
+             ORDER BY started_at DESC, seq DESC LIMIT 1;
+            IF FOUND THEN
+                RETURN QUERY SELECT 'held'::text, NULL::text, NULL::text, NULL::bigint,
+                    NULL::bigint, NULL::bigint, to_jsonb(v_run)::text;
+                RETURN;
+            END IF;
+        END IF;
+        IF v_lease.holder <> '' AND v_lease.expire_at > v_now
+           AND v_lease.holder <> p_holder THEN
+            SELECT * INTO v_run FROM jobguard_run
+             WHERE job = p_job AND fencing_token = v_lease.token
+             ORDER BY started_at DESC, seq DESC LIMIT 1;
+            v_found := FOUND;
+            RETURN QUERY SELECT 'busy'::text, v_lease.holder, v_lease.host, v_lease.token,
+                v_lease.acquired_at, v_lease.expire_at,
+                CASE WHEN v_found THEN to_jsonb(v_run)::text END;
+            RETURN;
+        END IF;
+    END LOOP;
+    UPDATE jobguard_lease SET holder = p_holder, host = p_host, token = v_lease.token + 1,
+           acquired_at = v_now, expire_at = v_now + p_ttl
+     WHERE job = p_job RETURNING * INTO v_lease;
+    SELECT count(*) + 1 INTO v_attempt FROM jobguard_run
+     WHERE job = p_job AND slot_usec = p_slot;
+    UPDATE jobguard_run SET resolution = 'rerun'
+     WHERE job = p_job AND slot_usec = p_slot AND resolution IN ('queued', 'held');
+    INSERT INTO jobguard_run (run_id, job, slot_usec, slot_zone, attempt, outcome, forced,
+            trigger_kind, host, machine_id, boot_id, pid, pid_start, invocation_id,
+            started_at, fencing_token)
+        VALUES (p_run_id, p_job, p_slot, p_zone, v_attempt, 'running', p_forced, p_trigger,
+            p_host, p_machine, p_boot, p_pid, p_pid_start, p_invocation, v_now, v_lease.token)
+        RETURNING * INTO v_run;
+    RETURN QUERY SELECT 'claimed'::text, v_lease.holder, v_lease.host, v_lease.token,
+        v_lease.acquired_at, v_lease.expire_at, to_jsonb(v_run)::text;
+END
+$f$;
+"#];
+
+/// How to encrypt the connection, from the address's `sslmode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tls {
+    /// No TLS (`disable`, `allow`, `prefer`).
+    Off,
+    /// TLS without checking the server's certificate (`require`, as libpq).
+    Unchecked,
+    /// TLS with the certificate checked against the system's roots and the host name.
+    Verified,
+}
+
+/// Accepts any server certificate but still checks the handshake signatures: libpq's
+/// `sslmode=require`.
+#[derive(Debug)]
+struct AnyCertificate(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &rustls::pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// The rustls client configuration for `tls`, or a message saying why there is none.
+fn tls_config(tls: Tls) -> Result<rustls::ClientConfig, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("tls: {e}"))?;
+    Ok(match tls {
+        Tls::Verified => {
+            let mut roots = rustls::RootCertStore::empty();
+            let found = rustls_native_certs::load_native_certs();
+            roots.add_parsable_certificates(found.certs);
+            if roots.is_empty() {
+                return Err("tls: no trusted certificates in the system's store".to_string());
+            }
+            builder.with_root_certificates(roots).with_no_client_auth()
+        }
+        Tls::Off | Tls::Unchecked => builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
+            .with_no_client_auth(),
+    })
+}
+
+/// The PostgreSQL store: one connection (reconnected after a failure).
+pub struct PostgresStore {
+    rt: tokio::runtime::Runtime,
+    config: tokio_postgres::Config,
+    tls: Tls,
+    client: Option<Client>,
+    describe: String,
+    schema: Option<String>,
+    schema_ready: bool,
+    test_clock: Option<Arc<dyn Clock>>,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("describe", &self.describe)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A failure inside one call, before it is named after the store.
+enum Fail {
+    Pg(tokio_postgres::Error),
+    Timeout,
+    Data(String),
+}
+
+impl From<tokio_postgres::Error> for Fail {
+    fn from(e: tokio_postgres::Error) -> Self {
+        Fail::Pg(e)
+    }
+}
+
+/// True for errors that mean "the schema is not there yet": the first use of a store.
+fn missing_schema(e: &Fail) -> bool {
+    matches!(e, Fail::Pg(e) if matches!(
+        e.code(),
+        Some(c) if *c == SqlState::UNDEFINED_FUNCTION
+            || *c == SqlState::UNDEFINED_TABLE
+            || *c == SqlState::INVALID_SCHEMA_NAME
+    ))
+}
+
+impl PostgresStore {
+    /// Parses `address` and prepares a store; connects on the first call.
+    ///
+    /// # Errors
+    /// [`StoreError::Address`] when the address is not a PostgreSQL URI the client accepts,
+    /// or `schema=` is not a plain name (letters, digits, `_`; at most 48).
+    pub fn open(address: &str) -> Result<PostgresStore, StoreError> {
+        let describe = address::mask(address);
+        let bad = |detail: String| StoreError::Address {
+            address: describe.clone(),
+            detail,
+        };
+        let (rest, ours) = remote::take_params(address, &["schema", "sslmode"]);
+        let tls = match ours.get(1).cloned().flatten().as_deref() {
+            None | Some("disable" | "allow" | "prefer") => Tls::Off,
+            Some("require") => Tls::Unchecked,
+            Some("verify-ca" | "verify-full") => Tls::Verified,
+            Some(other) => return Err(bad(format!("unknown sslmode {other:?}"))),
+        };
+        let rest = match rest.split_once("://") {
+            Some((scheme, tail)) if scheme.eq_ignore_ascii_case("postgres") => {
+                format!("postgresql://{tail}")
+            }
+            _ => rest,
+        };
+        let mut config = tokio_postgres::Config::from_str(&rest)
+            .map_err(|e| bad(format!("not a postgresql address: {e}")))?;
+        let schema = ours.first().cloned().flatten();
+        config.ssl_mode(if tls == Tls::Off {
+            SslMode::Disable
+        } else {
+            SslMode::Require
+        });
+        if let Some(schema) = &schema {
+            if !remote::plain_name(schema, false) {
+                return Err(bad(format!(
+                    "schema {schema:?} is not a plain name (letters, digits, _)"
+                )));
+            }
+            config.options(format!("-c search_path={schema}"));
+        }
+        if config.get_user().is_none() {
+            // As libpq: the user name of the process (root for the shim).
+            let me = nix::unistd::User::from_uid(nix::unistd::geteuid())
+                .ok()
+                .flatten()
+                .map_or_else(|| "root".to_string(), |u| u.name);
+            config.user(me);
+        }
+        config.connect_timeout(CONNECT_TIMEOUT);
+        config.tcp_user_timeout(CALL_TIMEOUT);
+        config.keepalives_idle(Duration::from_secs(10));
+        if config.get_application_name().is_none() {
+            config.application_name("jobguard");
+        }
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| StoreError::Unavailable {
+                store: describe.clone(),
+                detail: format!("cannot start the client runtime: {e}"),
+            })?;
+        Ok(PostgresStore {
+            rt,
+            config,
+            tls,
+            client: None,
+            describe,
+            schema,
+            schema_ready: false,
+            test_clock: None,
+        })
+    }
+
+    /// Judges time by `clock` instead of the server's clock: the decisions are still made
+    /// by the server's statements, with `clock`'s time passed in. Only for tests that move
+    /// time (the store conformance suite); jobguard itself never calls it.
+    #[doc(hidden)]
+    pub fn judge_time_by(&mut self, clock: Arc<dyn Clock>) {
+        self.test_clock = Some(clock);
+    }
+
+    fn test_now(&self) -> Option<i64> {
+        self.test_clock.as_ref().map(|c| c.now_usec())
+    }
+
+    fn error(&self, op: &str, fail: Fail) -> StoreError {
+        let store = self.describe.clone();
+        match fail {
+            Fail::Timeout => StoreError::Unavailable {
+                store,
+                detail: format!("{op}: no answer within {} s", CALL_TIMEOUT.as_secs()),
+            },
+            Fail::Data(detail) => StoreError::Invalid {
+                store,
+                detail: format!("{op}: {detail}"),
+            },
+            Fail::Pg(e) => match e.as_db_error() {
+                None => StoreError::Unavailable {
+                    store,
+                    detail: format!("{op}: {}", remote::chain(&e)),
+                },
+                Some(db) => {
+                    let code = db.code().code();
+                    let retryable = code.starts_with("08")
+                        || code.starts_with("53")
+                        || code.starts_with("57")
+                        || code == "40001"
+                        || code == "40P01";
+                    let detail = format!("{op}: {}", db.message());
+                    if retryable {
+                        StoreError::Unavailable { store, detail }
+                    } else {
+                        StoreError::Invalid { store, detail }
+                    }
+                }
+            },
+        }
+    }
+
+    /// Runs `f` on the connection (connecting first if needed) within [`CALL_TIMEOUT`].
+    /// A timeout or a broken connection drops the connection.
+    fn call<T>(&mut self, f: impl AsyncFnOnce(&mut Client) -> Result<T, Fail>) -> Result<T, Fail> {
+        if self.client.as_ref().is_none_or(|c| c.is_closed()) {
+            self.client = None;
+            let config = self.config.clone();
+            let client = if self.tls == Tls::Off {
+                let (client, connection) = self
+                    .rt
+                    .block_on(async {
+                        tokio::time::timeout(CONNECT_TIMEOUT, config.connect(NoTls)).await
+                    })
+                    .map_err(|_| Fail::Timeout)??;
+                self.rt.spawn(connection);
+                client
+            } else {
+                let tls = MakeRustlsConnect::new(tls_config(self.tls).map_err(Fail::Data)?);
+                let (client, connection) = self
+                    .rt
+                    .block_on(async {
+                        tokio::time::timeout(CONNECT_TIMEOUT, config.connect(tls)).await
+                    })
+                    .map_err(|_| Fail::Timeout)??;
+                self.rt.spawn(connection);
+                client
+            };
+            self.client = Some(client);
+        }
+        let Some(client) = self.client.as_mut() else {
+            return Err(Fail::Data("no connection".to_string()));
+        };
+        let result = self
+            .rt
+            .block_on(async { tokio::time::timeout(CALL_TIMEOUT, f(client)).await });
+        match result {
+            Err(_) => {
+                self.client = None;
+                Err(Fail::Timeout)
+            }
+            Ok(Err(Fail::Pg(e))) if e.as_db_error().is_none() => {
+                self.client = None;
+                Err(Fail::Pg(e))
+            }
+            Ok(other) => other,
+        }
+    }
+
+    /// Creates or migrates the schema under an advisory lock; `Ok(Some(v))` when the store
+    /// has the newer version `v`.
+    async fn migrate(client: &mut Client, schema: Option<&str>) -> Result<Option<i64>, Fail> {
+        let tx = client.transaction().await?;
+        // One lock per schema, so that hosts starting together migrate one at a time.
+        let key = lock_key(schema.unwrap_or("public"));
+        tx.query_typed("SELECT pg_advisory_xact_lock($1)", &[(&key, Type::INT8)])
+            .await?;
+        if let Some(schema) = schema {
+            tx.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""))
+                .await?;
+        }
+        tx.batch_execute(
+            "CREATE TABLE IF NOT EXISTS jobguard_meta (key text PRIMARY KEY, value bigint NOT NULL)",
+        )
+        .await?;
+        let version: i64 = tx
+            .query_typed(
+                "SELECT value FROM jobguard_meta WHERE key = 'schema_version'",
+                &[],
+            )
+            .await?
+            .first()
+            .map(|r| r.try_get(0))
+            .transpose()?
+            .unwrap_or(0);
+        if version > SCHEMA_VERSION {
+            return Ok(Some(version));
+        }
+        let from = usize::try_from(version.max(0)).unwrap_or(0);
+        for migration in MIGRATIONS.iter().skip(from) {
+            tx.batch_execute(migration).await?;
+        }
+        tx.query_typed(
+            "INSERT INTO jobguard_meta (key, value) VALUES ('schema_version', $1)
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            &[(&SCHEMA_VERSION, Type::INT8)],
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(None)
+    }
+
+    fn newer_schema(&self, version: i64) -> StoreError {
+        StoreError::Invalid {
+            store: self.describe.clone(),
+            detail: format!(
+                "schema version {version} is newer than this jobguard knows ({SCHEMA_VERSION}); upgrade jobguard"
+            ),
+        }
+    }
+
+    fn ready(&mut self) -> Result<(), StoreError> {
+        if self.schema_ready {
+            return Ok(());
+        }
+        self.init()
+    }
+
+    /// Runs a call that needs the schema; on a store without one, creates it and asks again.
+    fn with_schema<T>(
+        &mut self,
+        op: &str,
+        mut f: impl AsyncFnMut(&mut Client) -> Result<T, Fail>,
+    ) -> Result<T, StoreError> {
+        match self.call(async |c| f(c).await) {
+            Ok(v) => {
+                self.schema_ready = true;
+                Ok(v)
+            }
+            Err(e) if missing_schema(&e) => {
+                self.init()?;
+                self.call(async |c| f(c).await)
+                    .map_err(|e| self.error(op, e))
+            }
+            Err(Fail::Pg(e))
+                if e.code() == Some(&SqlState::RAISE_EXCEPTION)
+                    && e.as_db_error()
+                        .is_some_and(|d| d.message().contains("newer")) =>
+            {
+                Err(StoreError::Invalid {
+                    store: self.describe.clone(),
+                    detail: format!(
+                        "{op}: {}",
+                        e.as_db_error().map(|d| d.message()).unwrap_or_default()
+                    ),
+                })
+            }
+            Err(e) => Err(self.error(op, e)),
+        }
+    }
+}
+
+/// A 64-bit advisory lock key for a schema name (FNV-1a).
+fn lock_key(schema: &str) -> i64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in "jobguard:".bytes().chain(schema.bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    i64::from_ne_bytes(h.to_ne_bytes())
+}
+
+fn lease_from(job: &str, row: &Row, first: usize) -> Result<Lease, Fail> {
+    Ok(Lease {
+        job: job.to_string(),
+        holder: row.try_get(first)?,
+        host: row.try_get(first + 1)?,
+        token: row.try_get(first + 2)?,
+        acquired_at: row.try_get(first + 3)?,
+        expire_at: row.try_get(first + 4)?,
+    })
+}
+
+fn run_from(json: Option<String>) -> Result<Option<Run>, Fail> {
+    json.map(|j| remote::run_from_json(&j).map_err(Fail::Data))
+        .transpose()
+}
+
+impl Store for PostgresStore {
+    fn describe(&self) -> String {
+        self.describe.clone()
+    }
+
+    fn init(&mut self) -> Result<(), StoreError> {
+        let fast = self.call(async |c| {
+            let rows = c
+                .query_typed(
+                    "SELECT value FROM jobguard_meta WHERE key = 'schema_version'",
+                    &[],
+                )
+                .await?;
+            Ok(rows.first().map(|r| r.try_get::<_, i64>(0)).transpose()?)
+        });
+        let version = match fast {
+            Ok(Some(v)) => Some(v),
+            Ok(None) => None,
+            Err(e) if missing_schema(&e) => None,
+            Err(e) => return Err(self.error("read schema version", e)),
+        };
+        let newer = match version {
+            Some(v) if v == SCHEMA_VERSION => None,
+            Some(v) if v > SCHEMA_VERSION => Some(v),
+            _ => {
+                let schema = self.schema.clone();
+                self.call(async |c| Self::migrate(c, schema.as_deref()).await)
+                    .map_err(|e| self.error("create schema", e))?
+            }
+        };
+        if let Some(v) = newer {
+            return Err(self.newer_schema(v));
+        }
+        self.schema_ready = true;
+        Ok(())
+    }
+
+    fn now(&mut self) -> Result<i64, StoreError> {
+        let now = self.test_now();
+        self.call(async |c| {
+            let rows = c
+                .query_typed(&format!("SELECT {NOW_US}"), &[(&now, Type::INT8)])
+                .await?;
+            let row = rows.first().ok_or(Fail::Data("no time".to_string()))?;
+            Ok(row.try_get(0)?)
+        })
+        .map_err(|e| self.error("read time", e))
+    }
+
+    fn claim(&mut self, req: &ClaimRequest) -> Result<Claim, StoreError> {
+        let now = self.test_now();
+        let new = &req.run;
+        let holder = req.holder.id();
+        let ttl = duration_usec(req.ttl);
+        let pid = i64::from(req.holder.pid);
+        let pid_start = i64::try_from(req.holder.pid_start).unwrap_or(i64::MAX);
+        let job = new.job.clone();
+        self.with_schema("claim", async |c| {
+            let params: [(&(dyn ToSql + Sync), Type); 16] = [
+                (&SCHEMA_VERSION, Type::INT8),
+                (&now, Type::INT8),
+                (&new.job, Type::TEXT),
+                (&new.slot.usec, Type::INT8),
+                (&new.slot.zone, Type::TEXT),
+                (&new.run_id, Type::TEXT),
+                (&new.forced, Type::BOOL),
+                (&new.trigger, Type::TEXT),
+                (&new.invocation_id, Type::TEXT),
+                (&holder, Type::TEXT),
+                (&req.holder.host, Type::TEXT),
+                (&req.holder.machine_id, Type::TEXT),
+                (&req.holder.boot_id, Type::TEXT),
+                (&pid, Type::INT8),
+                (&pid_start, Type::INT8),
+                (&ttl, Type::INT8),
+            ];
+            let rows = c
+                .query_typed(
+                    "SELECT * FROM jobguard_claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10,
+                                                  $11, $12, $13, $14, $15, $16)",
+                    &params,
+                )
+                .await?;
+            let row = rows
+                .first()
+                .ok_or_else(|| Fail::Data("jobguard_claim answered nothing".to_string()))?;
+            let kind: String = row.try_get(0)?;
+            let run = run_from(row.try_get(6)?)?;
+            let need_run =
+                |run: Option<Run>| run.ok_or_else(|| Fail::Data(format!("{kind}: no record")));
+            Ok(match kind.as_str() {
+                "done" => Claim::SlotDone { by: need_run(run)? },
+                "held" => Claim::SlotHeld { by: need_run(run)? },
+                "busy" => Claim::Busy {
+                    lease: lease_from(&job, row, 1)?,
+                    run,
+                },
+                "claimed" => Claim::Claimed {
+                    lease: lease_from(&job, row, 1)?,
+                    run: need_run(run)?,
+                },
+                other => return Err(Fail::Data(format!("unknown answer {other:?}"))),
+            })
+        })
+    }
+
+    fn renew(&mut self, lease: &Lease, ttl: Duration) -> Result<Option<i64>, StoreError> {
+        let now = self.test_now();
+        let ttl = duration_usec(ttl);
+        self.with_schema("renew", async |c| {
+            let rows = c
+                .query_typed(
+                    &format!(
+                        "UPDATE jobguard_lease l SET expire_at = t.now + $5
+                         FROM (SELECT {NOW_US} AS now) t
+                         WHERE l.job = $2 AND l.holder = $3 AND l.holder <> ''
+                           AND l.token = $4 AND l.expire_at > t.now
+                         RETURNING l.expire_at"
+                    ),
+                    &[
+                        (&now, Type::INT8),
+                        (&lease.job, Type::TEXT),
+                        (&lease.holder, Type::TEXT),
+                        (&lease.token, Type::INT8),
+                        (&ttl, Type::INT8),
+                    ],
+                )
+                .await?;
+            Ok(rows.first().map(|r| r.try_get(0)).transpose()?)
+        })
+    }
+
+    fn finish(
+        &mut self,
+        lease: &Lease,
+        run_id: &str,
+        finish: &Finish,
+    ) -> Result<Finished, StoreError> {
+        if finish.outcome == Outcome::Running {
+            return Err(StoreError::Invalid {
+                store: self.describe.clone(),
+                detail: format!("finish: run {run_id}: running is not an end state"),
+            });
+        }
+        let report = serde_json::to_string(&finish.report).map_err(|e| StoreError::Invalid {
+            store: self.describe.clone(),
+            detail: format!("finish: run {run_id}: report: {e}"),
+        })?;
+        let now = self.test_now();
+        let lost = finish.outcome == Outcome::LeaseLost;
+        let outcome = finish.outcome.as_str();
+        let resolution = finish.resolution.map(Resolution::as_str);
+        self.with_schema("finish", async |c| {
+            let rows = c
+                .query_typed(
+                    &format!(
+                        "WITH t AS (SELECT {NOW_US} AS now),
+                         rel AS (
+                           UPDATE jobguard_lease l SET holder = '', host = '', expire_at = 0
+                           FROM t
+                           WHERE l.job = $2 AND l.holder = $3 AND l.holder <> ''
+                             AND l.token = $4 AND l.expire_at > t.now
+                           RETURNING 1),
+                         rec AS (
+                           UPDATE jobguard_run r SET outcome = $6, reason = $7,
+                             exit_status = $8, finished_at = t.now, report = $9,
+                             resolution = $10
+                           FROM t
+                           WHERE r.run_id = $5 AND r.job = $2 AND r.outcome = 'running'
+                             AND r.fencing_token = $4 AND ($11 OR EXISTS (SELECT 1 FROM rel))
+                           RETURNING 1)
+                         SELECT (SELECT count(*) FROM rec), (SELECT count(*) FROM rel)"
+                    ),
+                    &[
+                        (&now, Type::INT8),
+                        (&lease.job, Type::TEXT),
+                        (&lease.holder, Type::TEXT),
+                        (&lease.token, Type::INT8),
+                        (&run_id, Type::TEXT),
+                        (&outcome, Type::TEXT),
+                        (&finish.reason, Type::TEXT),
+                        (&finish.exit_status, Type::INT4),
+                        (&report, Type::TEXT),
+                        (&resolution, Type::TEXT),
+                        (&lost, Type::BOOL),
+                    ],
+                )
+                .await?;
+            let row = rows
+                .first()
+                .ok_or_else(|| Fail::Data("no answer".to_string()))?;
+            Ok(Finished {
+                recorded: row.try_get::<_, i64>(0)? == 1,
+                released: row.try_get::<_, i64>(1)? == 1,
+            })
+        })
+    }
+
+    fn interrupt(
+        &mut self,
+        run: &Run,
+        reason: &str,
+        resolution: Resolution,
+    ) -> Result<bool, StoreError> {
+        let holder = Holder {
+            machine_id: run.machine_id.clone(),
+            boot_id: run.boot_id.clone(),
+            pid: run.pid,
+            pid_start: run.pid_start,
+            host: run.host.clone(),
+        }
+        .id();
+        let now = self.test_now();
+        let resolution = resolution.as_str();
+        self.with_schema("interrupt", async |c| {
+            let rows = c
+                .query_typed(
+                    &format!(
+                        "WITH t AS (SELECT {NOW_US} AS now),
+                         rec AS (
+                           UPDATE jobguard_run r SET outcome = 'interrupted', reason = $3,
+                             resolution = $4, finished_at = t.now
+                           FROM t WHERE r.run_id = $2 AND r.outcome = 'running'
+                           RETURNING 1),
+                         rel AS (
+                           UPDATE jobguard_lease SET holder = '', host = '', expire_at = 0
+                           WHERE job = $5 AND holder = $6 AND holder <> '' AND token = $7
+                           RETURNING 1)
+                         SELECT (SELECT count(*) FROM rec), (SELECT count(*) FROM rel)"
+                    ),
+                    &[
+                        (&now, Type::INT8),
+                        (&run.run_id, Type::TEXT),
+                        (&reason, Type::TEXT),
+                        (&resolution, Type::TEXT),
+                        (&run.job, Type::TEXT),
+                        (&holder, Type::TEXT),
+                        (&run.fencing_token, Type::INT8),
+                    ],
+                )
+                .await?;
+            let row = rows
+                .first()
+                .ok_or_else(|| Fail::Data("no answer".to_string()))?;
+            Ok(row.try_get::<_, i64>(0)? == 1)
+        })
+    }
+
+    fn lease(&mut self, job: &str) -> Result<Option<Lease>, StoreError> {
+        self.ready()?;
+        self.with_schema("read lease", async |c| {
+            let rows = c
+                .query_typed(
+                    "SELECT holder, host, token, acquired_at, expire_at FROM jobguard_lease
+                     WHERE job = $1 AND holder <> ''",
+                    &[(&job, Type::TEXT)],
+                )
+                .await?;
+            rows.first().map(|r| lease_from(job, r, 0)).transpose()
+        })
+    }
+
+    fn runs(&mut self, query: &RunQuery) -> Result<Vec<Run>, StoreError> {
+        self.ready()?;
+        let outcomes: Vec<&str> = query.outcomes.iter().map(|o| o.as_str()).collect();
+        let resolutions: Vec<&str> = query.resolutions.iter().map(|r| r.as_str()).collect();
+        let limit = (query.limit > 0).then(|| i64::try_from(query.limit).unwrap_or(i64::MAX));
+        self.with_schema("read runs", async |c| {
+            let rows = c
+                .query_typed(
+                    "SELECT to_jsonb(r)::text FROM jobguard_run r
+                     WHERE ($1::text IS NULL OR job = $1)
+                       AND ($2::bigint IS NULL OR slot_usec = $2)
+                       AND (cardinality($3::text[]) = 0 OR outcome = ANY($3))
+                       AND (cardinality($4::text[]) = 0 OR resolution = ANY($4))
+                     ORDER BY started_at DESC, seq DESC LIMIT $5",
+                    &[
+                        (&query.job, Type::TEXT),
+                        (&query.slot, Type::INT8),
+                        (&outcomes, Type::TEXT_ARRAY),
+                        (&resolutions, Type::TEXT_ARRAY),
+                        (&limit, Type::INT8),
+                    ],
+                )
+                .await?;
+            rows.iter()
+                .map(|r| {
+                    let json: String = r.try_get(0)?;
+                    remote::run_from_json(&json).map_err(Fail::Data)
+                })
+                .collect()
+        })
+    }
+
+    fn resolve(
+        &mut self,
+        job: &str,
+        slot: i64,
+        resolution: Resolution,
+    ) -> Result<usize, StoreError> {
+        let resolution = resolution.as_str();
+        self.with_schema("resolve", async |c| {
+            let n = c
+                .query_typed(
+                    "UPDATE jobguard_run SET resolution = $3
+                     WHERE job = $1 AND slot_usec = $2
+                       AND outcome IN ('interrupted', 'lease_lost', 'failed')
+                       AND (resolution IS NULL OR resolution NOT IN ('rerun', 'done', $3))
+                     RETURNING 1",
+                    &[
+                        (&job, Type::TEXT),
+                        (&slot, Type::INT8),
+                        (&resolution, Type::TEXT),
+                    ],
+                )
+                .await?
+                .len();
+            Ok(n)
+        })
+    }
+
+    fn unlock(&mut self, job: &str) -> Result<Option<Lease>, StoreError> {
+        let now = self.test_now();
+        self.with_schema("unlock", async |c| {
+            let rows = c
+                .query_typed(
+                    &format!(
+                        "WITH t AS (SELECT {NOW_US} AS now),
+                         old AS (SELECT holder, host, token, acquired_at, expire_at
+                                 FROM jobguard_lease WHERE job = $2 FOR UPDATE),
+                         upd AS (UPDATE jobguard_lease SET holder = '', host = '', expire_at = 0
+                                 WHERE job = $2 AND holder <> '' RETURNING 1)
+                         SELECT old.holder, old.host, old.token, old.acquired_at, old.expire_at
+                         FROM old, t WHERE old.holder <> '' AND old.expire_at > t.now"
+                    ),
+                    &[(&now, Type::INT8), (&job, Type::TEXT)],
+                )
+                .await?;
+            rows.first().map(|r| lease_from(job, r, 0)).transpose()
+        })
+    }
+}

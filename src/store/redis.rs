@@ -1,0 +1,722 @@
+//! The Redis store: leases and the run ledger in Redis, decided by Lua scripts.
+//!
+//! Address: `redis://[[USER]:PASSWORD@]HOST[:PORT][/DB][?prefix=PREFIX]` (the `redis` crate's
+//! URL form, <https://docs.rs/redis/latest/redis/#connection-parameters>); `prefix` (default
+//! `jobguard:`) starts every key, so several installations or test cases can share a
+//! server. TLS (`rediss://`) is not built in yet.
+//!
+//! Key layout (P is the prefix):
+//! - `P schema`: the schema version (set once with `SETNX`).
+//! - `P lease:JOB`: hash `holder host token acquired_at expire_at run_id`; never expires
+//!   and is never deleted (a released lease has an empty holder and `expire_at` 0).
+//! - `P token:JOB`: the job's fencing-token counter (`INCR` at every grant; never expires).
+//! - `P run:RUN_ID`: hash of one ledger record, fields named as the SQL stores' columns
+//!   (`job slot_usec slot_zone attempt outcome reason exit_status forced trigger_kind host
+//!   machine_id boot_id pid pid_start invocation_id started_at finished_at fencing_token
+//!   report resolution seq`); absent fields are NULL.
+//! - `P runs:JOB`: sorted set of the job's run ids, scored by `started_at`.
+//! - `P slot:JOB:SLOT_USEC`: set of the run ids of one (job, slot).
+//! - `P jobs`: set of job names; `P seq`: a counter ordering records started in the same µs.
+//!
+//! Every decision is one Lua script, which Redis runs atomically, judging time by the
+//! server's `TIME` (allowed in scripts since Redis 5 with effects replication, the only
+//! mode of Redis 7). `claim` does the done check, the held check, the lease check, the
+//! token `INCR`, the run record and the index updates in one script: one round trip
+//! (`EVALSHA`; the first call on a server that does not have the script cached adds one
+//! `EVAL`). A second non-forced `succeeded` record for a slot is refused inside `finish`.
+//! The scripts build key names from the prefix, so this layout is for a single Redis
+//! server (or a primary with replicas), not Redis Cluster.
+//!
+//! Durability is the server's: a Redis without AOF (`appendonly yes`, `appendfsync
+//! always` or `everysec`) loses the latest leases and records when it restarts.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{Connection, Script};
+
+use crate::clock::Clock;
+use crate::lease::{Holder, Lease};
+use crate::ledger::{Finish, Outcome, Resolution, Run};
+use crate::store::remote::{self, CALL_TIMEOUT, CONNECT_TIMEOUT, duration_usec};
+use crate::store::{Claim, ClaimRequest, Finished, RunQuery, Store, StoreError, address};
+
+/// The schema (key layout) version this jobguard writes and understands (`P schema`).
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// The key prefix when the address names none.
+pub const DEFAULT_PREFIX: &str = "jobguard:";
+
+/// Lua shared by the scripts: the time (server's, or the test override) and number format.
+const PRELUDE: &str = r#"
+local p = ARGV[1]
+local function now_us(override)
+  if override ~= '' then return tonumber(override) end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local function fmt(n) return string.format('%.0f', n) end
+"#;
+
+const CLAIM: &str = r#"
+local version, job, slot, run_id, forced = ARGV[3], ARGV[5], ARGV[6], ARGV[8], ARGV[9]
+local holder, host, ttl = ARGV[12], ARGV[13], tonumber(ARGV[18])
+local v = redis.call('GET', p .. 'schema')
+if v and tonumber(v) > tonumber(version) then return {'newer', {v}, {}} end
+if not v then redis.call('SETNX', p .. 'schema', version) end
+local now = now_us(ARGV[4])
+local slotkey = p .. 'slot:' .. job .. ':' .. slot
+local ids = redis.call('SMEMBERS', slotkey)
+local function newest(pred)
+  local best, bs, bss, bseq = nil, -1, -1, -1
+  for _, id in ipairs(ids) do
+    local f = redis.call('HMGET', p .. 'run:' .. id, 'outcome', 'resolution', 'started_at', 'seq')
+    local rank = pred(f[1], f[2])
+    if rank then
+      local s, q = tonumber(f[3]), tonumber(f[4])
+      if rank > bs or (rank == bs and (s > bss or (s == bss and q > bseq))) then
+        best, bs, bss, bseq = id, rank, s, q
+      end
+    end
+  end
+  return best
+end
+if forced ~= '1' then
+  local done = newest(function(o, r)
+    if o == 'succeeded' then return 1 elseif r == 'done' then return 0 end
+  end)
+  if done then return {'done', {}, redis.call('HGETALL', p .. 'run:' .. done)} end
+  local held = newest(function(o, r) if r == 'held' then return 0 end end)
+  if held then return {'held', {}, redis.call('HGETALL', p .. 'run:' .. held)} end
+end
+local lkey = p .. 'lease:' .. job
+local l = redis.call('HMGET', lkey, 'holder', 'host', 'token', 'acquired_at', 'expire_at', 'run_id')
+if l[1] and l[1] ~= '' and tonumber(l[5]) > now and l[1] ~= holder then
+  local run = {}
+  if l[6] then run = redis.call('HGETALL', p .. 'run:' .. l[6]) end
+  return {'busy', {l[1], l[2], l[3], l[4], l[5]}, run}
+end
+local token = redis.call('INCR', p .. 'token:' .. job)
+local expire = fmt(now + ttl)
+redis.call('HSET', lkey, 'holder', holder, 'host', host, 'token', token,
+  'acquired_at', fmt(now), 'expire_at', expire, 'run_id', run_id)
+for _, id in ipairs(ids) do
+  local r = redis.call('HGET', p .. 'run:' .. id, 'resolution')
+  if r == 'queued' or r == 'held' then
+    redis.call('HSET', p .. 'run:' .. id, 'resolution', 'rerun')
+  end
+end
+local seq = redis.call('INCR', p .. 'seq')
+local rkey = p .. 'run:' .. run_id
+redis.call('HSET', rkey, 'run_id', run_id, 'job', job, 'slot_usec', slot, 'slot_zone', ARGV[7],
+  'attempt', #ids + 1, 'outcome', 'running', 'forced', forced, 'trigger_kind', ARGV[10],
+  'host', host, 'machine_id', ARGV[14], 'boot_id', ARGV[15], 'pid', ARGV[16],
+  'pid_start', ARGV[17], 'started_at', fmt(now), 'fencing_token', token, 'report', '{}',
+  'seq', seq)
+if ARGV[11] ~= '' then redis.call('HSET', rkey, 'invocation_id', ARGV[11]) end
+redis.call('SADD', slotkey, run_id)
+redis.call('ZADD', p .. 'runs:' .. job, now, run_id)
+redis.call('SADD', p .. 'jobs', job)
+return {'claimed', {holder, host, tostring(token), fmt(now), expire},
+  redis.call('HGETALL', rkey)}
+"#;
+
+const RENEW: &str = r#"
+local job, holder, token, ttl = ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6])
+local now = now_us(ARGV[2])
+local lkey = p .. 'lease:' .. job
+local l = redis.call('HMGET', lkey, 'holder', 'token', 'expire_at')
+if l[1] == holder and holder ~= '' and l[2] == token and tonumber(l[3]) > now then
+  local until_ = fmt(now + ttl)
+  redis.call('HSET', lkey, 'expire_at', until_)
+  return until_
+end
+return ''
+"#;
+
+const FINISH: &str = r#"
+local job, holder, token, run_id = ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local outcome, lost = ARGV[7], ARGV[12]
+local now = now_us(ARGV[2])
+local lkey = p .. 'lease:' .. job
+local l = redis.call('HMGET', lkey, 'holder', 'token', 'expire_at')
+local held = l[1] == holder and holder ~= '' and l[2] == token and tonumber(l[3]) > now
+local rkey = p .. 'run:' .. run_id
+local r = redis.call('HMGET', rkey, 'outcome', 'fencing_token', 'job', 'slot_usec', 'forced')
+local recorded = 0
+if r[1] == 'running' and r[2] == token and r[3] == job and (lost == '1' or held) then
+  if outcome == 'succeeded' and r[5] ~= '1' then
+    for _, id in ipairs(redis.call('SMEMBERS', p .. 'slot:' .. job .. ':' .. r[4])) do
+      local o = redis.call('HMGET', p .. 'run:' .. id, 'outcome', 'forced')
+      if id ~= run_id and o[1] == 'succeeded' and o[2] ~= '1' then
+        return redis.error_reply('slot already succeeded by run ' .. id)
+      end
+    end
+  end
+  redis.call('HSET', rkey, 'outcome', outcome, 'finished_at', fmt(now), 'report', ARGV[10])
+  local optional = {reason = ARGV[8], exit_status = ARGV[9], resolution = ARGV[11]}
+  for k, val in pairs(optional) do
+    if val ~= '' then redis.call('HSET', rkey, k, val) else redis.call('HDEL', rkey, k) end
+  end
+  recorded = 1
+end
+local released = 0
+if held then
+  redis.call('HSET', lkey, 'holder', '', 'host', '', 'expire_at', '0')
+  released = 1
+end
+return {recorded, released}
+"#;
+
+const INTERRUPT: &str = r#"
+local run_id, reason, resolution, job, holder, token = ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]
+local now = now_us(ARGV[2])
+local rkey = p .. 'run:' .. run_id
+local changed = 0
+if redis.call('HGET', rkey, 'outcome') == 'running' then
+  redis.call('HSET', rkey, 'outcome', 'interrupted', 'reason', reason, 'resolution', resolution,
+    'finished_at', fmt(now))
+  changed = 1
+end
+local lkey = p .. 'lease:' .. job
+local l = redis.call('HMGET', lkey, 'holder', 'token')
+if l[1] == holder and holder ~= '' and l[2] == token then
+  redis.call('HSET', lkey, 'holder', '', 'host', '', 'expire_at', '0')
+end
+return changed
+"#;
+
+const RESOLVE: &str = r#"
+local job, slot, resolution = ARGV[2], ARGV[3], ARGV[4]
+local n = 0
+for _, id in ipairs(redis.call('SMEMBERS', p .. 'slot:' .. job .. ':' .. slot)) do
+  local f = redis.call('HMGET', p .. 'run:' .. id, 'outcome', 'resolution')
+  local o, r = f[1], f[2]
+  if (o == 'interrupted' or o == 'lease_lost' or o == 'failed')
+     and (not r or (r ~= 'rerun' and r ~= 'done' and r ~= resolution)) then
+    redis.call('HSET', p .. 'run:' .. id, 'resolution', resolution)
+    n = n + 1
+  end
+end
+return n
+"#;
+
+const UNLOCK: &str = r#"
+local job = ARGV[3]
+local now = now_us(ARGV[2])
+local lkey = p .. 'lease:' .. job
+local l = redis.call('HMGET', lkey, 'holder', 'host', 'token', 'acquired_at', 'expire_at')
+if not l[1] or l[1] == '' then return {} end
+redis.call('HSET', lkey, 'holder', '', 'host', '', 'expire_at', '0')
+if tonumber(l[5]) > now then return {l[1], l[2], l[3], l[4], l[5]} end
+return {}
+"#;
+
+/// Returns every record of the runs named by a slot set, a job's sorted set or all jobs.
+const RUNS: &str = r#"
+local job, slot = ARGV[2], ARGV[3]
+local ids
+if job ~= '' and slot ~= '' then
+  ids = redis.call('SMEMBERS', p .. 'slot:' .. job .. ':' .. slot)
+elseif job ~= '' then
+  ids = redis.call('ZRANGE', p .. 'runs:' .. job, 0, -1)
+else
+  ids = {}
+  for _, j in ipairs(redis.call('SMEMBERS', p .. 'jobs')) do
+    for _, id in ipairs(redis.call('ZRANGE', p .. 'runs:' .. j, 0, -1)) do
+      table.insert(ids, id)
+    end
+  end
+end
+local out = {}
+for _, id in ipairs(ids) do table.insert(out, redis.call('HGETALL', p .. 'run:' .. id)) end
+return out
+"#;
+
+/// The Lua scripts, compiled once per process.
+struct Scripts {
+    claim: Script,
+    renew: Script,
+    finish: Script,
+    interrupt: Script,
+    resolve: Script,
+    unlock: Script,
+    runs: Script,
+}
+
+impl Scripts {
+    fn new() -> Scripts {
+        let s = |body: &str| Script::new(&format!("{PRELUDE}{body}"));
+        Scripts {
+            claim: s(CLAIM),
+            renew: s(RENEW),
+            finish: s(FINISH),
+            interrupt: s(INTERRUPT),
+            resolve: s(RESOLVE),
+            unlock: s(UNLOCK),
+            runs: s(RUNS),
+        }
+    }
+}
+
+/// The Redis store: one connection (reconnected after a failure).
+pub struct RedisStore {
+    client: redis::Client,
+    conn: Option<Connection>,
+    describe: String,
+    prefix: String,
+    scripts: Scripts,
+    schema_ready: bool,
+    test_clock: Option<Arc<dyn Clock>>,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("describe", &self.describe)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A failure inside one call, before it is named after the store.
+enum Fail {
+    Redis(redis::RedisError),
+    Data(String),
+}
+
+impl From<redis::RedisError> for Fail {
+    fn from(e: redis::RedisError) -> Self {
+        Fail::Redis(e)
+    }
+}
+
+fn unavailable(e: &redis::RedisError) -> bool {
+    e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_refusal()
+        || e.is_connection_dropped()
+        || e.is_unrecoverable_error()
+}
+
+/// Turns a flat `HGETALL` answer into a run record.
+fn run_from_pairs(pairs: &[String]) -> Result<Option<Run>, Fail> {
+    if pairs.is_empty() {
+        return Ok(None);
+    }
+    let mut object = serde_json::Map::new();
+    for pair in pairs.chunks(2) {
+        if let [k, v] = pair {
+            object.insert(k.clone(), serde_json::Value::String(v.clone()));
+        }
+    }
+    remote::run_from_object(&object)
+        .map(Some)
+        .map_err(Fail::Data)
+}
+
+fn lease_from(job: &str, fields: &[String]) -> Result<Lease, Fail> {
+    let int = |i: usize| -> Result<i64, Fail> {
+        fields
+            .get(i)
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| Fail::Data(format!("job {job}: malformed lease {fields:?}")))
+    };
+    Ok(Lease {
+        job: job.to_string(),
+        holder: fields.first().cloned().unwrap_or_default(),
+        host: fields.get(1).cloned().unwrap_or_default(),
+        token: int(2)?,
+        acquired_at: int(3)?,
+        expire_at: int(4)?,
+    })
+}
+
+impl RedisStore {
+    /// Parses `address` and prepares a store; connects on the first call.
+    ///
+    /// # Errors
+    /// [`StoreError::Address`] when the address is not a Redis URL the client accepts or
+    /// `prefix=` holds more than letters, digits and `_:-.` (at most 48).
+    pub fn open(address: &str) -> Result<RedisStore, StoreError> {
+        let describe = address::mask(address);
+        let bad = |detail: String| StoreError::Address {
+            address: describe.clone(),
+            detail,
+        };
+        let (rest, ours) = remote::take_params(address, &["prefix"]);
+        let prefix = ours
+            .into_iter()
+            .next()
+            .flatten()
+            .unwrap_or_else(|| DEFAULT_PREFIX.to_string());
+        if !remote::plain_name(&prefix, true) {
+            return Err(bad(format!(
+                "prefix {prefix:?} is not plain (letters, digits, _:-.)"
+            )));
+        }
+        let client =
+            redis::Client::open(rest).map_err(|e| bad(format!("not a redis address: {e}")))?;
+        Ok(RedisStore {
+            client,
+            conn: None,
+            describe,
+            prefix,
+            scripts: Scripts::new(),
+            schema_ready: false,
+            test_clock: None,
+        })
+    }
+
+    /// Judges time by `clock` instead of the server's `TIME`: the scripts still make every
+    /// decision, with `clock`'s time passed in. Only for tests that move time (the store
+    /// conformance suite); jobguard itself never calls it.
+    #[doc(hidden)]
+    pub fn judge_time_by(&mut self, clock: Arc<dyn Clock>) {
+        self.test_clock = Some(clock);
+    }
+
+    fn test_now(&self) -> String {
+        self.test_clock
+            .as_ref()
+            .map(|c| c.now_usec().to_string())
+            .unwrap_or_default()
+    }
+
+    fn error(&self, op: &str, fail: Fail) -> StoreError {
+        let store = self.describe.clone();
+        match fail {
+            Fail::Data(detail) => StoreError::Invalid {
+                store,
+                detail: format!("{op}: {detail}"),
+            },
+            Fail::Redis(e) => {
+                let detail = format!("{op}: {e}");
+                if unavailable(&e) {
+                    StoreError::Unavailable { store, detail }
+                } else {
+                    StoreError::Invalid { store, detail }
+                }
+            }
+        }
+    }
+
+    /// Runs `f` on the connection (connecting first if needed) with read and write
+    /// deadlines of [`CALL_TIMEOUT`]; a failed connection is dropped.
+    fn call<T>(
+        &mut self,
+        op: &str,
+        f: impl FnOnce(&mut Connection, &Scripts, &str) -> Result<T, Fail>,
+    ) -> Result<T, StoreError> {
+        if self.conn.is_none() {
+            let conn = self
+                .client
+                .get_connection_with_timeout(CONNECT_TIMEOUT)
+                .and_then(|c| {
+                    c.set_read_timeout(Some(CALL_TIMEOUT))?;
+                    c.set_write_timeout(Some(CALL_TIMEOUT))?;
+                    Ok(c)
+                })
+                .map_err(|e| self.error(&format!("{op}: connect"), Fail::Redis(e)))?;
+            self.conn = Some(conn);
+        }
+        let Some(conn) = self.conn.as_mut() else {
+            return Err(self.error(op, Fail::Data("no connection".to_string())));
+        };
+        match f(conn, &self.scripts, &self.prefix) {
+            Ok(v) => Ok(v),
+            Err(Fail::Redis(e)) if unavailable(&e) => {
+                self.conn = None;
+                Err(self.error(op, Fail::Redis(e)))
+            }
+            Err(e) => Err(self.error(op, e)),
+        }
+    }
+
+    fn newer_schema(&self, version: i64) -> StoreError {
+        StoreError::Invalid {
+            store: self.describe.clone(),
+            detail: format!(
+                "schema version {version} is newer than this jobguard knows ({SCHEMA_VERSION}); upgrade jobguard"
+            ),
+        }
+    }
+
+    fn ready(&mut self) -> Result<(), StoreError> {
+        if self.schema_ready {
+            return Ok(());
+        }
+        self.init()
+    }
+}
+
+impl Store for RedisStore {
+    fn describe(&self) -> String {
+        self.describe.clone()
+    }
+
+    fn init(&mut self) -> Result<(), StoreError> {
+        let version: Option<String> = self.call("init", |c, _, p| {
+            // SETNX: hosts starting together agree on the first version written.
+            redis::cmd("SETNX")
+                .arg(format!("{p}schema"))
+                .arg(SCHEMA_VERSION)
+                .exec(c)?;
+            Ok(redis::cmd("GET").arg(format!("{p}schema")).query(c)?)
+        })?;
+        let version: i64 = version.as_deref().unwrap_or("0").parse().map_err(|_| {
+            self.error(
+                "init",
+                Fail::Data(format!("bad schema version {version:?}")),
+            )
+        })?;
+        if version > SCHEMA_VERSION {
+            return Err(self.newer_schema(version));
+        }
+        self.schema_ready = true;
+        Ok(())
+    }
+
+    fn now(&mut self) -> Result<i64, StoreError> {
+        if let Some(clock) = &self.test_clock {
+            return Ok(clock.now_usec());
+        }
+        let (secs, micros): (i64, i64) =
+            self.call("read time", |c, _, _| Ok(redis::cmd("TIME").query(c)?))?;
+        Ok(secs.saturating_mul(1_000_000).saturating_add(micros))
+    }
+
+    fn claim(&mut self, req: &ClaimRequest) -> Result<Claim, StoreError> {
+        let now = self.test_now();
+        let new = &req.run;
+        let holder = req.holder.id();
+        let (kind, lease, run): (String, Vec<String>, Vec<String>) =
+            self.call("claim", |c, s, p| {
+                Ok(s.claim
+                    .arg(p)
+                    .arg("")
+                    .arg(SCHEMA_VERSION)
+                    .arg(&now)
+                    .arg(&new.job)
+                    .arg(new.slot.usec)
+                    .arg(&new.slot.zone)
+                    .arg(&new.run_id)
+                    .arg(if new.forced { "1" } else { "0" })
+                    .arg(&new.trigger)
+                    .arg(new.invocation_id.as_deref().unwrap_or(""))
+                    .arg(&holder)
+                    .arg(&req.holder.host)
+                    .arg(&req.holder.machine_id)
+                    .arg(&req.holder.boot_id)
+                    .arg(req.holder.pid)
+                    .arg(req.holder.pid_start)
+                    .arg(duration_usec(req.ttl))
+                    .invoke(c)?)
+            })?;
+        let data = |e: Fail| self.error("claim", e);
+        let run = run_from_pairs(&run).map_err(data)?;
+        let need_run =
+            |run: Option<Run>| run.ok_or_else(|| data(Fail::Data(format!("{kind}: no record"))));
+        match kind.as_str() {
+            "newer" => {
+                let v = lease.first().and_then(|v| v.parse().ok()).unwrap_or(0);
+                Err(self.newer_schema(v))
+            }
+            "done" => Ok(Claim::SlotDone { by: need_run(run)? }),
+            "held" => Ok(Claim::SlotHeld { by: need_run(run)? }),
+            "busy" => Ok(Claim::Busy {
+                lease: lease_from(&new.job, &lease).map_err(data)?,
+                run,
+            }),
+            "claimed" => Ok(Claim::Claimed {
+                lease: lease_from(&new.job, &lease).map_err(data)?,
+                run: need_run(run)?,
+            }),
+            other => Err(data(Fail::Data(format!("unknown answer {other:?}")))),
+        }
+    }
+
+    fn renew(&mut self, lease: &Lease, ttl: Duration) -> Result<Option<i64>, StoreError> {
+        self.ready()?;
+        let now = self.test_now();
+        let until: String = self.call("renew", |c, s, p| {
+            Ok(s.renew
+                .arg(p)
+                .arg(&now)
+                .arg(&lease.job)
+                .arg(&lease.holder)
+                .arg(lease.token)
+                .arg(duration_usec(ttl))
+                .invoke(c)?)
+        })?;
+        if until.is_empty() {
+            return Ok(None);
+        }
+        until
+            .parse()
+            .map(Some)
+            .map_err(|_| self.error("renew", Fail::Data(format!("bad expiry {until:?}"))))
+    }
+
+    fn finish(
+        &mut self,
+        lease: &Lease,
+        run_id: &str,
+        finish: &Finish,
+    ) -> Result<Finished, StoreError> {
+        if finish.outcome == Outcome::Running {
+            return Err(StoreError::Invalid {
+                store: self.describe.clone(),
+                detail: format!("finish: run {run_id}: running is not an end state"),
+            });
+        }
+        self.ready()?;
+        let report = serde_json::to_string(&finish.report)
+            .map_err(|e| self.error("finish", Fail::Data(format!("run {run_id}: report: {e}"))))?;
+        let now = self.test_now();
+        let (recorded, released): (i64, i64) = self.call("finish", |c, s, p| {
+            Ok(s.finish
+                .arg(p)
+                .arg(&now)
+                .arg(&lease.job)
+                .arg(&lease.holder)
+                .arg(lease.token)
+                .arg(run_id)
+                .arg(finish.outcome.as_str())
+                .arg(finish.reason.as_deref().unwrap_or(""))
+                .arg(
+                    finish
+                        .exit_status
+                        .map(|s| s.to_string())
+                        .unwrap_or_default(),
+                )
+                .arg(&report)
+                .arg(finish.resolution.map(Resolution::as_str).unwrap_or(""))
+                .arg(if finish.outcome == Outcome::LeaseLost {
+                    "1"
+                } else {
+                    "0"
+                })
+                .invoke(c)?)
+        })?;
+        Ok(Finished {
+            recorded: recorded == 1,
+            released: released == 1,
+        })
+    }
+
+    fn interrupt(
+        &mut self,
+        run: &Run,
+        reason: &str,
+        resolution: Resolution,
+    ) -> Result<bool, StoreError> {
+        self.ready()?;
+        let holder = Holder {
+            machine_id: run.machine_id.clone(),
+            boot_id: run.boot_id.clone(),
+            pid: run.pid,
+            pid_start: run.pid_start,
+            host: run.host.clone(),
+        }
+        .id();
+        let now = self.test_now();
+        let changed: i64 = self.call("interrupt", |c, s, p| {
+            Ok(s.interrupt
+                .arg(p)
+                .arg(&now)
+                .arg(&run.run_id)
+                .arg(reason)
+                .arg(resolution.as_str())
+                .arg(&run.job)
+                .arg(&holder)
+                .arg(run.fencing_token)
+                .invoke(c)?)
+        })?;
+        Ok(changed == 1)
+    }
+
+    fn lease(&mut self, job: &str) -> Result<Option<Lease>, StoreError> {
+        self.ready()?;
+        let fields: Vec<Option<String>> = self.call("read lease", |c, _, p| {
+            Ok(redis::cmd("HMGET")
+                .arg(format!("{p}lease:{job}"))
+                .arg(&["holder", "host", "token", "acquired_at", "expire_at"])
+                .query(c)?)
+        })?;
+        let fields: Vec<String> = fields.into_iter().map(Option::unwrap_or_default).collect();
+        if fields.first().is_none_or(|h| h.is_empty()) {
+            return Ok(None);
+        }
+        lease_from(job, &fields)
+            .map(Some)
+            .map_err(|e| self.error("read lease", e))
+    }
+
+    fn runs(&mut self, query: &RunQuery) -> Result<Vec<Run>, StoreError> {
+        self.ready()?;
+        let job = query.job.clone().unwrap_or_default();
+        let slot = match (&query.job, query.slot) {
+            (Some(_), Some(slot)) => slot.to_string(),
+            _ => String::new(),
+        };
+        let records: Vec<Vec<String>> = self.call("read runs", |c, s, p| {
+            Ok(s.runs.arg(p).arg(&job).arg(&slot).invoke(c)?)
+        })?;
+        let mut runs = Vec::with_capacity(records.len());
+        for pairs in &records {
+            let seq = pairs
+                .chunks(2)
+                .find(|p| p.first().is_some_and(|k| k == "seq"))
+                .and_then(|p| p.get(1))
+                .and_then(|s| s.parse::<i64>().ok())
+                .unwrap_or(0);
+            if let Some(run) = run_from_pairs(pairs).map_err(|e| self.error("read runs", e))? {
+                runs.push((run, seq));
+            }
+        }
+        runs.retain(|(r, _)| {
+            (query.outcomes.is_empty() || query.outcomes.contains(&r.outcome))
+                && (query.resolutions.is_empty()
+                    || r.resolution.is_some_and(|x| query.resolutions.contains(&x)))
+                && query.slot.is_none_or(|s| r.slot.usec == s)
+        });
+        runs.sort_by(|(a, aq), (b, bq)| (b.started_at, bq).cmp(&(a.started_at, aq)));
+        let mut runs: Vec<Run> = runs.into_iter().map(|(r, _)| r).collect();
+        if query.limit > 0 {
+            runs.truncate(query.limit);
+        }
+        Ok(runs)
+    }
+
+    fn resolve(
+        &mut self,
+        job: &str,
+        slot: i64,
+        resolution: Resolution,
+    ) -> Result<usize, StoreError> {
+        self.ready()?;
+        let n: i64 = self.call("resolve", |c, s, p| {
+            Ok(s.resolve
+                .arg(p)
+                .arg(job)
+                .arg(slot)
+                .arg(resolution.as_str())
+                .invoke(c)?)
+        })?;
+        Ok(usize::try_from(n).unwrap_or(0))
+    }
+
+    fn unlock(&mut self, job: &str) -> Result<Option<Lease>, StoreError> {
+        self.ready()?;
+        let now = self.test_now();
+        let fields: Vec<String> = self.call("unlock", |c, s, p| {
+            Ok(s.unlock.arg(p).arg(&now).arg(job).invoke(c)?)
+        })?;
+        if fields.is_empty() {
+            return Ok(None);
+        }
+        lease_from(job, &fields)
+            .map(Some)
+            .map_err(|e| self.error("unlock", e))
+    }
+}

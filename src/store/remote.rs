@@ -1,0 +1,236 @@
+//! What the shared (remote) stores have in common: time limits on every call, reading a
+//! ledger record from the store's JSON or string form, and test clocks.
+//!
+//! Each remote backend ([`super::postgres`], [`super::mysql`], [`super::redis`]) judges
+//! time by the server's clock inside the statement or script that decides. This module
+//! holds no store logic of its own.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::ledger::{Outcome, Resolution, Run, Slot};
+
+/// How long connecting to a remote store may take before it counts as unavailable.
+///
+/// Well under a sixth of the shortest sensible `lease_ttl` (30 s), so that a store that
+/// stopped answering never holds up the shim's renewal loop past its deadline.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// How long one call to a remote store (one statement or script, with its answer) may
+/// take before it counts as unavailable; as [`CONNECT_TIMEOUT`].
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(4);
+
+/// An error with its sources, `outer: inner: innermost`, for messages.
+pub(crate) fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let more = s.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = s.source();
+    }
+    text
+}
+
+/// Converts a time to live to µs, saturating at `i64::MAX`.
+pub(crate) fn duration_usec(d: Duration) -> i64 {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}
+
+fn field<'a>(object: &'a serde_json::Map<String, Value>, name: &str) -> Option<&'a Value> {
+    object.get(name).filter(|v| !v.is_null())
+}
+
+fn int(object: &serde_json::Map<String, Value>, name: &str) -> Result<Option<i64>, String> {
+    match field(object, name) {
+        None => Ok(None),
+        Some(Value::Number(n)) => n
+            .as_i64()
+            .map(Some)
+            .ok_or_else(|| format!("{name} is not an integer: {n}")),
+        Some(Value::String(s)) if s.is_empty() => Ok(None),
+        Some(Value::String(s)) => s
+            .parse()
+            .map(Some)
+            .map_err(|_| format!("{name} is not an integer: {s:?}")),
+        Some(other) => Err(format!("{name} is not an integer: {other}")),
+    }
+}
+
+fn text(object: &serde_json::Map<String, Value>, name: &str) -> Result<Option<String>, String> {
+    match field(object, name) {
+        None => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(other) => Err(format!("{name} is not text: {other}")),
+    }
+}
+
+/// Reads a ledger record from an object keyed by the `jobguard_run` column names, as
+/// PostgreSQL's `to_jsonb`, MySQL's `JSON_OBJECT` or a Redis hash (all values strings,
+/// absent fields for NULL) give it. Integers may be numbers or decimal strings; `forced`
+/// may be a boolean, 0/1 or "0"/"1".
+///
+/// # Errors
+/// A short message naming the run and the field that is missing or malformed.
+pub(crate) fn run_from_object(object: &serde_json::Map<String, Value>) -> Result<Run, String> {
+    let run_id = text(object, "run_id")?.ok_or("run without run_id")?;
+    let bad = |what: String| format!("run {run_id}: {what}");
+    let need_text = |name: &str| -> Result<String, String> {
+        text(object, name)
+            .map_err(bad)?
+            .ok_or_else(|| bad(format!("{name} missing")))
+    };
+    let need_int = |name: &str| -> Result<i64, String> {
+        int(object, name)
+            .map_err(bad)?
+            .ok_or_else(|| bad(format!("{name} missing")))
+    };
+    let outcome: Outcome = need_text("outcome")?.parse().map_err(bad)?;
+    let resolution = text(object, "resolution")
+        .map_err(bad)?
+        .map(|r| r.parse::<Resolution>())
+        .transpose()
+        .map_err(bad)?;
+    let forced = match field(object, "forced") {
+        Some(Value::Bool(b)) => *b,
+        Some(Value::Number(n)) => n.as_i64() == Some(1),
+        Some(Value::String(s)) => s == "1" || s == "true",
+        _ => false,
+    };
+    let pid = need_int("pid")?;
+    let pid = u32::try_from(pid).map_err(|_| bad(format!("pid {pid} out of range")))?;
+    let pid_start = need_int("pid_start")?;
+    let pid_start =
+        u64::try_from(pid_start).map_err(|_| bad(format!("pid_start {pid_start} out of range")))?;
+    let exit_status = int(object, "exit_status")
+        .map_err(bad)?
+        .map(|s| i32::try_from(s).map_err(|_| bad(format!("exit_status {s} out of range"))))
+        .transpose()?;
+    let report = match text(object, "report").map_err(bad)? {
+        None => Default::default(),
+        Some(r) if r.is_empty() => Default::default(),
+        Some(r) => serde_json::from_str(&r).map_err(|e| bad(format!("report: {e}")))?,
+    };
+    Ok(Run {
+        job: need_text("job")?,
+        slot: Slot {
+            usec: need_int("slot_usec")?,
+            zone: need_text("slot_zone")?,
+        },
+        attempt: need_int("attempt")?,
+        outcome,
+        reason: text(object, "reason").map_err(bad)?,
+        exit_status,
+        forced,
+        trigger: need_text("trigger_kind")?,
+        host: need_text("host")?,
+        machine_id: need_text("machine_id")?,
+        boot_id: need_text("boot_id")?,
+        pid,
+        pid_start,
+        invocation_id: text(object, "invocation_id").map_err(bad)?,
+        started_at: need_int("started_at")?,
+        finished_at: int(object, "finished_at").map_err(bad)?,
+        fencing_token: need_int("fencing_token")?,
+        report,
+        resolution,
+        run_id: run_id.clone(),
+    })
+}
+
+/// [`run_from_object`] on JSON text.
+///
+/// # Errors
+/// As [`run_from_object`], or when the text is not a JSON object.
+pub(crate) fn run_from_json(json: &str) -> Result<Run, String> {
+    match serde_json::from_str::<Value>(json) {
+        Ok(Value::Object(object)) => run_from_object(&object),
+        Ok(other) => Err(format!("run record is not an object: {other}")),
+        Err(e) => Err(format!("run record: {e}")),
+    }
+}
+
+/// Splits `key=value` query parameters off an address: returns the address without the
+/// parameters named in `ours`, and their values (percent-decoded), in order of `ours`.
+pub(crate) fn take_params(address: &str, ours: &[&str]) -> (String, Vec<Option<String>>) {
+    let mut values = vec![None; ours.len()];
+    let Some((base, query)) = address.split_once('?') else {
+        return (address.to_string(), values);
+    };
+    let mut kept = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match ours.iter().position(|o| *o == key) {
+            Some(i) => values[i] = Some(percent_decode(value)),
+            None => kept.push(pair),
+        }
+    }
+    let rebuilt = if kept.is_empty() {
+        base.to_string()
+    } else {
+        format!("{base}?{}", kept.join("&"))
+    };
+    (rebuilt, values)
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && let Some(hex) = s.get(i + 1..i + 3)
+            && let Ok(b) = u8::from_str_radix(hex, 16)
+        {
+            out.push(b);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// True if `name` is a plain identifier jobguard accepts for a schema, database or key
+/// prefix: 1 to 48 ASCII letters, digits, `_` (and `:`, `-`, `.` when `key` is true).
+pub(crate) fn plain_name(name: &str, key: bool) -> bool {
+    !name.is_empty()
+        && name.len() <= 48
+        && name.bytes().all(|b| {
+            b.is_ascii_alphanumeric() || b == b'_' || (key && matches!(b, b':' | b'-' | b'.'))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn params_are_taken_and_the_rest_kept() {
+        let (rest, v) = take_params("postgres://h/db?schema=a%5Fb&sslmode=disable", &["schema"]);
+        assert_eq!(rest, "postgres://h/db?sslmode=disable");
+        assert_eq!(v, vec![Some("a_b".to_string())]);
+        let (rest, v) = take_params("redis://h/0?prefix=x", &["prefix", "other"]);
+        assert_eq!(rest, "redis://h/0");
+        assert_eq!(v, vec![Some("x".to_string()), None]);
+    }
+
+    #[test]
+    fn run_from_strings_and_numbers() {
+        let json = r#"{"run_id":"r","job":"j","slot_usec":"5","slot_zone":"UTC","attempt":1,
+            "outcome":"running","forced":"0","trigger_kind":"timer","host":"h","machine_id":"m",
+            "boot_id":"b","pid":"7","pid_start":8,"started_at":9,"fencing_token":"3","report":"{}"}"#;
+        let run = run_from_json(json).unwrap();
+        assert_eq!(run.slot.usec, 5);
+        assert_eq!(run.fencing_token, 3);
+        assert!(!run.forced);
+        assert_eq!(run.finished_at, None);
+        let err = run_from_json(r#"{"run_id":"r"}"#).unwrap_err();
+        assert!(err.contains("run r"), "{err}");
+    }
+}

@@ -1,0 +1,522 @@
+//! The shared stores under test: PostgreSQL, MariaDB and Redis on 127.0.0.1, each case in
+//! a namespace of its own (a schema, a database or a key prefix) so cases run in parallel,
+//! plus what only a remote store needs: its own clock and outages.
+//!
+//! The conformance suite moves time; a remote store judges time by its server's clock,
+//! which a test cannot move, so [`RemoteEnv`] passes a manual clock's time into the
+//! store's statements and scripts (`judge_time_by`), which still make every decision on
+//! the server. The cases here ([`server_clock_judges`], [`outage_at_start`],
+//! [`outage_during_run`]) use the real server clock and real waiting instead.
+//!
+//! A server that is not reachable fails the case in CI and skips it elsewhere
+//! ([`super::go_on`]).
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream, ToSocketAddrs};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use jobguard::clock::ManualClock;
+use jobguard::store::{Claim, Store, StoreError};
+
+use super::conformance::{Env, T0, holder, request};
+
+/// A kind of shared store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// PostgreSQL on 127.0.0.1:5432, database `test`, user `root` (trust).
+    Postgres,
+    /// MariaDB on 127.0.0.1:3306, user `root` without password.
+    Mysql,
+    /// Redis on 127.0.0.1:6379, database 0.
+    Redis,
+}
+
+impl Kind {
+    /// The server's TCP port on 127.0.0.1.
+    pub fn port(self) -> u16 {
+        match self {
+            Kind::Postgres => 5432,
+            Kind::Mysql => 3306,
+            Kind::Redis => 6379,
+        }
+    }
+
+    /// The address of namespace `ns` on the server at `host:port`.
+    pub fn address(self, host_port: &str, ns: &str) -> String {
+        match self {
+            Kind::Postgres => format!("postgres://root@{host_port}/test?schema={ns}"),
+            Kind::Mysql => format!("mysql://root@{host_port}/{ns}"),
+            Kind::Redis => format!("redis://{host_port}/0?prefix={ns}:"),
+        }
+    }
+
+    /// Prepares namespace `ns` (MariaDB: the database must exist to connect to it).
+    fn create(self, ns: &str) {
+        if self == Kind::Mysql {
+            sql(self, &format!("CREATE DATABASE {ns}"));
+        }
+    }
+
+    /// Removes namespace `ns` and everything in it.
+    fn drop_namespace(self, ns: &str) {
+        match self {
+            Kind::Postgres => sql(self, &format!("DROP SCHEMA IF EXISTS {ns} CASCADE")),
+            Kind::Mysql => sql(self, &format!("DROP DATABASE IF EXISTS {ns}")),
+            Kind::Redis => {
+                let keys = Command::new("redis-cli")
+                    .args(["-h", "127.0.0.1", "--scan", "--pattern", &format!("{ns}:*")])
+                    .output()
+                    .expect("redis-cli");
+                let keys = String::from_utf8_lossy(&keys.stdout).into_owned();
+                let keys: Vec<&str> = keys.lines().filter(|k| !k.is_empty()).collect();
+                for chunk in keys.chunks(500) {
+                    let _ = Command::new("redis-cli")
+                        .args(["-h", "127.0.0.1", "DEL"])
+                        .args(chunk)
+                        .output();
+                }
+            }
+        }
+    }
+
+    /// Writes `version` as the schema version of namespace `ns`.
+    fn set_version(self, ns: &str, version: i64) {
+        match self {
+            Kind::Postgres => sql(
+                self,
+                &format!(
+                    "UPDATE {ns}.jobguard_meta SET value = {version} WHERE key = 'schema_version'"
+                ),
+            ),
+            Kind::Mysql => sql(
+                self,
+                &format!(
+                    "UPDATE {ns}.jobguard_meta SET value = {version} WHERE name = 'schema_version'"
+                ),
+            ),
+            Kind::Redis => {
+                let out = Command::new("redis-cli")
+                    .args([
+                        "-h",
+                        "127.0.0.1",
+                        "SET",
+                        &format!("{ns}:schema"),
+                        &version.to_string(),
+                    ])
+                    .output()
+                    .expect("redis-cli");
+                assert!(out.status.success(), "{out:?}");
+            }
+        }
+    }
+
+    fn current_version(self) -> i64 {
+        match self {
+            Kind::Postgres => jobguard::store::postgres::SCHEMA_VERSION,
+            Kind::Mysql => jobguard::store::mysql::SCHEMA_VERSION,
+            Kind::Redis => jobguard::store::redis::SCHEMA_VERSION,
+        }
+    }
+
+    /// Opens a store at `address`; with `clock`, time is judged by it (see the module docs).
+    pub fn open(
+        self,
+        address: &str,
+        clock: Option<&ManualClock>,
+    ) -> Result<Box<dyn Store>, StoreError> {
+        let clock = clock.map(|c| Arc::new(c.clone()) as Arc<dyn jobguard::clock::Clock>);
+        Ok(match self {
+            Kind::Postgres => {
+                let mut s = jobguard::store::postgres::PostgresStore::open(address)?;
+                if let Some(c) = clock {
+                    s.judge_time_by(c);
+                }
+                Box::new(s)
+            }
+            Kind::Mysql => {
+                let mut s = jobguard::store::mysql::MysqlStore::open(address)?;
+                if let Some(c) = clock {
+                    s.judge_time_by(c);
+                }
+                Box::new(s)
+            }
+            Kind::Redis => {
+                let mut s = jobguard::store::redis::RedisStore::open(address)?;
+                if let Some(c) = clock {
+                    s.judge_time_by(c);
+                }
+                Box::new(s)
+            }
+        })
+    }
+}
+
+/// Runs one SQL statement as the server's administrator with its command-line client.
+pub fn sql(kind: Kind, statement: &str) {
+    if let Err(e) = try_sql(kind, statement) {
+        panic!("{statement}: {e}");
+    }
+}
+
+/// [`sql`], returning the client's error output on failure.
+pub fn try_sql(kind: Kind, statement: &str) -> Result<(), String> {
+    let out = match kind {
+        Kind::Postgres => Command::new("psql")
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-d",
+                "test",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-qc",
+                statement,
+            ])
+            .output(),
+        Kind::Mysql => Command::new("mariadb")
+            .args(["-uroot", "-h127.0.0.1", "-e", statement])
+            .output(),
+        Kind::Redis => panic!("no SQL on redis"),
+    }
+    .expect("run the SQL client");
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// Whether the server of `kind` answers on its port; `Some(reason)` if not.
+pub fn unreachable(kind: Kind) -> Option<String> {
+    let addr = ("127.0.0.1", kind.port()).to_socket_addrs().ok()?.next()?;
+    match TcpStream::connect_timeout(&addr, Duration::from_secs(2)) {
+        Ok(_) => None,
+        Err(e) => Some(format!("{kind:?} server at {addr} not reachable: {e}")),
+    }
+}
+
+/// A fresh namespace name, unique across test processes and cases.
+pub fn namespace() -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!(
+        "jgt_{}_{}_{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed),
+        nanos % 1000
+    )
+}
+
+/// A namespace on the real server, removed when dropped.
+pub struct Namespace {
+    /// Which server.
+    pub kind: Kind,
+    /// Its name.
+    pub name: String,
+}
+
+impl Namespace {
+    /// Creates a fresh namespace, or `None` (after [`super::go_on`]) if the server is down.
+    pub fn new(kind: Kind, test: &str) -> Option<Namespace> {
+        if !super::go_on(test, unreachable(kind)) {
+            return None;
+        }
+        let name = namespace();
+        kind.create(&name);
+        Some(Namespace { kind, name })
+    }
+
+    /// The address of this namespace on the real server.
+    pub fn address(&self) -> String {
+        self.kind
+            .address(&format!("127.0.0.1:{}", self.kind.port()), &self.name)
+    }
+}
+
+impl Drop for Namespace {
+    fn drop(&mut self) {
+        self.kind.drop_namespace(&self.name);
+    }
+}
+
+/// A conformance env on a real server: a fresh namespace and a manual clock whose time
+/// the store's statements use.
+pub struct RemoteEnv {
+    ns: Namespace,
+    clock: ManualClock,
+}
+
+/// A fresh [`RemoteEnv`] for `kind`, or `None` when its server is down (outside CI).
+pub fn env(kind: Kind, test: &str) -> Option<Box<dyn Env>> {
+    let ns = Namespace::new(kind, test)?;
+    Some(Box::new(RemoteEnv {
+        ns,
+        clock: ManualClock::new(T0),
+    }))
+}
+
+impl Env for RemoteEnv {
+    fn connect(&self) -> Result<Box<dyn Store>, StoreError> {
+        self.ns.kind.open(&self.ns.address(), Some(&self.clock))
+    }
+    fn advance(&self, usec: i64) {
+        self.clock.advance(usec);
+    }
+    fn set_schema_version(&self, version: i64) {
+        self.ns.kind.set_version(&self.ns.name, version);
+    }
+    fn current_schema_version(&self) -> i64 {
+        self.ns.kind.current_version()
+    }
+}
+
+/// A TCP proxy in front of a store that a test can freeze: while frozen it moves no
+/// bytes but keeps every connection open, as a network partition does.
+pub struct Proxy {
+    /// `127.0.0.1:PORT` the proxy listens on.
+    pub listen: String,
+    frozen: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Proxy {
+    /// Starts a proxy to `127.0.0.1:target_port`.
+    pub fn start(target_port: u16) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind proxy");
+        let listen = listener.local_addr().expect("proxy address").to_string();
+        let frozen = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (f, s) = (frozen.clone(), stop.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                if s.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(client) = client else { continue };
+                let Ok(server) = TcpStream::connect(("127.0.0.1", target_port)) else {
+                    continue;
+                };
+                for (from, to) in [
+                    (client.try_clone(), server.try_clone()),
+                    (server.try_clone(), client.try_clone()),
+                ] {
+                    let (Ok(from), Ok(to)) = (from, to) else {
+                        continue;
+                    };
+                    let (f, s) = (f.clone(), s.clone());
+                    std::thread::spawn(move || pump(from, to, &f, &s));
+                }
+            }
+        });
+        Proxy {
+            listen,
+            frozen,
+            stop,
+        }
+    }
+
+    /// Stops or resumes moving bytes.
+    pub fn freeze(&self, frozen: bool) {
+        self.frozen.store(frozen, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wake the accept loop so it sees the stop flag.
+        let _ = TcpStream::connect(&self.listen);
+    }
+}
+
+fn pump(mut from: TcpStream, mut to: TcpStream, frozen: &AtomicBool, stop: &AtomicBool) {
+    let _ = from.set_read_timeout(Some(Duration::from_millis(20)));
+    let mut buf = [0u8; 16384];
+    loop {
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
+        if frozen.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(10));
+            continue;
+        }
+        match from.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                // Bytes read just as the proxy froze wait for the thaw: none pass while
+                // frozen, and none are lost.
+                while frozen.load(Ordering::SeqCst) && !stop.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                if to.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => break,
+        }
+    }
+    let _ = to.shutdown(Shutdown::Both);
+    let _ = from.shutdown(Shutdown::Both);
+}
+
+fn now_us() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// The server's clock judges leases, whatever the host's clock says: opened with a host
+/// clock 2 years off (`open_with_clock`), the store's time is the server's, and a 1 s
+/// lease expires after 1 s of real time.
+pub fn server_clock_judges(kind: Kind, test: &str) {
+    let Some(ns) = Namespace::new(kind, test) else {
+        return;
+    };
+    let skewed = Arc::new(ManualClock::new(now_us() - 2 * 365 * 86_400_000_000));
+    let mut a = jobguard::store::open_with_clock(&ns.address(), skewed.clone()).unwrap();
+    let mut b = jobguard::store::open_with_clock(&ns.address(), skewed).unwrap();
+    let host = now_us();
+    let store = a.now().unwrap();
+    // The servers run on this machine, so their clock is the machine's.
+    assert!(
+        (store - host).abs() < 5_000_000,
+        "store time {store} vs machine time {host}"
+    );
+    let mut req = request("sync", T0, 1, 1, false);
+    req.ttl = Duration::from_secs(1);
+    let lease = match a.claim(&req).unwrap() {
+        Claim::Claimed { lease, run } => {
+            assert!((lease.acquired_at - store).abs() < 5_000_000, "{lease:?}");
+            assert_eq!(lease.expire_at - lease.acquired_at, 1_000_000);
+            assert_eq!(run.started_at, lease.acquired_at);
+            lease
+        }
+        other => panic!("expected Claimed, got {other:?}"),
+    };
+    let mut other = request("sync", T0, 2, 2, false);
+    other.ttl = Duration::from_secs(1);
+    assert!(matches!(b.claim(&other).unwrap(), Claim::Busy { .. }));
+    // Wait until the store's clock is past the expiry.
+    super::wait_for(
+        "the store clock to pass the lease's expiry",
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        || Ok((b.now().map_err(|e| e.to_string())? > lease.expire_at).then_some(())),
+    )
+    .unwrap();
+    assert_eq!(a.renew(&lease, Duration::from_secs(1)).unwrap(), None);
+    match b.claim(&other).unwrap() {
+        Claim::Claimed { lease: l2, .. } => {
+            assert!(l2.token > lease.token);
+            assert_eq!(l2.holder, holder(2).id());
+        }
+        other => panic!("expected a takeover, got {other:?}"),
+    }
+}
+
+/// A store that cannot be reached when a run starts answers `Unavailable` (not a hang,
+/// not another error), with the address's password masked.
+pub fn outage_at_start(kind: Kind) {
+    // Port 1 on loopback: nothing listens there, connections are refused.
+    let address = match kind {
+        Kind::Postgres => "postgres://root:hunter2@127.0.0.1:1/test".to_string(),
+        Kind::Mysql => "mysql://root:hunter2@127.0.0.1:1/test".to_string(),
+        Kind::Redis => "redis://:hunter2@127.0.0.1:1/0".to_string(),
+    };
+    let mut s = jobguard::store::open(&address).expect("opening does not connect");
+    let err = s.claim(&request("sync", T0, 1, 1, false)).unwrap_err();
+    assert!(matches!(err, StoreError::Unavailable { .. }), "{err}");
+    let msg = err.to_string();
+    assert!(!msg.contains("hunter2"), "{msg}");
+    assert!(msg.contains("127.0.0.1:1"), "{msg}");
+}
+
+/// A store cut off during a run (a frozen proxy: connections stay open, nothing moves)
+/// makes renewal answer `Unavailable` within the call deadline instead of hanging; after
+/// the partition heals, the holder renews its still-valid lease on a new connection.
+pub fn outage_during_run(kind: Kind, test: &str) {
+    let Some(ns) = Namespace::new(kind, test) else {
+        return;
+    };
+    let proxy = Proxy::start(kind.port());
+    let address = kind.address(&proxy.listen, &ns.name);
+    let mut s = jobguard::store::open(&address).unwrap();
+    let lease = match s.claim(&request("sync", T0, 1, 1, false)).unwrap() {
+        Claim::Claimed { lease, .. } => lease,
+        other => panic!("expected Claimed, got {other:?}"),
+    };
+    proxy.freeze(true);
+    let err = s.renew(&lease, Duration::from_secs(60)).unwrap_err();
+    assert!(matches!(err, StoreError::Unavailable { .. }), "{err}");
+    proxy.freeze(false);
+    let until = s.renew(&lease, Duration::from_secs(60)).unwrap();
+    assert!(until.is_some_and(|u| u > lease.expire_at - 1), "{until:?}");
+    // Another host, directly on the server, still sees the lease held.
+    let mut direct = jobguard::store::open(&ns.address()).unwrap();
+    assert!(matches!(
+        direct.claim(&request("sync", T0, 2, 2, false)).unwrap(),
+        Claim::Busy { .. }
+    ));
+}
+
+/// The store itself refuses a second non-forced `succeeded` record for a (job, slot),
+/// whatever writes it: a copy of a succeeded row inserted behind jobguard's back is
+/// refused by the index (PostgreSQL: partial unique index; MySQL/MariaDB: unique index on
+/// the generated `success_slot` column), while a forced copy is allowed.
+pub fn success_is_unique_in_the_schema(kind: Kind, test: &str) {
+    let Some(ns) = Namespace::new(kind, test) else {
+        return;
+    };
+    let mut s = jobguard::store::open(&ns.address()).unwrap();
+    let (lease, run) = match s.claim(&request("sync", T0, 1, 1, false)).unwrap() {
+        Claim::Claimed { lease, run } => (lease, run),
+        other => panic!("expected Claimed, got {other:?}"),
+    };
+    let done = s
+        .finish(
+            &lease,
+            &run.run_id,
+            &jobguard::ledger::Finish {
+                outcome: jobguard::ledger::Outcome::Succeeded,
+                reason: None,
+                exit_status: Some(0),
+                report: Default::default(),
+                resolution: None,
+            },
+        )
+        .unwrap();
+    assert!(done.recorded);
+    let columns = "job, slot_usec, slot_zone, attempt, outcome, reason, exit_status, forced, \
+        trigger_kind, host, machine_id, boot_id, pid, pid_start, invocation_id, started_at, \
+        finished_at, fencing_token, report, resolution";
+    let copy = |new_id: &str, forced: &str| {
+        let forced_columns = columns.replace("forced,", &format!("{forced} AS forced,"));
+        let table = format!("{}.jobguard_run", ns.name);
+        format!(
+            "INSERT INTO {table} (run_id, {columns}) \
+             SELECT '{new_id}', {forced_columns} FROM {table}"
+        )
+    };
+    let (no, yes) = match kind {
+        Kind::Postgres => ("false", "true"),
+        _ => ("0", "1"),
+    };
+    let refused = try_sql(kind, &copy("copy1", no)).expect_err("a second success was stored");
+    assert!(
+        refused.to_lowercase().contains("duplicate"),
+        "refused for another reason: {refused}"
+    );
+    sql(kind, &copy("copy2", yes));
+}

@@ -1,0 +1,120 @@
+//! 32 real `jobguard run` processes, as if on 32 hosts (each its own runtime directory,
+//! so the local lock does not decide), fire the same slot of one job at once against
+//! each shared store: exactly one runs the command, every other one skips and says why,
+//! and the ledger holds one record for the slot.
+#![cfg(all(
+    feature = "store-postgres",
+    feature = "store-mysql",
+    feature = "store-redis"
+))]
+
+mod common;
+mod support;
+
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use common::remote::{Kind, Namespace};
+use support::Sandbox;
+
+/// 2026-11-29T02:03:00Z, µs: three minutes after the 02:00 elapse, as a late timer.
+const FIRED: &str = "1795917780000000";
+const RACERS: usize = 32;
+
+fn contend(kind: Kind, test: &str) {
+    let Some(ns) = Namespace::new(kind, test) else {
+        return;
+    };
+    let out_file = tempfile::NamedTempFile::new().unwrap();
+    let out = out_file.path().display().to_string();
+    // The command takes a moment, so that most racers meet a held lease and some may
+    // meet the succeeded slot: both are skips with a reason.
+    let sb = Sandbox::new(&format!(
+        "[jobs.race]\nschedule = \"*-*-* 02:00:00 UTC\"\nstore = {:?}\n\
+         command = [\"/bin/sh\", \"-c\", \"echo ran >> {out}; sleep 1\"]\n",
+        ns.address()
+    ));
+    let go = sb.file("go");
+    let mut children: Vec<Child> = (0..RACERS)
+        .map(|i| {
+            // Each racer waits for the start file, so that all start together.
+            let mut cmd = std::process::Command::new("/bin/sh");
+            cmd.arg("-c")
+                .arg(format!(
+                    "while [ ! -e {go} ]; do sleep 0.01; done; exec \"$0\" \"$@\"",
+                    go = go.display()
+                ))
+                .arg(env!("CARGO_BIN_EXE_jobguard"))
+                .args(["run", "race", "--config"])
+                .arg(sb.file("jobs.toml"))
+                .env("JOBGUARD_RUNTIME_DIR", sb.file(&format!("run{i}")))
+                .env("TRIGGER_TIMER_REALTIME_USEC", FIRED)
+                .env_remove("JOBGUARD_CONFIG")
+                .env_remove("INVOCATION_ID")
+                .env_remove("NOTIFY_SOCKET")
+                .env_remove("JOURNAL_STREAM")
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            cmd.spawn().expect("spawn jobguard run")
+        })
+        .collect();
+    std::fs::write(&go, "").unwrap();
+    let mut started = Vec::new();
+    let mut skipped = Vec::new();
+    for child in children.iter_mut() {
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("a racer did not finish within 120 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut err = String::new();
+        use std::io::Read;
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        assert_eq!(status.code(), Some(0), "every racer exits 0: {err}");
+        if err.contains("skipped") {
+            assert!(
+                err.contains("the lease is held by host") || err.contains("already succeeded"),
+                "a skip names its reason: {err}"
+            );
+            skipped.push(err);
+        } else {
+            started.push(err);
+        }
+    }
+    let ran = std::fs::read_to_string(out_file.path()).unwrap();
+    assert_eq!(ran.lines().count(), 1, "the command ran once: {started:#?}");
+    assert_eq!(started.len(), 1, "one racer started: {started:#?}");
+    assert_eq!(skipped.len(), RACERS - 1);
+
+    let history = sb.history("race");
+    assert_eq!(history.len(), 1, "one record in the ledger: {history:#?}");
+    assert_eq!(history[0]["outcome"], "succeeded");
+    assert_eq!(history[0]["attempt"], 1);
+}
+
+#[test]
+fn postgres_32_racers_one_runs() {
+    contend(Kind::Postgres, "store_contention::postgres");
+}
+
+#[test]
+fn mysql_32_racers_one_runs() {
+    contend(Kind::Mysql, "store_contention::mysql");
+}
+
+#[test]
+fn redis_32_racers_one_runs() {
+    contend(Kind::Redis, "store_contention::redis");
+}
