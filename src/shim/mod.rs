@@ -219,9 +219,9 @@ fn open_store(job: &Job) -> Result<Box<dyn Store>, u8> {
             address: String::new(),
             detail: e.to_string(),
         })?;
-        let mut s = store::open(&address)?;
-        s.init()?;
-        Ok(s)
+        // No separate init(): every store creates or checks its schema on first use,
+        // which saves a round trip per run on a shared store.
+        store::open(&address)
     }) {
         Ok(s) => Ok(s),
         Err(e) => Err(store_failed(job, &e)),

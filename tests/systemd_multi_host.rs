@@ -1,0 +1,495 @@
+//! Several hosts, one run per slot (issue 3): three containers booted with systemd share
+//! one PostgreSQL store on this machine, each through a TCP proxy of its own (`socat`),
+//! with the same job list. The store address comes from a root-only `store_file`.
+//!
+//! - the same slot fired on all three at once: one run, two skips;
+//! - a power cut of the host that runs store-sync: another host finishes the slot after the
+//!   lease expired, with no overlap in time, and the orders table in the same PostgreSQL
+//!   ends with exactly 3,000 rows;
+//! - a host cut off from the store (its proxy frozen with SIGSTOP: packets stop,
+//!   connections hang, as in a partition): it stops its job before its lease expires;
+//!   another host takes over after expiry; the runs never overlap.
+//!
+//! Needs root, systemd-nspawn, socat, psql and PostgreSQL on 127.0.0.1:5432 (trust
+//! auth); skipped with a `SKIPPED` line otherwise, failed in CI. Run just these with
+//! `cargo test --test systemd_multi_host -- --nocapture`.
+#![cfg(feature = "store-postgres")]
+
+mod common;
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::container::{self, Container};
+use common::host::*;
+use serde_json::Value;
+
+/// A private PostgreSQL database for one test, dropped at the end.
+struct Database {
+    name: String,
+}
+
+impl Database {
+    fn create(tag: &str) -> Database {
+        let name = format!("jg_mh_{tag}_{}", std::process::id());
+        psql(
+            "postgres",
+            &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+        )
+        .expect("drop");
+        psql("postgres", &format!("CREATE DATABASE {name}")).expect("create database");
+        Database { name }
+    }
+
+    fn query(&self, sql: &str) -> Result<String, String> {
+        psql(&self.name, sql)
+    }
+}
+
+impl Drop for Database {
+    fn drop(&mut self) {
+        let _ = psql(
+            "postgres",
+            &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
+        );
+    }
+}
+
+fn psql(db: &str, sql: &str) -> Result<String, String> {
+    let out = Command::new("psql")
+        .args(["-h", "127.0.0.1", "-U", "postgres", "-d", db, "-XAtqc", sql])
+        .output()
+        .map_err(|e| format!("psql: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+    }
+}
+
+/// A TCP proxy from 127.0.0.1:`port` to PostgreSQL, in a process group of its own so that
+/// freezing it freezes every connection it forked.
+struct Proxy {
+    child: Child,
+    port: u16,
+}
+
+impl Proxy {
+    fn start() -> Proxy {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let child = Command::new("setsid")
+            .args([
+                "socat",
+                &format!("TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr"),
+                "TCP:127.0.0.1:5432",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("socat");
+        let up = common::wait_for(
+            "the proxy to listen",
+            Duration::from_secs(10),
+            Duration::from_millis(50),
+            || {
+                Ok(std::net::TcpStream::connect(("127.0.0.1", port))
+                    .is_ok()
+                    .then_some(()))
+            },
+        );
+        up.expect("proxy up");
+        Proxy { child, port }
+    }
+
+    fn signal_group(&self, sig: &str) {
+        let _ = Command::new("kill")
+            .args([&format!("-{sig}"), "--", &format!("-{}", self.child.id())])
+            .status();
+    }
+
+    /// Packets stop; open connections hang; new ones are not accepted.
+    fn freeze(&self) {
+        self.signal_group("STOP");
+    }
+
+    fn thaw(&self) {
+        self.signal_group("CONT");
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.signal_group("CONT");
+        self.signal_group("KILL");
+        let _ = self.child.wait();
+    }
+}
+
+fn prerequisites() -> Option<String> {
+    if let Some(why) = container::prerequisites() {
+        return Some(why);
+    }
+    for tool in ["socat", "psql", "setsid"] {
+        let found = Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .output();
+        if !found.is_ok_and(|o| o.status.success()) {
+            return Some(format!("{tool} is not installed"));
+        }
+    }
+    psql("postgres", "SELECT 1")
+        .err()
+        .map(|e| format!("no PostgreSQL on 127.0.0.1:5432: {e}"))
+}
+
+fn now_secs() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// Three hosts with the same job list, each reaching the store through its own proxy.
+struct Cluster {
+    hosts: Vec<Container>,
+    proxies: Vec<Proxy>,
+}
+
+fn cluster(
+    tag: &str,
+    db: &Database,
+    jobs_toml: &str,
+    extra: impl Fn(common::container::Options) -> common::container::Options,
+) -> Cluster {
+    let mut hosts = Vec::new();
+    let mut proxies = Vec::new();
+    for i in 1..=3 {
+        let proxy = Proxy::start();
+        let url = format!("postgres://postgres@127.0.0.1:{}/{}\n", proxy.port, db.name);
+        let opts = extra(jobguard_options(jobs_toml).file("/etc/jobguard/store.url", url));
+        let c = boot(&format!("{tag}{i}"), &opts);
+        c.exec_ok(&["chmod", "0600", "/etc/jobguard/store.url"])
+            .expect("chmod");
+        c.exec_ok(&["systemctl", "daemon-reload"])
+            .expect("daemon-reload");
+        c.exec_ok(&["systemctl", "start", "jobguard-recover.timer"])
+            .expect("recover timer");
+        hosts.push(c);
+        proxies.push(proxy);
+    }
+    Cluster { hosts, proxies }
+}
+
+/// The job's own log on a host: (event, unix seconds, run id) per line.
+fn job_log(c: &Container) -> Vec<(String, f64, String)> {
+    let text = c
+        .exec(&["cat", "/var/log/jobguard-test.log"])
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let mut parts = l.split_whitespace();
+            let ev = parts.next()?.to_string();
+            let t: f64 = parts.next()?.parse().ok()?;
+            Some((ev, t, parts.next().unwrap_or_default().to_string()))
+        })
+        .collect()
+}
+
+const LOGGING_JOB: &str = r#"
+[defaults]
+store_file = "/etc/jobguard/store.url"
+lease_ttl = "30s"
+on_interrupted = "rerun"
+
+[jobs.sync]
+schedule = "*-01-01 00:00:00 UTC"
+kill_grace = "3s"
+command = ["/bin/sh", "-c", """
+log() { echo "$1 $(date +%s.%N) $JOBGUARD_RUN_ID" >> /var/log/jobguard-test.log; }
+trap 'log term; exit 143' TERM
+log start
+if [ "$JOBGUARD_ATTEMPT" = 1 ]; then n=${FIRST_SECONDS:-6}; else n=2; fi
+i=0; while [ $i -lt $((n * 10)) ]; do sleep 0.1; i=$((i + 1)); done
+log end
+"""]
+"#;
+
+#[test]
+fn the_same_slot_fired_on_three_hosts_runs_once() {
+    let test = "the_same_slot_fired_on_three_hosts_runs_once";
+    if !common::go_on(test, prerequisites()) {
+        return;
+    }
+    let db = Database::create("once");
+    let cl = cluster("once", &db, LOGGING_JOB, |o| o);
+    std::thread::scope(|s| {
+        for c in &cl.hosts {
+            s.spawn(move || {
+                c.exec_ok(&["systemctl", "start", "--no-block", "jobguard@sync.service"])
+                    .expect("start")
+            });
+        }
+    });
+    for c in &cl.hosts {
+        wait_unit_done(c, "jobguard@sync.service", Duration::from_secs(120));
+    }
+    let rows = history(&cl.hosts[0], "sync").expect("history");
+    assert_eq!(rows.len(), 1, "one run in the shared ledger: {rows:#?}");
+    assert_eq!(field(&rows[0], "outcome"), "succeeded");
+    let starts: usize = cl
+        .hosts
+        .iter()
+        .map(|c| job_log(c).iter().filter(|l| l.0 == "start").count())
+        .sum();
+    assert_eq!(starts, 1, "the command ran once across the three hosts");
+    let mut skips = 0;
+    for c in &cl.hosts {
+        for e in c
+            .journal(&["JOBGUARD_JOB=sync", "JOBGUARD_EVENT=skip"])
+            .expect("journal")
+        {
+            let reason = e.get("JOBGUARD_REASON").unwrap_or_default();
+            assert!(
+                ["lease-held", "slot-done"].contains(&reason.as_str()),
+                "skip reason {reason}"
+            );
+            skips += 1;
+        }
+    }
+    assert_eq!(skips, 2, "the two other hosts skipped with a reason");
+}
+
+#[test]
+fn power_cut_of_the_running_host_another_host_finishes_the_slot() {
+    let test = "power_cut_of_the_running_host_another_host_finishes_the_slot";
+    if !common::go_on(test, prerequisites()) {
+        return;
+    }
+    let db = Database::create("cut");
+    let jobs = format!(
+        r#"
+[defaults]
+store_file = "/etc/jobguard/store.url"
+lease_ttl = "20s"
+on_interrupted = "rerun"
+
+[jobs.store-sync]
+schedule = "*-01-01 00:00:00 UTC"
+command = ["python3", "sync.py"]
+working_directory = "/srv/store-sync"
+environment = {{ STORE_SYNC_DB = "postgresql://postgres@127.0.0.1:5432/{}", STORE_SYNC_PAUSE_MS = "400" }}
+"#,
+        db.name
+    );
+    let mut cl = cluster("cut", &db, &jobs, |o| {
+        o.copy(
+            Path::new(EXAMPLE).join("sync.py"),
+            "/srv/store-sync/sync.py",
+        )
+        .copy(
+            Path::new(EXAMPLE).join("gen_transactions.py"),
+            "/srv/store-sync/gen_transactions.py",
+        )
+    });
+    for c in &cl.hosts {
+        c.sh_ok("cd /srv/store-sync && python3 gen_transactions.py")
+            .expect("csv");
+    }
+    let count = || {
+        db.query("SELECT count(*) FROM orders")
+            .ok()
+            .and_then(|s| s.parse::<i64>().ok())
+            .unwrap_or(0)
+    };
+    cl.hosts[0]
+        .exec_ok(&[
+            "systemctl",
+            "start",
+            "--no-block",
+            "jobguard@store-sync.service",
+        ])
+        .expect("start");
+    let seen = common::wait_for(
+        "a partial orders table",
+        Duration::from_secs(90),
+        Duration::from_millis(100),
+        || {
+            let n = count();
+            if n >= 3000 {
+                return Err("store-sync finished before the cut".into());
+            }
+            Ok((n >= 300).then_some(n))
+        },
+    )
+    .expect("halfway");
+    cl.hosts[0].power_cut().expect("power cut");
+    let cut_at = now_secs();
+
+    let rows = common::wait_for(
+        "a succeeded run on another host",
+        Duration::from_secs(240),
+        Duration::from_secs(2),
+        || {
+            let rows = history(&cl.hosts[1], "store-sync")?;
+            Ok(rows
+                .iter()
+                .any(|r| field(r, "outcome") == "succeeded")
+                .then_some(rows))
+        },
+    )
+    .expect("another host finished the slot");
+    assert_eq!(count(), 3000, "exactly 3,000 orders");
+    let done = rows
+        .iter()
+        .find(|r| field(r, "outcome") == "succeeded")
+        .expect("succeeded");
+    let cut = rows
+        .iter()
+        .find(|r| field(r, "outcome") == "interrupted")
+        .expect("the cut run is interrupted");
+    assert_eq!(field(cut, "reason"), "lease-expired");
+    assert_ne!(
+        field(done, "host"),
+        field(cut, "host"),
+        "another host ran it"
+    );
+    assert_eq!(field(done, "slot"), field(cut, "slot"));
+    let started = done
+        .get("started_at_usec")
+        .and_then(Value::as_i64)
+        .expect("started_at_usec") as f64
+        / 1e6;
+    assert!(
+        started > cut_at,
+        "the re-run started after the cut ({started} > {cut_at})"
+    );
+    assert!(
+        done.get("fencing_token").and_then(Value::as_i64)
+            > cut.get("fencing_token").and_then(Value::as_i64),
+        "a later grant has a larger fencing token"
+    );
+    // The job's own record: every row of the cut run was written before every row of the re-run.
+    let last_cut = db
+        .query(&format!(
+            "SELECT max(synced_at) FROM orders WHERE run_id = '{}'",
+            field(cut, "run_id")
+        ))
+        .expect("query");
+    let first_done = db
+        .query(&format!(
+            "SELECT min(synced_at) FROM orders WHERE run_id = '{}'",
+            field(done, "run_id")
+        ))
+        .expect("query");
+    assert!(
+        last_cut <= first_done,
+        "no overlap: {last_cut} <= {first_done}"
+    );
+    let cut_rows: i64 = db
+        .query(&format!(
+            "SELECT count(*) FROM orders WHERE run_id = '{}'",
+            field(cut, "run_id")
+        ))
+        .expect("query")
+        .parse()
+        .expect("count");
+    assert!(
+        cut_rows >= seen,
+        "the rows committed before the cut are kept"
+    );
+}
+
+#[test]
+fn a_host_cut_off_from_the_store_stops_before_another_takes_over() {
+    let test = "a_host_cut_off_from_the_store_stops_before_another_takes_over";
+    if !common::go_on(test, prerequisites()) {
+        return;
+    }
+    let db = Database::create("part");
+    let jobs = LOGGING_JOB.replace(
+        "kill_grace = \"3s\"",
+        "kill_grace = \"3s\"\nenvironment = { FIRST_SECONDS = \"300\" }",
+    );
+    let cl = cluster("part", &db, &jobs, |o| o);
+    let (h1, proxy1) = (&cl.hosts[0], &cl.proxies[0]);
+    h1.exec_ok(&["systemctl", "start", "--no-block", "jobguard@sync.service"])
+        .expect("start");
+    common::wait_for(
+        "the job to start on h1",
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        || Ok(job_log(h1).iter().any(|l| l.0 == "start").then_some(())),
+    )
+    .expect("started");
+    proxy1.freeze();
+    let frozen_at = now_secs();
+
+    // h1 stops its copy on its own, without the store.
+    let term = common::wait_for(
+        "h1 to stop its job",
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        || Ok(job_log(h1).into_iter().find(|l| l.0 == "term")),
+    )
+    .expect("h1 stopped its job");
+    let result = wait_unit_done(h1, "jobguard@sync.service", Duration::from_secs(60));
+    assert_eq!(
+        prop(h1, "jobguard@sync.service", "ExecMainStatus"),
+        "75",
+        "lease lost ({result})"
+    );
+
+    // Another host takes over after the lease expired, and finishes.
+    let (other, start) = common::wait_for(
+        "another host to run the slot",
+        Duration::from_secs(240),
+        Duration::from_secs(1),
+        || {
+            Ok(cl.hosts[1..]
+                .iter()
+                .find_map(|c| job_log(c).into_iter().find(|l| l.0 == "end").map(|_| c))
+                .map(|c| {
+                    let start = job_log(c)
+                        .into_iter()
+                        .find(|l| l.0 == "start")
+                        .expect("start line");
+                    (c.name().to_string(), start)
+                }))
+        },
+    )
+    .expect("taken over");
+    assert!(
+        term.1 < start.1,
+        "h1's job ended ({}) before {other}'s started ({}); frozen at {frozen_at}",
+        term.1,
+        start.1
+    );
+    assert!(
+        term.1 - frozen_at < 30.0,
+        "h1 stopped within its lease time to live"
+    );
+    proxy1.thaw();
+    let rows = history(&cl.hosts[1], "sync").expect("history");
+    assert_eq!(
+        rows.iter()
+            .filter(|r| field(r, "outcome") == "succeeded")
+            .count(),
+        1,
+        "{rows:#?}"
+    );
+    let first = rows
+        .iter()
+        .find(|r| field(r, "attempt") == "1")
+        .expect("first attempt");
+    assert!(
+        ["interrupted", "lease_lost"].contains(&field(first, "outcome").as_str()),
+        "{first}"
+    );
+}
