@@ -844,3 +844,32 @@ fn a_rerun_that_is_cut_off_again_is_held_not_rerun_forever() {
     assert_eq!(h[0]["resolution"], "held");
     assert!(stderr(&rec).contains("held"), "{}", stderr(&rec));
 }
+
+#[test]
+fn store_init_creates_the_schema_of_the_job_lists_store() {
+    let sb = Sandbox::new(&job("a", "true", ""));
+    let out = sb.run(&["store", "init"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        support::stdout(&out).contains("schema ready"),
+        "{}",
+        support::stdout(&out)
+    );
+    let db = rusqlite::Connection::open(sb.file("state/jobguard.db")).unwrap();
+    let tables: i64 = db
+        .query_row(
+            "SELECT count(*) FROM sqlite_master WHERE name IN ('jobguard_run', 'jobguard_lease')",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(tables, 2);
+    let again = sb.run(&["store", "init"]);
+    assert!(
+        again.status.success(),
+        "init is idempotent: {}",
+        stderr(&again)
+    );
+    let unknown = sb.run(&["store", "init", "nope"]);
+    assert_eq!(unknown.status.code(), Some(78));
+}

@@ -15,6 +15,7 @@ pub mod recover;
 pub mod resolve;
 pub mod run;
 pub mod status;
+pub mod store;
 pub mod unlock;
 pub mod view;
 
@@ -48,6 +49,26 @@ pub enum Command {
     Resolve(ResolveArgs),
     /// End a job's lease now, whoever holds it (for a holder known to be dead).
     Unlock(UnlockArgs),
+    /// Manage the stores of the job list.
+    #[command(subcommand)]
+    Store(StoreCommand),
+}
+
+/// `jobguard store ...`.
+#[derive(Debug, Subcommand)]
+pub enum StoreCommand {
+    /// Create or migrate the schema of every store the job list names (or one job's).
+    /// Also done on first use; run it once when installing with a shared store.
+    Init(StoreInitArgs),
+}
+
+/// Arguments of `jobguard store init`.
+#[derive(Debug, Clone, Args)]
+pub struct StoreInitArgs {
+    /// Only this job's store (default: every store of the job list).
+    pub job: Option<String>,
+    #[command(flatten)]
+    pub config: ConfigArgs,
 }
 
 /// Where the job list is.
@@ -237,6 +258,7 @@ pub fn main() -> ExitCode {
         Command::Recover(a) => recover::run(&a),
         Command::Resolve(a) => resolve::run(&a),
         Command::Unlock(a) => unlock::run(&a),
+        Command::Store(StoreCommand::Init(a)) => store::init(&a),
     };
     ExitCode::from(status)
 }
