@@ -55,7 +55,7 @@ done
 # systemd hands a generator empty directories on tmpfs: so does each timed run here.
 args=()
 for n in 10 100 1000 10000; do
-  args+=(-n "$n" --prepare "rm -rf $W/gen$n/out; mkdir $W/gen$n/out"
+  args+=(-n "$n" --prepare "sh -c 'rm -rf $W/gen$n/out && mkdir $W/gen$n/out'"
          "env JOBGUARD_CONFIG=$W/gen$n/jobs.toml $BIN/jobguard-generator $W/gen$n/out")
 done
 hyperfine -N --warmup 5 --runs 50 --export-json "$W/gen.json" "${args[@]}"
