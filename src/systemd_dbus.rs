@@ -9,8 +9,6 @@
 
 use std::time::Duration;
 
-use crate::unit_name;
-
 /// How long one D-Bus call may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -57,13 +55,13 @@ pub struct JobUnits {
     pub service: UnitState,
 }
 
-/// The unit names of job `job`: (`jobguard@JOB.timer`, `jobguard@JOB.service`), with the
-/// instance escaped as systemd-escape(1) would.
+/// The unit names of job `job`: (`jobguard@JOB.timer`, `jobguard@JOB.service`). The job
+/// name is the instance as it is, as the generator writes it (`src/render.rs`): every
+/// character a job name may hold is valid in a unit name, and the templates use `%i`.
 pub fn unit_names(job: &str) -> (String, String) {
-    let inst = unit_name::escape(job);
     (
-        format!("jobguard@{inst}.timer"),
-        format!("jobguard@{inst}.service"),
+        format!("jobguard@{job}.timer"),
+        format!("jobguard@{job}.service"),
     )
 }
 
@@ -177,7 +175,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn unit_names_escape_the_instance() {
+    fn unit_names_use_the_job_name_as_it_is() {
         assert_eq!(
             unit_names("backup"),
             (
@@ -185,7 +183,8 @@ mod tests {
                 "jobguard@backup.service".to_string()
             )
         );
-        let (timer, _) = unit_names("a-b");
-        assert_eq!(timer, "jobguard@a\\x2db.timer");
+        // As the generator names them: `jobguard@store-sync.timer`, not `store\x2dsync`.
+        let (timer, _) = unit_names("store-sync");
+        assert_eq!(timer, "jobguard@store-sync.timer");
     }
 }

@@ -175,21 +175,21 @@ fn a_run_holds_an_inhibitor_shows_its_status_and_the_catalog_explains_its_events
     if !ready("a_run_holds_an_inhibitor_shows_its_status_and_the_catalog_explains_its_events") {
         return;
     }
-    let c = boot("sd5-inhibit", &waiting_job("hold", ""));
-    start_and_wait_running(&c, "hold");
+    let c = boot("sd5-inhibit", &waiting_job("hold-it", ""));
+    start_and_wait_running(&c, "hold-it");
 
     // The lock names the job and the slot; the command did not inherit its descriptor.
     let list = inhibitors(&c);
     let line = list
         .lines()
-        .find(|l| l.contains("jobguard hold"))
+        .find(|l| l.contains("jobguard hold-it"))
         .unwrap_or_else(|| panic!("no jobguard lock in systemd-inhibit --list:\n{list}"));
     eprintln!("systemd-inhibit --list: {line}");
     assert!(line.contains("running slot 20"), "{line}");
     assert!(line.contains("-01-01T00:00:00Z"), "{line}");
     assert!(line.contains("shutdown:sleep"), "{line}");
     assert!(line.contains("delay"), "{line}");
-    let fds = c.exec_ok(&["cat", "/var/lib/hold.fds"]).expect("fds");
+    let fds = c.exec_ok(&["cat", "/var/lib/hold-it.fds"]).expect("fds");
     assert!(
         !fds.contains("/run/systemd/inhibit/"),
         "the command inherited the inhibitor lock:\n{fds}"
@@ -215,27 +215,28 @@ fn a_run_holds_an_inhibitor_shows_its_status_and_the_catalog_explains_its_events
     );
 
     // systemctl status shows the running run's STATUS.
-    let running = status_line(&c, "jobguard@hold.service").expect("a Status: line");
+    let running = status_line(&c, "jobguard@hold-it.service").expect("a Status: line");
     eprintln!("running: {running}");
     assert!(
         running.contains("running slot") && running.contains("lease held by host"),
         "{running}"
     );
 
-    c.exec_ok(&["touch", "/run/hold.release"]).expect("release");
-    assert_eq!(wait_inactive(&c, "jobguard@hold.service"), "success");
+    c.exec_ok(&["touch", "/run/hold-it.release"])
+        .expect("release");
+    assert_eq!(wait_inactive(&c, "jobguard@hold-it.service"), "success");
     let after = inhibitors(&c);
     assert!(
-        !after.contains("jobguard hold"),
+        !after.contains("jobguard hold-it"),
         "the lock outlived the run:\n{after}"
     );
 
     // A start for the same slot is a skip, and says so in systemctl status.
-    c.exec_ok(&["systemctl", "start", "jobguard@hold.service"])
+    c.exec_ok(&["systemctl", "start", "jobguard@hold-it.service"])
         .expect("start again");
     // `systemctl start` returns once the shim is exec'd (Type=exec): wait for it to end.
-    assert_eq!(wait_inactive(&c, "jobguard@hold.service"), "success");
-    let skipped = status_line(&c, "jobguard@hold.service").unwrap_or_default();
+    assert_eq!(wait_inactive(&c, "jobguard@hold-it.service"), "success");
+    let skipped = status_line(&c, "jobguard@hold-it.service").unwrap_or_default();
     eprintln!("skipped: {skipped}");
     assert!(
         skipped.contains("skipped: slot") && skipped.contains("already succeeded"),
@@ -255,7 +256,7 @@ fn a_run_holds_an_inhibitor_shows_its_status_and_the_catalog_explains_its_events
         .expect("journalctl -x");
     eprintln!("journalctl -x:\n{finished}");
     assert!(
-        finished.contains("Subject: jobguard job hold finished slot ")
+        finished.contains("Subject: jobguard job hold-it finished slot ")
             && finished.contains("Defined-By: jobguard")
             && finished.contains("Nothing needs to be done."),
         "{finished}"
@@ -269,7 +270,7 @@ fn a_run_holds_an_inhibitor_shows_its_status_and_the_catalog_explains_its_events
         ])
         .expect("journalctl -x");
     assert!(
-        skip.contains("jobguard run hold --slot ") && skip.contains("--force"),
+        skip.contains("jobguard run hold-it --slot ") && skip.contains("--force"),
         "{skip}"
     );
 
@@ -289,7 +290,7 @@ fn a_run_holds_an_inhibitor_shows_its_status_and_the_catalog_explains_its_events
             "busctl",
             "get-property",
             "org.freedesktop.systemd1",
-            "/org/freedesktop/systemd1/unit/jobguard_40hold_2etimer",
+            "/org/freedesktop/systemd1/unit/jobguard_40hold_2dit_2etimer",
             "org.freedesktop.systemd1.Timer",
             "NextElapseUSecRealtime",
         ])
@@ -299,14 +300,14 @@ fn a_run_holds_an_inhibitor_shows_its_status_and_the_catalog_explains_its_events
         raw.trim(),
         "{job}"
     );
-    let shown = prop(&c, "jobguard@hold.timer", "NextElapseUSecRealtime");
+    let shown = prop(&c, "jobguard@hold-it.timer", "NextElapseUSecRealtime");
     let shown_utc = c
         .exec_ok(&[
             "env",
             "TZ=UTC",
             "systemctl",
             "show",
-            "jobguard@hold.timer",
+            "jobguard@hold-it.timer",
             "-p",
             "NextElapseUSecRealtime",
             "--value",

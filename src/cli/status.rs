@@ -219,7 +219,8 @@ pub fn run(args: &StatusArgs) -> u8 {
         let Some(store) = store.as_mut() else {
             problems.push(format!(
                 "{}: store {} could not be opened",
-                job.name, address
+                job.name,
+                crate::store::address::mask(&address)
             ));
             status = exit::STORE_UNAVAILABLE;
             rows.push(unreadable_row(job, now));

@@ -38,7 +38,7 @@ pub fn init(args: &StoreInitArgs) -> u8 {
     }
     for address in addresses {
         match open_store(&address) {
-            Ok(store) => println!("{}: schema ready", store.describe()),
+            Ok(store) => println!("schema ready: {}", store.describe()),
             Err(code) => status = code,
         }
     }
