@@ -712,16 +712,7 @@ impl Store for MysqlStore {
         run_id: &str,
         finish: &Finish,
     ) -> Result<Finished, StoreError> {
-        if finish.outcome == Outcome::Running {
-            return Err(StoreError::Invalid {
-                store: self.describe.clone(),
-                detail: format!("finish: run {run_id}: running is not an end state"),
-            });
-        }
-        let report = serde_json::to_string(&finish.report).map_err(|e| StoreError::Invalid {
-            store: self.describe.clone(),
-            detail: format!("finish: run {run_id}: report: {e}"),
-        })?;
+        let report = super::finish_report_json(&self.describe, run_id, finish)?;
         let sql = format!(
             "CALL jobguard_finish({}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {})",
             self.test_now(),

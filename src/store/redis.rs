@@ -563,15 +563,8 @@ impl Store for RedisStore {
         run_id: &str,
         finish: &Finish,
     ) -> Result<Finished, StoreError> {
-        if finish.outcome == Outcome::Running {
-            return Err(StoreError::Invalid {
-                store: self.describe.clone(),
-                detail: format!("finish: run {run_id}: running is not an end state"),
-            });
-        }
+        let report = super::finish_report_json(&self.describe, run_id, finish)?;
         self.ready()?;
-        let report = serde_json::to_string(&finish.report)
-            .map_err(|e| self.error("finish", Fail::Data(format!("run {run_id}: report: {e}"))))?;
         let now = self.test_now();
         let (recorded, released): (i64, i64) = self.call("finish", |c, s, p| {
             Ok(s.finish

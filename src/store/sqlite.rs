@@ -735,15 +735,8 @@ impl Store for SqliteStore {
         run_id: &str,
         finish: &Finish,
     ) -> Result<Finished, StoreError> {
-        if finish.outcome == Outcome::Running {
-            return Err(StoreError::Invalid {
-                store: self.describe.clone(),
-                detail: format!("finish: run {run_id}: running is not an end state"),
-            });
-        }
+        let report = super::finish_report_json(&self.describe, run_id, finish)?;
         self.write("finish", |tx, now| {
-            let report = serde_json::to_string(&finish.report)
-                .map_err(|e| Fail::Data(format!("run {run_id}: report: {e}")))?;
             let lease_held = if finish.outcome == Outcome::LeaseLost {
                 "1"
             } else {
