@@ -488,21 +488,8 @@ fn a_clock_behind_does_not_run_an_old_slot_and_future_slots_are_refused() {
     assert!(stderr(&future).contains("in the future"));
 }
 
-/// Writes `jobs` with `OUTFILE` replaced by the sandbox's `out` file.
-fn with_out(sb: &Sandbox) {
-    let jobs = std::fs::read_to_string(sb.file("jobs.toml")).unwrap();
-    std::fs::write(
-        sb.file("jobs.toml"),
-        jobs.replace("OUTFILE", &sb.file("out").display().to_string()),
-    )
-    .unwrap();
-}
-
 fn wait_for_lines(sb: &Sandbox, name: &str, n: usize) {
-    let t0 = Instant::now();
-    while sb.lines(name) < n && t0.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(10, || sb.lines(name) >= n);
 }
 
 #[test]
@@ -512,9 +499,8 @@ fn a_stop_during_a_queued_rerun_does_not_start_the_current_slot() {
         "queue",
         "echo \"$JOBGUARD_SLOT\" >> \"$OUT\"; case \"$JOBGUARD_SLOT\" in 2026-11-28*) \
          if [ -e \"$OUT.go\" ]; then sleep 30; fi; exit 1;; esac",
-        "environment = { OUT = \"OUTFILE\" }",
+        "environment = { OUT = \"@DIR@/out\" }",
     ));
-    with_out(&sb);
     let first = sb.run(&["run", "queue", "--slot", "2026-11-28T02:00:00Z"]);
     assert_eq!(first.status.code(), Some(1), "{}", stderr(&first));
     let resolved = sb.run(&["resolve", "queue", "2026-11-28T02:00:00Z", "--rerun"]);
@@ -553,9 +539,8 @@ fn a_runtime_dir_others_can_write_or_own_is_refused() {
     let sb = Sandbox::new(&job(
         "rt",
         "echo ran >> \"$OUT\"",
-        "environment = { OUT = \"OUTFILE\" }",
+        "environment = { OUT = \"@DIR@/out\" }",
     ));
-    with_out(&sb);
     // e.g. /tmp/jobguard-UID made in advance by another user to hold or swap the locks.
     let rt = sb.file("run");
     std::fs::create_dir(&rt).unwrap();
@@ -600,9 +585,8 @@ fn the_commands_children_left_by_a_killed_shim_never_overlap_the_rerun() {
         "orphan",
         "if [ \"$JOBGUARD_ATTEMPT\" = 1 ]; then sh -c 'echo $$ > \"$OUT.pid\"; sleep 60; echo late >> \"$OUT\"'; fi; \
          echo \"attempt $JOBGUARD_ATTEMPT\" >> \"$OUT\"",
-        "environment = { OUT = \"OUTFILE\" }",
+        "environment = { OUT = \"@DIR@/out\" }",
     ));
-    with_out(&sb);
     let mut shim = sb
         .cmd(&["run", "orphan"])
         .env("TRIGGER_TIMER_REALTIME_USEC", FIRED)
@@ -680,7 +664,7 @@ fn a_store_disk_full_at_the_end_of_a_run_is_waited_out_not_turned_into_a_rerun()
         "full",
         "echo ran >> \"$OUT\"; cat /dev/zero > \"$FILL\" 2>/dev/null; echo filled >> \"$OUT\"",
         &format!(
-            "lease_ttl = \"30s\"\nenvironment = {{ OUT = \"OUTFILE\", FILL = {:?} }}",
+            "lease_ttl = \"30s\"\nenvironment = {{ OUT = \"@DIR@/out\", FILL = {:?} }}",
             fill.display().to_string()
         ),
     ));
@@ -691,7 +675,6 @@ fn a_store_disk_full_at_the_end_of_a_run_is_waited_out_not_turned_into_a_rerun()
             &format!("sqlite://{}/jobguard.db", fs_dir.path().display()),
         );
     std::fs::write(sb.file("jobs.toml"), jobs).unwrap();
-    with_out(&sb);
     let out_file = sb.file("out");
     let cleaner = std::thread::spawn(move || {
         let t0 = Instant::now();
@@ -723,9 +706,8 @@ fn descriptors_the_shim_inherited_do_not_reach_the_command() {
     let sb = Sandbox::new(&job(
         "fds",
         "ls /proc/self/fd > \"$OUT\"",
-        "environment = { OUT = \"OUTFILE\" }",
+        "environment = { OUT = \"@DIR@/out\" }",
     ));
-    with_out(&sb);
     std::fs::write(sb.file("secret"), "x").unwrap();
     let mut cmd = sb.cmd(&["run", "fds"]);
     let secret = std::fs::File::open(sb.file("secret")).unwrap();
@@ -812,9 +794,8 @@ fn a_rerun_that_is_cut_off_again_is_held_not_rerun_forever() {
     let sb = Sandbox::new(&job(
         "again",
         "echo \"$JOBGUARD_ATTEMPT\" >> \"$OUT\"; if [ \"$JOBGUARD_ATTEMPT\" -le 2 ]; then sleep 60; fi",
-        "environment = { OUT = \"OUTFILE\" }",
+        "environment = { OUT = \"@DIR@/out\" }",
     ));
-    with_out(&sb);
     let kill_when = |mut p: std::process::Child, lines: usize| {
         wait_for_lines(&sb, "out", lines);
         p.kill().unwrap();
