@@ -16,8 +16,8 @@ use jobguard::store::sqlite::{SqliteOptions, SqliteStore, Synchronous};
 use jobguard::store::{Claim, ClaimRequest, Store};
 
 fn request(i: u64) -> ClaimRequest {
-    ClaimRequest {
-        run: NewRun {
+    ClaimRequest::new(
+        NewRun {
             run_id: format!("{i:032x}"),
             job: "bench".into(),
             slot: Slot {
@@ -28,19 +28,19 @@ fn request(i: u64) -> ClaimRequest {
             trigger: "timer".into(),
             invocation_id: None,
         },
-        holder: Holder {
+        Holder {
             machine_id: "0".repeat(32),
             boot_id: "1".repeat(32),
             pid: std::process::id(),
             pid_start: 1,
             host: "bench".into(),
         },
-        ttl: Duration::from_secs(120),
-    }
+        Duration::from_secs(120),
+    )
 }
 
 fn claim_and_finish(store: &mut SqliteStore, i: u64) {
-    let Claim::Claimed { lease, run } = store.claim(&request(i)).unwrap() else {
+    let Claim::Claimed { lease, run, .. } = store.claim(&request(i)).unwrap() else {
         panic!("not claimed");
     };
     let finish = Finish {

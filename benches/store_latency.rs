@@ -24,11 +24,13 @@ use std::time::{Duration, Instant};
 
 use jobguard::lease::Holder;
 use jobguard::ledger::{Finish, NewRun, Outcome, Slot};
-use jobguard::store::{Claim, ClaimRequest};
+use jobguard::store::{Claim, ClaimRequest, ClockCheck};
 
+/// The request a `jobguard run` from a timer makes: with the clock check, queued re-runs
+/// first and the order check, all inside the one claim.
 fn request(job: &str, slot: i64, id: u64, holder: u32) -> ClaimRequest {
-    ClaimRequest {
-        run: NewRun {
+    let mut req = ClaimRequest::new(
+        NewRun {
             run_id: format!("{id:032x}"),
             job: job.into(),
             slot: Slot {
@@ -39,15 +41,22 @@ fn request(job: &str, slot: i64, id: u64, holder: u32) -> ClaimRequest {
             trigger: "timer".into(),
             invocation_id: None,
         },
-        holder: Holder {
+        Holder {
             machine_id: format!("{holder:032x}"),
             boot_id: "1".repeat(32),
             pid: std::process::id(),
             pid_start: u64::from(holder),
             host: format!("bench-{holder}"),
         },
-        ttl: Duration::from_secs(120),
-    }
+        Duration::from_secs(120),
+    );
+    req.clock = Some(ClockCheck {
+        host_now: jobguard::clock::Clock::now_usec(&jobguard::clock::SystemClock),
+        tolerance: 60_000_000,
+    });
+    req.queued_first = true;
+    req.in_order = true;
+    req
 }
 
 fn finish() -> Finish {

@@ -488,6 +488,22 @@ fn a_clock_behind_does_not_run_an_old_slot_and_future_slots_are_refused() {
     assert!(stderr(&future).contains("in the future"));
 }
 
+#[test]
+fn a_slot_recorded_ahead_of_the_clock_does_not_hold_back_the_timer() {
+    // A forced run of a slot far ahead (or a clock that was ahead when it ran) must not
+    // make every later trigger a "slot-behind" skip until that date.
+    let sb = Sandbox::new(&job("ahead", "true", ""));
+    let out = sb.run(&["run", "ahead", "--slot", "2099-01-01T02:00:00Z", "--force"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = timer_run(&sb, "ahead");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("older than"), "{}", stderr(&out));
+    let h = sb.history("ahead");
+    assert_eq!(h.len(), 2, "{h:?}");
+    assert_eq!(h[0]["slot"], SLOT, "{h:?}");
+    assert_eq!(h[0]["outcome"], "succeeded", "{h:?}");
+}
+
 fn wait_for_lines(sb: &Sandbox, name: &str, n: usize) {
     wait_until(10, || sb.lines(name) >= n);
 }

@@ -53,6 +53,9 @@ impl Env for SqliteEnv {
     fn current_schema_version(&self) -> i64 {
         SCHEMA_VERSION
     }
+    fn store_clock_is_host_clock(&self) -> bool {
+        true
+    }
 }
 
 mod sqlite {
@@ -76,6 +79,11 @@ macro_rules! remote_store {
             #[test]
             fn server_clock_judges_with_a_skewed_host_clock() {
                 remote::server_clock_judges($kind, concat!(stringify!($module), "::server_clock"));
+            }
+
+            #[test]
+            fn a_store_of_schema_1_is_migrated_by_the_first_claim() {
+                remote::upgrade_from_schema_1($kind, concat!(stringify!($module), "::upgrade"));
             }
 
             #[test]
@@ -203,6 +211,7 @@ fn file_is_wal_with_full_sync_and_named_tables() {
             "jobguard_run",
             "jobguard_run_history",
             "jobguard_run_one_success",
+            "jobguard_run_queued",
             "jobguard_run_running",
             "jobguard_run_slot",
         ]

@@ -33,7 +33,7 @@ use crate::ledger::{Finish, NewRun, Outcome, Resolution, Run, Slot, format_usec}
 use crate::lock::{JobLock, LockAttempt};
 use crate::logind;
 use crate::paths;
-use crate::store::{self, Claim, ClaimRequest, RunQuery, Store, StoreError};
+use crate::store::{self, Claim, ClaimRequest, ClockCheck, Store, StoreError};
 
 /// What the caller asks of one `jobguard run`.
 #[derive(Debug, Clone, Default)]
@@ -112,20 +112,6 @@ pub fn run(job: &Job, req: &Request) -> u8 {
         Err(code) => return code,
     };
 
-    if let Err(code) = check_clock(job, store.as_mut()) {
-        return code;
-    }
-
-    let mut slots: Vec<(Slot, String)> = Vec::new();
-    if req.slot.is_none() && !req.force {
-        match queued_slots(store.as_mut(), &job.name) {
-            Ok(q) => slots.extend(q.into_iter().map(|s| (s, "rerun".to_string()))),
-            Err(e) => {
-                eprintln!("jobguard: {}: {e}", job.name);
-                return exit::STORE_UNAVAILABLE;
-            }
-        }
-    }
     if let Some(given) = &req.slot
         && current.slot.usec > now
         && !req.force
@@ -136,41 +122,68 @@ pub fn run(job: &Job, req: &Request) -> u8 {
         );
         return exit::USAGE;
     }
-    if !slots.iter().any(|(s, _)| s.usec == current.slot.usec) {
-        let behind =
-            req.slot.is_none() && !req.force && !in_sequence(store.as_mut(), job, &current.slot);
-        if !behind {
-            slots.push((current.slot.clone(), current.trigger.to_string()));
-        }
-    }
 
+    // A trigger (no --slot, no --force) runs queued re-runs first, oldest first, and
+    // refuses a slot older than one already recorded; each claim is one store call.
+    let by_trigger = req.slot.is_none() && !req.force;
     let holder = identity::current_holder();
     let mut status = exit::OK;
-    for (slot, trigger) in slots {
+    let mut reruns: Vec<i64> = Vec::new();
+    let mut queued_first = by_trigger;
+    loop {
         if child::stop_requested() {
             // An operator's stop ends the shim: no further slot is started.
             eprintln!(
                 "jobguard: {}: asked to stop; slot {} not started",
                 job.name,
-                slot.rfc3339()
+                current.slot.rfc3339()
             );
             break;
         }
-        let s = run_slot(
+        let attempt = Attempt {
+            slot: &current.slot,
+            trigger: current.trigger,
+            force: req.force,
+            queued_first,
+            in_order: by_trigger,
+        };
+        let (s, ran) = run_slot(
             job,
             store.as_mut(),
             &mut lock,
             &holder,
             account.as_ref(),
-            &slot,
-            &trigger,
-            req.force,
+            &attempt,
         );
         if status == exit::OK {
             status = s;
         }
+        match ran {
+            // A queued re-run ran; claim again for the next one or for this slot.
+            Some(slot) if slot != current.slot.usec => {
+                // A slot that comes back (its end could not be recorded) is not taken
+                // again by this invocation, nor are more than MAX_RERUNS_PER_RUN.
+                if reruns.contains(&slot) || reruns.len() + 1 >= MAX_RERUNS_PER_RUN {
+                    queued_first = false;
+                }
+                reruns.push(slot);
+            }
+            _ => break,
+        }
     }
     status
+}
+
+/// At most this many queued re-runs are run by one invocation before its own slot.
+const MAX_RERUNS_PER_RUN: usize = 100;
+
+/// One claim's worth of [`run`]: the slot asked for and how.
+struct Attempt<'a> {
+    slot: &'a Slot,
+    trigger: &'a str,
+    force: bool,
+    queued_first: bool,
+    in_order: bool,
 }
 
 /// Creates the runtime directories: the base (0711: jobs may reach their report file but
@@ -279,20 +292,10 @@ fn store_failed(job: &Job, e: &StoreError) -> u8 {
     }
 }
 
-/// Compares this host's clock with the store's: the slot comes from this host's clock and
-/// the lease from the store's, so they must agree within `clock_tolerance`. Returns the
-/// exit status to use when they do not (after logging both times).
-fn check_clock(job: &Job, store: &mut dyn Store) -> Result<(), u8> {
-    let clock = crate::clock::SystemClock;
-    let before = crate::clock::Clock::now_usec(&clock);
-    let store_now = with_retry(job, || store.now()).map_err(|e| store_failed(job, &e))?;
-    let after = crate::clock::Clock::now_usec(&clock);
-    let host = before + (after - before) / 2;
+/// Reports a refusal for clock skew: the slot comes from this host's clock and the lease
+/// from the store's, so they must agree within `clock_tolerance`. Returns the exit status.
+fn clock_skew(job: &Job, store: &dyn Store, host: i64, store_now: i64) -> u8 {
     let skew = store_now - host;
-    let tolerance = i64::try_from(job.clock_tolerance.as_micros()).unwrap_or(i64::MAX);
-    if skew.abs() <= tolerance {
-        return Ok(());
-    }
     let mut ev = Event::new(
         Kind::ClockSkew,
         &job.name,
@@ -312,58 +315,15 @@ fn check_clock(job: &Job, store: &mut dyn Store) -> Result<(), u8> {
         "not run: clock differs from the store's by {}",
         crate::cli::view::span(skew.abs())
     ));
-    Err(exit::CLOCK_SKEW)
+    exit::CLOCK_SKEW
 }
 
-/// Slots of the job whose interrupted attempt was queued for a re-run, oldest first.
-fn queued_slots(store: &mut dyn Store, job: &str) -> Result<Vec<Slot>, StoreError> {
-    let q = RunQuery {
-        job: Some(job.to_string()),
-        resolutions: vec![Resolution::Queued],
-        ..RunQuery::default()
-    };
-    let mut slots: Vec<Slot> = store.runs(&q)?.into_iter().map(|r| r.slot).collect();
-    slots.sort_by_key(|s| s.usec);
-    slots.dedup_by_key(|s| s.usec);
-    Ok(slots)
-}
-
-/// Checks `current` against the newest slot recorded for the job: logs the slots between
-/// them that never ran (a gap is never silent), and returns false, after logging a skip,
-/// when `current` is older than a recorded slot: this host's clock is behind (early boot
-/// before time sync, a wrong RTC) or the schedule changed. Such a slot is not run by a
-/// trigger; `--slot` runs it on purpose.
-fn in_sequence(store: &mut dyn Store, job: &Job, current: &Slot) -> bool {
-    let q = RunQuery {
-        job: Some(job.name.clone()),
-        limit: 20,
-        ..RunQuery::default()
-    };
-    let Ok(recent) = store.runs(&q) else {
-        return true;
-    };
-    let Some(newest) = recent.iter().map(|r| r.slot.usec).max() else {
-        return true;
-    };
-    if current.usec < newest {
-        skip(
-            job,
-            current,
-            Kind::SkippedOutOfOrder,
-            "slot-behind",
-            format!(
-                "slot {} is older than slot {} already recorded: this host's clock may be behind or the schedule changed; run it with `jobguard run {} --slot {}` if it is wanted",
-                current.rfc3339(),
-                format_usec(newest),
-                job.name,
-                current.rfc3339()
-            ),
-        );
-        return false;
-    }
-    let missed = slot::elapses_between(&job.calendar, newest, current.usec, 1000);
+/// Logs the slots between `previous` (the newest recorded before this claim) and `slot`
+/// that never ran: a gap is never silent.
+fn report_gap(job: &Job, previous: i64, slot: &Slot) {
+    let missed = slot::elapses_between(&job.calendar, previous, slot.usec, 1000);
     if missed.is_empty() {
-        return true;
+        return;
     }
     let (first, latest) = (missed[0], missed[missed.len() - 1]);
     let more = if missed.len() >= 1000 { " or more" } else { "" };
@@ -373,16 +333,15 @@ fn in_sequence(store: &mut dyn Store, job: &Job, current: &Slot) -> bool {
         format!(
             "gap: {}{more} slot(s) never ran between {} and {}: first {}, last {}",
             missed.len(),
-            format_usec(newest),
-            current.rfc3339(),
+            format_usec(previous),
+            slot.rfc3339(),
             format_usec(first),
             format_usec(latest)
         ),
     );
-    ev.slot = Some(current.rfc3339());
+    ev.slot = Some(slot.rfc3339());
     ev.reason = Some("missed-slots".into());
     journal::emit(&ev);
-    true
 }
 
 fn describe_run(r: &Run) -> String {
@@ -404,56 +363,93 @@ fn skip(job: &Job, slot: &Slot, kind: Kind, reason: &str, message: String) -> u8
     exit::OK
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Claims a slot (the one asked for, or a queued re-run the store picks) and runs it.
+/// Returns the exit status and the slot that ran, if one did.
 fn run_slot(
     job: &Job,
     store: &mut dyn Store,
     lock: &mut JobLock,
     holder: &Holder,
     account: Option<&child::Account>,
-    slot: &Slot,
-    trigger: &str,
-    force: bool,
-) -> u8 {
-    let req = ClaimRequest {
-        run: NewRun {
+    attempt: &Attempt<'_>,
+) -> (u8, Option<i64>) {
+    let slot = attempt.slot;
+    let mut req = ClaimRequest::new(
+        NewRun {
             run_id: identity::new_run_id(),
             job: job.name.clone(),
             slot: slot.clone(),
-            forced: force,
-            trigger: trigger.to_string(),
+            forced: attempt.force,
+            trigger: attempt.trigger.to_string(),
             invocation_id: std::env::var("INVOCATION_ID")
                 .ok()
                 .filter(|v| !v.is_empty()),
         },
-        holder: holder.clone(),
-        ttl: job.lease_ttl,
-    };
-    let claimed_at = Instant::now();
-    let (lease, run) = match with_retry(job, || store.claim(&req)) {
-        Ok(Claim::Claimed { lease, run }) => (lease, run),
-        Ok(Claim::SlotDone { by }) => {
-            if trigger == "rerun" {
-                // A queued re-run of a slot that another attempt has since finished.
-                if let Err(e) = store.resolve(&job.name, slot.usec, Resolution::Rerun) {
-                    eprintln!("jobguard: {}: {e}", job.name);
-                }
+        holder.clone(),
+        job.lease_ttl,
+    );
+    req.queued_first = attempt.queued_first;
+    req.in_order = attempt.in_order;
+    let tolerance = i64::try_from(job.clock_tolerance.as_micros()).unwrap_or(i64::MAX);
+    let mut claimed_at = Instant::now();
+    let answer = with_retry(job, || {
+        // The host's time of this very call: it is compared with the store's inside it.
+        req.clock = Some(ClockCheck {
+            host_now: crate::clock::Clock::now_usec(&crate::clock::SystemClock),
+            tolerance,
+        });
+        claimed_at = Instant::now();
+        store.claim(&req)
+    });
+    let skipped = |code| (code, None);
+    let (lease, run) = match answer {
+        Ok(Claim::Claimed {
+            lease,
+            run,
+            previous_slot,
+        }) => {
+            if let Some(previous) = previous_slot
+                && run.slot.usec == slot.usec
+            {
+                report_gap(job, previous, slot);
             }
+            (lease, run)
+        }
+        Ok(Claim::ClockSkew { store_now }) => {
+            let host = req.clock.map_or(0, |c| c.host_now);
+            return skipped(clock_skew(job, store, host, store_now));
+        }
+        Ok(Claim::SlotBehind { newest }) => {
+            return skipped(skip(
+                job,
+                slot,
+                Kind::SkippedOutOfOrder,
+                "slot-behind",
+                format!(
+                    "slot {} is older than slot {} already recorded: this host's clock may be behind or the schedule changed; run it with `jobguard run {} --slot {}` if it is wanted",
+                    slot.rfc3339(),
+                    format_usec(newest),
+                    job.name,
+                    slot.rfc3339()
+                ),
+            ));
+        }
+        Ok(Claim::SlotDone { by }) => {
             let what = if by.outcome == Outcome::Succeeded {
                 "already succeeded"
             } else {
                 "was resolved as done"
             };
-            return skip(
+            return skipped(skip(
                 job,
                 slot,
                 Kind::SkippedSlotDone,
                 "slot-done",
                 format!("slot {} {what}: {}", slot.rfc3339(), describe_run(&by)),
-            );
+            ));
         }
         Ok(Claim::SlotHeld { by }) => {
-            return skip(
+            return skipped(skip(
                 job,
                 slot,
                 Kind::SkippedSlotHeld,
@@ -466,13 +462,13 @@ fn run_slot(
                     job.name,
                     slot.rfc3339()
                 ),
-            );
+            ));
         }
         Ok(Claim::Busy { lease, run }) => {
             let running = run
                 .map(|r| format!(", {}", describe_run(&r)))
                 .unwrap_or_default();
-            return skip(
+            return skipped(skip(
                 job,
                 slot,
                 Kind::SkippedLeaseHeld,
@@ -484,14 +480,18 @@ fn run_slot(
                     lease.token,
                     format_usec(lease.expire_at)
                 ),
-            );
+            ));
         }
-        Err(e) => return store_failed(job, &e),
+        Err(e) => return skipped(store_failed(job, &e)),
     };
     if let Err(e) = lock.set_run_id(&run.run_id) {
         eprintln!("jobguard: {}: {e}", job.name);
     }
-    execute(job, store, &lease, &run, account, claimed_at)
+    let ran = run.slot.usec;
+    (
+        execute(job, store, &lease, &run, account, claimed_at),
+        Some(ran),
+    )
 }
 
 /// Runs the command for a claimed slot and records how it ended.

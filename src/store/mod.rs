@@ -133,6 +133,43 @@ pub struct ClaimRequest {
     pub holder: Holder,
     /// Lease time to live.
     pub ttl: Duration,
+    /// Compare the asking host's clock with the store's before anything else; `None`:
+    /// no check.
+    pub clock: Option<ClockCheck>,
+    /// Run queued re-runs first: when the job has a slot whose interrupted attempt was
+    /// queued for a re-run ([`Resolution::Queued`]) and that is neither done nor held, claim
+    /// the oldest such slot (with its zone, trigger `rerun`) instead of `run.slot`.
+    pub queued_first: bool,
+    /// Refuse `run.slot` with [`Claim::SlotBehind`] when the ledger holds a later slot of
+    /// the job (one no later than the store's clock plus the [`ClockCheck`] tolerance:
+    /// slots further ahead were forced or recorded by a clock that was ahead, and do not
+    /// hold back later slots).
+    pub in_order: bool,
+}
+
+impl ClaimRequest {
+    /// A request for exactly `run.slot`: no clock check, no queued re-runs, no order check.
+    pub fn new(run: NewRun, holder: Holder, ttl: Duration) -> Self {
+        ClaimRequest {
+            run,
+            holder,
+            ttl,
+            clock: None,
+            queued_first: false,
+            in_order: false,
+        }
+    }
+}
+
+/// The asking host's clock, for [`ClaimRequest::clock`]: the store answers
+/// [`Claim::ClockSkew`] when its own clock differs from `host_now` by more than
+/// `tolerance`. Both in µs (since the Unix epoch, and a span).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClockCheck {
+    /// The host's clock when the request was made, µs since the Unix epoch.
+    pub host_now: i64,
+    /// The largest difference accepted, µs (`clock_tolerance`).
+    pub tolerance: i64,
 }
 
 /// The decision of [`Store::claim`]. Only [`Claim::Claimed`] lets the command run.
@@ -142,8 +179,25 @@ pub enum Claim {
     Claimed {
         /// The grant, with its fencing token.
         lease: Lease,
-        /// The new `running` record.
+        /// The new `running` record; its slot is a queued one when
+        /// [`ClaimRequest::queued_first`] found one.
         run: Run,
+        /// The job's latest slot recorded before this claim, µs since the epoch (no
+        /// later than the store's clock plus the clock tolerance): with the claimed slot it
+        /// bounds the slots that never ran.
+        previous_slot: Option<i64>,
+    },
+    /// The host's clock differs from the store's by more than the tolerance
+    /// ([`ClaimRequest::clock`]); nothing was written.
+    ClockSkew {
+        /// The store's clock, µs since the epoch.
+        store_now: i64,
+    },
+    /// `run.slot` is older than a slot the ledger already holds for the job
+    /// ([`ClaimRequest::in_order`]); nothing was written.
+    SlotBehind {
+        /// The latest recorded slot, µs since the epoch.
+        newest: i64,
     },
     /// The slot is done (a record succeeded, or a person resolved it as done) and the
     /// request was not forced.
@@ -229,12 +283,19 @@ pub trait Store {
     /// The store's clock, µs since the Unix epoch.
     fn now(&mut self) -> Result<i64, StoreError>;
 
-    /// In one atomic step: unless `req.run.forced`, answer [`Claim::SlotDone`] if the slot is
-    /// done and [`Claim::SlotHeld`] if an attempt at it is held; answer [`Claim::Busy`] if
-    /// another holder's lease is unexpired (by the store's clock); else grant the lease
-    /// with a fencing token larger than every earlier one for the job, insert a `running`
-    /// record (attempt = earlier attempts at the slot + 1) and mark queued or held earlier
-    /// attempts of the slot as [`Resolution::Rerun`].
+    /// In one atomic step, and one round trip on the shared stores, in this order:
+    /// 1. with `req.clock`, answer [`Claim::ClockSkew`] if the store's clock and the host's
+    ///    differ by more than the tolerance;
+    /// 2. with `req.queued_first`, pick the oldest queued slot that is not done or held
+    ///    instead of `req.run.slot`;
+    /// 3. unless `req.run.forced`, answer [`Claim::SlotDone`] if the slot is done and
+    ///    [`Claim::SlotHeld`] if an attempt at it is held;
+    /// 4. with `req.in_order`, answer [`Claim::SlotBehind`] if a later slot is recorded;
+    /// 5. answer [`Claim::Busy`] if another holder's lease is unexpired (by the store's
+    ///    clock);
+    /// 6. else grant the lease with a fencing token larger than every earlier one for the
+    ///    job, insert a `running` record (attempt = earlier attempts at the slot + 1) and
+    ///    mark queued or held earlier attempts of the slot as [`Resolution::Rerun`].
     fn claim(&mut self, req: &ClaimRequest) -> Result<Claim, StoreError>;
 
     /// Extends the lease to store-now + `ttl` if it is still held by `lease.holder` with

@@ -43,7 +43,7 @@ use crate::store::remote::{self, CALL_TIMEOUT, CONNECT_TIMEOUT, duration_usec};
 use crate::store::{Claim, ClaimRequest, Finished, RunQuery, Store, StoreError, address};
 
 /// The schema version this jobguard writes and understands (`jobguard_meta`).
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// The server's clock in µs since the epoch, independent of the session time zone.
 const SERVER_NOW: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
@@ -101,107 +101,6 @@ fn migration_1() -> Vec<String> {
             KEY jobguard_run_history (job, started_at)
         ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin"
             .to_string(),
-        format!(
-            "CREATE PROCEDURE jobguard_claim(
-                IN p_version BIGINT, IN p_now BIGINT, IN p_job VARBINARY(1024),
-                IN p_slot BIGINT, IN p_zone VARBINARY(256), IN p_run_id VARBINARY(256),
-                IN p_forced TINYINT, IN p_trigger VARBINARY(128),
-                IN p_invocation VARBINARY(256), IN p_holder VARBINARY(1024),
-                IN p_host VARBINARY(1024), IN p_machine VARBINARY(256),
-                IN p_boot VARBINARY(256), IN p_pid BIGINT, IN p_pid_start BIGINT,
-                IN p_ttl BIGINT)
-            BEGIN
-                DECLARE v_version BIGINT DEFAULT 0;
-                DECLARE v_now BIGINT;
-                DECLARE v_holder, v_host VARBINARY(1024);
-                DECLARE v_token, v_acquired, v_expire, v_attempt BIGINT;
-                DECLARE v_kind VARCHAR(16);
-                DECLARE v_pass INT;
-                DECLARE v_by VARBINARY(256) DEFAULT NULL;
-                DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
-                SELECT value INTO v_version FROM jobguard_meta WHERE name = 'schema_version';
-                IF v_version > p_version THEN
-                    SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT =
-                        'schema version is newer than this jobguard knows; upgrade jobguard';
-                END IF;
-                -- Pass 1 reads without locking: a slot that is done or held, or a lease
-                -- another holder keeps, is answered at once, so racing claims that lose
-                -- do not queue on the lease row. Pass 2 locks the row and decides again.
-                SET v_pass = 1;
-                passes: LOOP
-                    IF v_pass = 1 THEN
-                        SELECT holder, host, token, acquired_at, expire_at
-                          INTO v_holder, v_host, v_token, v_acquired, v_expire
-                          FROM jobguard_lease WHERE job = p_job;
-                    ELSE
-                        -- The job's lease row (its lock and token counter, never deleted)
-                        -- is made in a statement of its own: inserted inside the
-                        -- transaction, racing claims for a new job would deadlock
-                        -- upgrading their duplicate-key share locks.
-                        INSERT IGNORE INTO jobguard_lease
-                            (job, holder, host, token, acquired_at, expire_at)
-                            VALUES (p_job, '', '', 0, 0, 0);
-                        SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
-                        START TRANSACTION;
-                        SELECT holder, host, token, acquired_at, expire_at
-                          INTO v_holder, v_host, v_token, v_acquired, v_expire
-                          FROM jobguard_lease WHERE job = p_job FOR UPDATE;
-                    END IF;
-                    SET v_now = {now};
-                    IF p_forced = 0 THEN
-                        SELECT run_id INTO v_by FROM jobguard_run
-                         WHERE job = p_job AND slot_usec = p_slot
-                           AND (outcome = 'succeeded' OR resolution = 'done')
-                         ORDER BY outcome = 'succeeded' DESC, started_at DESC, seq DESC
-                         LIMIT 1;
-                        IF v_by IS NOT NULL THEN
-                            SET v_kind = 'done';
-                        ELSE
-                            SELECT run_id INTO v_by FROM jobguard_run
-                             WHERE job = p_job AND slot_usec = p_slot AND resolution = 'held'
-                             ORDER BY started_at DESC, seq DESC LIMIT 1;
-                            IF v_by IS NOT NULL THEN
-                                SET v_kind = 'held';
-                            END IF;
-                        END IF;
-                    END IF;
-                    IF v_kind IS NULL AND v_holder <> '' AND v_expire > v_now
-                       AND v_holder <> p_holder THEN
-                        SET v_kind = 'busy';
-                        SELECT run_id INTO v_by FROM jobguard_run
-                         WHERE job = p_job AND fencing_token = v_token
-                         ORDER BY started_at DESC, seq DESC LIMIT 1;
-                    END IF;
-                    IF v_kind IS NOT NULL OR v_pass = 2 THEN
-                        LEAVE passes;
-                    END IF;
-                    SET v_pass = 2;
-                END LOOP passes;
-                IF v_kind IS NULL THEN
-                    SET v_kind = 'claimed', v_token = v_token + 1, v_holder = p_holder,
-                        v_host = p_host, v_acquired = v_now, v_expire = v_now + p_ttl,
-                        v_by = p_run_id;
-                    UPDATE jobguard_lease SET holder = v_holder, host = v_host, token = v_token,
-                           acquired_at = v_acquired, expire_at = v_expire
-                     WHERE job = p_job;
-                    SELECT COUNT(*) + 1 INTO v_attempt FROM jobguard_run
-                     WHERE job = p_job AND slot_usec = p_slot;
-                    UPDATE jobguard_run SET resolution = 'rerun'
-                     WHERE job = p_job AND slot_usec = p_slot AND resolution IN ('queued', 'held');
-                    INSERT INTO jobguard_run (run_id, job, slot_usec, slot_zone, attempt,
-                            outcome, forced, trigger_kind, host, machine_id, boot_id, pid,
-                            pid_start, invocation_id, started_at, fencing_token, report)
-                        VALUES (p_run_id, p_job, p_slot, p_zone, v_attempt, 'running', p_forced,
-                            p_trigger, p_host, p_machine, p_boot, p_pid, p_pid_start,
-                            p_invocation, v_now, v_token, '{{}}');
-                END IF;
-                COMMIT;
-                SELECT v_kind AS kind, v_holder AS lease_holder, v_host AS lease_host,
-                       v_token AS lease_token, v_acquired AS lease_acquired,
-                       v_expire AS lease_expire, {RUN_COLUMNS}
-                  FROM (SELECT 1) one LEFT JOIN jobguard_run r ON r.run_id = v_by;
-            END"
-        ),
         format!(
             "CREATE PROCEDURE jobguard_renew(IN p_now BIGINT, IN p_job VARBINARY(1024),
                 IN p_holder VARBINARY(1024), IN p_token BIGINT, IN p_ttl BIGINT)
@@ -299,6 +198,167 @@ fn migration_1() -> Vec<String> {
     ]
 }
 
+/// Statements of migration 1 -> 2, each sent on its own: the claim also checks the host's
+/// clock, picks queued re-runs, refuses a slot behind the ledger and answers the previous
+/// slot, so that a run needs one call. Every step can be run again.
+fn migration_2() -> Vec<String> {
+    let now = format!("COALESCE(p_now, {SERVER_NOW})");
+    vec![
+        "DROP PROCEDURE IF EXISTS jobguard_claim".to_string(),
+        format!(
+            "CREATE PROCEDURE jobguard_claim(
+                IN p_version BIGINT, IN p_now BIGINT, IN p_job VARBINARY(1024),
+                IN p_slot BIGINT, IN p_zone VARBINARY(256), IN p_run_id VARBINARY(256),
+                IN p_forced TINYINT, IN p_trigger VARBINARY(128),
+                IN p_invocation VARBINARY(256), IN p_holder VARBINARY(1024),
+                IN p_host VARBINARY(1024), IN p_machine VARBINARY(256),
+                IN p_boot VARBINARY(256), IN p_pid BIGINT, IN p_pid_start BIGINT,
+                IN p_ttl BIGINT, IN p_host_now BIGINT, IN p_tolerance BIGINT,
+                IN p_queued_first TINYINT, IN p_in_order TINYINT)
+            BEGIN
+                DECLARE v_version BIGINT DEFAULT 0;
+                DECLARE v_now BIGINT;
+                DECLARE v_holder, v_host VARBINARY(1024);
+                DECLARE v_token, v_acquired, v_expire, v_attempt, v_previous BIGINT;
+                DECLARE v_slot BIGINT;
+                DECLARE v_zone VARBINARY(256);
+                DECLARE v_trigger VARBINARY(128);
+                DECLARE v_picked TINYINT DEFAULT 0;
+                DECLARE v_kind VARCHAR(16);
+                DECLARE v_pass INT;
+                DECLARE v_by VARBINARY(256) DEFAULT NULL;
+                DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+                SELECT value INTO v_version FROM jobguard_meta WHERE name = 'schema_version';
+                IF v_version > p_version THEN
+                    SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT =
+                        'schema version is newer than this jobguard knows; upgrade jobguard';
+                END IF;
+                IF p_host_now IS NOT NULL THEN
+                    SET v_now = {now};
+                    IF ABS(v_now - p_host_now) > p_tolerance THEN
+                        SET v_kind = 'skew';
+                    END IF;
+                END IF;
+                -- Pass 1 reads without locking: a slot that is done, held or behind, or a
+                -- lease another holder keeps, is answered at once, so racing claims that
+                -- lose do not queue on the lease row. Pass 2 locks the row and decides
+                -- again.
+                SET v_pass = 1;
+                passes: LOOP
+                    IF v_kind IS NOT NULL THEN
+                        LEAVE passes;
+                    END IF;
+                    IF v_pass = 1 THEN
+                        SELECT holder, host, token, acquired_at, expire_at
+                          INTO v_holder, v_host, v_token, v_acquired, v_expire
+                          FROM jobguard_lease WHERE job = p_job;
+                    ELSE
+                        -- The job's lease row (its lock and token counter, never deleted)
+                        -- is made in a statement of its own: inserted inside the
+                        -- transaction, racing claims for a new job would deadlock
+                        -- upgrading their duplicate-key share locks.
+                        INSERT IGNORE INTO jobguard_lease
+                            (job, holder, host, token, acquired_at, expire_at)
+                            VALUES (p_job, '', '', 0, 0, 0);
+                        SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+                        START TRANSACTION;
+                        SELECT holder, host, token, acquired_at, expire_at
+                          INTO v_holder, v_host, v_token, v_acquired, v_expire
+                          FROM jobguard_lease WHERE job = p_job FOR UPDATE;
+                    END IF;
+                    SET v_now = {now}, v_slot = p_slot, v_zone = p_zone,
+                        v_trigger = p_trigger, v_picked = 0, v_by = NULL;
+                    IF p_queued_first = 1 THEN
+                        SELECT q.slot_usec, q.slot_zone, 1 INTO v_slot, v_zone, v_picked
+                          FROM jobguard_run q
+                         WHERE q.job = p_job AND q.resolution = 'queued'
+                           AND NOT EXISTS (SELECT 1 FROM jobguard_run d
+                                WHERE d.job = p_job AND d.slot_usec = q.slot_usec
+                                  AND (d.outcome = 'succeeded'
+                                       OR d.resolution IN ('done', 'held')))
+                         ORDER BY q.slot_usec LIMIT 1;
+                        IF v_picked = 1 THEN
+                            SET v_trigger = 'rerun';
+                        END IF;
+                    END IF;
+                    IF p_forced = 0 THEN
+                        SELECT run_id INTO v_by FROM jobguard_run
+                         WHERE job = p_job AND slot_usec = v_slot
+                           AND (outcome = 'succeeded' OR resolution = 'done')
+                         ORDER BY outcome = 'succeeded' DESC, started_at DESC, seq DESC
+                         LIMIT 1;
+                        IF v_by IS NOT NULL THEN
+                            SET v_kind = 'done';
+                        ELSE
+                            SELECT run_id INTO v_by FROM jobguard_run
+                             WHERE job = p_job AND slot_usec = v_slot AND resolution = 'held'
+                             ORDER BY started_at DESC, seq DESC LIMIT 1;
+                            IF v_by IS NOT NULL THEN
+                                SET v_kind = 'held';
+                            END IF;
+                        END IF;
+                    END IF;
+                    -- Slots further ahead than the clock tolerance were forced or recorded
+                    -- by a clock that was ahead: they do not hold back later slots.
+                    SELECT MAX(slot_usec) INTO v_previous FROM jobguard_run
+                     WHERE job = p_job AND slot_usec <= v_now + COALESCE(p_tolerance, 0);
+                    IF v_kind IS NULL AND p_in_order = 1 AND v_picked = 0
+                       AND v_previous > v_slot THEN
+                        SET v_kind = 'behind';
+                    END IF;
+                    IF v_kind IS NULL AND v_holder <> '' AND v_expire > v_now
+                       AND v_holder <> p_holder THEN
+                        SET v_kind = 'busy';
+                        SELECT run_id INTO v_by FROM jobguard_run
+                         WHERE job = p_job AND fencing_token = v_token
+                         ORDER BY started_at DESC, seq DESC LIMIT 1;
+                    END IF;
+                    IF v_kind IS NOT NULL OR v_pass = 2 THEN
+                        LEAVE passes;
+                    END IF;
+                    SET v_pass = 2;
+                END LOOP passes;
+                IF v_kind IS NULL THEN
+                    SET v_kind = 'claimed', v_token = v_token + 1, v_holder = p_holder,
+                        v_host = p_host, v_acquired = v_now, v_expire = v_now + p_ttl,
+                        v_by = p_run_id;
+                    UPDATE jobguard_lease SET holder = v_holder, host = v_host, token = v_token,
+                           acquired_at = v_acquired, expire_at = v_expire
+                     WHERE job = p_job;
+                    SELECT COUNT(*) + 1 INTO v_attempt FROM jobguard_run
+                     WHERE job = p_job AND slot_usec = v_slot;
+                    UPDATE jobguard_run SET resolution = 'rerun'
+                     WHERE job = p_job AND slot_usec = v_slot AND resolution IN ('queued', 'held');
+                    IF p_queued_first = 1 THEN
+                        -- Queued re-runs of slots that are done by now: nothing is left to
+                        -- re-run. (The slots are read first: MySQL cannot update a table
+                        -- that a subquery of the same statement reads.)
+                        UPDATE jobguard_run q
+                          JOIN (SELECT DISTINCT slot_usec FROM jobguard_run
+                                 WHERE job = p_job
+                                   AND (outcome = 'succeeded' OR resolution = 'done')) d
+                            ON d.slot_usec = q.slot_usec
+                           SET q.resolution = 'rerun'
+                         WHERE q.job = p_job AND q.resolution = 'queued';
+                    END IF;
+                    INSERT INTO jobguard_run (run_id, job, slot_usec, slot_zone, attempt,
+                            outcome, forced, trigger_kind, host, machine_id, boot_id, pid,
+                            pid_start, invocation_id, started_at, fencing_token, report)
+                        VALUES (p_run_id, p_job, v_slot, v_zone, v_attempt, 'running', p_forced,
+                            v_trigger, p_host, p_machine, p_boot, p_pid, p_pid_start,
+                            p_invocation, v_now, v_token, '{{}}');
+                END IF;
+                COMMIT;
+                SELECT v_kind AS kind, v_holder AS lease_holder, v_host AS lease_host,
+                       v_token AS lease_token, v_acquired AS lease_acquired,
+                       v_expire AS lease_expire, v_previous AS previous_slot,
+                       v_now AS store_now, {RUN_COLUMNS}
+                  FROM (SELECT 1) one LEFT JOIN jobguard_run r ON r.run_id = v_by;
+            END"
+        ),
+    ]
+}
+
 /// The MySQL/MariaDB store: one connection (reconnected after a failure).
 pub struct MysqlStore {
     opts: Opts,
@@ -328,10 +388,11 @@ impl From<mysql::Error> for Fail {
     }
 }
 
-/// Server error codes that mean "the schema is not there yet": no such table (1146) or
-/// procedure (1305).
+/// Server error codes that mean "the schema is not there yet, or is older": no such table
+/// (1146) or procedure (1305), or a procedure of an older schema that takes other
+/// arguments (1318).
 fn missing_schema(e: &Fail) -> bool {
-    matches!(e, Fail::My(mysql::Error::MySqlError(e)) if e.code == 1146 || e.code == 1305)
+    matches!(e, Fail::My(mysql::Error::MySqlError(e)) if e.code == 1146 || e.code == 1305 || e.code == 1318)
 }
 
 /// A string as a hex literal: safe in any SQL text, whatever it contains.
@@ -589,6 +650,23 @@ impl MysqlStore {
                     conn.query_drop(statement)?;
                 }
             }
+            if version < 2 {
+                for statement in migration_2() {
+                    conn.query_drop(statement)?;
+                }
+                // MySQL has no CREATE INDEX IF NOT EXISTS (MariaDB has).
+                let has_index: Option<i64> = conn.query_first(
+                    "SELECT 1 FROM information_schema.statistics
+                      WHERE table_schema = DATABASE() AND table_name = 'jobguard_run'
+                        AND index_name = 'jobguard_run_queued' LIMIT 1",
+                )?;
+                if has_index.is_none() {
+                    conn.query_drop(
+                        "CREATE INDEX jobguard_run_queued
+                             ON jobguard_run (job, resolution, slot_usec)",
+                    )?;
+                }
+            }
             conn.query_drop(format!(
                 "INSERT INTO jobguard_meta (name, value) VALUES ('schema_version', {SCHEMA_VERSION})
                  ON DUPLICATE KEY UPDATE value = VALUES(value)"
@@ -646,7 +724,7 @@ impl Store for MysqlStore {
     fn claim(&mut self, req: &ClaimRequest) -> Result<Claim, StoreError> {
         let new = &req.run;
         let sql = format!(
-            "CALL jobguard_claim({SCHEMA_VERSION}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {})",
+            "CALL jobguard_claim({SCHEMA_VERSION}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {})",
             self.test_now(),
             lit(&new.job),
             new.slot.usec,
@@ -662,6 +740,11 @@ impl Store for MysqlStore {
             req.holder.pid,
             req.holder.pid_start,
             duration_usec(req.ttl),
+            req.clock
+                .map_or_else(|| "NULL".to_string(), |c| c.host_now.to_string()),
+            req.clock.map_or(0, |c| c.tolerance),
+            i32::from(req.queued_first),
+            i32::from(req.in_order),
         );
         let job = new.job.clone();
         self.with_schema("claim", |c| {
@@ -675,7 +758,16 @@ impl Store for MysqlStore {
             };
             let need_run =
                 |run: Option<Run>| run.ok_or_else(|| Fail::Data(format!("{kind}: no record")));
+            let previous = get_int(&object, "previous_slot");
             Ok(match kind.as_str() {
+                "skew" => Claim::ClockSkew {
+                    store_now: get_int(&object, "store_now")
+                        .ok_or_else(|| Fail::Data("skew: no store time".to_string()))?,
+                },
+                "behind" => Claim::SlotBehind {
+                    newest: previous
+                        .ok_or_else(|| Fail::Data("behind: no newest slot".to_string()))?,
+                },
                 "done" => Claim::SlotDone { by: need_run(run)? },
                 "held" => Claim::SlotHeld { by: need_run(run)? },
                 "busy" => Claim::Busy {
@@ -685,6 +777,7 @@ impl Store for MysqlStore {
                 "claimed" => Claim::Claimed {
                     lease: lease_from(&job, &object, "lease_")?,
                     run: need_run(run)?,
+                    previous_slot: previous,
                 },
                 other => return Err(Fail::Data(format!("unknown answer {other:?}"))),
             })

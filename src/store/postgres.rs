@@ -53,14 +53,15 @@ use crate::store::remote::{self, CALL_TIMEOUT, CONNECT_TIMEOUT, duration_usec};
 use crate::store::{Claim, ClaimRequest, Finished, RunQuery, Store, StoreError, address};
 
 /// The schema version this jobguard writes and understands (`jobguard_meta`).
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// The server's clock in µs, or the override a test passes (NULL in production).
 const NOW_US: &str =
     "COALESCE($1::bigint, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)";
 
 /// `MIGRATIONS[n]` takes the schema from version `n` to `n + 1`.
-const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [r#"
+const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
+    r#"
 CREATE TABLE jobguard_lease (
     job          text   PRIMARY KEY,
     holder       text   NOT NULL,      -- Holder::id(); '' once released
@@ -103,13 +104,23 @@ CREATE INDEX jobguard_run_running ON jobguard_run (job) WHERE outcome = 'running
 
 CREATE FUNCTION jobguard_now_us(p_now bigint) RETURNS bigint LANGUAGE sql VOLATILE AS
 $f$ SELECT COALESCE(p_now, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint) $f$;
+-- jobguard_claim is created by migration 2 (it replaced the first version).
+"#,
+    r#"
+-- 1 -> 2: the claim also checks the host's clock, picks queued re-runs, refuses a slot
+-- behind the ledger and answers the previous slot, so a run needs one call.
+DROP FUNCTION IF EXISTS jobguard_claim(bigint, bigint, text, bigint, text, text, boolean, text, text,
+    text, text, text, text, bigint, bigint, bigint);
+CREATE INDEX jobguard_run_queued ON jobguard_run (job, slot_usec) WHERE resolution = 'queued';
 
 CREATE FUNCTION jobguard_claim(
     p_version bigint, p_now bigint, p_job text, p_slot bigint, p_zone text, p_run_id text,
     p_forced boolean, p_trigger text, p_invocation text, p_holder text, p_host text,
-    p_machine text, p_boot text, p_pid bigint, p_pid_start bigint, p_ttl bigint)
+    p_machine text, p_boot text, p_pid bigint, p_pid_start bigint, p_ttl bigint,
+    p_host_now bigint, p_tolerance bigint, p_queued_first boolean, p_in_order boolean)
 RETURNS TABLE (o_kind text, o_holder text, o_host text, o_token bigint,
-               o_acquired bigint, o_expire bigint, o_run text)
+               o_acquired bigint, o_expire bigint, o_run text, o_previous bigint,
+               o_store_now bigint)
 LANGUAGE plpgsql VOLATILE AS $f$
 DECLARE
     v_version bigint;
@@ -119,15 +130,28 @@ DECLARE
     v_found boolean;
     v_attempt bigint;
     v_pass integer;
+    v_slot bigint;
+    v_zone text;
+    v_trigger text;
+    v_picked boolean;
+    v_previous bigint;
 BEGIN
     SELECT value INTO v_version FROM jobguard_meta WHERE key = 'schema_version';
     IF v_version > p_version THEN
         RAISE EXCEPTION 'schema version % is newer than this jobguard knows (%); upgrade jobguard',
             v_version, p_version;
     END IF;
-    -- Pass 1 reads without locking: a slot that is done or held, or a lease another
-    -- holder keeps, is answered at once, so racing claims that lose do not queue on the
-    -- lease row. Pass 2 locks the row and decides again before granting.
+    IF p_host_now IS NOT NULL THEN
+        v_now := jobguard_now_us(p_now);
+        IF abs(v_now - p_host_now) > p_tolerance THEN
+            RETURN QUERY SELECT 'skew'::text, NULL::text, NULL::text, NULL::bigint,
+                NULL::bigint, NULL::bigint, NULL::text, NULL::bigint, v_now;
+            RETURN;
+        END IF;
+    END IF;
+    -- Pass 1 reads without locking: a slot that is done, held or behind, or a lease
+    -- another holder keeps, is answered at once, so racing claims that lose do not queue
+    -- on the lease row. Pass 2 locks the row and decides again before granting.
     FOR v_pass IN 1..2 LOOP
         IF v_pass = 1 THEN
             SELECT * INTO v_lease FROM jobguard_lease WHERE job = p_job;
@@ -138,24 +162,53 @@ BEGIN
             SELECT * INTO v_lease FROM jobguard_lease WHERE job = p_job FOR UPDATE;
         END IF;
         v_now := jobguard_now_us(p_now);
+        v_slot := p_slot;
+        v_zone := p_zone;
+        v_trigger := p_trigger;
+        v_picked := false;
+        IF p_queued_first THEN
+            SELECT q.slot_usec, q.slot_zone INTO v_slot, v_zone FROM jobguard_run q
+             WHERE q.job = p_job AND q.resolution = 'queued'
+               AND NOT EXISTS (SELECT 1 FROM jobguard_run d
+                                WHERE d.job = p_job AND d.slot_usec = q.slot_usec
+                                  AND (d.outcome = 'succeeded'
+                                       OR d.resolution IN ('done', 'held')))
+             ORDER BY q.slot_usec LIMIT 1;
+            IF FOUND THEN
+                v_trigger := 'rerun';
+                v_picked := true;
+            ELSE
+                v_slot := p_slot;
+                v_zone := p_zone;
+            END IF;
+        END IF;
         IF NOT p_forced THEN
             SELECT * INTO v_run FROM jobguard_run
-             WHERE job = p_job AND slot_usec = p_slot
+             WHERE job = p_job AND slot_usec = v_slot
                AND (outcome = 'succeeded' OR resolution = 'done')
              ORDER BY outcome = 'succeeded' DESC, started_at DESC, seq DESC LIMIT 1;
             IF FOUND THEN
                 RETURN QUERY SELECT 'done'::text, NULL::text, NULL::text, NULL::bigint,
-                    NULL::bigint, NULL::bigint, to_jsonb(v_run)::text;
+                    NULL::bigint, NULL::bigint, to_jsonb(v_run)::text, NULL::bigint, v_now;
                 RETURN;
             END IF;
             SELECT * INTO v_run FROM jobguard_run
-             WHERE job = p_job AND slot_usec = p_slot AND resolution = 'held'
+             WHERE job = p_job AND slot_usec = v_slot AND resolution = 'held'
              ORDER BY started_at DESC, seq DESC LIMIT 1;
             IF FOUND THEN
                 RETURN QUERY SELECT 'held'::text, NULL::text, NULL::text, NULL::bigint,
-                    NULL::bigint, NULL::bigint, to_jsonb(v_run)::text;
+                    NULL::bigint, NULL::bigint, to_jsonb(v_run)::text, NULL::bigint, v_now;
                 RETURN;
             END IF;
+        END IF;
+        -- Slots further ahead than the clock tolerance were forced or recorded by a
+        -- clock that was ahead: they do not hold back later slots.
+        SELECT max(slot_usec) INTO v_previous FROM jobguard_run
+         WHERE job = p_job AND slot_usec <= v_now + COALESCE(p_tolerance, 0);
+        IF p_in_order AND NOT v_picked AND v_previous > v_slot THEN
+            RETURN QUERY SELECT 'behind'::text, NULL::text, NULL::text, NULL::bigint,
+                NULL::bigint, NULL::bigint, NULL::text, v_previous, v_now;
+            RETURN;
         END IF;
         IF v_lease.holder <> '' AND v_lease.expire_at > v_now
            AND v_lease.holder <> p_holder THEN
@@ -165,7 +218,7 @@ BEGIN
             v_found := FOUND;
             RETURN QUERY SELECT 'busy'::text, v_lease.holder, v_lease.host, v_lease.token,
                 v_lease.acquired_at, v_lease.expire_at,
-                CASE WHEN v_found THEN to_jsonb(v_run)::text END;
+                CASE WHEN v_found THEN to_jsonb(v_run)::text END, NULL::bigint, v_now;
             RETURN;
         END IF;
     END LOOP;
@@ -173,20 +226,29 @@ BEGIN
            acquired_at = v_now, expire_at = v_now + p_ttl
      WHERE job = p_job RETURNING * INTO v_lease;
     SELECT count(*) + 1 INTO v_attempt FROM jobguard_run
-     WHERE job = p_job AND slot_usec = p_slot;
+     WHERE job = p_job AND slot_usec = v_slot;
     UPDATE jobguard_run SET resolution = 'rerun'
-     WHERE job = p_job AND slot_usec = p_slot AND resolution IN ('queued', 'held');
+     WHERE job = p_job AND slot_usec = v_slot AND resolution IN ('queued', 'held');
+    IF p_queued_first THEN
+        -- Queued re-runs of slots that are done by now: nothing is left to re-run.
+        UPDATE jobguard_run q SET resolution = 'rerun'
+         WHERE q.job = p_job AND q.resolution = 'queued'
+           AND EXISTS (SELECT 1 FROM jobguard_run d
+                        WHERE d.job = p_job AND d.slot_usec = q.slot_usec
+                          AND (d.outcome = 'succeeded' OR d.resolution = 'done'));
+    END IF;
     INSERT INTO jobguard_run (run_id, job, slot_usec, slot_zone, attempt, outcome, forced,
             trigger_kind, host, machine_id, boot_id, pid, pid_start, invocation_id,
             started_at, fencing_token)
-        VALUES (p_run_id, p_job, p_slot, p_zone, v_attempt, 'running', p_forced, p_trigger,
+        VALUES (p_run_id, p_job, v_slot, v_zone, v_attempt, 'running', p_forced, v_trigger,
             p_host, p_machine, p_boot, p_pid, p_pid_start, p_invocation, v_now, v_lease.token)
         RETURNING * INTO v_run;
     RETURN QUERY SELECT 'claimed'::text, v_lease.holder, v_lease.host, v_lease.token,
-        v_lease.acquired_at, v_lease.expire_at, to_jsonb(v_run)::text;
+        v_lease.acquired_at, v_lease.expire_at, to_jsonb(v_run)::text, v_previous, v_now;
 END
 $f$;
-"#];
+"#,
+];
 
 /// How to encrypt the connection, from the address's `sslmode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -658,8 +720,10 @@ impl Store for PostgresStore {
         let pid = i64::from(req.holder.pid);
         let pid_start = i64::try_from(req.holder.pid_start).unwrap_or(i64::MAX);
         let job = new.job.clone();
+        let host_now = req.clock.map(|c| c.host_now);
+        let tolerance = req.clock.map_or(0, |c| c.tolerance);
         self.with_schema("claim", async |c| {
-            let params: [(&(dyn ToSql + Sync), Type); 16] = [
+            let params: [(&(dyn ToSql + Sync), Type); 20] = [
                 (&SCHEMA_VERSION, Type::INT8),
                 (&now, Type::INT8),
                 (&new.job, Type::TEXT),
@@ -676,11 +740,16 @@ impl Store for PostgresStore {
                 (&pid, Type::INT8),
                 (&pid_start, Type::INT8),
                 (&ttl, Type::INT8),
+                (&host_now, Type::INT8),
+                (&tolerance, Type::INT8),
+                (&req.queued_first, Type::BOOL),
+                (&req.in_order, Type::BOOL),
             ];
             let rows = c
                 .query_typed(
                     "SELECT * FROM jobguard_claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10,
-                                                  $11, $12, $13, $14, $15, $16)",
+                                                  $11, $12, $13, $14, $15, $16, $17, $18,
+                                                  $19, $20)",
                     &params,
                 )
                 .await?;
@@ -691,7 +760,15 @@ impl Store for PostgresStore {
             let run = run_from(row.try_get(6)?)?;
             let need_run =
                 |run: Option<Run>| run.ok_or_else(|| Fail::Data(format!("{kind}: no record")));
+            let previous: Option<i64> = row.try_get(7)?;
             Ok(match kind.as_str() {
+                "skew" => Claim::ClockSkew {
+                    store_now: row.try_get(8)?,
+                },
+                "behind" => Claim::SlotBehind {
+                    newest: previous
+                        .ok_or_else(|| Fail::Data("behind: no newest slot".to_string()))?,
+                },
                 "done" => Claim::SlotDone { by: need_run(run)? },
                 "held" => Claim::SlotHeld { by: need_run(run)? },
                 "busy" => Claim::Busy {
@@ -701,6 +778,7 @@ impl Store for PostgresStore {
                 "claimed" => Claim::Claimed {
                     lease: lease_from(&job, row, 1)?,
                     run: need_run(run)?,
+                    previous_slot: previous,
                 },
                 other => return Err(Fail::Data(format!("unknown answer {other:?}"))),
             })

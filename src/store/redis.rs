@@ -16,6 +16,10 @@
 //!   report resolution seq`); absent fields are NULL.
 //! - `P runs:JOB`: sorted set of the job's run ids, scored by `started_at`.
 //! - `P slot:JOB:SLOT_USEC`: set of the run ids of one (job, slot).
+//! - `P slots:JOB`: sorted set of the job's recorded slots (member and score: the slot in µs),
+//!   for the newest slot; `P queued:JOB`: the same for slots that had an attempt queued
+//!   for a re-run (a hint: `claim` drops a slot that no longer has one). Since schema 2,
+//!   whose migration builds both from the records.
 //! - `P jobs`: set of job names; `P seq`: a counter ordering records started in the same µs.
 //!
 //! Every decision is one Lua script, which Redis runs atomically, judging time by the
@@ -42,7 +46,7 @@ use crate::store::remote::{self, CALL_TIMEOUT, CONNECT_TIMEOUT, duration_usec};
 use crate::store::{Claim, ClaimRequest, Finished, RunQuery, Store, StoreError, address};
 
 /// The schema (key layout) version this jobguard writes and understands (`P schema`).
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// The key prefix when the address names none.
 pub const DEFAULT_PREFIX: &str = "jobguard:";
@@ -60,11 +64,46 @@ local function fmt(n) return string.format('%.0f', n) end
 
 const CLAIM: &str = r#"
 local version, job, slot, run_id, forced = ARGV[3], ARGV[5], ARGV[6], ARGV[8], ARGV[9]
+local zone, trigger = ARGV[7], ARGV[10]
 local holder, host, ttl = ARGV[12], ARGV[13], tonumber(ARGV[18])
+local host_now, tolerance = ARGV[19], tonumber(ARGV[20])
 local v = redis.call('GET', p .. 'schema')
 if v and tonumber(v) > tonumber(version) then return {'newer', {v}, {}} end
+if v and tonumber(v) < tonumber(version) then return {'older', {v}, {}} end
 if not v then redis.call('SETNX', p .. 'schema', version) end
 local now = now_us(ARGV[4])
+if host_now ~= '' and math.abs(now - tonumber(host_now)) > tolerance then
+  return {'skew', {fmt(now)}, {}}
+end
+-- The state of a slot's records: 'done', 'held' or nil, and whether one is queued.
+local function slot_state(s)
+  local state, queued = nil, false
+  for _, id in ipairs(redis.call('SMEMBERS', p .. 'slot:' .. job .. ':' .. s)) do
+    local f = redis.call('HMGET', p .. 'run:' .. id, 'outcome', 'resolution')
+    if f[2] == 'held' then state = 'held'
+    elseif (f[1] == 'succeeded' or f[2] == 'done') and state ~= 'held' then state = 'done' end
+    if f[2] == 'queued' then queued = true end
+  end
+  return state, queued
+end
+local qkey = p .. 'queued:' .. job
+local settled = {}
+local picked = false
+if ARGV[21] == '1' then
+  for _, s in ipairs(redis.call('ZRANGE', qkey, 0, -1)) do
+    local state, queued = slot_state(s)
+    if not queued then
+      redis.call('ZREM', qkey, s)
+    elseif state == 'done' then
+      table.insert(settled, s)
+    elseif not state then
+      slot, picked, trigger = s, true, 'rerun'
+      local any = redis.call('SRANDMEMBER', p .. 'slot:' .. job .. ':' .. s)
+      zone = redis.call('HGET', p .. 'run:' .. any, 'slot_zone')
+      break
+    end
+  end
+end
 local slotkey = p .. 'slot:' .. job .. ':' .. slot
 local ids = redis.call('SMEMBERS', slotkey)
 local function newest(pred)
@@ -89,6 +128,13 @@ if forced ~= '1' then
   local held = newest(function(o, r) if r == 'held' then return 0 end end)
   if held then return {'held', {}, redis.call('HGETALL', p .. 'run:' .. held)} end
 end
+-- Slots further ahead than the clock tolerance were forced or recorded by a clock that
+-- was ahead: they do not hold back later slots.
+local prev = redis.call('ZREVRANGEBYSCORE', p .. 'slots:' .. job, fmt(now + tolerance), '-inf',
+  'LIMIT', 0, 1)[1]
+if ARGV[22] == '1' and not picked and prev and tonumber(prev) > tonumber(slot) then
+  return {'behind', {prev}, {}}
+end
 local lkey = p .. 'lease:' .. job
 local l = redis.call('HMGET', lkey, 'holder', 'host', 'token', 'acquired_at', 'expire_at', 'run_id')
 if l[1] and l[1] ~= '' and tonumber(l[5]) > now and l[1] ~= holder then
@@ -100,25 +146,51 @@ local token = redis.call('INCR', p .. 'token:' .. job)
 local expire = fmt(now + ttl)
 redis.call('HSET', lkey, 'holder', holder, 'host', host, 'token', token,
   'acquired_at', fmt(now), 'expire_at', expire, 'run_id', run_id)
-for _, id in ipairs(ids) do
-  local r = redis.call('HGET', p .. 'run:' .. id, 'resolution')
-  if r == 'queued' or r == 'held' then
-    redis.call('HSET', p .. 'run:' .. id, 'resolution', 'rerun')
+local function settle(ids_of_slot, from)
+  for _, id in ipairs(ids_of_slot) do
+    local r = redis.call('HGET', p .. 'run:' .. id, 'resolution')
+    if r and from[r] then redis.call('HSET', p .. 'run:' .. id, 'resolution', 'rerun') end
   end
+end
+settle(ids, {queued = true, held = true})
+redis.call('ZREM', qkey, slot)
+-- Queued re-runs of slots that are done by now: nothing is left to re-run.
+for _, s in ipairs(settled) do
+  settle(redis.call('SMEMBERS', p .. 'slot:' .. job .. ':' .. s), {queued = true})
+  redis.call('ZREM', qkey, s)
 end
 local seq = redis.call('INCR', p .. 'seq')
 local rkey = p .. 'run:' .. run_id
-redis.call('HSET', rkey, 'run_id', run_id, 'job', job, 'slot_usec', slot, 'slot_zone', ARGV[7],
-  'attempt', #ids + 1, 'outcome', 'running', 'forced', forced, 'trigger_kind', ARGV[10],
+redis.call('HSET', rkey, 'run_id', run_id, 'job', job, 'slot_usec', slot, 'slot_zone', zone,
+  'attempt', #ids + 1, 'outcome', 'running', 'forced', forced, 'trigger_kind', trigger,
   'host', host, 'machine_id', ARGV[14], 'boot_id', ARGV[15], 'pid', ARGV[16],
   'pid_start', ARGV[17], 'started_at', fmt(now), 'fencing_token', token, 'report', '{}',
   'seq', seq)
 if ARGV[11] ~= '' then redis.call('HSET', rkey, 'invocation_id', ARGV[11]) end
 redis.call('SADD', slotkey, run_id)
 redis.call('ZADD', p .. 'runs:' .. job, now, run_id)
+redis.call('ZADD', p .. 'slots:' .. job, slot, slot)
 redis.call('SADD', p .. 'jobs', job)
-return {'claimed', {holder, host, tostring(token), fmt(now), expire},
+return {'claimed', {holder, host, tostring(token), fmt(now), expire, prev or ''},
   redis.call('HGETALL', rkey)}
+"#;
+
+/// Schema 1 -> 2: builds the `slots:JOB` and `queued:JOB` indexes from every record.
+const MIGRATE: &str = r#"
+local version = ARGV[3]
+local v = redis.call('GET', p .. 'schema')
+if v and tonumber(v) >= tonumber(version) then return v end
+for _, job in ipairs(redis.call('SMEMBERS', p .. 'jobs')) do
+  for _, id in ipairs(redis.call('ZRANGE', p .. 'runs:' .. job, 0, -1)) do
+    local f = redis.call('HMGET', p .. 'run:' .. id, 'slot_usec', 'resolution')
+    if f[1] then
+      redis.call('ZADD', p .. 'slots:' .. job, f[1], f[1])
+      if f[2] == 'queued' then redis.call('ZADD', p .. 'queued:' .. job, f[1], f[1]) end
+    end
+  end
+end
+redis.call('SET', p .. 'schema', version)
+return version
 "#;
 
 const RENEW: &str = r#"
@@ -158,6 +230,7 @@ if r[1] == 'running' and r[2] == token and r[3] == job and (lost == '1' or held)
   for k, val in pairs(optional) do
     if val ~= '' then redis.call('HSET', rkey, k, val) else redis.call('HDEL', rkey, k) end
   end
+  if ARGV[11] == 'queued' then redis.call('ZADD', p .. 'queued:' .. job, r[4], r[4]) end
   recorded = 1
 end
 local released = 0
@@ -176,6 +249,10 @@ local changed = 0
 if redis.call('HGET', rkey, 'outcome') == 'running' then
   redis.call('HSET', rkey, 'outcome', 'interrupted', 'reason', reason, 'resolution', resolution,
     'finished_at', fmt(now))
+  if resolution == 'queued' then
+    local slot = redis.call('HGET', rkey, 'slot_usec')
+    redis.call('ZADD', p .. 'queued:' .. job, slot, slot)
+  end
   changed = 1
 end
 local lkey = p .. 'lease:' .. job
@@ -198,6 +275,8 @@ for _, id in ipairs(redis.call('SMEMBERS', p .. 'slot:' .. job .. ':' .. slot)) 
     n = n + 1
   end
 end
+-- A slot that is no longer queued leaves `queued:JOB` at the next claim.
+if n > 0 and resolution == 'queued' then redis.call('ZADD', p .. 'queued:' .. job, slot, slot) end
 return n
 "#;
 
@@ -242,6 +321,7 @@ struct Scripts {
     resolve: Script,
     unlock: Script,
     runs: Script,
+    migrate: Script,
 }
 
 impl Scripts {
@@ -253,6 +333,7 @@ impl Scripts {
             finish: s(FINISH),
             interrupt: s(INTERRUPT),
             resolve: s(RESOLVE),
+            migrate: s(MIGRATE),
             unlock: s(UNLOCK),
             runs: s(RUNS),
         }
@@ -449,6 +530,14 @@ impl RedisStore {
     }
 }
 
+/// The first element of a script's answer as an integer (µs).
+fn first_number(values: &[String]) -> Result<i64, Fail> {
+    values
+        .first()
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| Fail::Data(format!("expected a number, got {values:?}")))
+}
+
 impl Store for RedisStore {
     fn describe(&self) -> String {
         self.describe.clone()
@@ -471,6 +560,12 @@ impl Store for RedisStore {
         })?;
         if version > SCHEMA_VERSION {
             return Err(self.newer_schema(version));
+        }
+        if version < SCHEMA_VERSION {
+            // One script: atomic, and hosts starting together migrate once.
+            let _: String = self.call("migrate", |c, s, p| {
+                Ok(s.migrate.arg(p).arg("").arg(SCHEMA_VERSION).invoke(c)?)
+            })?;
         }
         self.schema_ready = true;
         Ok(())
@@ -510,6 +605,14 @@ impl Store for RedisStore {
                     .arg(req.holder.pid)
                     .arg(req.holder.pid_start)
                     .arg(duration_usec(req.ttl))
+                    .arg(
+                        req.clock
+                            .map(|c| c.host_now.to_string())
+                            .unwrap_or_default(),
+                    )
+                    .arg(req.clock.map_or(0, |c| c.tolerance))
+                    .arg(if req.queued_first { "1" } else { "0" })
+                    .arg(if req.in_order { "1" } else { "0" })
                     .invoke(c)?)
             })?;
         let data = |e: Fail| self.error("claim", e);
@@ -521,6 +624,16 @@ impl Store for RedisStore {
                 let v = lease.first().and_then(|v| v.parse().ok()).unwrap_or(0);
                 Err(self.newer_schema(v))
             }
+            "older" => {
+                self.init()?;
+                self.claim(req)
+            }
+            "skew" => Ok(Claim::ClockSkew {
+                store_now: first_number(&lease).map_err(data)?,
+            }),
+            "behind" => Ok(Claim::SlotBehind {
+                newest: first_number(&lease).map_err(data)?,
+            }),
             "done" => Ok(Claim::SlotDone { by: need_run(run)? }),
             "held" => Ok(Claim::SlotHeld { by: need_run(run)? }),
             "busy" => Ok(Claim::Busy {
@@ -530,6 +643,13 @@ impl Store for RedisStore {
             "claimed" => Ok(Claim::Claimed {
                 lease: lease_from(&new.job, &lease).map_err(data)?,
                 run: need_run(run)?,
+                previous_slot: match lease.get(5).map(String::as_str) {
+                    None | Some("") => None,
+                    Some(v) => Some(
+                        v.parse()
+                            .map_err(|_| data(Fail::Data(format!("bad slot {v:?}"))))?,
+                    ),
+                },
             }),
             other => Err(data(Fail::Data(format!("unknown answer {other:?}")))),
         }

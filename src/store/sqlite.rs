@@ -42,7 +42,7 @@ use crate::ledger::{Finish, Outcome, Resolution, Run, Slot};
 use crate::store::{Claim, ClaimRequest, Finished, RunQuery, Store, StoreError};
 
 /// The schema version this jobguard writes and understands (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// Default time a statement waits for another process's write lock, after which the
 /// store answers [`StoreError::Unavailable`].
@@ -92,6 +92,10 @@ const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
     CREATE INDEX jobguard_run_slot ON jobguard_run (job, slot_usec);
     CREATE INDEX jobguard_run_history ON jobguard_run (job, started_at);
     CREATE INDEX jobguard_run_running ON jobguard_run (job) WHERE outcome = 'running';
+    ",
+    // 1 -> 2: queued re-runs are found by the claim.
+    "
+    CREATE INDEX jobguard_run_queued ON jobguard_run (job, slot_usec) WHERE resolution = 'queued';
     ",
 ];
 
@@ -611,10 +615,44 @@ impl Store for SqliteStore {
     }
 
     fn claim(&mut self, req: &ClaimRequest) -> Result<Claim, StoreError> {
+        // `req.clock` is not checked: this store's clock is this host's clock.
         let holder_id = req.holder.id();
         let ttl = duration_usec(req.ttl);
+        let tolerance = req.clock.map_or(0, |c| c.tolerance);
         self.write("claim", |tx, now| {
-            let new = &req.run;
+            let mut new = req.run.clone();
+            let mut queued_done = Vec::new();
+            let mut picked_queued = false;
+            if req.queued_first {
+                let queued: Vec<(i64, String)> = tx
+                    .prepare_cached(
+                        "SELECT DISTINCT slot_usec, slot_zone FROM jobguard_run
+                         WHERE job = ?1 AND resolution = 'queued' ORDER BY slot_usec",
+                    )?
+                    .query_map([&new.job], |row| Ok((row.get(0)?, row.get(1)?)))?
+                    .collect::<Result<_, _>>()?;
+                for (usec, zone) in queued {
+                    // 0: free; 1: done (its queue entries are settled below); 2: held.
+                    let state: i64 = tx.query_row(
+                        "SELECT COALESCE(MAX(CASE WHEN resolution = 'held' THEN 2
+                             WHEN outcome = 'succeeded' OR resolution = 'done' THEN 1
+                             ELSE 0 END), 0)
+                         FROM jobguard_run WHERE job = ?1 AND slot_usec = ?2",
+                        params![new.job, usec],
+                        |row| row.get(0),
+                    )?;
+                    match state {
+                        0 => {
+                            new.slot = Slot { usec, zone };
+                            new.trigger = "rerun".to_string();
+                            picked_queued = true;
+                            break;
+                        }
+                        1 => queued_done.push(usec),
+                        _ => {}
+                    }
+                }
+            }
             if !new.forced {
                 if let Some(by) = select_run(
                     tx,
@@ -633,6 +671,18 @@ impl Store for SqliteStore {
                 )? {
                     return Ok(Claim::SlotHeld { by });
                 }
+            }
+            let previous_slot: Option<i64> = tx.query_row(
+                "SELECT MAX(slot_usec) FROM jobguard_run WHERE job = ?1 AND slot_usec <= ?2",
+                params![new.job, now.saturating_add(tolerance)],
+                |row| row.get(0),
+            )?;
+            if req.in_order
+                && !picked_queued
+                && let Some(newest) = previous_slot
+                && newest > new.slot.usec
+            {
+                return Ok(Claim::SlotBehind { newest });
             }
             let current = lease_row(tx, &new.job)?;
             if let Some(lease) = &current
@@ -711,7 +761,19 @@ impl Store for SqliteStore {
                  WHERE job = ?1 AND slot_usec = ?2 AND resolution IN ('queued', 'held')",
                 params![new.job, new.slot.usec],
             )?;
-            Ok(Claim::Claimed { lease, run })
+            // Queued re-runs of slots that are done by now: nothing is left to re-run.
+            for usec in queued_done {
+                tx.execute(
+                    "UPDATE jobguard_run SET resolution = 'rerun'
+                     WHERE job = ?1 AND slot_usec = ?2 AND resolution = 'queued'",
+                    params![new.job, usec],
+                )?;
+            }
+            Ok(Claim::Claimed {
+                lease,
+                run,
+                previous_slot,
+            })
         })
     }
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use jobguard::lease::{Holder, Lease};
 use jobguard::ledger::{Finish, NewRun, Outcome, Resolution, Run, Slot};
-use jobguard::store::{Claim, ClaimRequest, Finished, RunQuery, Store, StoreError};
+use jobguard::store::{Claim, ClaimRequest, ClockCheck, Finished, RunQuery, Store, StoreError};
 
 /// The store clock at the start of every case: 2027-01-15T08:00:00Z.
 pub const T0: i64 = 1_800_000_000_000_000;
@@ -37,6 +37,11 @@ pub trait Env {
     fn set_schema_version(&self, version: i64);
     /// The schema version this jobguard writes.
     fn current_schema_version(&self) -> i64;
+    /// True when the store reads this host's clock (SQLite): no skew is possible, and
+    /// `claim` does not compare the clocks.
+    fn store_clock_is_host_clock(&self) -> bool {
+        false
+    }
 }
 
 /// Expands to one `#[test]` per conformance case, each on a fresh env from `$fresh()`.
@@ -63,6 +68,9 @@ macro_rules! conformance_suite {
             runs_filters_and_order,
             reopen_and_init_are_idempotent,
             newer_schema_is_refused,
+            claim_checks_the_host_clock,
+            queued_re_runs_come_first,
+            in_order_refuses_a_slot_behind_the_ledger,
         );
     };
     (optional $fresh:path) => {
@@ -83,6 +91,9 @@ macro_rules! conformance_suite {
             runs_filters_and_order,
             reopen_and_init_are_idempotent,
             newer_schema_is_refused,
+            claim_checks_the_host_clock,
+            queued_re_runs_come_first,
+            in_order_refuses_a_slot_behind_the_ledger,
         );
     };
     (@cases required $fresh:path; $($case:ident),* $(,)?) => {
@@ -127,8 +138,8 @@ pub fn rid(n: u32) -> String {
 
 /// A claim request for `job`/`slot` by holder `h` with run id `r`.
 pub fn request(job: &str, slot: i64, h: u32, r: u32, forced: bool) -> ClaimRequest {
-    ClaimRequest {
-        run: NewRun {
+    ClaimRequest::new(
+        NewRun {
             run_id: rid(r),
             job: job.to_string(),
             slot: Slot {
@@ -139,9 +150,9 @@ pub fn request(job: &str, slot: i64, h: u32, r: u32, forced: bool) -> ClaimReque
             trigger: "timer".to_string(),
             invocation_id: Some(format!("inv{r}")),
         },
-        holder: holder(h),
-        ttl: TTL,
-    }
+        holder(h),
+        TTL,
+    )
 }
 
 fn connect(env: &dyn Env) -> Box<dyn Store> {
@@ -151,7 +162,7 @@ fn connect(env: &dyn Env) -> Box<dyn Store> {
 /// Claims and expects a grant.
 pub fn claimed(s: &mut dyn Store, req: &ClaimRequest) -> (Lease, Run) {
     match s.claim(req).expect("claim") {
-        Claim::Claimed { lease, run } => (lease, run),
+        Claim::Claimed { lease, run, .. } => (lease, run),
         other => panic!("expected Claimed for run {}, got {other:?}", req.run.run_id),
     }
 }
@@ -880,5 +891,163 @@ pub fn newer_schema_is_refused(env: &dyn Env) {
             refused(s.runs(&RunQuery::default()).unwrap_err());
             refused(s.lease("sync").unwrap_err());
         }
+    }
+}
+
+/// A day in µs.
+const DAY_US: i64 = 86_400_000_000;
+
+/// With a clock check, a claim compares the host's time with the store's first and
+/// writes nothing when they differ by more than the tolerance.
+pub fn claim_checks_the_host_clock(env: &dyn Env) {
+    let mut s = connect(env);
+    let check = |host_now| {
+        Some(ClockCheck {
+            host_now,
+            tolerance: 60_000_000,
+        })
+    };
+    let mut req = request("sync", S1, 1, 1, false);
+    req.clock = check(T0 + 61_000_000);
+    let answer = s.claim(&req).expect("claim");
+    if env.store_clock_is_host_clock() {
+        assert!(matches!(answer, Claim::Claimed { .. }), "{answer:?}");
+        return;
+    }
+    match answer {
+        Claim::ClockSkew { store_now } => assert_eq!(store_now, T0),
+        other => panic!("expected ClockSkew, got {other:?}"),
+    }
+    req.clock = check(T0 - 61_000_000);
+    assert!(matches!(s.claim(&req).unwrap(), Claim::ClockSkew { .. }));
+    assert_eq!(s.lease("sync").unwrap(), None, "no lease was granted");
+    assert!(
+        slot_runs(&mut *s, "sync", S1).is_empty(),
+        "nothing was recorded"
+    );
+    req.clock = check(T0 - 59_000_000);
+    claimed(&mut *s, &req);
+}
+
+/// With `queued_first`, the claim takes the oldest queued slot that is neither done nor
+/// held (its zone, trigger `rerun`) before the slot asked for, settles queued records of
+/// slots that are done by now, and reports the previous slot.
+pub fn queued_re_runs_come_first(env: &dyn Env) {
+    let mut s = connect(env);
+    let (a, b, c) = (S1 - 2 * DAY_US, S1 - DAY_US, S1);
+    // Slot a: holder 1 was cut off, holder 2 took over after expiry and succeeded; then
+    // holder 1's record is interrupted and queued: queued, but done.
+    let (_, r1) = claimed(&mut *s, &request("sync", a, 1, 1, false));
+    env.advance(TTL_US);
+    let (l2, _) = claimed(&mut *s, &request("sync", a, 2, 2, false));
+    s.finish(&l2, &rid(2), &finish(Outcome::Succeeded)).unwrap();
+    assert!(
+        s.interrupt(&r1, "lease-expired", Resolution::Queued)
+            .unwrap()
+    );
+    // Slot b: interrupted at boot and queued; its zone differs from the request's.
+    let mut rb = request("sync", b, 1, 3, false);
+    rb.run.slot.zone = "America/New_York".to_string();
+    let (_, r3) = claimed(&mut *s, &rb);
+    assert!(s.interrupt(&r3, "boot", Resolution::Queued).unwrap());
+
+    let mut req = request("sync", c, 3, 4, false);
+    req.queued_first = true;
+    req.in_order = true;
+    let (l4, r4, previous) = match s.claim(&req).unwrap() {
+        Claim::Claimed {
+            lease,
+            run,
+            previous_slot,
+        } => (lease, run, previous_slot),
+        other => panic!("expected Claimed, got {other:?}"),
+    };
+    assert_eq!(r4.slot.usec, b, "the queued slot b comes first");
+    assert_eq!(r4.slot.zone, "America/New_York");
+    assert_eq!(r4.trigger, "rerun");
+    assert_eq!(r4.attempt, 2);
+    assert_eq!(r4.run_id, rid(4));
+    assert_eq!(previous, Some(b));
+    assert_eq!(
+        run_by_id(&mut *s, "sync", &rid(3)).resolution,
+        Some(Resolution::Rerun)
+    );
+    assert_eq!(
+        run_by_id(&mut *s, "sync", &rid(1)).resolution,
+        Some(Resolution::Rerun),
+        "the queued record of done slot a is settled"
+    );
+    s.finish(&l4, &rid(4), &finish(Outcome::Succeeded)).unwrap();
+
+    // Nothing is queued now: the slot asked for.
+    let mut req = request("sync", c, 3, 5, false);
+    req.queued_first = true;
+    req.in_order = true;
+    let (l5, r5, previous) = match s.claim(&req).unwrap() {
+        Claim::Claimed {
+            lease,
+            run,
+            previous_slot,
+        } => (lease, run, previous_slot),
+        other => panic!("expected Claimed, got {other:?}"),
+    };
+    assert_eq!((r5.slot.usec, r5.trigger.as_str()), (c, "timer"));
+    assert_eq!(previous, Some(b));
+    s.finish(&l5, &rid(5), &finish(Outcome::Succeeded)).unwrap();
+    let mut req = request("sync", c, 3, 6, false);
+    req.queued_first = true;
+    assert!(matches!(s.claim(&req).unwrap(), Claim::SlotDone { .. }));
+
+    // A slot with a queued record and a held one (two attempts cut at once, the second
+    // held) waits for a person: the claim goes past it to the slot asked for.
+    let d = a - DAY_US;
+    let (_, r7) = claimed(&mut *s, &request("sync", d, 1, 7, false));
+    env.advance(TTL_US);
+    let (_, r8) = claimed(&mut *s, &request("sync", d, 2, 8, false));
+    assert!(s.interrupt(&r8, "boot", Resolution::Held).unwrap());
+    assert!(
+        s.interrupt(&r7, "lease-expired", Resolution::Queued)
+            .unwrap()
+    );
+    let mut req = request("sync", c, 3, 9, false);
+    req.queued_first = true;
+    assert!(matches!(s.claim(&req).unwrap(), Claim::SlotDone { .. }));
+    assert_eq!(
+        run_by_id(&mut *s, "sync", &rid(7)).resolution,
+        Some(Resolution::Queued),
+        "a held slot's queued record stays for the person"
+    );
+}
+
+/// With `in_order`, a slot older than the newest recorded one is refused without writing;
+/// slots beyond the store's clock plus the tolerance do not count.
+pub fn in_order_refuses_a_slot_behind_the_ledger(env: &dyn Env) {
+    let mut s = connect(env);
+    let (l1, _) = claimed(&mut *s, &request("sync", S1, 1, 1, false));
+    s.finish(&l1, &rid(1), &finish(Outcome::Succeeded)).unwrap();
+    let mut behind = request("sync", S1 - DAY_US, 1, 2, false);
+    behind.in_order = true;
+    match s.claim(&behind).unwrap() {
+        Claim::SlotBehind { newest } => assert_eq!(newest, S1),
+        other => panic!("expected SlotBehind, got {other:?}"),
+    }
+    assert!(slot_runs(&mut *s, "sync", S1 - DAY_US).is_empty());
+    behind.in_order = false;
+    let (l2, _) = claimed(&mut *s, &behind);
+    s.finish(&l2, &rid(2), &finish(Outcome::Succeeded)).unwrap();
+
+    // A forced run of a slot two days ahead of the store's clock (S3) does not hold back
+    // the slot of 07:00 today, which is after S1.
+    let (l3, _) = claimed(&mut *s, &request("sync", S3, 1, 3, true));
+    s.finish(&l3, &rid(3), &finish(Outcome::Succeeded)).unwrap();
+    let mut today = request("sync", T0 - 3_600_000_000, 1, 4, false);
+    today.in_order = true;
+    today.clock = Some(ClockCheck {
+        host_now: T0,
+        tolerance: 60_000_000,
+    });
+    match s.claim(&today).unwrap() {
+        Claim::Claimed { previous_slot, .. } => assert_eq!(previous_slot, Some(S1)),
+        other => panic!("expected Claimed, got {other:?}"),
     }
 }

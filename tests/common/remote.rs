@@ -397,7 +397,7 @@ pub fn server_clock_judges(kind: Kind, test: &str) {
     let mut req = request("sync", T0, 1, 1, false);
     req.ttl = Duration::from_secs(1);
     let lease = match a.claim(&req).unwrap() {
-        Claim::Claimed { lease, run } => {
+        Claim::Claimed { lease, run, .. } => {
             assert!((lease.acquired_at - store).abs() < 5_000_000, "{lease:?}");
             assert_eq!(lease.expire_at - lease.acquired_at, 1_000_000);
             assert_eq!(run.started_at, lease.acquired_at);
@@ -481,7 +481,7 @@ pub fn success_is_unique_in_the_schema(kind: Kind, test: &str) {
     };
     let mut s = jobguard::store::open(&ns.address()).unwrap();
     let (lease, run) = match s.claim(&request("sync", T0, 1, 1, false)).unwrap() {
-        Claim::Claimed { lease, run } => (lease, run),
+        Claim::Claimed { lease, run, .. } => (lease, run),
         other => panic!("expected Claimed, got {other:?}"),
     };
     let done = s
@@ -519,4 +519,88 @@ pub fn success_is_unique_in_the_schema(kind: Kind, test: &str) {
         "refused for another reason: {refused}"
     );
     sql(kind, &copy("copy2", yes));
+}
+
+/// A store written by jobguard's schema 1 (the claim of that version, no queued-slot
+/// index, Redis without the `slots:`/`queued:` keys) with a queued re-run in it: the
+/// first claim of this jobguard migrates it and finds the queued slot.
+pub fn upgrade_from_schema_1(kind: Kind, test: &str) {
+    use jobguard::ledger::Resolution;
+    let Some(ns) = Namespace::new(kind, test) else {
+        return;
+    };
+    let clock = ManualClock::new(T0);
+    let (a, b) = (T0 - 2 * 86_400_000_000, T0 - 86_400_000_000);
+    {
+        let mut s = kind.open(&ns.address(), Some(&clock)).expect("open");
+        let (_, run) = match s.claim(&request("sync", a, 1, 1, false)).expect("claim") {
+            Claim::Claimed { lease, run, .. } => (lease, run),
+            other => panic!("{other:?}"),
+        };
+        assert!(s.interrupt(&run, "boot", Resolution::Queued).unwrap());
+    }
+    // Back to what schema 1 left.
+    let n = &ns.name;
+    match kind {
+        Kind::Postgres => sql(
+            kind,
+            &format!(
+                "SET search_path = {n};
+                 DROP INDEX jobguard_run_queued;
+                 DROP FUNCTION jobguard_claim(bigint, bigint, text, bigint, text, text,
+                     boolean, text, text, text, text, text, text, bigint, bigint, bigint,
+                     bigint, bigint, boolean, boolean);
+                 CREATE FUNCTION jobguard_claim(bigint, bigint, text, bigint, text, text,
+                     boolean, text, text, text, text, text, text, bigint, bigint, bigint)
+                     RETURNS SETOF text LANGUAGE sql AS 'SELECT NULL::text WHERE false';
+                 UPDATE jobguard_meta SET value = 1 WHERE key = 'schema_version';"
+            ),
+        ),
+        Kind::Mysql => {
+            sql(
+                kind,
+                &format!(
+                    "USE {n};
+                     DROP INDEX jobguard_run_queued ON jobguard_run;
+                     DROP PROCEDURE jobguard_claim;
+                     CREATE PROCEDURE jobguard_claim(IN a1 BIGINT, IN a2 BIGINT,
+                         IN a3 BLOB, IN a4 BIGINT, IN a5 BLOB, IN a6 BLOB, IN a7 TINYINT,
+                         IN a8 BLOB, IN a9 BLOB, IN a10 BLOB, IN a11 BLOB, IN a12 BLOB,
+                         IN a13 BLOB, IN a14 BIGINT, IN a15 BIGINT, IN a16 BIGINT) BEGIN END;
+                     UPDATE jobguard_meta SET value = 1 WHERE name = 'schema_version';"
+                ),
+            );
+        }
+        Kind::Redis => {
+            let out = Command::new("redis-cli")
+                .args(["-h", "127.0.0.1", "DEL"])
+                .args([format!("{n}:slots:sync"), format!("{n}:queued:sync")])
+                .output()
+                .expect("redis-cli");
+            assert!(out.status.success(), "{out:?}");
+            kind.set_version(n, 1);
+        }
+    }
+    let mut s = kind.open(&ns.address(), Some(&clock)).expect("open");
+    let mut req = request("sync", b, 2, 2, false);
+    req.queued_first = true;
+    req.in_order = true;
+    match s.claim(&req).expect("claim after the upgrade") {
+        Claim::Claimed {
+            run, previous_slot, ..
+        } => {
+            assert_eq!((run.slot.usec, run.trigger.as_str()), (a, "rerun"));
+            assert_eq!(previous_slot, Some(a));
+        }
+        other => panic!("expected the queued slot, got {other:?}"),
+    }
+    // The schema is the current one now: a fresh connection does not migrate again.
+    let mut again = kind.open(&ns.address(), Some(&clock)).expect("open");
+    again.init().expect("init");
+    let mut req = request("sync", b, 2, 3, false);
+    req.queued_first = true;
+    assert!(matches!(
+        again.claim(&req).expect("claim"),
+        Claim::Claimed { .. } | Claim::Busy { .. }
+    ));
 }
