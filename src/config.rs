@@ -380,7 +380,8 @@ struct Partial {
     environment: Option<Val<BTreeMap<String, String>>>,
     timeout: Option<Val<Option<Duration>>>,
     randomized_delay: Option<Val<Option<Duration>>>,
-    /// `store` or `store_file`, whichever the table names (both: an error).
+    /// `store`, `store_file` or `store_credential`, whichever the table names (more than
+    /// one: an error).
     store: Option<Val<StoreRef>>,
     store_wait: Option<Val<Duration>>,
     on_store_unavailable: Option<Val<OnStoreUnavailable>>,
@@ -397,6 +398,7 @@ struct Partial {
 enum StoreRef {
     Address(String),
     File(PathBuf),
+    Credential(String),
 }
 
 /// Every key a job (or `[defaults]`) may hold.
@@ -411,6 +413,7 @@ pub const JOB_KEYS: &[&str] = &[
     "randomized_delay",
     "store",
     "store_file",
+    "store_credential",
     "store_wait",
     "on_store_unavailable",
     "clock_tolerance",
@@ -581,13 +584,15 @@ impl TableCtx<'_> {
                     p.randomized_delay =
                         self.read(key, v, |_, v| span(v, SpanRule::FiniteZeroIsNone));
                 }
-                "store" | "store_file" => {
-                    let val = if key == "store" {
-                        self.read(key, v, |c, v| {
+                "store" | "store_file" | "store_credential" => {
+                    let val = match key {
+                        "store" => self.read(key, v, |c, v| {
                             store_address(v, c.dir).map(StoreRef::Address)
-                        })
-                    } else {
-                        self.read(key, v, |c, v| path_value(v, c.dir).map(StoreRef::File))
+                        }),
+                        "store_file" => {
+                            self.read(key, v, |c, v| path_value(v, c.dir).map(StoreRef::File))
+                        }
+                        _ => self.read(key, v, |_, v| credential_id(v).map(StoreRef::Credential)),
                     };
                     if let (Some(old), Some(new)) = (&p.store, &val) {
                         let (first, second) =
@@ -598,7 +603,8 @@ impl TableCtx<'_> {
                             };
                         let at = second.at.clone();
                         let msg = format!(
-                            "store and store_file exclude each other ({} is set at line {})",
+                            "store, store_file and store_credential exclude each other \
+                             ({} is set at line {})",
                             first.at.key, first.at.line
                         );
                         self.error(&at, msg);
@@ -810,6 +816,15 @@ fn path_value(v: &Spanned<DeValue<'_>>, dir: &Path) -> Result<PathBuf, String> {
         return Err(String::from("must not be empty"));
     }
     Ok(dir.join(s))
+}
+
+/// A systemd credential ID ([`crate::credential::invalid_id`]).
+fn credential_id(v: &Spanned<DeValue<'_>>) -> Result<String, String> {
+    let s = string(v)?;
+    match crate::credential::invalid_id(s) {
+        None => Ok(s.to_string()),
+        Some(why) => Err(why),
+    }
 }
 
 fn store_address(v: &Spanned<DeValue<'_>>, dir: &Path) -> Result<String, String> {
@@ -1204,10 +1219,11 @@ fn build_job(
     else {
         return Err(errors);
     };
-    let (store, store_file) = match store {
-        Some(StoreRef::Address(a)) => (a, None),
-        Some(StoreRef::File(f)) => (String::new(), Some(f)),
-        None => (crate::paths::default_store_url(), None),
+    let (store, store_file, store_credential) = match store {
+        Some(StoreRef::Address(a)) => (a, None, None),
+        Some(StoreRef::File(f)) => (String::new(), Some(f), None),
+        Some(StoreRef::Credential(id)) => (String::new(), None, Some(id)),
+        None => (crate::paths::default_store_url(), None, None),
     };
     Ok(Job {
         name: raw.name.clone(),
@@ -1222,6 +1238,7 @@ fn build_job(
         randomized_delay: randomized_delay.flatten(),
         store,
         store_file,
+        store_credential,
         store_wait: store_wait.unwrap_or(job::DEFAULT_STORE_WAIT),
         on_store_unavailable: on_store_unavailable.unwrap_or_default(),
         clock_tolerance: clock_tolerance.unwrap_or(job::DEFAULT_CLOCK_TOLERANCE),

@@ -95,12 +95,16 @@ pub struct Job {
     pub randomized_delay: Option<Duration>,
     /// Store address, e.g. `sqlite:///var/lib/jobguard/jobguard.db` (relative sqlite paths
     /// already resolved against the directory of the file that named them). Empty when
-    /// [`Job::store_file`] is set: the address is read from that file at run time
-    /// ([`Job::store_address`]).
+    /// [`Job::store_file`] or [`Job::store_credential`] is set: the address is read at
+    /// run time ([`Job::store_address`]).
     pub store: String,
     /// A root-only file holding the store address (absolute after loading), so that
     /// secrets stay out of the world-readable job list and unit files.
     pub store_file: Option<PathBuf>,
+    /// The ID of a systemd credential holding the store address (systemd.exec(5),
+    /// `LoadCredential=`), valid by [`crate::credential::invalid_id`]; the generator
+    /// passes it to the job's service and to `jobguard-recover.service`.
+    pub store_credential: Option<String>,
     /// How long the shim retries an unreachable store before `on_store_unavailable`.
     pub store_wait: Duration,
     /// Policy when the store stays unreachable.
@@ -145,6 +149,24 @@ pub enum StoreAddressError {
         /// The file.
         path: PathBuf,
     },
+    /// The store credential was not found or could not be read.
+    #[error("job {job}: store_credential: {source}")]
+    Credential {
+        /// The job.
+        job: String,
+        /// What was looked for, and where.
+        source: crate::credential::FindError,
+    },
+    /// The store credential holds no address.
+    #[error("job {job}: store_credential {id} ({path}) holds no address")]
+    CredentialEmpty {
+        /// The job.
+        job: String,
+        /// The credential ID.
+        id: String,
+        /// The file it was read from.
+        path: PathBuf,
+    },
 }
 
 impl Job {
@@ -165,6 +187,7 @@ impl Job {
             randomized_delay: None,
             store: crate::paths::default_store_url(),
             store_file: None,
+            store_credential: None,
             store_wait: DEFAULT_STORE_WAIT,
             on_store_unavailable: OnStoreUnavailable::Fail,
             clock_tolerance: DEFAULT_CLOCK_TOLERANCE,
@@ -178,12 +201,29 @@ impl Job {
         }
     }
 
-    /// The store address: [`Job::store`], or the first line of [`Job::store_file`] that
-    /// is neither empty nor a `#` comment, trimmed.
+    /// The store address: [`Job::store`]; or the first line of [`Job::store_file`] that
+    /// is neither empty nor a `#` comment, trimmed; or, by the same rule, the text of
+    /// credential [`Job::store_credential`], read from the first place of
+    /// [`crate::credential::places`] that has it (`$CREDENTIALS_DIRECTORY` inside the
+    /// service, else where systemd looks: `/run/credentials/@system`, `/etc/credstore`,
+    /// `/run/credstore`, `/usr/lib/credstore`).
     ///
     /// # Errors
-    /// [`StoreAddressError`] when the file cannot be read or holds no address.
+    /// [`StoreAddressError`] when the file or credential cannot be found or read, or
+    /// holds no address.
     pub fn store_address(&self) -> Result<String, StoreAddressError> {
+        if let Some(id) = &self.store_credential {
+            let (path, text) =
+                crate::credential::find(id).map_err(|source| StoreAddressError::Credential {
+                    job: self.name.clone(),
+                    source,
+                })?;
+            return first_address_line(&text).ok_or_else(|| StoreAddressError::CredentialEmpty {
+                job: self.name.clone(),
+                id: id.clone(),
+                path,
+            });
+        }
         let Some(path) = &self.store_file else {
             return Ok(self.store.clone());
         };
@@ -192,22 +232,29 @@ impl Job {
             path: path.clone(),
             source,
         })?;
-        text.lines()
-            .map(str::trim)
-            .find(|l| !l.is_empty() && !l.starts_with('#'))
-            .map(str::to_string)
-            .ok_or_else(|| StoreAddressError::Empty {
-                job: self.name.clone(),
-                path: path.clone(),
-            })
+        first_address_line(&text).ok_or_else(|| StoreAddressError::Empty {
+            job: self.name.clone(),
+            path: path.clone(),
+        })
     }
 
     /// Whether the job's store may live on another host, so its service should wait for
     /// the network: any store that is not `sqlite://`, and any store named through
-    /// `store_file` (its address is a secret the generator does not read).
+    /// `store_file` or `store_credential` (its address is a secret the generator does not
+    /// read).
     pub fn needs_network(&self) -> bool {
-        self.store_file.is_some() || !self.store.starts_with("sqlite://")
+        self.store_file.is_some()
+            || self.store_credential.is_some()
+            || !self.store.starts_with("sqlite://")
     }
+}
+
+/// The first line of `text` that is neither empty nor a `#` comment, trimmed.
+fn first_address_line(text: &str) -> Option<String> {
+    text.lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(str::to_string)
 }
 
 #[cfg(test)]

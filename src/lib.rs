@@ -17,6 +17,7 @@ pub mod calendar;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod credential;
 pub mod exit;
 pub mod generator;
 pub mod identity;

@@ -10,12 +10,15 @@
 //!   `Documentation=`;
 //! - `jobguard@JOB.service.d/50-jobguard.conf`: `Description=`, `SourcePath=`,
 //!   `Documentation=`, `OnFailure=` (when set), `After=`/`Wants=network-online.target`
-//!   when the store may be remote, and `TimeoutStopSec=` from `kill_grace`;
+//!   when the store may be remote, `TimeoutStopSec=` from `kill_grace`, and
+//!   `LoadCredential=ID` for a `store_credential` (the ID only: the address itself never
+//!   appears in a generated file, which is world-readable);
 //! - the link `timers.target.wants/jobguard@JOB.timer` to the timer template;
 //! - with at least one job: the links that enable `jobguard-recover.service`
 //!   (`multi-user.target.wants/`) and `jobguard-recover.timer` (`timers.target.wants/`),
 //!   and, when any job's store may be remote, a drop-in that orders the recover service
-//!   after `network-online.target`.
+//!   after `network-online.target` and gives it one `LoadCredential=` per distinct
+//!   `store_credential` (it opens every job's store).
 //!
 //! Every file starts with a header naming the generator and the source file. Every value
 //! is escaped by [`crate::unit_name`]. Writing the files is [`crate::generator`]'s job.
@@ -242,17 +245,43 @@ fn service_text(job: &Job, src: &SourceText, desc: &str) -> String {
         .kill_grace
         .saturating_add(std::time::Duration::from_secs(STOP_MARGIN_SECS));
     let _ = writeln!(out, "TimeoutStopSec={}", TimeSpan::from_duration(stop));
+    if let Some(id) = &job.store_credential {
+        load_credential(&mut out, id);
+    }
     out
 }
 
-/// The recover service drop-in when some store may be remote.
+/// A `LoadCredential=` line for credential `id`, without a path: systemd then takes it
+/// from the credentials it received itself, else from `/etc/credstore/`,
+/// `/run/credstore/` or `/usr/lib/credstore/` (systemd.exec(5)), and a missing one does
+/// not stop the unit from starting (the shim reports it, naming every place it looked).
+/// `id` was checked by [`crate::credential::invalid_id`]; only `%` needs escaping, as
+/// systemd expands specifiers in the ID.
+fn load_credential(out: &mut String, id: &str) {
+    let _ = writeln!(out, "LoadCredential={}", escape_specifiers(id));
+}
+
+/// The recover service drop-in when some store may be remote: network ordering and the
+/// credentials of every job that names one.
 fn recover_dropin(remote: &[&Job]) -> String {
     let mut sources: Vec<&Path> = remote.iter().map(|j| j.source.as_path()).collect();
     sources.sort();
     sources.dedup();
+    let mut ids: Vec<&str> = remote
+        .iter()
+        .filter_map(|j| j.store_credential.as_deref())
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
     let mut out = String::with_capacity(256);
     header(&mut out, &sources);
     out.push_str("[Unit]\n");
     out.push_str("After=network-online.target\nWants=network-online.target\n");
+    if !ids.is_empty() {
+        out.push_str("\n[Service]\n");
+        for id in ids {
+            load_credential(&mut out, id);
+        }
+    }
     out
 }

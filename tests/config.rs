@@ -408,6 +408,188 @@ fn store_and_store_file_exclude_each_other() {
 }
 
 #[test]
+fn store_credential_counts_as_the_store_key_when_layering() {
+    let d = Dir::new();
+    d.write(
+        "jobs.toml",
+        &format!(
+            "[defaults]\nstore_credential = \"jobguard.store\"\n\n[jobs.inherits]\n{GOOD}\n\
+             [jobs.own-store]\n{GOOD}store = \"sqlite:///var/lib/x.db\"\n\n\
+             [jobs.own-file]\n{GOOD}store_file = \"/etc/jobguard/store.url\"\n"
+        ),
+    );
+    d.write(
+        "jobs.d/10-team.toml",
+        &format!(
+            "[defaults]\nstore = \"postgres://db/team\"\n\n[jobs.team]\n{GOOD}\n\
+             [jobs.team-cred]\n{GOOD}store_credential = \"team%db\"\n"
+        ),
+    );
+    let set = d.load();
+    assert!(set.errors.is_empty(), "{:#?}", set.errors);
+    let store = |name: &str| {
+        let j = &set.jobs[name];
+        (
+            j.store.clone(),
+            j.store_file.clone(),
+            j.store_credential.clone(),
+        )
+    };
+    assert_eq!(
+        store("inherits"),
+        (String::new(), None, Some("jobguard.store".into()))
+    );
+    assert!(set.jobs["inherits"].needs_network());
+    assert_eq!(
+        store("own-store"),
+        ("sqlite:///var/lib/x.db".into(), None, None)
+    );
+    assert!(!set.jobs["own-store"].needs_network());
+    assert_eq!(
+        store("own-file"),
+        (String::new(), Some("/etc/jobguard/store.url".into()), None)
+    );
+    // A file's own [defaults] store replaces jobs.toml's store_credential, and a job's
+    // store_credential replaces both.
+    assert_eq!(store("team"), ("postgres://db/team".into(), None, None));
+    assert_eq!(
+        store("team-cred"),
+        (String::new(), None, Some("team%db".into()))
+    );
+}
+
+#[test]
+fn store_credential_excludes_store_and_store_file_in_one_table() {
+    let d = Dir::new();
+    let text = format!(
+        "[defaults]\nstore = \"postgres://db/x\"\nstore_credential = \"db\"\n\n\
+         [jobs.a]\n{GOOD}store_credential = \"db\"\nstore_file = \"/etc/jobguard/store.url\"\n"
+    );
+    let f = d.write("jobs.toml", &text);
+    let out = check(&["--config", d.path().to_str().expect("utf-8")]);
+    assert_eq!(out.status.code(), Some(1));
+    let (l1, c1) = pos(&text, "[defaults]", "\"db\"");
+    let (l2, c2) = pos(&text, "[jobs.a]", "\"/etc/jobguard/store.url\"");
+    let (l3, _) = pos(&text, "[jobs.a]", "store_credential");
+    let (l4, _) = pos(&text, "[defaults]", "store =");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!(
+            "{f}:{l1}:{c1}: defaults.store_credential: store, store_file and store_credential \
+             exclude each other (defaults.store is set at line {l4})\n\
+             {f}:{l2}:{c2}: jobs.a.store_file: store, store_file and store_credential \
+             exclude each other (jobs.a.store_credential is set at line {l3})\n",
+            f = f.display()
+        )
+    );
+}
+
+#[test]
+fn a_bad_credential_id_names_file_line_column_and_key() {
+    let long = "x".repeat(256);
+    let cases: &[(&str, &str)] = &[
+        ("\"\"", "credential ID must not be empty"),
+        ("\"..\"", "credential ID must not be \"..\""),
+        ("\".\"", "credential ID must not be \".\""),
+        (
+            "\"db/x\"",
+            "invalid credential ID \"db/x\": '/' is not allowed",
+        ),
+        (
+            "\"db:x\"",
+            "invalid credential ID \"db:x\": ':' is not allowed",
+        ),
+        (
+            "\"my db\"",
+            "invalid credential ID \"my db\": ' ' is not allowed",
+        ),
+        ("\"dé\"", "invalid credential ID \"dé\": 'é' is not allowed"),
+        ("1", "expected a string, found an integer"),
+    ];
+    let long_value = format!("\"{long}\"");
+    let cases = cases.iter().copied().chain([(
+        long_value.as_str(),
+        "credential ID is 256 bytes long, at most 255",
+    )]);
+    for (value, message) in cases {
+        let d = Dir::new();
+        let text = format!("[jobs.a]\n{GOOD}store_credential = {value}\n");
+        let f = d.write("jobs.toml", &text);
+        let set = d.load();
+        let e = only_error(&set);
+        assert_at(
+            e,
+            &f,
+            pos(&text, "store_credential", value),
+            "jobs.a.store_credential",
+        );
+        assert!(e.message.starts_with(message), "{value}: {}", e.message);
+        assert!(set.jobs.is_empty());
+    }
+}
+
+/// `jobguard history` with a job whose store is a credential, the environment of a
+/// service that has `$CREDENTIALS_DIRECTORY` = `creds` (or none).
+fn history_with_credential(list: &Path, creds: Option<&Path>) -> std::process::Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_jobguard"));
+    cmd.args(["history", "a", "--config"])
+        .arg(list)
+        .env_remove("JOBGUARD_CONFIG")
+        .env_remove("CREDENTIALS_DIRECTORY");
+    if let Some(c) = creds {
+        cmd.env("CREDENTIALS_DIRECTORY", c);
+    }
+    cmd.output().expect("run jobguard history")
+}
+
+#[test]
+fn a_store_credential_is_read_from_the_services_credentials_directory() {
+    let d = Dir::new();
+    // An ID no host has in /etc/credstore and friends.
+    let id = format!("jobguard-test-{}", std::process::id());
+    let list = d.write(
+        "jobs.toml",
+        &format!("[jobs.a]\n{GOOD}store_credential = \"{id}\"\n"),
+    );
+    let db = d.path().join("ledger.db");
+    d.write(
+        &format!("creds/{id}"),
+        &format!("# the ledger\n\nsqlite://{}\n", db.display()),
+    );
+    let out = history_with_credential(&list, Some(&d.path().join("creds")));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(db.exists(), "the store named by the credential was opened");
+
+    // Not there: exit 78, and the message names the ID and every place looked.
+    let out = history_with_credential(&list, None);
+    assert_eq!(out.status.code(), Some(78));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr,
+        format!(
+            "jobguard: job a: store_credential: credential {id} not found in \
+             /run/credentials/@system/{id}, /etc/credstore/{id}, /run/credstore/{id}, \
+             /usr/lib/credstore/{id}\n"
+        )
+    );
+    // Empty: says so, with the file it read.
+    let empty = d.write(&format!("empty/{id}"), "\n# nothing\n");
+    let out = history_with_credential(&list, Some(&d.path().join("empty")));
+    assert_eq!(out.status.code(), Some(78));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!(
+            "jobguard: job a: store_credential {id} ({}) holds no address\n",
+            empty.display()
+        )
+    );
+}
+
+#[test]
 fn every_key_reaches_the_job() {
     let d = Dir::new();
     d.write(

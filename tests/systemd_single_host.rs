@@ -10,7 +10,8 @@
 //! `systemctl enable` as a package would.
 //!
 //! Needs root and systemd-nspawn (skipped with a `SKIPPED` line otherwise, failed in
-//! CI). Each test boots its own container with a unique name, so they run in parallel.
+//! CI); the store-credential test also needs `psql` and PostgreSQL on 127.0.0.1:5432
+//! (trust auth, database `test`), which the container reaches over the shared network. Each test boots its own container with a unique name, so they run in parallel.
 //! Run just these (add `-- --nocapture` to watch):
 //!
 //! ```sh
@@ -693,4 +694,240 @@ fn a_killed_shims_leftover_processes_end_before_the_rerun_under_systemd() {
         "attempt 1's grandchild still runs: {ps}"
     );
     assert_eq!(lines(), "1 start\n2 start\n2 end\n");
+}
+
+/// `psql` on this machine's PostgreSQL (127.0.0.1:5432, trust), database `test`.
+#[cfg(feature = "store-postgres")]
+fn psql(sql: &str) -> Result<String, String> {
+    let out = std::process::Command::new("psql")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-U",
+            "postgres",
+            "-d",
+            "test",
+            "-XAtqc",
+            sql,
+        ])
+        .output()
+        .map_err(|e| format!("psql: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+    }
+}
+
+/// A PostgreSQL schema of one test in database `test`, dropped at the end.
+#[cfg(feature = "store-postgres")]
+struct Schema(String);
+
+#[cfg(feature = "store-postgres")]
+impl Drop for Schema {
+    fn drop(&mut self) {
+        let _ = psql(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.0));
+    }
+}
+
+/// The store address lives only in a credential (`store_credential`, /etc/credstore,
+/// mode 0600): the timer's run records in the PostgreSQL ledger, the recover service gets
+/// the credential too, no generated unit holds the address, and `jobguard history` in a
+/// shell reads the same credential. Then where the shim reads it inside a service
+/// ($CREDENTIALS_DIRECTORY: with the credstore file gone, systemd's `SetCredential=`
+/// fallback is the only source), and what a missing credential does (the unit starts,
+/// the shim exits 78 naming every place it looked).
+#[cfg(feature = "store-postgres")]
+#[test]
+fn a_store_address_in_a_credential_reaches_the_services_and_the_shell_but_no_unit_file() {
+    let test =
+        "a_store_address_in_a_credential_reaches_the_services_and_the_shell_but_no_unit_file";
+    let why_not = container::prerequisites().or_else(|| {
+        psql("SELECT 1")
+            .err()
+            .map(|e| format!("no PostgreSQL on 127.0.0.1:5432 (psql): {e}"))
+    });
+    if !common::go_on(test, why_not) {
+        return;
+    }
+    let schema = Schema(format!("jg_cred_{}", std::process::id()));
+    let _ = psql(&format!("DROP SCHEMA IF EXISTS {} CASCADE", schema.0));
+    // Trust authentication ignores the password; it is here to be looked for.
+    let secret = format!("s3cret-{}", std::process::id());
+    let address = format!(
+        "postgres://postgres:{secret}@127.0.0.1:5432/test?schema={}",
+        schema.0
+    );
+    let jobs = "[defaults]\n\
+                store_credential = \"jobguard.store\"\n\n\
+                [jobs.credjob]\n\
+                schedule = \"*:*:0/10\"\n\
+                command = [\"/bin/true\"]\n";
+    // Each service lists the credentials systemd gave it, before its ExecStart=.
+    let listing = |tag: &str| {
+        format!(
+            "[Service]\nExecStartPre=/bin/sh -c 'ls \"$$CREDENTIALS_DIRECTORY\" >> /run/{tag}.creds'\n"
+        )
+    };
+    let opts = jobguard_options(jobs)
+        .file("/etc/credstore/jobguard.store", format!("{address}\n"))
+        .file(
+            "/etc/systemd/system/jobguard-recover.service.d/90-test.conf",
+            listing("recover"),
+        )
+        .file(
+            "/etc/systemd/system/jobguard@credjob.service.d/90-test.conf",
+            listing("credjob"),
+        );
+    let c = boot("cred", &opts);
+    c.sh_ok("chmod 0700 /etc/credstore && chmod 0600 /etc/credstore/jobguard.store")
+        .expect("chmod");
+
+    // The timer fires within ten seconds; its run records in PostgreSQL.
+    let runs = || {
+        psql(&format!(
+            "SELECT outcome FROM {}.jobguard_run WHERE job = 'credjob' ORDER BY seq",
+            schema.0
+        ))
+        .unwrap_or_default()
+    };
+    common::wait_for(
+        "a run of credjob's timer in the PostgreSQL ledger",
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        || Ok(runs().lines().any(|l| l == "succeeded").then_some(())),
+    )
+    .expect("the timer's run succeeded");
+    c.exec_ok(&["systemctl", "stop", "jobguard@credjob.timer"])
+        .expect("stop the timer");
+    wait_unit_done(&c, "jobguard@credjob.service", Duration::from_secs(60));
+    let creds = c.exec_ok(&["cat", "/run/credjob.creds"]).expect("listing");
+    assert!(
+        creds.lines().all(|l| l == "jobguard.store") && !creds.is_empty(),
+        "{creds:?}"
+    );
+
+    // The recover service opens the same store through its own copy of the credential.
+    c.exec_ok(&["systemctl", "start", "jobguard-recover.service"])
+        .expect("a recover pass");
+    let creds = c.exec_ok(&["cat", "/run/recover.creds"]).expect("listing");
+    assert!(
+        creds.lines().all(|l| l == "jobguard.store") && !creds.is_empty(),
+        "{creds:?}"
+    );
+
+    // No generated file holds the address or the password; they name the credential.
+    let grep = c
+        .exec(&[
+            "sh",
+            "-c",
+            &format!(
+                "ls -d /run/systemd/generator* && grep -rl -e '{secret}' -e '{}' /run/systemd/generator* /etc/jobguard",
+                schema.0
+            ),
+        ])
+        .expect("grep");
+    assert_eq!(
+        grep.status.code(),
+        Some(1),
+        "found in: {}{}",
+        text(&grep),
+        String::from_utf8_lossy(&grep.stderr)
+    );
+    let dropin = c
+        .exec_ok(&[
+            "cat",
+            "/run/systemd/generator/jobguard@credjob.service.d/50-jobguard.conf",
+            "/run/systemd/generator/jobguard-recover.service.d/50-jobguard.conf",
+        ])
+        .expect("drop-ins");
+    assert_eq!(
+        dropin.matches("LoadCredential=jobguard.store\n").count(),
+        2,
+        "{dropin}"
+    );
+
+    // An operator's shell has no $CREDENTIALS_DIRECTORY: history reads /etc/credstore.
+    let rows = history(&c, "credjob").expect("history in a shell");
+    assert!(!outcome_rows(&rows, "succeeded").is_empty(), "{rows:?}");
+    assert_eq!(
+        rows.len(),
+        runs().lines().count(),
+        "history shows the PostgreSQL ledger: {rows:?}"
+    );
+
+    // Inside the service the shim reads $CREDENTIALS_DIRECTORY: with the credstore file
+    // gone, systemd's SetCredential= fallback (an operator's drop-in) is the only source.
+    c.exec_ok(&["rm", "/etc/credstore/jobguard.store"])
+        .expect("rm");
+    c.write_file(
+        "/etc/systemd/system/jobguard@credjob.service.d/91-set.conf",
+        format!("[Service]\nSetCredential=jobguard.store:{address}\n"),
+    )
+    .expect("drop-in");
+    c.exec_ok(&["systemctl", "daemon-reload"])
+        .expect("daemon-reload");
+    let before = runs().lines().count();
+    c.exec_ok(&["systemctl", "start", "jobguard@credjob.service"])
+        .expect("start");
+    let result = wait_unit_done(&c, "jobguard@credjob.service", Duration::from_secs(60));
+    assert_eq!(result, "success");
+    assert_eq!(prop(&c, "jobguard@credjob.service", "ExecMainStatus"), "0");
+    let skips = c
+        .journal(&["JOBGUARD_JOB=credjob", "JOBGUARD_EVENT=skip"])
+        .expect("journal");
+    assert!(
+        runs().lines().count() > before || !skips.is_empty(),
+        "the run reached the store: a new record or a skip"
+    );
+
+    // Nowhere: systemd still starts the unit (an ID without a path may be missing);
+    // the shim exits 78 and names the credential and every place it looked. A shell
+    // fails the same way.
+    c.exec_ok(&[
+        "rm",
+        "/etc/systemd/system/jobguard@credjob.service.d/91-set.conf",
+    ])
+    .expect("rm");
+    c.exec_ok(&["systemctl", "daemon-reload"])
+        .expect("daemon-reload");
+    let started = c
+        .exec(&["systemctl", "start", "jobguard@credjob.service"])
+        .expect("start");
+    assert!(started.status.success(), "Type=exec: the shim was started");
+    let result = wait_unit_done(&c, "jobguard@credjob.service", Duration::from_secs(60));
+    assert_eq!(result, "exit-code");
+    assert_eq!(prop(&c, "jobguard@credjob.service", "ExecMainStatus"), "78");
+    let log = c
+        .exec_ok(&[
+            "journalctl",
+            "--no-pager",
+            "-o",
+            "cat",
+            "-u",
+            "jobguard@credjob.service",
+        ])
+        .expect("journal");
+    let places = "/etc/credstore/jobguard.store, /run/credstore/jobguard.store, \
+                  /usr/lib/credstore/jobguard.store";
+    assert!(
+        log.contains(&format!(
+            "credential jobguard.store not found in \
+             /run/credentials/jobguard@credjob.service/jobguard.store, \
+             /run/credentials/@system/jobguard.store, {places}"
+        )),
+        "{log}"
+    );
+    let shell = c
+        .exec(&["jobguard", "history", "credjob"])
+        .expect("history");
+    assert_eq!(shell.status.code(), Some(78));
+    assert!(
+        String::from_utf8_lossy(&shell.stderr).contains(&format!(
+            "job credjob: store_credential: credential jobguard.store not found in \
+             /run/credentials/@system/jobguard.store, {places}"
+        )),
+        "{}",
+        String::from_utf8_lossy(&shell.stderr)
+    );
 }

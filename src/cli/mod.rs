@@ -218,13 +218,14 @@ pub fn find_job(config: &ConfigArgs, name: &str) -> Result<crate::job::Job, u8> 
     Err(crate::exit::CONFIG)
 }
 
-/// Opens and initialises the job's store (from `store` or `store_file`), printing the
-/// error once.
+/// Opens and initialises the job's store (from `store`, `store_file` or
+/// `store_credential`), printing the error once.
 pub fn open_job_store(job: &crate::job::Job) -> Result<Box<dyn crate::store::Store>, u8> {
     open_store(&job_store_address(job)?)
 }
 
-/// The job's store address (reading `store_file` if set), printing the error once.
+/// The job's store address (reading `store_file` or `store_credential` if set),
+/// printing the error once.
 pub fn job_store_address(job: &crate::job::Job) -> Result<String, u8> {
     job.store_address().map_err(|e| {
         eprintln!("jobguard: {e}");
