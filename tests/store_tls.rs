@@ -110,6 +110,7 @@ fn redis_certificate_of_an_unknown_ca_is_refused() {
     let address = format!("rediss://:hunter2@127.0.0.1:{}/0", server.port);
     let err = expect_refused(&address, "certificate");
     assert!(matches!(err, StoreError::Unavailable { .. }), "{err}");
+    assert!(err.to_string().contains("UnknownIssuer"), "{err}");
     assert!(err.to_string().contains(":***@127.0.0.1"), "{err}");
 }
 
@@ -231,6 +232,7 @@ fn mariadb_certificate_of_an_unknown_ca_is_refused() {
         );
         let err = expect_refused(&address, "certificate");
         assert!(matches!(err, StoreError::Unavailable { .. }), "{err}");
+        assert!(err.to_string().contains("UnknownIssuer"), "{err}");
         assert!(err.to_string().contains("root:***@127.0.0.1"), "{err}");
     }
 }
@@ -290,13 +292,20 @@ fn mariadb_plain_client_against_tls_only_server_fails_at_once() {
     let Some(server) = tls::mariadb("mariadb_tls::plain_client") else {
         return;
     };
-    for params in ["", "ssl-mode=DISABLED"] {
-        let address = format!(
-            "mysql://root:hunter2@127.0.0.1:{}/mysql?{params}",
-            server.port
-        );
+    // The same user and password over TLS are let in: only the transport differs.
+    let db = mariadb_db(server);
+    let user = format!("{}:{}", tls::MARIADB_USER, tls::MARIADB_PASSWORD);
+    expect_claimed(&format!(
+        "mysql://{user}@127.0.0.1:{}/{db}?ssl-mode=REQUIRED",
+        server.port
+    ));
+    for params in ["", "?ssl-mode=DISABLED"] {
+        let address = format!("mysql://{user}@127.0.0.1:{}/{db}{params}", server.port);
         let (result, took) = claim_at(&address);
         let err = result.expect_err("a plain client was served by a TLS-only server");
+        // MariaDB answers a plain connection under require_secure_transport as a
+        // refused login.
+        assert!(err.to_string().contains("Access denied"), "{err}");
         assert!(!err.to_string().contains("hunter2"), "{err}");
         assert!(took < QUICK, "took {took:?}: {err}");
     }

@@ -255,6 +255,11 @@ fn redis_cli_at(dir: &Path, port: u16, args: &[&str]) -> Result<String, String> 
     }
 }
 
+/// A user of the TLS MariaDB server with every privilege, besides root without password.
+pub const MARIADB_USER: &str = "jobguard";
+/// [`MARIADB_USER`]'s password: tests check that no message shows it.
+pub const MARIADB_PASSWORD: &str = "hunter2";
+
 fn start_mariadb() -> Result<Server, String> {
     if let Some(why) = missing(&["openssl", "mariadb-install-db", "mariadbd", "mariadb"]) {
         return Err(why);
@@ -292,6 +297,14 @@ fn start_mariadb() -> Result<Server, String> {
     wait_ready(&dir, Duration::from_secs(60), || {
         mariadb_at(&dir, port, "SELECT 1").is_ok()
     })?;
+    mariadb_at(
+        &dir,
+        port,
+        &format!(
+            "CREATE USER '{MARIADB_USER}'@'%' IDENTIFIED BY '{MARIADB_PASSWORD}'; \
+             GRANT ALL ON *.* TO '{MARIADB_USER}'@'%'"
+        ),
+    )?;
     Ok(Server {
         port,
         dir,
