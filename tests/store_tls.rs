@@ -8,7 +8,8 @@
 //! "certificate" error when the CA is not given (the system's roots do not hold it) and
 //! when the host name is wrong; encryption without checking (`#insecure`, `REQUIRED`)
 //! works without the CA; a plain client against the TLS-only server fails at once;
-//! address errors; passwords masked in every message. Then the store conformance suite
+//! a server that goes silent after accepting fails within the deadlines; address errors;
+//! passwords masked in every message. Then the store conformance suite
 //! runs over TLS on both engines.
 #![cfg(all(
     feature = "store-postgres",
@@ -357,6 +358,38 @@ fn mariadb_tls_address_errors() {
         &format!("{base}?ssl-mode=REQUIRED&danger_accept_invalid_certs=true"),
         "danger_accept_invalid_certs is not supported",
     );
+}
+
+/// A server that accepts the connection and then says nothing (a partition after the
+/// TCP handshake) makes a TLS store unavailable within the deadlines, not hang it.
+#[test]
+fn silent_server_is_unavailable_within_the_deadlines() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // Accepted connections are kept open, unanswered, until the test ends.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for c in listener.incoming() {
+            held.push(c);
+        }
+    });
+    let addresses = [
+        format!("rediss://:hunter2@127.0.0.1:{port}/0#insecure"),
+        format!("rediss://:hunter2@127.0.0.1:{port}/0"),
+        format!("mysql://u:hunter2@127.0.0.1:{port}/db?ssl-mode=REQUIRED"),
+    ];
+    // In parallel: each waits for its deadline.
+    std::thread::scope(|scope| {
+        for address in &addresses {
+            scope.spawn(move || {
+                let (result, took) = claim_at(address);
+                let err = result.expect_err("a silent server answered");
+                assert!(matches!(err, StoreError::Unavailable { .. }), "{err}");
+                assert!(!err.to_string().contains("hunter2"), "{err}");
+                assert!(took < QUICK, "{address}: took {took:?}: {err}");
+            });
+        }
+    });
 }
 
 // ---------------------------------------------------------------------------------------

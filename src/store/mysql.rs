@@ -19,7 +19,8 @@
 //! - `VERIFY_IDENTITY`: as `VERIFY_CA`, and the certificate must name the host of the
 //!   address (a DNS name or IP address in its subjectAltName).
 //!
-//! The trusted roots are the file `ssl-ca` names (PEM or DER) when given; otherwise the
+//! The trusted roots are the file `ssl-ca` names (PEM or DER; a relative path is relative
+//! to the current directory, `/` under systemd) when given; otherwise the
 //! system's trust-store file (`/etc/ssl/certs/ca-certificates.crt` on Debian, or
 //! `SSL_CERT_FILE`), to which the client always adds Mozilla's root list that it carries
 //! (`webpki-roots`). As with the `mysql` client, `ssl-ca` without `ssl-mode` means
@@ -369,20 +370,22 @@ const CLIENT_TLS_PARAMS: &[&str] = &[
 /// The client's TLS options for `mode` (`None`: no TLS), trusting `ca` or else the
 /// system's trust-store file as found by `openssl-probe` (as rustls-native-certs does).
 fn ssl_opts(mode: SslMode, ca: Option<&str>) -> Option<SslOpts> {
-    let roots = ca.map(std::path::PathBuf::from).or_else(|| {
-        openssl_probe::probe()
-            .cert_file
-            .filter(|f| std::fs::metadata(f).is_ok_and(|m| m.is_file()))
-    });
+    let roots = || {
+        ca.map(std::path::PathBuf::from).or_else(|| {
+            openssl_probe::probe()
+                .cert_file
+                .filter(|f| std::fs::metadata(f).is_ok_and(|m| m.is_file()))
+        })
+    };
     let opts = SslOpts::default();
     match mode {
         SslMode::Disabled => None,
         SslMode::Preferred | SslMode::Required => Some(opts.with_danger_accept_invalid_certs(true)),
         SslMode::VerifyCa => Some(
-            opts.with_root_cert_path(roots)
+            opts.with_root_cert_path(roots())
                 .with_danger_skip_domain_validation(true),
         ),
-        SslMode::VerifyIdentity => Some(opts.with_root_cert_path(roots)),
+        SslMode::VerifyIdentity => Some(opts.with_root_cert_path(roots())),
     }
 }
 
