@@ -277,7 +277,6 @@ fn addresses() {
     ));
 
     for (address, needle) in [
-        ("rediss://:pw@db/0", "\"rediss\" is not built"),
         ("etcd://h:2379", "unknown store kind \"etcd\""),
         ("jobguard.db", "no store kind"),
     ] {

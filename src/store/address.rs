@@ -7,7 +7,7 @@
 //!
 //! Forms: `sqlite:///ABSOLUTE/PATH.db`, `sqlite://RELATIVE/PATH.db`, `sqlite::memory:` (a
 //! private in-memory store, for tests), `postgres://…`/`postgresql://…`,
-//! `mysql://…`/`mariadb://…` and `redis://…`. Each remote kind lives behind a cargo
+//! `mysql://…`/`mariadb://…` and `redis://…`/`rediss://…` (TLS). Each remote kind lives behind a cargo
 //! feature (`store-postgres`, `store-mysql`, `store-redis`, all on by default); a build
 //! without one recognises its addresses and answers "not built in". The remote
 //! addresses are parsed further by their backends.
@@ -28,7 +28,7 @@ pub enum StoreAddress {
     Postgres(String),
     /// A MySQL or MariaDB address (`mysql://` or `mariadb://`), as written.
     Mysql(String),
-    /// A Redis address (`redis://`), as written.
+    /// A Redis address (`redis://`, or `rediss://` for TLS), as written.
     Redis(String),
     /// A kind jobguard knows of but that this build does not contain (e.g. `postgres`).
     NotBuilt {
@@ -48,7 +48,7 @@ const KNOWN_REMOTE_SCHEMES: &[&str] = &[
 ];
 
 /// The address forms jobguard accepts, for error messages.
-pub const SUPPORTED: &str = "sqlite:///PATH, sqlite::memory:, postgres://USER@HOST/DB, mysql://USER@HOST/DB, redis://HOST:PORT/DB";
+pub const SUPPORTED: &str = "sqlite:///PATH, sqlite::memory:, postgres://USER@HOST/DB, mysql://USER@HOST/DB, redis://HOST:PORT/DB, rediss://HOST:PORT/DB";
 
 impl StoreAddress {
     /// Parses a store address.
@@ -91,7 +91,7 @@ impl StoreAddress {
                 #[cfg(feature = "store-mysql")]
                 "mysql" | "mariadb" => StoreAddress::Mysql(owned),
                 #[cfg(feature = "store-redis")]
-                "redis" => StoreAddress::Redis(owned),
+                "redis" | "rediss" => StoreAddress::Redis(owned),
                 _ => {
                     let _ = owned;
                     StoreAddress::NotBuilt { scheme: scheme_lc }
@@ -240,12 +240,10 @@ mod tests {
             StoreAddress::parse("postgres://h/db").unwrap(),
             StoreAddress::Postgres("postgres://h/db".into())
         );
-        // TLS for Redis is not built in yet.
+        #[cfg(feature = "store-redis")]
         assert_eq!(
-            StoreAddress::parse("rediss://h/0").unwrap(),
-            StoreAddress::NotBuilt {
-                scheme: "rediss".into()
-            }
+            StoreAddress::parse("rediss://h/0#insecure").unwrap(),
+            StoreAddress::Redis("rediss://h/0#insecure".into())
         );
     }
 

@@ -2,8 +2,32 @@
 //!
 //! Address: `mysql://USER[:PASSWORD]@HOST[:PORT]/DATABASE[?PARAMS]` (also `mariadb://`),
 //! the `mysql` crate's URL form (<https://docs.rs/mysql/latest/mysql/struct.Opts.html>).
-//! The database must exist; jobguard creates its tables in it. Only unencrypted
-//! connections are built in for now.
+//! The database must exist; jobguard creates its tables in it.
+//!
+//! TLS follows the `mysql` client's `--ssl-mode` and `--ssl-ca` (mysql(1), MySQL's
+//! "Command Options for Encrypted Connections"), written as address parameters
+//! `ssl-mode=MODE` and `ssl-ca=PATH` (`ssl_mode`, `ssl_ca` also work; modes in any case):
+//! - `DISABLED` (the default when `ssl-mode` is absent, unlike the `mysql` client):
+//!   no TLS.
+//! - `PREFERRED`: TLS without checking the certificate if the server offers it, else an
+//!   unencrypted connection (a second connect: the client learns what the server offers
+//!   only from its greeting).
+//! - `REQUIRED`: TLS or no connection, the certificate not checked (it protects against
+//!   listening, not against a forged server).
+//! - `VERIFY_CA`: as `REQUIRED`, and the certificate must chain to a trusted root; the
+//!   host name is not compared.
+//! - `VERIFY_IDENTITY`: as `VERIFY_CA`, and the certificate must name the host of the
+//!   address (a DNS name or IP address in its subjectAltName).
+//!
+//! The trusted roots are the file `ssl-ca` names (PEM or DER; a relative path is relative
+//! to the current directory, `/` under systemd) when given; otherwise the
+//! system's trust-store file (`/etc/ssl/certs/ca-certificates.crt` on Debian, or
+//! `SSL_CERT_FILE`), to which the client always adds Mozilla's root list that it carries
+//! (`webpki-roots`). As with the `mysql` client, `ssl-ca` without `ssl-mode` means
+//! `VERIFY_CA`; with `DISABLED`, `PREFERRED` or `REQUIRED` it is refused as it would
+//! check nothing. The client's own TLS parameters (`root_cert_path`, `danger_*`,
+//! `cert_chain_path`, `priv_key_path`, `cipher_suites`) are refused; client
+//! certificates are not supported. TLS is rustls with the ring provider.
 //!
 //! Tables: `jobguard_meta` (row `schema_version`), `jobguard_lease` (one row per job,
 //! never deleted: a released lease keeps its row with an empty holder, so the fencing
@@ -34,7 +58,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mysql::prelude::Queryable;
-use mysql::{Conn, Opts, OptsBuilder, Row, Value};
+use mysql::{Conn, Opts, OptsBuilder, Row, SslOpts, Value};
 
 use crate::clock::Clock;
 use crate::lease::{Holder, Lease};
@@ -359,9 +383,77 @@ fn migration_2() -> Vec<String> {
     ]
 }
 
+/// How to encrypt the connection: the address's `ssl-mode`, with MySQL's names
+/// (mysql(1) `--ssl-mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SslMode {
+    Disabled,
+    Preferred,
+    Required,
+    VerifyCa,
+    VerifyIdentity,
+}
+
+impl SslMode {
+    fn parse(value: &str) -> Option<SslMode> {
+        Some(match value.to_ascii_uppercase().as_str() {
+            "DISABLED" => SslMode::Disabled,
+            "PREFERRED" => SslMode::Preferred,
+            "REQUIRED" => SslMode::Required,
+            "VERIFY_CA" => SslMode::VerifyCa,
+            "VERIFY_IDENTITY" => SslMode::VerifyIdentity,
+            _ => return None,
+        })
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            SslMode::Disabled => "DISABLED",
+            SslMode::Preferred => "PREFERRED",
+            SslMode::Required => "REQUIRED",
+            SslMode::VerifyCa => "VERIFY_CA",
+            SslMode::VerifyIdentity => "VERIFY_IDENTITY",
+        }
+    }
+}
+
+/// The `mysql` client's own TLS parameters, refused in favour of `ssl-mode` and `ssl-ca`.
+const CLIENT_TLS_PARAMS: &[&str] = &[
+    "root_cert_path",
+    "danger_skip_domain_validation",
+    "danger_accept_invalid_certs",
+    "cert_chain_path",
+    "priv_key_path",
+    "cipher_suites",
+];
+
+/// The client's TLS options for `mode` (`None`: no TLS), trusting `ca` or else the
+/// system's trust-store file as found by `openssl-probe` (as rustls-native-certs does).
+fn ssl_opts(mode: SslMode, ca: Option<&str>) -> Option<SslOpts> {
+    let roots = || {
+        ca.map(std::path::PathBuf::from).or_else(|| {
+            openssl_probe::probe()
+                .cert_file
+                .filter(|f| std::fs::metadata(f).is_ok_and(|m| m.is_file()))
+        })
+    };
+    let opts = SslOpts::default();
+    match mode {
+        SslMode::Disabled => None,
+        SslMode::Preferred | SslMode::Required => Some(opts.with_danger_accept_invalid_certs(true)),
+        SslMode::VerifyCa => Some(
+            opts.with_root_cert_path(roots())
+                .with_danger_skip_domain_validation(true),
+        ),
+        SslMode::VerifyIdentity => Some(opts.with_root_cert_path(roots())),
+    }
+}
+
 /// The MySQL/MariaDB store: one connection (reconnected after a failure).
 pub struct MysqlStore {
     opts: Opts,
+    /// `ssl-mode=PREFERRED`: the options without TLS, for a server that offers none.
+    plain_fallback: Option<Opts>,
     conn: Option<Conn>,
     describe: String,
     schema_ready: bool,
@@ -479,28 +571,69 @@ impl MysqlStore {
     /// Parses `address` and prepares a store; connects on the first call.
     ///
     /// # Errors
-    /// [`StoreError::Address`] when the address is not a URL the `mysql` client accepts.
+    /// [`StoreError::Address`] when the address is not a URL the `mysql` client accepts,
+    /// `ssl-mode` is not one of MySQL's five modes, `ssl-ca` names a file that cannot be
+    /// read or comes with a mode that checks no certificate, or the address uses the
+    /// client's own TLS parameters (see the module documentation).
     pub fn open(address: &str) -> Result<MysqlStore, StoreError> {
         let describe = address::mask(address);
-        let url = match address.split_once("://") {
+        let bad = |detail: String| StoreError::Address {
+            address: describe.clone(),
+            detail,
+        };
+        let (rest, ours) =
+            remote::take_params(address, &["ssl-mode", "ssl_mode", "ssl-ca", "ssl_ca"]);
+        let mode = ours[0].clone().or_else(|| ours[1].clone());
+        let ca = ours[2].clone().or_else(|| ours[3].clone());
+        let mode = match (mode.as_deref(), &ca) {
+            (None, None) => SslMode::Disabled,
+            // As the mysql client: a CA file alone asks for the chain to be checked.
+            (None, Some(_)) => SslMode::VerifyCa,
+            (Some(m), _) => SslMode::parse(m).ok_or_else(|| {
+                bad(format!(
+                    "unknown ssl-mode {m:?} (DISABLED, PREFERRED, REQUIRED, VERIFY_CA or VERIFY_IDENTITY)"
+                ))
+            })?,
+        };
+        if let Some(ca) = &ca {
+            if !matches!(mode, SslMode::VerifyCa | SslMode::VerifyIdentity) {
+                return Err(bad(format!(
+                    "ssl-ca is only used with ssl-mode=VERIFY_CA or VERIFY_IDENTITY, not {}",
+                    mode.name()
+                )));
+            }
+            remote::read_ca_file(ca, false).map_err(bad)?;
+        }
+        if let Some((_, query)) = rest.split_once('?')
+            && let Some(key) = query
+                .split('&')
+                .map(|pair| pair.split_once('=').map_or(pair, |(k, _)| k))
+                .find(|k| CLIENT_TLS_PARAMS.contains(k))
+        {
+            return Err(bad(format!(
+                "{key} is not supported; use ssl-mode= and ssl-ca= (see the mysql client's --ssl-mode)"
+            )));
+        }
+        let url = match rest.split_once("://") {
             Some((scheme, tail)) if scheme.eq_ignore_ascii_case("mariadb") => {
                 format!("mysql://{tail}")
             }
-            _ => address.to_string(),
+            _ => rest,
         };
-        let opts = Opts::from_url(&url).map_err(|e| StoreError::Address {
-            address: describe.clone(),
-            detail: format!("not a mysql address: {e}"),
-        })?;
-        let opts = OptsBuilder::from_opts(opts)
+        let opts = Opts::from_url(&url).map_err(|e| bad(format!("not a mysql address: {e}")))?;
+        let plain: Opts = OptsBuilder::from_opts(opts)
             .tcp_connect_timeout(Some(CONNECT_TIMEOUT))
             .read_timeout(Some(CALL_TIMEOUT))
             .write_timeout(Some(CALL_TIMEOUT))
             .prefer_socket(false)
             .max_allowed_packet(Some(16 * 1024 * 1024))
             .into();
+        let opts = OptsBuilder::from_opts(plain.clone())
+            .ssl_opts(ssl_opts(mode, ca.as_deref()))
+            .into();
         Ok(MysqlStore {
             opts,
+            plain_fallback: (mode == SslMode::Preferred).then_some(plain),
             conn: None,
             describe,
             schema_ready: false,
@@ -544,11 +677,22 @@ impl MysqlStore {
         }
     }
 
+    /// Connects; with `ssl-mode=PREFERRED`, connects again without TLS when the server's
+    /// greeting offers none.
+    fn connect(&self) -> Result<Conn, mysql::Error> {
+        match (Conn::new(self.opts.clone()), &self.plain_fallback) {
+            (Err(mysql::Error::DriverError(mysql::DriverError::TlsNotSupported)), Some(plain)) => {
+                Conn::new(plain.clone())
+            }
+            (result, _) => result,
+        }
+    }
+
     /// Runs `f` on the connection (connecting first if needed); a connection that failed
     /// other than with a server error is dropped.
     fn call<T>(&mut self, f: impl FnOnce(&mut Conn) -> Result<T, Fail>) -> Result<T, Fail> {
         if self.conn.is_none() {
-            self.conn = Some(Conn::new(self.opts.clone())?);
+            self.conn = Some(self.connect()?);
         }
         let Some(conn) = self.conn.as_mut() else {
             return Err(Fail::Data("no connection".to_string()));

@@ -3,7 +3,16 @@
 //! Address: `redis://[[USER]:PASSWORD@]HOST[:PORT][/DB][?prefix=PREFIX]` (the `redis` crate's
 //! URL form, <https://docs.rs/redis/latest/redis/#connection-parameters>); `prefix` (default
 //! `jobguard:`) starts every key, so several installations or test cases can share a
-//! server. TLS (`rediss://`) is not built in yet.
+//! server.
+//!
+//! TLS: `rediss://…` (the scheme of redis-cli's `-u` and of the client) encrypts and
+//! checks the server's certificate: it must chain to a root of the system's trust store
+//! (`/etc/ssl/certs`, or `SSL_CERT_FILE`/`SSL_CERT_DIR`) and name the host of the address
+//! (a DNS name or IP address in its subjectAltName). `ssl-ca=PATH` (as redis-cli's
+//! `--cacert`) trusts the PEM certificates in that file instead of the system's roots.
+//! `rediss://…#insecure` (the client's convention, after any parameters) encrypts without
+//! checking the certificate; it cannot be combined with `ssl-ca`. TLS is rustls with the
+//! ring provider; client certificates are not supported.
 //!
 //! Key layout (P is the prefix):
 //! - `P schema`: the schema version (set once with `SETNX`).
@@ -416,17 +425,19 @@ impl RedisStore {
     /// Parses `address` and prepares a store; connects on the first call.
     ///
     /// # Errors
-    /// [`StoreError::Address`] when the address is not a Redis URL the client accepts or
-    /// `prefix=` holds more than letters, digits and `_:-.` (at most 48).
+    /// [`StoreError::Address`] when the address is not a Redis URL the client accepts,
+    /// `prefix=` holds more than letters, digits and `_:-.` (at most 48), or `ssl-ca=`
+    /// names a file without a readable PEM certificate or comes without `rediss://` or
+    /// with `#insecure`.
     pub fn open(address: &str) -> Result<RedisStore, StoreError> {
         let describe = address::mask(address);
         let bad = |detail: String| StoreError::Address {
             address: describe.clone(),
             detail,
         };
-        let (rest, ours) = remote::take_params(address, &["prefix"]);
+        let (rest, ours) = remote::take_params(address, &["prefix", "ssl-ca", "ssl_ca"]);
+        let mut ours = ours.into_iter();
         let prefix = ours
-            .into_iter()
             .next()
             .flatten()
             .unwrap_or_else(|| DEFAULT_PREFIX.to_string());
@@ -435,8 +446,35 @@ impl RedisStore {
                 "prefix {prefix:?} is not plain (letters, digits, _:-.)"
             )));
         }
-        let client =
-            redis::Client::open(rest).map_err(|e| bad(format!("not a redis address: {e}")))?;
+        let ca = match (ours.next().flatten(), ours.next().flatten()) {
+            (Some(ca), _) | (None, Some(ca)) => Some(ca),
+            (None, None) => None,
+        };
+        let client = match ca {
+            None => redis::Client::open(rest),
+            Some(ca) => {
+                if !rest
+                    .get(..9)
+                    .is_some_and(|s| s.eq_ignore_ascii_case("rediss://"))
+                {
+                    return Err(bad("ssl-ca needs a rediss:// address".to_string()));
+                }
+                if rest.ends_with("#insecure") {
+                    return Err(bad(
+                        "ssl-ca checks the certificate; #insecure does not: choose one".to_string(),
+                    ));
+                }
+                let pem = remote::read_ca_file(&ca, true).map_err(&bad)?;
+                redis::Client::build_with_tls(
+                    rest,
+                    redis::TlsCertificates {
+                        client_tls: None,
+                        root_cert: Some(pem),
+                    },
+                )
+            }
+        }
+        .map_err(|e| bad(format!("not a redis address: {e}")))?;
         Ok(RedisStore {
             client,
             conn: None,

@@ -155,11 +155,16 @@ pub(crate) fn run_from_json(json: &str) -> Result<Run, String> {
 }
 
 /// Splits `key=value` query parameters off an address: returns the address without the
-/// parameters named in `ours`, and their values (percent-decoded), in order of `ours`.
+/// parameters named in `ours`, and their values (percent-decoded), in order of `ours`. A
+/// fragment after the query (`#insecure` in `rediss://h/0?prefix=p#insecure`) is kept.
 pub(crate) fn take_params(address: &str, ours: &[&str]) -> (String, Vec<Option<String>>) {
     let mut values = vec![None; ours.len()];
     let Some((base, query)) = address.split_once('?') else {
         return (address.to_string(), values);
+    };
+    let (query, fragment) = match query.split_once('#') {
+        Some((query, fragment)) => (query, format!("#{fragment}")),
+        None => (query, String::new()),
     };
     let mut kept = Vec::new();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
@@ -170,9 +175,9 @@ pub(crate) fn take_params(address: &str, ours: &[&str]) -> (String, Vec<Option<S
         }
     }
     let rebuilt = if kept.is_empty() {
-        base.to_string()
+        format!("{base}{fragment}")
     } else {
-        format!("{base}?{}", kept.join("&"))
+        format!("{base}?{}{fragment}", kept.join("&"))
     };
     (rebuilt, values)
 }
@@ -194,6 +199,23 @@ fn percent_decode(s: &str) -> String {
         i += 1;
     }
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Reads the certificate authority file an address names (`ssl-ca=PATH`): PEM
+/// certificates that the server's certificate must chain to.
+///
+/// # Errors
+/// A short message naming the file when it cannot be read, is empty, or (with `pem_only`)
+/// holds no `BEGIN CERTIFICATE` block.
+pub(crate) fn read_ca_file(path: &str, pem_only: bool) -> Result<Vec<u8>, String> {
+    let data = std::fs::read(path).map_err(|e| format!("ssl-ca {path}: {e}"))?;
+    if data.is_empty() {
+        return Err(format!("ssl-ca {path}: empty file"));
+    }
+    if pem_only && !String::from_utf8_lossy(&data).contains("-----BEGIN CERTIFICATE-----") {
+        return Err(format!("ssl-ca {path}: no PEM certificate in the file"));
+    }
+    Ok(data)
 }
 
 /// True if `name` is a plain identifier jobguard accepts for a schema, database or key
@@ -218,6 +240,16 @@ mod tests {
         let (rest, v) = take_params("redis://h/0?prefix=x", &["prefix", "other"]);
         assert_eq!(rest, "redis://h/0");
         assert_eq!(v, vec![Some("x".to_string()), None]);
+    }
+
+    #[test]
+    fn a_fragment_after_the_query_is_kept() {
+        let (rest, v) = take_params("rediss://h/0?prefix=x&db=1#insecure", &["prefix"]);
+        assert_eq!(rest, "rediss://h/0?db=1#insecure");
+        assert_eq!(v, vec![Some("x".to_string())]);
+        let (rest, v) = take_params("rediss://h/0?prefix=x#insecure", &["prefix"]);
+        assert_eq!(rest, "rediss://h/0#insecure");
+        assert_eq!(v, vec![Some("x".to_string())]);
     }
 
     #[test]

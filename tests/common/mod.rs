@@ -14,6 +14,7 @@ pub mod host;
     feature = "store-redis"
 ))]
 pub mod remote;
+pub mod tls;
 
 use std::io::Write;
 use std::time::{Duration, Instant};

@@ -1,0 +1,363 @@
+//! Private TLS servers for the store TLS tests: a throwaway certificate authority and a
+//! server certificate made with `openssl`, and a Redis or MariaDB server of this test
+//! process that speaks only TLS, on a free port of 127.0.0.1 and 127.0.0.2.
+//!
+//! The server certificate names `127.0.0.1` and `localhost` (subjectAltName), not
+//! `127.0.0.2`: connecting to 127.0.0.2 (also loopback on Linux) is the wrong host name.
+//!
+//! One server per kind serves every test of the process ([`redis`], [`mariadb`]). It is
+//! started through `sh`, which reads its standard input from this process: when this
+//! process ends, however it ends, the shell reads end-of-file, kills the server and
+//! removes its directory. A missing `openssl`, `redis-server`, `mariadb-install-db` or
+//! `mariadbd` skips the tests outside CI and fails them in CI ([`super::go_on`]).
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// A running TLS-only server of this test process.
+pub struct Server {
+    /// Its TLS port on 127.0.0.1 and 127.0.0.2.
+    pub port: u16,
+    /// The directory holding the certificates (and the server's files).
+    pub dir: PathBuf,
+    /// How long generating the certificates and starting the server took.
+    pub startup: Duration,
+    /// The watcher shell: the server lives while this pipe is open.
+    _watch: Mutex<(Child, ChildStdin)>,
+}
+
+impl Server {
+    /// The PEM file of the private certificate authority.
+    pub fn ca(&self) -> PathBuf {
+        self.dir.join("ca.pem")
+    }
+}
+
+/// Whether `program` can be run (found on `PATH` or as a path).
+fn missing(programs: &[&str]) -> Option<String> {
+    let gone: Vec<&str> = programs
+        .iter()
+        .copied()
+        .filter(|p| {
+            Command::new("sh")
+                .args(["-c", "command -v \"$1\"", "sh", p])
+                .stdout(Stdio::null())
+                .status()
+                .map_or(true, |s| !s.success())
+        })
+        .collect();
+    (!gone.is_empty()).then(|| format!("not installed: {}", gone.join(", ")))
+}
+
+/// A port that was free on 127.0.0.1 a moment ago.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+fn run(cmd: &mut Command) -> Result<(), String> {
+    let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{cmd:?}: {}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// Makes `ca.pem` (a certificate authority) and `server.pem`/`server.key` (signed by it,
+/// for 127.0.0.1 and localhost) in `dir`, with EC P-256 keys valid for 2 days.
+pub fn make_certificates(dir: &Path) -> Result<(), String> {
+    let ossl = || {
+        let mut c = Command::new("openssl");
+        c.current_dir(dir);
+        c
+    };
+    run(ossl().args([
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=jobguard test CA",
+    ]))?;
+    run(ossl().args([
+        "req",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=localhost",
+    ]))?;
+    std::fs::write(
+        dir.join("server.ext"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n\
+         keyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n",
+    )
+    .map_err(|e| e.to_string())?;
+    run(ossl().args([
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "server.ext",
+    ]))?;
+    Ok(())
+}
+
+/// Starts `program args` under a watcher shell that kills it and removes `dir` when this
+/// process's end of the pipe closes.
+fn watch(dir: &Path, program: &str, args: &[String]) -> Result<(Child, ChildStdin), String> {
+    let mut child = Command::new("sh")
+        .args([
+            "-c",
+            // The server runs in the background (its standard input is /dev/null); `read`
+            // returns at end-of-file, when this process is gone or drops the pipe.
+            "dir=$1; shift; \"$@\" >\"$dir/server.log\" 2>&1 & pid=$!; \
+             read -r _; kill -9 \"$pid\"; wait \"$pid\"; rm -rf \"$dir\"",
+            "sh",
+        ])
+        .arg(dir)
+        .arg(program)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        // The shell's own "Killed" notice at the end; the server writes to its log.
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("sh: {e}"))?;
+    let stdin = child.stdin.take().ok_or("no pipe to the watcher")?;
+    Ok((child, stdin))
+}
+
+/// Polls `ready` every 50 ms until it holds, at most `timeout`; the server's log on failure.
+fn wait_ready(
+    dir: &Path,
+    timeout: Duration,
+    mut ready: impl FnMut() -> bool,
+) -> Result<(), String> {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if ready() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = std::fs::read_to_string(dir.join("server.log")).unwrap_or_default();
+    Err(format!(
+        "server not ready after {timeout:?}; its log:\n{log}"
+    ))
+}
+
+fn temp_dir(kind: &str) -> Result<PathBuf, String> {
+    // Kept: the watcher removes it after the server is gone.
+    tempfile::Builder::new()
+        .prefix(&format!("jobguard-tls-{kind}-"))
+        .tempdir()
+        .map(|d| d.keep())
+        .map_err(|e| e.to_string())
+}
+
+fn start_redis() -> Result<Server, String> {
+    if let Some(why) = missing(&["openssl", "redis-server", "redis-cli"]) {
+        return Err(why);
+    }
+    let started = Instant::now();
+    let dir = temp_dir("redis")?;
+    make_certificates(&dir)?;
+    let port = free_port();
+    let file = |name: &str| dir.join(name).display().to_string();
+    let args: Vec<String> = [
+        "--port",
+        "0",
+        "--tls-port",
+        &port.to_string(),
+        "--bind",
+        "127.0.0.1",
+        "127.0.0.2",
+        "--tls-cert-file",
+        &file("server.pem"),
+        "--tls-key-file",
+        &file("server.key"),
+        "--tls-ca-cert-file",
+        &file("ca.pem"),
+        "--tls-auth-clients",
+        "no",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--daemonize",
+        "no",
+        "--dir",
+        &dir.display().to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let watcher = watch(&dir, "redis-server", &args)?;
+    wait_ready(&dir, Duration::from_secs(20), || {
+        redis_cli_at(&dir, port, &["PING"]).is_ok_and(|o| o.trim() == "PONG")
+    })?;
+    Ok(Server {
+        port,
+        dir,
+        startup: started.elapsed(),
+        _watch: Mutex::new(watcher),
+    })
+}
+
+fn redis_cli_at(dir: &Path, port: u16, args: &[&str]) -> Result<String, String> {
+    let out = Command::new("redis-cli")
+        .args(["--tls", "--cacert"])
+        .arg(dir.join("ca.pem"))
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .output()
+        .map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// A user of the TLS MariaDB server with every privilege, besides root without password.
+pub const MARIADB_USER: &str = "jobguard";
+/// [`MARIADB_USER`]'s password: tests check that no message shows it.
+pub const MARIADB_PASSWORD: &str = "hunter2";
+
+fn start_mariadb() -> Result<Server, String> {
+    if let Some(why) = missing(&["openssl", "mariadb-install-db", "mariadbd", "mariadb"]) {
+        return Err(why);
+    }
+    let started = Instant::now();
+    let dir = temp_dir("mariadb")?;
+    make_certificates(&dir)?;
+    let data = dir.join("data");
+    run(Command::new("mariadb-install-db")
+        .arg("--no-defaults")
+        .arg(format!("--datadir={}", data.display()))
+        .args([
+            "--user=root",
+            "--auth-root-authentication-method=normal",
+            "--skip-test-db",
+        ]))?;
+    let port = free_port();
+    let file = |name: &str| dir.join(name).display().to_string();
+    let args = vec![
+        "--no-defaults".to_string(),
+        "--user=root".to_string(),
+        format!("--datadir={}", data.display()),
+        format!("--socket={}", file("mariadb.sock")),
+        format!("--port={port}"),
+        "--bind-address=127.0.0.1,127.0.0.2".to_string(),
+        format!("--ssl-cert={}", file("server.pem")),
+        format!("--ssl-key={}", file("server.key")),
+        format!("--ssl-ca={}", file("ca.pem")),
+        // Only TLS connections are let in.
+        "--require-secure-transport=ON".to_string(),
+        "--skip-log-bin".to_string(),
+        "--innodb-buffer-pool-size=16M".to_string(),
+    ];
+    let watcher = watch(&dir, "mariadbd", &args)?;
+    wait_ready(&dir, Duration::from_secs(60), || {
+        mariadb_at(&dir, port, "SELECT 1").is_ok()
+    })?;
+    mariadb_at(
+        &dir,
+        port,
+        &format!(
+            "CREATE USER '{MARIADB_USER}'@'%' IDENTIFIED BY '{MARIADB_PASSWORD}'; \
+             GRANT ALL ON *.* TO '{MARIADB_USER}'@'%'"
+        ),
+    )?;
+    Ok(Server {
+        port,
+        dir,
+        startup: started.elapsed(),
+        _watch: Mutex::new(watcher),
+    })
+}
+
+fn mariadb_at(dir: &Path, port: u16, statement: &str) -> Result<(), String> {
+    run(Command::new("mariadb")
+        .args(["-uroot", "-h127.0.0.1", &format!("-P{port}"), "--ssl"])
+        .arg(format!("--ssl-ca={}", dir.join("ca.pem").display()))
+        .args(["-e", statement]))
+}
+
+impl Server {
+    /// Runs `redis-cli` over TLS against this (Redis) server; its output.
+    pub fn redis_cli(&self, args: &[&str]) -> String {
+        redis_cli_at(&self.dir, self.port, args).expect("redis-cli")
+    }
+
+    /// Runs one SQL statement as root over TLS against this (MariaDB) server.
+    pub fn sql(&self, statement: &str) {
+        if let Err(e) = mariadb_at(&self.dir, self.port, statement) {
+            panic!("{statement}: {e}");
+        }
+    }
+}
+
+fn shared(
+    cell: &'static OnceLock<Result<Server, String>>,
+    start: fn() -> Result<Server, String>,
+    test: &str,
+) -> Option<&'static Server> {
+    match cell.get_or_init(start) {
+        Ok(server) => Some(server),
+        Err(why) => {
+            super::go_on(test, Some(why.clone()));
+            None
+        }
+    }
+}
+
+/// The process's TLS-only Redis server, started on first use; `None` (after
+/// [`super::go_on`]) when it cannot run here.
+pub fn redis(test: &str) -> Option<&'static Server> {
+    static CELL: OnceLock<Result<Server, String>> = OnceLock::new();
+    shared(&CELL, start_redis, test)
+}
+
+/// The process's TLS-only MariaDB server (root without password, TLS required), started
+/// on first use; `None` (after [`super::go_on`]) when it cannot run here.
+pub fn mariadb(test: &str) -> Option<&'static Server> {
+    static CELL: OnceLock<Result<Server, String>> = OnceLock::new();
+    shared(&CELL, start_mariadb, test)
+}

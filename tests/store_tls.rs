@@ -1,0 +1,489 @@
+//! TLS to the shared stores, against real servers that speak only TLS: a private Redis
+//! (`rediss://`) and a private MariaDB (`ssl-mode=`, `ssl-ca=`), each started by this
+//! test process with a certificate of a private certificate authority
+//! ([`common::tls`]). Every case opens the store through `jobguard::store::open`, as the
+//! shim does, and claims through the `Store` trait.
+//!
+//! Cases per engine: a claim over TLS checked against the private CA; refusals with a
+//! "certificate" error when the CA is not given (the system's roots do not hold it) and
+//! when the host name is wrong; encryption without checking (`#insecure`, `REQUIRED`)
+//! works without the CA; a plain client against the TLS-only server fails at once;
+//! a server that goes silent after accepting fails within the deadlines; address errors;
+//! passwords masked in every message. Then the store conformance suite
+//! runs over TLS on both engines.
+#![cfg(all(
+    feature = "store-postgres",
+    feature = "store-mysql",
+    feature = "store-redis"
+))]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use jobguard::clock::ManualClock;
+use jobguard::store::{Claim, Store, StoreError};
+
+use common::conformance::{Env, S1, T0, claimed, request};
+use common::remote::{Kind, namespace};
+use common::tls::{self, Server};
+
+/// Long enough for a refused connection, far shorter than a hang: the connect (3 s) and
+/// call (4 s) deadlines together.
+const QUICK: Duration = Duration::from_secs(7);
+
+/// Opens `address` through `jobguard::store::open` and claims a fresh slot; the error, and
+/// how long it took.
+fn claim_at(address: &str) -> (Result<Claim, StoreError>, Duration) {
+    let started = Instant::now();
+    let result =
+        jobguard::store::open(address).and_then(|mut s| s.claim(&request("j", S1, 1, 1, false)));
+    (result, started.elapsed())
+}
+
+/// Expects a grant at `address`.
+fn expect_claimed(address: &str) {
+    let mut s = jobguard::store::open(address).expect("open");
+    claimed(&mut *s, &request("j", S1, 1, 1, false));
+}
+
+/// Expects `address` to be refused quickly with `needle` in the message and no password.
+fn expect_refused(address: &str, needle: &str) -> StoreError {
+    let (result, took) = claim_at(address);
+    let err = match result {
+        Err(e) => e,
+        Ok(c) => panic!("{address}: expected a refusal, got {c:?}"),
+    };
+    let msg = err.to_string();
+    assert!(
+        msg.to_lowercase().contains(needle),
+        "{address}: wanted {needle:?} in: {msg}"
+    );
+    assert!(!msg.contains("hunter2"), "password shown: {msg}");
+    assert!(took < QUICK, "{address}: took {took:?}");
+    err
+}
+
+fn expect_address_error(address: &str, needle: &str) {
+    match jobguard::store::open(address) {
+        Err(e @ StoreError::Address { .. }) => {
+            let msg = e.to_string();
+            assert!(
+                msg.contains(needle),
+                "{address}: wanted {needle:?} in: {msg}"
+            );
+            assert!(!msg.contains("hunter2"), "password shown: {msg}");
+        }
+        Err(e) => panic!("{address}: expected an address error, got {e}"),
+        Ok(s) => panic!("{address}: opened {}", s.describe()),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Redis
+
+fn redis_address(server: &Server, host: &str, ns: &str, tail: &str) -> String {
+    format!("rediss://{host}:{}/0?prefix={ns}:{tail}", server.port)
+}
+
+#[test]
+fn redis_claim_over_tls_checked_against_the_private_ca() {
+    let Some(server) = tls::redis("redis_tls::verified") else {
+        return;
+    };
+    eprintln!("TLS redis-server ready in {:?}", server.startup);
+    let ns = namespace();
+    let ca = format!("&ssl-ca={}", server.ca().display());
+    expect_claimed(&redis_address(server, "127.0.0.1", &ns, &ca));
+    // The name in the certificate works as well (localhost may be ::1 first).
+    let ns2 = namespace();
+    expect_claimed(&redis_address(server, "localhost", &ns2, &ca));
+    // The record is on the server.
+    let keys = server.redis_cli(&["--scan", "--pattern", &format!("{ns}:run:*")]);
+    assert_eq!(keys.lines().count(), 1, "{keys}");
+}
+
+#[test]
+fn redis_certificate_of_an_unknown_ca_is_refused() {
+    let Some(server) = tls::redis("redis_tls::system_roots") else {
+        return;
+    };
+    let address = format!("rediss://:hunter2@127.0.0.1:{}/0", server.port);
+    let err = expect_refused(&address, "certificate");
+    assert!(matches!(err, StoreError::Unavailable { .. }), "{err}");
+    assert!(err.to_string().contains("UnknownIssuer"), "{err}");
+    assert!(err.to_string().contains(":***@127.0.0.1"), "{err}");
+}
+
+#[test]
+fn redis_wrong_host_name_is_refused() {
+    let Some(server) = tls::redis("redis_tls::wrong_name") else {
+        return;
+    };
+    let ns = namespace();
+    let ca = format!("&ssl-ca={}", server.ca().display());
+    let err = expect_refused(&redis_address(server, "127.0.0.2", &ns, &ca), "certificate");
+    assert!(matches!(err, StoreError::Unavailable { .. }), "{err}");
+    assert!(
+        err.to_string().contains("not valid for name"),
+        "a name error: {err}"
+    );
+}
+
+#[test]
+fn redis_insecure_encrypts_without_the_ca() {
+    let Some(server) = tls::redis("redis_tls::insecure") else {
+        return;
+    };
+    let ns = namespace();
+    // Also with the host name the certificate does not carry.
+    expect_claimed(&redis_address(server, "127.0.0.2", &ns, "#insecure"));
+    let keys = server.redis_cli(&["--scan", "--pattern", &format!("{ns}:run:*")]);
+    assert_eq!(keys.lines().count(), 1, "{keys}");
+}
+
+#[test]
+fn redis_plain_client_against_tls_only_server_fails_at_once() {
+    let Some(server) = tls::redis("redis_tls::plain_client") else {
+        return;
+    };
+    let address = format!("redis://:hunter2@127.0.0.1:{}/0", server.port);
+    let (result, took) = claim_at(&address);
+    let err = result.expect_err("a plain client was served by a TLS-only server");
+    assert!(matches!(err, StoreError::Unavailable { .. }), "{err}");
+    assert!(!err.to_string().contains("hunter2"), "{err}");
+    assert!(took < QUICK, "took {took:?}: {err}");
+}
+
+#[test]
+fn redis_tls_address_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let not_pem = dir.path().join("not.pem");
+    std::fs::write(&not_pem, "hello\n").unwrap();
+    expect_address_error(
+        "rediss://:hunter2@127.0.0.1/0?ssl-ca=/nonexistent/ca.pem",
+        "ssl-ca /nonexistent/ca.pem",
+    );
+    expect_address_error(
+        &format!("rediss://:hunter2@127.0.0.1/0?ssl-ca={}", not_pem.display()),
+        "no PEM certificate",
+    );
+    expect_address_error(
+        &format!("redis://:hunter2@127.0.0.1/0?ssl-ca={}", not_pem.display()),
+        "needs a rediss://",
+    );
+    expect_address_error(
+        &format!(
+            "rediss://:hunter2@127.0.0.1/0?ssl-ca={}#insecure",
+            not_pem.display()
+        ),
+        "#insecure",
+    );
+    // The prefix still applies with a fragment after it.
+    expect_address_error("rediss://127.0.0.1/0?prefix=a b#insecure", "prefix");
+}
+
+// ---------------------------------------------------------------------------------------
+// MariaDB
+
+/// A fresh database on the TLS MariaDB, and its address with `params` on `host`.
+fn mariadb_db(server: &Server) -> String {
+    let ns = namespace();
+    server.sql(&format!("CREATE DATABASE {ns}"));
+    ns
+}
+
+fn mariadb_address(server: &Server, host: &str, db: &str, params: &str) -> String {
+    format!("mysql://root@{host}:{}/{db}?{params}", server.port)
+}
+
+#[test]
+fn mariadb_claim_over_tls_checked_against_the_private_ca() {
+    let Some(server) = tls::mariadb("mariadb_tls::verified") else {
+        return;
+    };
+    eprintln!("TLS mariadbd ready in {:?}", server.startup);
+    let db = mariadb_db(server);
+    let ca = server.ca().display().to_string();
+    for params in [
+        format!("ssl-mode=VERIFY_IDENTITY&ssl-ca={ca}"),
+        format!("ssl_mode=verify_ca&ssl_ca={ca}"),
+        // A CA alone means VERIFY_CA, as with the mysql client.
+        format!("ssl-ca={ca}"),
+    ] {
+        let mut s = jobguard::store::open(&mariadb_address(server, "127.0.0.1", &db, &params))
+            .expect("open");
+        s.init().unwrap_or_else(|e| panic!("{params}: {e}"));
+    }
+    expect_claimed(&format!(
+        "mariadb://root@localhost:{}/{db}?ssl-mode=VERIFY_IDENTITY&ssl-ca={ca}",
+        server.port
+    ));
+}
+
+#[test]
+fn mariadb_certificate_of_an_unknown_ca_is_refused() {
+    let Some(server) = tls::mariadb("mariadb_tls::system_roots") else {
+        return;
+    };
+    for mode in ["VERIFY_CA", "VERIFY_IDENTITY"] {
+        let address = format!(
+            "mysql://root:hunter2@127.0.0.1:{}/mysql?ssl-mode={mode}",
+            server.port
+        );
+        let err = expect_refused(&address, "certificate");
+        assert!(matches!(err, StoreError::Unavailable { .. }), "{err}");
+        assert!(err.to_string().contains("UnknownIssuer"), "{err}");
+        assert!(err.to_string().contains("root:***@127.0.0.1"), "{err}");
+    }
+}
+
+#[test]
+fn mariadb_wrong_host_name_is_refused_by_verify_identity_only() {
+    let Some(server) = tls::mariadb("mariadb_tls::wrong_name") else {
+        return;
+    };
+    let db = mariadb_db(server);
+    let ca = server.ca().display().to_string();
+    let err = expect_refused(
+        &mariadb_address(
+            server,
+            "127.0.0.2",
+            &db,
+            &format!("ssl-mode=VERIFY_IDENTITY&ssl-ca={ca}"),
+        ),
+        "certificate",
+    );
+    assert!(
+        err.to_string().contains("not valid for name"),
+        "a name error: {err}"
+    );
+    expect_claimed(&mariadb_address(
+        server,
+        "127.0.0.2",
+        &db,
+        &format!("ssl-mode=VERIFY_CA&ssl-ca={ca}"),
+    ));
+}
+
+#[test]
+fn mariadb_required_and_preferred_encrypt_without_the_ca() {
+    let Some(server) = tls::mariadb("mariadb_tls::required") else {
+        return;
+    };
+    // The server lets in TLS connections only, so a claim proves the connection is TLS.
+    let db = mariadb_db(server);
+    expect_claimed(&mariadb_address(
+        server,
+        "127.0.0.2",
+        &db,
+        "ssl-mode=REQUIRED",
+    ));
+    let db = mariadb_db(server);
+    expect_claimed(&mariadb_address(
+        server,
+        "127.0.0.1",
+        &db,
+        "ssl-mode=preferred",
+    ));
+}
+
+#[test]
+fn mariadb_plain_client_against_tls_only_server_fails_at_once() {
+    let Some(server) = tls::mariadb("mariadb_tls::plain_client") else {
+        return;
+    };
+    // The same user and password over TLS are let in: only the transport differs.
+    let db = mariadb_db(server);
+    let user = format!("{}:{}", tls::MARIADB_USER, tls::MARIADB_PASSWORD);
+    expect_claimed(&format!(
+        "mysql://{user}@127.0.0.1:{}/{db}?ssl-mode=REQUIRED",
+        server.port
+    ));
+    for params in ["", "?ssl-mode=DISABLED"] {
+        let address = format!("mysql://{user}@127.0.0.1:{}/{db}{params}", server.port);
+        let (result, took) = claim_at(&address);
+        let err = result.expect_err("a plain client was served by a TLS-only server");
+        // MariaDB answers a plain connection under require_secure_transport as a
+        // refused login.
+        assert!(err.to_string().contains("Access denied"), "{err}");
+        assert!(!err.to_string().contains("hunter2"), "{err}");
+        assert!(took < QUICK, "took {took:?}: {err}");
+    }
+}
+
+/// The machine's MariaDB (127.0.0.1:3306) has no TLS: `PREFERRED` falls back to an
+/// unencrypted connection, `REQUIRED` refuses to.
+#[test]
+fn mariadb_without_tls_preferred_falls_back_and_required_refuses() {
+    let Some(ns) = common::remote::Namespace::new(Kind::Mysql, "mariadb_tls::no_tls_server") else {
+        return;
+    };
+    let out = std::process::Command::new("mariadb")
+        .args(["-uroot", "-h127.0.0.1", "-N", "-e", "SELECT @@have_ssl"])
+        .output()
+        .expect("mariadb");
+    let have_ssl = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if !common::go_on(
+        "mariadb_tls::no_tls_server",
+        (have_ssl == "YES").then(|| "the machine's MariaDB speaks TLS".to_string()),
+    ) {
+        return;
+    }
+    expect_claimed(&format!("{}?ssl-mode=PREFERRED", ns.address()));
+    let err = expect_refused(
+        &format!("{}?ssl-mode=REQUIRED", ns.address()),
+        "secure connection",
+    );
+    assert!(matches!(err, StoreError::Unavailable { .. }), "{err}");
+}
+
+#[test]
+fn mariadb_tls_address_errors() {
+    let base = "mysql://u:hunter2@127.0.0.1/db";
+    expect_address_error(&format!("{base}?ssl-mode=VERIFY_FULL"), "unknown ssl-mode");
+    expect_address_error(
+        &format!("{base}?ssl-mode=REQUIRED&ssl-ca=/etc/hostname"),
+        "only used with ssl-mode=VERIFY_CA or VERIFY_IDENTITY, not REQUIRED",
+    );
+    expect_address_error(
+        &format!("{base}?ssl-mode=VERIFY_CA&ssl-ca=/nonexistent/ca.pem"),
+        "ssl-ca /nonexistent/ca.pem",
+    );
+    expect_address_error(
+        &format!("{base}?root_cert_path=/etc/hostname"),
+        "root_cert_path is not supported",
+    );
+    expect_address_error(
+        &format!("{base}?ssl-mode=REQUIRED&danger_accept_invalid_certs=true"),
+        "danger_accept_invalid_certs is not supported",
+    );
+}
+
+/// A server that accepts the connection and then says nothing (a partition after the
+/// TCP handshake) makes a TLS store unavailable within the deadlines, not hang it.
+#[test]
+fn silent_server_is_unavailable_within_the_deadlines() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // Accepted connections are kept open, unanswered, until the test ends.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for c in listener.incoming() {
+            held.push(c);
+        }
+    });
+    let addresses = [
+        format!("rediss://:hunter2@127.0.0.1:{port}/0#insecure"),
+        format!("rediss://:hunter2@127.0.0.1:{port}/0"),
+        format!("mysql://u:hunter2@127.0.0.1:{port}/db?ssl-mode=REQUIRED"),
+    ];
+    // In parallel: each waits for its deadline.
+    std::thread::scope(|scope| {
+        for address in &addresses {
+            scope.spawn(move || {
+                let (result, took) = claim_at(address);
+                let err = result.expect_err("a silent server answered");
+                assert!(matches!(err, StoreError::Unavailable { .. }), "{err}");
+                assert!(!err.to_string().contains("hunter2"), "{err}");
+                assert!(took < QUICK, "{address}: took {took:?}: {err}");
+            });
+        }
+    });
+}
+
+// ---------------------------------------------------------------------------------------
+// The conformance suite over TLS
+
+/// A conformance env on a private TLS server: a fresh namespace, reached with the
+/// certificate checked against the private CA, and a manual clock.
+struct TlsEnv {
+    kind: Kind,
+    server: &'static Server,
+    ns: String,
+    clock: ManualClock,
+}
+
+fn tls_env(kind: Kind, test: &str) -> Option<Box<dyn Env>> {
+    let server = match kind {
+        Kind::Redis => tls::redis(test)?,
+        Kind::Mysql => tls::mariadb(test)?,
+        Kind::Postgres => unreachable!("PostgreSQL TLS is tested in store_conformance"),
+    };
+    let ns = namespace();
+    if kind == Kind::Mysql {
+        server.sql(&format!("CREATE DATABASE {ns}"));
+    }
+    Some(Box::new(TlsEnv {
+        kind,
+        server,
+        ns,
+        clock: ManualClock::new(T0),
+    }))
+}
+
+impl TlsEnv {
+    fn address(&self) -> String {
+        let ca = self.server.ca().display().to_string();
+        match self.kind {
+            Kind::Redis => format!(
+                "rediss://127.0.0.1:{}/0?prefix={}:&ssl-ca={ca}",
+                self.server.port, self.ns
+            ),
+            _ => format!(
+                "mysql://root@127.0.0.1:{}/{}?ssl-mode=VERIFY_IDENTITY&ssl-ca={ca}",
+                self.server.port, self.ns
+            ),
+        }
+    }
+}
+
+impl Env for TlsEnv {
+    fn connect(&self) -> Result<Box<dyn Store>, StoreError> {
+        self.kind.open(&self.address(), Some(&self.clock))
+    }
+    fn advance(&self, usec: i64) {
+        self.clock.advance(usec);
+    }
+    fn set_schema_version(&self, version: i64) {
+        match self.kind {
+            Kind::Redis => {
+                self.server.redis_cli(&[
+                    "SET",
+                    &format!("{}:schema", self.ns),
+                    &version.to_string(),
+                ]);
+            }
+            _ => self.server.sql(&format!(
+                "UPDATE {}.jobguard_meta SET value = {version} WHERE name = 'schema_version'",
+                self.ns
+            )),
+        }
+    }
+    fn current_schema_version(&self) -> i64 {
+        match self.kind {
+            Kind::Redis => jobguard::store::redis::SCHEMA_VERSION,
+            _ => jobguard::store::mysql::SCHEMA_VERSION,
+        }
+    }
+}
+
+mod redis_conformance {
+    fn fresh(case: &str) -> Option<Box<dyn crate::common::conformance::Env>> {
+        super::tls_env(
+            crate::common::remote::Kind::Redis,
+            &format!("redis_tls::{case}"),
+        )
+    }
+    crate::common::conformance::conformance_suite!(optional fresh);
+}
+
+mod mariadb_conformance {
+    fn fresh(case: &str) -> Option<Box<dyn crate::common::conformance::Env>> {
+        super::tls_env(
+            crate::common::remote::Kind::Mysql,
+            &format!("mariadb_tls::{case}"),
+        )
+    }
+    crate::common::conformance::conformance_suite!(optional fresh);
+}
