@@ -754,6 +754,46 @@ fn check_of_a_good_list_exits_0() {
 }
 
 #[test]
+fn check_names_what_this_host_lacks_for_a_valid_job() {
+    let d = Dir::new();
+    let text = format!(
+        "[jobs.good]\n{GOOD}\n[jobs.odd]\nschedule = \"daily\"\n\
+         command = [\"jobguard-no-such-program\", \"x\"]\nuser = \"jobguard-no-such-user\"\n\
+         working_directory = \"/nonexistent/dir\"\nstore_file = \"missing.url\"\n\
+         [jobs.script]\nschedule = \"daily\"\ncommand = [\"./not-executable.sh\"]\n\
+         working_directory = \".\"\n\
+         [jobs.found]\nschedule = \"daily\"\ncommand = [\"./run.sh\"]\nworking_directory = \".\"\n"
+    );
+    let f = d.write("jobs.toml", &text);
+    d.write("not-executable.sh", "#!/bin/sh\n");
+    let run = d.write("run.sh", "#!/bin/sh\n");
+    std::fs::set_permissions(&run, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = check(&["--config", f.to_str().expect("utf-8")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let f = f.display();
+    for line in [
+        format!("{f}: jobs.odd.user: user \"jobguard-no-such-user\" does not exist (on this host)"),
+        format!(
+            "{f}: jobs.odd.working_directory: /nonexistent/dir is not a directory (on this host)"
+        ),
+        format!("{f}: jobs.odd.command: jobguard-no-such-program is not found in PATH"),
+        format!("{f}: jobs.odd.store_file: job odd: cannot read store_file"),
+        format!(
+            "{f}: jobs.script.command: ./not-executable.sh is not an executable file (on this host)"
+        ),
+    ] {
+        assert!(stderr.contains(&line), "missing {line:?} in:\n{stderr}");
+    }
+    assert!(!stderr.contains("jobs.good"), "{stderr}");
+    assert!(!stderr.contains("jobs.found"), "{stderr}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "4 valid jobs in 1 file: found, good, odd, script; 5 problems on this host\n"
+    );
+}
+
+#[test]
 fn a_long_list_is_read_whole_with_errors_in_order() {
     let d = Dir::new();
     let mut text = String::new();

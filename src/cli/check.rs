@@ -1,9 +1,24 @@
 //! `jobguard check`: validates the whole job list. Prints every error to stderr as
 //! `FILE:LINE:COLUMN: KEY: MESSAGE`, a one-line summary to stdout, and exits
 //! [`crate::exit::FAILURE`] when there is any error.
+//!
+//! Then it checks each valid job against this host, as its run would meet it: the `user`
+//! exists, the `working_directory` is a directory, the command is an executable file
+//! (looked up in `PATH` when it has no `/`, as the run does) and the store address can
+//! be read (`store_file`, `store_credential`). Those problems are printed as
+//! `FILE: KEY: MESSAGE (on this host)` and also make the exit status 1; the generator
+//! does not check them, since a user or file may appear after boot.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 
 use crate::cli::ConfigArgs;
 use crate::config::{self, ConfigSource, JobSet};
+use crate::job::Job;
+
+/// The `PATH` a run looks commands up in when the shim has none (systemd's default for
+/// system services, systemd.exec(5)).
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin";
 
 /// Runs `jobguard check`; returns the exit status.
 pub fn run(args: &ConfigArgs) -> u8 {
@@ -12,8 +27,27 @@ pub fn run(args: &ConfigArgs) -> u8 {
     for e in &set.errors {
         eprintln!("{e}");
     }
-    println!("{}", summary(&set));
-    if set.errors.is_empty() {
+    let path = std::env::var("PATH").unwrap_or_else(|_| DEFAULT_PATH.to_string());
+    let mut on_host = 0;
+    for job in set.jobs.values() {
+        for (key, message) in host_problems(job, &path) {
+            eprintln!(
+                "{}: jobs.{}.{key}: {message} (on this host)",
+                job.source.display(),
+                job.name
+            );
+            on_host += 1;
+        }
+    }
+    let mut line = summary(&set);
+    if on_host > 0 {
+        line.push_str(&format!(
+            "; {on_host} problem{} on this host",
+            if on_host == 1 { "" } else { "s" }
+        ));
+    }
+    println!("{line}");
+    if set.errors.is_empty() && on_host == 0 {
         crate::exit::OK
     } else {
         crate::exit::FAILURE
@@ -39,4 +73,68 @@ pub fn summary(set: &JobSet) -> String {
         s.push_str(&format!("; {k} error{}", if k == 1 { "" } else { "s" }));
     }
     s
+}
+
+/// What would make `job` fail on this host before its command does anything, as
+/// `(key, message)`. `path` is the `PATH` to look the command up in.
+pub fn host_problems(job: &Job, path: &str) -> Vec<(&'static str, String)> {
+    let mut problems = Vec::new();
+    if let Some(user) = &job.user
+        && let Err(e) = crate::shim::child::lookup_account(user)
+    {
+        problems.push(("user", e));
+    }
+    if let Some(dir) = &job.working_directory
+        && !dir.is_dir()
+    {
+        problems.push((
+            "working_directory",
+            format!("{} is not a directory", dir.display()),
+        ));
+    }
+    // A relative command with a `/` starts from the directory the command starts in:
+    // `working_directory`, else the user's home (if it exists), else `/` (systemd's).
+    let start = job.working_directory.clone().unwrap_or_else(|| {
+        job.user
+            .as_deref()
+            .and_then(|u| crate::shim::child::lookup_account(u).ok())
+            .map(|a| a.home)
+            .filter(|h| h.is_dir())
+            .unwrap_or_else(|| PathBuf::from("/"))
+    });
+    if let Some(program) = job.command.first()
+        && let Err(e) = find_program(program, &start, path)
+    {
+        problems.push(("command", e));
+    }
+    if let Err(e) = job.store_address() {
+        let key = if job.store_credential.is_some() {
+            "store_credential"
+        } else {
+            "store_file"
+        };
+        problems.push((key, e.to_string()));
+    }
+    problems
+}
+
+/// Finds `program` as execvp(3) would: as given (relative to `start`) when it contains a
+/// `/`, else in each directory of `path`. It must be a regular file with an execute bit.
+fn find_program(program: &str, start: &Path, path: &str) -> Result<PathBuf, String> {
+    let executable = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.contains('/') {
+        let p = start.join(program);
+        return if executable(&p) {
+            Ok(p)
+        } else {
+            Err(format!("{program} is not an executable file"))
+        };
+    }
+    path.split(':')
+        .filter(|d| !d.is_empty())
+        .map(|d| Path::new(d).join(program))
+        .find(|p| executable(p))
+        .ok_or_else(|| format!("{program} is not found in PATH ({path})"))
 }

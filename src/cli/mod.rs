@@ -33,7 +33,8 @@ pub struct Cli {
 pub enum Command {
     /// Run one job for its current slot (the ExecStart of jobguard@JOB.service).
     Run(RunArgs),
-    /// Validate the job list; print every error; exit 1 if there is one.
+    /// Validate the job list and check each job against this host (user, working
+    /// directory, command, store address); print every problem; exit 1 if there is one.
     Check(ConfigArgs),
     /// Write the units the generator would write into a directory, for inspection.
     Generate(GenerateArgs),
