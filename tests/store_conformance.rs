@@ -357,6 +357,45 @@ fn busy_beyond_the_timeout_is_unavailable() {
     ));
 }
 
+#[test]
+fn a_renewal_waits_for_a_locked_file_at_most_a_sixth_of_the_lease() {
+    // With the default 10 s busy timeout, a renewal behind another process's write lock
+    // would outlast a 3 s lease: the shim could not stop its command in time.
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("j.db");
+    let mut s = SqliteStore::open(&db).unwrap();
+    let (lease, _) = claimed(&mut s, &request("j", S1, 1, 1, false));
+    let ttl = Duration::from_secs(3);
+    let mut blocker = rusqlite::Connection::open(&db).unwrap();
+    let tx = blocker
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .unwrap();
+    let asked = Instant::now();
+    let err = s.renew(&lease, ttl).unwrap_err();
+    let waited = asked.elapsed();
+    assert!(matches!(err, StoreError::Unavailable { .. }), "{err}");
+    assert!(
+        waited < ttl / 2,
+        "the renewal waited {waited:?}, about as long as the lease lives"
+    );
+    drop(tx);
+    assert!(s.renew(&lease, ttl).unwrap().is_some());
+    // Claims still wait the whole busy timeout (10 s by default): they hold no lease yet.
+    let mut blocker = rusqlite::Connection::open(&db).unwrap();
+    let tx = blocker
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .unwrap();
+    let waiter = std::thread::spawn(move || {
+        let asked = Instant::now();
+        let answer = s.claim(&request("j", S2, 1, 2, false));
+        (asked.elapsed(), answer.is_ok())
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    drop(tx);
+    let (waited, ok) = waiter.join().unwrap();
+    assert!(ok && waited >= Duration::from_secs(1), "{waited:?} {ok}");
+}
+
 /// Entry point of the helper processes (see `common::helper`); does nothing in a normal
 /// test run.
 #[test]

@@ -140,6 +140,8 @@ pub struct SqliteStore {
     describe: String,
     clock: Arc<dyn Clock>,
     schema_ready: bool,
+    /// The configured wait for another process's write lock.
+    busy_timeout: Duration,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -284,6 +286,7 @@ impl SqliteStore {
             describe,
             clock,
             schema_ready: false,
+            busy_timeout: options.busy_timeout,
         };
         store.configure(options, true)?;
         Ok(store)
@@ -302,6 +305,7 @@ impl SqliteStore {
             describe,
             clock,
             schema_ready: false,
+            busy_timeout: DEFAULT_BUSY_TIMEOUT,
         };
         store.configure(&SqliteOptions::default(), false)?;
         Ok(store)
@@ -359,6 +363,21 @@ impl SqliteStore {
                 "schema version {version} is newer than this jobguard knows ({SCHEMA_VERSION}); upgrade jobguard"
             ),
         }
+    }
+
+    /// [`Store::renew`] with whatever busy timeout is set.
+    fn renew_now(&mut self, lease: &Lease, ttl: Duration) -> Result<Option<i64>, StoreError> {
+        let ttl = duration_usec(ttl);
+        self.write("renew", |tx, now| {
+            let expire_at = now.saturating_add(ttl);
+            let n = tx.execute(
+                "UPDATE jobguard_lease SET expire_at = ?4
+                 WHERE job = ?1 AND holder = ?2 AND token = ?3 AND holder <> ''
+                   AND expire_at > ?5",
+                params![lease.job, lease.holder, lease.token, expire_at, now],
+            )?;
+            Ok((n == 1).then_some(expire_at))
+        })
     }
 
     /// Runs [`Store::init`] once per connection.
@@ -778,17 +797,18 @@ impl Store for SqliteStore {
     }
 
     fn renew(&mut self, lease: &Lease, ttl: Duration) -> Result<Option<i64>, StoreError> {
-        let ttl = duration_usec(ttl);
-        self.write("renew", |tx, now| {
-            let expire_at = now.saturating_add(ttl);
-            let n = tx.execute(
-                "UPDATE jobguard_lease SET expire_at = ?4
-                 WHERE job = ?1 AND holder = ?2 AND token = ?3 AND holder <> ''
-                   AND expire_at > ?5",
-                params![lease.job, lease.holder, lease.token, expire_at, now],
-            )?;
-            Ok((n == 1).then_some(expire_at))
-        })
+        // A renewal waits for another process's write lock at most a sixth of the time to
+        // live (the shim's safety margin), so that the shim can still stop its command
+        // before the lease would expire; the store answers unavailable after that.
+        let wait = (ttl / 6).min(self.busy_timeout);
+        self.conn
+            .busy_timeout(wait)
+            .map_err(|e| store_error(&self.describe, "set busy timeout", e.into()))?;
+        let result = self.renew_now(lease, ttl);
+        let restored = self.conn.busy_timeout(self.busy_timeout);
+        let value = result?;
+        restored.map_err(|e| store_error(&self.describe, "set busy timeout", e.into()))?;
+        Ok(value)
     }
 
     fn finish(
