@@ -8,6 +8,8 @@
 
 mod common;
 
+use common::psql;
+
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -306,19 +308,6 @@ fn job_list_matches_the_story() {
     assert_eq!(job["working_directory"].as_str(), Some("."));
     assert_eq!(job["on_interrupted"].as_str(), Some("rerun"));
     assert!(job.contains_key("timeout") && job.contains_key("description"));
-}
-
-/// `psql` against the local PostgreSQL as `postgres` (trust auth), one value out.
-fn psql(db: &str, sql: &str) -> Result<String, String> {
-    let out = Command::new("psql")
-        .args(["-h", "127.0.0.1", "-U", "postgres", "-d", db, "-XAtqc", sql])
-        .output()
-        .map_err(|e| format!("psql: {e}"))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
-    }
 }
 
 #[test]

@@ -17,6 +17,8 @@
 
 mod common;
 
+use common::psql;
+
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -54,18 +56,6 @@ impl Drop for Database {
             "postgres",
             &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
         );
-    }
-}
-
-fn psql(db: &str, sql: &str) -> Result<String, String> {
-    let out = Command::new("psql")
-        .args(["-h", "127.0.0.1", "-U", "postgres", "-d", db, "-XAtqc", sql])
-        .output()
-        .map_err(|e| format!("psql: {e}"))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
     }
 }
 

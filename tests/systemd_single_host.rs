@@ -696,27 +696,10 @@ fn a_killed_shims_leftover_processes_end_before_the_rerun_under_systemd() {
     assert_eq!(lines(), "1 start\n2 start\n2 end\n");
 }
 
-/// `psql` on this machine's PostgreSQL (127.0.0.1:5432, trust), database `test`.
+/// [`common::psql`] in database `test`.
 #[cfg(feature = "store-postgres")]
 fn psql(sql: &str) -> Result<String, String> {
-    let out = std::process::Command::new("psql")
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-U",
-            "postgres",
-            "-d",
-            "test",
-            "-XAtqc",
-            sql,
-        ])
-        .output()
-        .map_err(|e| format!("psql: {e}"))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
-    }
+    common::psql("test", sql)
 }
 
 /// A PostgreSQL schema of one test in database `test`, dropped at the end.

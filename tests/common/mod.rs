@@ -73,3 +73,18 @@ pub fn wait_for<T>(
         std::thread::sleep(every);
     }
 }
+
+/// Runs one SQL statement with `psql` on the PostgreSQL server at 127.0.0.1 as user
+/// `postgres` in database `db`; returns its unaligned, tuples-only output, trimmed, or
+/// its error output.
+pub fn psql(db: &str, sql: &str) -> Result<String, String> {
+    let out = std::process::Command::new("psql")
+        .args(["-h", "127.0.0.1", "-U", "postgres", "-d", db, "-XAtqc", sql])
+        .output()
+        .map_err(|e| format!("psql: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+    }
+}
