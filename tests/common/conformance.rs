@@ -167,6 +167,18 @@ pub fn claimed(s: &mut dyn Store, req: &ClaimRequest) -> (Lease, Run) {
     }
 }
 
+/// Claims and expects a grant; also returns the previous slot the store answered.
+pub fn claimed_after(s: &mut dyn Store, req: &ClaimRequest) -> (Lease, Run, Option<i64>) {
+    match s.claim(req).expect("claim") {
+        Claim::Claimed {
+            lease,
+            run,
+            previous_slot,
+        } => (lease, run, previous_slot),
+        other => panic!("expected Claimed for run {}, got {other:?}", req.run.run_id),
+    }
+}
+
 /// Claims and expects Busy; returns the lease in the way and its run.
 pub fn busy(s: &mut dyn Store, req: &ClaimRequest) -> (Lease, Option<Run>) {
     match s.claim(req).expect("claim") {
@@ -954,14 +966,7 @@ pub fn queued_re_runs_come_first(env: &dyn Env) {
     let mut req = request("sync", c, 3, 4, false);
     req.queued_first = true;
     req.in_order = true;
-    let (l4, r4, previous) = match s.claim(&req).unwrap() {
-        Claim::Claimed {
-            lease,
-            run,
-            previous_slot,
-        } => (lease, run, previous_slot),
-        other => panic!("expected Claimed, got {other:?}"),
-    };
+    let (l4, r4, previous) = claimed_after(&mut *s, &req);
     assert_eq!(r4.slot.usec, b, "the queued slot b comes first");
     assert_eq!(r4.slot.zone, "America/New_York");
     assert_eq!(r4.trigger, "rerun");
@@ -983,14 +988,7 @@ pub fn queued_re_runs_come_first(env: &dyn Env) {
     let mut req = request("sync", c, 3, 5, false);
     req.queued_first = true;
     req.in_order = true;
-    let (l5, r5, previous) = match s.claim(&req).unwrap() {
-        Claim::Claimed {
-            lease,
-            run,
-            previous_slot,
-        } => (lease, run, previous_slot),
-        other => panic!("expected Claimed, got {other:?}"),
-    };
+    let (l5, r5, previous) = claimed_after(&mut *s, &req);
     assert_eq!((r5.slot.usec, r5.trigger.as_str()), (c, "timer"));
     assert_eq!(previous, Some(b));
     s.finish(&l5, &rid(5), &finish(Outcome::Succeeded)).unwrap();
