@@ -296,6 +296,10 @@ pub trait Store {
     /// 6. else grant the lease with a fencing token larger than every earlier one for the
     ///    job, insert a `running` record (attempt = earlier attempts at the slot + 1) and
     ///    mark queued or held earlier attempts of the slot as [`Resolution::Rerun`].
+    ///
+    /// `req.run.run_id` must be new: a store that already holds a record under it (a
+    /// claim sent again after its answer was lost) answers [`StoreError::Invalid`] and
+    /// leaves that record as it is.
     fn claim(&mut self, req: &ClaimRequest) -> Result<Claim, StoreError>;
 
     /// Extends the lease to store-now + `ttl` if it is still held by `lease.holder` with

@@ -151,6 +151,12 @@ if l[1] and l[1] ~= '' and tonumber(l[5]) > now and l[1] ~= holder then
   if l[6] then run = redis.call('HGETALL', p .. 'run:' .. l[6]) end
   return {'busy', {l[1], l[2], l[3], l[4], l[5]}, run}
 end
+-- A run id names one record: a claim sent again after its answer was lost must not
+-- rewrite the record its first sending made (as the SQL stores' primary key refuses it).
+local rkey = p .. 'run:' .. run_id
+if redis.call('EXISTS', rkey) == 1 then
+  return redis.error_reply('run ' .. run_id .. ' is already recorded')
+end
 local token = redis.call('INCR', p .. 'token:' .. job)
 local expire = fmt(now + ttl)
 redis.call('HSET', lkey, 'holder', holder, 'host', host, 'token', token,
@@ -169,7 +175,6 @@ for _, s in ipairs(settled) do
   redis.call('ZREM', qkey, s)
 end
 local seq = redis.call('INCR', p .. 'seq')
-local rkey = p .. 'run:' .. run_id
 redis.call('HSET', rkey, 'run_id', run_id, 'job', job, 'slot_usec', slot, 'slot_zone', zone,
   'attempt', #ids + 1, 'outcome', 'running', 'forced', forced, 'trigger_kind', trigger,
   'host', host, 'machine_id', ARGV[14], 'boot_id', ARGV[15], 'pid', ARGV[16],

@@ -71,6 +71,7 @@ macro_rules! conformance_suite {
             claim_checks_the_host_clock,
             queued_re_runs_come_first,
             in_order_refuses_a_slot_behind_the_ledger,
+            a_retried_claim_keeps_the_first_record,
         );
     };
     (optional $fresh:path) => {
@@ -94,6 +95,7 @@ macro_rules! conformance_suite {
             claim_checks_the_host_clock,
             queued_re_runs_come_first,
             in_order_refuses_a_slot_behind_the_ledger,
+            a_retried_claim_keeps_the_first_record,
         );
     };
     (@cases required $fresh:path; $($case:ident),* $(,)?) => {
@@ -1051,3 +1053,41 @@ pub fn in_order_refuses_a_slot_behind_the_ledger(env: &dyn Env) {
         other => panic!("expected Claimed, got {other:?}"),
     }
 }
+
+/// A claim whose answer was lost (the connection broke after the store committed it) is
+/// sent again with the same run id, as the shim's retry does: the first record must stay
+/// as it was. Here the first claim took a queued slot; the retry must neither rewrite
+/// that record into another slot nor grant a second record under the same id.
+pub fn a_retried_claim_keeps_the_first_record(env: &dyn Env) {
+    let mut s = connect(env);
+    let queued = S1 - DAY_US;
+    let (_, r1) = claimed(&mut *s, &request("sync", queued, 1, 1, false));
+    assert!(s.interrupt(&r1, "boot", Resolution::Queued).unwrap());
+    let mut req = request("sync", S1, 2, 2, false);
+    req.queued_first = true;
+    req.in_order = true;
+    let (_, first) = claimed(&mut *s, &req);
+    assert_eq!(first.slot.usec, queued, "the queued slot comes first");
+    match s.claim(&req) {
+        // A store may refuse the id it already holds, or answer the same grant again.
+        Err(_) => {}
+        Ok(Claim::Claimed { run, .. }) => assert_eq!(
+            (run.run_id.as_str(), run.slot.usec),
+            (first.run_id.as_str(), queued),
+            "a retry answers the first grant or nothing"
+        ),
+        Ok(other) => panic!("unexpected answer to a retry: {other:?}"),
+    }
+    let record = run_by_id(&mut *s, "sync", &rid(2));
+    assert_eq!(
+        (record.slot.usec, record.outcome, record.trigger.as_str()),
+        (queued, Outcome::Running, "rerun"),
+        "the record of the first claim is unchanged"
+    );
+    assert_eq!(slot_runs(&mut *s, "sync", queued).len(), 2);
+    assert!(
+        slot_runs(&mut *s, "sync", S1).is_empty(),
+        "nothing was recorded for the slot asked for"
+    );
+}
+
