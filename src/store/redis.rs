@@ -653,7 +653,7 @@ impl Store for RedisStore {
                             .map(|c| c.host_now.to_string())
                             .unwrap_or_default(),
                     )
-                    .arg(req.clock.map_or(0, |c| c.tolerance))
+                    .arg(remote::tolerance_usec(req))
                     .arg(if req.queued_first { "1" } else { "0" })
                     .arg(if req.in_order { "1" } else { "0" })
                     .invoke(c)?)

@@ -72,6 +72,7 @@ macro_rules! conformance_suite {
             queued_re_runs_come_first,
             in_order_refuses_a_slot_behind_the_ledger,
             a_retried_claim_keeps_the_first_record,
+            a_huge_clock_tolerance_is_no_error,
         );
     };
     (optional $fresh:path) => {
@@ -96,6 +97,7 @@ macro_rules! conformance_suite {
             queued_re_runs_come_first,
             in_order_refuses_a_slot_behind_the_ledger,
             a_retried_claim_keeps_the_first_record,
+            a_huge_clock_tolerance_is_no_error,
         );
     };
     (@cases required $fresh:path; $($case:ident),* $(,)?) => {
@@ -1091,3 +1093,19 @@ pub fn a_retried_claim_keeps_the_first_record(env: &dyn Env) {
     );
 }
 
+/// A clock tolerance too large to add to the store's clock (a `clock_tolerance` of
+/// centuries, i.e. "do not check") is accepted by every store alike.
+pub fn a_huge_clock_tolerance_is_no_error(env: &dyn Env) {
+    let mut s = connect(env);
+    let mut req = request("sync", S1, 1, 1, false);
+    req.in_order = true;
+    req.queued_first = true;
+    req.clock = Some(ClockCheck {
+        host_now: T0,
+        tolerance: i64::MAX,
+    });
+    match s.claim(&req).expect("claim with a huge tolerance") {
+        Claim::Claimed { previous_slot, .. } => assert_eq!(previous_slot, None),
+        other => panic!("expected Claimed, got {other:?}"),
+    }
+}
