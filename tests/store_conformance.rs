@@ -87,6 +87,14 @@ macro_rules! remote_store {
             }
 
             #[test]
+            fn hosts_starting_together_on_a_store_of_schema_1_all_claim() {
+                remote::concurrent_upgrade_from_schema_1(
+                    $kind,
+                    concat!(stringify!($module), "::concurrent_upgrade"),
+                );
+            }
+
+            #[test]
             fn store_down_at_start_is_unavailable() {
                 remote::outage_at_start($kind);
             }
