@@ -84,32 +84,35 @@ local now = now_us(ARGV[4])
 if host_now ~= '' and math.abs(now - tonumber(host_now)) > tolerance then
   return {'skew', {fmt(now)}, {}}
 end
--- The state of a slot's records: 'done', 'held' or nil, and whether one is queued.
+-- The state of a slot's records: 'done' (also when one is held), 'held' or nil, and
+-- whether one is queued.
 local function slot_state(s)
-  local state, queued = nil, false
+  local done, held, queued = false, false, false
   for _, id in ipairs(redis.call('SMEMBERS', p .. 'slot:' .. job .. ':' .. s)) do
     local f = redis.call('HMGET', p .. 'run:' .. id, 'outcome', 'resolution')
-    if f[2] == 'held' then state = 'held'
-    elseif (f[1] == 'succeeded' or f[2] == 'done') and state ~= 'held' then state = 'done' end
+    if f[1] == 'succeeded' or f[2] == 'done' then done = true end
+    if f[2] == 'held' then held = true end
     if f[2] == 'queued' then queued = true end
   end
-  return state, queued
+  if done then return 'done', queued elseif held then return 'held', queued end
+  return nil, queued
 end
 local qkey = p .. 'queued:' .. job
 local settled = {}
 local picked = false
 if ARGV[21] == '1' then
+  -- Every queued slot is looked at, so that the queue entries of every done slot are
+  -- settled, as the SQL stores do.
   for _, s in ipairs(redis.call('ZRANGE', qkey, 0, -1)) do
     local state, queued = slot_state(s)
     if not queued then
       redis.call('ZREM', qkey, s)
     elseif state == 'done' then
       table.insert(settled, s)
-    elseif not state then
+    elseif not state and not picked then
       slot, picked, trigger = s, true, 'rerun'
       local any = redis.call('SRANDMEMBER', p .. 'slot:' .. job .. ':' .. s)
       zone = redis.call('HGET', p .. 'run:' .. any, 'slot_zone')
-      break
     end
   end
 end

@@ -73,6 +73,7 @@ macro_rules! conformance_suite {
             in_order_refuses_a_slot_behind_the_ledger,
             a_retried_claim_keeps_the_first_record,
             a_huge_clock_tolerance_is_no_error,
+            a_done_slot_with_a_held_record_settles_its_queued_one,
         );
     };
     (optional $fresh:path) => {
@@ -98,6 +99,7 @@ macro_rules! conformance_suite {
             in_order_refuses_a_slot_behind_the_ledger,
             a_retried_claim_keeps_the_first_record,
             a_huge_clock_tolerance_is_no_error,
+            a_done_slot_with_a_held_record_settles_its_queued_one,
         );
     };
     (@cases required $fresh:path; $($case:ident),* $(,)?) => {
@@ -1108,4 +1110,59 @@ pub fn a_huge_clock_tolerance_is_no_error(env: &dyn Env) {
         Claim::Claimed { previous_slot, .. } => assert_eq!(previous_slot, None),
         other => panic!("expected Claimed, got {other:?}"),
     }
+}
+
+/// A slot that is done settles its queued records at the next claim with `queued_first`,
+/// also when it has a held record too, and also when the claim took an older queued
+/// slot first: there is nothing left to re-run. (The held record stays for the person.)
+pub fn a_done_slot_with_a_held_record_settles_its_queued_one(env: &dyn Env) {
+    let mut s = connect(env);
+    let (older, d) = (S1 - 3 * DAY_US, S1 - 2 * DAY_US);
+    // Slot older: cut and queued, not done: the claim takes it.
+    let (_, r9) = claimed(&mut *s, &request("sync", older, 1, 9, false));
+    assert!(s.interrupt(&r9, "boot", Resolution::Queued).unwrap());
+    // Slot d: three holders in turn (each after the lease before expired); the third,
+    // forced, succeeds; then the first is found cut (queued), the second held.
+    let (_, r1) = claimed(&mut *s, &request("sync", d, 1, 1, false));
+    env.advance(TTL_US);
+    let (_, r2) = claimed(&mut *s, &request("sync", d, 2, 2, false));
+    env.advance(TTL_US);
+    let (l3, _) = claimed(&mut *s, &request("sync", d, 3, 3, true));
+    s.finish(&l3, &rid(3), &finish(Outcome::Succeeded)).unwrap();
+    assert!(s.interrupt(&r2, "lease-expired", Resolution::Held).unwrap());
+    assert!(
+        s.interrupt(&r1, "lease-expired", Resolution::Queued)
+            .unwrap()
+    );
+
+    let mut req = request("sync", S1, 4, 4, false);
+    req.queued_first = true;
+    let (l4, r4) = claimed(&mut *s, &req);
+    assert_eq!(
+        r4.slot.usec, older,
+        "the queued slot that is not done comes first"
+    );
+    s.finish(&l4, &rid(4), &finish(Outcome::Succeeded)).unwrap();
+    let mut req = request("sync", S1, 4, 5, false);
+    req.queued_first = true;
+    let (_, r5) = claimed(&mut *s, &req);
+    assert_eq!(r5.slot.usec, S1, "nothing is left to re-run");
+    assert_eq!(
+        run_by_id(&mut *s, "sync", &rid(1)).resolution,
+        Some(Resolution::Rerun),
+        "the queued record of done slot d is settled"
+    );
+    assert_eq!(
+        run_by_id(&mut *s, "sync", &rid(2)).resolution,
+        Some(Resolution::Held),
+        "the held record stays"
+    );
+    let queued = s
+        .runs(&RunQuery {
+            job: Some("sync".to_string()),
+            resolutions: vec![Resolution::Queued],
+            ..RunQuery::default()
+        })
+        .unwrap();
+    assert!(queued.is_empty(), "nothing is queued: {queued:?}");
 }
