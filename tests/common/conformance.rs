@@ -74,6 +74,7 @@ macro_rules! conformance_suite {
             a_retried_claim_keeps_the_first_record,
             a_huge_clock_tolerance_is_no_error,
             a_done_slot_with_a_held_record_settles_its_queued_one,
+            every_way_of_queueing_a_slot_is_seen_by_the_claim,
         );
     };
     (optional $fresh:path) => {
@@ -100,6 +101,7 @@ macro_rules! conformance_suite {
             a_retried_claim_keeps_the_first_record,
             a_huge_clock_tolerance_is_no_error,
             a_done_slot_with_a_held_record_settles_its_queued_one,
+            every_way_of_queueing_a_slot_is_seen_by_the_claim,
         );
     };
     (@cases required $fresh:path; $($case:ident),* $(,)?) => {
@@ -1165,4 +1167,49 @@ pub fn a_done_slot_with_a_held_record_settles_its_queued_one(env: &dyn Env) {
         })
         .unwrap();
     assert!(queued.is_empty(), "nothing is queued: {queued:?}");
+}
+
+/// A slot queued by a finish (a lost lease or a cut run whose policy queues it), by
+/// `resolve --rerun` of a failed attempt, or by `recover` (interrupt) is found by the
+/// next claims with `queued_first`, oldest first, each once.
+pub fn every_way_of_queueing_a_slot_is_seen_by_the_claim(env: &dyn Env) {
+    let mut s = connect(env);
+    let (a, b, c) = (S1 - 3 * DAY_US, S1 - 2 * DAY_US, S1 - DAY_US);
+    // Slot c: cut off; recover queues it.
+    let (_, r1) = claimed(&mut *s, &request("sync", c, 1, 1, false));
+    assert!(s.interrupt(&r1, "boot", Resolution::Queued).unwrap());
+    // Slot a: the lease was lost; the finish queues it.
+    let (l2, _) = claimed(&mut *s, &request("sync", a, 1, 2, false));
+    let lost = Finish {
+        resolution: Some(Resolution::Queued),
+        ..finish(Outcome::LeaseLost)
+    };
+    assert!(s.finish(&l2, &rid(2), &lost).unwrap().recorded);
+    // Slot b: failed; a person queues a re-run.
+    let (l3, _) = claimed(&mut *s, &request("sync", b, 1, 3, false));
+    s.finish(&l3, &rid(3), &finish(Outcome::Failed)).unwrap();
+    assert_eq!(s.resolve("sync", b, Resolution::Queued).unwrap(), 1);
+
+    let mut seen = Vec::new();
+    for n in 10..14 {
+        let mut req = request("sync", S1, 2, n, false);
+        req.queued_first = true;
+        req.in_order = true;
+        let (lease, run) = claimed(&mut *s, &req);
+        s.finish(&lease, &rid(n), &finish(Outcome::Succeeded))
+            .unwrap();
+        seen.push((run.slot.usec, run.trigger));
+        if run.slot.usec == S1 {
+            break;
+        }
+    }
+    assert_eq!(
+        seen,
+        [
+            (a, "rerun".to_string()),
+            (b, "rerun".to_string()),
+            (c, "rerun".to_string()),
+            (S1, "timer".to_string())
+        ]
+    );
 }
