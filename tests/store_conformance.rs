@@ -568,3 +568,73 @@ fn mysql_migration_cut_short_is_completed() {
     claimed(&mut *s, &request("j", S1, 1, 1, false));
     assert!(s.unlock("j").unwrap().is_some());
 }
+
+/// Redis, upgrading while a host of schema 1 is still running a job: its run was claimed
+/// before the migration, and its end is written by the finish script of schema 1, which
+/// queues the slot without adding it to `queued:JOB` (schema 1 had no such index). The
+/// claims of schema 2 must still find that slot.
+#[cfg(feature = "store-redis")]
+#[test]
+fn redis_a_slot_queued_by_a_schema_1_finish_after_the_upgrade_is_run() {
+    use common::remote::{Kind, Namespace};
+    use jobguard::clock::ManualClock;
+    use jobguard::store::redis::SCHEMA_VERSION;
+    use std::process::Command;
+    let Some(ns) = Namespace::new(Kind::Redis, "redis::mixed_versions") else {
+        return;
+    };
+    let clock = ManualClock::new(common::conformance::T0);
+    let redis = |args: &[&str]| {
+        let out = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1"])
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let n = &ns.name;
+    let cut = S1 - 86_400_000_000;
+    // A host of schema 1 claims slot `cut` (a store of schema 1: no slots:/queued: keys).
+    let mut s = Kind::Redis.open(&ns.address(), Some(&clock)).unwrap();
+    let (_, run) = claimed(&mut *s, &request("sync", cut, 1, 1, false));
+    drop(s);
+    redis(&[
+        "DEL",
+        &format!("{n}:slots:sync"),
+        &format!("{n}:queued:sync"),
+    ]);
+    redis(&["SET", &format!("{n}:schema"), "1"]);
+    // A host of schema 2 migrates the store.
+    let mut s = Kind::Redis.open(&ns.address(), Some(&clock)).unwrap();
+    s.init().unwrap();
+    assert_eq!(
+        redis(&["GET", &format!("{n}:schema")]),
+        SCHEMA_VERSION.to_string()
+    );
+    // The first host's run is cut (its lease lost); its finish of schema 1 writes the
+    // record only.
+    let key = format!("{n}:run:{}", run.run_id);
+    redis(&[
+        "HSET",
+        &key,
+        "outcome",
+        "lease_lost",
+        "reason",
+        "lease-lost",
+        "resolution",
+        "queued",
+        "finished_at",
+        &common::conformance::T0.to_string(),
+    ]);
+    clock.advance(common::conformance::TTL_US);
+    let mut req = request("sync", S1, 2, 2, false);
+    req.queued_first = true;
+    req.in_order = true;
+    let (_, r2) = claimed(&mut *s, &req);
+    assert_eq!(
+        (r2.slot.usec, r2.trigger.as_str()),
+        (cut, "rerun"),
+        "the slot queued by the finish of schema 1 comes first"
+    );
+}
