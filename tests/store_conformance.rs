@@ -638,3 +638,32 @@ fn redis_a_slot_queued_by_a_schema_1_finish_after_the_upgrade_is_run() {
         "the slot queued by the finish of schema 1 comes first"
     );
 }
+
+/// A password written into an address without percent-encoding may hold `?` or `#`,
+/// which end the user-info part of a URL: the address is then malformed, and neither
+/// the error nor the store's description may show any of the password.
+#[test]
+fn a_password_with_a_question_mark_or_hash_is_masked_whole() {
+    for secret in ["hun?ter2", "hun#ter2", "h?un#ter2", "hun?ter2/x"] {
+        for address in [
+            format!("postgres://u:{secret}@127.0.0.1/test"),
+            format!("mysql://u:{secret}@127.0.0.1/test"),
+            format!("redis://u:{secret}@127.0.0.1/0"),
+            format!("rediss://:{secret}@127.0.0.1/0"),
+        ] {
+            let shown = match jobguard::store::open(&address) {
+                Ok(s) => s.describe(),
+                Err(e) => e.to_string(),
+            };
+            assert!(!shown.contains("ter2"), "{address}: {shown}");
+            assert!(shown.contains("***"), "{address}: {shown}");
+        }
+    }
+    // A password parameter is still masked when the user-info part has none.
+    let shown = jobguard::store::address::mask("postgres://127.0.0.1/test?password=se@cret");
+    assert!(!shown.contains("se@cret"), "{shown}");
+    let shown = jobguard::store::address::mask("redis://127.0.0.1:6379?password=se@cret");
+    assert!(!shown.contains("se@cret"), "{shown}");
+    let shown = jobguard::store::address::mask("postgres://h/db?application_name=a@b");
+    assert_eq!(shown, "postgres://h/db?application_name=a@b");
+}
