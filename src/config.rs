@@ -830,7 +830,14 @@ fn credential_id(v: &Spanned<DeValue<'_>>) -> Result<String, String> {
 fn store_address(v: &Spanned<DeValue<'_>>, dir: &Path) -> Result<String, String> {
     let s = no_nul(string(v)?)?;
     let Some((scheme, rest)) = s.split_once("://") else {
-        return Err(format!("invalid store address {s:?}: expected SCHEME://…"));
+        // Whatever precedes an '@' may be a user name and password: not shown.
+        let shown = match s.rsplit_once('@') {
+            Some((_, host)) => format!("…@{host}"),
+            None => s.to_string(),
+        };
+        return Err(format!(
+            "invalid store address {shown:?}: expected SCHEME://…"
+        ));
     };
     if !STORE_SCHEMES.contains(&scheme) {
         return Err(format!(

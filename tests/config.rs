@@ -883,3 +883,22 @@ fn a_fifo_or_device_in_the_job_list_is_an_error_not_a_hang() {
         set.errors[0]
     );
 }
+
+/// A store address without `://` is refused without showing what may be a password
+/// before its `@` (the message reaches the terminal, and the kernel log from the
+/// generator).
+#[test]
+fn a_malformed_store_address_does_not_show_its_password() {
+    let d = Dir::new();
+    let text = format!("[jobs.a]\n{GOOD}store = \"postgres:u:hunter2@db/jobs\"\n");
+    d.write("jobs.toml", &text);
+    let set = d.load();
+    let e = only_error(&set);
+    assert!(
+        e.message
+            .starts_with("invalid store address \"…@db/jobs\": expected SCHEME://"),
+        "{}",
+        e.message
+    );
+    assert!(!e.to_string().contains("hunter2"), "{e}");
+}

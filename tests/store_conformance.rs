@@ -87,6 +87,14 @@ macro_rules! remote_store {
             }
 
             #[test]
+            fn hosts_starting_together_on_a_store_of_schema_1_all_claim() {
+                remote::concurrent_upgrade_from_schema_1(
+                    $kind,
+                    concat!(stringify!($module), "::concurrent_upgrade"),
+                );
+            }
+
+            #[test]
             fn store_down_at_start_is_unavailable() {
                 remote::outage_at_start($kind);
             }
@@ -598,4 +606,306 @@ fn mysql_migration_cut_short_is_completed() {
     s.init().unwrap();
     claimed(&mut *s, &request("j", S1, 1, 1, false));
     assert!(s.unlock("j").unwrap().is_some());
+}
+
+/// Redis, upgrading while a host of schema 1 is still running a job: its run was claimed
+/// before the migration, and its end is written by the finish script of schema 1, which
+/// queues the slot without adding it to `queued:JOB` (schema 1 had no such index). The
+/// claims of schema 2 must still find that slot.
+#[cfg(feature = "store-redis")]
+#[test]
+fn redis_a_slot_queued_by_a_schema_1_finish_after_the_upgrade_is_run() {
+    use common::remote::{Kind, Namespace};
+    use jobguard::clock::ManualClock;
+    use jobguard::store::redis::SCHEMA_VERSION;
+    use std::process::Command;
+    let Some(ns) = Namespace::new(Kind::Redis, "redis::mixed_versions") else {
+        return;
+    };
+    let clock = ManualClock::new(common::conformance::T0);
+    let redis = |args: &[&str]| {
+        let out = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1"])
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let n = &ns.name;
+    let cut = S1 - 86_400_000_000;
+    // A host of schema 1 claims slot `cut` (a store of schema 1: no slots:/queued: keys).
+    let mut s = Kind::Redis.open(&ns.address(), Some(&clock)).unwrap();
+    let (_, run) = claimed(&mut *s, &request("sync", cut, 1, 1, false));
+    drop(s);
+    redis(&[
+        "DEL",
+        &format!("{n}:slots:sync"),
+        &format!("{n}:queued:sync"),
+    ]);
+    redis(&["SET", &format!("{n}:schema"), "1"]);
+    // A host of schema 2 migrates the store.
+    let mut s = Kind::Redis.open(&ns.address(), Some(&clock)).unwrap();
+    s.init().unwrap();
+    assert_eq!(
+        redis(&["GET", &format!("{n}:schema")]),
+        SCHEMA_VERSION.to_string()
+    );
+    // The first host's run is cut (its lease lost); its finish of schema 1 writes the
+    // record only.
+    let key = format!("{n}:run:{}", run.run_id);
+    redis(&[
+        "HSET",
+        &key,
+        "outcome",
+        "lease_lost",
+        "reason",
+        "lease-lost",
+        "resolution",
+        "queued",
+        "finished_at",
+        &common::conformance::T0.to_string(),
+    ]);
+    clock.advance(common::conformance::TTL_US);
+    let mut req = request("sync", S1, 2, 2, false);
+    req.queued_first = true;
+    req.in_order = true;
+    let (_, r2) = claimed(&mut *s, &req);
+    assert_eq!(
+        (r2.slot.usec, r2.trigger.as_str()),
+        (cut, "rerun"),
+        "the slot queued by the finish of schema 1 comes first"
+    );
+}
+
+/// A password written into an address without percent-encoding may hold `?` or `#`,
+/// which end the user-info part of a URL: the address is then malformed, and neither
+/// the error nor the store's description may show any of the password.
+#[test]
+fn a_password_with_a_question_mark_or_hash_is_masked_whole() {
+    for secret in ["hun?ter2", "hun#ter2", "h?un#ter2", "hun?ter2/x"] {
+        for address in [
+            format!("postgres://u:{secret}@127.0.0.1/test"),
+            format!("mysql://u:{secret}@127.0.0.1/test"),
+            format!("redis://u:{secret}@127.0.0.1/0"),
+            format!("rediss://:{secret}@127.0.0.1/0"),
+        ] {
+            let shown = match jobguard::store::open(&address) {
+                Ok(s) => s.describe(),
+                Err(e) => e.to_string(),
+            };
+            assert!(!shown.contains("ter2"), "{address}: {shown}");
+            assert!(shown.contains("***"), "{address}: {shown}");
+        }
+    }
+    // A password parameter is still masked when the user-info part has none.
+    let shown = jobguard::store::address::mask("postgres://127.0.0.1/test?password=se@cret");
+    assert!(!shown.contains("se@cret"), "{shown}");
+    let shown = jobguard::store::address::mask("redis://127.0.0.1:6379?password=se@cret");
+    assert!(!shown.contains("se@cret"), "{shown}");
+    let shown = jobguard::store::address::mask("postgres://h/db?application_name=a@b");
+    assert_eq!(shown, "postgres://h/db?application_name=a@b");
+}
+
+/// The four stores given the same random sequences of claims (with and without
+/// `queued_first`, `in_order`, forced), finishes, interrupts, resolutions, unlocks and
+/// clock moves answer alike and hold the same ledger after every step. Six sequences of
+/// 120 steps; `JOBGUARD_TEST_SEEDS=N` runs N.
+#[cfg(all(
+    feature = "store-postgres",
+    feature = "store-mysql",
+    feature = "store-redis"
+))]
+#[test]
+fn the_four_stores_answer_random_histories_alike() {
+    use common::remote::{self, Kind};
+    use jobguard::ledger::{Finish, Outcome, Resolution, Run};
+    use jobguard::store::ClockCheck;
+
+    /// A claim's answer without what legitimately differs (times of the store's clock
+    /// are the same manual clock everywhere, so they are kept).
+    fn answer(r: &Result<Claim, StoreError>) -> String {
+        match r {
+            Err(_) => "error".to_string(),
+            Ok(Claim::Claimed {
+                lease,
+                run,
+                previous_slot,
+            }) => format!(
+                "claimed slot={} attempt={} trigger={} token={} forced={} prev={previous_slot:?}",
+                run.slot.usec, run.attempt, run.trigger, lease.token, run.forced
+            ),
+            Ok(Claim::ClockSkew { store_now }) => format!("skew {store_now}"),
+            Ok(Claim::SlotBehind { newest }) => format!("behind {newest}"),
+            Ok(Claim::SlotDone { by }) => format!("done by {}", by.run_id),
+            Ok(Claim::SlotHeld { by }) => format!("held by {}", by.run_id),
+            Ok(Claim::Busy { lease, run }) => format!(
+                "busy token={} run={:?}",
+                lease.token,
+                run.as_ref().map(|r| r.run_id.clone())
+            ),
+        }
+    }
+    fn ledger(s: &mut dyn Store) -> Vec<String> {
+        let mut runs: Vec<Run> = s.runs(&RunQuery::default()).expect("runs");
+        runs.sort_by(|a, b| a.run_id.cmp(&b.run_id));
+        runs.iter()
+            .map(|r| {
+                format!(
+                    "{} {} slot={} attempt={} {} {:?} trigger={} token={} forced={}",
+                    r.run_id,
+                    r.job,
+                    r.slot.usec,
+                    r.attempt,
+                    r.outcome,
+                    r.resolution,
+                    r.trigger,
+                    r.fencing_token,
+                    r.forced
+                )
+            })
+            .collect()
+    }
+
+    const DAY: i64 = 86_400_000_000;
+    let seeds: u64 = std::env::var("JOBGUARD_TEST_SEEDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(6);
+    for seed in 1..=seeds {
+        let mut envs: Vec<(String, Box<dyn Env>)> = vec![("sqlite".into(), sqlite_env())];
+        for kind in [Kind::Postgres, Kind::Mysql, Kind::Redis] {
+            let Some(env) = remote::env(kind, &format!("differential::{kind:?}")) else {
+                return;
+            };
+            envs.push((format!("{kind:?}"), env));
+        }
+        let mut stores: Vec<Box<dyn Store>> = envs
+            .iter()
+            .map(|(_, e)| e.connect().expect("connect"))
+            .collect();
+        let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut next = |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % n
+        };
+        let mut running: Vec<(jobguard::lease::Lease, Run)> = Vec::new();
+        let mut elapsed = 0i64;
+        for step in 0..120u32 {
+            let what = next(100);
+            let id = seed as u32 * 1000 + step;
+            let mut answers: Vec<String> = Vec::new();
+            let desc;
+            if what < 45 {
+                let slot = S1 - (next(12) as i64) * DAY;
+                let mut req = request("j", slot, 1 + next(3) as u32, id, next(10) == 0);
+                req.queued_first = next(2) == 0;
+                req.in_order = next(2) == 0;
+                if next(2) == 0 {
+                    req.clock = Some(ClockCheck {
+                        host_now: T0 + elapsed,
+                        tolerance: 60_000_000,
+                    });
+                }
+                desc = format!(
+                    "claim slot={slot} holder={} forced={} queued_first={} in_order={}",
+                    req.holder.host, req.run.forced, req.queued_first, req.in_order
+                );
+                let mut granted = None;
+                for s in stores.iter_mut() {
+                    let r = s.claim(&req);
+                    if let Ok(Claim::Claimed { lease, run, .. }) = &r {
+                        granted = Some((lease.clone(), run.clone()));
+                    }
+                    answers.push(answer(&r));
+                }
+                running.extend(granted);
+            } else if what < 70 && !running.is_empty() {
+                let (lease, run) = running.remove(next(running.len() as u64) as usize);
+                let (outcome, resolution) = match next(6) {
+                    0 => (Outcome::Succeeded, None),
+                    1 => (Outcome::Failed, Some(Resolution::Held)),
+                    2 => (Outcome::Failed, None),
+                    3 => (Outcome::LeaseLost, Some(Resolution::Queued)),
+                    4 => (Outcome::Interrupted, Some(Resolution::Queued)),
+                    _ => (Outcome::Interrupted, Some(Resolution::Held)),
+                };
+                desc = format!("finish {} {outcome} {resolution:?}", run.run_id);
+                let f = Finish {
+                    outcome,
+                    reason: Some("x".into()),
+                    exit_status: Some(0),
+                    report: Default::default(),
+                    resolution,
+                };
+                for s in stores.iter_mut() {
+                    answers.push(format!("{:?}", s.finish(&lease, &run.run_id, &f).ok()));
+                }
+            } else if what < 80 && !running.is_empty() {
+                let (_, run) = running.remove(next(running.len() as u64) as usize);
+                let resolution = if next(2) == 0 {
+                    Resolution::Queued
+                } else {
+                    Resolution::Held
+                };
+                desc = format!("interrupt {} {resolution:?}", run.run_id);
+                for s in stores.iter_mut() {
+                    answers.push(format!("{:?}", s.interrupt(&run, "boot", resolution).ok()));
+                }
+            } else if what < 88 {
+                let slot = S1 - (next(12) as i64) * DAY;
+                let resolution = if next(3) == 0 {
+                    Resolution::Done
+                } else {
+                    Resolution::Queued
+                };
+                desc = format!("resolve {slot} {resolution:?}");
+                for s in stores.iter_mut() {
+                    answers.push(format!("{:?}", s.resolve("j", slot, resolution).ok()));
+                }
+            } else if what < 91 {
+                desc = "unlock".to_string();
+                for s in stores.iter_mut() {
+                    answers.push(format!(
+                        "{:?}",
+                        s.unlock("j").ok().map(|l| l.map(|l| l.token))
+                    ));
+                }
+            } else {
+                let by = if next(2) == 0 { 30_000_000 } else { 61_000_000 };
+                elapsed += by;
+                for (_, e) in &envs {
+                    e.advance(by);
+                }
+                continue;
+            }
+            for (i, a) in answers.iter().enumerate() {
+                assert_eq!(
+                    a, &answers[0],
+                    "seed {seed} step {step} ({desc}): {} answered differently from {}",
+                    envs[i].0, envs[0].0
+                );
+            }
+            let first = ledger(&mut *stores[0]);
+            for (i, s) in stores.iter_mut().enumerate().skip(1) {
+                assert_eq!(
+                    ledger(&mut **s),
+                    first,
+                    "seed {seed} step {step} ({desc}): ledger of {}",
+                    envs[i].0
+                );
+            }
+        }
+        let first = ledger(&mut *stores[0]);
+        for (i, s) in stores.iter_mut().enumerate().skip(1) {
+            assert_eq!(
+                ledger(&mut **s),
+                first,
+                "seed {seed}: ledger of {}",
+                envs[i].0
+            );
+        }
+    }
 }

@@ -105,7 +105,8 @@ impl StoreAddress {
 }
 
 /// The address with any password replaced by `***`: the password of the user-info part
-/// (`kind://user:SECRET@host`, `redis://:SECRET@host`) and the values of query parameters
+/// (`kind://user:SECRET@host`, `redis://:SECRET@host`, also when SECRET holds `/`, `@`,
+/// `?` or `#` that are not percent-encoded) and the values of query parameters
 /// named `password`, `pass`, `pwd` or `secret`. Addresses without `://` are returned as
 /// they are.
 pub fn mask(address: &str) -> String {
@@ -117,9 +118,20 @@ pub fn mask(address: &str) -> String {
         return address.to_string();
     }
     // The user-info part ends at the last '@' before any query or fragment, so that a
-    // password containing '/' or '@' is still masked whole.
+    // password containing '/' or '@' is still masked whole. Without one there, a
+    // password written with '?' or '#' (not percent-encoded) ends at the first '@'
+    // after them, when what comes before the '?' or '#' looks like user-info (a ':' and
+    // no '/') and what follows it is not a password parameter.
     let query_start = after.find(['?', '#']).unwrap_or(after.len());
-    let (authority, tail) = match after[..query_start].rfind('@') {
+    let userinfo_end = after[..query_start].rfind('@').or_else(|| {
+        let before = &after[..query_start];
+        let param = after.get(query_start + 1..).unwrap_or("");
+        let param = param.split_once('=').map_or("", |(k, _)| k);
+        after
+            .find('@')
+            .filter(|_| before.contains(':') && !before.contains('/') && !is_password_key(param))
+    });
+    let (authority, tail) = match userinfo_end {
         Some(at) => {
             let (userinfo, rest) = after.split_at(at);
             let host_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
@@ -137,10 +149,7 @@ pub fn mask(address: &str) -> String {
             let query: Vec<String> = query
                 .split('&')
                 .map(|pair| match pair.split_once('=') {
-                    Some((key, _))
-                        if ["password", "pass", "pwd", "secret"]
-                            .contains(&key.to_ascii_lowercase().as_str()) =>
-                    {
+                    Some((key, _)) if is_password_key(key) => {
                         format!("{key}=***")
                     }
                     _ => pair.to_string(),
@@ -151,6 +160,12 @@ pub fn mask(address: &str) -> String {
         None => tail.to_string(),
     };
     format!("{head}{authority}{tail}")
+}
+
+/// Whether a query parameter named `key` holds a secret (`password`, `pass`, `pwd` or
+/// `secret`, in any case).
+fn is_password_key(key: &str) -> bool {
+    ["password", "pass", "pwd", "secret"].contains(&key.to_ascii_lowercase().as_str())
 }
 
 #[cfg(test)]

@@ -295,7 +295,13 @@ pub trait Store {
     ///    clock);
     /// 6. else grant the lease with a fencing token larger than every earlier one for the
     ///    job, insert a `running` record (attempt = earlier attempts at the slot + 1) and
-    ///    mark queued or held earlier attempts of the slot as [`Resolution::Rerun`].
+    ///    mark queued or held earlier attempts of the slot as [`Resolution::Rerun`]; with
+    ///    `req.queued_first`, also the queued records of every slot that is done (even
+    ///    when an attempt at it is held: nothing is left to re-run).
+    ///
+    /// `req.run.run_id` must be new: a store that already holds a record under it (a
+    /// claim sent again after its answer was lost) answers [`StoreError::Invalid`] and
+    /// leaves that record as it is.
     fn claim(&mut self, req: &ClaimRequest) -> Result<Claim, StoreError>;
 
     /// Extends the lease to store-now + `ttl` if it is still held by `lease.holder` with

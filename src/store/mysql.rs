@@ -886,7 +886,7 @@ impl Store for MysqlStore {
             duration_usec(req.ttl),
             req.clock
                 .map_or_else(|| "NULL".to_string(), |c| c.host_now.to_string()),
-            req.clock.map_or(0, |c| c.tolerance),
+            remote::tolerance_usec(req),
             i32::from(req.queued_first),
             i32::from(req.in_order),
         );

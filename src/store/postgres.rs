@@ -721,7 +721,7 @@ impl Store for PostgresStore {
         let pid_start = i64::try_from(req.holder.pid_start).unwrap_or(i64::MAX);
         let job = new.job.clone();
         let host_now = req.clock.map(|c| c.host_now);
-        let tolerance = req.clock.map_or(0, |c| c.tolerance);
+        let tolerance = remote::tolerance_usec(req);
         self.with_schema("claim", async |c| {
             let params: [(&(dyn ToSql + Sync), Type); 20] = [
                 (&SCHEMA_VERSION, Type::INT8),

@@ -27,8 +27,10 @@
 //! - `P slot:JOB:SLOT_USEC`: set of the run ids of one (job, slot).
 //! - `P slots:JOB`: sorted set of the job's recorded slots (member and score: the slot in µs),
 //!   for the newest slot; `P queued:JOB`: the same for slots that had an attempt queued
-//!   for a re-run (a hint: `claim` drops a slot that no longer has one). Since schema 2,
-//!   whose migration builds both from the records.
+//!   for a re-run (a hint: `claim` drops a slot that no longer has one queued or
+//!   running). Since schema 2, whose migration builds both from the records (putting
+//!   slots with a running record into `queued:JOB` too: a host of schema 1 may end that
+//!   run with its own finish script, which does not index what it queues).
 //! - `P jobs`: set of job names; `P seq`: a counter ordering records started in the same µs.
 //!
 //! Every decision is one Lua script, which Redis runs atomically, judging time by the
@@ -84,32 +86,39 @@ local now = now_us(ARGV[4])
 if host_now ~= '' and math.abs(now - tonumber(host_now)) > tolerance then
   return {'skew', {fmt(now)}, {}}
 end
--- The state of a slot's records: 'done', 'held' or nil, and whether one is queued.
+-- The state of a slot's records: 'done' (also when one is held), 'held' or nil;
+-- whether one is queued; whether one is running.
 local function slot_state(s)
-  local state, queued = nil, false
+  local done, held, queued, running = false, false, false, false
   for _, id in ipairs(redis.call('SMEMBERS', p .. 'slot:' .. job .. ':' .. s)) do
     local f = redis.call('HMGET', p .. 'run:' .. id, 'outcome', 'resolution')
-    if f[2] == 'held' then state = 'held'
-    elseif (f[1] == 'succeeded' or f[2] == 'done') and state ~= 'held' then state = 'done' end
+    if f[1] == 'succeeded' or f[2] == 'done' then done = true end
+    if f[2] == 'held' then held = true end
     if f[2] == 'queued' then queued = true end
+    if f[1] == 'running' then running = true end
   end
-  return state, queued
+  if done then return 'done', queued, running end
+  if held then return 'held', queued, running end
+  return nil, queued, running
 end
 local qkey = p .. 'queued:' .. job
 local settled = {}
 local picked = false
 if ARGV[21] == '1' then
+  -- Every queued slot is looked at, so that the queue entries of every done slot are
+  -- settled, as the SQL stores do.
   for _, s in ipairs(redis.call('ZRANGE', qkey, 0, -1)) do
-    local state, queued = slot_state(s)
+    local state, queued, running = slot_state(s)
     if not queued then
-      redis.call('ZREM', qkey, s)
+      -- A slot with a running record stays: the migration put it here, as its end may
+      -- be written by a finish of schema 1, which queues without indexing.
+      if not running then redis.call('ZREM', qkey, s) end
     elseif state == 'done' then
       table.insert(settled, s)
-    elseif not state then
+    elseif not state and not picked then
       slot, picked, trigger = s, true, 'rerun'
       local any = redis.call('SRANDMEMBER', p .. 'slot:' .. job .. ':' .. s)
       zone = redis.call('HGET', p .. 'run:' .. any, 'slot_zone')
-      break
     end
   end
 end
@@ -151,6 +160,12 @@ if l[1] and l[1] ~= '' and tonumber(l[5]) > now and l[1] ~= holder then
   if l[6] then run = redis.call('HGETALL', p .. 'run:' .. l[6]) end
   return {'busy', {l[1], l[2], l[3], l[4], l[5]}, run}
 end
+-- A run id names one record: a claim sent again after its answer was lost must not
+-- rewrite the record its first sending made (as the SQL stores' primary key refuses it).
+local rkey = p .. 'run:' .. run_id
+if redis.call('EXISTS', rkey) == 1 then
+  return redis.error_reply('run ' .. run_id .. ' is already recorded')
+end
 local token = redis.call('INCR', p .. 'token:' .. job)
 local expire = fmt(now + ttl)
 redis.call('HSET', lkey, 'holder', holder, 'host', host, 'token', token,
@@ -169,7 +184,6 @@ for _, s in ipairs(settled) do
   redis.call('ZREM', qkey, s)
 end
 local seq = redis.call('INCR', p .. 'seq')
-local rkey = p .. 'run:' .. run_id
 redis.call('HSET', rkey, 'run_id', run_id, 'job', job, 'slot_usec', slot, 'slot_zone', zone,
   'attempt', #ids + 1, 'outcome', 'running', 'forced', forced, 'trigger_kind', trigger,
   'host', host, 'machine_id', ARGV[14], 'boot_id', ARGV[15], 'pid', ARGV[16],
@@ -185,16 +199,21 @@ return {'claimed', {holder, host, tostring(token), fmt(now), expire, prev or ''}
 "#;
 
 /// Schema 1 -> 2: builds the `slots:JOB` and `queued:JOB` indexes from every record.
+/// Slots with a `running` record go into `queued:JOB` too: a host of schema 1 may still
+/// be running one, and its finish script queues the slot without indexing it; the claim
+/// drops such a slot once no record of it is queued or running.
 const MIGRATE: &str = r#"
 local version = ARGV[3]
 local v = redis.call('GET', p .. 'schema')
 if v and tonumber(v) >= tonumber(version) then return v end
 for _, job in ipairs(redis.call('SMEMBERS', p .. 'jobs')) do
   for _, id in ipairs(redis.call('ZRANGE', p .. 'runs:' .. job, 0, -1)) do
-    local f = redis.call('HMGET', p .. 'run:' .. id, 'slot_usec', 'resolution')
+    local f = redis.call('HMGET', p .. 'run:' .. id, 'slot_usec', 'resolution', 'outcome')
     if f[1] then
       redis.call('ZADD', p .. 'slots:' .. job, f[1], f[1])
-      if f[2] == 'queued' then redis.call('ZADD', p .. 'queued:' .. job, f[1], f[1]) end
+      if f[2] == 'queued' or f[3] == 'running' then
+        redis.call('ZADD', p .. 'queued:' .. job, f[1], f[1])
+      end
     end
   end
 end
@@ -648,7 +667,7 @@ impl Store for RedisStore {
                             .map(|c| c.host_now.to_string())
                             .unwrap_or_default(),
                     )
-                    .arg(req.clock.map_or(0, |c| c.tolerance))
+                    .arg(remote::tolerance_usec(req))
                     .arg(if req.queued_first { "1" } else { "0" })
                     .arg(if req.in_order { "1" } else { "0" })
                     .invoke(c)?)

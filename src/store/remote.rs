@@ -36,6 +36,19 @@ pub(crate) fn chain(e: &dyn std::error::Error) -> String {
     text
 }
 
+/// The largest clock tolerance a remote store is sent, µs: 1000 years. A larger
+/// `clock_tolerance` (meaning "any difference") would overflow the server's 64-bit sum of
+/// its clock and the tolerance (the bound of the slots that count as recorded), which
+/// PostgreSQL and MySQL answer with an error; this bound means the same for any clock.
+pub(crate) const MAX_TOLERANCE_USEC: i64 = 1000 * 366 * 86_400 * 1_000_000;
+
+/// The clock tolerance of `req` for the server, µs: 0 without a clock check, else the
+/// tolerance limited to 0..=[`MAX_TOLERANCE_USEC`].
+pub(crate) fn tolerance_usec(req: &crate::store::ClaimRequest) -> i64 {
+    req.clock
+        .map_or(0, |c| c.tolerance.clamp(0, MAX_TOLERANCE_USEC))
+}
+
 /// Converts a time to live to µs, saturating at `i64::MAX`.
 pub(crate) fn duration_usec(d: Duration) -> i64 {
     i64::try_from(d.as_micros()).unwrap_or(i64::MAX)

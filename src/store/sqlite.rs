@@ -651,23 +651,25 @@ impl Store for SqliteStore {
                     .query_map([&new.job], |row| Ok((row.get(0)?, row.get(1)?)))?
                     .collect::<Result<_, _>>()?;
                 for (usec, zone) in queued {
-                    // 0: free; 1: done (its queue entries are settled below); 2: held.
+                    // 0: free; 1: held; 2: done (also when held: its queue entries are
+                    // settled below). Every queued slot is looked at, so that the queue
+                    // entries of every done slot are settled, as the other stores do.
                     let state: i64 = tx.query_row(
-                        "SELECT COALESCE(MAX(CASE WHEN resolution = 'held' THEN 2
-                             WHEN outcome = 'succeeded' OR resolution = 'done' THEN 1
+                        "SELECT COALESCE(MAX(CASE
+                             WHEN outcome = 'succeeded' OR resolution = 'done' THEN 2
+                             WHEN resolution = 'held' THEN 1
                              ELSE 0 END), 0)
                          FROM jobguard_run WHERE job = ?1 AND slot_usec = ?2",
                         params![new.job, usec],
                         |row| row.get(0),
                     )?;
                     match state {
-                        0 => {
+                        0 if !picked_queued => {
                             new.slot = Slot { usec, zone };
                             new.trigger = "rerun".to_string();
                             picked_queued = true;
-                            break;
                         }
-                        1 => queued_done.push(usec),
+                        2 if !queued_done.contains(&usec) => queued_done.push(usec),
                         _ => {}
                     }
                 }

@@ -71,6 +71,10 @@ macro_rules! conformance_suite {
             claim_checks_the_host_clock,
             queued_re_runs_come_first,
             in_order_refuses_a_slot_behind_the_ledger,
+            a_retried_claim_keeps_the_first_record,
+            a_huge_clock_tolerance_is_no_error,
+            a_done_slot_with_a_held_record_settles_its_queued_one,
+            every_way_of_queueing_a_slot_is_seen_by_the_claim,
         );
     };
     (optional $fresh:path) => {
@@ -94,6 +98,10 @@ macro_rules! conformance_suite {
             claim_checks_the_host_clock,
             queued_re_runs_come_first,
             in_order_refuses_a_slot_behind_the_ledger,
+            a_retried_claim_keeps_the_first_record,
+            a_huge_clock_tolerance_is_no_error,
+            a_done_slot_with_a_held_record_settles_its_queued_one,
+            every_way_of_queueing_a_slot_is_seen_by_the_claim,
         );
     };
     (@cases required $fresh:path; $($case:ident),* $(,)?) => {
@@ -1048,4 +1056,158 @@ pub fn in_order_refuses_a_slot_behind_the_ledger(env: &dyn Env) {
         Claim::Claimed { previous_slot, .. } => assert_eq!(previous_slot, Some(S1)),
         other => panic!("expected Claimed, got {other:?}"),
     }
+}
+
+/// A claim whose answer was lost (the connection broke after the store committed it) is
+/// sent again with the same run id, as the shim's retry does: the first record must stay
+/// as it was. Here the first claim took a queued slot; the retry must neither rewrite
+/// that record into another slot nor grant a second record under the same id.
+pub fn a_retried_claim_keeps_the_first_record(env: &dyn Env) {
+    let mut s = connect(env);
+    let queued = S1 - DAY_US;
+    let (_, r1) = claimed(&mut *s, &request("sync", queued, 1, 1, false));
+    assert!(s.interrupt(&r1, "boot", Resolution::Queued).unwrap());
+    let mut req = request("sync", S1, 2, 2, false);
+    req.queued_first = true;
+    req.in_order = true;
+    let (_, first) = claimed(&mut *s, &req);
+    assert_eq!(first.slot.usec, queued, "the queued slot comes first");
+    match s.claim(&req) {
+        // A store may refuse the id it already holds, or answer the same grant again.
+        Err(_) => {}
+        Ok(Claim::Claimed { run, .. }) => assert_eq!(
+            (run.run_id.as_str(), run.slot.usec),
+            (first.run_id.as_str(), queued),
+            "a retry answers the first grant or nothing"
+        ),
+        Ok(other) => panic!("unexpected answer to a retry: {other:?}"),
+    }
+    let record = run_by_id(&mut *s, "sync", &rid(2));
+    assert_eq!(
+        (record.slot.usec, record.outcome, record.trigger.as_str()),
+        (queued, Outcome::Running, "rerun"),
+        "the record of the first claim is unchanged"
+    );
+    assert_eq!(slot_runs(&mut *s, "sync", queued).len(), 2);
+    assert!(
+        slot_runs(&mut *s, "sync", S1).is_empty(),
+        "nothing was recorded for the slot asked for"
+    );
+}
+
+/// A clock tolerance too large to add to the store's clock (a `clock_tolerance` of
+/// centuries, i.e. "do not check") is accepted by every store alike.
+pub fn a_huge_clock_tolerance_is_no_error(env: &dyn Env) {
+    let mut s = connect(env);
+    let mut req = request("sync", S1, 1, 1, false);
+    req.in_order = true;
+    req.queued_first = true;
+    req.clock = Some(ClockCheck {
+        host_now: T0,
+        tolerance: i64::MAX,
+    });
+    match s.claim(&req).expect("claim with a huge tolerance") {
+        Claim::Claimed { previous_slot, .. } => assert_eq!(previous_slot, None),
+        other => panic!("expected Claimed, got {other:?}"),
+    }
+}
+
+/// A slot that is done settles its queued records at the next claim with `queued_first`,
+/// also when it has a held record too, and also when the claim took an older queued
+/// slot first: there is nothing left to re-run. (The held record stays for the person.)
+pub fn a_done_slot_with_a_held_record_settles_its_queued_one(env: &dyn Env) {
+    let mut s = connect(env);
+    let (older, d) = (S1 - 3 * DAY_US, S1 - 2 * DAY_US);
+    // Slot older: cut and queued, not done: the claim takes it.
+    let (_, r9) = claimed(&mut *s, &request("sync", older, 1, 9, false));
+    assert!(s.interrupt(&r9, "boot", Resolution::Queued).unwrap());
+    // Slot d: three holders in turn (each after the lease before expired); the third,
+    // forced, succeeds; then the first is found cut (queued), the second held.
+    let (_, r1) = claimed(&mut *s, &request("sync", d, 1, 1, false));
+    env.advance(TTL_US);
+    let (_, r2) = claimed(&mut *s, &request("sync", d, 2, 2, false));
+    env.advance(TTL_US);
+    let (l3, _) = claimed(&mut *s, &request("sync", d, 3, 3, true));
+    s.finish(&l3, &rid(3), &finish(Outcome::Succeeded)).unwrap();
+    assert!(s.interrupt(&r2, "lease-expired", Resolution::Held).unwrap());
+    assert!(
+        s.interrupt(&r1, "lease-expired", Resolution::Queued)
+            .unwrap()
+    );
+
+    let mut req = request("sync", S1, 4, 4, false);
+    req.queued_first = true;
+    let (l4, r4) = claimed(&mut *s, &req);
+    assert_eq!(
+        r4.slot.usec, older,
+        "the queued slot that is not done comes first"
+    );
+    s.finish(&l4, &rid(4), &finish(Outcome::Succeeded)).unwrap();
+    let mut req = request("sync", S1, 4, 5, false);
+    req.queued_first = true;
+    let (_, r5) = claimed(&mut *s, &req);
+    assert_eq!(r5.slot.usec, S1, "nothing is left to re-run");
+    assert_eq!(
+        run_by_id(&mut *s, "sync", &rid(1)).resolution,
+        Some(Resolution::Rerun),
+        "the queued record of done slot d is settled"
+    );
+    assert_eq!(
+        run_by_id(&mut *s, "sync", &rid(2)).resolution,
+        Some(Resolution::Held),
+        "the held record stays"
+    );
+    let queued = s
+        .runs(&RunQuery {
+            job: Some("sync".to_string()),
+            resolutions: vec![Resolution::Queued],
+            ..RunQuery::default()
+        })
+        .unwrap();
+    assert!(queued.is_empty(), "nothing is queued: {queued:?}");
+}
+
+/// A slot queued by a finish (a lost lease or a cut run whose policy queues it), by
+/// `resolve --rerun` of a failed attempt, or by `recover` (interrupt) is found by the
+/// next claims with `queued_first`, oldest first, each once.
+pub fn every_way_of_queueing_a_slot_is_seen_by_the_claim(env: &dyn Env) {
+    let mut s = connect(env);
+    let (a, b, c) = (S1 - 3 * DAY_US, S1 - 2 * DAY_US, S1 - DAY_US);
+    // Slot c: cut off; recover queues it.
+    let (_, r1) = claimed(&mut *s, &request("sync", c, 1, 1, false));
+    assert!(s.interrupt(&r1, "boot", Resolution::Queued).unwrap());
+    // Slot a: the lease was lost; the finish queues it.
+    let (l2, _) = claimed(&mut *s, &request("sync", a, 1, 2, false));
+    let lost = Finish {
+        resolution: Some(Resolution::Queued),
+        ..finish(Outcome::LeaseLost)
+    };
+    assert!(s.finish(&l2, &rid(2), &lost).unwrap().recorded);
+    // Slot b: failed; a person queues a re-run.
+    let (l3, _) = claimed(&mut *s, &request("sync", b, 1, 3, false));
+    s.finish(&l3, &rid(3), &finish(Outcome::Failed)).unwrap();
+    assert_eq!(s.resolve("sync", b, Resolution::Queued).unwrap(), 1);
+
+    let mut seen = Vec::new();
+    for n in 10..14 {
+        let mut req = request("sync", S1, 2, n, false);
+        req.queued_first = true;
+        req.in_order = true;
+        let (lease, run) = claimed(&mut *s, &req);
+        s.finish(&lease, &rid(n), &finish(Outcome::Succeeded))
+            .unwrap();
+        seen.push((run.slot.usec, run.trigger));
+        if run.slot.usec == S1 {
+            break;
+        }
+    }
+    assert_eq!(
+        seen,
+        [
+            (a, "rerun".to_string()),
+            (b, "rerun".to_string()),
+            (c, "rerun".to_string()),
+            (S1, "timer".to_string())
+        ]
+    );
 }

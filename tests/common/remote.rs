@@ -540,6 +540,34 @@ pub fn upgrade_from_schema_1(kind: Kind, test: &str) {
         assert!(s.interrupt(&run, "boot", Resolution::Queued).unwrap());
     }
     // Back to what schema 1 left.
+    downgrade_to_schema_1(kind, &ns);
+    let mut s = kind.open(&ns.address(), Some(&clock)).expect("open");
+    let mut req = request("sync", b, 2, 2, false);
+    req.queued_first = true;
+    req.in_order = true;
+    match s.claim(&req).expect("claim after the upgrade") {
+        Claim::Claimed {
+            run, previous_slot, ..
+        } => {
+            assert_eq!((run.slot.usec, run.trigger.as_str()), (a, "rerun"));
+            assert_eq!(previous_slot, Some(a));
+        }
+        other => panic!("expected the queued slot, got {other:?}"),
+    }
+    // The schema is the current one now: a fresh connection does not migrate again.
+    let mut again = kind.open(&ns.address(), Some(&clock)).expect("open");
+    again.init().expect("init");
+    let mut req = request("sync", b, 2, 3, false);
+    req.queued_first = true;
+    assert!(matches!(
+        again.claim(&req).expect("claim"),
+        Claim::Claimed { .. } | Claim::Busy { .. }
+    ));
+}
+
+/// Puts namespace `ns` back to what schema 1 left: the claim function or procedure of
+/// schema 1, no queued index (Redis: no `slots:`/`queued:` keys of job `sync`), version 1.
+fn downgrade_to_schema_1(kind: Kind, ns: &Namespace) {
     let n = &ns.name;
     match kind {
         Kind::Postgres => sql(
@@ -581,26 +609,48 @@ pub fn upgrade_from_schema_1(kind: Kind, test: &str) {
             kind.set_version(n, 1);
         }
     }
-    let mut s = kind.open(&ns.address(), Some(&clock)).expect("open");
-    let mut req = request("sync", b, 2, 2, false);
-    req.queued_first = true;
-    req.in_order = true;
-    match s.claim(&req).expect("claim after the upgrade") {
-        Claim::Claimed {
-            run, previous_slot, ..
-        } => {
-            assert_eq!((run.slot.usec, run.trigger.as_str()), (a, "rerun"));
-            assert_eq!(previous_slot, Some(a));
-        }
-        other => panic!("expected the queued slot, got {other:?}"),
+}
+
+/// Hosts starting together on a store of schema 1: every one's first claim (each for a
+/// job of its own, on its own connection) migrates or waits for the migration, and none
+/// fails.
+pub fn concurrent_upgrade_from_schema_1(kind: Kind, test: &str) {
+    let Some(ns) = Namespace::new(kind, test) else {
+        return;
+    };
+    {
+        let mut s = kind.open(&ns.address(), None).expect("open");
+        s.init().expect("init");
     }
-    // The schema is the current one now: a fresh connection does not migrate again.
-    let mut again = kind.open(&ns.address(), Some(&clock)).expect("open");
-    again.init().expect("init");
-    let mut req = request("sync", b, 2, 3, false);
-    req.queued_first = true;
-    assert!(matches!(
-        again.claim(&req).expect("claim"),
-        Claim::Claimed { .. } | Claim::Busy { .. }
-    ));
+    for round in 0..3 {
+        downgrade_to_schema_1(kind, &ns);
+        let hosts = 8;
+        let barrier = Arc::new(std::sync::Barrier::new(hosts));
+        let threads: Vec<_> = (0..hosts)
+            .map(|i| {
+                let address = ns.address();
+                let barrier = barrier.clone();
+                std::thread::spawn(move || {
+                    let mut s = kind.open(&address, None).expect("open");
+                    let mut req = request(
+                        &format!("job{i}"),
+                        T0,
+                        i as u32 + 1,
+                        round * 100 + i as u32 + 1,
+                        false,
+                    );
+                    req.queued_first = true;
+                    req.in_order = true;
+                    barrier.wait();
+                    s.claim(&req)
+                })
+            })
+            .collect();
+        for (i, t) in threads.into_iter().enumerate() {
+            match t.join().expect("thread") {
+                Ok(Claim::Claimed { .. }) | Ok(Claim::Busy { .. }) => {}
+                other => panic!("round {round}, host {i}: {other:?}"),
+            }
+        }
+    }
 }
