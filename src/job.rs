@@ -157,6 +157,19 @@ pub enum StoreAddressError {
         /// What was looked for, and where.
         source: crate::credential::FindError,
     },
+    /// The address read from `store_file` or `store_credential` is a relative
+    /// `sqlite://` path: the shim (started in `/`) and a shell would open different files.
+    #[error(
+        "job {job}: {from} holds a relative SQLite path ({address}); write it absolute (sqlite:///…)"
+    )]
+    RelativeSqlite {
+        /// The job.
+        job: String,
+        /// Where the address came from (`store_file PATH`, `store_credential ID`).
+        from: String,
+        /// The address.
+        address: String,
+    },
     /// The store credential holds no address.
     #[error("job {job}: store_credential {id} ({path}) holds no address")]
     CredentialEmpty {
@@ -209,33 +222,48 @@ impl Job {
     /// `/run/credstore`, `/usr/lib/credstore`).
     ///
     /// # Errors
-    /// [`StoreAddressError`] when the file or credential cannot be found or read, or
-    /// holds no address.
+    /// [`StoreAddressError`] when the file or credential cannot be found or read, holds
+    /// no address, or holds a relative `sqlite://` path (which would depend on the
+    /// current directory).
     pub fn store_address(&self) -> Result<String, StoreAddressError> {
-        if let Some(id) = &self.store_credential {
+        let (address, from) = if let Some(id) = &self.store_credential {
             let (path, text) =
                 crate::credential::find(id).map_err(|source| StoreAddressError::Credential {
                     job: self.name.clone(),
                     source,
                 })?;
-            return first_address_line(&text).ok_or_else(|| StoreAddressError::CredentialEmpty {
+            let address =
+                first_address_line(&text).ok_or_else(|| StoreAddressError::CredentialEmpty {
+                    job: self.name.clone(),
+                    id: id.clone(),
+                    path,
+                })?;
+            (address, format!("store_credential {id}"))
+        } else if let Some(path) = &self.store_file {
+            let text = std::fs::read_to_string(path).map_err(|source| StoreAddressError::Read {
                 job: self.name.clone(),
-                id: id.clone(),
-                path,
-            });
-        }
-        let Some(path) = &self.store_file else {
+                path: path.clone(),
+                source,
+            })?;
+            let address = first_address_line(&text).ok_or_else(|| StoreAddressError::Empty {
+                job: self.name.clone(),
+                path: path.clone(),
+            })?;
+            (address, format!("store_file {}", path.display()))
+        } else {
             return Ok(self.store.clone());
         };
-        let text = std::fs::read_to_string(path).map_err(|source| StoreAddressError::Read {
-            job: self.name.clone(),
-            path: path.clone(),
-            source,
-        })?;
-        first_address_line(&text).ok_or_else(|| StoreAddressError::Empty {
-            job: self.name.clone(),
-            path: path.clone(),
-        })
+        if let Ok(crate::store::address::StoreAddress::SqliteFile(p)) =
+            crate::store::address::StoreAddress::parse(&address)
+            && p.is_relative()
+        {
+            return Err(StoreAddressError::RelativeSqlite {
+                job: self.name.clone(),
+                from,
+                address,
+            });
+        }
+        Ok(address)
     }
 
     /// Whether the job's store may live on another host, so its service should wait for

@@ -794,6 +794,33 @@ fn check_names_what_this_host_lacks_for_a_valid_job() {
 }
 
 #[test]
+fn a_relative_sqlite_path_in_a_store_file_is_refused_not_guessed() {
+    // Relative to what? The shim runs in `/`, a shell elsewhere: they would not share a
+    // ledger.
+    let d = Dir::new();
+    let f = d.write(
+        "jobs.toml",
+        &format!("[jobs.a]\n{GOOD}store_file = \"store.url\"\n"),
+    );
+    d.write("store.url", "# the store\nsqlite://state/jobguard.db\n");
+    let out = check(&["--config", f.to_str().expect("utf-8")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("holds a relative SQLite path (sqlite://state/jobguard.db)"),
+        "{stderr}"
+    );
+    d.write("store.url", "sqlite:///var/lib/jobguard/x.db\n");
+    let out = check(&["--config", f.to_str().expect("utf-8")]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
 fn a_long_list_is_read_whole_with_errors_in_order() {
     let d = Dir::new();
     let mut text = String::new();

@@ -365,6 +365,30 @@ fn busy_beyond_the_timeout_is_unavailable() {
     ));
 }
 
+#[cfg(all(
+    feature = "store-postgres",
+    feature = "store-mysql",
+    feature = "store-redis"
+))]
+#[test]
+fn a_store_parameter_given_twice_is_refused() {
+    // Which of two values would win is no one's guess to make: a downgrade hides there.
+    for a in [
+        "mysql://u@127.0.0.1/test?ssl_mode=VERIFY_IDENTITY&ssl-mode=DISABLED",
+        "postgres://u@127.0.0.1/test?sslmode=verify-full&sslmode=disable",
+        "rediss://127.0.0.1/0?ssl-ca=/a.pem&ssl_ca=/b.pem",
+        "redis://127.0.0.1/0?prefix=a:&prefix=b:",
+    ] {
+        let err = jobguard::store::open(a)
+            .err()
+            .unwrap_or_else(|| panic!("{a} opened"));
+        assert!(
+            matches!(err, StoreError::Address { .. }) && err.to_string().contains("more than once"),
+            "{a}: {err}"
+        );
+    }
+}
+
 #[test]
 fn a_renewal_waits_for_a_locked_file_at_most_a_sixth_of_the_lease() {
     // With the default 10 s busy timeout, a renewal behind another process's write lock

@@ -408,8 +408,10 @@ fn run_slot(
             run,
             previous_slot,
         }) => {
+            // A forced run (often of a slot not yet due) has no gap before it.
             if let Some(previous) = previous_slot
                 && run.slot.usec == slot.usec
+                && !attempt.force
             {
                 report_gap(job, previous, slot);
             }

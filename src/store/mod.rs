@@ -299,9 +299,12 @@ pub trait Store {
     ///    `req.queued_first`, also the queued records of every slot that is done (even
     ///    when an attempt at it is held: nothing is left to re-run).
     ///
-    /// `req.run.run_id` must be new: a store that already holds a record under it (a
-    /// claim sent again after its answer was lost) answers [`StoreError::Invalid`] and
-    /// leaves that record as it is.
+    /// A claim sent again with the same `req.run.run_id` (its first answer was lost, e.g.
+    /// to a time-out after the store committed) answers the first grant again, with
+    /// `previous_slot` `None`, while that record is still `running` under the job's
+    /// unexpired lease with the same holder and token; otherwise it answers
+    /// [`StoreError::Invalid`] and leaves that record as it is. Either way there is never a
+    /// second record under one run id.
     fn claim(&mut self, req: &ClaimRequest) -> Result<Claim, StoreError>;
 
     /// Extends the lease to store-now + `ttl` if it is still held by `lease.holder` with

@@ -251,13 +251,33 @@ fn migration_2() -> Vec<String> {
                 DECLARE v_kind VARCHAR(16);
                 DECLARE v_pass INT;
                 DECLARE v_by VARBINARY(256) DEFAULT NULL;
+                DECLARE v_rjob VARBINARY(1024);
+                DECLARE v_routcome VARCHAR(16) DEFAULT NULL;
+                DECLARE v_rtoken BIGINT;
                 DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
                 SELECT value INTO v_version FROM jobguard_meta WHERE name = 'schema_version';
                 IF v_version > p_version THEN
                     SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT =
                         'schema version is newer than this jobguard knows; upgrade jobguard';
                 END IF;
-                IF p_host_now IS NOT NULL THEN
+                -- A claim sent again after its answer was lost: the same grant while it
+                -- holds.
+                SELECT job, outcome, fencing_token INTO v_rjob, v_routcome, v_rtoken
+                  FROM jobguard_run WHERE run_id = p_run_id;
+                IF v_routcome IS NOT NULL THEN
+                    SELECT holder, host, token, acquired_at, expire_at
+                      INTO v_holder, v_host, v_token, v_acquired, v_expire
+                      FROM jobguard_lease WHERE job = p_job;
+                    SET v_now = {now};
+                    IF v_rjob = p_job AND v_routcome = 'running' AND v_holder = p_holder
+                       AND v_token = v_rtoken AND v_expire > v_now THEN
+                        SET v_kind = 'claimed', v_by = p_run_id;
+                    ELSE
+                        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT =
+                            'run is already recorded and no longer holds its lease';
+                    END IF;
+                END IF;
+                IF v_kind IS NULL AND p_host_now IS NOT NULL THEN
                     SET v_now = {now};
                     IF ABS(v_now - p_host_now) > p_tolerance THEN
                         SET v_kind = 'skew';
@@ -581,6 +601,11 @@ impl MysqlStore {
             address: describe.clone(),
             detail,
         };
+        if let Some(key) =
+            remote::given_twice(address, &[&["ssl-mode", "ssl_mode"], &["ssl-ca", "ssl_ca"]])
+        {
+            return Err(bad(format!("{key} is given more than once")));
+        }
         let (rest, ours) =
             remote::take_params(address, &["ssl-mode", "ssl_mode", "ssl-ca", "ssl_ca"]);
         let mode = ours[0].clone().or_else(|| ours[1].clone());

@@ -83,6 +83,19 @@ if v and tonumber(v) > tonumber(version) then return {'newer', {v}, {}} end
 if v and tonumber(v) < tonumber(version) then return {'older', {v}, {}} end
 if not v then redis.call('SETNX', p .. 'schema', version) end
 local now = now_us(ARGV[4])
+-- A claim sent again after its answer was lost: the same grant while it holds; never a
+-- second record under the same run id.
+local rkey = p .. 'run:' .. run_id
+if redis.call('EXISTS', rkey) == 1 then
+  local r = redis.call('HMGET', rkey, 'job', 'outcome', 'fencing_token')
+  local l = redis.call('HMGET', p .. 'lease:' .. job, 'holder', 'host', 'token', 'acquired_at',
+    'expire_at')
+  if r[1] == job and r[2] == 'running' and l[1] == holder and l[3] == r[3]
+     and tonumber(l[5]) > now then
+    return {'claimed', {l[1], l[2], l[3], l[4], l[5], ''}, redis.call('HGETALL', rkey)}
+  end
+  return redis.error_reply('run ' .. run_id .. ' is already recorded and no longer holds its lease')
+end
 if host_now ~= '' and math.abs(now - tonumber(host_now)) > tolerance then
   return {'skew', {fmt(now)}, {}}
 end
@@ -159,12 +172,6 @@ if l[1] and l[1] ~= '' and tonumber(l[5]) > now and l[1] ~= holder then
   local run = {}
   if l[6] then run = redis.call('HGETALL', p .. 'run:' .. l[6]) end
   return {'busy', {l[1], l[2], l[3], l[4], l[5]}, run}
-end
--- A run id names one record: a claim sent again after its answer was lost must not
--- rewrite the record its first sending made (as the SQL stores' primary key refuses it).
-local rkey = p .. 'run:' .. run_id
-if redis.call('EXISTS', rkey) == 1 then
-  return redis.error_reply('run ' .. run_id .. ' is already recorded')
 end
 local token = redis.call('INCR', p .. 'token:' .. job)
 local expire = fmt(now + ttl)
@@ -454,6 +461,9 @@ impl RedisStore {
             address: describe.clone(),
             detail,
         };
+        if let Some(key) = remote::given_twice(address, &[&["prefix"], &["ssl-ca", "ssl_ca"]]) {
+            return Err(bad(format!("{key} is given more than once")));
+        }
         let (rest, ours) = remote::take_params(address, &["prefix", "ssl-ca", "ssl_ca"]);
         let mut ours = ours.into_iter();
         let prefix = ours

@@ -167,6 +167,22 @@ pub(crate) fn run_from_json(json: &str) -> Result<Run, String> {
     }
 }
 
+/// The first of `groups` (spellings of one parameter) that the address's query gives
+/// more than once, named by its first spelling: `ssl-mode=A&ssl_mode=B` has no one
+/// meaning, so the stores refuse it rather than pick one.
+pub(crate) fn given_twice(address: &str, groups: &[&[&str]]) -> Option<String> {
+    let query = address.split_once('?')?.1;
+    let query = query.split_once('#').map_or(query, |(q, _)| q);
+    groups.iter().find_map(|group| {
+        let n = query
+            .split('&')
+            .map(|pair| pair.split_once('=').map_or(pair, |(k, _)| k))
+            .filter(|k| group.contains(k))
+            .count();
+        (n > 1).then(|| group[0].to_string())
+    })
+}
+
 /// Splits `key=value` query parameters off an address: returns the address without the
 /// parameters named in `ours`, and their values (percent-decoded), in order of `ours`. A
 /// fragment after the query (`#insecure` in `rediss://h/0?prefix=p#insecure`) is kept.
@@ -277,5 +293,22 @@ mod tests {
         assert_eq!(run.finished_at, None);
         let err = run_from_json(r#"{"run_id":"r"}"#).unwrap_err();
         assert!(err.contains("run r"), "{err}");
+    }
+
+    #[test]
+    fn a_parameter_given_twice_is_found_under_any_spelling() {
+        let groups: &[&[&str]] = &[&["ssl-mode", "ssl_mode"], &["ssl-ca"]];
+        let twice = |a: &str| given_twice(a, groups);
+        assert_eq!(
+            twice("mysql://h/d?ssl_mode=A&ssl-mode=B"),
+            Some("ssl-mode".into())
+        );
+        assert_eq!(
+            twice("mysql://h/d?ssl-ca=a&x=1&ssl-ca=b"),
+            Some("ssl-ca".into())
+        );
+        assert_eq!(twice("mysql://h/d?ssl-mode=A&ssl-ca=b"), None);
+        assert_eq!(twice("rediss://h/0?ssl-ca=a#ssl-ca=b"), None);
+        assert_eq!(twice("mysql://h/d"), None);
     }
 }

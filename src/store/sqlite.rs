@@ -639,6 +639,28 @@ impl Store for SqliteStore {
         let ttl = duration_usec(req.ttl);
         let tolerance = req.clock.map_or(0, |c| c.tolerance);
         self.write("claim", |tx, now| {
+            // A claim sent again after its answer was lost: the same grant while it holds.
+            if let Some(run) = select_run(tx, "WHERE run_id = ?1", params![req.run.run_id])? {
+                return match lease_row(tx, &req.run.job)? {
+                    Some(lease)
+                        if run.job == req.run.job
+                            && run.outcome == Outcome::Running
+                            && lease.holder == holder_id
+                            && lease.token == run.fencing_token
+                            && lease.expire_at > now =>
+                    {
+                        Ok(Claim::Claimed {
+                            lease,
+                            run,
+                            previous_slot: None,
+                        })
+                    }
+                    _ => Err(Fail::Data(format!(
+                        "run {} is already recorded and no longer holds its lease",
+                        req.run.run_id
+                    ))),
+                };
+            }
             let mut new = req.run.clone();
             let mut queued_done = Vec::new();
             let mut picked_queued = false;

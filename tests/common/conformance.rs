@@ -1072,16 +1072,14 @@ pub fn a_retried_claim_keeps_the_first_record(env: &dyn Env) {
     req.in_order = true;
     let (_, first) = claimed(&mut *s, &req);
     assert_eq!(first.slot.usec, queued, "the queued slot comes first");
-    match s.claim(&req) {
-        // A store may refuse the id it already holds, or answer the same grant again.
-        Err(_) => {}
-        Ok(Claim::Claimed { run, .. }) => assert_eq!(
-            (run.run_id.as_str(), run.slot.usec),
-            (first.run_id.as_str(), queued),
-            "a retry answers the first grant or nothing"
-        ),
-        Ok(other) => panic!("unexpected answer to a retry: {other:?}"),
-    }
+    let first_lease = s.lease("sync").unwrap().expect("granted");
+    let (again_lease, again, previous) = claimed_after(&mut *s, &req);
+    assert_eq!(
+        (again.run_id.as_str(), again.slot.usec, again.fencing_token),
+        (first.run_id.as_str(), queued, first.fencing_token),
+        "a retry answers the first grant"
+    );
+    assert_eq!((again_lease, previous), (first_lease, None));
     let record = run_by_id(&mut *s, "sync", &rid(2));
     assert_eq!(
         (record.slot.usec, record.outcome, record.trigger.as_str()),
@@ -1092,6 +1090,16 @@ pub fn a_retried_claim_keeps_the_first_record(env: &dyn Env) {
     assert!(
         slot_runs(&mut *s, "sync", S1).is_empty(),
         "nothing was recorded for the slot asked for"
+    );
+    // Once the lease has expired, a retry is refused and changes nothing.
+    env.advance(TTL_US);
+    let err = s.claim(&req).expect_err("a retry after the lease expired");
+    assert!(err.to_string().contains("already recorded"), "{err}");
+    assert_eq!(slot_runs(&mut *s, "sync", queued).len(), 2);
+    assert_eq!(
+        s.lease("sync").unwrap().map(|l| l.token),
+        Some(first.fencing_token),
+        "no new grant"
     );
 }
 
