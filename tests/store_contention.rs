@@ -1,7 +1,8 @@
 //! 32 real `jobguard run` processes, as if on 32 hosts (each its own runtime directory,
 //! so the local lock does not decide), fire the same slot of one job at once against
 //! each shared store: exactly one runs the command, every other one skips and says why,
-//! and the ledger holds one record for the slot.
+//! and the ledger holds one record for the slot. Also: a claim whose answer is lost after
+//! the store committed it.
 #![cfg(all(
     feature = "store-postgres",
     feature = "store-mysql",
@@ -117,4 +118,77 @@ fn mysql_32_racers_one_runs() {
 #[test]
 fn redis_32_racers_one_runs() {
     contend(Kind::Redis, "store_contention::redis");
+}
+
+/// The store commits a claim but its answer never arrives (the call times out while the
+/// claim waits for a row lock, and the server finishes it after the client gave up): the
+/// shim's retry gets the same grant back, confirms it with a renewal, and the slot runs
+/// once with one record.
+#[test]
+fn postgres_a_claim_whose_answer_is_lost_still_runs_the_slot_once() {
+    let Some(ns) = Namespace::new(Kind::Postgres, "store_contention::lost_answer") else {
+        return;
+    };
+    let out_file = tempfile::NamedTempFile::new().unwrap();
+    let out = out_file.path().display().to_string();
+    let sb = Sandbox::new(&format!(
+        "[jobs.lost]\nschedule = \"*-*-* 02:00:00 UTC\"\nstore = {:?}\n\
+         command = [\"/bin/sh\", \"-c\", \"echo ran >> {out}\"]\n",
+        ns.address()
+    ));
+    let init = sb.run(&["store", "init"]);
+    assert!(init.status.success(), "{init:?}");
+    let n = &ns.name;
+    common::psql(
+        "test",
+        &format!("INSERT INTO {n}.jobguard_lease VALUES ('lost', '', '', 0, 0, 0)"),
+    )
+    .expect("lease row");
+    // Hold the job's lease row for longer than a store call may take (4 s).
+    let mut holder = std::process::Command::new("psql")
+        .args(["-h", "127.0.0.1", "-U", "postgres", "-d", "test", "-Xq"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("psql");
+    use std::io::Write;
+    holder
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(
+            format!(
+                "BEGIN;\nSELECT 1 FROM {n}.jobguard_lease WHERE job = 'lost' FOR UPDATE;\n\
+                 SELECT pg_sleep(6);\nCOMMIT;\n"
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+    common::wait_for(
+        "the lease row to be locked",
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || {
+            let locks = common::psql(
+                "test",
+                "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(6)%'",
+            )?;
+            Ok((locks == "1").then_some(()))
+        },
+    )
+    .expect("locked");
+    let run = sb
+        .cmd(&["run", "lost"])
+        .env("TRIGGER_TIMER_REALTIME_USEC", FIRED)
+        .output()
+        .unwrap();
+    let _ = holder.wait();
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(0), "{err}");
+    assert!(err.contains("retrying"), "the first call timed out: {err}");
+    let ran = std::fs::read_to_string(out_file.path()).unwrap();
+    assert_eq!(ran, "ran\n", "the command ran once: {err}");
+    let history = sb.history("lost");
+    assert_eq!(history.len(), 1, "one record: {history:#?}");
+    assert_eq!(history[0]["outcome"], "succeeded");
 }

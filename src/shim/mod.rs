@@ -392,6 +392,7 @@ fn run_slot(
     req.in_order = attempt.in_order;
     let tolerance = i64::try_from(job.clock_tolerance.as_micros()).unwrap_or(i64::MAX);
     let mut claimed_at = Instant::now();
+    let mut sendings = 0u32;
     let answer = with_retry(job, || {
         // The host's time of this very call: it is compared with the store's inside it.
         req.clock = Some(ClockCheck {
@@ -399,6 +400,7 @@ fn run_slot(
             tolerance,
         });
         claimed_at = Instant::now();
+        sendings += 1;
         store.claim(&req)
     });
     let skipped = |code| (code, None);
@@ -486,6 +488,38 @@ fn run_slot(
         }
         Err(e) => return skipped(store_failed(job, &e)),
     };
+    if sendings > 1 {
+        // The grant may be the answer to an earlier sending whose reply was lost: its
+        // time to live is then counted from a moment this host does not know. A renewal
+        // now gives the lease a known start (one more round trip, only after a retry).
+        let sent = Instant::now();
+        match store.renew(&lease, job.lease_ttl) {
+            Ok(Some(_)) => claimed_at = sent,
+            answer => {
+                let why = match answer {
+                    Err(e) => e.to_string(),
+                    _ => "the lease expired or passed to another holder".to_string(),
+                };
+                eprintln!(
+                    "jobguard: {}: the claim of slot {} could not be confirmed after a retry ({why}); nothing was run",
+                    job.name,
+                    run.slot.rfc3339()
+                );
+                // Nothing ran, so the slot can simply run again.
+                let lost = Finish {
+                    outcome: Outcome::LeaseLost,
+                    reason: Some("lease-lost".into()),
+                    exit_status: None,
+                    report: Default::default(),
+                    resolution: Some(Resolution::Queued),
+                };
+                if let Err(e) = store.finish(&lease, &run.run_id, &lost) {
+                    eprintln!("jobguard: {}: {e}", job.name);
+                }
+                return (exit::LEASE_LOST, Some(run.slot.usec));
+            }
+        }
+    }
     if let Err(e) = lock.set_run_id(&run.run_id) {
         eprintln!("jobguard: {}: {e}", job.name);
     }

@@ -260,24 +260,7 @@ fn migration_2() -> Vec<String> {
                     SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT =
                         'schema version is newer than this jobguard knows; upgrade jobguard';
                 END IF;
-                -- A claim sent again after its answer was lost: the same grant while it
-                -- holds.
-                SELECT job, outcome, fencing_token INTO v_rjob, v_routcome, v_rtoken
-                  FROM jobguard_run WHERE run_id = p_run_id;
-                IF v_routcome IS NOT NULL THEN
-                    SELECT holder, host, token, acquired_at, expire_at
-                      INTO v_holder, v_host, v_token, v_acquired, v_expire
-                      FROM jobguard_lease WHERE job = p_job;
-                    SET v_now = {now};
-                    IF v_rjob = p_job AND v_routcome = 'running' AND v_holder = p_holder
-                       AND v_token = v_rtoken AND v_expire > v_now THEN
-                        SET v_kind = 'claimed', v_by = p_run_id;
-                    ELSE
-                        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT =
-                            'run is already recorded and no longer holds its lease';
-                    END IF;
-                END IF;
-                IF v_kind IS NULL AND p_host_now IS NOT NULL THEN
+                IF p_host_now IS NOT NULL THEN
                     SET v_now = {now};
                     IF ABS(v_now - p_host_now) > p_tolerance THEN
                         SET v_kind = 'skew';
@@ -312,6 +295,21 @@ fn migration_2() -> Vec<String> {
                     END IF;
                     SET v_now = {now}, v_slot = p_slot, v_zone = p_zone,
                         v_trigger = p_trigger, v_picked = 0, v_by = NULL;
+                    -- A claim sent again after its answer was lost (checked again under
+                    -- the lock: the first sending may commit while this one waits for
+                    -- it): the same grant while it holds, never a second record.
+                    SET v_routcome = NULL;
+                    SELECT job, outcome, fencing_token INTO v_rjob, v_routcome, v_rtoken
+                      FROM jobguard_run WHERE run_id = p_run_id;
+                    IF v_routcome IS NOT NULL THEN
+                        IF v_rjob = p_job AND v_routcome = 'running' AND v_holder = p_holder
+                           AND v_token = v_rtoken AND v_expire > v_now THEN
+                            SET v_kind = 'retried', v_by = p_run_id;
+                            LEAVE passes;
+                        END IF;
+                        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT =
+                            'run is already recorded and no longer holds its lease';
+                    END IF;
                     IF p_queued_first = 1 THEN
                         SELECT q.slot_usec, q.slot_zone, 1 INTO v_slot, v_zone, v_picked
                           FROM jobguard_run q
@@ -393,7 +391,8 @@ fn migration_2() -> Vec<String> {
                             p_invocation, v_now, v_token, '{{}}');
                 END IF;
                 COMMIT;
-                SELECT v_kind AS kind, v_holder AS lease_holder, v_host AS lease_host,
+                SELECT IF(v_kind = 'retried', 'claimed', v_kind) AS kind,
+                       v_holder AS lease_holder, v_host AS lease_host,
                        v_token AS lease_token, v_acquired AS lease_acquired,
                        v_expire AS lease_expire, v_previous AS previous_slot,
                        v_now AS store_now, {RUN_COLUMNS}
@@ -820,9 +819,9 @@ impl MysqlStore {
                 }
             }
             if version < 2 {
-                for statement in migration_2() {
-                    conn.query_drop(statement)?;
-                }
+                // The index first: once the new claim exists, hosts call it, and a claim's
+                // transaction on jobguard_run would deadlock (on metadata locks) with a
+                // CREATE INDEX still waiting for that table.
                 // MySQL has no CREATE INDEX IF NOT EXISTS (MariaDB has).
                 let has_index: Option<i64> = conn.query_first(
                     "SELECT 1 FROM information_schema.statistics
@@ -834,6 +833,9 @@ impl MysqlStore {
                         "CREATE INDEX jobguard_run_queued
                              ON jobguard_run (job, resolution, slot_usec)",
                     )?;
+                }
+                for statement in migration_2() {
+                    conn.query_drop(statement)?;
                 }
             }
             conn.query_drop(format!(

@@ -141,20 +141,6 @@ BEGIN
         RAISE EXCEPTION 'schema version % is newer than this jobguard knows (%); upgrade jobguard',
             v_version, p_version;
     END IF;
-    -- A claim sent again after its answer was lost: the same grant while it holds.
-    SELECT * INTO v_run FROM jobguard_run WHERE run_id = p_run_id;
-    IF FOUND THEN
-        SELECT * INTO v_lease FROM jobguard_lease WHERE job = p_job;
-        v_now := jobguard_now_us(p_now);
-        IF v_run.job = p_job AND v_run.outcome = 'running' AND v_lease.holder = p_holder
-           AND v_lease.token = v_run.fencing_token AND v_lease.expire_at > v_now THEN
-            RETURN QUERY SELECT 'claimed'::text, v_lease.holder, v_lease.host, v_lease.token,
-                v_lease.acquired_at, v_lease.expire_at, to_jsonb(v_run)::text, NULL::bigint,
-                v_now;
-            RETURN;
-        END IF;
-        RAISE EXCEPTION 'run % is already recorded and no longer holds its lease', p_run_id;
-    END IF;
     IF p_host_now IS NOT NULL THEN
         v_now := jobguard_now_us(p_now);
         IF abs(v_now - p_host_now) > p_tolerance THEN
@@ -176,6 +162,20 @@ BEGIN
             SELECT * INTO v_lease FROM jobguard_lease WHERE job = p_job FOR UPDATE;
         END IF;
         v_now := jobguard_now_us(p_now);
+        -- A claim sent again after its answer was lost (checked again under the lock: the
+        -- first sending may commit while this one waits for it): the same grant while it
+        -- holds, never a second record.
+        SELECT * INTO v_run FROM jobguard_run WHERE run_id = p_run_id;
+        IF FOUND THEN
+            IF v_run.job = p_job AND v_run.outcome = 'running' AND v_lease.holder = p_holder
+               AND v_lease.token = v_run.fencing_token AND v_lease.expire_at > v_now THEN
+                RETURN QUERY SELECT 'claimed'::text, v_lease.holder, v_lease.host,
+                    v_lease.token, v_lease.acquired_at, v_lease.expire_at,
+                    to_jsonb(v_run)::text, NULL::bigint, v_now;
+                RETURN;
+            END IF;
+            RAISE EXCEPTION 'run % is already recorded and no longer holds its lease', p_run_id;
+        END IF;
         v_slot := p_slot;
         v_zone := p_zone;
         v_trigger := p_trigger;
