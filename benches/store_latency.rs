@@ -14,7 +14,9 @@
 //!   reported for connect and for one warm claim.
 //!
 //! Run: `cargo bench --bench store_latency` (optional: `BENCH_RUNS=N`, default 500;
-//! `BENCH_STORES=postgres,mysql,redis`). Servers that are not reachable are skipped.
+//! `BENCH_STORES=postgres,mysql,redis`; `BENCH_PG_SSLMODE=disable` for PostgreSQL without
+//! TLS, whose default `prefer` encrypts when the server offers TLS). Servers that are not
+//! reachable are skipped.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -155,7 +157,12 @@ fn report(what: &str, mut samples: Vec<Duration>) {
 
 fn address(kind: &str, port: u16, ns: &str) -> String {
     match kind {
-        "postgres" => format!("postgres://root@127.0.0.1:{port}/test?schema={ns}"),
+        "postgres" => {
+            let sslmode = std::env::var("BENCH_PG_SSLMODE")
+                .map(|m| format!("&sslmode={m}"))
+                .unwrap_or_default();
+            format!("postgres://root@127.0.0.1:{port}/test?schema={ns}{sslmode}")
+        }
         "mysql" => format!("mysql://root@127.0.0.1:{port}/{ns}"),
         _ => format!("redis://127.0.0.1:{port}/0?prefix={ns}:"),
     }

@@ -1,6 +1,7 @@
 //! TLS to the shared stores, against real servers that speak only TLS: a private Redis
-//! (`rediss://`) and a private MariaDB (`ssl-mode=`, `ssl-ca=`), each started by this
-//! test process with a certificate of a private certificate authority
+//! (`rediss://`), a private MariaDB (`ssl-mode=`, `ssl-ca=`) and a private PostgreSQL
+//! (`sslmode=`, `sslrootcert=`; `pg_hba.conf` has `hostssl` lines only), each started by
+//! this test process with a certificate of a private certificate authority
 //! ([`common::tls`]). Every case opens the store through `jobguard::store::open`, as the
 //! shim does, and claims through the `Store` trait.
 //!
@@ -9,8 +10,11 @@
 //! when the host name is wrong; encryption without checking (`#insecure`, `REQUIRED`)
 //! works without the CA; a plain client against the TLS-only server fails at once;
 //! a server that goes silent after accepting fails within the deadlines; address errors;
-//! passwords masked in every message. Then the store conformance suite
-//! runs over TLS on both engines.
+//! passwords masked in every message. PostgreSQL adds libpq's modes: `verify-ca` (chain
+//! only) against `verify-full`, `require` checking the chain when `sslrootcert` is given,
+//! `prefer` (the default) encrypting and falling back to a plain connection after a
+//! failed handshake, `allow` encrypting after the server refused a plain connection.
+//! Then the store conformance suite runs over TLS on all three engines.
 #![cfg(all(
     feature = "store-postgres",
     feature = "store-mysql",
@@ -377,6 +381,10 @@ fn silent_server_is_unavailable_within_the_deadlines() {
         format!("rediss://:hunter2@127.0.0.1:{port}/0#insecure"),
         format!("rediss://:hunter2@127.0.0.1:{port}/0"),
         format!("mysql://u:hunter2@127.0.0.1:{port}/db?ssl-mode=REQUIRED"),
+        format!("postgres://u:hunter2@127.0.0.1:{port}/db?sslmode=require"),
+        // Two attempts (TLS, then plain) share one connect deadline.
+        format!("postgres://u:hunter2@127.0.0.1:{port}/db?sslmode=prefer"),
+        format!("postgres://u:hunter2@127.0.0.1:{port}/db?sslmode=allow"),
     ];
     // In parallel: each waits for its deadline.
     std::thread::scope(|scope| {
@@ -390,6 +398,244 @@ fn silent_server_is_unavailable_within_the_deadlines() {
             });
         }
     });
+}
+
+// ---------------------------------------------------------------------------------------
+// PostgreSQL
+
+/// The address of a fresh schema on the TLS PostgreSQL server at `host`, with `params`
+/// (and a password the server does not ask for: trust authentication, so that messages
+/// can be checked for it).
+fn postgres_address(server: &Server, host: &str, params: &str) -> String {
+    format!(
+        "postgres://{u}:hunter2@{host}:{}/{u}?schema={}&{params}",
+        server.port,
+        namespace(),
+        u = tls::POSTGRES_USER,
+    )
+}
+
+/// Another certificate authority named `CN=common_name`, in a temporary directory: the
+/// file's path.
+fn other_ca(common_name: &str) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    tls::make_ca(dir.path(), common_name).expect("another CA");
+    let ca = dir.path().join("ca.pem").display().to_string();
+    (dir, ca)
+}
+
+/// Claims at `address` with `application_name=NAME` and asks the server, while the
+/// connection is open, whether it is TLS (`pg_stat_ssl`).
+fn postgres_claim_sees_tls(server: &Server, address: &str) -> bool {
+    let app = format!("jg{}", namespace());
+    let mut s = jobguard::store::open(&format!("{address}&application_name={app}")).expect("open");
+    claimed(&mut *s, &request("j", S1, 1, 1, false));
+    let answer = server.psql(&format!(
+        "SELECT s.ssl FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) \
+         WHERE a.application_name = '{app}'"
+    ));
+    assert!(
+        !answer.trim().is_empty(),
+        "the store's connection is not open"
+    );
+    answer.trim() == "t"
+}
+
+#[test]
+fn postgres_verify_full_with_sslrootcert() {
+    let Some(server) = tls::postgres("postgres_tls::verified") else {
+        return;
+    };
+    eprintln!("TLS postgres ready in {:?}", server.startup);
+    let ca = format!("sslrootcert={}", server.ca().display());
+    for host in ["127.0.0.1", "localhost"] {
+        let address = postgres_address(server, host, &format!("sslmode=verify-full&{ca}"));
+        assert!(postgres_claim_sees_tls(server, &address), "{address}");
+    }
+    // The record is on the server.
+    let address = postgres_address(server, "127.0.0.1", &format!("sslmode=verify-full&{ca}"));
+    expect_claimed(&address);
+    let schema = address
+        .split("schema=")
+        .nth(1)
+        .unwrap()
+        .split('&')
+        .next()
+        .unwrap();
+    assert_eq!(
+        server
+            .psql(&format!("SELECT count(*) FROM {schema}.jobguard_run"))
+            .trim(),
+        "1"
+    );
+}
+
+#[test]
+fn postgres_wrong_host_name_fails_verify_full_but_not_verify_ca() {
+    let Some(server) = tls::postgres("postgres_tls::wrong_name") else {
+        return;
+    };
+    let ca = format!("sslrootcert={}", server.ca().display());
+    let err = expect_refused(
+        &postgres_address(server, "127.0.0.2", &format!("sslmode=verify-full&{ca}")),
+        "certificate",
+    );
+    assert!(matches!(err, StoreError::Unavailable { .. }), "{err}");
+    assert!(
+        err.to_string().contains("not valid for name"),
+        "a name error: {err}"
+    );
+    // verify-ca checks the chain only; `require` with a root certificate is verify-ca.
+    for mode in ["verify-ca", "require"] {
+        let address = postgres_address(server, "127.0.0.2", &format!("sslmode={mode}&{ca}"));
+        assert!(postgres_claim_sees_tls(server, &address), "{address}");
+    }
+}
+
+#[test]
+fn postgres_certificate_of_an_unknown_ca_is_refused() {
+    let Some(server) = tls::postgres("postgres_tls::unknown_ca") else {
+        return;
+    };
+    let (_dir, wrong) = other_ca("another CA");
+    // A CA with the server's issuer name but another key: found by name, its signature
+    // does not match.
+    let (_dir2, impostor) = other_ca("jobguard test CA");
+    let mut cases = vec![
+        // The system's roots: without sslrootcert, and sslrootcert=system (verify-full).
+        ("sslmode=verify-full".to_string(), "UnknownIssuer"),
+        ("sslrootcert=system".to_string(), "UnknownIssuer"),
+    ];
+    // Another CA, in every mode that checks the chain with it.
+    for mode in ["verify-full", "verify-ca", "require"] {
+        cases.push((
+            format!("sslmode={mode}&sslrootcert={wrong}"),
+            "UnknownIssuer",
+        ));
+        cases.push((
+            format!("sslmode={mode}&sslrootcert={impostor}"),
+            "BadSignature",
+        ));
+    }
+    for (params, reason) in cases {
+        let address = postgres_address(server, "127.0.0.1", &params);
+        let err = expect_refused(&address, "certificate");
+        assert!(
+            matches!(err, StoreError::Unavailable { .. }),
+            "{params}: {err}"
+        );
+        assert!(err.to_string().contains(reason), "{params}: {err}");
+        assert!(
+            err.to_string().contains(":***@127.0.0.1"),
+            "{params}: {err}"
+        );
+    }
+}
+
+#[test]
+fn postgres_require_and_prefer_encrypt_without_the_ca() {
+    let Some(server) = tls::postgres("postgres_tls::require") else {
+        return;
+    };
+    // Not checked: the host name the certificate does not carry is fine too.
+    for host in ["127.0.0.1", "127.0.0.2"] {
+        for params in ["sslmode=require", "sslmode=prefer", "application_name=x"] {
+            // The last: no sslmode, so libpq's default `prefer`.
+            let address = postgres_address(server, host, params);
+            assert!(postgres_claim_sees_tls(server, &address), "{address}");
+        }
+    }
+}
+
+#[test]
+fn postgres_allow_encrypts_after_the_plain_connection_is_refused() {
+    let Some(server) = tls::postgres("postgres_tls::allow") else {
+        return;
+    };
+    let address = postgres_address(server, "127.0.0.2", "sslmode=allow");
+    assert!(postgres_claim_sees_tls(server, &address), "{address}");
+}
+
+#[test]
+fn postgres_plain_client_is_refused_at_once() {
+    let Some(server) = tls::postgres("postgres_tls::plain_client") else {
+        return;
+    };
+    let err = expect_refused(
+        &postgres_address(server, "127.0.0.1", "sslmode=disable"),
+        "no encryption",
+    );
+    assert!(err.to_string().contains("pg_hba.conf"), "{err}");
+}
+
+#[test]
+fn postgres_prefer_falls_back_to_plain_after_a_failed_check() {
+    let Some(server) = tls::postgres("postgres_tls::prefer_fallback") else {
+        return;
+    };
+    // As libpq: `prefer` with a root certificate checks the chain; when the check fails it
+    // connects again without TLS, which this server refuses. Both answers are reported.
+    let (_dir, wrong) = other_ca("another CA");
+    let err = expect_refused(
+        &postgres_address(
+            server,
+            "127.0.0.1",
+            &format!("sslmode=prefer&sslrootcert={wrong}"),
+        ),
+        "no encryption",
+    );
+    let msg = err.to_string();
+    assert!(
+        msg.contains("with TLS: ") && msg.contains("UnknownIssuer"),
+        "{msg}"
+    );
+    assert!(msg.contains("; then no pg_hba.conf entry"), "{msg}");
+}
+
+#[test]
+fn postgres_tls_address_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let not_pem = dir.path().join("not.pem");
+    std::fs::write(&not_pem, "hello\n").unwrap();
+    let not_pem = not_pem.display();
+    let base = "postgres://u:hunter2@127.0.0.1/db";
+    for (params, needle) in [
+        ("sslmode=verify_full".to_string(), "unknown sslmode"),
+        (
+            "sslmode=verify-ca&sslrootcert=system".to_string(),
+            "sslrootcert=system needs sslmode=verify-full, not verify-ca",
+        ),
+        (
+            "sslmode=require&sslrootcert=system".to_string(),
+            "sslrootcert=system needs sslmode=verify-full, not require",
+        ),
+        (
+            "sslmode=verify-ca".to_string(),
+            "sslmode=verify-ca needs sslrootcert=PATH",
+        ),
+        (
+            "sslmode=require&sslrootcert=/nonexistent/ca.pem".to_string(),
+            "sslrootcert /nonexistent/ca.pem",
+        ),
+        (
+            format!("sslmode=verify-full&sslrootcert={not_pem}"),
+            "no PEM certificate",
+        ),
+        (
+            "sslmode=disable&sslrootcert=/etc/hostname".to_string(),
+            "not used with sslmode=disable",
+        ),
+        (
+            "sslmode=require&sslcert=/etc/hostname".to_string(),
+            "sslcert is not supported",
+        ),
+        (
+            "sslcrl=/etc/hostname".to_string(),
+            "sslcrl is not supported",
+        ),
+    ] {
+        expect_address_error(&format!("{base}?{params}"), needle);
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -408,7 +654,7 @@ fn tls_env(kind: Kind, test: &str) -> Option<Box<dyn Env>> {
     let server = match kind {
         Kind::Redis => tls::redis(test)?,
         Kind::Mysql => tls::mariadb(test)?,
-        Kind::Postgres => unreachable!("PostgreSQL TLS is tested in store_conformance"),
+        Kind::Postgres => tls::postgres(test)?,
     };
     let ns = namespace();
     if kind == Kind::Mysql {
@@ -430,7 +676,14 @@ impl TlsEnv {
                 "rediss://127.0.0.1:{}/0?prefix={}:&ssl-ca={ca}",
                 self.server.port, self.ns
             ),
-            _ => format!(
+            Kind::Postgres => format!(
+                "postgres://{}@127.0.0.1:{}/{}?schema={}&sslmode=verify-full&sslrootcert={ca}",
+                tls::POSTGRES_USER,
+                self.server.port,
+                tls::POSTGRES_USER,
+                self.ns
+            ),
+            Kind::Mysql => format!(
                 "mysql://root@127.0.0.1:{}/{}?ssl-mode=VERIFY_IDENTITY&ssl-ca={ca}",
                 self.server.port, self.ns
             ),
@@ -454,7 +707,13 @@ impl Env for TlsEnv {
                     &version.to_string(),
                 ]);
             }
-            _ => self.server.sql(&format!(
+            Kind::Postgres => {
+                self.server.psql(&format!(
+                    "UPDATE {}.jobguard_meta SET value = {version} WHERE key = 'schema_version'",
+                    self.ns
+                ));
+            }
+            Kind::Mysql => self.server.sql(&format!(
                 "UPDATE {}.jobguard_meta SET value = {version} WHERE name = 'schema_version'",
                 self.ns
             )),
@@ -463,7 +722,8 @@ impl Env for TlsEnv {
     fn current_schema_version(&self) -> i64 {
         match self.kind {
             Kind::Redis => jobguard::store::redis::SCHEMA_VERSION,
-            _ => jobguard::store::mysql::SCHEMA_VERSION,
+            Kind::Postgres => jobguard::store::postgres::SCHEMA_VERSION,
+            Kind::Mysql => jobguard::store::mysql::SCHEMA_VERSION,
         }
     }
 }
@@ -483,6 +743,16 @@ mod mariadb_conformance {
         super::tls_env(
             crate::common::remote::Kind::Mysql,
             &format!("mariadb_tls::{case}"),
+        )
+    }
+    crate::common::conformance::conformance_suite!(optional fresh);
+}
+
+mod postgres_conformance {
+    fn fresh(case: &str) -> Option<Box<dyn crate::common::conformance::Env>> {
+        super::tls_env(
+            crate::common::remote::Kind::Postgres,
+            &format!("postgres_tls::{case}"),
         )
     }
     crate::common::conformance::conformance_suite!(optional fresh);

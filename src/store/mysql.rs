@@ -626,7 +626,7 @@ impl MysqlStore {
                     mode.name()
                 )));
             }
-            remote::read_ca_file(ca, false).map_err(bad)?;
+            remote::read_ca_file("ssl-ca", ca, false).map_err(bad)?;
         }
         if let Some((_, query)) = rest.split_once('?')
             && let Some(key) = query

@@ -7,11 +7,53 @@
 //! one of jobguard's own: `schema=NAME` keeps jobguard's tables in that schema (created if
 //! missing; the connection's `search_path` is set to it in the start-up packet, so it
 //! costs no round trip). Without a user name, the process's user name is used, as libpq
-//! does. TLS follows libpq's `sslmode`: `disable`, `allow` and `prefer` (the default)
-//! connect without TLS; `require` encrypts but, as in libpq, does not check the server's
-//! certificate (it protects against listening, not against a forged server);
-//! `verify-ca` and `verify-full` encrypt and check the certificate against the system's
-//! trust store (`/etc/ssl/certs`) and the host name. TLS is rustls with the ring provider.
+//! does.
+//!
+//! TLS follows libpq's `sslmode` and `sslrootcert` (libpq-connect(3); "SSL Support",
+//! <https://www.postgresql.org/docs/current/libpq-ssl.html>):
+//! - `disable`: no TLS.
+//! - `allow`: without TLS first; when the server refuses that connection (a
+//!   `pg_hba.conf` with `hostssl` lines only), again with TLS.
+//! - `prefer` (the default): TLS when the server offers it, else none; when the TLS
+//!   handshake fails (e.g. a certificate check against `sslrootcert` fails), again without
+//!   TLS. Against a server with TLS on, the default connection is therefore encrypted
+//!   but not checked, as with libpq.
+//! - `require`: TLS or no connection; the certificate is not checked (it protects against
+//!   listening, not against a forged server), unless `sslrootcert` is given: then, as in
+//!   libpq, it is checked as with `verify-ca`.
+//! - `verify-ca`: TLS, and the certificate must chain to a root of `sslrootcert`; the host
+//!   name is not compared.
+//! - `verify-full`: as `verify-ca`, and the certificate must name the host of the address
+//!   (a DNS name or an IP address in its subjectAltName).
+//!
+//! `sslrootcert=PATH` names a file of PEM certificates (a relative path is relative to the
+//! current directory, `/` under systemd), read when the store is opened: a missing,
+//! unreadable or empty file is an address error in every mode. `sslrootcert=system`
+//! trusts the system's store instead (`/etc/ssl/certs`, or `SSL_CERT_FILE`/`SSL_CERT_DIR`);
+//! as in libpq it implies `verify-full`, and any weaker `sslmode` is refused (a public
+//! certificate authority signs certificates for anyone's host names).
+//!
+//! Where jobguard differs from libpq, on purpose:
+//! - It never reads `~/.postgresql/root.crt` (nor `root.crl`, `postgresql.crt`): the
+//!   shim runs as root from a systemd unit, where a file in a home directory would
+//!   silently change what every job's connection checks. So `require` without
+//!   `sslrootcert` does not check; `verify-full` without `sslrootcert` uses the system's
+//!   store (as `sslrootcert=system`); `verify-ca` without `sslrootcert` is refused (libpq
+//!   refuses it too when that file does not exist, and checking only the chain against
+//!   public roots proves nothing).
+//! - An `sslrootcert` file that cannot be read is an error even with `require`, `prefer`
+//!   and `allow` (libpq then quietly does not check); `sslrootcert` with `disable` is
+//!   refused as it would check nothing.
+//! - `prefer` tries again without TLS only after a failed handshake, not when the server
+//!   refuses the start-up over TLS (a `pg_hba.conf` with `hostnossl` lines only).
+//! - The host name is compared with the subjectAltName only; libpq also accepts the
+//!   certificate's Common Name when it has no subjectAltName of the host's kind.
+//! - Client certificates (`sslcert`, `sslkey`, `sslpassword`, `sslcertmode`) and
+//!   revocation lists (`sslcrl`, `sslcrldir`) are refused; the environment variables
+//!   (`PGSSLMODE`, `PGSSLROOTCERT`, …) are not read.
+//!
+//! Over a Unix socket there is no TLS: `disable`, `allow` and `prefer` connect without,
+//! the other modes fail. TLS is rustls with the ring provider.
 //!
 //! Tables (names an operator recognises): `jobguard_meta` (key `schema_version`),
 //! `jobguard_lease` (one row per job, never deleted: a released lease keeps its row with
@@ -43,7 +85,7 @@ use std::time::Duration;
 use tokio_postgres::config::SslMode;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::{Client, NoTls, Row};
+use tokio_postgres::{Client, Row};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::clock::Clock;
@@ -264,21 +306,204 @@ $f$;
 "#,
 ];
 
-/// How to encrypt the connection, from the address's `sslmode`.
+/// libpq's TLS parameters that jobguard refuses: client certificates and their keys,
+/// certificate revocation lists, the client-certificate mode.
+const UNSUPPORTED_TLS_PARAMS: &[&str] = &[
+    "sslcert",
+    "sslkey",
+    "sslpassword",
+    "sslcertmode",
+    "sslcrl",
+    "sslcrldir",
+];
+
+/// libpq's `sslmode` (libpq-connect(3), "sslmode"; the table in libpq's "SSL Support").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Tls {
-    /// No TLS (`disable`, `allow`, `prefer`).
-    Off,
-    /// TLS without checking the server's certificate (`require`, as libpq).
-    Unchecked,
-    /// TLS with the certificate checked against the system's roots and the host name.
-    Verified,
+enum Mode {
+    /// No TLS.
+    Disable,
+    /// Without TLS first; with TLS when the server refuses that connection.
+    Allow,
+    /// With TLS when the server offers it (else without), and without TLS when the TLS
+    /// handshake fails.
+    Prefer,
+    /// TLS or no connection.
+    Require,
+    /// TLS, the certificate's chain checked.
+    VerifyCa,
+    /// TLS, the certificate's chain and host name checked.
+    VerifyFull,
+}
+
+impl Mode {
+    fn parse(value: &str) -> Option<Mode> {
+        Some(match value {
+            "disable" => Mode::Disable,
+            "allow" => Mode::Allow,
+            "prefer" => Mode::Prefer,
+            "require" => Mode::Require,
+            "verify-ca" => Mode::VerifyCa,
+            "verify-full" => Mode::VerifyFull,
+            _ => return None,
+        })
+    }
+}
+
+/// What a TLS connection checks of the server's certificate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Check {
+    /// Nothing (the handshake's signatures still are): encryption against listening only.
+    Nothing,
+    /// That it chains to a trusted root (libpq's `verify-ca`).
+    Chain,
+    /// The chain, and that it names the host of the address (libpq's `verify-full`).
+    ChainAndName,
+}
+
+/// The roots a checked certificate must chain to.
+#[derive(Debug, Clone)]
+enum Roots {
+    /// The system's trust store, as rustls-native-certs finds it (`/etc/ssl/certs`,
+    /// `SSL_CERT_FILE`, `SSL_CERT_DIR`): `sslrootcert=system`.
+    System,
+    /// The certificates of an `sslrootcert=PATH` file, read when the store is opened.
+    File(Arc<rustls::RootCertStore>),
+}
+
+/// How the store encrypts its connections: from the address's `sslmode` and `sslrootcert`.
+#[derive(Debug, Clone)]
+struct TlsPlan {
+    mode: Mode,
+    check: Check,
+    roots: Roots,
+}
+
+/// Reads an `sslrootcert=PATH` file: one or more PEM certificates.
+fn read_root_file(path: &str) -> Result<rustls::RootCertStore, String> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let data = remote::read_ca_file("sslrootcert", path, true)?;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(&data) {
+        let cert = cert.map_err(|e| format!("sslrootcert {path}: {e}"))?;
+        roots
+            .add(cert)
+            .map_err(|e| format!("sslrootcert {path}: {e}"))?;
+    }
+    if roots.is_empty() {
+        return Err(format!(
+            "sslrootcert {path}: no PEM certificate in the file"
+        ));
+    }
+    Ok(roots)
+}
+
+/// Decides the TLS plan from the address's `sslmode` and `sslrootcert` values, by libpq's
+/// rules except where the module documentation says otherwise.
+///
+/// # Errors
+/// A message for an unknown `sslmode`, `sslrootcert=system` with a mode weaker than
+/// `verify-full`, `sslrootcert` with `disable`, `verify-ca` without `sslrootcert`, or an
+/// `sslrootcert` file that cannot be read or holds no certificate.
+fn tls_plan(sslmode: Option<&str>, rootcert: Option<&str>) -> Result<TlsPlan, String> {
+    let mode = sslmode
+        .map(|m| {
+            Mode::parse(m).ok_or_else(|| {
+                format!(
+                    "unknown sslmode {m:?} (disable, allow, prefer, require, verify-ca or verify-full)"
+                )
+            })
+        })
+        .transpose()?;
+    let plan = |mode, check, roots| Ok(TlsPlan { mode, check, roots });
+    match rootcert {
+        Some("system") => match mode {
+            // As libpq (16 and later): the system's roots imply verify-full.
+            None | Some(Mode::VerifyFull) => {
+                plan(Mode::VerifyFull, Check::ChainAndName, Roots::System)
+            }
+            Some(_) => Err(format!(
+                "sslrootcert=system needs sslmode=verify-full, not {} (as libpq: a public \
+                 certificate authority signs certificates for anyone's host names, so \
+                 only the host name check protects)",
+                sslmode.unwrap_or_default()
+            )),
+        },
+        Some(path) => {
+            if mode == Some(Mode::Disable) {
+                return Err("sslrootcert is not used with sslmode=disable: choose one".to_string());
+            }
+            let roots = Roots::File(Arc::new(read_root_file(path)?));
+            match mode.unwrap_or(Mode::Prefer) {
+                // As libpq: with a root certificate, the chain is checked in every mode
+                // that may encrypt (`require` acts as `verify-ca`).
+                m @ (Mode::Allow | Mode::Prefer | Mode::Require | Mode::VerifyCa) => {
+                    plan(m, Check::Chain, roots)
+                }
+                m => plan(m, Check::ChainAndName, roots),
+            }
+        }
+        None => match mode.unwrap_or(Mode::Prefer) {
+            Mode::VerifyCa => Err(
+                "sslmode=verify-ca needs sslrootcert=PATH, the certificate authority to check \
+                 the chain against (libpq would read ~/.postgresql/root.crt; jobguard does \
+                 not read that file)"
+                    .to_string(),
+            ),
+            // libpq would read ~/.postgresql/root.crt; jobguard uses the system's roots
+            // (libpq's `sslrootcert=system`).
+            Mode::VerifyFull => plan(Mode::VerifyFull, Check::ChainAndName, Roots::System),
+            m => plan(m, Check::Nothing, Roots::System),
+        },
+    }
+}
+
+/// The handshake signature checks every verifier here shares: rustls's own, with the
+/// ring provider's algorithms.
+macro_rules! handshake_signatures {
+    () => {
+        fn verify_tls12_signature(
+            &self,
+            message: &[u8],
+            cert: &rustls::pki_types::CertificateDer<'_>,
+            dss: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            rustls::crypto::verify_tls12_signature(
+                message,
+                cert,
+                dss,
+                &self.provider.signature_verification_algorithms,
+            )
+        }
+
+        fn verify_tls13_signature(
+            &self,
+            message: &[u8],
+            cert: &rustls::pki_types::CertificateDer<'_>,
+            dss: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            rustls::crypto::verify_tls13_signature(
+                message,
+                cert,
+                dss,
+                &self.provider.signature_verification_algorithms,
+            )
+        }
+
+        fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+            self.provider
+                .signature_verification_algorithms
+                .supported_schemes()
+        }
+    };
 }
 
 /// Accepts any server certificate but still checks the handshake signatures: libpq's
-/// `sslmode=require`.
+/// `sslmode=require` (and `prefer`, `allow`) without a root certificate.
 #[derive(Debug)]
-struct AnyCertificate(Arc<rustls::crypto::CryptoProvider>);
+struct AnyCertificate {
+    provider: Arc<rustls::crypto::CryptoProvider>,
+}
 
 impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
     fn verify_server_cert(
@@ -292,67 +517,150 @@ impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
         Ok(rustls::client::danger::ServerCertVerified::assertion())
     }
 
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls::pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls::pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
+    handshake_signatures!();
 }
 
-/// The rustls client configuration for `tls`, or a message saying why there is none.
-fn tls_config(tls: Tls) -> Result<rustls::ClientConfig, String> {
+/// Checks that the certificate chains to a trusted root (validity period, key usage and
+/// signatures included: rustls's `verify_server_cert_signed_by_trust_anchor`) and not the
+/// host name: libpq's `sslmode=verify-ca`.
+#[derive(Debug)]
+struct ChainOnly {
+    roots: Arc<rustls::RootCertStore>,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+}
+
+impl rustls::client::danger::ServerCertVerifier for ChainOnly {
+    fn verify_server_cert(
+        &self,
+        end_entity: &rustls::pki_types::CertificateDer<'_>,
+        intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        let cert = rustls::server::ParsedCertificate::try_from(end_entity)?;
+        rustls::client::verify_server_cert_signed_by_trust_anchor(
+            &cert,
+            &self.roots,
+            intermediates,
+            now,
+            self.provider.signature_verification_algorithms.all,
+        )?;
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    handshake_signatures!();
+}
+
+/// The rustls client configuration for `plan`, or a message saying why there is none.
+fn tls_config(plan: &TlsPlan) -> Result<rustls::ClientConfig, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| format!("tls: {e}"))?;
-    Ok(match tls {
-        Tls::Verified => {
+    let roots = || match &plan.roots {
+        Roots::File(roots) => Ok(roots.clone()),
+        Roots::System => {
             let mut roots = rustls::RootCertStore::empty();
-            let found = rustls_native_certs::load_native_certs();
-            roots.add_parsable_certificates(found.certs);
+            roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
             if roots.is_empty() {
-                return Err("tls: no trusted certificates in the system's store".to_string());
+                Err("tls: no trusted certificates in the system's store".to_string())
+            } else {
+                Ok(Arc::new(roots))
             }
-            builder.with_root_certificates(roots).with_no_client_auth()
         }
-        Tls::Off | Tls::Unchecked => builder
+    };
+    Ok(match plan.check {
+        Check::ChainAndName => builder
+            .with_root_certificates(roots()?)
+            .with_no_client_auth(),
+        Check::Chain => builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
+            .with_custom_certificate_verifier(Arc::new(ChainOnly {
+                roots: roots()?,
+                provider,
+            }))
+            .with_no_client_auth(),
+        Check::Nothing => builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AnyCertificate { provider }))
             .with_no_client_auth(),
     })
+}
+
+/// True when `e` is a failed TLS handshake (rustls refused, or the server sent an alert):
+/// what makes `sslmode=prefer` try again without TLS.
+fn tls_handshake_failed(e: &tokio_postgres::Error) -> bool {
+    use std::error::Error as _;
+    let mut source = e.source();
+    while let Some(s) = source {
+        if s.downcast_ref::<rustls::Error>().is_some()
+            || s.downcast_ref::<std::io::Error>()
+                .and_then(|io| io.get_ref())
+                .is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some())
+        {
+            return true;
+        }
+        source = s.source();
+    }
+    false
+}
+
+/// Connects once with `mode` (`Disable`: no TLS; `Prefer`: TLS if the server offers it;
+/// `Require`: TLS or an error) and starts driving the connection on the current runtime.
+async fn connect_once(
+    config: &tokio_postgres::Config,
+    mode: SslMode,
+    tls: &MakeRustlsConnect,
+) -> Result<Client, tokio_postgres::Error> {
+    let mut config = config.clone();
+    config.ssl_mode(mode);
+    let (client, connection) = config.connect(tls.clone()).await?;
+    tokio::spawn(connection);
+    Ok(client)
+}
+
+/// Connects as `plan` says, with libpq's second attempt for `allow` and `prefer`; the
+/// message of a failed first attempt is kept in front of the second one's.
+async fn connect_as_planned(
+    config: &tokio_postgres::Config,
+    plan: &TlsPlan,
+    tls: &MakeRustlsConnect,
+) -> Result<Client, Fail> {
+    match plan.mode {
+        Mode::Disable => Ok(connect_once(config, SslMode::Disable, tls).await?),
+        Mode::Require | Mode::VerifyCa | Mode::VerifyFull => {
+            Ok(connect_once(config, SslMode::Require, tls).await?)
+        }
+        Mode::Prefer => match connect_once(config, SslMode::Prefer, tls).await {
+            Err(e) if tls_handshake_failed(&e) => {
+                let first = format!("with TLS: {}", remote::chain(&e));
+                connect_once(config, SslMode::Disable, tls)
+                    .await
+                    .map_err(|e| Fail::After(first, Box::new(Fail::Pg(e))))
+            }
+            other => Ok(other?),
+        },
+        Mode::Allow => match connect_once(config, SslMode::Disable, tls).await {
+            // The server refused the connection without TLS (pg_hba.conf `hostssl`).
+            Err(e) if e.as_db_error().is_some() => {
+                let first = format!("without TLS: {}", remote::chain(&e));
+                connect_once(config, SslMode::Require, tls)
+                    .await
+                    .map_err(|e| Fail::After(first, Box::new(Fail::Pg(e))))
+            }
+            other => Ok(other?),
+        },
+    }
 }
 
 /// The PostgreSQL store: one connection (reconnected after a failure).
 pub struct PostgresStore {
     rt: tokio::runtime::Runtime,
     config: tokio_postgres::Config,
-    tls: Tls,
+    tls: TlsPlan,
+    /// The rustls connector, made at the first connect (reading the system's roots).
+    connector: Option<MakeRustlsConnect>,
     client: Option<Client>,
     describe: String,
     schema: Option<String>,
@@ -373,6 +681,9 @@ enum Fail {
     Pg(tokio_postgres::Error),
     Timeout,
     Data(String),
+    /// A second connection attempt failed (`sslmode=allow`, `prefer`) after the first,
+    /// whose message this holds.
+    After(String, Box<Fail>),
 }
 
 impl From<tokio_postgres::Error> for Fail {
@@ -396,23 +707,31 @@ impl PostgresStore {
     ///
     /// # Errors
     /// [`StoreError::Address`] when the address is not a PostgreSQL URI the client accepts,
-    /// or `schema=` is not a plain name (letters, digits, `_`; at most 48).
+    /// `schema=` is not a plain name (letters, digits, `_`; at most 48), `sslmode` and
+    /// `sslrootcert` do not go together or the `sslrootcert` file cannot be read (see the
+    /// module documentation), or the address names a TLS parameter of libpq's that
+    /// jobguard does not support (client certificates, revocation lists).
     pub fn open(address: &str) -> Result<PostgresStore, StoreError> {
         let describe = address::mask(address);
         let bad = |detail: String| StoreError::Address {
             address: describe.clone(),
             detail,
         };
-        if let Some(key) = remote::given_twice(address, &[&["schema"], &["sslmode"]]) {
+        if let Some(key) =
+            remote::given_twice(address, &[&["schema"], &["sslmode"], &["sslrootcert"]])
+        {
             return Err(bad(format!("{key} is given more than once")));
         }
-        let (rest, ours) = remote::take_params(address, &["schema", "sslmode"]);
-        let tls = match ours.get(1).cloned().flatten().as_deref() {
-            None | Some("disable" | "allow" | "prefer") => Tls::Off,
-            Some("require") => Tls::Unchecked,
-            Some("verify-ca" | "verify-full") => Tls::Verified,
-            Some(other) => return Err(bad(format!("unknown sslmode {other:?}"))),
-        };
+        let mut names = vec!["schema", "sslmode", "sslrootcert"];
+        names.extend_from_slice(UNSUPPORTED_TLS_PARAMS);
+        let (rest, ours) = remote::take_params(address, &names);
+        if let Some(i) = (3..names.len()).find(|&i| ours[i].is_some()) {
+            return Err(bad(format!(
+                "{} is not supported (client certificates and revocation lists are not)",
+                names[i]
+            )));
+        }
+        let tls = tls_plan(ours[1].as_deref(), ours[2].as_deref()).map_err(&bad)?;
         let rest = match rest.split_once("://") {
             Some((scheme, tail)) if scheme.eq_ignore_ascii_case("postgres") => {
                 format!("postgresql://{tail}")
@@ -421,12 +740,7 @@ impl PostgresStore {
         };
         let mut config = tokio_postgres::Config::from_str(&rest)
             .map_err(|e| bad(format!("not a postgresql address: {e}")))?;
-        let schema = ours.first().cloned().flatten();
-        config.ssl_mode(if tls == Tls::Off {
-            SslMode::Disable
-        } else {
-            SslMode::Require
-        });
+        let schema = ours[0].clone();
         if let Some(schema) = &schema {
             if !remote::plain_name(schema, false) {
                 return Err(bad(format!(
@@ -460,6 +774,7 @@ impl PostgresStore {
             rt,
             config,
             tls,
+            connector: None,
             client: None,
             describe,
             schema,
@@ -491,6 +806,24 @@ impl PostgresStore {
                 store,
                 detail: format!("{op}: {detail}"),
             },
+            Fail::After(first, then) => {
+                // `op: first; then second`, the second attempt's error kind.
+                let both = |detail: String| {
+                    let second = detail.strip_prefix(&format!("{op}: ")).unwrap_or(&detail);
+                    format!("{op}: {first}; then {second}")
+                };
+                match self.error(op, *then) {
+                    StoreError::Unavailable { store, detail } => StoreError::Unavailable {
+                        store,
+                        detail: both(detail),
+                    },
+                    StoreError::Invalid { store, detail } => StoreError::Invalid {
+                        store,
+                        detail: both(detail),
+                    },
+                    other => other,
+                }
+            }
             Fail::Pg(e) => match e.as_db_error() {
                 None => StoreError::Unavailable {
                     store,
@@ -519,27 +852,26 @@ impl PostgresStore {
     fn call<T>(&mut self, f: impl AsyncFnOnce(&mut Client) -> Result<T, Fail>) -> Result<T, Fail> {
         if self.client.as_ref().is_none_or(|c| c.is_closed()) {
             self.client = None;
-            let config = self.config.clone();
-            let client = if self.tls == Tls::Off {
-                let (client, connection) = self
-                    .rt
-                    .block_on(async {
-                        tokio::time::timeout(CONNECT_TIMEOUT, config.connect(NoTls)).await
-                    })
-                    .map_err(|_| Fail::Timeout)??;
-                self.rt.spawn(connection);
-                client
-            } else {
-                let tls = MakeRustlsConnect::new(tls_config(self.tls).map_err(Fail::Data)?);
-                let (client, connection) = self
-                    .rt
-                    .block_on(async {
-                        tokio::time::timeout(CONNECT_TIMEOUT, config.connect(tls)).await
-                    })
-                    .map_err(|_| Fail::Timeout)??;
-                self.rt.spawn(connection);
-                client
+            let connector = match &self.connector {
+                Some(c) => c.clone(),
+                None => {
+                    let c = MakeRustlsConnect::new(tls_config(&self.tls).map_err(Fail::Data)?);
+                    self.connector = Some(c.clone());
+                    c
+                }
             };
+            let (config, plan) = (&self.config, &self.tls);
+            // One deadline for both attempts of `allow` and `prefer`.
+            let client = self
+                .rt
+                .block_on(async {
+                    tokio::time::timeout(
+                        CONNECT_TIMEOUT,
+                        connect_as_planned(config, plan, &connector),
+                    )
+                    .await
+                })
+                .map_err(|_| Fail::Timeout)??;
             self.client = Some(client);
         }
         let Some(client) = self.client.as_mut() else {
@@ -1027,5 +1359,81 @@ impl Store for PostgresStore {
                 .await?;
             rows.first().map(|r| lease_from(job, r, 0)).transpose()
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(mode: Option<&str>, root: Option<&str>) -> (Mode, Check, bool) {
+        let p = tls_plan(mode, root).unwrap_or_else(|e| panic!("{mode:?} {root:?}: {e}"));
+        (p.mode, p.check, matches!(p.roots, Roots::System))
+    }
+
+    #[test]
+    fn sslmode_and_sslrootcert_as_libpq() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = dir.path().join("ca.pem");
+        std::fs::write(&ca, test_certificate()).unwrap();
+        let ca = ca.to_str().unwrap();
+        let none = None;
+        assert_eq!(plan(none, none), (Mode::Prefer, Check::Nothing, true));
+        assert_eq!(
+            plan(Some("disable"), none),
+            (Mode::Disable, Check::Nothing, true)
+        );
+        assert_eq!(
+            plan(Some("allow"), none),
+            (Mode::Allow, Check::Nothing, true)
+        );
+        assert_eq!(
+            plan(Some("require"), none),
+            (Mode::Require, Check::Nothing, true)
+        );
+        assert_eq!(
+            plan(Some("verify-full"), none),
+            (Mode::VerifyFull, Check::ChainAndName, true)
+        );
+        assert_eq!(
+            plan(none, Some("system")),
+            (Mode::VerifyFull, Check::ChainAndName, true)
+        );
+        assert_eq!(plan(none, Some(ca)), (Mode::Prefer, Check::Chain, false));
+        assert_eq!(
+            plan(Some("require"), Some(ca)),
+            (Mode::Require, Check::Chain, false)
+        );
+        assert_eq!(
+            plan(Some("verify-ca"), Some(ca)),
+            (Mode::VerifyCa, Check::Chain, false)
+        );
+        assert_eq!(
+            plan(Some("verify-full"), Some(ca)),
+            (Mode::VerifyFull, Check::ChainAndName, false)
+        );
+        for (mode, root) in [
+            (Some("verify-ca"), None),
+            (Some("prefer"), Some("system")),
+            (Some("disable"), Some(ca)),
+            (Some("VERIFY-FULL"), None),
+        ] {
+            assert!(tls_plan(mode, root).is_err(), "{mode:?} {root:?}");
+        }
+    }
+
+    /// A self-signed certificate in PEM (made once with `openssl req -x509`, EC P-256).
+    fn test_certificate() -> &'static str {
+        "-----BEGIN CERTIFICATE-----\n\
+MIIBkDCCATWgAwIBAgIUJNYP48yGU/iQsf34o08RnAl39B8wCgYIKoZIzj0EAwIw\n\
+HTEbMBkGA1UEAwwSam9iZ3VhcmQgdW5pdCB0ZXN0MB4XDTI2MTEyOTE0Mzk0OFoX\n\
+DTM2MTEyNjE0Mzk0OFowHTEbMBkGA1UEAwwSam9iZ3VhcmQgdW5pdCB0ZXN0MFkw\n\
+EwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE+ZHkfIt3lHToH4M1pmNz87P15KQpLSuu\n\
+iJKEPEVcCaGTMeRqG526JHc+b0wZKz6CiDc0YE8cDZ8ncPySpxDEIKNTMFEwHQYD\n\
+VR0OBBYEFPbwGM3C4d7bzomRavrRmV9lM4l4MB8GA1UdIwQYMBaAFPbwGM3C4d7b\n\
+zomRavrRmV9lM4l4MA8GA1UdEwEB/wQFMAMBAf8wCgYIKoZIzj0EAwIDSQAwRgIh\n\
+AOEqm3x0PyouuKp0CCpqDu18VwCSUvwh383q/Hz5OQRZAiEA9kvosMso1UoPcPxT\n\
+vlDo3ea6vj/dEd3VCh+PgI2gjpc=\n\
+-----END CERTIFICATE-----\n"
     }
 }

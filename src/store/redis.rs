@@ -493,7 +493,7 @@ impl RedisStore {
                         "ssl-ca checks the certificate; #insecure does not: choose one".to_string(),
                     ));
                 }
-                let pem = remote::read_ca_file(&ca, true).map_err(&bad)?;
+                let pem = remote::read_ca_file("ssl-ca", &ca, true).map_err(&bad)?;
                 redis::Client::build_with_tls(
                     rest,
                     redis::TlsCertificates {

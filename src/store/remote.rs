@@ -230,19 +230,20 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Reads the certificate authority file an address names (`ssl-ca=PATH`): PEM
-/// certificates that the server's certificate must chain to.
+/// Reads the certificate authority file an address names in parameter `param`
+/// (`ssl-ca=PATH`, `sslrootcert=PATH`): certificates that the server's certificate must
+/// chain to.
 ///
 /// # Errors
 /// A short message naming the file when it cannot be read, is empty, or (with `pem_only`)
 /// holds no `BEGIN CERTIFICATE` block.
-pub(crate) fn read_ca_file(path: &str, pem_only: bool) -> Result<Vec<u8>, String> {
-    let data = std::fs::read(path).map_err(|e| format!("ssl-ca {path}: {e}"))?;
+pub(crate) fn read_ca_file(param: &str, path: &str, pem_only: bool) -> Result<Vec<u8>, String> {
+    let data = std::fs::read(path).map_err(|e| format!("{param} {path}: {e}"))?;
     if data.is_empty() {
-        return Err(format!("ssl-ca {path}: empty file"));
+        return Err(format!("{param} {path}: empty file"));
     }
     if pem_only && !String::from_utf8_lossy(&data).contains("-----BEGIN CERTIFICATE-----") {
-        return Err(format!("ssl-ca {path}: no PEM certificate in the file"));
+        return Err(format!("{param} {path}: no PEM certificate in the file"));
     }
     Ok(data)
 }

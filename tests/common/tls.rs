@@ -1,6 +1,6 @@
 //! Private TLS servers for the store TLS tests: a throwaway certificate authority and a
-//! server certificate made with `openssl`, and a Redis or MariaDB server of this test
-//! process that speaks only TLS, on a free port of 127.0.0.1 and 127.0.0.2.
+//! server certificate made with `openssl`, and a Redis, MariaDB or PostgreSQL server of
+//! this test process that speaks only TLS, on a free port of 127.0.0.1 and 127.0.0.2.
 //!
 //! The server certificate names `127.0.0.1` and `localhost` (subjectAltName), not
 //! `127.0.0.2`: connecting to 127.0.0.2 (also loopback on Linux) is the wrong host name.
@@ -8,10 +8,14 @@
 //! One server per kind serves every test of the process ([`redis`], [`mariadb`]). It is
 //! started through `sh`, which reads its standard input from this process: when this
 //! process ends, however it ends, the shell reads end-of-file, kills the server and
-//! removes its directory. A missing `openssl`, `redis-server`, `mariadb-install-db` or
-//! `mariadbd` skips the tests outside CI and fails them in CI ([`super::go_on`]).
+//! removes its directory. A missing `openssl`, `redis-server`, `mariadb-install-db`,
+//! `mariadbd`, PostgreSQL's `initdb` and `postgres` (`/usr/lib/postgresql/N/bin`), `psql`
+//! or (as root) the `postgres` user skips the tests outside CI and fails them in CI
+//! ([`super::go_on`]).
 
+use std::fs::Permissions;
 use std::net::TcpListener;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
@@ -73,15 +77,10 @@ fn run(cmd: &mut Command) -> Result<(), String> {
     }
 }
 
-/// Makes `ca.pem` (a certificate authority) and `server.pem`/`server.key` (signed by it,
-/// for 127.0.0.1 and localhost) in `dir`, with EC P-256 keys valid for 2 days.
-pub fn make_certificates(dir: &Path) -> Result<(), String> {
-    let ossl = || {
-        let mut c = Command::new("openssl");
-        c.current_dir(dir);
-        c
-    };
-    run(ossl().args([
+/// Makes `ca.pem` and `ca.key` in `dir`: a certificate authority named `CN=common_name`,
+/// with an EC P-256 key, valid for 2 days.
+pub fn make_ca(dir: &Path, common_name: &str) -> Result<(), String> {
+    run(Command::new("openssl").current_dir(dir).args([
         "req",
         "-x509",
         "-newkey",
@@ -96,8 +95,20 @@ pub fn make_certificates(dir: &Path) -> Result<(), String> {
         "-days",
         "2",
         "-subj",
-        "/CN=jobguard test CA",
-    ]))?;
+        &format!("/CN={common_name}"),
+    ]))
+}
+
+/// Makes `ca.pem` (a certificate authority, [`make_ca`]) and `server.pem`/`server.key`
+/// (signed by it, for 127.0.0.1 and localhost) in `dir`, with EC P-256 keys valid for 2
+/// days.
+pub fn make_certificates(dir: &Path) -> Result<(), String> {
+    let ossl = || {
+        let mut c = Command::new("openssl");
+        c.current_dir(dir);
+        c
+    };
+    make_ca(dir, "jobguard test CA")?;
     run(ossl().args([
         "req",
         "-newkey",
@@ -138,19 +149,30 @@ pub fn make_certificates(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Starts `program args` under a watcher shell that kills it and removes `dir` when this
-/// process's end of the pipe closes.
+/// Starts `program args` under a watcher shell that kills it with SIGKILL and removes
+/// `dir` when this process's end of the pipe closes.
 fn watch(dir: &Path, program: &str, args: &[String]) -> Result<(Child, ChildStdin), String> {
+    watch_with(dir, "KILL", program, args)
+}
+
+/// [`watch`], stopping the server with `signal` (a name for `kill -s`) instead.
+fn watch_with(
+    dir: &Path,
+    signal: &str,
+    program: &str,
+    args: &[String],
+) -> Result<(Child, ChildStdin), String> {
     let mut child = Command::new("sh")
         .args([
             "-c",
             // The server runs in the background (its standard input is /dev/null); `read`
             // returns at end-of-file, when this process is gone or drops the pipe.
-            "dir=$1; shift; \"$@\" >\"$dir/server.log\" 2>&1 & pid=$!; \
-             read -r _; kill -9 \"$pid\"; wait \"$pid\"; rm -rf \"$dir\"",
+            "dir=$1; sig=$2; shift 2; \"$@\" >\"$dir/server.log\" 2>&1 & pid=$!; \
+             read -r _; kill -s \"$sig\" \"$pid\"; wait \"$pid\"; rm -rf \"$dir\"",
             "sh",
         ])
         .arg(dir)
+        .arg(signal)
         .arg(program)
         .args(args)
         .stdin(Stdio::piped())
@@ -360,4 +382,173 @@ pub fn redis(test: &str) -> Option<&'static Server> {
 pub fn mariadb(test: &str) -> Option<&'static Server> {
     static CELL: OnceLock<Result<Server, String>> = OnceLock::new();
     shared(&CELL, start_mariadb, test)
+}
+
+/// The user the private PostgreSQL server runs as when this process is root (`initdb`
+/// and `postgres` refuse to run as root).
+const POSTGRES_OS_USER: &str = "postgres";
+
+/// The newest PostgreSQL server installed (`/usr/lib/postgresql/N/bin`, Debian's layout).
+fn postgres_bin() -> Result<PathBuf, String> {
+    let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .map_err(|e| format!("no PostgreSQL server installed: /usr/lib/postgresql: {e}"))?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let version = e.file_name().to_str()?.parse().ok()?;
+            let bin = e.path().join("bin");
+            (bin.join("initdb").is_file() && bin.join("postgres").is_file())
+                .then_some((version, bin))
+        })
+        .collect();
+    found.sort();
+    found
+        .pop()
+        .map(|(_, bin)| bin)
+        .ok_or_else(|| "no PostgreSQL server installed under /usr/lib/postgresql".to_string())
+}
+
+/// `program` as the server's user: through `setpriv` (which execs, so the watcher's
+/// signal reaches the server itself) when this process is root, else as this user.
+fn as_server_user(program: &Path, uid: Option<(u32, u32)>) -> (String, Vec<String>) {
+    match uid {
+        Some((uid, gid)) => (
+            "setpriv".to_string(),
+            vec![
+                format!("--reuid={uid}"),
+                format!("--regid={gid}"),
+                "--clear-groups".to_string(),
+                "--".to_string(),
+                program.display().to_string(),
+            ],
+        ),
+        None => (program.display().to_string(), Vec::new()),
+    }
+}
+
+/// The user and database of the private PostgreSQL server (trust authentication over
+/// TLS, superuser).
+pub const POSTGRES_USER: &str = "postgres";
+
+fn start_postgres() -> Result<Server, String> {
+    if let Some(why) = missing(&["openssl", "psql", "setpriv"]) {
+        return Err(why);
+    }
+    let bin = postgres_bin()?;
+    let root = nix::unistd::geteuid().is_root();
+    let uid = if root {
+        let user = nix::unistd::User::from_name(POSTGRES_OS_USER)
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("no user {POSTGRES_OS_USER:?} to run PostgreSQL as"))?;
+        Some((user.uid.as_raw(), user.gid.as_raw()))
+    } else {
+        None
+    };
+    let started = Instant::now();
+    let dir = temp_dir("postgres")?;
+    make_certificates(&dir)?;
+    let file = |name: &str| dir.join(name).display().to_string();
+    // The server refuses a key that others may read.
+    std::fs::set_permissions(dir.join("server.key"), Permissions::from_mode(0o600))
+        .map_err(|e| e.to_string())?;
+    if let Some((uid, gid)) = uid {
+        let mut paths = vec![dir.clone()];
+        for entry in std::fs::read_dir(&dir).map_err(|e| e.to_string())? {
+            paths.push(entry.map_err(|e| e.to_string())?.path());
+        }
+        for path in paths {
+            std::os::unix::fs::chown(&path, Some(uid), Some(gid))
+                .map_err(|e| format!("chown {}: {e}", path.display()))?;
+        }
+    }
+    let data = dir.join("data");
+    let (program, mut args) = as_server_user(&bin.join("initdb"), uid);
+    args.extend(
+        [
+            "-D",
+            &data.display().to_string(),
+            "-U",
+            POSTGRES_USER,
+            "-A",
+            "trust",
+            "-E",
+            "UTF8",
+            "--locale=C",
+            "--no-sync",
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
+    run(Command::new(&program).args(&args))?;
+    // TLS connections from loopback only: a plain connection finds no line and is refused.
+    std::fs::write(
+        data.join("pg_hba.conf"),
+        "hostssl all all 127.0.0.0/8 trust\n",
+    )
+    .map_err(|e| e.to_string())?;
+    let port = free_port();
+    let (program, mut args) = as_server_user(&bin.join("postgres"), uid);
+    args.extend([
+        "-D".to_string(),
+        data.display().to_string(),
+        "-p".to_string(),
+        port.to_string(),
+        // The socket in the test's directory, not /var/run/postgresql.
+        "-k".to_string(),
+        dir.display().to_string(),
+        "-c".to_string(),
+        "listen_addresses=127.0.0.1,127.0.0.2".to_string(),
+        "-c".to_string(),
+        "ssl=on".to_string(),
+        "-c".to_string(),
+        format!("ssl_cert_file={}", file("server.pem")),
+        "-c".to_string(),
+        format!("ssl_key_file={}", file("server.key")),
+        "-c".to_string(),
+        "fsync=off".to_string(),
+        "-c".to_string(),
+        "max_connections=200".to_string(),
+    ]);
+    // SIGQUIT: immediate shutdown, which still removes the server's shared memory.
+    let watcher = watch_with(&dir, "QUIT", &program, &args)?;
+    wait_ready(&dir, Duration::from_secs(30), || {
+        psql_at(&dir, port, "SELECT 1").is_ok()
+    })?;
+    Ok(Server {
+        port,
+        dir,
+        startup: started.elapsed(),
+        _watch: Mutex::new(watcher),
+    })
+}
+
+fn psql_at(dir: &Path, port: u16, statement: &str) -> Result<String, String> {
+    let out = Command::new("psql")
+        .arg(format!(
+            "host=127.0.0.1 port={port} user={POSTGRES_USER} dbname={POSTGRES_USER} \
+             sslmode=verify-full sslrootcert={} connect_timeout=5",
+            dir.join("ca.pem").display()
+        ))
+        .args(["-X", "-v", "ON_ERROR_STOP=1", "-Atc", statement])
+        .output()
+        .map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+impl Server {
+    /// Runs SQL as the superuser over TLS (certificate checked) against this
+    /// (PostgreSQL) server; its output (`psql -At`).
+    pub fn psql(&self, statement: &str) -> String {
+        psql_at(&self.dir, self.port, statement).unwrap_or_else(|e| panic!("{statement}: {e}"))
+    }
+}
+
+/// The process's TLS-only PostgreSQL server (`hostssl` lines only, trust), started on
+/// first use; `None` (after [`super::go_on`]) when it cannot run here.
+pub fn postgres(test: &str) -> Option<&'static Server> {
+    static CELL: OnceLock<Result<Server, String>> = OnceLock::new();
+    shared(&CELL, start_postgres, test)
 }
