@@ -51,34 +51,13 @@ pub trait Env {
 #[allow(unused_macros)]
 macro_rules! conformance_suite {
     ($fresh:path) => {
-        $crate::common::conformance::conformance_suite!(@cases required $fresh;
-            acquire_contend_expire_takeover,
-            own_unexpired_lease_can_be_claimed_again,
-            renew_extends_by_store_clock,
-            token_grows_across_release_takeover_and_unlock,
-            stale_holder_changes_nothing,
-            lease_lost_needs_only_the_running_record,
-            unique_success_per_slot,
-            slot_done_held_and_forced,
-            attempts_count_per_slot,
-            resolve_and_claim_mark_rerun,
-            interrupt_releases_only_the_matching_lease,
-            unlock_ends_any_lease,
-            finish_records_every_field,
-            runs_filters_and_order,
-            reopen_and_init_are_idempotent,
-            newer_schema_is_refused,
-            claim_checks_the_host_clock,
-            queued_re_runs_come_first,
-            in_order_refuses_a_slot_behind_the_ledger,
-            a_retried_claim_keeps_the_first_record,
-            a_huge_clock_tolerance_is_no_error,
-            a_done_slot_with_a_held_record_settles_its_queued_one,
-            every_way_of_queueing_a_slot_is_seen_by_the_claim,
-        );
+        $crate::common::conformance::conformance_suite!(@list required $fresh);
     };
     (optional $fresh:path) => {
-        $crate::common::conformance::conformance_suite!(@cases optional $fresh;
+        $crate::common::conformance::conformance_suite!(@list optional $fresh);
+    };
+    (@list $mode:ident $fresh:path) => {
+        $crate::common::conformance::conformance_suite!(@cases $mode $fresh;
             acquire_contend_expire_takeover,
             own_unexpired_lease_can_be_claimed_again,
             renew_extends_by_store_clock,
