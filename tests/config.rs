@@ -820,6 +820,42 @@ fn a_relative_sqlite_path_in_a_store_file_is_refused_not_guessed() {
     );
 }
 
+#[cfg(all(
+    feature = "store-postgres",
+    feature = "store-mysql",
+    feature = "store-redis"
+))]
+#[test]
+fn check_refuses_store_addresses_the_run_would_refuse() {
+    let d = Dir::new();
+    let text = format!(
+        "[jobs.mode]\n{GOOD}store = \"postgres://u@127.0.0.1/test?sslmode=bogus\"\n\
+         [jobs.ca]\n{GOOD}store = \"mysql://u@127.0.0.1/test?ssl-mode=VERIFY_CA&ssl-ca=/nonexistent.pem\"\n\
+         [jobs.relca]\n{GOOD}store = \"rediss://127.0.0.1/0?ssl-ca=ca.pem\"\n\
+         [jobs.ok]\n{GOOD}store = \"redis://127.0.0.1/0\"\n"
+    );
+    let f = d.write("jobs.toml", &text);
+    let out = check(&["--config", f.to_str().expect("utf-8")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    for needle in [
+        "jobs.mode.store: bad store address",
+        "unknown sslmode \"bogus\"",
+        "jobs.ca.store: bad store address",
+        "ssl-ca /nonexistent.pem",
+        "jobs.relca.store: bad store address",
+        "ssl-ca ca.pem: the path must be absolute",
+    ] {
+        assert!(stderr.contains(needle), "missing {needle:?} in:\n{stderr}");
+    }
+    assert!(!stderr.contains("jobs.ok"), "{stderr}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).ends_with("; 3 problems on this host\n"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
 #[test]
 fn a_long_list_is_read_whole_with_errors_in_order() {
     let d = Dir::new();

@@ -652,6 +652,26 @@ fn status_lists_every_job_even_when_its_store_cannot_be_read() {
 }
 
 #[test]
+fn a_store_file_that_cannot_be_read_is_named_by_run_and_listed_by_status() {
+    let sb = Sandbox::new(&job("nofile", "true", "store_file = \"@DIR@/missing.url\""));
+    let out = timer_run(&sb, "nofile");
+    assert_eq!(out.status.code(), Some(78), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("cannot read store_file") && !stderr(&out).contains("\"\""),
+        "{}",
+        stderr(&out)
+    );
+    let out = sb.run(&["status"]);
+    assert_eq!(out.status.code(), Some(78), "{}", stderr(&out));
+    let text = support::stdout(&out);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("nofile ") && l.contains("store unreadable")),
+        "{text}"
+    );
+}
+
+#[test]
 fn a_store_disk_full_at_the_end_of_a_run_is_waited_out_not_turned_into_a_rerun() {
     if !nix::unistd::geteuid().is_root() {
         eprintln!("SKIPPED: needs root to mount a small file system");

@@ -389,6 +389,27 @@ fn a_store_parameter_given_twice_is_refused() {
     }
 }
 
+#[cfg(all(
+    feature = "store-postgres",
+    feature = "store-mysql",
+    feature = "store-redis"
+))]
+#[test]
+fn a_mysql_database_that_does_not_exist_is_an_address_error_that_says_so() {
+    if !common::go_on(
+        "a_mysql_database_that_does_not_exist",
+        common::remote::unreachable(common::remote::Kind::Mysql),
+    ) {
+        return;
+    }
+    let mut s = jobguard::store::open("mysql://root@127.0.0.1:3306/jg_no_such_database").unwrap();
+    let err = s.claim(&request("j", S1, 1, 1, false)).unwrap_err();
+    assert!(
+        matches!(err, StoreError::Address { .. }) && err.to_string().contains("CREATE DATABASE"),
+        "{err}"
+    );
+}
+
 #[test]
 fn a_renewal_waits_for_a_locked_file_at_most_a_sixth_of_the_lease() {
     // With the default 10 s busy timeout, a renewal behind another process's write lock

@@ -5,7 +5,8 @@
 //! Then it checks each valid job against this host, as its run would meet it: the `user`
 //! exists, the `working_directory` is a directory, the command is an executable file
 //! (looked up in `PATH` when it has no `/`, as the run does) and the store address can
-//! be read (`store_file`, `store_credential`). Those problems are printed as
+//! be read (`store_file`, `store_credential`) and is one this build can open (parameters,
+//! TLS files; nothing is connected to). Those problems are printed as
 //! `FILE: KEY: MESSAGE (on this host)` and also make the exit status 1; the generator
 //! does not check them, since a user or file may appear after boot.
 
@@ -107,13 +108,24 @@ pub fn host_problems(job: &Job, path: &str) -> Vec<(&'static str, String)> {
     {
         problems.push(("command", e));
     }
-    if let Err(e) = job.store_address() {
-        let key = if job.store_credential.is_some() {
-            "store_credential"
-        } else {
-            "store_file"
-        };
-        problems.push((key, e.to_string()));
+    let key = if job.store_credential.is_some() {
+        "store_credential"
+    } else if job.store_file.is_some() {
+        "store_file"
+    } else {
+        "store"
+    };
+    match job.store_address() {
+        Err(e) => problems.push((key, e.to_string())),
+        // What the run would refuse before connecting: parameters, TLS files, a kind this
+        // build does not contain. Opening a shared store does not connect; a SQLite store
+        // is not opened, since that would create its file.
+        Ok(address) if !address.starts_with("sqlite:") => {
+            if let Err(e) = crate::store::open(&address) {
+                problems.push((key, e.to_string()));
+            }
+        }
+        Ok(_) => {}
     }
     problems
 }

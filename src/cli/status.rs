@@ -211,6 +211,7 @@ pub fn run(args: &StatusArgs) -> u8 {
         let Ok(address) = job_store_address(job) else {
             problems.push(format!("{}: the store address could not be read", job.name));
             status = exit::CONFIG;
+            rows.push(unreadable_row(job, now));
             continue;
         };
         let store = stores

@@ -227,18 +227,21 @@ fn prepare_runtime_dirs() -> Result<(), String> {
 /// Opens the store, retrying an unreachable one with backoff for `store_wait`; on giving
 /// up applies `on_store_unavailable`. Returns the exit status to use on failure.
 fn open_store(job: &Job) -> Result<Box<dyn Store>, u8> {
-    match with_retry(job, || {
-        let address = job.store_address().map_err(|e| StoreError::Address {
-            address: String::new(),
-            detail: e.to_string(),
-        })?;
-        // No separate init(): every store creates or checks its schema on first use,
-        // which saves a round trip per run on a shared store.
-        store::open(&address)
-    }) {
-        Ok(s) => Ok(s),
-        Err(e) => Err(store_failed(job, &e)),
-    }
+    // A missing or empty store_file or credential is the job list's problem: not retried.
+    let address = job.store_address().map_err(|e| {
+        let mut ev = Event::new(
+            Kind::SkippedStoreUnavailable,
+            &job.name,
+            format!("failed: {e}; nothing was run"),
+        );
+        ev.reason = Some("store-unavailable".into());
+        journal::emit(&ev);
+        journal::status(&format!("store address unreadable: {e}"));
+        exit::CONFIG
+    })?;
+    // No separate init(): every store creates or checks its schema on first use, which
+    // saves a round trip per run on a shared store.
+    with_retry(job, || store::open(&address)).map_err(|e| store_failed(job, &e))
 }
 
 /// Retries `f` while the store is unavailable, with backoff, for `store_wait`; a stop signal

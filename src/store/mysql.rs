@@ -684,6 +684,20 @@ impl MysqlStore {
                 store,
                 detail: format!("{op}: {detail}"),
             },
+            // Unknown database (1049), refused login (1045): the address is wrong.
+            Fail::My(mysql::Error::MySqlError(e)) if matches!(e.code, 1045 | 1049) => {
+                StoreError::Address {
+                    address: store,
+                    detail: if e.code == 1049 {
+                        format!(
+                            "{op}: {} (jobguard creates its tables, not the database: CREATE DATABASE it first)",
+                            e.message
+                        )
+                    } else {
+                        format!("{op}: {}", e.message)
+                    },
+                }
+            }
             Fail::My(mysql::Error::MySqlError(e)) => {
                 // Lock wait timeout, deadlock, too many connections, shutdown: retryable.
                 let retryable = matches!(e.code, 1205 | 1213 | 1040 | 1053 | 2006 | 2013);

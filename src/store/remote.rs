@@ -235,9 +235,14 @@ fn percent_decode(s: &str) -> String {
 /// chain to.
 ///
 /// # Errors
-/// A short message naming the file when it cannot be read, is empty, or (with `pem_only`)
+/// A short message naming the file when it is not an absolute path, cannot be read, is
+/// empty, or (with `pem_only`)
 /// holds no `BEGIN CERTIFICATE` block.
 pub(crate) fn read_ca_file(param: &str, path: &str, pem_only: bool) -> Result<Vec<u8>, String> {
+    // Relative to what? The shim under systemd runs in `/`, a shell elsewhere.
+    if !std::path::Path::new(path).is_absolute() {
+        return Err(format!("{param} {path}: the path must be absolute"));
+    }
     let data = std::fs::read(path).map_err(|e| format!("{param} {path}: {e}"))?;
     if data.is_empty() {
         return Err(format!("{param} {path}: empty file"));
