@@ -183,6 +183,19 @@ pub struct Run {
     pub resolution: Option<Resolution>,
 }
 
+impl Run {
+    /// The holder that made this record: the lease holder identity its grant carried.
+    pub fn holder(&self) -> crate::lease::Holder {
+        crate::lease::Holder {
+            machine_id: self.machine_id.clone(),
+            boot_id: self.boot_id.clone(),
+            pid: self.pid,
+            pid_start: self.pid_start,
+            host: self.host.clone(),
+        }
+    }
+}
+
 /// The parts of a new `running` record that the shim supplies; the store adds the
 /// attempt number, fencing token and `started_at`.
 #[derive(Debug, Clone)]

@@ -80,11 +80,14 @@ pub fn summary(set: &JobSet) -> String {
 /// `(key, message)`. `path` is the `PATH` to look the command up in.
 pub fn host_problems(job: &Job, path: &str) -> Vec<(&'static str, String)> {
     let mut problems = Vec::new();
-    if let Some(user) = &job.user
-        && let Err(e) = crate::shim::child::lookup_account(user)
-    {
-        problems.push(("user", e));
-    }
+    let account = match job.user.as_deref().map(crate::shim::child::lookup_account) {
+        Some(Ok(a)) => Some(a),
+        Some(Err(e)) => {
+            problems.push(("user", e));
+            None
+        }
+        None => None,
+    };
     if let Some(dir) = &job.working_directory
         && !dir.is_dir()
     {
@@ -96,9 +99,7 @@ pub fn host_problems(job: &Job, path: &str) -> Vec<(&'static str, String)> {
     // A relative command with a `/` starts from the directory the command starts in:
     // `working_directory`, else the user's home (if it exists), else `/` (systemd's).
     let start = job.working_directory.clone().unwrap_or_else(|| {
-        job.user
-            .as_deref()
-            .and_then(|u| crate::shim::child::lookup_account(u).ok())
+        account
             .map(|a| a.home)
             .filter(|h| h.is_dir())
             .unwrap_or_else(|| PathBuf::from("/"))

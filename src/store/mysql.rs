@@ -61,7 +61,7 @@ use mysql::prelude::Queryable;
 use mysql::{Conn, Opts, OptsBuilder, Row, SslOpts, Value};
 
 use crate::clock::Clock;
-use crate::lease::{Holder, Lease};
+use crate::lease::Lease;
 use crate::ledger::{Finish, Outcome, Resolution, Run};
 use crate::store::remote::{self, CALL_TIMEOUT, CONNECT_TIMEOUT, duration_usec};
 use crate::store::{Claim, ClaimRequest, Finished, RunQuery, Store, StoreError, address};
@@ -1020,14 +1020,7 @@ impl Store for MysqlStore {
         reason: &str,
         resolution: Resolution,
     ) -> Result<bool, StoreError> {
-        let holder = Holder {
-            machine_id: run.machine_id.clone(),
-            boot_id: run.boot_id.clone(),
-            pid: run.pid,
-            pid_start: run.pid_start,
-            host: run.host.clone(),
-        }
-        .id();
+        let holder = run.holder().id();
         let sql = format!(
             "CALL jobguard_interrupt({}, {}, {}, {}, {}, {}, {})",
             self.test_now(),

@@ -89,7 +89,7 @@ use tokio_postgres::{Client, Row};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::clock::Clock;
-use crate::lease::{Holder, Lease};
+use crate::lease::Lease;
 use crate::ledger::{Finish, Outcome, Resolution, Run};
 use crate::store::remote::{self, CALL_TIMEOUT, CONNECT_TIMEOUT, duration_usec};
 use crate::store::{Claim, ClaimRequest, Finished, RunQuery, Store, StoreError, address};
@@ -1223,14 +1223,7 @@ impl Store for PostgresStore {
         reason: &str,
         resolution: Resolution,
     ) -> Result<bool, StoreError> {
-        let holder = Holder {
-            machine_id: run.machine_id.clone(),
-            boot_id: run.boot_id.clone(),
-            pid: run.pid,
-            pid_start: run.pid_start,
-            host: run.host.clone(),
-        }
-        .id();
+        let holder = run.holder().id();
         let now = self.test_now();
         let resolution = resolution.as_str();
         self.with_schema("interrupt", async |c| {

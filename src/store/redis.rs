@@ -51,7 +51,7 @@ use std::time::Duration;
 use redis::{Connection, Script};
 
 use crate::clock::Clock;
-use crate::lease::{Holder, Lease};
+use crate::lease::Lease;
 use crate::ledger::{Finish, Outcome, Resolution, Run};
 use crate::store::remote::{self, CALL_TIMEOUT, CONNECT_TIMEOUT, duration_usec};
 use crate::store::{Claim, ClaimRequest, Finished, RunQuery, Store, StoreError, address};
@@ -791,14 +791,7 @@ impl Store for RedisStore {
         resolution: Resolution,
     ) -> Result<bool, StoreError> {
         self.ready()?;
-        let holder = Holder {
-            machine_id: run.machine_id.clone(),
-            boot_id: run.boot_id.clone(),
-            pid: run.pid,
-            pid_start: run.pid_start,
-            host: run.host.clone(),
-        }
-        .id();
+        let holder = run.holder().id();
         let now = self.test_now();
         let changed: i64 = self.call("interrupt", |c, s, p| {
             Ok(s.interrupt

@@ -37,7 +37,7 @@ use rusqlite::{
 };
 
 use crate::clock::{Clock, SystemClock};
-use crate::lease::{Holder, Lease};
+use crate::lease::Lease;
 use crate::ledger::{Finish, Outcome, Resolution, Run, Slot};
 use crate::store::{Claim, ClaimRequest, Finished, RunQuery, Store, StoreError};
 
@@ -882,14 +882,7 @@ impl Store for SqliteStore {
         reason: &str,
         resolution: Resolution,
     ) -> Result<bool, StoreError> {
-        let holder = Holder {
-            machine_id: run.machine_id.clone(),
-            boot_id: run.boot_id.clone(),
-            pid: run.pid,
-            pid_start: run.pid_start,
-            host: run.host.clone(),
-        }
-        .id();
+        let holder = run.holder().id();
         self.write("interrupt", |tx, now| {
             let changed = tx.execute(
                 "UPDATE jobguard_run
