@@ -13,6 +13,7 @@
 //!
 //! Binaries under `src/bin/` only parse arguments and call into [`cli`].
 
+pub mod audit;
 pub mod calendar;
 pub mod cli;
 pub mod clock;

@@ -1,0 +1,715 @@
+//! Reading a job's ledger against its schedule: what went wrong, slot by slot.
+//!
+//! [`audit_job`] is pure: it takes a job's records, its calendar (when the job is still in
+//! the job list), the set of `running` records whose holder is known to be gone, and the
+//! moments that bound the check, and returns [`Finding`]s. `jobguard audit` reads every
+//! record in its window; `jobguard status` and `jobguard recover` read the newest records
+//! and look for missed slots only after the newest recorded one
+//! ([`Scope::missed_after_newest_only`]). Reading the store, asking whether a holder lives
+//! and printing are left to the callers (`src/cli/audit.rs`, `src/cli/status.rs`,
+//! `src/cli/recover.rs`); [`needs_attention`] is the one rule for "something to look at"
+//! that they share.
+//!
+//! What counts as *missed*: an elapse of the schedule (systemd.time(7), the same engine
+//! the shim uses) that is older than now − [`grace`] and older than this host's boot +
+//! grace (a timer's `Persistent=` catch-up after a boot gets the same grace), at or after
+//! the job's first record, with no record at that slot and no catch-up decision covering
+//! it. A *catch-up decision* is what the shim records when it claims a slot while earlier
+//! elapses since the newest recorded slot never ran ("latest": only the newest of them
+//! runs): the run's report keeps [`PASSED_OVER_AFTER`], the slot before the gap, so every
+//! elapse strictly between it and the run's slot was passed over on purpose.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use jiff::Timestamp;
+use serde_json::{Value, json};
+
+use crate::calendar::CalendarSpec;
+use crate::job::Job;
+use crate::ledger::{Outcome, Resolution, Run, format_usec};
+
+/// Report key of a catch-up decision: the newest slot recorded before the run's claim, RFC
+/// 3339 UTC with µs where there are any. Every elapse strictly between it and the run's
+/// slot was passed over by that claim. Written by the shim with the run's outcome (the
+/// `jobguard.` prefix of report keys is reserved: a job's own key of that name is replaced).
+pub const PASSED_OVER_AFTER: &str = "jobguard.passed_over_after";
+/// Report key beside [`PASSED_OVER_AFTER`]: how many elapses were passed over (for people;
+/// the interval is what counts).
+pub const PASSED_OVER_COUNT: &str = "jobguard.passed_over";
+
+/// At most this many elapses of one job are compared with its ledger in one check.
+pub const MAX_ELAPSES: usize = 100_000;
+
+/// Start-up allowance in [`grace`]: the timer's wake-up, the unit's start, the shim's
+/// start and its first store round trip (seconds).
+const STARTUP_ALLOWANCE: Duration = Duration::from_secs(30);
+/// `AccuracySec=` of `jobguard@.timer` (units/jobguard@.timer).
+const TIMER_ACCURACY: Duration = Duration::from_secs(1);
+
+/// How long after an elapse a job's record may still be missing without the slot being
+/// *missed*: `randomized_delay` (the timer's `RandomizedDelaySec=`) + 1 s (`AccuracySec=`)
+/// + `store_wait` (the shim retries an unreachable store that long before it claims) +
+/// `clock_tolerance` (the host that runs the slot may be behind this one by that much) +
+/// 30 s for start-up.
+pub fn grace(job: &Job) -> Duration {
+    job.randomized_delay.unwrap_or_default()
+        + TIMER_ACCURACY
+        + job.store_wait
+        + job.clock_tolerance
+        + STARTUP_ALLOWANCE
+}
+
+/// What a finding is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FindingKind {
+    /// Two `succeeded` records for one slot, the later one not forced.
+    DuplicateSuccess,
+    /// Two attempts at one slot whose [started, finished] intervals overlap.
+    Overlap,
+    /// A `running` record whose holder is gone.
+    OrphanRunning,
+    /// An elapse with no record and no catch-up decision.
+    Missed,
+    /// An elapse a catch-up claim passed over on purpose (informational).
+    PassedOver,
+    /// A slot not done whose latest attempt waits for a person.
+    Held,
+    /// A slot not done whose latest attempt failed.
+    Failed,
+    /// A slot not done whose latest attempt was cut off and waits for its queued re-run.
+    Queued,
+    /// A record whose fencing token is not larger than that of a record started before it.
+    TokenBackwards,
+}
+
+impl FindingKind {
+    /// The name in `--json` and in the table.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FindingKind::DuplicateSuccess => "duplicate_success",
+            FindingKind::Overlap => "overlap",
+            FindingKind::OrphanRunning => "orphan_running",
+            FindingKind::Missed => "missed",
+            FindingKind::PassedOver => "passed_over",
+            FindingKind::Held => "held",
+            FindingKind::Failed => "failed",
+            FindingKind::Queued => "queued",
+            FindingKind::TokenBackwards => "token_backwards",
+        }
+    }
+}
+
+/// One thing found in a job's ledger.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    /// What.
+    pub kind: FindingKind,
+    /// The slot it is about, µs since the epoch.
+    pub slot: i64,
+    /// The records involved, by run id (none for a missed slot).
+    pub runs: Vec<String>,
+    /// For people: what and who.
+    pub detail: String,
+}
+
+impl Finding {
+    /// As JSON: `{"kind", "slot" (RFC 3339), "slot_usec", "runs", "detail"}`.
+    pub fn json(&self) -> Value {
+        json!({
+            "kind": self.kind.as_str(),
+            "slot": format_usec(self.slot),
+            "slot_usec": self.slot,
+            "runs": self.runs,
+            "detail": self.detail,
+            "attention": needs_attention(self),
+        })
+    }
+}
+
+/// Whether a finding needs a person: everything but [`FindingKind::PassedOver`], which a
+/// catch-up policy decided. The exit status of `audit` and `status` follows it.
+pub fn needs_attention(f: &Finding) -> bool {
+    f.kind != FindingKind::PassedOver
+}
+
+/// The bounds of a check. All moments are µs since the epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scope {
+    /// Only slots at or after this (`--since`); `None`: from the job's first record.
+    pub since: Option<i64>,
+    /// Only slots at or before this (`--until`, default now).
+    pub until: i64,
+    /// Now, by this host's clock: a `running` record's interval ends here, and only
+    /// elapses older than now − grace can be missed.
+    pub now: i64,
+    /// This host's boot: only elapses older than boot + grace can be missed.
+    pub boot: i64,
+    /// The job's grace ([`grace`]), µs.
+    pub grace: i64,
+    /// Look for missed slots only after the newest recorded slot (`status`, `recover`),
+    /// not in the gaps between records (`audit`).
+    pub missed_after_newest_only: bool,
+}
+
+/// The catch-up decision a record carries: (slot before the gap, µs; the record's slot).
+fn decision(r: &Run) -> Option<(i64, i64)> {
+    let text = r.report.get(PASSED_OVER_AFTER)?;
+    let after: Timestamp = text.parse().ok()?;
+    Some((after.as_microsecond(), r.slot.usec))
+}
+
+/// Elapses of `cal` in [`from`, `to`] (µs since the epoch), at most `max`; and whether
+/// there were more.
+pub fn elapses_in(cal: &CalendarSpec, from: i64, to: i64, max: usize) -> (Vec<i64>, bool) {
+    let mut out = Vec::new();
+    let Ok(start) = Timestamp::from_microsecond(from.saturating_sub(1)) else {
+        return (out, false);
+    };
+    let mut t = start;
+    loop {
+        match cal.next_elapse(t) {
+            Some(n) if n.as_microsecond() <= to => {
+                if out.len() == max {
+                    return (out, true);
+                }
+                out.push(n.as_microsecond());
+                t = n;
+            }
+            _ => return (out, false),
+        }
+    }
+}
+
+/// Checks one job's records (any order) against its schedule (`None`: a job no longer in
+/// the job list, whose slots cannot be compared). `orphans` are the run ids of `running`
+/// records whose holder is gone. Findings come sorted by slot, then kind.
+pub fn audit_job(
+    runs: &[Run],
+    calendar: Option<&CalendarSpec>,
+    orphans: &BTreeSet<String>,
+    scope: &Scope,
+) -> Vec<Finding> {
+    let in_scope = |slot: i64| scope.since.is_none_or(|s| slot >= s) && slot <= scope.until;
+    let mut out = Vec::new();
+    let mut by_slot: BTreeMap<i64, Vec<&Run>> = BTreeMap::new();
+    for r in runs {
+        by_slot.entry(r.slot.usec).or_default().push(r);
+    }
+    for list in by_slot.values_mut() {
+        list.sort_by(|a, b| (a.started_at, a.attempt).cmp(&(b.started_at, b.attempt)));
+    }
+    for (&slot, list) in &by_slot {
+        if !in_scope(slot) {
+            continue;
+        }
+        per_slot(slot, list, orphans, scope.now, &mut out);
+    }
+    tokens(runs, &in_scope, &mut out);
+    if let Some(cal) = calendar {
+        slots(&by_slot, cal, orphans, scope, &mut out);
+    }
+    out.sort_by(|a, b| (a.slot, a.kind).cmp(&(b.slot, b.kind)));
+    out
+}
+
+/// Duplicates, overlaps, orphans and the state of one slot (its attempts oldest first).
+fn per_slot(
+    slot: i64,
+    list: &[&Run],
+    orphans: &BTreeSet<String>,
+    now: i64,
+    out: &mut Vec<Finding>,
+) {
+    let ids = |rs: &[&Run]| rs.iter().map(|r| r.run_id.clone()).collect::<Vec<_>>();
+    let successes: Vec<&Run> = list
+        .iter()
+        .copied()
+        .filter(|r| r.outcome == Outcome::Succeeded)
+        .collect();
+    if successes.iter().skip(1).any(|r| !r.forced) {
+        out.push(Finding {
+            kind: FindingKind::DuplicateSuccess,
+            slot,
+            runs: ids(&successes),
+            detail: format!(
+                "{} succeeded records, not forced: {}",
+                successes.len(),
+                successes
+                    .iter()
+                    .map(|r| describe(r))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+        });
+    }
+    for (i, a) in list.iter().enumerate() {
+        for b in &list[i + 1..] {
+            let (a_end, b_end) = (a.finished_at.unwrap_or(now), b.finished_at.unwrap_or(now));
+            if a.started_at < b_end && b.started_at < a_end {
+                out.push(Finding {
+                    kind: FindingKind::Overlap,
+                    slot,
+                    runs: vec![a.run_id.clone(), b.run_id.clone()],
+                    detail: format!(
+                        "attempts overlap by {}: {}; {}",
+                        crate::cli::view::span(a_end.min(b_end) - a.started_at.max(b.started_at)),
+                        describe(a),
+                        describe(b)
+                    ),
+                });
+            }
+        }
+    }
+    for r in list {
+        if r.outcome == Outcome::Running && orphans.contains(&r.run_id) {
+            out.push(Finding {
+                kind: FindingKind::OrphanRunning,
+                slot,
+                runs: vec![r.run_id.clone()],
+                detail: format!("running, but its holder is gone: {}", describe(r)),
+            });
+        }
+    }
+    let done = list
+        .iter()
+        .any(|r| r.outcome == Outcome::Succeeded || r.resolution == Some(Resolution::Done));
+    let Some(latest) = list.last() else {
+        return;
+    };
+    if done {
+        return;
+    }
+    let kind = match (latest.outcome, latest.resolution) {
+        (Outcome::Running, _) => return,
+        (_, Some(Resolution::Held)) => FindingKind::Held,
+        (_, Some(Resolution::Queued)) => FindingKind::Queued,
+        (Outcome::Failed, _) => FindingKind::Failed,
+        // Cut off with nothing decided: it waits for a person like a held one.
+        (Outcome::Interrupted | Outcome::LeaseLost, _) => FindingKind::Held,
+        (Outcome::Succeeded, _) => return,
+    };
+    let next = match kind {
+        FindingKind::Queued => "a re-run is queued".to_string(),
+        _ => format!(
+            "decide with `jobguard resolve {} {} --rerun|--done`",
+            latest.job,
+            format_usec(slot)
+        ),
+    };
+    out.push(Finding {
+        kind,
+        slot,
+        runs: vec![latest.run_id.clone()],
+        detail: format!(
+            "latest attempt {} ({}): {}; {next}",
+            latest.outcome,
+            latest.reason.as_deref().unwrap_or("-"),
+            describe(latest)
+        ),
+    });
+}
+
+/// Fencing tokens in `started_at` order must rise: a token not above the one started
+/// before it means two grants were not ordered by the store.
+fn tokens(runs: &[Run], in_scope: &dyn Fn(i64) -> bool, out: &mut Vec<Finding>) {
+    let mut ordered: Vec<&Run> = runs.iter().collect();
+    ordered.sort_by(|a, b| (a.started_at, a.fencing_token).cmp(&(b.started_at, b.fencing_token)));
+    // Each descent is reported once: against the record started just before.
+    for pair in ordered.windows(2) {
+        let (h, r) = (pair[0], pair[1]);
+        if r.fencing_token <= h.fencing_token {
+            if in_scope(r.slot.usec) {
+                out.push(Finding {
+                    kind: FindingKind::TokenBackwards,
+                    slot: r.slot.usec,
+                    runs: vec![h.run_id.clone(), r.run_id.clone()],
+                    detail: format!(
+                        "fencing token {} started at {} is not above token {} started at {} (slot {})",
+                        r.fencing_token,
+                        format_usec(r.started_at),
+                        h.fencing_token,
+                        format_usec(h.started_at),
+                        h.slot.rfc3339()
+                    ),
+                });
+            }
+        }
+    }
+}
+
+/// Missed and passed-over elapses.
+fn slots(
+    by_slot: &BTreeMap<i64, Vec<&Run>>,
+    cal: &CalendarSpec,
+    orphans: &BTreeSet<String>,
+    scope: &Scope,
+    out: &mut Vec<Finding>,
+) {
+    // Slots recorded ahead of now (forced, or by a clock that was ahead) bound nothing.
+    let recorded: Vec<i64> = by_slot
+        .keys()
+        .copied()
+        .filter(|s| *s <= scope.now)
+        .collect();
+    let (Some(&first), Some(&newest)) = (recorded.first(), recorded.last()) else {
+        return;
+    };
+    // Due: older than now − grace, and only once the boot is older than the grace.
+    let cutoff = scope.now - scope.grace;
+    if cutoff <= scope.boot {
+        return;
+    }
+    let mut from = first.max(scope.since.unwrap_or(i64::MIN));
+    if scope.missed_after_newest_only {
+        from = from.max(newest.saturating_add(1));
+    }
+    let to = scope.until.min(cutoff - 1);
+    if to < from {
+        return;
+    }
+    let decisions: Vec<(i64, i64, &str)> = by_slot
+        .values()
+        .flatten()
+        .filter_map(|r| decision(r).map(|(a, s)| (a, s, r.run_id.as_str())))
+        .collect();
+    // A claim still running has not written its decision yet: the gap before it waits.
+    let pending: Vec<i64> = by_slot
+        .values()
+        .flatten()
+        .filter(|r| r.outcome == Outcome::Running && !orphans.contains(&r.run_id))
+        .map(|r| r.slot.usec)
+        .collect();
+    let (elapses, more) = elapses_in(cal, from, to, MAX_ELAPSES);
+    for e in elapses {
+        if by_slot.contains_key(&e) {
+            continue;
+        }
+        if let Some((after, slot, run)) = decisions.iter().find(|(a, s, _)| *a < e && e < *s) {
+            out.push(Finding {
+                kind: FindingKind::PassedOver,
+                slot: e,
+                runs: vec![run.to_string()],
+                detail: format!(
+                    "passed over by the catch-up run of slot {} (run {run}): the newest slot recorded before it was {}",
+                    format_usec(*slot),
+                    format_usec(*after)
+                ),
+            });
+            continue;
+        }
+        if pending.iter().any(|p| *p > e) {
+            continue;
+        }
+        out.push(Finding {
+            kind: FindingKind::Missed,
+            slot: e,
+            runs: Vec::new(),
+            detail: format!(
+                "elapsed at {} with no record and no catch-up decision",
+                format_usec(e)
+            ),
+        });
+    }
+    if more {
+        out.push(Finding {
+            kind: FindingKind::Missed,
+            slot: to,
+            runs: Vec::new(),
+            detail: format!(
+                "more than {MAX_ELAPSES} elapses in the window; the rest were not compared"
+            ),
+        });
+    }
+}
+
+fn describe(r: &Run) -> String {
+    format!(
+        "run {} attempt {} {}{} on {} started {}{}",
+        r.run_id,
+        r.attempt,
+        r.outcome,
+        if r.forced { " forced" } else { "" },
+        r.host,
+        format_usec(r.started_at),
+        r.finished_at
+            .map(|f| format!(" finished {}", format_usec(f)))
+            .unwrap_or_default()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::Slot;
+
+    const MIN: i64 = 60_000_000;
+    /// 2026-11-29T00:00:00Z.
+    const T0: i64 = 1_795_910_400_000_000;
+
+    fn cal() -> CalendarSpec {
+        CalendarSpec::parse("*-*-* *:*:00 UTC").expect("valid")
+    }
+
+    /// A finished attempt at minute `m` after T0, started 1 s after its slot, 10 s long.
+    fn run(id: &str, m: i64, outcome: Outcome, token: i64) -> Run {
+        let slot = T0 + m * MIN;
+        Run {
+            run_id: id.to_string(),
+            job: "j".into(),
+            slot: Slot {
+                usec: slot,
+                zone: "UTC".into(),
+            },
+            attempt: 1,
+            outcome,
+            reason: Some("exit".into()),
+            exit_status: Some(0),
+            forced: false,
+            trigger: "timer".into(),
+            host: "h".into(),
+            machine_id: "m".into(),
+            boot_id: "b".into(),
+            pid: 1,
+            pid_start: 1,
+            invocation_id: None,
+            started_at: slot + 1_000_000,
+            finished_at: (outcome != Outcome::Running).then_some(slot + 11_000_000),
+            fencing_token: token,
+            report: Default::default(),
+            resolution: None,
+        }
+    }
+
+    /// `n` succeeded minutes 0..n with rising tokens.
+    fn clean(n: i64) -> Vec<Run> {
+        (0..n)
+            .map(|m| run(&format!("r{m}"), m, Outcome::Succeeded, m + 1))
+            .collect()
+    }
+
+    fn scope(now_min: i64) -> Scope {
+        Scope {
+            since: None,
+            until: T0 + now_min * MIN,
+            now: T0 + now_min * MIN,
+            boot: T0 - 86_400_000_000,
+            grace: 90_000_000,
+            missed_after_newest_only: false,
+        }
+    }
+
+    /// Tokens as a store grants them: rising in `started_at` order.
+    fn retoken(runs: &mut [Run]) {
+        runs.sort_by_key(|r| r.started_at);
+        for (i, r) in runs.iter_mut().enumerate() {
+            r.fencing_token = i64::try_from(i).unwrap() + 1;
+        }
+    }
+
+    fn kinds(f: &[Finding]) -> Vec<(&'static str, i64)> {
+        f.iter()
+            .map(|f| (f.kind.as_str(), (f.slot - T0) / MIN))
+            .collect()
+    }
+
+    #[test]
+    fn a_clean_history_of_many_slots_has_no_findings() {
+        let runs = clean(500);
+        // Now is 1 min after the last record: within the grace.
+        let f = audit_job(&runs, Some(&cal()), &BTreeSet::new(), &scope(500));
+        assert!(f.is_empty(), "{f:?}");
+    }
+
+    #[test]
+    fn slots_after_the_newest_record_are_missed_once_past_the_grace() {
+        let runs = clean(100);
+        // Now = minute 105; grace 90 s: minutes 100..=103 are due (103 < 105 − 1.5).
+        let f = audit_job(&runs, Some(&cal()), &BTreeSet::new(), &scope(105));
+        assert_eq!(
+            kinds(&f),
+            vec![
+                ("missed", 100),
+                ("missed", 101),
+                ("missed", 102),
+                ("missed", 103)
+            ]
+        );
+        assert!(f.iter().all(needs_attention));
+        // Within the grace after this host's boot, nothing is missed yet.
+        let mut s = scope(105);
+        s.boot = T0 + 104 * MIN;
+        assert!(audit_job(&runs, Some(&cal()), &BTreeSet::new(), &s).is_empty());
+        // A job no longer in the job list has no schedule to compare.
+        assert!(audit_job(&runs, None, &BTreeSet::new(), &scope(105)).is_empty());
+    }
+
+    #[test]
+    fn a_gap_is_passed_over_when_a_catch_up_decision_covers_it_and_missed_otherwise() {
+        let mut runs = clean(50);
+        // Minutes 50..=59 never ran; minute 60 ran as a catch-up that recorded its decision.
+        let mut catch_up = run("c60", 60, Outcome::Succeeded, 51);
+        catch_up
+            .report
+            .insert(PASSED_OVER_AFTER.into(), format_usec(T0 + 49 * MIN));
+        runs.push(catch_up);
+        // Minutes 61..=69 ran; 70..=74 never ran and 75 ran with no decision (forced).
+        for m in 61..70 {
+            runs.push(run(&format!("r{m}"), m, Outcome::Succeeded, m));
+        }
+        let mut forced = run("f75", 75, Outcome::Succeeded, 80);
+        forced.forced = true;
+        runs.push(forced);
+        let f = audit_job(&runs, Some(&cal()), &BTreeSet::new(), &scope(76));
+        let k = kinds(&f);
+        let passed: Vec<i64> = k
+            .iter()
+            .filter(|(k, _)| *k == "passed_over")
+            .map(|x| x.1)
+            .collect();
+        let missed: Vec<i64> = k
+            .iter()
+            .filter(|(k, _)| *k == "missed")
+            .map(|x| x.1)
+            .collect();
+        assert_eq!(passed, (50..60).collect::<Vec<_>>());
+        assert_eq!(missed, (70..75).collect::<Vec<_>>());
+        assert!(
+            f.iter()
+                .filter(|f| f.kind == FindingKind::PassedOver)
+                .all(|f| !needs_attention(f) && f.runs == vec!["c60".to_string()])
+        );
+        // status and recover look only after the newest record: nothing there.
+        let mut s = scope(76);
+        s.missed_after_newest_only = true;
+        assert!(audit_job(&runs, Some(&cal()), &BTreeSet::new(), &s).is_empty());
+        // --since and --until bound the slots compared.
+        let mut s = scope(76);
+        s.since = Some(T0 + 72 * MIN);
+        s.until = T0 + 73 * MIN;
+        assert_eq!(
+            kinds(&audit_job(&runs, Some(&cal()), &BTreeSet::new(), &s)),
+            vec![("missed", 72), ("missed", 73)]
+        );
+    }
+
+    #[test]
+    fn the_gap_before_a_live_catch_up_run_waits_for_its_decision() {
+        let mut runs = clean(10);
+        runs.push(run("c20", 20, Outcome::Running, 11));
+        let f = audit_job(&runs, Some(&cal()), &BTreeSet::new(), &scope(21));
+        assert!(f.is_empty(), "{f:?}");
+        // Its holder gone (a crash before the decision was written): the gap is missed.
+        let orphans: BTreeSet<String> = ["c20".to_string()].into();
+        let f = audit_job(&runs, Some(&cal()), &orphans, &scope(21));
+        let k = kinds(&f);
+        assert!(k.contains(&("orphan_running", 20)), "{k:?}");
+        assert_eq!(
+            k.iter().filter(|(k, _)| *k == "missed").count(),
+            10,
+            "{k:?}"
+        );
+    }
+
+    #[test]
+    fn two_successes_are_a_duplicate_unless_the_later_was_forced() {
+        let mut runs = clean(30);
+        let mut again = run("dup", 7, Outcome::Succeeded, 31);
+        again.attempt = 2;
+        again.started_at += 5 * MIN;
+        again.finished_at = Some(again.started_at + 1_000_000);
+        runs.push(again.clone());
+        retoken(&mut runs);
+        let f = audit_job(&runs, Some(&cal()), &BTreeSet::new(), &scope(30));
+        assert_eq!(kinds(&f), vec![("duplicate_success", 7)]);
+        assert_eq!(f[0].runs, vec!["r7".to_string(), "dup".to_string()]);
+        let mut runs = clean(30);
+        again.forced = true;
+        runs.push(again);
+        retoken(&mut runs);
+        assert!(audit_job(&runs, Some(&cal()), &BTreeSet::new(), &scope(30)).is_empty());
+    }
+
+    #[test]
+    fn attempts_at_one_slot_that_overlap_are_found_and_sequential_ones_are_not() {
+        let mut runs = clean(20);
+        // Slot 3: attempt 1 interrupted and re-run after it ended: fine.
+        runs[3].outcome = Outcome::Interrupted;
+        runs[3].resolution = Some(Resolution::Rerun);
+        let mut rerun = run("re3", 3, Outcome::Succeeded, 21);
+        rerun.attempt = 2;
+        rerun.started_at = runs[3].finished_at.unwrap() + 1;
+        rerun.finished_at = Some(rerun.started_at + 1_000_000);
+        runs.push(rerun);
+        // Slot 12: a second attempt started while the first ran (it failed, then the other
+        // succeeded).
+        runs[12].outcome = Outcome::Failed;
+        let mut other = run("ov12", 12, Outcome::Succeeded, 22);
+        other.attempt = 2;
+        other.started_at = runs[12].started_at + 2_000_000;
+        runs.push(other);
+        retoken(&mut runs);
+        let f = audit_job(&runs, Some(&cal()), &BTreeSet::new(), &scope(20));
+        let k = kinds(&f);
+        assert_eq!(k.len(), 1, "{k:?}");
+        assert!(k.contains(&("overlap", 12)), "{k:?}");
+        assert!(!k.contains(&("overlap", 3)), "{k:?}");
+        let overlap = f.iter().find(|f| f.kind == FindingKind::Overlap).unwrap();
+        assert_eq!(overlap.runs, vec!["r12".to_string(), "ov12".to_string()]);
+    }
+
+    #[test]
+    fn tokens_that_go_backwards_by_start_time_are_found() {
+        let mut runs = clean(40);
+        runs[25].fencing_token = 3;
+        runs[31].fencing_token = 31; // equal to the one before it (r30 has 31)
+        runs[35].fencing_token = 1000; // the next one is below it
+        let f = audit_job(&runs, Some(&cal()), &BTreeSet::new(), &scope(40));
+        assert_eq!(
+            kinds(&f),
+            vec![
+                ("token_backwards", 25),
+                ("token_backwards", 31),
+                ("token_backwards", 36)
+            ]
+        );
+        assert_eq!(f[0].runs, vec!["r24".to_string(), "r25".to_string()]);
+    }
+
+    #[test]
+    fn held_failed_and_queued_slots_are_listed_until_done() {
+        let mut runs = clean(60);
+        runs[5].outcome = Outcome::Failed;
+        runs[9].outcome = Outcome::Interrupted;
+        runs[9].resolution = Some(Resolution::Held);
+        runs[14].outcome = Outcome::LeaseLost;
+        runs[14].resolution = Some(Resolution::Queued);
+        runs[20].outcome = Outcome::Failed;
+        runs[20].resolution = Some(Resolution::Done); // a person decided
+        runs[33].outcome = Outcome::Failed; // then a later attempt succeeded
+        let mut ok = run("ok33", 33, Outcome::Succeeded, 61);
+        ok.attempt = 2;
+        ok.started_at += MIN / 2;
+        ok.finished_at = Some(ok.started_at + 1);
+        runs.push(ok);
+        retoken(&mut runs);
+        let f = audit_job(&runs, Some(&cal()), &BTreeSet::new(), &scope(60));
+        assert_eq!(kinds(&f), vec![("failed", 5), ("held", 9), ("queued", 14)]);
+        assert!(f.iter().all(needs_attention));
+        assert!(
+            f[1].detail.contains("jobguard resolve j"),
+            "{}",
+            f[1].detail
+        );
+    }
+
+    #[test]
+    fn elapses_in_is_inclusive_and_bounded() {
+        let (e, more) = elapses_in(&cal(), T0, T0 + 3 * MIN, 10);
+        assert_eq!(e, vec![T0, T0 + MIN, T0 + 2 * MIN, T0 + 3 * MIN]);
+        assert!(!more);
+        let (e, more) = elapses_in(&cal(), T0, T0 + 3 * MIN, 2);
+        assert_eq!(e.len(), 2);
+        assert!(more);
+    }
+}
