@@ -11,6 +11,9 @@ use std::process::ExitStatus;
 pub const OK: u8 = 0;
 /// `jobguard check` found errors; other commands: a generic failure.
 pub const FAILURE: u8 = 1;
+/// `jobguard status` and `jobguard audit`: something needs attention (a held, failed,
+/// missed or queued slot, a run whose holder is gone, a timer that is not waiting, ...).
+pub const ATTENTION: u8 = 1;
 /// The command line was wrong (clap's status).
 pub const USAGE: u8 = 2;
 /// The store could not be reached (`EX_UNAVAILABLE`).

@@ -19,6 +19,19 @@ pub fn boot_id() -> String {
     read_trimmed("/proc/sys/kernel/random/boot_id").replace('-', "")
 }
 
+/// When this host booted, µs since the epoch (`btime` of `/proc/stat`, proc(5), whole
+/// seconds); 0 if unreadable.
+pub fn boot_time_usec() -> i64 {
+    fs::read_to_string("/proc/stat")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("btime "))
+                .and_then(|v| v.trim().parse::<i64>().ok())
+        })
+        .map_or(0, |secs| secs.saturating_mul(1_000_000))
+}
+
 /// The host name, for display.
 pub fn host_name() -> String {
     nix::unistd::gethostname()

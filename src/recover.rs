@@ -34,16 +34,30 @@ pub struct Recovered {
 /// # Errors
 /// Store errors while reading the lease or the store's clock.
 pub fn holder_gone(store: &mut dyn Store, run: &Run) -> Result<Option<&'static str>, StoreError> {
+    let gone = holder_gone_observed(store, run)?;
+    if gone == Some("process-gone") && !identity::end_run_survivors(&run.run_id) {
+        // The shim is gone; its command's children may not be. The slot runs again only
+        // once none of them is left.
+        return Ok(None);
+    }
+    Ok(gone)
+}
+
+/// Why a `running` record's holder (the shim, or another machine's lease) is gone, or
+/// `None` if it may still be alive; like [`holder_gone`] but only looks: processes the
+/// command left behind are neither ended nor counted (for `status` and `audit`).
+///
+/// # Errors
+/// Store errors while reading the lease or the store's clock.
+pub fn holder_gone_observed(
+    store: &mut dyn Store,
+    run: &Run,
+) -> Result<Option<&'static str>, StoreError> {
     if run.machine_id == identity::machine_id() && !run.machine_id.is_empty() {
         if run.boot_id != identity::boot_id() {
             return Ok(Some("boot"));
         }
         if !identity::process_alive(run.pid, run.pid_start) {
-            // The shim is gone; its command's children may not be. The slot runs again
-            // only once none of them is left.
-            if !identity::end_run_survivors(&run.run_id) {
-                return Ok(None);
-            }
             return Ok(Some("process-gone"));
         }
         return Ok(None);

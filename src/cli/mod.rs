@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
+pub mod audit;
 pub mod calendar;
 pub mod check;
 pub mod generate;
@@ -48,6 +49,13 @@ pub enum Command {
     Recover(RecoverArgs),
     /// Decide what happens to a held or failed slot.
     Resolve(ResolveArgs),
+    /// Check the ledger of one job, or of every job a store holds (also jobs no longer in
+    /// the job list), against the schedule: two successes of one slot, overlapping
+    /// attempts, running records whose holder is gone, missed slots and slots a catch-up
+    /// passed over, held and failed slots, fencing tokens that go backwards. Reads only.
+    /// Exit 0 when nothing needs attention, 1 when something does (passed-over slots are
+    /// listed but do not count).
+    Audit(AuditArgs),
     /// End a job's lease now, whoever holds it (for a holder known to be dead).
     Unlock(UnlockArgs),
     /// Manage the stores of the job list.
@@ -158,6 +166,27 @@ pub struct RecoverArgs {
     pub config: ConfigArgs,
 }
 
+/// Arguments of `jobguard audit`.
+#[derive(Debug, Clone, Args)]
+pub struct AuditArgs {
+    /// Only this job (it may be one removed from the job list; its records are looked
+    /// for in every store of the job list). Default: every job of every store.
+    pub job: Option<String>,
+    /// Only slots at or after this time (systemd timestamp syntax or RFC 3339, e.g.
+    /// "-7d" or "2026-11-01"); default: each job's first record.
+    #[arg(long, value_name = "TIME")]
+    pub since: Option<String>,
+    /// Only slots at or before this time; default: now.
+    #[arg(long, value_name = "TIME")]
+    pub until: Option<String>,
+    /// Print one JSON object: {"since", "until", "jobs": [{"job", "findings": [{"kind",
+    /// "slot", "slot_usec", "runs", "detail"}]}], "findings"}.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub config: ConfigArgs,
+}
+
 /// Arguments of `jobguard resolve`.
 #[derive(Debug, Clone, Args)]
 #[command(group(clap::ArgGroup::new("action").required(true).args(["rerun", "done"])))]
@@ -259,6 +288,7 @@ pub fn main() -> ExitCode {
         Command::Status(a) => status::run(&a),
         Command::Recover(a) => recover::run(&a),
         Command::Resolve(a) => resolve::run(&a),
+        Command::Audit(a) => audit::run(&a),
         Command::Unlock(a) => unlock::run(&a),
         Command::Store(StoreCommand::Init(a)) => store::init(&a),
     };

@@ -7,14 +7,19 @@
 //! systemd (a container without it, a plain shell) the ledger part is still shown, with a
 //! note of what could not be read; NEXT then comes from jobguard's own calendar engine.
 //!
-//! A run needs attention when its slot is not done and its latest attempt ended
-//! `failed`, `interrupted` or `lease_lost` (with what happens next: a queued re-run, or
-//! held for `jobguard resolve`).
+//! A job needs attention ([`crate::audit::needs_attention`], the rule `audit` uses) when a
+//! slot that is not done has its latest attempt `failed`, held for a person, or cut off and
+//! waiting for its queued re-run; when a `running` record's holder is gone; when a slot
+//! elapsed after the newest record, past the job's grace, with no record (*missed*); or
+//! when systemd was read and the job's timer is not waiting for a next elapse (unless it
+//! is masked). `status` then exits [`exit::ATTENTION`] (1), so it serves as a monitoring
+//! check; a store or job list it cannot read gives its own status (69, 78) instead.
 
 use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
+use crate::audit::{self, Finding, FindingKind, Scope};
 use crate::cli::{StatusArgs, job_store_address, open_store, view};
 use crate::config::{self, ConfigSource};
 use crate::exit;
@@ -59,6 +64,25 @@ struct JobStatus {
     json: Value,
     row: Vec<String>,
     attention: Vec<Run>,
+    /// Missed slots and running records whose holder is gone, for the attention list.
+    findings: Vec<Finding>,
+    /// The timer is not waiting (systemd was read, the timer is not masked).
+    timer_idle: bool,
+}
+
+/// Whether systemd's view says the job's timer will not fire: not loaded (not found, bad
+/// setting), inactive or failed, or active without a next elapse. A masked timer was
+/// stopped on purpose and does not count. `None` when systemd was not read.
+pub fn timer_idle(units: Option<&JobUnits>) -> Option<bool> {
+    let t = &units?.timer;
+    if t.unit.load_state == "masked" {
+        return Some(false);
+    }
+    Some(
+        !(t.unit.load_state == "loaded"
+            && t.unit.active_state == "active"
+            && t.next_elapse_usec.is_some()),
+    )
 }
 
 /// A time from systemd (µs since the epoch) as JSON: the µs and RFC 3339.
@@ -98,6 +122,9 @@ fn state_text(units: Option<&JobUnits>) -> String {
         return "?".into();
     };
     let timer = match u.timer.unit.load_state.as_str() {
+        "loaded" if u.timer.unit.active_state == "active" && u.timer.next_elapse_usec.is_none() => {
+            "active, not waiting".to_string()
+        }
         "loaded" => u.timer.unit.active_state.clone(),
         other => other.to_string(),
     };
@@ -137,6 +164,29 @@ fn job_status(
         .max_by_key(|r| (r.slot.usec, r.started_at));
     let running = recent.iter().find(|r| r.outcome == Outcome::Running);
     let attention = attention(&recent);
+    let orphans = crate::cli::audit::orphans(store, &recent).map_err(|e| e.to_string())?;
+    let grace = i64::try_from(audit::grace(job).as_micros()).unwrap_or(i64::MAX);
+    let scope = Scope {
+        since: None,
+        until: now_usec,
+        now: now_usec,
+        boot: crate::identity::boot_time_usec(),
+        grace,
+        missed_after_newest_only: true,
+    };
+    let findings: Vec<Finding> = audit::audit_job(&recent, Some(&job.calendar), &orphans, &scope)
+        .into_iter()
+        .filter(|f| matches!(f.kind, FindingKind::Missed | FindingKind::OrphanRunning))
+        .collect();
+    let missed: Vec<&Finding> = findings
+        .iter()
+        .filter(|f| f.kind == FindingKind::Missed)
+        .collect();
+    let orphaned: Vec<&Run> = recent
+        .iter()
+        .filter(|r| orphans.contains(&r.run_id))
+        .collect();
+    let idle = timer_idle(units);
     let json = json!({
         "job": job.name,
         "schedule": job.schedule,
@@ -147,6 +197,10 @@ fn job_status(
         "running": running.map(view::run_json),
         "lease": live_lease.as_ref().map(view::lease_json),
         "attention": attention.iter().map(view::run_json).collect::<Vec<_>>(),
+        "missed": missed.iter().map(|f| f.json()).collect::<Vec<_>>(),
+        "orphans": orphaned.iter().map(|r| view::run_json(r)).collect::<Vec<_>>(),
+        "timer_waiting": idle.map(|i| !i),
+        "needs_attention": !attention.is_empty() || !findings.is_empty() || idle == Some(true),
         "systemd": units.map(systemd_json),
     });
     let last_text = last
@@ -169,12 +223,14 @@ fn job_status(
         state_text(units),
         last_text,
         running_text,
-        attention.len().to_string(),
+        (attention.len() + findings.len() + usize::from(idle == Some(true))).to_string(),
     ];
     Ok(JobStatus {
         json,
         row,
         attention,
+        findings,
+        timer_idle: idle == Some(true),
     })
 }
 
@@ -194,7 +250,8 @@ fn unreadable_row(job: &Job, now_usec: i64) -> Vec<String> {
     ]
 }
 
-/// Runs `jobguard status`; returns the exit status (non-zero if a store could not be read).
+/// Runs `jobguard status`; returns the exit status: 0, [`exit::ATTENTION`] when something
+/// needs attention, or the status of a store or job list that could not be read.
 pub fn run(args: &StatusArgs) -> u8 {
     let set = config::load(&ConfigSource::resolve(args.config.config.clone()));
     let now = jiff::Timestamp::now().as_microsecond();
@@ -203,6 +260,8 @@ pub fn run(args: &StatusArgs) -> u8 {
     let mut jobs_json = Vec::new();
     let mut rows = Vec::new();
     let mut attention_all = Vec::new();
+    let mut findings_all: Vec<(String, Finding)> = Vec::new();
+    let mut idle_timers: Vec<String> = Vec::new();
     let mut problems = Vec::new();
     let names: Vec<&str> = set.jobs.values().map(|j| j.name.as_str()).collect();
     let (systemd, systemd_note) = read_systemd(&names);
@@ -232,6 +291,10 @@ pub fn run(args: &StatusArgs) -> u8 {
                 jobs_json.push(s.json);
                 rows.push(s.row);
                 attention_all.extend(s.attention);
+                findings_all.extend(s.findings.into_iter().map(|f| (job.name.clone(), f)));
+                if s.timer_idle {
+                    idle_timers.push(job.name.clone());
+                }
             }
             Err(e) => {
                 problems.push(format!("{}: {e}", job.name));
@@ -241,6 +304,11 @@ pub fn run(args: &StatusArgs) -> u8 {
         }
     }
     let errors: Vec<String> = set.errors.iter().map(|e| e.to_string()).collect();
+    if status == exit::OK
+        && (!attention_all.is_empty() || !findings_all.is_empty() || !idle_timers.is_empty())
+    {
+        status = exit::ATTENTION;
+    }
     if args.json {
         let out = json!({
             "jobs": jobs_json,
@@ -274,8 +342,16 @@ pub fn run(args: &StatusArgs) -> u8 {
             )
         );
     }
-    if !attention_all.is_empty() {
+    if !attention_all.is_empty() || !findings_all.is_empty() || !idle_timers.is_empty() {
         println!("\nneeds attention:");
+    }
+    for job in &idle_timers {
+        println!(
+            "  {job}: timer jobguard@{job}.timer is not waiting for a next elapse: `jobguard recover` re-arms it, or `systemctl restart jobguard@{job}.timer`"
+        );
+    }
+    print_findings(&findings_all);
+    if !attention_all.is_empty() {
         for r in &attention_all {
             let next = match r.resolution {
                 Some(Resolution::Queued) => "re-run queued".to_string(),
@@ -308,6 +384,36 @@ pub fn run(args: &StatusArgs) -> u8 {
         eprintln!("jobguard: note: {note}");
     }
     status
+}
+
+/// Prints missed slots (a run of consecutive ones per job as one line) and running
+/// records whose holder is gone.
+fn print_findings(findings: &[(String, Finding)]) {
+    let mut missed: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
+    for (job, f) in findings {
+        match f.kind {
+            FindingKind::Missed => missed.entry(job).or_default().push(f.slot),
+            _ => println!("  {job} slot {}: {}", format_usec(f.slot), f.detail),
+        }
+    }
+    for (job, slots) in missed {
+        let (Some(first), Some(last)) = (slots.first(), slots.last()) else {
+            continue;
+        };
+        if slots.len() == 1 {
+            println!(
+                "  {job} slot {}: missed: elapsed with no record",
+                format_usec(*first)
+            );
+        } else {
+            println!(
+                "  {job}: {} slots missed: elapsed with no record, from {} to {}",
+                slots.len(),
+                format_usec(*first),
+                format_usec(*last)
+            );
+        }
+    }
 }
 
 /// systemd's view of the jobs' units, or why it could not be read (the note says what

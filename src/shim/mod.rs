@@ -322,11 +322,12 @@ fn clock_skew(job: &Job, store: &dyn Store, host: i64, store_now: i64) -> u8 {
 }
 
 /// Logs the slots between `previous` (the newest recorded before this claim) and `slot`
-/// that never ran: a gap is never silent.
-fn report_gap(job: &Job, previous: i64, slot: &Slot) {
+/// that never ran: a gap is never silent. Returns the catch-up decision to record with the
+/// run's outcome (see [`crate::audit::PASSED_OVER_AFTER`]), if there was a gap.
+fn report_gap(job: &Job, previous: i64, slot: &Slot) -> Option<PassedOver> {
     let missed = slot::elapses_between(&job.calendar, previous, slot.usec, 1000);
     if missed.is_empty() {
-        return;
+        return None;
     }
     let (first, latest) = (missed[0], missed[missed.len() - 1]);
     let more = if missed.len() >= 1000 { " or more" } else { "" };
@@ -345,6 +346,32 @@ fn report_gap(job: &Job, previous: i64, slot: &Slot) {
     ev.slot = Some(slot.rfc3339());
     ev.reason = Some("missed-slots".into());
     journal::emit(&ev);
+    Some(PassedOver {
+        after: previous,
+        count: missed.len(),
+    })
+}
+
+/// A catch-up decision: the claim of a slot passed over every elapse after `after` (µs
+/// since the epoch, the newest slot recorded before the claim); `count` of them (at most
+/// 1000 counted).
+#[derive(Debug, Clone, Copy)]
+struct PassedOver {
+    after: i64,
+    count: usize,
+}
+
+impl PassedOver {
+    /// Adds the decision to a run's report, replacing a job's own keys of these names.
+    fn record(
+        decision: Option<PassedOver>,
+        report: &mut std::collections::BTreeMap<String, String>,
+    ) {
+        if let Some(d) = decision {
+            report.insert(crate::audit::PASSED_OVER_AFTER.into(), format_usec(d.after));
+            report.insert(crate::audit::PASSED_OVER_COUNT.into(), d.count.to_string());
+        }
+    }
 }
 
 fn describe_run(r: &Run) -> String {
@@ -407,6 +434,7 @@ fn run_slot(
         store.claim(&req)
     });
     let skipped = |code| (code, None);
+    let mut passed_over = None;
     let (lease, run) = match answer {
         Ok(Claim::Claimed {
             lease,
@@ -418,7 +446,7 @@ fn run_slot(
                 && run.slot.usec == slot.usec
                 && !attempt.force
             {
-                report_gap(job, previous, slot);
+                passed_over = report_gap(job, previous, slot);
             }
             (lease, run)
         }
@@ -509,13 +537,14 @@ fn run_slot(
                     run.slot.rfc3339()
                 );
                 // Nothing ran, so the slot can simply run again.
-                let lost = Finish {
+                let mut lost = Finish {
                     outcome: Outcome::LeaseLost,
                     reason: Some("lease-lost".into()),
                     exit_status: None,
                     report: Default::default(),
                     resolution: Some(Resolution::Queued),
                 };
+                PassedOver::record(passed_over, &mut lost.report);
                 if let Err(e) = store.finish(&lease, &run.run_id, &lost) {
                     eprintln!("jobguard: {}: {e}", job.name);
                 }
@@ -528,7 +557,7 @@ fn run_slot(
     }
     let ran = run.slot.usec;
     (
-        execute(job, store, &lease, &run, account, claimed_at),
+        execute(job, store, &lease, &run, account, claimed_at, passed_over),
         Some(ran),
     )
 }
@@ -541,6 +570,7 @@ fn execute(
     run: &Run,
     account: Option<&child::Account>,
     claimed_at: Instant,
+    passed_over: Option<PassedOver>,
 ) -> u8 {
     let slot_text = run.slot.rfc3339();
     let owner = account.map(|a| (a.uid, a.gid));
@@ -686,6 +716,9 @@ fn execute(
         }
         finish.report = pairs;
     }
+    // Recorded with the outcome: a shim that dies before it loses the decision, and
+    // `jobguard audit` then calls the gap missed (louder, never quieter).
+    PassedOver::record(passed_over, &mut finish.report);
     record(job, store, lease, run, &finish, code, lease_good_until);
     code
 }

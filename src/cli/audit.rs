@@ -1,0 +1,240 @@
+//! `jobguard audit [JOB] [--since TIME] [--until TIME] [--json]`: read ledgers and list
+//! what [`crate::audit`] finds, as a table or one JSON object.
+//!
+//! Without JOB, every record of every store the job list names is read (one query per
+//! store), grouped by job: jobs removed from the job list are audited too, without the
+//! slot checks (their schedule is no longer known). With JOB, its records are read from
+//! its store, or, for a job no longer in the job list, from every store of the list.
+//! Only reads: nothing is marked, started or ended.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::json;
+
+use crate::audit::{self, Finding, Scope};
+use crate::cli::{AuditArgs, job_store_address, open_store, view};
+use crate::config::{self, ConfigSource, JobSet};
+use crate::exit;
+use crate::identity;
+use crate::job::Job;
+use crate::ledger::{Outcome, Run, format_usec};
+use crate::recover;
+use crate::store::{RunQuery, Store};
+
+/// One job's records in one store.
+struct Ledger {
+    job: String,
+    store: String,
+    runs: Vec<Run>,
+}
+
+/// Runs `jobguard audit`; returns [`exit::OK`] when nothing needs attention,
+/// [`exit::ATTENTION`] when something does, or the status of a store or job list error.
+pub fn run(args: &AuditArgs) -> u8 {
+    let set = config::load(&ConfigSource::resolve(args.config.config.clone()));
+    let now_ts = jiff::Timestamp::now();
+    let now = now_ts.as_microsecond();
+    let parse = |what: &str, t: &Option<String>| -> Result<Option<i64>, u8> {
+        match t {
+            None => Ok(None),
+            Some(text) => crate::calendar::parse_timestamp(text, now_ts)
+                .map(|t| Some(t.as_microsecond()))
+                .map_err(|e| {
+                    eprintln!("jobguard: bad {what} {text:?}: {e}");
+                    exit::USAGE
+                }),
+        }
+    };
+    let (since, until) = match (parse("--since", &args.since), parse("--until", &args.until)) {
+        (Ok(s), Ok(u)) => (s, u.unwrap_or(now)),
+        (Err(c), _) | (_, Err(c)) => return c,
+    };
+    let mut status = exit::OK;
+    let (read, store_status) = read_ledgers(&set, args.job.as_deref());
+    if store_status != exit::OK {
+        status = store_status;
+    }
+    if let Some(name) = &args.job
+        && !set.jobs.contains_key(name)
+        && read.iter().all(|(_, ls)| ls.is_empty())
+        && status == exit::OK
+    {
+        eprintln!(
+            "jobguard: no job named {name:?} in the job list, and no store holds records of it"
+        );
+        return exit::CONFIG;
+    }
+    let boot = identity::boot_time_usec();
+    let mut jobs_json = Vec::new();
+    let mut rows = Vec::new();
+    let (mut total, mut attention) = (0usize, 0usize);
+    let mut ledgers: Vec<(usize, Ledger)> = Vec::new();
+    let mut stores: Vec<Box<dyn Store>> = Vec::new();
+    for (store, ls) in read {
+        ledgers.extend(ls.into_iter().map(|l| (stores.len(), l)));
+        stores.push(store);
+    }
+    ledgers.sort_by(|a, b| (&a.1.job, &a.1.store).cmp(&(&b.1.job, &b.1.store)));
+    for (i, ledger) in ledgers {
+        let store = &mut stores[i];
+        // The schedule applies only where the job list says the job's records live.
+        let job = set.jobs.get(&ledger.job).filter(|j| {
+            job_store_address(j)
+                .ok()
+                .map(|a| crate::store::address::mask(&a))
+                == Some(ledger.store.clone())
+        });
+        let orphans = match orphans(store.as_mut(), &ledger.runs) {
+            Ok(o) => o,
+            Err(e) => {
+                eprintln!("jobguard: {}: {e}", ledger.job);
+                status = exit::STORE_UNAVAILABLE;
+                continue;
+            }
+        };
+        let scope = Scope {
+            since,
+            until,
+            now,
+            boot,
+            grace: job.map_or(0, grace_usec),
+            missed_after_newest_only: false,
+        };
+        let findings = audit::audit_job(&ledger.runs, job.map(|j| &j.calendar), &orphans, &scope);
+        total += findings.len();
+        attention += findings
+            .iter()
+            .filter(|f| audit::needs_attention(f))
+            .count();
+        for f in &findings {
+            rows.push(row(&ledger.job, f));
+        }
+        jobs_json.push(json!({
+            "job": ledger.job,
+            "store": ledger.store,
+            "in_job_list": job.is_some(),
+            "records": ledger.runs.len(),
+            "findings": findings.iter().map(Finding::json).collect::<Vec<_>>(),
+        }));
+    }
+    for e in &set.errors {
+        eprintln!("jobguard: {e}");
+    }
+    if args.json {
+        let out = json!({
+            "since": since.map(format_usec),
+            "until": format_usec(until),
+            "jobs": jobs_json,
+            "findings": total,
+            "attention": attention,
+        });
+        println!("{out}");
+    } else {
+        if !rows.is_empty() {
+            print!(
+                "{}",
+                view::table(&["JOB", "SLOT", "KIND", "RUNS", "DETAIL"], &rows)
+            );
+        }
+        println!(
+            "{total} finding(s) in {} job(s), {attention} needing attention",
+            jobs_json.len()
+        );
+    }
+    if status == exit::OK && attention > 0 {
+        status = exit::ATTENTION;
+    }
+    status
+}
+
+/// The job's grace in µs.
+fn grace_usec(job: &Job) -> i64 {
+    i64::try_from(audit::grace(job).as_micros()).unwrap_or(i64::MAX)
+}
+
+fn row(job: &str, f: &Finding) -> Vec<String> {
+    vec![
+        job.to_string(),
+        format_usec(f.slot),
+        f.kind.as_str().to_string(),
+        if f.runs.is_empty() {
+            "-".into()
+        } else {
+            f.runs.join(",")
+        },
+        f.detail.clone(),
+    ]
+}
+
+/// The run ids of `running` records whose holder is gone (looked at, never ended).
+///
+/// # Errors
+/// Store errors reading the lease or the store's clock.
+pub fn orphans(
+    store: &mut dyn Store,
+    runs: &[Run],
+) -> Result<BTreeSet<String>, crate::store::StoreError> {
+    let mut out = BTreeSet::new();
+    for r in runs.iter().filter(|r| r.outcome == Outcome::Running) {
+        if recover::holder_gone_observed(store, r)?.is_some() {
+            out.insert(r.run_id.clone());
+        }
+    }
+    Ok(out)
+}
+
+/// Reads the ledgers to audit, by store (each store open once), and the exit status of any store
+/// that could not be read (those are left out, with a message).
+fn read_ledgers(set: &JobSet, only: Option<&str>) -> (Vec<(Box<dyn Store>, Vec<Ledger>)>, u8) {
+    let mut status = exit::OK;
+    // The stores to read: the job's own, or (no job, or a job not in the list) all.
+    let mut addresses: BTreeSet<String> = BTreeSet::new();
+    let jobs: Vec<&Job> = match only.and_then(|n| set.jobs.get(n)) {
+        Some(j) => vec![j],
+        None => set.jobs.values().collect(),
+    };
+    for job in jobs {
+        match job_store_address(job) {
+            Ok(a) => {
+                addresses.insert(a);
+            }
+            Err(code) => status = code,
+        }
+    }
+    let mut out = Vec::new();
+    for address in addresses {
+        let mut store = match open_store(&address) {
+            Ok(s) => s,
+            Err(code) => {
+                status = code;
+                continue;
+            }
+        };
+        let runs = match store.runs(&RunQuery {
+            job: only.map(str::to_string),
+            ..RunQuery::default()
+        }) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("jobguard: {e}");
+                status = exit::STORE_UNAVAILABLE;
+                continue;
+            }
+        };
+        let mut by_job: BTreeMap<String, Vec<Run>> = BTreeMap::new();
+        for r in runs {
+            by_job.entry(r.job.clone()).or_default().push(r);
+        }
+        let describe = crate::store::address::mask(&address);
+        let ledgers: Vec<Ledger> = by_job
+            .into_iter()
+            .map(|(job, runs)| Ledger {
+                job,
+                store: describe.clone(),
+                runs,
+            })
+            .collect();
+        out.push((store, ledgers));
+    }
+    (out, status)
+}

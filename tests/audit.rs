@@ -1,0 +1,327 @@
+//! `jobguard audit` and `jobguard status` as monitoring checks, over histories built with
+//! the real binary on SQLite and PostgreSQL: missed slots, a catch-up's passed-over slots,
+//! a forced re-run against a genuine duplicate, a SIGKILLed run, a removed job.
+
+mod support;
+
+use std::process::{Command, Output, Stdio};
+
+use jobguard::calendar::CalendarSpec;
+use jobguard::ledger::format_usec;
+use support::{Sandbox, stderr, stdout, wait_until};
+
+const DAY: i64 = 86_400_000_000;
+
+/// Where a test keeps its records.
+enum Backend {
+    Sqlite,
+    /// PostgreSQL on 127.0.0.1:5432, in a schema of the test's own.
+    Postgres(String),
+}
+
+impl Backend {
+    fn postgres(tag: &str) -> Backend {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        Backend::Postgres(format!("jgaudit_{tag}_{}_{nanos}", std::process::id()))
+    }
+
+    /// The job's `store =` line.
+    fn store_line(&self) -> String {
+        match self {
+            Backend::Sqlite => String::new(),
+            Backend::Postgres(ns) => {
+                format!("store = \"postgres://root@127.0.0.1:5432/test?schema={ns}\"\n")
+            }
+        }
+    }
+
+    /// Runs SQL against the job's records (test-only surgery that no command can do).
+    fn sql(&self, sb: &Sandbox, text: &str) {
+        let out = match self {
+            Backend::Sqlite => Command::new("sqlite3")
+                .arg(sb.file("state/jobguard.db"))
+                .arg(text)
+                .output()
+                .unwrap(),
+            Backend::Postgres(ns) => Command::new("psql")
+                .args([
+                    "-h",
+                    "127.0.0.1",
+                    "-U",
+                    "root",
+                    "-d",
+                    "test",
+                    "-v",
+                    "ON_ERROR_STOP=1",
+                    "-c",
+                ])
+                .arg(format!("SET search_path TO {ns}; {text}"))
+                .output()
+                .unwrap(),
+        };
+        assert!(out.status.success(), "{text}: {}", stderr(&out));
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        if let Backend::Postgres(ns) = self {
+            let _ = Command::new("psql")
+                .args(["-h", "127.0.0.1", "-U", "root", "-d", "test", "-c"])
+                .arg(format!("DROP SCHEMA IF EXISTS {ns} CASCADE"))
+                .output();
+        }
+    }
+}
+
+/// A daily job at 00:00 UTC with a short grace (32 s): store_wait 0, clock_tolerance 1 s.
+fn job(name: &str, command: &str, backend: &Backend) -> String {
+    format!(
+        "[jobs.{name}]\nschedule = \"*-*-* 00:00:00 UTC\"\ncommand = [\"/bin/sh\", \"-c\", {command:?}]\nstore_wait = \"0s\"\nclock_tolerance = \"1s\"\n{}\n",
+        backend.store_line()
+    )
+}
+
+/// The latest 00:00 UTC at or before now, µs; waits out the first minute after it so
+/// that it is surely past the grace.
+fn today() -> i64 {
+    let cal = CalendarSpec::parse("*-*-* 00:00:00 UTC").unwrap();
+    loop {
+        let now = jiff::Timestamp::now();
+        let d = cal.previous_elapse(now).unwrap().as_microsecond();
+        if now.as_microsecond() - d > 60_000_000 {
+            return d;
+        }
+        std::thread::sleep(std::time::Duration::from_secs(5));
+    }
+}
+
+fn audit(sb: &Sandbox, args: &[&str]) -> (Output, serde_json::Value) {
+    let mut all = vec!["audit", "--json"];
+    all.extend_from_slice(args);
+    let out = sb.run(&all);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("audit json: {e}: {} {}", stdout(&out), stderr(&out)));
+    (out, v)
+}
+
+/// (kind, slot) of every finding of `job`.
+fn findings(v: &serde_json::Value, job: &str) -> Vec<(String, String)> {
+    v["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|j| j["job"] == job)
+        .flat_map(|j| j["findings"].as_array().unwrap().clone())
+        .map(|f| {
+            (
+                f["kind"].as_str().unwrap().to_string(),
+                f["slot"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn of_kind(f: &[(String, String)], kind: &str) -> Vec<String> {
+    f.iter()
+        .filter(|(k, _)| k == kind)
+        .map(|(_, s)| s.clone())
+        .collect()
+}
+
+fn status_json(sb: &Sandbox) -> (Output, serde_json::Value) {
+    let out = sb.run(&["status", "--json"]);
+    let v = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("status json: {e}: {}", stdout(&out)));
+    (out, v)
+}
+
+/// The history of one daily job: slots run by hand, then days with no record (missed),
+/// then a catch-up run that passes them over (recorded), a forced re-run (not a
+/// duplicate), and a duplicate success made by hand in the store (found).
+fn missed_passed_over_and_duplicates(backend: Backend) {
+    let sb = Sandbox::new(&job(
+        "daily",
+        "echo \"$JOBGUARD_SLOT\" >> \"@DIR@/out\"",
+        &backend,
+    ));
+    let d = today();
+    for back in [12, 11, 10] {
+        let slot = format_usec(d - back * DAY);
+        let out = sb.run(&["run", "daily", "--slot", &slot]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    // Days d−9 ..= d elapsed with no record: missed, every one, and audit says so.
+    let (out, v) = audit(&sb, &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let f = findings(&v, "daily");
+    let want: Vec<String> = (0..=9).rev().map(|b| format_usec(d - b * DAY)).collect();
+    assert_eq!(of_kind(&f, "missed"), want, "{f:?}");
+    assert_eq!(v["findings"], 10);
+    assert_eq!(v["until"].as_str().is_some(), true);
+    assert!(v["since"].is_null());
+    // status: a monitoring check that fails, naming the missed slots.
+    let (st, sv) = status_json(&sb);
+    assert_eq!(st.status.code(), Some(1), "{}", stderr(&st));
+    let missed = sv["jobs"][0]["missed"].as_array().unwrap();
+    assert_eq!(missed.len(), 10, "{sv}");
+    let table = sb.run(&["status"]);
+    assert_eq!(table.status.code(), Some(1));
+    assert!(stdout(&table).contains("missed"), "{}", stdout(&table));
+
+    // A run now takes today's slot and passes over the nine days before it, on record.
+    let out = sb.run(&["run", "daily"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let h = sb.history("daily");
+    assert_eq!(h[0]["slot"], format_usec(d));
+    assert_eq!(h[0]["report"]["jobguard.passed_over"], "9", "{}", h[0]);
+    assert_eq!(
+        h[0]["report"]["jobguard.passed_over_after"],
+        format_usec(d - 10 * DAY)
+    );
+    let (out, v) = audit(&sb, &["daily"]);
+    assert_eq!(out.status.code(), Some(0), "passed over is not missed: {v}");
+    let f = findings(&v, "daily");
+    assert_eq!(of_kind(&f, "passed_over"), want[..9].to_vec(), "{f:?}");
+    assert!(of_kind(&f, "missed").is_empty());
+    assert_eq!(v["attention"], 0);
+    let (st, _) = status_json(&sb);
+    assert_eq!(st.status.code(), Some(0), "{}", stderr(&st));
+    // --since / --until bound the slots.
+    let since = format_usec(d - 3 * DAY);
+    let until = format_usec(d - 2 * DAY);
+    let (_, v) = audit(&sb, &["--since", &since, "--until", &until]);
+    assert_eq!(
+        of_kind(&findings(&v, "daily"), "passed_over"),
+        vec![since.clone(), until.clone()]
+    );
+    assert_eq!(v["since"], since);
+
+    // A forced re-run of a done slot is a second success on purpose: not a finding.
+    let out = sb.run(&["run", "daily", "--force"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (out, _) = audit(&sb, &[]);
+    assert_eq!(out.status.code(), Some(0));
+    // The same record as if the store had let a second, unforced success in.
+    backend.sql(&sb, "DROP INDEX jobguard_run_one_success");
+    backend.sql(
+        &sb,
+        "UPDATE jobguard_run SET forced = (1 = 0) WHERE attempt = 2 AND outcome = 'succeeded'",
+    );
+    let (out, v) = audit(&sb, &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let f = findings(&v, "daily");
+    assert_eq!(
+        of_kind(&f, "duplicate_success"),
+        vec![format_usec(d)],
+        "{f:?}"
+    );
+    let table = sb.run(&["audit"]);
+    assert_eq!(table.status.code(), Some(1));
+    assert!(
+        stdout(&table).contains("duplicate_success") && stdout(&table).contains("daily"),
+        "{}",
+        stdout(&table)
+    );
+    assert_eq!(sb.lines("out"), 5, "the command ran 3 + 1 + 1 times");
+}
+
+#[test]
+fn sqlite_missed_passed_over_and_duplicates() {
+    missed_passed_over_and_duplicates(Backend::Sqlite);
+}
+
+#[test]
+fn postgres_missed_passed_over_and_duplicates() {
+    missed_passed_over_and_duplicates(Backend::postgres("dup"));
+}
+
+/// A SIGKILLed shim leaves a `running` record without a holder: audit and status say so
+/// until recover marks and re-runs it; a job removed from the job list is still audited.
+fn a_killed_run_and_a_removed_job(backend: Backend) {
+    let jobs = job(
+        "crash",
+        "echo $$ >> \"@DIR@/out\"; if [ \"$JOBGUARD_ATTEMPT\" = 1 ]; then sleep 60; fi",
+        &backend,
+    );
+    let sb = Sandbox::new(&jobs);
+    let d = today();
+    let slot = format_usec(d);
+    let mut child = sb
+        .cmd(&["run", "crash", "--slot", &slot])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_until(10, || sb.lines("out") > 0),
+        "the command started"
+    );
+    let (out, v) = audit(&sb, &[]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "a live run is not a finding: {v}"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let (out, v) = audit(&sb, &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        of_kind(&findings(&v, "crash"), "orphan_running"),
+        vec![slot.clone()]
+    );
+    let (st, sv) = status_json(&sb);
+    assert_eq!(st.status.code(), Some(1), "{sv}");
+    assert_eq!(
+        sv["jobs"][0]["orphans"].as_array().unwrap().len(),
+        1,
+        "{sv}"
+    );
+    // audit only reads: the record is still running.
+    assert_eq!(sb.history("crash")[0]["outcome"], "running");
+
+    let rec = sb.run(&["recover"]);
+    assert!(rec.status.success(), "{}", stderr(&rec));
+    let (out, v) = audit(&sb, &[]);
+    assert_eq!(out.status.code(), Some(0), "{v}");
+    let (st, _) = status_json(&sb);
+    assert_eq!(st.status.code(), Some(0), "{}", stdout(&st));
+
+    // Removed from the job list, its ledger is still read (without slot checks).
+    let store_line = backend.store_line();
+    std::fs::write(
+        sb.file("jobs.toml"),
+        format!(
+            "[defaults]\nstore = \"sqlite://state/jobguard.db\"\n\n[jobs.other]\nschedule = \"daily\"\ncommand = [\"true\"]\n{store_line}"
+        ),
+    )
+    .unwrap();
+    let (out, v) = audit(&sb, &[]);
+    assert_eq!(out.status.code(), Some(0), "{v}");
+    let crash = v["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["job"] == "crash")
+        .unwrap_or_else(|| panic!("removed job audited: {v}"));
+    assert_eq!(crash["in_job_list"], false);
+    assert_eq!(crash["records"], 2);
+    let (out, v) = audit(&sb, &["crash"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(v["jobs"][0]["job"], "crash");
+    let none = sb.run(&["audit", "never-was"]);
+    assert_eq!(none.status.code(), Some(78), "{}", stderr(&none));
+}
+
+#[test]
+fn sqlite_a_killed_run_and_a_removed_job() {
+    a_killed_run_and_a_removed_job(Backend::Sqlite);
+}
+
+#[test]
+fn postgres_a_killed_run_and_a_removed_job() {
+    a_killed_run_and_a_removed_job(Backend::postgres("kill"));
+}
