@@ -47,6 +47,9 @@ pub enum Kind {
     Recovered,
     /// Slots between the last recorded one and this one never ran.
     GapDetected,
+    /// `jobguard recover` found a slot that elapsed, past the job's grace, with no record
+    /// and no catch-up decision (one event per slot).
+    Missed,
 }
 
 impl Kind {
@@ -66,6 +69,7 @@ impl Kind {
             Kind::LeaseLost => "lease-lost",
             Kind::Recovered => "recover",
             Kind::GapDetected => "gap",
+            Kind::Missed => "missed",
         }
     }
 
@@ -86,6 +90,7 @@ impl Kind {
             Kind::LeaseLost => "d6a46057361e4b3d909eb236412d9815",
             Kind::Recovered => "b7a87ff5268947519bbbf9062178cdee",
             Kind::GapDetected => "328264b3aa754d54a5a32c0263f1204c",
+            Kind::Missed => "a4b1d7192a4a4f6daa808b5fd70a3463",
         }
     }
 
@@ -94,6 +99,7 @@ impl Kind {
             Kind::Failed | Kind::LeaseLost | Kind::ClockSkew => Level::ERROR,
             Kind::Interrupted
             | Kind::GapDetected
+            | Kind::Missed
             | Kind::SkippedStoreUnavailable
             | Kind::SkippedOutOfOrder => Level::WARN,
             _ => Level::INFO,

@@ -12,8 +12,10 @@
 //! so the re-run has the same user, limits and journal as any run), or, without systemd,
 //! in this process through the same shim.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 
+use crate::audit::{self, FindingKind, Scope};
 use crate::identity;
 use crate::job::{Job, OnInterrupted};
 use crate::journal::{self, Event, Kind};
@@ -25,6 +27,10 @@ use crate::store::{RunQuery, Store, StoreError};
 pub struct Recovered {
     /// Records newly marked interrupted.
     pub interrupted: Vec<Run>,
+    /// Of those, the ones whose slot is now held for a person and whose cut no failing
+    /// service announced (a reboot, another host's expired lease, a run from a shell):
+    /// the job's `on_failure` unit is started for them ([`start_on_failure`]).
+    pub held: Vec<Run>,
     /// Slots (µs since the epoch) queued for a re-run after this pass.
     pub queued: Vec<i64>,
 }
@@ -145,6 +151,13 @@ pub fn recover_job(store: &mut dyn Store, job: &Job) -> Result<Recovered, StoreE
         ev.attempt = Some(run.attempt);
         ev.fencing_token = Some(run.fencing_token);
         journal::emit(&ev);
+        // A cut that systemd saw as the service failing (this boot, a unit's run) already
+        // started its OnFailure=; a reboot, another host's lost lease or a run from a
+        // shell did not.
+        let systemd_saw_it = reason == "process-gone" && run.invocation_id.is_some();
+        if resolution == Resolution::Held && !systemd_saw_it {
+            out.held.push(run.clone());
+        }
         out.interrupted.push(run);
     }
     let queued = store.runs(&RunQuery {
@@ -173,31 +186,76 @@ pub fn under_systemd() -> bool {
     Path::new("/run/systemd/system").is_dir()
 }
 
-/// Starts the timers of jobs that systemd has loaded but never started.
+/// What [`arm_timers`] did: timer units started for the first time, and timers re-armed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Armed {
+    /// Loaded but never started since loaded: started.
+    pub started: Vec<String>,
+    /// Active but without a next elapse: restarted.
+    pub restarted: Vec<String>,
+}
+
+/// From `systemctl show -p Id,LoadState,ActiveState,InactiveExitTimestampMonotonic,
+/// NextElapseUSecRealtime` of timer units: the timers never started since they were
+/// loaded, and the timers that are active but not waiting (no next elapse).
 ///
-/// `systemctl daemon-reload` loads the timers the generator wrote for new jobs but does not
-/// start them (only a start of `timers.target` or a boot does). A timer that is inactive
-/// and was never active since it was loaded (`InactiveExitTimestampMonotonic=0`) is
-/// started here, so a new job fires without a reboot; a timer that an operator stopped
-/// was active once and is left alone. Returns the timers started.
+/// `systemctl daemon-reload` loads the timers the generator wrote for new jobs but does
+/// not start them (only a start of `timers.target` or a boot does): such a timer is
+/// inactive with `InactiveExitTimestampMonotonic=0`. A timer whose job was skipped by the
+/// generator at one reload (a typo) and back at the next stays `active` with no next
+/// elapse (systemd 252): it never fires again until restarted. A timer an operator
+/// stopped (inactive, once active) or masked (`LoadState=masked`) was stopped on purpose
+/// and is in neither list.
+pub fn timers_to_arm(show: &str) -> (Vec<String>, Vec<String>) {
+    let (mut fresh, mut idle) = (Vec::new(), Vec::new());
+    for block in show.split("\n\n") {
+        let prop = |k: &str| {
+            block
+                .lines()
+                .find_map(|l| l.strip_prefix(k)?.strip_prefix('='))
+        };
+        let Some(id) = prop("Id") else {
+            continue;
+        };
+        if prop("LoadState") != Some("loaded") {
+            continue;
+        }
+        match prop("ActiveState") {
+            Some("inactive") if prop("InactiveExitTimestampMonotonic") == Some("0") => {
+                fresh.push(id.to_string())
+            }
+            Some("active")
+                if matches!(
+                    prop("NextElapseUSecRealtime").map(str::trim),
+                    None | Some("" | "0" | "n/a" | "infinity")
+                ) =>
+            {
+                idle.push(id.to_string())
+            }
+            _ => {}
+        }
+    }
+    (fresh, idle)
+}
+
+/// Starts the timers of `jobs` (valid jobs of the job list) that systemd loaded but never
+/// started, and restarts those that are active without a next elapse ([`timers_to_arm`]).
 ///
 /// # Errors
 /// A message with systemctl's output when it fails.
-pub fn start_new_timers<'a>(
-    jobs: impl IntoIterator<Item = &'a str>,
-) -> Result<Vec<String>, String> {
+pub fn arm_timers<'a>(jobs: impl IntoIterator<Item = &'a str>) -> Result<Armed, String> {
     let units: Vec<String> = jobs
         .into_iter()
         .map(|j| format!("jobguard@{j}.timer"))
         .collect();
     if units.is_empty() {
-        return Ok(Vec::new());
+        return Ok(Armed::default());
     }
     let out = std::process::Command::new("systemctl")
         .args([
             "show",
             "-p",
-            "Id,LoadState,ActiveState,InactiveExitTimestampMonotonic",
+            "Id,LoadState,ActiveState,InactiveExitTimestampMonotonic,NextElapseUSecRealtime",
         ])
         .args(&units)
         .output()
@@ -208,37 +266,24 @@ pub fn start_new_timers<'a>(
             String::from_utf8_lossy(&out.stderr).trim()
         ));
     }
-    let text = String::from_utf8_lossy(&out.stdout);
-    let never_started: Vec<String> = text
-        .split("\n\n")
-        .filter_map(|block| {
-            let prop = |k: &str| {
-                block
-                    .lines()
-                    .find_map(|l| l.strip_prefix(k)?.strip_prefix('='))
-            };
-            let fresh = prop("LoadState") == Some("loaded")
-                && prop("ActiveState") == Some("inactive")
-                && prop("InactiveExitTimestampMonotonic") == Some("0");
-            fresh.then(|| prop("Id").map(str::to_string)).flatten()
-        })
-        .collect();
-    if never_started.is_empty() {
-        return Ok(never_started);
+    let (started, restarted) = timers_to_arm(&String::from_utf8_lossy(&out.stdout));
+    for (verb, list) in [("start", &started), ("restart", &restarted)] {
+        if list.is_empty() {
+            continue;
+        }
+        let out = std::process::Command::new("systemctl")
+            .args([verb, "--no-block"])
+            .args(list)
+            .output()
+            .map_err(|e| format!("cannot run systemctl: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "systemctl {verb}: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
     }
-    let out = std::process::Command::new("systemctl")
-        .args(["start", "--no-block"])
-        .args(&never_started)
-        .output()
-        .map_err(|e| format!("cannot run systemctl: {e}"))?;
-    if out.status.success() {
-        Ok(never_started)
-    } else {
-        Err(format!(
-            "systemctl start: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
+    Ok(Armed { started, restarted })
 }
 
 /// Starts the job's unit without waiting, so it runs its queued slots.
@@ -258,5 +303,215 @@ pub fn start_unit(job: &str) -> Result<(), String> {
             "systemctl start {unit}: {}",
             String::from_utf8_lossy(&out.stderr).trim()
         ))
+    }
+}
+
+/// How many records [`missed_slots`] reads: the newest slot is among them.
+const RECENT: usize = 200;
+/// At most this many missed-slot events per job and pass; the rest are summed up in one.
+const MAX_MISSED_EVENTS: usize = 100;
+
+/// The job's slots that are *missed* ([`crate::audit`]) after its newest record: elapsed
+/// before `now` − the job's grace (and this host's `boot` + grace), µs since the epoch,
+/// oldest first. A job with no record has none.
+///
+/// # Errors
+/// Store errors reading the records.
+pub fn missed_slots(
+    store: &mut dyn Store,
+    job: &Job,
+    now: i64,
+    boot: i64,
+) -> Result<Vec<i64>, StoreError> {
+    let recent = store.runs(&RunQuery {
+        job: Some(job.name.clone()),
+        limit: RECENT,
+        ..RunQuery::default()
+    })?;
+    let scope = Scope {
+        since: None,
+        until: now,
+        now,
+        boot,
+        grace: i64::try_from(audit::grace(job).as_micros()).unwrap_or(i64::MAX),
+        missed_after_newest_only: true,
+    };
+    Ok(
+        audit::audit_job(&recent, Some(&job.calendar), &BTreeSet::new(), &scope)
+            .into_iter()
+            .filter(|f| f.kind == FindingKind::Missed && f.runs.is_empty())
+            .map(|f| f.slot)
+            .collect(),
+    )
+}
+
+/// The file that keeps the newest missed slot already reported for `job` (µs since the
+/// epoch): `<runtime dir>/missed/<job>`. In `/run`, so each boot reports a slot that is
+/// still missed once more.
+fn missed_mark(job: &str) -> std::path::PathBuf {
+    crate::paths::runtime_dir().join("missed").join(job)
+}
+
+/// Emits one `missed` journal event ([`Kind::Missed`]) for each of `slots` (oldest first)
+/// not reported before on this host since boot, and remembers the newest. Returns the
+/// slots newly reported.
+pub fn report_missed(job: &Job, slots: &[i64]) -> Vec<i64> {
+    let mark = missed_mark(&job.name);
+    let reported: Option<i64> = std::fs::read_to_string(&mark)
+        .ok()
+        .and_then(|t| t.trim().parse().ok());
+    let new: Vec<i64> = slots
+        .iter()
+        .copied()
+        .filter(|s| reported.is_none_or(|r| *s > r))
+        .collect();
+    let Some(&newest) = new.last() else {
+        return new;
+    };
+    for &slot in new.iter().take(MAX_MISSED_EVENTS) {
+        let mut ev = Event::new(
+            Kind::Missed,
+            &job.name,
+            format!(
+                "missed: slot {} elapsed with no record and no catch-up decision; run it with `jobguard run {} --slot {}` if it is wanted",
+                format_usec(slot),
+                job.name,
+                format_usec(slot)
+            ),
+        );
+        ev.slot = Some(format_usec(slot));
+        ev.reason = Some("missed".into());
+        journal::emit(&ev);
+    }
+    if new.len() > MAX_MISSED_EVENTS {
+        let rest = &new[MAX_MISSED_EVENTS..];
+        let mut ev = Event::new(
+            Kind::Missed,
+            &job.name,
+            format!(
+                "missed: {} more slots from {} to {} elapsed with no record and no catch-up decision",
+                rest.len(),
+                format_usec(rest[0]),
+                format_usec(newest)
+            ),
+        );
+        ev.slot = Some(format_usec(newest));
+        ev.reason = Some("missed".into());
+        journal::emit(&ev);
+    }
+    if let Err(e) = write_mark(&mark, newest) {
+        eprintln!(
+            "jobguard: {}: cannot remember the missed slots reported ({}): {e}",
+            job.name,
+            mark.display()
+        );
+    }
+    new
+}
+
+/// Writes `usec` to `path` (through a temporary file and a rename).
+fn write_mark(path: &Path, usec: i64) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    if let Some(dir) = path.parent() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+    }
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, format!("{usec}\n"))?;
+    std::fs::rename(&tmp, path)
+}
+
+/// Expands the specifiers systemd would expand in `OnFailure=` of the job's service
+/// (systemd.unit(5), "SPECIFIERS") for the ones a unit name can use here: `%n %N %p %P %j
+/// %J %i %I %H %l %m %b %%`.
+///
+/// # Errors
+/// The specifier that is not supported here.
+pub fn expand_on_failure(unit: &str, job: &str) -> Result<String, String> {
+    let service = format!("jobguard@{job}.service");
+    let host = identity::host_name();
+    let mut out = String::new();
+    let mut chars = unit.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('n') => out.push_str(&service),
+            Some('N') => out.push_str(&format!("jobguard@{job}")),
+            Some('p' | 'P' | 'j' | 'J') => out.push_str("jobguard"),
+            Some('i' | 'I') => out.push_str(job),
+            Some('H') => out.push_str(&host),
+            Some('l') => out.push_str(host.split('.').next().unwrap_or_default()),
+            Some('m') => out.push_str(&identity::machine_id()),
+            Some('b') => out.push_str(&identity::boot_id()),
+            Some('%') => out.push('%'),
+            Some(o) => {
+                return Err(format!(
+                    "specifier %{o} in on_failure {unit:?} is not supported by recover"
+                ));
+            }
+            None => return Err(format!("on_failure {unit:?} ends with %")),
+        }
+    }
+    Ok(out)
+}
+
+/// Starts the job's `on_failure` unit (if it has one) without waiting, as systemd's
+/// `OnFailure=` would: for a slot that `recover` held for a person, which no failing
+/// service announces. Returns the unit started.
+///
+/// # Errors
+/// A message when the name cannot be expanded or systemctl fails.
+pub fn start_on_failure(job: &Job) -> Result<Option<String>, String> {
+    let Some(unit) = &job.on_failure else {
+        return Ok(None);
+    };
+    let unit = expand_on_failure(unit, &job.name)?;
+    let out = std::process::Command::new("systemctl")
+        .args(["start", "--no-block", &unit])
+        .output()
+        .map_err(|e| format!("cannot run systemctl: {e}"))?;
+    if out.status.success() {
+        Ok(Some(unit))
+    } else {
+        Err(format!(
+            "systemctl start {unit}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timers_to_arm_starts_new_ones_and_restarts_idle_ones_only() {
+        let show = "Id=jobguard@new.timer\nLoadState=loaded\nActiveState=inactive\nInactiveExitTimestampMonotonic=0\nNextElapseUSecRealtime=\n\n\
+                    Id=jobguard@stopped.timer\nLoadState=loaded\nActiveState=inactive\nInactiveExitTimestampMonotonic=123456\nNextElapseUSecRealtime=\n\n\
+                    Id=jobguard@idle.timer\nLoadState=loaded\nActiveState=active\nInactiveExitTimestampMonotonic=123456\nNextElapseUSecRealtime=\n\n\
+                    Id=jobguard@fine.timer\nLoadState=loaded\nActiveState=active\nInactiveExitTimestampMonotonic=123456\nNextElapseUSecRealtime=Tue 2026-12-01 18:00:00 UTC\n\n\
+                    Id=jobguard@masked.timer\nLoadState=masked\nActiveState=active\nInactiveExitTimestampMonotonic=1\nNextElapseUSecRealtime=\n";
+        let (fresh, idle) = timers_to_arm(show);
+        assert_eq!(fresh, vec!["jobguard@new.timer".to_string()]);
+        assert_eq!(idle, vec!["jobguard@idle.timer".to_string()]);
+    }
+
+    #[test]
+    fn on_failure_specifiers_are_those_of_the_jobs_service() {
+        assert_eq!(
+            expand_on_failure("alert@%n.service", "sync").unwrap(),
+            "alert@jobguard@sync.service.service"
+        );
+        assert_eq!(
+            expand_on_failure("mail-%i.service", "a-b").unwrap(),
+            "mail-a-b.service"
+        );
+        assert_eq!(expand_on_failure("x%%.service", "j").unwrap(), "x%.service");
+        assert!(expand_on_failure("x@%u.service", "j").is_err());
     }
 }

@@ -1,6 +1,8 @@
-//! `jobguard recover [JOB]`: mark cut-off runs interrupted and get queued slots run
-//! (see [`crate::recover`]). Run at boot by `jobguard-recover.service` and every minute by
-//! `jobguard-recover.timer`.
+//! `jobguard recover [JOB]`: report missed slots (one `missed` journal event per slot),
+//! mark cut-off runs interrupted, start a job's `on_failure` unit for a slot newly held
+//! for a person, start new timers and re-arm timers left without a next elapse, and get
+//! queued slots run (see [`crate::recover`]). Run at boot by `jobguard-recover.service`
+//! and every minute by `jobguard-recover.timer`.
 
 use std::collections::BTreeMap;
 
@@ -34,15 +36,10 @@ pub fn run(args: &RecoverArgs) -> u8 {
         }
     }
     let systemd = recover::under_systemd();
-    if systemd && args.job.is_none() {
-        match recover::start_new_timers(set.jobs.keys().map(String::as_str)) {
-            Ok(started) if !started.is_empty() => {
-                println!("started new timers: {}", started.join(" "))
-            }
-            Ok(_) => {}
-            Err(e) => eprintln!("jobguard: {e}"),
-        }
-    }
+    // Missed slots are judged before any timer is armed: a re-armed timer's catch-up run
+    // passes them over, and they are reported first.
+    let now = jiff::Timestamp::now().as_microsecond();
+    let boot = crate::identity::boot_time_usec();
     let mut to_run = Vec::new();
     for (url, jobs) in by_store {
         let mut store = match open_store(&url) {
@@ -53,18 +50,56 @@ pub fn run(args: &RecoverArgs) -> u8 {
             }
         };
         for job in jobs {
-            match recover::recover_job(store.as_mut(), job) {
-                Ok(r)
-                    if !r.queued.is_empty() && !recover::lease_alive(store.as_mut(), &job.name) =>
-                {
-                    to_run.push((job, r))
+            match recover::missed_slots(store.as_mut(), job, now, boot) {
+                Ok(slots) => {
+                    recover::report_missed(job, &slots);
                 }
-                Ok(_) => {}
                 Err(e) => {
                     eprintln!("jobguard: {}: {e}", job.name);
                     status = exit::STORE_UNAVAILABLE;
                 }
             }
+            match recover::recover_job(store.as_mut(), job) {
+                Ok(r) => {
+                    if systemd && !r.held.is_empty() {
+                        match recover::start_on_failure(job) {
+                            Ok(Some(unit)) => println!(
+                                "{}: slot {} held for a person: started {unit}",
+                                job.name,
+                                r.held[0].slot.rfc3339()
+                            ),
+                            Ok(None) => {}
+                            Err(e) => {
+                                eprintln!("jobguard: {}: on_failure: {e}", job.name);
+                                status = exit::FAILURE;
+                            }
+                        }
+                    }
+                    if !r.queued.is_empty() && !recover::lease_alive(store.as_mut(), &job.name) {
+                        to_run.push((job, r))
+                    }
+                }
+                Err(e) => {
+                    eprintln!("jobguard: {}: {e}", job.name);
+                    status = exit::STORE_UNAVAILABLE;
+                }
+            }
+        }
+    }
+    if systemd && args.job.is_none() {
+        match recover::arm_timers(set.jobs.keys().map(String::as_str)) {
+            Ok(armed) => {
+                if !armed.started.is_empty() {
+                    println!("started new timers: {}", armed.started.join(" "));
+                }
+                if !armed.restarted.is_empty() {
+                    println!(
+                        "re-armed timers without a next elapse: {}",
+                        armed.restarted.join(" ")
+                    );
+                }
+            }
+            Err(e) => eprintln!("jobguard: {e}"),
         }
     }
     for (job, r) in to_run {
