@@ -92,8 +92,9 @@ pub fn read_jobs(jobs: &[&str]) -> Result<Vec<JobUnits>, SystemdError> {
             out.push(JobUnits {
                 timer: TimerState {
                     unit: t,
-                    next_elapse_usec: (next != 0).then_some(next),
-                    last_trigger_usec: (last != 0).then_some(last),
+                    // systemd answers 0 or UINT64_MAX (infinity) for "none".
+                    next_elapse_usec: (next != 0 && next != u64::MAX).then_some(next),
+                    last_trigger_usec: (last != 0 && last != u64::MAX).then_some(last),
                 },
                 service: unit(&conn, &service).await?.0,
             });
