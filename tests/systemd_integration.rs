@@ -429,6 +429,7 @@ fn all_kinds() -> Vec<jobguard::journal::Kind> {
         Kind::Recovered,
         Kind::GapDetected,
         Kind::ClockSkew,
+        Kind::Missed,
     ];
     for k in all {
         match k {
@@ -445,7 +446,8 @@ fn all_kinds() -> Vec<jobguard::journal::Kind> {
             | Kind::LeaseLost
             | Kind::Recovered
             | Kind::GapDetected
-            | Kind::ClockSkew => {}
+            | Kind::ClockSkew
+            | Kind::Missed => {}
         }
     }
     all.to_vec()

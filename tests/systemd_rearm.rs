@@ -111,7 +111,11 @@ fn a_typo_then_a_fix_leaves_the_timer_idle_and_recover_rearms_it_and_reports_the
 
     // Long enough for slots to pass the grace (32 s here) without a record.
     std::thread::sleep(Duration::from_secs(45));
-    assert_eq!(succeeded(&c, "tick"), runs_before, "the idle timer never fired");
+    assert_eq!(
+        succeeded(&c, "tick"),
+        runs_before,
+        "the idle timer never fired"
+    );
     let (code, v) = status(&c);
     assert_eq!(code, Some(1), "{v}");
     let missed_in_status = v["jobs"][0]["missed"].as_array().unwrap().len();
@@ -135,11 +139,21 @@ fn a_typo_then_a_fix_leaves_the_timer_idle_and_recover_rearms_it_and_reports_the
         },
     );
     let log = c
-        .exec(&["journalctl", "-u", "jobguard-recover.service", "--no-pager", "-o", "cat"])
+        .exec(&[
+            "journalctl",
+            "-u",
+            "jobguard-recover.service",
+            "--no-pager",
+            "-o",
+            "cat",
+        ])
         .map(|o| text(&o))
         .unwrap_or_default();
     assert!(rearmed.is_ok(), "re-armed: {rearmed:?}\n{log}");
-    assert!(log.contains("re-armed timers without a next elapse: jobguard@tick.timer"), "{log}");
+    assert!(
+        log.contains("re-armed timers without a next elapse: jobguard@tick.timer"),
+        "{log}"
+    );
     common::wait_for(
         "a run after the re-arm",
         Duration::from_secs(30),
@@ -170,4 +184,75 @@ fn a_typo_then_a_fix_leaves_the_timer_idle_and_recover_rearms_it_and_reports_the
     for (slot, _) in &events {
         assert!(passed.contains(slot), "{slot} passed over: {a}");
     }
+}
+
+/// A slot cut off twice (two power cuts) is held for a person by the recover pass at
+/// boot; no failing service announces it, so recover starts the job's `on_failure` unit.
+#[test]
+fn a_slot_held_after_its_second_cut_starts_the_on_failure_unit() {
+    if !ready("a_slot_held_after_its_second_cut_starts_the_on_failure_unit") {
+        return;
+    }
+    let jobs = "[jobs.cut]\n\
+                schedule = \"*-01-01 00:00:00 UTC\"\n\
+                command = ['/bin/sh', '-c', 'sleep 300']\n\
+                on_failure = \"jobguard-alert@%n.service\"\n";
+    let alert = "[Unit]\nDescription=Alert about %i\n\n[Service]\nType=oneshot\n\
+                 ExecStart=/bin/sh -c 'echo \"%i\" >> /var/lib/alert.txt'\n";
+    let opts = jobguard_options(jobs).file("/etc/systemd/system/jobguard-alert@.service", alert);
+    let mut c = boot("held-alert", &opts);
+    let running = |c: &Container, attempt: i64| {
+        common::wait_for(
+            &format!("attempt {attempt} running"),
+            Duration::from_secs(90),
+            Duration::from_millis(300),
+            || {
+                let rows = history(c, "cut")?;
+                Ok(rows
+                    .iter()
+                    .any(|r| {
+                        field(r, "outcome") == "running" && r["attempt"].as_i64() == Some(attempt)
+                    })
+                    .then_some(()))
+            },
+        )
+        .expect("the run is running")
+    };
+    c.exec_ok(&["systemctl", "start", "--no-block", "jobguard@cut.service"])
+        .expect("start");
+    running(&c, 1);
+    c.power_cut().expect("power cut");
+    c.boot_again().expect("boot again");
+    // The recover pass at boot queues the slot once and starts it: attempt 2.
+    running(&c, 2);
+    assert!(
+        c.exec(&["cat", "/var/lib/alert.txt"])
+            .map(|o| !o.status.success())
+            .unwrap_or(true),
+        "no alert for a slot queued for its re-run"
+    );
+    c.power_cut().expect("power cut");
+    c.boot_again().expect("boot again");
+    let alert = common::wait_for(
+        "the alert",
+        Duration::from_secs(90),
+        Duration::from_millis(300),
+        || {
+            Ok(c.exec(&["cat", "/var/lib/alert.txt"])
+                .ok()
+                .filter(|o| o.status.success())
+                .map(|o| text(&o)))
+        },
+    )
+    .expect("recover started the on_failure unit");
+    assert_eq!(alert.trim(), "jobguard@cut.service", "{alert}");
+    let rows = history(&c, "cut").expect("history");
+    assert_eq!(field(&rows[0], "resolution"), "held", "{rows:#?}");
+    let (code, v) = status(&c);
+    assert_eq!(code, Some(1), "a held slot needs attention: {v}");
+    // Another pass does not alert again.
+    recover_pass(&c);
+    std::thread::sleep(Duration::from_secs(2));
+    let again = c.exec_ok(&["cat", "/var/lib/alert.txt"]).expect("alert");
+    assert_eq!(again.lines().count(), 1, "{again}");
 }
