@@ -48,10 +48,10 @@ const STARTUP_ALLOWANCE: Duration = Duration::from_secs(30);
 const TIMER_ACCURACY: Duration = Duration::from_secs(1);
 
 /// How long after an elapse a job's record may still be missing without the slot being
-/// *missed*: `randomized_delay` (the timer's `RandomizedDelaySec=`) + 1 s (`AccuracySec=`)
-/// + `store_wait` (the shim retries an unreachable store that long before it claims) +
-/// `clock_tolerance` (the host that runs the slot may be behind this one by that much) +
-/// 30 s for start-up.
+/// *missed*, the sum of: `randomized_delay` (the timer's `RandomizedDelaySec=`); 1 s
+/// (`AccuracySec=`); `store_wait` (the shim retries an unreachable store that long before
+/// it claims); `clock_tolerance` (the host that runs the slot may be behind this one by
+/// that much); 30 s for start-up.
 pub fn grace(job: &Job) -> Duration {
     job.randomized_delay.unwrap_or_default()
         + TIMER_ACCURACY
@@ -197,7 +197,7 @@ pub fn audit_job(
         by_slot.entry(r.slot.usec).or_default().push(r);
     }
     for list in by_slot.values_mut() {
-        list.sort_by(|a, b| (a.started_at, a.attempt).cmp(&(b.started_at, b.attempt)));
+        list.sort_by_key(|r| (r.started_at, r.attempt));
     }
     for (&slot, list) in &by_slot {
         if !in_scope(slot) {
@@ -209,7 +209,7 @@ pub fn audit_job(
     if let Some(cal) = calendar {
         slots(&by_slot, cal, orphans, scope, &mut out);
     }
-    out.sort_by(|a, b| (a.slot, a.kind).cmp(&(b.slot, b.kind)));
+    out.sort_by_key(|f| (f.slot, f.kind));
     out
 }
 
@@ -314,26 +314,24 @@ fn per_slot(
 /// before it means two grants were not ordered by the store.
 fn tokens(runs: &[Run], in_scope: &dyn Fn(i64) -> bool, out: &mut Vec<Finding>) {
     let mut ordered: Vec<&Run> = runs.iter().collect();
-    ordered.sort_by(|a, b| (a.started_at, a.fencing_token).cmp(&(b.started_at, b.fencing_token)));
+    ordered.sort_by_key(|r| (r.started_at, r.fencing_token));
     // Each descent is reported once: against the record started just before.
     for pair in ordered.windows(2) {
         let (h, r) = (pair[0], pair[1]);
-        if r.fencing_token <= h.fencing_token {
-            if in_scope(r.slot.usec) {
-                out.push(Finding {
-                    kind: FindingKind::TokenBackwards,
-                    slot: r.slot.usec,
-                    runs: vec![h.run_id.clone(), r.run_id.clone()],
-                    detail: format!(
-                        "fencing token {} started at {} is not above token {} started at {} (slot {})",
-                        r.fencing_token,
-                        format_usec(r.started_at),
-                        h.fencing_token,
-                        format_usec(h.started_at),
-                        h.slot.rfc3339()
-                    ),
-                });
-            }
+        if r.fencing_token <= h.fencing_token && in_scope(r.slot.usec) {
+            out.push(Finding {
+                kind: FindingKind::TokenBackwards,
+                slot: r.slot.usec,
+                runs: vec![h.run_id.clone(), r.run_id.clone()],
+                detail: format!(
+                    "fencing token {} started at {} is not above token {} started at {} (slot {})",
+                    r.fencing_token,
+                    format_usec(r.started_at),
+                    h.fencing_token,
+                    format_usec(h.started_at),
+                    h.slot.rfc3339()
+                ),
+            });
         }
     }
 }

@@ -161,7 +161,7 @@ fn missed_passed_over_and_duplicates(backend: Backend) {
     let want: Vec<String> = (0..=9).rev().map(|b| format_usec(d - b * DAY)).collect();
     assert_eq!(of_kind(&f, "missed"), want, "{f:?}");
     assert_eq!(v["findings"], 10);
-    assert_eq!(v["until"].as_str().is_some(), true);
+    assert!(v["until"].as_str().is_some());
     assert!(v["since"].is_null());
     // status: a monitoring check that fails, naming the missed slots.
     let (st, sv) = status_json(&sb);

@@ -21,6 +21,9 @@ use crate::ledger::{Outcome, Run, format_usec};
 use crate::recover;
 use crate::store::{RunQuery, Store};
 
+/// An open store and the ledgers read from it.
+type StoreLedgers = (Box<dyn Store>, Vec<Ledger>);
+
 /// One job's records in one store.
 struct Ledger {
     job: String,
@@ -185,7 +188,7 @@ pub fn orphans(
 
 /// Reads the ledgers to audit, by store (each store open once), and the exit status of any store
 /// that could not be read (those are left out, with a message).
-fn read_ledgers(set: &JobSet, only: Option<&str>) -> (Vec<(Box<dyn Store>, Vec<Ledger>)>, u8) {
+fn read_ledgers(set: &JobSet, only: Option<&str>) -> (Vec<StoreLedgers>, u8) {
     let mut status = exit::OK;
     // The stores to read: the job's own, or (no job, or a job not in the list) all.
     let mut addresses: BTreeSet<String> = BTreeSet::new();
