@@ -199,6 +199,14 @@ fn missed_passed_over_and_duplicates(backend: Backend) {
         vec![since.clone(), until.clone()]
     );
     assert_eq!(v["since"], since);
+    // Relative times as systemd writes them, hyphen and all.
+    let (out, v) = audit(&sb, &["--since", "-2d", "--until", "-1s"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        of_kind(&findings(&v, "daily"), "passed_over"),
+        vec![format_usec(d - DAY)],
+        "{v}"
+    );
 
     // A forced re-run of a done slot is a second success on purpose: not a finding.
     let out = sb.run(&["run", "daily", "--force"]);

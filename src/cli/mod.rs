@@ -43,18 +43,35 @@ pub enum Command {
     Calendar(CalendarArgs),
     /// Show a job's ledger, newest first.
     History(HistoryArgs),
-    /// List every job with its last slot and outcome, and the runs that need attention.
+    /// List every job with its last slot and outcome, and what needs attention; exit 1
+    /// when anything does.
+    ///
+    /// Needs attention: a slot not done whose latest attempt failed, is held, or waits for
+    /// its queued re-run; a running record whose holder is gone; a slot missed after the
+    /// newest record (elapsed more than the job's grace ago with no record); a timer that
+    /// is not waiting (unless masked). Exit 69 or 78 when a store or the job list cannot
+    /// be read.
     Status(StatusArgs),
     /// Find runs cut off by a crash or reboot; mark them interrupted; re-run or hold them.
+    ///
+    /// Also reports each missed slot once (journal event `missed`), starts a job's
+    /// on_failure unit for a slot it holds after a cut no failing service announced,
+    /// starts timers loaded but never started and restarts timers active without a next
+    /// elapse.
     Recover(RecoverArgs),
     /// Decide what happens to a held or failed slot.
     Resolve(ResolveArgs),
-    /// Check the ledger of one job, or of every job a store holds (also jobs no longer in
-    /// the job list), against the schedule: two successes of one slot, overlapping
-    /// attempts, running records whose holder is gone, missed slots and slots a catch-up
-    /// passed over, held and failed slots, fencing tokens that go backwards. Reads only.
-    /// Exit 0 when nothing needs attention, 1 when something does (passed-over slots are
-    /// listed but do not count).
+    /// Check ledgers against the schedule; exit 1 when something needs attention.
+    ///
+    /// Reads the ledger of one job, or of every job a store holds (also jobs no longer in
+    /// the job list), and lists: two successes of one slot, the later not forced
+    /// (duplicate_success); attempts at one slot whose [started, finished] intervals
+    /// overlap (overlap); running records whose holder is gone (orphan_running); slots that
+    /// elapsed with no record and no catch-up decision (missed) or that a catch-up run
+    /// passed over (passed_over); held, failed and queued slots; fencing tokens that go
+    /// backwards by start time (token_backwards). Reads only; works on every store. Exit 0
+    /// when nothing needs attention, 1 when something does (passed_over does not count),
+    /// 69 or 78 when a store or the job list cannot be read.
     Audit(AuditArgs),
     /// End a job's lease now, whoever holds it (for a holder known to be dead).
     Unlock(UnlockArgs),
@@ -174,10 +191,10 @@ pub struct AuditArgs {
     pub job: Option<String>,
     /// Only slots at or after this time (systemd timestamp syntax or RFC 3339, e.g.
     /// "-7d" or "2026-11-01"); default: each job's first record.
-    #[arg(long, value_name = "TIME")]
+    #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
     pub since: Option<String>,
     /// Only slots at or before this time; default: now.
-    #[arg(long, value_name = "TIME")]
+    #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
     pub until: Option<String>,
     /// Print one JSON object: {"since", "until", "jobs": [{"job", "findings": [{"kind",
     /// "slot", "slot_usec", "runs", "detail"}]}], "findings"}.
