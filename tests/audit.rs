@@ -1,5 +1,6 @@
 //! `jobguard audit` and `jobguard status` as monitoring checks, over histories built with
-//! the real binary on SQLite and PostgreSQL: missed slots, a catch-up's passed-over slots,
+//! the real binary on SQLite and PostgreSQL (and, for a killed run, MariaDB and Redis):
+//! missed slots, a catch-up's passed-over slots,
 //! a forced re-run against a genuine duplicate, a SIGKILLed run, a removed job.
 
 mod support;
@@ -17,15 +18,38 @@ enum Backend {
     Sqlite,
     /// PostgreSQL on 127.0.0.1:5432, in a schema of the test's own.
     Postgres(String),
+    /// MariaDB on 127.0.0.1:3306, in a database of the test's own.
+    Mysql(String),
+    /// Redis on 127.0.0.1:6379, under a key prefix of the test's own.
+    Redis(String),
 }
 
 impl Backend {
-    fn postgres(tag: &str) -> Backend {
+    fn namespace(tag: &str) -> String {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .subsec_nanos();
-        Backend::Postgres(format!("jgaudit_{tag}_{}_{nanos}", std::process::id()))
+        format!("jgaudit_{tag}_{}_{nanos}", std::process::id())
+    }
+
+    fn postgres(tag: &str) -> Backend {
+        Backend::Postgres(Backend::namespace(tag))
+    }
+
+    fn mysql(tag: &str) -> Backend {
+        let ns = Backend::namespace(tag);
+        let out = Command::new("mysql")
+            .args(["-h", "127.0.0.1", "-u", "root", "-e"])
+            .arg(format!("CREATE DATABASE {ns}"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        Backend::Mysql(ns)
+    }
+
+    fn redis(tag: &str) -> Backend {
+        Backend::Redis(Backend::namespace(tag))
     }
 
     /// The job's `store =` line.
@@ -35,6 +59,8 @@ impl Backend {
             Backend::Postgres(ns) => {
                 format!("store = \"postgres://root@127.0.0.1:5432/test?schema={ns}\"\n")
             }
+            Backend::Mysql(ns) => format!("store = \"mysql://root@127.0.0.1:3306/{ns}\"\n"),
+            Backend::Redis(ns) => format!("store = \"redis://127.0.0.1:6379/0?prefix={ns}:\"\n"),
         }
     }
 
@@ -61,6 +87,7 @@ impl Backend {
                 .arg(format!("SET search_path TO {ns}; {text}"))
                 .output()
                 .unwrap(),
+            Backend::Mysql(_) | Backend::Redis(_) => unreachable!("no SQL surgery on {text}"),
         };
         assert!(out.status.success(), "{text}: {}", stderr(&out));
     }
@@ -68,11 +95,28 @@ impl Backend {
 
 impl Drop for Backend {
     fn drop(&mut self) {
-        if let Backend::Postgres(ns) = self {
-            let _ = Command::new("psql")
-                .args(["-h", "127.0.0.1", "-U", "root", "-d", "test", "-c"])
-                .arg(format!("DROP SCHEMA IF EXISTS {ns} CASCADE"))
-                .output();
+        match self {
+            Backend::Sqlite => {}
+            Backend::Postgres(ns) => {
+                let _ = Command::new("psql")
+                    .args(["-h", "127.0.0.1", "-U", "root", "-d", "test", "-c"])
+                    .arg(format!("DROP SCHEMA IF EXISTS {ns} CASCADE"))
+                    .output();
+            }
+            Backend::Mysql(ns) => {
+                let _ = Command::new("mysql")
+                    .args(["-h", "127.0.0.1", "-u", "root", "-e"])
+                    .arg(format!("DROP DATABASE IF EXISTS {ns}"))
+                    .output();
+            }
+            Backend::Redis(ns) => {
+                let _ = Command::new("sh")
+                    .arg("-c")
+                    .arg(format!(
+                        "redis-cli -h 127.0.0.1 --scan --pattern '{ns}:*' | xargs -r redis-cli -h 127.0.0.1 DEL"
+                    ))
+                    .output();
+            }
         }
     }
 }
@@ -171,6 +215,29 @@ fn missed_passed_over_and_duplicates(backend: Backend) {
     let table = sb.run(&["status"]);
     assert_eq!(table.status.code(), Some(1));
     assert!(stdout(&table).contains("missed"), "{}", stdout(&table));
+
+    // recover reports each missed slot once: a second pass reports none again.
+    let rec = sb.run(&["recover"]);
+    assert!(rec.status.success(), "{}", stderr(&rec));
+    let reported: Vec<String> = stderr(&rec)
+        .lines()
+        .filter(|l| l.contains("missed: slot "))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(reported.len(), 10, "{}", stderr(&rec));
+    for slot in &want {
+        assert!(
+            reported.iter().any(|l| l.contains(slot.as_str())),
+            "{slot}: {reported:?}"
+        );
+    }
+    let rec = sb.run(&["recover"]);
+    assert!(
+        !stderr(&rec).contains("missed"),
+        "reported once: {}",
+        stderr(&rec)
+    );
+    assert_eq!(sb.history("daily").len(), 3, "recover ran nothing");
 
     // A run now takes today's slot and passes over the nine days before it, on record.
     let out = sb.run(&["run", "daily"]);
@@ -332,4 +399,14 @@ fn sqlite_a_killed_run_and_a_removed_job() {
 #[test]
 fn postgres_a_killed_run_and_a_removed_job() {
     a_killed_run_and_a_removed_job(Backend::postgres("kill"));
+}
+
+#[test]
+fn mysql_a_killed_run_and_a_removed_job() {
+    a_killed_run_and_a_removed_job(Backend::mysql("kill"));
+}
+
+#[test]
+fn redis_a_killed_run_and_a_removed_job() {
+    a_killed_run_and_a_removed_job(Backend::redis("kill"));
 }
