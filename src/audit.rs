@@ -133,6 +133,36 @@ pub fn needs_attention(f: &Finding) -> bool {
     f.kind != FindingKind::PassedOver
 }
 
+/// The findings `jobguard status` shows: held, failed and queued slots, running records
+/// whose holder is gone, and missed slots ([`Scope::missed_after_newest_only`] is the
+/// caller's to set). Duplicates, overlaps and tokens are `audit`'s: history, not news.
+pub fn status_findings(
+    runs: &[Run],
+    calendar: Option<&CalendarSpec>,
+    orphans: &BTreeSet<String>,
+    scope: &Scope,
+) -> Vec<Finding> {
+    audit_job(runs, calendar, orphans, scope)
+        .into_iter()
+        .filter(|f| {
+            matches!(
+                f.kind,
+                FindingKind::Held
+                    | FindingKind::Failed
+                    | FindingKind::Queued
+                    | FindingKind::OrphanRunning
+                    | FindingKind::Missed
+            )
+        })
+        .collect()
+}
+
+/// Whether a job needs attention: one of its findings does ([`needs_attention`]), or its
+/// timer is not waiting (`timer_idle`, `None` when systemd was not read).
+pub fn job_needs_attention(findings: &[Finding], timer_idle: Option<bool>) -> bool {
+    findings.iter().any(needs_attention) || timer_idle == Some(true)
+}
+
 /// The bounds of a check. All moments are µs since the epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Scope {

@@ -410,3 +410,37 @@ fn mysql_a_killed_run_and_a_removed_job() {
 fn redis_a_killed_run_and_a_removed_job() {
     a_killed_run_and_a_removed_job(Backend::redis("kill"));
 }
+
+/// A failed slot needs attention in `status` and `audit` until a person decides it.
+fn a_failed_slot_until_it_is_resolved(backend: Backend) {
+    let sb = Sandbox::new(&job("flaky", "exit 3", &backend));
+    let slot = format_usec(today());
+    let out = sb.run(&["run", "flaky", "--slot", &slot]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let (st, sv) = status_json(&sb);
+    assert_eq!(st.status.code(), Some(1), "{sv}");
+    assert_eq!(sv["jobs"][0]["attention"][0]["outcome"], "failed", "{sv}");
+    assert_eq!(sv["jobs"][0]["needs_attention"], true, "{sv}");
+    let (out, v) = audit(&sb, &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        of_kind(&findings(&v, "flaky"), "failed"),
+        vec![slot.clone()]
+    );
+    let res = sb.run(&["resolve", "flaky", &slot, "--done"]);
+    assert!(res.status.success(), "{}", stderr(&res));
+    let (st, sv) = status_json(&sb);
+    assert_eq!(st.status.code(), Some(0), "{sv}");
+    let (out, v) = audit(&sb, &[]);
+    assert_eq!(out.status.code(), Some(0), "{v}");
+}
+
+#[test]
+fn sqlite_a_failed_slot_until_it_is_resolved() {
+    a_failed_slot_until_it_is_resolved(Backend::Sqlite);
+}
+
+#[test]
+fn postgres_a_failed_slot_until_it_is_resolved() {
+    a_failed_slot_until_it_is_resolved(Backend::postgres("fail"));
+}

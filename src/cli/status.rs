@@ -31,35 +31,6 @@ use crate::systemd_dbus::{self, JobUnits, UnitState};
 /// How many recent records per job `status` looks at.
 const RECENT: usize = 200;
 
-/// The runs among `recent` (newest first) that need attention: per slot that is not
-/// done, its latest attempt if that ended failed, interrupted or lease_lost.
-pub fn attention(recent: &[Run]) -> Vec<Run> {
-    let mut by_slot: BTreeMap<i64, Vec<&Run>> = BTreeMap::new();
-    for r in recent {
-        by_slot.entry(r.slot.usec).or_default().push(r);
-    }
-    let mut out = Vec::new();
-    for runs in by_slot.values() {
-        let done = runs
-            .iter()
-            .any(|r| r.outcome == Outcome::Succeeded || r.resolution == Some(Resolution::Done));
-        if done {
-            continue;
-        }
-        // `recent` is newest first, so the first of the slot is its latest attempt.
-        if let Some(latest) = runs.first()
-            && matches!(
-                latest.outcome,
-                Outcome::Failed | Outcome::Interrupted | Outcome::LeaseLost
-            )
-        {
-            out.push((*latest).clone());
-        }
-    }
-    out.sort_by_key(|r| std::cmp::Reverse(r.started_at));
-    out
-}
-
 struct JobStatus {
     json: Value,
     row: Vec<String>,
@@ -68,6 +39,8 @@ struct JobStatus {
     findings: Vec<Finding>,
     /// The timer is not waiting (systemd was read, the timer is not masked).
     timer_idle: bool,
+    /// [`audit::job_needs_attention`].
+    needs_attention: bool,
 }
 
 /// Whether systemd's view says the job's timer will not fire: not loaded (not found, bad
@@ -163,7 +136,6 @@ fn job_status(
         .filter(|r| r.outcome != Outcome::Running)
         .max_by_key(|r| (r.slot.usec, r.started_at));
     let running = recent.iter().find(|r| r.outcome == Outcome::Running);
-    let attention = attention(&recent);
     let orphans = crate::cli::audit::orphans(store, &recent).map_err(|e| e.to_string())?;
     let grace = i64::try_from(audit::grace(job).as_micros()).unwrap_or(i64::MAX);
     let scope = Scope {
@@ -174,9 +146,24 @@ fn job_status(
         grace,
         missed_after_newest_only: true,
     };
-    let findings: Vec<Finding> = audit::audit_job(&recent, Some(&job.calendar), &orphans, &scope)
-        .into_iter()
+    let all = audit::status_findings(&recent, Some(&job.calendar), &orphans, &scope);
+    // Held, failed and queued slots are shown as their latest attempt.
+    let mut attention: Vec<Run> = all
+        .iter()
+        .filter(|f| {
+            matches!(
+                f.kind,
+                FindingKind::Held | FindingKind::Failed | FindingKind::Queued
+            )
+        })
+        .filter_map(|f| recent.iter().find(|r| f.runs.first() == Some(&r.run_id)))
+        .cloned()
+        .collect();
+    attention.sort_by_key(|r| std::cmp::Reverse(r.started_at));
+    let findings: Vec<Finding> = all
+        .iter()
         .filter(|f| matches!(f.kind, FindingKind::Missed | FindingKind::OrphanRunning))
+        .cloned()
         .collect();
     let missed: Vec<&Finding> = findings
         .iter()
@@ -187,6 +174,7 @@ fn job_status(
         .filter(|r| orphans.contains(&r.run_id))
         .collect();
     let idle = timer_idle(units);
+    let needs_attention = audit::job_needs_attention(&all, idle);
     let json = json!({
         "job": job.name,
         "schedule": job.schedule,
@@ -200,7 +188,7 @@ fn job_status(
         "missed": missed.iter().map(|f| f.json()).collect::<Vec<_>>(),
         "orphans": orphaned.iter().map(|r| view::run_json(r)).collect::<Vec<_>>(),
         "timer_waiting": idle.map(|i| !i),
-        "needs_attention": !attention.is_empty() || !findings.is_empty() || idle == Some(true),
+        "needs_attention": needs_attention,
         "systemd": units.map(systemd_json),
     });
     let last_text = last
@@ -231,6 +219,7 @@ fn job_status(
         attention,
         findings,
         timer_idle: idle == Some(true),
+        needs_attention,
     })
 }
 
@@ -262,6 +251,7 @@ pub fn run(args: &StatusArgs) -> u8 {
     let mut attention_all = Vec::new();
     let mut findings_all: Vec<(String, Finding)> = Vec::new();
     let mut idle_timers: Vec<String> = Vec::new();
+    let mut any_attention = false;
     let mut problems = Vec::new();
     let names: Vec<&str> = set.jobs.values().map(|j| j.name.as_str()).collect();
     let (systemd, systemd_note) = read_systemd(&names);
@@ -291,6 +281,7 @@ pub fn run(args: &StatusArgs) -> u8 {
                 jobs_json.push(s.json);
                 rows.push(s.row);
                 attention_all.extend(s.attention);
+                any_attention |= s.needs_attention;
                 findings_all.extend(s.findings.into_iter().map(|f| (job.name.clone(), f)));
                 if s.timer_idle {
                     idle_timers.push(job.name.clone());
@@ -304,9 +295,7 @@ pub fn run(args: &StatusArgs) -> u8 {
         }
     }
     let errors: Vec<String> = set.errors.iter().map(|e| e.to_string()).collect();
-    if status == exit::OK
-        && (!attention_all.is_empty() || !findings_all.is_empty() || !idle_timers.is_empty())
-    {
+    if status == exit::OK && any_attention {
         status = exit::ATTENTION;
     }
     if args.json {
