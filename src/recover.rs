@@ -11,6 +11,13 @@
 //! run by starting the job's own unit (`systemctl start --no-block jobguard@JOB.service`,
 //! so the re-run has the same user, limits and journal as any run), or, without systemd,
 //! in this process through the same shim.
+//!
+//! The same pass reports slots that were *missed* ([`crate::audit`]) after each job's
+//! newest record, once per slot and boot ([`report_missed`]); starts a job's `on_failure`
+//! unit for a slot it holds when no failing service announced the cut
+//! ([`start_on_failure`]); and arms timers: those systemd loaded but never started, and
+//! those left active without a next elapse ([`arm_timers`]). Reading the job list and the
+//! order of these steps are `src/cli/recover.rs`'s.
 
 use std::collections::BTreeSet;
 use std::path::Path;

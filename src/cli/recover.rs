@@ -87,7 +87,15 @@ pub fn run(args: &RecoverArgs) -> u8 {
         }
     }
     if systemd && args.job.is_none() {
-        match recover::arm_timers(set.jobs.keys().map(String::as_str)) {
+        // A schedule with no elapse left (a date in the past) leaves its timer idle on
+        // purpose.
+        let now_ts = jiff::Timestamp::now();
+        let due = set
+            .jobs
+            .values()
+            .filter(|j| j.calendar.next_elapse(now_ts).is_some())
+            .map(|j| j.name.as_str());
+        match recover::arm_timers(due) {
             Ok(armed) => {
                 if !armed.started.is_empty() {
                     println!("started new timers: {}", armed.started.join(" "));

@@ -173,7 +173,12 @@ fn job_status(
         .iter()
         .filter(|r| orphans.contains(&r.run_id))
         .collect();
-    let idle = timer_idle(units);
+    // A schedule with no elapse left leaves its timer idle on purpose.
+    let has_next = jiff::Timestamp::from_microsecond(now_usec)
+        .ok()
+        .and_then(|t| job.calendar.next_elapse(t))
+        .is_some();
+    let idle = timer_idle(units).map(|i| i && has_next);
     let needs_attention = audit::job_needs_attention(&all, idle);
     let json = json!({
         "job": job.name,
