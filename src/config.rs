@@ -45,20 +45,6 @@ pub const MAIN_FILE: &str = "jobs.toml";
 /// The drop-in directory of a job-list directory.
 pub const DROPIN_DIR: &str = "jobs.d";
 
-/// Store address schemes a job list may name (`SCHEME://…`). Whether a backend is built
-/// in is checked when the store is opened, not here.
-pub const STORE_SCHEMES: &[&str] = &[
-    "sqlite",
-    "postgres",
-    "postgresql",
-    "mysql",
-    "mariadb",
-    "redis",
-    "rediss",
-    "etcd",
-    "zookeeper",
-];
-
 /// Shortest accepted `lease_ttl`: the shim renews every third of it.
 pub const MIN_LEASE_TTL: Duration = Duration::from_secs(3);
 
@@ -753,11 +739,21 @@ fn is_env_name(s: &str) -> bool {
         && b.iter().all(|&c| c.is_ascii_alphanumeric() || c == b'_')
 }
 
+/// A schedule that parses and elapses at least once from now on: a timer whose
+/// expression never elapses (`*-02-30`, a year in the past) would never fire, so the job
+/// is refused rather than given a timer (`systemd-analyze calendar` says "Next elapse:
+/// never" for it).
 fn schedule(v: &Spanned<DeValue<'_>>) -> Result<(String, CalendarSpec), String> {
     let s = string(v)?;
-    CalendarSpec::parse(s)
-        .map(|c| (s.to_string(), c))
-        .map_err(|e| e.to_string())
+    let c = CalendarSpec::parse(s).map_err(|e| e.to_string())?;
+    let now = jiff::Timestamp::now();
+    if c.next_elapse(now).is_none() {
+        return Err(format!(
+            "schedule {s:?} never elapses (none after {}): its timer would never fire",
+            crate::ledger::format_usec(now.as_second() * 1_000_000)
+        ));
+    }
+    Ok((s.to_string(), c))
 }
 
 fn command(v: &Spanned<DeValue<'_>>) -> Result<Vec<String>, String> {
@@ -839,13 +835,12 @@ fn store_address(v: &Spanned<DeValue<'_>>, dir: &Path) -> Result<String, String>
             "invalid store address {shown:?}: expected SCHEME://…"
         ));
     };
-    if !STORE_SCHEMES.contains(&scheme) {
-        return Err(format!(
-            "unknown store type {scheme:?} (known: {})",
-            STORE_SCHEMES.join(", ")
-        ));
+    // Only kinds this build can open (crate::store::registry): a job whose store cannot
+    // be opened would fail every run, so it gets no unit.
+    if let Some(why) = crate::store::registry::unavailable(scheme) {
+        return Err(why);
     }
-    if scheme != "sqlite" {
+    if crate::store::registry::by_scheme(scheme).is_some_and(|k| k.shared) {
         return Ok(s.to_string());
     }
     if rest.is_empty() {
@@ -1169,11 +1164,30 @@ fn build_job(
         message,
         scope: ErrorScope::Job,
     };
+    let mut positions = BTreeMap::new();
+    positions.insert(
+        "",
+        job::SourcePos {
+            file: files[raw.at.file].clone(),
+            line: raw.at.line,
+            column: raw.at.column,
+        },
+    );
     macro_rules! pick {
         ($field:ident) => {{
             let found = layers.iter().find_map(|l| l.$field.as_ref());
             match found {
-                Some(Val { value: Some(v), .. }) => Some(v.clone()),
+                Some(Val { value: Some(v), at }) => {
+                    positions.insert(
+                        stringify!($field),
+                        job::SourcePos {
+                            file: files[at.file].clone(),
+                            line: at.line,
+                            column: at.column,
+                        },
+                    );
+                    Some(v.clone())
+                }
                 Some(Val { value: None, at }) => {
                     // Jobs with errors in their own table never get here, so this is a
                     // bad default: recorded once at the default, and here for this job.
@@ -1256,5 +1270,6 @@ fn build_job(
         kill_grace: kill_grace.unwrap_or(job::DEFAULT_KILL_GRACE),
         persistent: persistent.unwrap_or(true),
         source: files[raw.at.file].clone(),
+        positions,
     })
 }
