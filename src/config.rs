@@ -167,10 +167,13 @@ pub fn load(source: &ConfigSource) -> JobSet {
     };
     let mut loader = Loader::default();
     for f in &files {
-        let text = match read_regular(&f.path) {
+        let text = match read_regular(&f.path)
+            .map_err(|e| file_error(&f.path, None, io_message(&e)))
+            .and_then(|b| utf8_text(&f.path, b))
+        {
             Ok(t) => t,
             Err(e) => {
-                set.errors.push(file_error(&f.path, None, io_message(&e)));
+                set.errors.push(e);
                 continue;
             }
         };
@@ -252,7 +255,7 @@ fn toml_files(dir: &Path, errors: &mut Vec<ConfigError>) -> Vec<PathBuf> {
 /// Reads a job-list file, which must be a regular file: a FIFO or a device (maybe behind
 /// a symlink) would block or never end, and the generator must never hold up boot. Opened
 /// with `O_NONBLOCK` so that opening a FIFO does not wait for a writer.
-fn read_regular(path: &Path) -> std::io::Result<String> {
+fn read_regular(path: &Path) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
     let mut file = std::fs::OpenOptions::new()
@@ -269,9 +272,29 @@ fn read_regular(path: &Path) -> std::io::Result<String> {
     if !meta.is_file() {
         return Err(std::io::Error::other("not a regular file"));
     }
-    let mut text = String::new();
-    file.read_to_string(&mut text)?;
-    Ok(text)
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// The text of a job-list file, or an error at the line and column of its first byte
+/// that is not UTF-8 (TOML files are UTF-8; a list saved in Latin-1 is the usual cause).
+fn utf8_text(path: &Path, bytes: Vec<u8>) -> Result<String, ConfigError> {
+    String::from_utf8(bytes).map_err(|e| {
+        let valid = e.utf8_error().valid_up_to();
+        let bytes = e.as_bytes();
+        let before = std::str::from_utf8(&bytes[..valid]).unwrap_or_default();
+        let line = before.matches('\n').count() + 1;
+        let column = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;
+        file_error(
+            path,
+            Some((line, column)),
+            format!(
+                "not UTF-8 (byte 0x{:02x}): a job list is UTF-8 text",
+                bytes.get(valid).copied().unwrap_or(0)
+            ),
+        )
+    })
 }
 
 /// Whether `path` is an entry of its directory (a dangling symlink is one).
