@@ -167,13 +167,17 @@ pub fn load(source: &ConfigSource) -> JobSet {
     };
     let mut loader = Loader::default();
     for f in &files {
-        let text = match read_regular(&f.path)
-            .map_err(|e| file_error(&f.path, None, io_message(&e)))
-            .and_then(|b| utf8_text(&f.path, b))
-        {
-            Ok(t) => t,
+        let text = match read_regular(&f.path) {
+            Ok(bytes) => match utf8_text(bytes) {
+                Ok(t) => t,
+                Err((line, column, message)) => {
+                    set.errors
+                        .push(file_error(&f.path, Some((line, column)), message));
+                    continue;
+                }
+            },
             Err(e) => {
-                set.errors.push(e);
+                set.errors.push(file_error(&f.path, None, io_message(&e)));
                 continue;
             }
         };
@@ -277,23 +281,20 @@ fn read_regular(path: &Path) -> std::io::Result<Vec<u8>> {
     Ok(bytes)
 }
 
-/// The text of a job-list file, or an error at the line and column of its first byte
-/// that is not UTF-8 (TOML files are UTF-8; a list saved in Latin-1 is the usual cause).
-fn utf8_text(path: &Path, bytes: Vec<u8>) -> Result<String, ConfigError> {
+/// The text of a job-list file, or the line, column and message of its first byte that
+/// is not UTF-8 (TOML files are UTF-8; a list saved in Latin-1 is the usual cause).
+fn utf8_text(bytes: Vec<u8>) -> Result<String, (usize, usize, String)> {
     String::from_utf8(bytes).map_err(|e| {
         let valid = e.utf8_error().valid_up_to();
         let bytes = e.as_bytes();
         let before = std::str::from_utf8(&bytes[..valid]).unwrap_or_default();
         let line = before.matches('\n').count() + 1;
         let column = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;
-        file_error(
-            path,
-            Some((line, column)),
-            format!(
-                "not UTF-8 (byte 0x{:02x}): a job list is UTF-8 text",
-                bytes.get(valid).copied().unwrap_or(0)
-            ),
-        )
+        let message = format!(
+            "not UTF-8 (byte 0x{:02x}): a job list is UTF-8 text",
+            bytes.get(valid).copied().unwrap_or(0)
+        );
+        (line, column, message)
     })
 }
 
