@@ -45,20 +45,6 @@ pub const MAIN_FILE: &str = "jobs.toml";
 /// The drop-in directory of a job-list directory.
 pub const DROPIN_DIR: &str = "jobs.d";
 
-/// Store address schemes a job list may name (`SCHEME://…`). Whether a backend is built
-/// in is checked when the store is opened, not here.
-pub const STORE_SCHEMES: &[&str] = &[
-    "sqlite",
-    "postgres",
-    "postgresql",
-    "mysql",
-    "mariadb",
-    "redis",
-    "rediss",
-    "etcd",
-    "zookeeper",
-];
-
 /// Shortest accepted `lease_ttl`: the shim renews every third of it.
 pub const MIN_LEASE_TTL: Duration = Duration::from_secs(3);
 
@@ -182,7 +168,14 @@ pub fn load(source: &ConfigSource) -> JobSet {
     let mut loader = Loader::default();
     for f in &files {
         let text = match read_regular(&f.path) {
-            Ok(t) => t,
+            Ok(bytes) => match utf8_text(bytes) {
+                Ok(t) => t,
+                Err((line, column, message)) => {
+                    set.errors
+                        .push(file_error(&f.path, Some((line, column)), message));
+                    continue;
+                }
+            },
             Err(e) => {
                 set.errors.push(file_error(&f.path, None, io_message(&e)));
                 continue;
@@ -266,7 +259,7 @@ fn toml_files(dir: &Path, errors: &mut Vec<ConfigError>) -> Vec<PathBuf> {
 /// Reads a job-list file, which must be a regular file: a FIFO or a device (maybe behind
 /// a symlink) would block or never end, and the generator must never hold up boot. Opened
 /// with `O_NONBLOCK` so that opening a FIFO does not wait for a writer.
-fn read_regular(path: &Path) -> std::io::Result<String> {
+fn read_regular(path: &Path) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
     let mut file = std::fs::OpenOptions::new()
@@ -283,9 +276,26 @@ fn read_regular(path: &Path) -> std::io::Result<String> {
     if !meta.is_file() {
         return Err(std::io::Error::other("not a regular file"));
     }
-    let mut text = String::new();
-    file.read_to_string(&mut text)?;
-    Ok(text)
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// The text of a job-list file, or the line, column and message of its first byte that
+/// is not UTF-8 (TOML files are UTF-8; a list saved in Latin-1 is the usual cause).
+fn utf8_text(bytes: Vec<u8>) -> Result<String, (usize, usize, String)> {
+    String::from_utf8(bytes).map_err(|e| {
+        let valid = e.utf8_error().valid_up_to();
+        let bytes = e.as_bytes();
+        let before = std::str::from_utf8(&bytes[..valid]).unwrap_or_default();
+        let line = before.matches('\n').count() + 1;
+        let column = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;
+        let message = format!(
+            "not UTF-8 (byte 0x{:02x}): a job list is UTF-8 text",
+            bytes.get(valid).copied().unwrap_or(0)
+        );
+        (line, column, message)
+    })
 }
 
 /// Whether `path` is an entry of its directory (a dangling symlink is one).
@@ -753,11 +763,21 @@ fn is_env_name(s: &str) -> bool {
         && b.iter().all(|&c| c.is_ascii_alphanumeric() || c == b'_')
 }
 
+/// A schedule that parses and elapses at least once from now on: a timer whose
+/// expression never elapses (`*-02-30`, a year in the past) would never fire, so the job
+/// is refused rather than given a timer (`systemd-analyze calendar` says "Next elapse:
+/// never" for it).
 fn schedule(v: &Spanned<DeValue<'_>>) -> Result<(String, CalendarSpec), String> {
     let s = string(v)?;
-    CalendarSpec::parse(s)
-        .map(|c| (s.to_string(), c))
-        .map_err(|e| e.to_string())
+    let c = CalendarSpec::parse(s).map_err(|e| e.to_string())?;
+    let now = jiff::Timestamp::now();
+    if c.next_elapse(now).is_none() {
+        return Err(format!(
+            "schedule {s:?} never elapses (none after {}): its timer would never fire",
+            crate::ledger::format_usec(now.as_second() * 1_000_000)
+        ));
+    }
+    Ok((s.to_string(), c))
 }
 
 fn command(v: &Spanned<DeValue<'_>>) -> Result<Vec<String>, String> {
@@ -839,13 +859,12 @@ fn store_address(v: &Spanned<DeValue<'_>>, dir: &Path) -> Result<String, String>
             "invalid store address {shown:?}: expected SCHEME://…"
         ));
     };
-    if !STORE_SCHEMES.contains(&scheme) {
-        return Err(format!(
-            "unknown store type {scheme:?} (known: {})",
-            STORE_SCHEMES.join(", ")
-        ));
+    // Only kinds this build can open (crate::store::registry): a job whose store cannot
+    // be opened would fail every run, so it gets no unit.
+    if let Some(why) = crate::store::registry::unavailable(scheme) {
+        return Err(why);
     }
-    if scheme != "sqlite" {
+    if crate::store::registry::by_scheme(scheme).is_some_and(|k| k.shared) {
         return Ok(s.to_string());
     }
     if rest.is_empty() {
@@ -1169,11 +1188,30 @@ fn build_job(
         message,
         scope: ErrorScope::Job,
     };
+    let mut positions = BTreeMap::new();
+    positions.insert(
+        "",
+        job::SourcePos {
+            file: files[raw.at.file].clone(),
+            line: raw.at.line,
+            column: raw.at.column,
+        },
+    );
     macro_rules! pick {
         ($field:ident) => {{
             let found = layers.iter().find_map(|l| l.$field.as_ref());
             match found {
-                Some(Val { value: Some(v), .. }) => Some(v.clone()),
+                Some(Val { value: Some(v), at }) => {
+                    positions.insert(
+                        stringify!($field),
+                        job::SourcePos {
+                            file: files[at.file].clone(),
+                            line: at.line,
+                            column: at.column,
+                        },
+                    );
+                    Some(v.clone())
+                }
                 Some(Val { value: None, at }) => {
                     // Jobs with errors in their own table never get here, so this is a
                     // bad default: recorded once at the default, and here for this job.
@@ -1256,5 +1294,6 @@ fn build_job(
         kill_grace: kill_grace.unwrap_or(job::DEFAULT_KILL_GRACE),
         persistent: persistent.unwrap_or(true),
         source: files[raw.at.file].clone(),
+        positions,
     })
 }

@@ -126,6 +126,30 @@ pub struct Job {
     pub persistent: bool,
     /// The file the job was defined in.
     pub source: PathBuf,
+    /// Where the job and its keys were written, for messages: by key (`user`, `store` for
+    /// any of `store`, `store_file` and `store_credential`), the value's position (in the
+    /// `[defaults]` that gave it, when it was inherited); `""` is the job's own
+    /// `[jobs.NAME]` key. Empty for a job not read from a job list. See
+    /// [`Job::position`].
+    pub positions: BTreeMap<&'static str, SourcePos>,
+}
+
+/// A place in a job-list file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourcePos {
+    /// The file.
+    pub file: PathBuf,
+    /// 1-based line.
+    pub line: usize,
+    /// 1-based column, in characters.
+    pub column: usize,
+}
+
+impl std::fmt::Display for SourcePos {
+    /// `FILE:LINE:COLUMN`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}:{}", self.file.display(), self.line, self.column)
+    }
 }
 
 /// Why [`Job::store_address`] could not produce an address.
@@ -211,7 +235,20 @@ impl Job {
             kill_grace: DEFAULT_KILL_GRACE,
             persistent: true,
             source: source.to_path_buf(),
+            positions: BTreeMap::new(),
         }
+    }
+
+    /// Where `key` of the job was written (`store_file` and `store_credential` are found
+    /// as `store`), else where the job's table begins; `None` for a job not read from a
+    /// job list.
+    pub fn position(&self, key: &str) -> Option<&SourcePos> {
+        let key = if key.starts_with("store") && key != "store_wait" {
+            "store"
+        } else {
+            key
+        };
+        self.positions.get(key).or_else(|| self.positions.get(""))
     }
 
     /// The store address: [`Job::store`]; or the first line of [`Job::store_file`] that
@@ -267,13 +304,14 @@ impl Job {
     }
 
     /// Whether the job's store may live on another host, so its service should wait for
-    /// the network: any store that is not `sqlite://`, and any store named through
+    /// the network: any store of a shared kind ([`crate::store::registry::StoreKind::shared`],
+    /// every kind but SQLite), and any store named through
     /// `store_file` or `store_credential` (its address is a secret the generator does not
     /// read).
     pub fn needs_network(&self) -> bool {
         self.store_file.is_some()
             || self.store_credential.is_some()
-            || !self.store.starts_with("sqlite://")
+            || crate::store::registry::kind_of(&self.store).is_none_or(|k| k.shared)
     }
 }
 

@@ -7,8 +7,12 @@
 //! A second test checks `--previous` against systemd's own next elapses: the latest
 //! elapse systemd lists at or before the base time must be the one jobguard prints.
 //!
-//! Both tests need `systemd-analyze`; without it they fail (it is on every machine
-//! this project builds on).
+//! A third draws a new seed on every run (proptest) for a few batches in zones with
+//! daylight saving time, so that the expressions explored grow from run to run. A fourth
+//! compares timestamps with `systemd-analyze timestamp`.
+//!
+//! The tests need `systemd-analyze`; without it they fail (it is on every machine this
+//! project builds on).
 
 use std::process::Command;
 
@@ -689,4 +693,182 @@ fn previous_elapse_agrees_with_systemd_next_elapses() {
         failures.len(),
         failures.join("\n")
     );
+}
+
+/// Runs `systemd-analyze timestamp` once on every text of `texts` in zone `tz`: for
+/// each, the µs since the epoch it printed (`UNIX seconds: @S[.FFFFFF]`), or `None` when
+/// it failed to parse it.
+fn systemd_timestamps(
+    tz: &str,
+    texts: &[String],
+) -> std::collections::HashMap<String, Option<i64>> {
+    let out = Command::new("systemd-analyze")
+        .arg("timestamp")
+        .args(texts)
+        .env("TZ", tz)
+        .env("SYSTEMD_COLORS", "0")
+        .env_remove("SYSTEMD_PAGER")
+        .output()
+        .expect("systemd-analyze is on every machine this project builds on");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let mut found = std::collections::HashMap::new();
+    let mut current: Option<String> = None;
+    for line in stdout.lines() {
+        let line = line.trim_start();
+        if let Some(t) = line.strip_prefix("Original form: ") {
+            current = Some(t.to_string());
+        } else if let Some(v) = line.strip_prefix("UNIX seconds: @")
+            && let Some(text) = current.take()
+        {
+            let (s, f) = v.split_once('.').unwrap_or((v, "0"));
+            let usec = s.parse::<i64>().expect("seconds") * 1_000_000
+                + format!("{f:0<6}")[..6].parse::<i64>().expect("fraction");
+            found.insert(text, Some(usec));
+        }
+    }
+    for t in texts {
+        found.entry(t.clone()).or_insert(None);
+    }
+    found
+}
+
+/// Timestamps in the syntax systemd 252 reads (no `T`, no RFC 3339 offsets, nothing
+/// relative to now), with fields in and out of range: leap seconds, February 29 to 31,
+/// hour 24, two-digit years, weekdays that do and do not match, fractions, ` UTC`.
+fn timestamp_text(rng: &mut Rng, dst_zone: bool) -> String {
+    let year = rng.range(1965, 2110);
+    let (yy, y4) = (format!("{:02}", year % 100), format!("{year:04}"));
+    let month = rng.range(0, 13);
+    let day = rng.range(0, 32);
+    // In a zone with daylight saving time, keep away from the hours a change moves.
+    let hour = if dst_zone {
+        rng.range(4, 24)
+    } else {
+        rng.range(0, 24)
+    };
+    let minute = rng.range(0, 60);
+    let second = rng.range(0, 61);
+    let date = if rng.chance(15) { yy } else { y4 };
+    let date = format!("{date}-{month:02}-{day:02}");
+    let mut text = match rng.below(5) {
+        0 => date,
+        1 => format!("{date} {hour:02}:{minute:02}"),
+        2 => format!(
+            "{date} {hour:02}:{minute:02}:{second:02}.{}",
+            rng.range(0, 999_999)
+        ),
+        _ => format!("{date} {hour:02}:{minute:02}:{second:02}"),
+    };
+    if rng.chance(15) {
+        text = format!(
+            "{} {text}",
+            rng.pick(&["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"])
+        );
+    }
+    if rng.chance(35) {
+        text.push_str(" UTC");
+    }
+    text
+}
+
+/// Issue 10, defect 5: timestamps must read as systemd's `parse_timestamp()` reads them.
+/// `systemd-analyze timestamp` is the oracle: one call per zone, for a batch of
+/// generated timestamps and the vectors of the issue.
+#[test]
+fn timestamps_match_systemd_analyze_timestamp() {
+    let base_seed = seed(0x7469_6d65_7374_616d);
+    let mut failures = Vec::new();
+    let mut compared = 0;
+    for (i, (zone, dst)) in [
+        ("UTC", false),
+        ("Asia/Kolkata", false),
+        ("Europe/Berlin", true),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut rng = Rng(base_seed.wrapping_add(i as u64));
+        let mut texts: Vec<String> = [
+            "1990-12-31 23:59:60 UTC",
+            "1990-12-31 23:59:60",
+            "1969-12-31 23:59:59 UTC",
+            "1970-01-01 00:00:00 UTC",
+            "2026-02-30 00:00:00 UTC",
+            "2026-01-01 24:00 UTC",
+            "today 02:00",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        for _ in 0..200 {
+            texts.push(timestamp_text(&mut rng, dst));
+        }
+        texts.sort();
+        texts.dedup();
+        let theirs = systemd_timestamps(zone, &texts);
+        let tz = TimeZone::get(zone).expect("zone");
+        let now = Timestamp::now();
+        for t in &texts {
+            let ours = jobguard::calendar::timestamp::parse_timestamp_in(t, now, &tz)
+                .ok()
+                .map(|v| v.as_microsecond());
+            compared += 1;
+            if ours != theirs[t] {
+                failures.push(format!(
+                    "TZ={zone} {t:?}: systemd-analyze {:?}, jobguard {ours:?}",
+                    theirs[t]
+                ));
+            }
+        }
+    }
+    assert!(compared > 500, "compared only {compared}");
+    assert!(
+        failures.is_empty(),
+        "{} of {compared} timestamps differ (seed {base_seed}):\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig {
+        cases: 4,
+        max_shrink_iters: 8,
+        failure_persistence: None,
+        ..proptest::prelude::ProptestConfig::default()
+    })]
+
+    /// The fixed-seed test above always explores the same expressions; this one draws a
+    /// new seed on every run (proptest prints it with a failure, and
+    /// `JOBGUARD_CALENDAR_SEED=SEED` replays the batch), with a zone that has daylight
+    /// saving time, base times around its changes and 25 expressions: four batches, so
+    /// at most a dozen `systemd-analyze` calls.
+    #[test]
+    fn generated_expressions_in_dst_zones_match_systemd_analyze(
+        seed in proptest::prelude::any::<u64>(),
+        zone in proptest::sample::select(vec![
+            "Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "America/Santiago",
+            "Europe/London", "America/Havana",
+        ]),
+    ) {
+        let seed = std::env::var("JOBGUARD_CALENDAR_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(seed);
+        let mut rng = Rng(seed);
+        let abbrevs = ZONES.iter().find(|(z, _)| *z == zone).map_or(&[][..], |(_, a)| *a);
+        let bases = base_times(&mut rng, zone);
+        let at = *rng.pick(&bases);
+        let base = base_arg(&mut rng, at, zone);
+        let iterations = *rng.pick(&[1u32, 2, 3, 5]);
+        let mut args = vec![format!("--base-time={base}"), format!("--iterations={iterations}")];
+        for _ in 0..25 {
+            args.push(expression(&mut rng, abbrevs));
+        }
+        if let Some(d) = compare(zone, &args) {
+            return Err(proptest::test_runner::TestCaseError::fail(format!(
+                "seed {seed}: TZ={zone} {args:?}\n{d}"
+            )));
+        }
+    }
 }

@@ -771,16 +771,32 @@ fn check_names_what_this_host_lacks_for_a_valid_job() {
     let out = check(&["--config", f.to_str().expect("utf-8")]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    let f = f.display();
+    // Each problem names the line and column of the value that is wrong (issue 10,
+    // defect 6: they had none).
+    let at = |after: &str, needle: &str| {
+        let (l, c) = pos(&text, after, needle);
+        format!("{}:{l}:{c}", f.display())
+    };
     for line in [
-        format!("{f}: jobs.odd.user: user \"jobguard-no-such-user\" does not exist (on this host)"),
         format!(
-            "{f}: jobs.odd.working_directory: /nonexistent/dir is not a directory (on this host)"
+            "{}: jobs.odd.user: user \"jobguard-no-such-user\" does not exist (on this host)",
+            at("[jobs.odd]", "\"jobguard-no-such-user")
         ),
-        format!("{f}: jobs.odd.command: jobguard-no-such-program is not found in PATH"),
-        format!("{f}: jobs.odd.store_file: job odd: cannot read store_file"),
         format!(
-            "{f}: jobs.script.command: ./not-executable.sh is not an executable file (on this host)"
+            "{}: jobs.odd.working_directory: /nonexistent/dir is not a directory (on this host)",
+            at("[jobs.odd]", "\"/nonexistent")
+        ),
+        format!(
+            "{}: jobs.odd.command: jobguard-no-such-program is not found in PATH",
+            at("[jobs.odd]", "[\"jobguard-no-such-program")
+        ),
+        format!(
+            "{}: jobs.odd.store_file: job odd: cannot read store_file",
+            at("[jobs.odd]", "\"missing.url")
+        ),
+        format!(
+            "{}: jobs.script.command: ./not-executable.sh is not an executable file (on this host)",
+            at("[jobs.script]", "[\"./not-executable.sh")
         ),
     ] {
         assert!(stderr.contains(&line), "missing {line:?} in:\n{stderr}");
@@ -964,4 +980,72 @@ fn a_malformed_store_address_does_not_show_its_password() {
         e.message
     );
     assert!(!e.to_string().contains("hunter2"), "{e}");
+}
+
+/// Issue 10, defect 3: `etcd://` and `zookeeper://` passed validation though no build
+/// could open them, so every run exited 78. Only the kinds this build opens are accepted,
+/// and the message lists those, not others.
+#[test]
+fn a_store_kind_this_build_cannot_open_is_refused_where_it_is_written() {
+    for address in [
+        "etcd://127.0.0.1:2379",
+        "zookeeper://127.0.0.1:2181/jobs",
+        "ETCD://h",
+    ] {
+        let d = Dir::new();
+        let text = format!("[jobs.ok]\n{GOOD}\n[jobs.a]\n{GOOD}store = \"{address}\"\n");
+        let f = d.write("jobs.toml", &text);
+        let set = d.load();
+        let e = only_error(&set);
+        assert_at(
+            e,
+            &f,
+            pos(&text, "[jobs.a]", &format!("\"{address}")),
+            "jobs.a.store",
+        );
+        assert_eq!(e.scope, ErrorScope::Job);
+        assert!(e.message.contains("unknown store kind"), "{e}");
+        assert!(e.message.contains("sqlite:///PATH"), "{e}");
+        let listed = e
+            .message
+            .split_once("can open:")
+            .expect("the kinds it opens")
+            .1;
+        assert!(
+            !listed.contains("etcd") && !listed.contains("zookeeper"),
+            "{e}"
+        );
+        assert!(!set.jobs.contains_key("a") && set.jobs.contains_key("ok"));
+
+        let out = check(&["--config", f.to_str().expect("utf-8")]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        let (l, c) = pos(&text, "[jobs.a]", &format!("\"{address}"));
+        assert!(
+            stderr.starts_with(&format!("{}:{l}:{c}: jobs.a.store: ", f.display())),
+            "{stderr}"
+        );
+    }
+}
+
+/// Issue 10, defect 4: `*-02-30` never elapses; it passed `check` and got a timer.
+#[test]
+fn a_schedule_that_never_elapses_is_refused_where_it_is_written() {
+    for schedule in ["*-02-30", "*-04-31 02:00", "2001-01-01 00:00:00 UTC"] {
+        let d = Dir::new();
+        let text = format!(
+            "[jobs.ok]\n{GOOD}\n[jobs.never]\nschedule = \"{schedule}\"\ncommand = [\"/bin/true\"]\n"
+        );
+        let f = d.write("jobs.toml", &text);
+        let set = d.load();
+        let e = only_error(&set);
+        assert_at(
+            e,
+            &f,
+            pos(&text, "[jobs.never]", &format!("\"{schedule}")),
+            "jobs.never.schedule",
+        );
+        assert!(e.message.contains("never elapses"), "{e}");
+        assert!(!set.jobs.contains_key("never") && set.jobs.contains_key("ok"));
+    }
 }

@@ -659,3 +659,88 @@ fn systemd_reads_the_generated_units_as_meant() {
     let recover = show("jobguard-recover.timer", &["ActiveState"]);
     assert_eq!(recover["ActiveState"], "active");
 }
+
+/// Issue 10, defect 3: a job whose store kind this build cannot open got a timer that
+/// failed every run. It gets no unit, with a warning; the other jobs are still written.
+#[test]
+fn a_job_whose_store_kind_cannot_be_opened_gets_no_unit() {
+    let input = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        input.path().join("jobs.toml"),
+        "[jobs.good]\nschedule = \"daily\"\ncommand = [\"/bin/true\"]\n\n\
+         [jobs.on-etcd]\nschedule = \"daily\"\ncommand = [\"/bin/true\"]\nstore = \"etcd://127.0.0.1:2379\"\n\n\
+         [jobs.on-zk]\nschedule = \"daily\"\ncommand = [\"/bin/true\"]\nstore = \"zookeeper://127.0.0.1:2181\"\n\n\
+         [jobs.never]\nschedule = \"*-02-30\"\ncommand = [\"/bin/true\"]\n",
+    )
+    .expect("write");
+    let out = tempfile::tempdir().expect("tempdir");
+    let o = generator(input.path(), &[out.path()]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    for (bad, line) in [("on-etcd", 8), ("on-zk", 13), ("never", 16)] {
+        assert!(
+            stderr.contains(&format!("jobs.toml:{line}:"))
+                && stderr.contains(&format!("skipping job {bad}\n")),
+            "{bad} not named at line {line} in: {stderr}"
+        );
+        assert!(!out.path().join(format!("jobguard@{bad}.timer.d")).exists());
+        assert!(
+            !out.path()
+                .join(format!("timers.target.wants/jobguard@{bad}.timer"))
+                .exists()
+        );
+    }
+    assert!(
+        out.path()
+            .join("timers.target.wants/jobguard@good.timer")
+            .is_symlink()
+    );
+}
+
+/// Issue 10, defect 6: `jobguard-generator --help` took `--help` for an output directory
+/// (`cannot write --help: No such file or directory`).
+#[test]
+fn help_and_version_are_answered_and_other_dashed_arguments_refused() {
+    let input = cases_dir().join("01-one-job/input");
+    let cwd = tempfile::tempdir().expect("tempdir");
+    let run = |args: &[&str]| {
+        Command::new(GENERATOR)
+            .args(args)
+            .current_dir(cwd.path())
+            .env("JOBGUARD_CONFIG", &input)
+            .output()
+            .expect("run")
+    };
+    for flag in ["--help", "-h"] {
+        let o = run(&[flag]);
+        assert_eq!(o.status.code(), Some(0), "{flag}: {o:?}");
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            stdout.contains("usage: jobguard-generator NORMAL_DIR"),
+            "{stdout}"
+        );
+        assert!(stdout.contains("systemd.generator(7)"), "{stdout}");
+    }
+    let o = run(&["--version"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        format!("jobguard-generator {}\n", env!("CARGO_PKG_VERSION"))
+    );
+    for args in [
+        &["--bogus"][..],
+        &["-x", "a", "b"],
+        &["--", "x", "y", "z", "w"],
+    ] {
+        let o = run(args);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains("usage: jobguard-generator"), "{stderr}");
+        assert!(!stderr.contains("cannot write"), "{stderr}");
+    }
+    assert_eq!(
+        std::fs::read_dir(cwd.path()).expect("read").count(),
+        0,
+        "nothing written"
+    );
+}

@@ -890,3 +890,158 @@ fn store_init_creates_the_schema_of_the_job_lists_store() {
     let unknown = sb.run(&["store", "init", "nope"]);
     assert_eq!(unknown.status.code(), Some(78));
 }
+
+/// Issue 10, defect 5: `--slot -2h` and `--base-time -2h`, as the README shows them,
+/// were taken for unknown flags.
+#[test]
+fn a_relative_slot_or_base_time_may_start_with_a_dash() {
+    let sb = Sandbox::new(&job("rel", "true", ""));
+    let out = sb.run(&["run", "rel", "--slot", "-2h"]);
+    // Two hours ago is (almost surely) not an elapse of 02:00 UTC; what matters is that
+    // it was read as a time.
+    assert!(
+        !stderr(&out).contains("unexpected argument"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        out.status.success() || stderr(&out).contains("is not an elapse"),
+        "{}",
+        stderr(&out)
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_jobguard"))
+        .args([
+            "calendar",
+            "*-*-* 02:00:00 UTC",
+            "--base-time",
+            "-2h",
+            "--previous",
+        ])
+        .output()
+        .expect("run jobguard calendar");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        support::stdout(&out).contains("Prev elapse:"),
+        "{}",
+        support::stdout(&out)
+    );
+}
+
+/// Issue 10, defects 5 and 6: a bad SLOT was "invalid calendar expression".
+#[test]
+fn a_bad_slot_is_called_a_bad_timestamp() {
+    let sb = Sandbox::new(&job("bad-slot", "true", ""));
+    for slot in [
+        "today 02:00",
+        "2026-01-01T00:00:00+25:00",
+        "1937-01-01T12:00:27.87+00:20",
+    ] {
+        let out = sb.run(&["resolve", "bad-slot", slot, "--done"]);
+        assert_eq!(out.status.code(), Some(2), "{slot}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains(&format!("invalid timestamp {slot:?}")),
+            "{}",
+            stderr(&out)
+        );
+        assert!(!stderr(&out).contains("calendar"), "{}", stderr(&out));
+        let out = sb.run(&["run", "bad-slot", "--slot", slot]);
+        assert!(
+            stderr(&out).contains(&format!("invalid timestamp {slot:?}")),
+            "{}",
+            stderr(&out)
+        );
+    }
+}
+
+/// Issue 10, defect 6: `history --limit 0` printed every record.
+#[test]
+fn history_limit_0_prints_no_record() {
+    let sb = Sandbox::new(&job("lim", "true", ""));
+    for slot in ["2026-11-27T02:00:00Z", "2026-11-28T02:00:00Z"] {
+        let out = sb.run(&["run", "lim", "--slot", slot]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    let out = sb.run(&["history", "lim", "--json", "--limit", "0"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(support::stdout(&out).trim(), "[]");
+    let out = sb.run(&["history", "lim", "--limit", "0"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(support::stdout(&out), "");
+    let out = sb.run(&["history", "lim", "--json", "--limit", "1"]);
+    let runs: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(runs.len(), 1);
+    assert_eq!(sb.history("lim").len(), 2);
+}
+
+/// Issue 10, defect 6: `status --json` left out a job whose store could not be opened
+/// (`"jobs": []`), while the table listed it.
+#[test]
+fn status_json_lists_a_job_whose_store_cannot_be_opened_with_the_error() {
+    let sb = Sandbox::new(&format!(
+        "{}{}",
+        job("lost", "true", ""),
+        job("nofile", "true", "store_file = \"@DIR@/missing.url\"")
+    ));
+    std::fs::create_dir_all(sb.file("state")).unwrap();
+    std::fs::write(sb.file("state/jobguard.db"), vec![0xa5u8; 8192]).unwrap();
+    let out = sb.run(&["status", "--json"]);
+    assert_ne!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let jobs = v["jobs"].as_array().expect("jobs");
+    let names: Vec<&str> = jobs.iter().filter_map(|j| j["job"].as_str()).collect();
+    assert_eq!(names, ["lost", "nofile"], "{v}");
+    for j in jobs {
+        let error = j["error"].as_str().unwrap_or_default();
+        assert!(!error.is_empty(), "{j}");
+        assert_eq!(j["schedule"], "*-*-* 02:00:00 UTC", "{j}");
+        assert!(j["last"].is_null(), "{j}");
+    }
+    assert!(
+        jobs[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("could not be opened"),
+        "{v}"
+    );
+}
+
+/// A Redis that accepts connections and never answers.
+#[cfg(feature = "store-redis")]
+fn silent_server() -> (std::net::TcpListener, u16) {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = l.local_addr().expect("addr").port();
+    (l, port)
+}
+
+/// Issue 10, defect 6: a Redis call that timed out read "Resource temporarily
+/// unavailable (os error 11)", and `rediss://` against a plain Redis said the same.
+#[cfg(feature = "store-redis")]
+#[test]
+fn a_redis_that_does_not_answer_is_a_timeout_and_a_plain_one_is_named_for_tls() {
+    let (_listener, port) = silent_server();
+    let sb = Sandbox::new(&job(
+        "quiet",
+        "true",
+        &format!("store = \"redis://127.0.0.1:{port}/0\""),
+    ));
+    let out = sb.run(&["history", "quiet"]);
+    assert_eq!(out.status.code(), Some(69), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("timed out after 3 s"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!stderr(&out).contains("os error 11"), "{}", stderr(&out));
+
+    if support::redis_up() {
+        let sb = Sandbox::new(&job(
+            "plain",
+            "true",
+            "store = \"rediss://127.0.0.1:6379/0\"",
+        ));
+        let out = sb.run(&["history", "plain"]);
+        assert_eq!(out.status.code(), Some(69), "{}", stderr(&out));
+        assert!(stderr(&out).contains("TLS"), "{}", stderr(&out));
+        assert!(!stderr(&out).contains("os error 11"), "{}", stderr(&out));
+    }
+}

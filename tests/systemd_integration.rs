@@ -142,7 +142,7 @@ fn inhibitors(c: &Container) -> String {
 
 fn history(c: &Container, job: &str) -> Vec<Value> {
     let out = c
-        .exec_ok(&["jobguard", "history", job, "--json", "--limit", "0"])
+        .exec_ok(&["jobguard", "history", job, "--json", "--limit", "1000000"])
         .expect("jobguard history");
     match serde_json::from_str(&out) {
         Ok(Value::Array(rows)) => rows,

@@ -25,7 +25,7 @@ mod spec;
 pub mod timestamp;
 mod tm;
 
-pub use timestamp::{format_relative, format_timestamp, parse_timestamp};
+pub use timestamp::{TimestampError, format_relative, format_timestamp, parse_timestamp};
 
 pub(crate) use elapse::NextError;
 use spec::Spec;

@@ -10,7 +10,6 @@ use jiff::tz::TimeZone;
 
 use super::spec::{load_timezone, parse_fraction};
 use super::tm::{self, LibcState, Tm, Zone};
-use super::{CalendarError, CalendarErrorKind};
 
 const USEC_PER_SEC: u64 = 1_000_000;
 const USEC_PER_MSEC: u64 = 1_000;
@@ -326,6 +325,128 @@ fn parse_impl(
     ret.checked_sub(minus)
 }
 
+/// Why a text is not a timestamp.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid timestamp {text:?}: {reason}")]
+pub struct TimestampError {
+    /// The text as given.
+    pub text: String,
+    /// What is wrong, in a few words.
+    pub reason: String,
+}
+
+/// The reason given for a text that is no timestamp form at all.
+const NOT_A_TIMESTAMP: &str = "not a timestamp (systemd.time(7): e.g. \"2026-11-29 02:00:00 UTC\", \
+     \"2026-11-29T02:00:00Z\", \"@1795917600\", \"-2h\")";
+
+/// RFC 3339 (`YYYY-MM-DDTHH:MM[:SS[.frac]]` followed by `Z` or a numeric offset `±HH:MM`,
+/// `±HHMM` or `±HH`; `T` may be `t` or a space), read as systemd does from version 255
+/// on (its test-time-util.c): the fields are normalized as timegm(3) does, so a leap
+/// second `23:59:60` is the first second of the next minute and February 30 is March 2;
+/// an offset must be less than 24 hours; a time before 1970 is refused (systemd:
+/// `-ERANGE`). In µs since the epoch; `Ok(None)` when `s` does not have this shape.
+fn parse_rfc3339(s: &str) -> Result<Option<u64>, &'static str> {
+    let b = s.as_bytes();
+    // The zone designator: `Z`, or the last '+' or '-' after the time's first ':'.
+    let Some(colon) = b.iter().position(|&c| c == b':') else {
+        return Ok(None);
+    };
+    let (body, offset_s) = if matches!(b.last(), Some(b'Z' | b'z')) {
+        (&b[..b.len() - 1], 0i64)
+    } else {
+        let Some(sign_at) = b[colon..]
+            .iter()
+            .rposition(|&c| c == b'+' || c == b'-')
+            .map(|i| i + colon)
+        else {
+            return Ok(None);
+        };
+        let sign = if b[sign_at] == b'-' { -1 } else { 1 };
+        let off = &b[sign_at + 1..];
+        let (h, m) = match off.len() {
+            2 => (digits(off), Some(0)),
+            4 => (digits(&off[..2]), digits(&off[2..])),
+            5 if off[2] == b':' => (digits(&off[..2]), digits(&off[3..])),
+            _ => return Ok(None),
+        };
+        let (Some(h), Some(m)) = (h, m) else {
+            return Ok(None);
+        };
+        if h > 23 || m > 59 {
+            return Err("the offset from UTC must be less than 24 hours (at most ±23:59)");
+        }
+        (&b[..sign_at], sign * (h * 3600 + m * 60))
+    };
+    if body.len() < 16
+        || body[4] != b'-'
+        || body[7] != b'-'
+        || !matches!(body[10], b'T' | b't' | b' ')
+    {
+        return Ok(None);
+    }
+    let (Some(y), Some(mo), Some(d)) = (
+        digits(&body[..4]),
+        digits(&body[5..7]),
+        digits(&body[8..10]),
+    ) else {
+        return Ok(None);
+    };
+    let time = &body[11..];
+    if time.len() < 5 || time[2] != b':' {
+        return Ok(None);
+    }
+    let (Some(h), Some(mi)) = (digits(&time[..2]), digits(&time[3..5])) else {
+        return Ok(None);
+    };
+    let mut sec = 0;
+    let mut usec = 0u64;
+    let rest = &time[5..];
+    if !rest.is_empty() {
+        if rest.len() < 3 || rest[0] != b':' {
+            return Ok(None);
+        }
+        let Some(v) = digits(&rest[1..3]) else {
+            return Ok(None);
+        };
+        sec = v;
+        let frac = &rest[3..];
+        if !frac.is_empty() {
+            if frac[0] != b'.' {
+                return Ok(None);
+            }
+            match parse_fraction(&frac[1..]) {
+                Ok((v, n)) if n + 1 == frac.len() => usec = u64::from(v),
+                _ => return Ok(None),
+            }
+        }
+    }
+    // The ranges of strptime's %m %d %H %M %S, as systemd reads the same fields.
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || sec > 61 {
+        return Err(
+            "a field is out of range (month 1-12, day 1-31, hour 0-23, minute 0-59, second 0-61)",
+        );
+    }
+    let days = tm::days_from_civil(y, mo, 1) + d - 1;
+    let secs = days * 86_400 + h * 3600 + mi * 60 + sec - offset_s;
+    if secs < 0 {
+        return Err("it is before 1970-01-01 00:00:00 UTC");
+    }
+    let total = u64::try_from(secs)
+        .ok()
+        .and_then(|v| v.checked_mul(USEC_PER_SEC))
+        .and_then(|v| v.checked_add(usec))
+        .filter(|v| *v <= FORMATTABLE_MAX);
+    total.map(Some).ok_or("it is after 9999-12-30")
+}
+
+/// A run of ASCII digits as a number; `None` for anything else (or nothing).
+fn digits(s: &[u8]) -> Option<i64> {
+    if s.is_empty() || s.len() > 4 || !s.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(s.iter().fold(0, |n, &c| n * 10 + i64::from(c - b'0')))
+}
+
 /// Parses a timestamp in systemd's syntax (systemd.time(7), "PARSING TIMESTAMPS", as
 /// systemd 252 reads it): `[WEEKDAY] YYYY-MM-DD [HH:MM[:SS[.frac]]]` (two-digit years
 /// too), `HH:MM[:SS]` (today), `YYYY-MM-DDTHH:MM[:SS]`, `Mon DD HH:MM:SS`, `now`,
@@ -336,33 +457,22 @@ fn parse_impl(
 /// current time relative forms start from.
 ///
 /// # Errors
-/// [`CalendarError`] (kind [`CalendarErrorKind::Invalid`]) when `s` is none of these.
-pub fn parse_timestamp(s: &str, now: Timestamp) -> Result<Timestamp, CalendarError> {
+/// [`TimestampError`] when `s` is none of these, or an RFC 3339 time with an offset of
+/// 24 hours or more, or before 1970.
+pub fn parse_timestamp(s: &str, now: Timestamp) -> Result<Timestamp, TimestampError> {
     parse_timestamp_in(s, now, &super::local_zone())
 }
 
 /// [`parse_timestamp`] with `local` as the local time zone.
 ///
 /// # Errors
-/// [`CalendarError`] when `s` is not a timestamp.
+/// [`TimestampError`] as [`parse_timestamp`].
 pub fn parse_timestamp_in(
     s: &str,
     now: Timestamp,
     local: &TimeZone,
-) -> Result<Timestamp, CalendarError> {
-    let err = || CalendarError {
-        expr: s.to_string(),
-        reason: "not a timestamp".to_string(),
-        kind: CalendarErrorKind::Invalid,
-    };
-    let now_us = u64::try_from(now.as_microsecond()).map_err(|_| err())?;
-    match parse_systemd(s, local, now_us, true, &mut LibcState::default()) {
-        Some(us) => i64::try_from(us)
-            .ok()
-            .and_then(|v| Timestamp::from_microsecond(v).ok())
-            .ok_or_else(err),
-        None => s.trim().parse::<Timestamp>().map_err(|_| err()),
-    }
+) -> Result<Timestamp, TimestampError> {
+    parse_timestamp_with_state(s, now, local, &mut LibcState::default())
 }
 
 /// [`parse_timestamp_in`] that also returns glibc's `mktime` state afterwards, for
@@ -372,12 +482,22 @@ pub(crate) fn parse_timestamp_with_state(
     now: Timestamp,
     local: &TimeZone,
     state: &mut LibcState,
-) -> Option<Timestamp> {
-    let now_us = u64::try_from(now.as_microsecond()).ok()?;
-    match parse_systemd(s, local, now_us, true, state) {
-        Some(us) => Timestamp::from_microsecond(i64::try_from(us).ok()?).ok(),
-        None => s.trim().parse::<Timestamp>().ok(),
-    }
+) -> Result<Timestamp, TimestampError> {
+    let err = |reason: &str| TimestampError {
+        text: s.to_string(),
+        reason: reason.to_string(),
+    };
+    let now_us = u64::try_from(now.as_microsecond()).map_err(|_| err("now is before 1970"))?;
+    let us = match parse_systemd(s, local, now_us, true, state) {
+        Some(us) => us,
+        None => parse_rfc3339(s.trim())
+            .map_err(err)?
+            .ok_or_else(|| err(NOT_A_TIMESTAMP))?,
+    };
+    i64::try_from(us)
+        .ok()
+        .and_then(|v| Timestamp::from_microsecond(v).ok())
+        .ok_or_else(|| err("out of range"))
 }
 
 /// Whether systemd 252 itself accepts `s` as a timestamp (without this module's
@@ -544,7 +664,7 @@ mod tests {
         s.parse().expect("valid test timestamp")
     }
 
-    fn parse_utc(s: &str) -> Result<Timestamp, CalendarError> {
+    fn parse_utc(s: &str) -> Result<Timestamp, TimestampError> {
         parse_timestamp_in(s, ts("2026-11-29T11:24:00Z"), &TimeZone::UTC)
     }
 
@@ -599,6 +719,60 @@ mod tests {
             "2026-11-29 02:00:00.x",
         ] {
             assert!(parse_utc(s).is_err(), "{s:?}");
+        }
+    }
+
+    /// RFC 3339 as systemd reads it from version 255 on (the vectors of its
+    /// test-time-util.c): issue 10, defect 5. A leap second was one second early, an
+    /// offset of 25 hours and a time before 1970 were accepted.
+    #[test]
+    fn rfc3339_as_systemd_reads_it() {
+        for (s, secs, usec) in [
+            ("1985-04-12T23:20:50.52Z", 482_196_050, 520_000),
+            ("1996-12-19T16:39:57-08:00", 851_042_397, 0),
+            ("1996-12-20T00:39:57Z", 851_042_397, 0),
+            ("1990-12-31T23:59:60Z", 662_688_000, 0),
+            ("1990-12-31T15:59:60-08:00", 662_688_000, 0),
+            ("1996-12-20T00:39Z", 851_042_397 - 57, 0),
+            ("1990-12-31T15:59-08:00", 662_688_000 - 60, 0),
+            ("2023-09-06 12:49:27.284029Z", 1_694_004_567, 284_029),
+            ("2023-09-06 14:49:27+02:00", 1_694_004_567, 0),
+            ("2023-09-06T12:49:27-00:00", 1_694_004_567, 0),
+            ("2023-09-06T21:34:27+08:45", 1_694_004_567, 0),
+            ("2023-09-06T21:34:27+0845", 1_694_004_567, 0),
+            ("2023-09-06T14:49:27+02", 1_694_004_567, 0),
+        ] {
+            let want = Timestamp::from_microsecond(secs * 1_000_000 + usec).expect("valid");
+            assert_eq!(parse_utc(s), Ok(want), "{s}");
+        }
+        for (s, why) in [
+            ("1937-01-01T12:00:27.87+00:20", "before 1970"),
+            ("2026-01-01T00:00:00+25:00", "less than 24 hours"),
+            ("2026-01-01T00:00:00-24:00", "less than 24 hours"),
+            ("2026-01-01T00:00:00+05:60", "less than 24 hours"),
+            ("2026-13-01T00:00:00Z", "out of range"),
+            ("2026-01-01T24:00:00Z", "out of range"),
+        ] {
+            let e = parse_utc(s).expect_err(s);
+            assert!(e.reason.contains(why), "{s}: {e}");
+            assert!(e.to_string().starts_with("invalid timestamp"), "{e}");
+        }
+    }
+
+    /// Issue 10, defect 5: a bad timestamp was called an invalid calendar expression.
+    #[test]
+    fn a_bad_timestamp_is_called_a_timestamp() {
+        for s in [
+            "today 02:00",
+            "2026-11-29T02:00:00Zjunk",
+            "2026-11-29T0é:00Z",
+            "x:+1",
+        ] {
+            let e = parse_utc(s).expect_err(s);
+            assert_eq!(
+                e.to_string(),
+                format!("invalid timestamp {s:?}: {NOT_A_TIMESTAMP}")
+            );
         }
     }
 

@@ -29,8 +29,8 @@ pub fn run(args: &CalendarArgs) -> u8 {
     let base = match &args.base_time {
         None => now,
         Some(s) => match parse_timestamp_with_state(s, now, &local, &mut state) {
-            Some(t) => t,
-            None => {
+            Ok(t) => t,
+            Err(_) => {
                 eprintln!("Failed to parse --base-time= parameter: {s}");
                 return crate::exit::FAILURE;
             }

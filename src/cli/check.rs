@@ -7,7 +7,8 @@
 //! (looked up in `PATH` when it has no `/`, as the run does) and the store address can
 //! be read (`store_file`, `store_credential`) and is one this build can open (parameters,
 //! TLS files; nothing is connected to). Those problems are printed as
-//! `FILE: KEY: MESSAGE (on this host)` and also make the exit status 1; the generator
+//! `FILE:LINE:COLUMN: KEY: MESSAGE (on this host)`, at the value that is wrong, and also
+//! make the exit status 1; the generator
 //! does not check them, since a user or file may appear after boot.
 
 use std::os::unix::fs::PermissionsExt;
@@ -32,11 +33,10 @@ pub fn run(args: &ConfigArgs) -> u8 {
     let mut on_host = 0;
     for job in set.jobs.values() {
         for (key, message) in host_problems(job, &path) {
-            eprintln!(
-                "{}: jobs.{}.{key}: {message} (on this host)",
-                job.source.display(),
-                job.name
-            );
+            let at = job
+                .position(key)
+                .map_or_else(|| job.source.display().to_string(), ToString::to_string);
+            eprintln!("{at}: jobs.{}.{key}: {message} (on this host)", job.name);
             on_host += 1;
         }
     }
@@ -121,7 +121,7 @@ pub fn host_problems(job: &Job, path: &str) -> Vec<(&'static str, String)> {
         // What the run would refuse before connecting: parameters, TLS files, a kind this
         // build does not contain. Opening a shared store does not connect; a SQLite store
         // is not opened, since that would create its file.
-        Ok(address) if !address.starts_with("sqlite:") => {
+        Ok(address) if crate::store::registry::kind_of(&address).is_none_or(|k| k.shared) => {
             if let Err(e) = crate::store::open(&address) {
                 problems.push((key, e.to_string()));
             }

@@ -1,4 +1,5 @@
-//! `jobguard history JOB [--json] [--limit N]`: the job's ledger, newest first.
+//! `jobguard history JOB [--json] [--limit N]`: the job's ledger, newest first, at most
+//! N records (`--limit 0`: none).
 
 use crate::cli::{HistoryArgs, find_job, open_job_store, view};
 use crate::exit;
@@ -19,16 +20,24 @@ pub fn run(args: &HistoryArgs) -> u8 {
         limit: args.limit,
         ..RunQuery::default()
     };
-    let runs = match store.runs(&q) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("jobguard: {e}");
-            return exit::STORE_UNAVAILABLE;
-        }
+    // `--limit 0` asks for at most no record, as `head -n 0` does: the store is still
+    // opened (so a wrong job or store is reported), but no row is printed. The store's
+    // own limit 0 would mean "all".
+    let runs = match args.limit {
+        0 => Vec::new(),
+        _ => match store.runs(&q) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("jobguard: {e}");
+                return exit::STORE_UNAVAILABLE;
+            }
+        },
     };
     if args.json {
         let arr: Vec<_> = runs.iter().map(view::run_json).collect();
         println!("{}", serde_json::Value::Array(arr));
+    } else if args.limit == 0 {
+        // No record asked for: nothing to print.
     } else if runs.is_empty() {
         println!("no runs of {} recorded in {}", job.name, store.describe());
     } else {

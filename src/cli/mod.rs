@@ -112,8 +112,8 @@ pub struct RunArgs {
     /// The job's name.
     pub job: String,
     /// Run this slot instead of the current one (systemd timestamp syntax, e.g.
-    /// "2026-11-29 02:00:00 UTC" or RFC 3339).
-    #[arg(long, value_name = "TIME")]
+    /// "2026-11-29 02:00:00 UTC", RFC 3339, or relative: "-2h").
+    #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
     pub slot: Option<String>,
     /// Run even if the slot already succeeded or is held; recorded as forced.
     #[arg(long)]
@@ -141,8 +141,9 @@ pub struct CalendarArgs {
     /// How many elapses to show.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub iterations: u32,
-    /// Compute from this time instead of now (systemd timestamp syntax).
-    #[arg(long, value_name = "TIME")]
+    /// Compute from this time instead of now (systemd timestamp syntax; "-2h" is two
+    /// hours ago).
+    #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
     pub base_time: Option<String>,
     /// Show the previous elapses at or before the base time instead of the next ones.
     #[arg(long)]
@@ -157,7 +158,7 @@ pub struct HistoryArgs {
     /// Print one JSON array.
     #[arg(long)]
     pub json: bool,
-    /// Show at most N records (0: all).
+    /// Show at most N records (0: none, only check that the ledger can be read).
     #[arg(long, default_value_t = 50, value_name = "N")]
     pub limit: usize,
     #[command(flatten)]

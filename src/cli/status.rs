@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 
 use crate::audit::{self, Finding, FindingKind, Scope};
-use crate::cli::{StatusArgs, job_store_address, open_store, view};
+use crate::cli::{StatusArgs, job_store_address, view};
 use crate::config::{self, ConfigSource};
 use crate::exit;
 use crate::job::Job;
@@ -246,11 +246,34 @@ fn unreadable_row(job: &Job, now_usec: i64) -> Vec<String> {
 
 /// Runs `jobguard status`; returns the exit status: 0, [`exit::ATTENTION`] when something
 /// needs attention, or the status of a store or job list that could not be read.
+/// The JSON of a job whose store could not be read: listed as in the table, with what
+/// went wrong in `error` and nothing from the ledger.
+fn unreadable_json(job: &Job, now_usec: i64, units: Option<&JobUnits>, error: &str) -> Value {
+    let next = jiff::Timestamp::from_microsecond(now_usec)
+        .ok()
+        .and_then(|t| job.calendar.next_elapse(t))
+        .map(|t| t.as_microsecond());
+    json!({
+        "job": job.name,
+        "schedule": job.schedule,
+        "store": Value::Null,
+        "next_elapse": next.map(format_usec),
+        "next_elapse_usec": next,
+        "last": Value::Null,
+        "running": Value::Null,
+        "lease": Value::Null,
+        "attention": [],
+        "systemd": units.map(systemd_json),
+        "error": error,
+    })
+}
+
+/// Runs `jobguard status`; returns the exit status (non-zero if a store could not be read).
 pub fn run(args: &StatusArgs) -> u8 {
     let set = config::load(&ConfigSource::resolve(args.config.config.clone()));
     let now = jiff::Timestamp::now().as_microsecond();
     let mut status = exit::OK;
-    let mut stores: BTreeMap<String, Option<Box<dyn Store>>> = BTreeMap::new();
+    let mut stores: BTreeMap<String, Result<Box<dyn Store>, String>> = BTreeMap::new();
     let mut jobs_json = Vec::new();
     let mut rows = Vec::new();
     let mut attention_all = Vec::new();
@@ -263,23 +286,31 @@ pub fn run(args: &StatusArgs) -> u8 {
     for (i, job) in set.jobs.values().enumerate() {
         let units = systemd.as_ref().and_then(|v| v.get(i));
         let Ok(address) = job_store_address(job) else {
-            problems.push(format!("{}: the store address could not be read", job.name));
+            let e = "the store address could not be read";
+            problems.push(format!("{}: {e}", job.name));
             status = exit::CONFIG;
             rows.push(unreadable_row(job, now));
+            jobs_json.push(unreadable_json(job, now, units, e));
             continue;
         };
-        let store = stores
-            .entry(address.clone())
-            .or_insert_with(|| open_store(&address).ok());
-        let Some(store) = store.as_mut() else {
-            problems.push(format!(
-                "{}: store {} could not be opened",
-                job.name,
-                crate::store::address::mask(&address)
-            ));
-            status = exit::STORE_UNAVAILABLE;
-            rows.push(unreadable_row(job, now));
-            continue;
+        let store = stores.entry(address.clone()).or_insert_with(|| {
+            crate::store::open(&address)
+                .and_then(|mut s| s.init().map(|()| s))
+                .map_err(|e| e.to_string())
+        });
+        let store = match store {
+            Ok(s) => s,
+            Err(e) => {
+                let e = format!(
+                    "store {} could not be opened: {e}",
+                    crate::store::address::mask(&address)
+                );
+                problems.push(format!("{}: {e}", job.name));
+                status = exit::STORE_UNAVAILABLE;
+                rows.push(unreadable_row(job, now));
+                jobs_json.push(unreadable_json(job, now, units, &e));
+                continue;
+            }
         };
         match job_status(store.as_mut(), job, now, units) {
             Ok(s) => {
@@ -296,6 +327,7 @@ pub fn run(args: &StatusArgs) -> u8 {
                 problems.push(format!("{}: {e}", job.name));
                 status = exit::STORE_UNAVAILABLE;
                 rows.push(unreadable_row(job, now));
+                jobs_json.push(unreadable_json(job, now, units, &e));
             }
         }
     }

@@ -27,7 +27,7 @@ pub struct Current {
 pub enum SlotError {
     /// `--slot` could not be parsed.
     #[error("bad --slot: {0}")]
-    Parse(#[from] calendar::CalendarError),
+    Parse(#[from] calendar::TimestampError),
     /// `--slot` is not an elapse of the schedule.
     #[error(
         "--slot {given} is not an elapse of schedule {schedule:?}; the slot at or before it is {previous}"

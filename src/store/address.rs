@@ -9,12 +9,14 @@
 //! private in-memory store, for tests), `postgres://…`/`postgresql://…`,
 //! `mysql://…`/`mariadb://…` and `redis://…`/`rediss://…` (TLS). Each remote kind lives behind a cargo
 //! feature (`store-postgres`, `store-mysql`, `store-redis`, all on by default); a build
-//! without one recognises its addresses and answers "not built in". The remote
+//! without one recognises its addresses and answers "not built in". Which schemes name
+//! which kind, and which kinds are built, is [`crate::store::registry`]. The remote
 //! addresses are parsed further by their backends.
 
 use std::path::PathBuf;
 
 use crate::store::StoreError;
+use crate::store::registry;
 
 /// A parsed store address.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,18 +39,11 @@ pub enum StoreAddress {
     },
 }
 
-/// Address kinds a later jobguard serves, with the schemes that name them.
-const KNOWN_REMOTE_SCHEMES: &[&str] = &[
-    "postgres",
-    "postgresql",
-    "mysql",
-    "mariadb",
-    "redis",
-    "rediss",
-];
-
-/// The address forms jobguard accepts, for error messages.
-pub const SUPPORTED: &str = "sqlite:///PATH, sqlite::memory:, postgres://USER@HOST/DB, mysql://USER@HOST/DB, redis://HOST:PORT/DB, rediss://HOST:PORT/DB";
+/// The address forms this build accepts, for error messages (from
+/// [`registry::supported`]).
+pub fn supported() -> String {
+    registry::supported()
+}
 
 impl StoreAddress {
     /// Parses a store address.
@@ -66,41 +61,46 @@ impl StoreAddress {
             return Ok(StoreAddress::SqliteMemory);
         }
         let Some((scheme, rest)) = address.split_once(':') else {
-            return Err(bad(format!("no store kind; supported: {SUPPORTED}")));
+            return Err(bad(format!("no store kind; supported: {}", supported())));
         };
-        let scheme_lc = scheme.to_ascii_lowercase();
-        if scheme_lc == "sqlite" {
-            let Some(path) = rest.strip_prefix("//") else {
-                return Err(bad(format!(
-                    "sqlite addresses start with sqlite:// (e.g. sqlite:///var/lib/jobguard/jobguard.db); supported: {SUPPORTED}"
-                )));
-            };
-            if path.is_empty() {
-                return Err(bad("empty sqlite path".to_string()));
-            }
-            if path.contains('\0') {
-                return Err(bad("sqlite path contains a NUL byte".to_string()));
-            }
-            return Ok(StoreAddress::SqliteFile(PathBuf::from(path)));
-        }
-        if KNOWN_REMOTE_SCHEMES.contains(&scheme_lc.as_str()) {
-            let owned = address.to_string();
-            return Ok(match scheme_lc.as_str() {
-                #[cfg(feature = "store-postgres")]
-                "postgres" | "postgresql" => StoreAddress::Postgres(owned),
-                #[cfg(feature = "store-mysql")]
-                "mysql" | "mariadb" => StoreAddress::Mysql(owned),
-                #[cfg(feature = "store-redis")]
-                "redis" | "rediss" => StoreAddress::Redis(owned),
-                _ => {
-                    let _ = owned;
-                    StoreAddress::NotBuilt { scheme: scheme_lc }
-                }
+        let Some(kind) = registry::by_scheme(scheme) else {
+            return Err(bad(format!(
+                "unknown store kind {:?}; supported: {}",
+                scheme.to_ascii_lowercase(),
+                supported()
+            )));
+        };
+        if !kind.built {
+            return Ok(StoreAddress::NotBuilt {
+                scheme: scheme.to_ascii_lowercase(),
             });
         }
-        Err(bad(format!(
-            "unknown store kind {scheme:?}; supported: {SUPPORTED}"
-        )))
+        let owned = address.to_string();
+        match kind.name {
+            "sqlite" => {
+                let Some(path) = rest.strip_prefix("//") else {
+                    return Err(bad(format!(
+                        "sqlite addresses start with sqlite:// (e.g. sqlite:///var/lib/jobguard/jobguard.db); supported: {}",
+                        supported()
+                    )));
+                };
+                if path.is_empty() {
+                    return Err(bad("empty sqlite path".to_string()));
+                }
+                if path.contains('\0') {
+                    return Err(bad("sqlite path contains a NUL byte".to_string()));
+                }
+                Ok(StoreAddress::SqliteFile(PathBuf::from(path)))
+            }
+            "postgres" => Ok(StoreAddress::Postgres(owned)),
+            "mysql" => Ok(StoreAddress::Mysql(owned)),
+            "redis" => Ok(StoreAddress::Redis(owned)),
+            // A registry entry without a variant here: a build that lists a kind it
+            // has no code for.
+            other => Ok(StoreAddress::NotBuilt {
+                scheme: other.to_string(),
+            }),
+        }
     }
 }
 

@@ -22,6 +22,7 @@ pub mod mysql;
 pub mod postgres;
 #[cfg(feature = "store-redis")]
 pub mod redis;
+pub mod registry;
 #[cfg(any(
     feature = "store-postgres",
     feature = "store-mysql",
@@ -88,10 +89,8 @@ pub fn open_with_clock(address: &str, clock: Arc<dyn Clock>) -> Result<Box<dyn S
 fn not_built(address: &str, scheme: &str) -> StoreError {
     StoreError::Address {
         address: address::mask(address),
-        detail: format!(
-            "store kind {scheme:?} is not built into this jobguard; supported: {}",
-            address::SUPPORTED
-        ),
+        detail: registry::unavailable(scheme)
+            .unwrap_or_else(|| format!("store kind {scheme:?} is not built into this jobguard")),
     }
 }
 

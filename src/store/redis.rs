@@ -538,7 +538,7 @@ impl RedisStore {
                 detail: format!("{op}: {detail}"),
             },
             Fail::Redis(e) => {
-                let detail = format!("{op}: {e}");
+                let detail = format!("{op}: {}", self.explain(op, &e));
                 if unavailable(&e) {
                     StoreError::Unavailable { store, detail }
                 } else {
@@ -546,6 +546,35 @@ impl RedisStore {
                 }
             }
         }
+    }
+
+    /// What went wrong, in words: a socket deadline that passed is "timed out after N s"
+    /// (not the C library's "Resource temporarily unavailable"); a `rediss://` connection
+    /// that gets no TLS answer says that the server may not speak TLS (a plain Redis
+    /// reads the TLS greeting as a command and never answers it).
+    fn explain(&self, op: &str, e: &redis::RedisError) -> String {
+        let connect = op.ends_with("connect");
+        let tls = self
+            .describe
+            .get(..9)
+            .is_some_and(|s| s.eq_ignore_ascii_case("rediss://"));
+        let mut text = if e.is_timeout() {
+            let limit = if connect {
+                CONNECT_TIMEOUT
+            } else {
+                CALL_TIMEOUT
+            };
+            format!("no answer: timed out after {} s", limit.as_secs())
+        } else {
+            e.to_string()
+        };
+        if connect && tls && !e.is_connection_refusal() {
+            text.push_str(
+                " (TLS handshake: a rediss:// address needs a server that speaks TLS on this port; \
+                 a plain Redis does not answer it)",
+            );
+        }
+        text
     }
 
     /// Runs `f` on the connection (connecting first if needed) with read and write

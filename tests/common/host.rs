@@ -125,7 +125,7 @@ pub fn wait_unit_done(c: &Container, unit: &str, timeout: Duration) -> String {
 /// `jobguard history JOB --json` inside, all rows, newest first.
 pub fn history(c: &Container, job: &str) -> Result<Vec<Value>, String> {
     let out = c
-        .exec(&["jobguard", "history", job, "--json", "--limit", "0"])
+        .exec(&["jobguard", "history", job, "--json", "--limit", "1000000"])
         .map_err(|e| e.to_string())?;
     if !out.status.success() {
         return Err(format!(

@@ -52,7 +52,7 @@ impl Sandbox {
 
     /// `jobguard history JOB --json` parsed.
     pub fn history(&self, job: &str) -> Vec<serde_json::Value> {
-        let out = self.run(&["history", job, "--json", "--limit", "0"]);
+        let out = self.run(&["history", job, "--json", "--limit", "1000000"]);
         assert!(
             out.status.success(),
             "history failed: {}",
@@ -89,4 +89,13 @@ pub fn wait_until(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     true
+}
+
+/// Whether a Redis answers at 127.0.0.1:6379.
+pub fn redis_up() -> bool {
+    std::net::TcpStream::connect_timeout(
+        &std::net::SocketAddr::from(([127, 0, 0, 1], 6379)),
+        std::time::Duration::from_secs(1),
+    )
+    .is_ok()
 }
