@@ -181,7 +181,21 @@ pub fn load(source: &ConfigSource) -> JobSet {
     };
     let mut loader = Loader::default();
     for f in &files {
-        let text = match read_regular(&f.path) {
+        // As root, a file that someone else could write (or its directory, which could
+        // take their files or links) is not read: they could write a job run as root.
+        let checked = f
+            .path
+            .parent()
+            .map_or(Ok(PathBuf::new()), crate::safe_path::check_file)
+            .and_then(|_| crate::safe_path::check_file(&f.path));
+        let real = match checked {
+            Ok(real) => real,
+            Err(e) => {
+                set.errors.push(file_error(&f.path, None, e.to_string()));
+                continue;
+            }
+        };
+        let text = match read_regular(&real) {
             Ok(t) => t,
             Err(e) => {
                 set.errors.push(file_error(&f.path, None, io_message(&e)));
@@ -830,11 +844,8 @@ fn credential_id(v: &Spanned<DeValue<'_>>) -> Result<String, String> {
 fn store_address(v: &Spanned<DeValue<'_>>, dir: &Path) -> Result<String, String> {
     let s = no_nul(string(v)?)?;
     let Some((scheme, rest)) = s.split_once("://") else {
-        // Whatever precedes an '@' may be a user name and password: not shown.
-        let shown = match s.rsplit_once('@') {
-            Some((_, host)) => format!("…@{host}"),
-            None => s.to_string(),
-        };
+        // Whatever precedes an '@', or a keyword form's password, is not shown.
+        let shown = crate::store::address::mask(s);
         return Err(format!(
             "invalid store address {shown:?}: expected SCHEME://…"
         ));

@@ -241,7 +241,9 @@ pub fn open_store(url: &str) -> Result<Box<dyn crate::store::Store>, u8> {
         eprintln!("jobguard: {e}");
         match e {
             crate::store::StoreError::Unavailable { .. } => crate::exit::STORE_UNAVAILABLE,
-            crate::store::StoreError::Address { .. } => crate::exit::CONFIG,
+            crate::store::StoreError::Address { .. } | crate::store::StoreError::Unsafe { .. } => {
+                crate::exit::CONFIG
+            }
             crate::store::StoreError::Invalid { .. } => crate::exit::SOFTWARE,
         }
     })

@@ -243,7 +243,10 @@ pub(crate) fn read_ca_file(param: &str, path: &str, pem_only: bool) -> Result<Ve
     if !std::path::Path::new(path).is_absolute() {
         return Err(format!("{param} {path}: the path must be absolute"));
     }
-    let data = std::fs::read(path).map_err(|e| format!("{param} {path}: {e}"))?;
+    // As root: a file someone else could change would let them pick whom jobguard trusts.
+    let real = crate::safe_path::check_file(std::path::Path::new(path))
+        .map_err(|e| format!("{param} refused: {e}"))?;
+    let data = std::fs::read(real).map_err(|e| format!("{param} {path}: {e}"))?;
     if data.is_empty() {
         return Err(format!("{param} {path}: empty file"));
     }
