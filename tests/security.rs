@@ -430,16 +430,20 @@ fn a_tls_file_owned_by_another_user_is_refused() {
 const MARKER: &str = "s3cr3t";
 
 /// Store addresses in every form, each with a password that holds [`MARKER`]; the ports
-/// are closed, so every store is unavailable at once.
+/// are closed, so every store is unavailable at once. A password with `@`, `?`, `#` or
+/// `:` has the marker between each, so that any piece of it a parser takes for a host or
+/// a path still shows the marker.
 const ADDRESSES: &[&str] = &[
     "postgres://u:s3cr3tMARKER@127.0.0.1:1/d",
     "postgresql://u:s3cr3t%4DARKER@127.0.0.1:1/d?sslmode=disable",
     "host=127.0.0.1 port=1 user=u password=s3cr3tMARKER dbname=d",
     "host=127.0.0.1 port=1 user=u password='s3cr3t MARKER' dbname=d",
     "redis:/:s3cr3tMARKER@127.0.0.1:1/0",
-    "redis://:s3cr3t@?#:MARKER@127.0.0.1:1/0",
-    "mysql://u:s3cr3t:M@RK#R@127.0.0.1:1/d",
-    "mysql://u:s3cr3t?MARKER@127.0.0.1:1/d",
+    "redis://:s3cr3tMARKER@s3cr3tMARKER?s3cr3tMARKER#s3cr3tMARKER:s3cr3tMARKER@127.0.0.1:1/0",
+    "mysql://u:s3cr3tMARKER:s3cr3tMARKER@s3cr3tMARKER#s3cr3tMARKER@127.0.0.1:1/d",
+    "mysql://u:s3cr3tMARKER?s3cr3tMARKER@127.0.0.1:1/d",
+    "postgres://u:s3cr3tMARKER#s3cr3tMARKER@127.0.0.1:1/d",
+    "postgres://u:s3cr3tMARKER@s3cr3tMARKER/s3cr3tMARKER@127.0.0.1:1/d",
     "mariadb://127.0.0.1:1/d?user=u&password=s3cr3tMARKER",
     "rediss://u:s3cr3tMARKER@127.0.0.1:1/0#insecure",
     "postgres:u:s3cr3tMARKER@127.0.0.1:1/d",
@@ -466,7 +470,7 @@ fn commands(job: &str) -> Vec<Vec<String>> {
 
 fn assert_no_marker(what: &str, out: &str) {
     assert!(
-        !out.contains(MARKER) && !out.contains("MARKER"),
+        !out.to_lowercase().contains(MARKER) && !out.to_lowercase().contains("marker"),
         "{what} shows the password:\n{out}"
     );
 }

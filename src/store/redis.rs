@@ -457,6 +457,7 @@ impl RedisStore {
     /// with `#insecure`.
     pub fn open(address: &str) -> Result<RedisStore, StoreError> {
         let describe = address::mask(address);
+        let address = &remote::encode_password(address);
         let bad = |detail: String| StoreError::Address {
             address: describe.clone(),
             detail,
