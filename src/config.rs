@@ -12,6 +12,10 @@
 //! - a directory `D`: `D/jobs.toml` if present, then the other `D/*.toml` files, then
 //!   `D/jobs.d/*.toml`, so `--config /etc/jobguard` reads what the default reads (plus
 //!   any other `*.toml` beside `jobs.toml`).
+//! - As root, a file that anyone but root could change (owned by another user, or
+//!   writable by group or others, itself, its directory or any directory above; links
+//!   resolved first) is not read: an error of scope [`ErrorScope::File`]
+//!   ([`crate::safe_path::check_file`]).
 //! - Only regular files (or links to them) whose names end in `.toml` and do not start
 //!   with `.` are read; "lexical" is byte order of the file names.
 //! - A job takes each key from, in order: its own table; the `[defaults]` of its own file;

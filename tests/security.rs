@@ -9,6 +9,7 @@
 //! password through every command that reads or reports a store address and search
 //! everything it printed.
 
+mod common;
 mod support;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -571,4 +572,96 @@ fn check_warns_about_insecure_tls_and_a_redis_that_can_forget_leases() {
         no_persistence || std::env::var("CI").is_err(),
         "{aof} {save}"
     );
+}
+
+/// The same marker through a booted systemd, where messages also reach the journal,
+/// `STATUS=` and the kernel log (the generator's): the services of jobs whose store
+/// addresses hold it in a keyword form, a malformed URL, a percent-encoded and a URL
+/// whose password holds `@`, `?`, `#` and `:`; `jobguard-recover.service`; `status`,
+/// `history`, `check` in a shell. Then every journal entry, `systemctl status` and the
+/// kernel log are searched.
+#[test]
+fn the_journal_and_unit_status_never_show_a_password() {
+    let test = "the_journal_and_unit_status_never_show_a_password";
+    if !common::go_on(test, common::container::prerequisites()) {
+        return;
+    }
+    use common::host::{boot, jobguard_options, wait_unit_done};
+    let forms = [
+        (
+            "kw",
+            "host=127.0.0.1 port=1 user=u password=s3cr3tMARKER dbname=d",
+        ),
+        (
+            "pct",
+            "postgres://u:s3cr3t%4DARKER@127.0.0.1:1/d?sslmode=disable",
+        ),
+        (
+            "delims",
+            "mysql://u:s3cr3tMARKER:s3cr3tMARKER@s3cr3tMARKER#s3cr3tMARKER?s3cr3tMARKER@127.0.0.1:1/d",
+        ),
+        ("malformed", "redis:/:s3cr3tMARKER@127.0.0.1:1/0"),
+        ("rediss", "rediss://:s3cr3tMARKER@127.0.0.1:1/0#insecure"),
+    ];
+    let mut jobs = String::new();
+    let mut opts_files = Vec::new();
+    for (name, address) in forms {
+        jobs.push_str(&format!(
+            "[jobs.{name}]\nschedule = \"*-*-* 02:00:00 UTC\"\ncommand = [\"/bin/true\"]\n\
+             store_file = \"/etc/jobguard/{name}.addr\"\nstore_wait = \"0\"\n\n\
+             [jobs.{name}-inline]\nschedule = \"*-*-* 02:00:00 UTC\"\ncommand = [\"/bin/true\"]\n\
+             store = '{address}'\nstore_wait = \"0\"\n\n"
+        ));
+        opts_files.push((format!("/etc/jobguard/{name}.addr"), format!("{address}\n")));
+    }
+    let mut opts = jobguard_options(&jobs);
+    for (path, text) in &opts_files {
+        opts = opts.file(path, text);
+    }
+    let c = boot("secrets", &opts);
+    c.sh_ok("chmod 0600 /etc/jobguard/*.addr && systemctl daemon-reload")
+        .expect("daemon-reload");
+    let mut seen = String::new();
+    for (name, _) in forms {
+        for unit in [
+            format!("jobguard@{name}.service"),
+            format!("jobguard@{name}-inline.service"),
+        ] {
+            let _ = c.exec(&["systemctl", "start", &unit]);
+            wait_unit_done(&c, &unit, std::time::Duration::from_secs(60));
+            let out = c
+                .exec(&["systemctl", "status", "--no-pager", "-l", &unit])
+                .expect("status");
+            seen.push_str(&all(&out));
+        }
+    }
+    let _ = c.exec(&["systemctl", "start", "jobguard-recover.service"]);
+    wait_unit_done(
+        &c,
+        "jobguard-recover.service",
+        std::time::Duration::from_secs(60),
+    );
+    for argv in [
+        &["jobguard", "check"][..],
+        &["jobguard", "status"],
+        &["jobguard", "status", "--json"],
+        &["jobguard", "history", "kw"],
+        &["jobguard", "recover"],
+        &["jobguard", "unlock", "delims"],
+    ] {
+        seen.push_str(&all(&c.exec(argv).expect("exec")));
+    }
+    let journal = c
+        .exec(&["journalctl", "--no-pager", "--all", "-o", "json"])
+        .expect("journalctl");
+    let journal = String::from_utf8_lossy(&journal.stdout).into_owned();
+    assert!(
+        journal.contains("JOBGUARD_JOB") && journal.contains("unavailable"),
+        "the runs reached the journal"
+    );
+    seen.push_str(&journal);
+    seen.push_str(&c.kmsg());
+    for line in seen.lines() {
+        assert_no_marker("the container's output and journal", line);
+    }
 }

@@ -191,9 +191,12 @@ pub fn host_warnings(job: &Job) -> Vec<(&'static str, String)> {
     if let Ok(crate::store::address::StoreAddress::Redis(a)) =
         crate::store::address::StoreAddress::parse(&address)
     {
-        match crate::store::redis::RedisStore::open(&a).and_then(|mut s| s.weak_settings()) {
-            Ok(found) => warnings.extend(found.into_iter().map(|w| (key, w))),
-            Err(e) => warnings.push((key, format!("cannot ask Redis about persistence: {e}"))),
+        // An address that cannot be opened is already a problem of its own.
+        if let Ok(mut store) = crate::store::redis::RedisStore::open(&a) {
+            match store.weak_settings() {
+                Ok(found) => warnings.extend(found.into_iter().map(|w| (key, w))),
+                Err(e) => warnings.push((key, format!("cannot ask Redis about persistence: {e}"))),
+            }
         }
     }
     warnings
