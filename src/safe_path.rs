@@ -134,7 +134,17 @@ fn walk(path: &Path, missing_ok: bool) -> Result<(), UnsafePath> {
         }
         let meta = match std::fs::symlink_metadata(&current) {
             Ok(m) => m,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && missing_ok => return Ok(()),
+            // A file where a directory should be: creating below it fails later, with
+            // its own message (root's file: nothing to refuse).
+            Err(e)
+                if missing_ok
+                    && matches!(
+                        e.kind(),
+                        std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                    ) =>
+            {
+                return Ok(());
+            }
             Err(e) => {
                 return Err(UnsafePath {
                     path: current,
