@@ -427,6 +427,52 @@ fn a_tls_file_owned_by_another_user_is_refused() {
     }
 }
 
+/// What the shim keeps from a job's user, over a history of runs: the command (as
+/// `nobody`) cannot write the ledger or its directory, nor the lock directory; its report
+/// file is its own, mode 0600. The store's directory jobguard made is root's 0700, the file
+/// 0600.
+#[test]
+fn a_job_user_cannot_write_the_ledger_or_the_locks_and_owns_only_its_report() {
+    if !as_root("a_job_user_cannot_write_the_ledger_or_the_locks_and_owns_only_its_report") {
+        return;
+    }
+    let script = "for f in @DIR@/state/jobguard.db @DIR@/state/jobguard.db-wal; do \
+                  if (: >> $f) 2>/dev/null; then echo wrote $f; fi; done; \
+                  if touch @DIR@/run/lock/x.lock 2>/dev/null; then echo wrote lock; fi; \
+                  if rm -f @DIR@/run/lock/own.lock 2>/dev/null && [ ! -e @DIR@/run/lock/own.lock ]; then echo removed lock; fi; \
+                  stat -c '%u %a' \"$JOBGUARD_REPORT\"";
+    let sb = Sandbox::new(&format!(
+        "[jobs.own]\nschedule = \"*-*-* 02:00:00 UTC\"\nuser = \"nobody\"\n\
+         command = [\"/bin/sh\", \"-c\", {:?}]\n",
+        format!("({script}) >> @DIR@/out/log")
+    ));
+    chmod(sb.path(), 0o755);
+    mkdir(&sb.file("out"), NOBODY, 0o755);
+    let slots = [
+        "2026-11-24T02:00:00Z",
+        "2026-11-25T02:00:00Z",
+        "2026-11-26T02:00:00Z",
+        "2026-11-27T02:00:00Z",
+    ];
+    for slot in slots {
+        let out = sb.run(&["run", "own", "--slot", slot]);
+        assert_eq!(out.status.code(), Some(0), "{slot}: {}", all(&out));
+    }
+    let log = sb.read("out/log");
+    assert_eq!(
+        log,
+        format!("{NOBODY} 600\n").repeat(slots.len()),
+        "the job wrote what it must not"
+    );
+    let h = sb.history("own");
+    assert_eq!(h.len(), slots.len());
+    assert!(h.iter().all(|r| r["outcome"] == "succeeded"), "{h:?}");
+    let dir = std::fs::metadata(sb.file("state")).unwrap();
+    assert_eq!((dir.uid(), dir.mode() & 0o777), (0, 0o700));
+    let db = std::fs::metadata(sb.file("state/jobguard.db")).unwrap();
+    assert_eq!((db.uid(), db.mode() & 0o777), (0, 0o600));
+}
+
 /// The marker every password below holds (percent-encoded or not).
 const MARKER: &str = "s3cr3t";
 
