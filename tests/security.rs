@@ -618,6 +618,53 @@ fn check_warns_about_insecure_tls_and_a_redis_that_can_forget_leases() {
         no_persistence || std::env::var("CI").is_err(),
         "{aof} {save}"
     );
+
+    // A private Redis with an append-only file but an eviction policy: only the latter.
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap();
+    let Ok(mut server) = std::process::Command::new("redis-server")
+        .args([
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+            "--save",
+            "",
+        ])
+        .args(["--appendonly", "yes", "--maxmemory-policy", "allkeys-lru"])
+        .arg("--dir")
+        .arg(dir.path())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+    else {
+        eprintln!("SKIPPED the private Redis part: no redis-server");
+        return;
+    };
+    let up = (0..100).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    let sb = Sandbox::new(&job(
+        "lru",
+        &format!("store = \"redis://127.0.0.1:{port}/0\""),
+    ));
+    let out = sb.run(&["check"]);
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(up, "redis-server did not start");
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{}", all(&out));
+    assert!(
+        err.contains("jobs.lru.store: warning: Redis maxmemory-policy is allkeys-lru"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("on disk") && !err.contains("appendonly no"),
+        "{err}"
+    );
 }
 
 /// The same marker through a booted systemd, where messages also reach the journal,
