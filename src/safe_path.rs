@@ -118,7 +118,6 @@ fn walk(path: &Path, missing_ok: bool) -> Result<(), UnsafePath> {
         why: format!("cannot be made absolute: {e}"),
     })?;
     let mut current = PathBuf::from("/");
-    let mut seen: Vec<PathBuf> = Vec::new();
     for component in absolute.components() {
         match component {
             Component::RootDir => {}
@@ -128,9 +127,6 @@ fn walk(path: &Path, missing_ok: bool) -> Result<(), UnsafePath> {
                 continue;
             }
             Component::Normal(name) => current.push(name),
-        }
-        if seen.contains(&current) {
-            continue;
         }
         let meta = match std::fs::symlink_metadata(&current) {
             Ok(m) => m,
@@ -155,7 +151,6 @@ fn walk(path: &Path, missing_ok: bool) -> Result<(), UnsafePath> {
         if let Some(why) = fault(&meta) {
             return Err(UnsafePath { path: current, why });
         }
-        seen.push(current.clone());
     }
     Ok(())
 }
