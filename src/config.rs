@@ -12,6 +12,10 @@
 //! - a directory `D`: `D/jobs.toml` if present, then the other `D/*.toml` files, then
 //!   `D/jobs.d/*.toml`, so `--config /etc/jobguard` reads what the default reads (plus
 //!   any other `*.toml` beside `jobs.toml`).
+//! - As root, a file that anyone but root could change (owned by another user, or
+//!   writable by group or others, itself, its directory or any directory above; links
+//!   resolved first) is not read: an error of scope [`ErrorScope::File`]
+//!   ([`crate::safe_path::check_file`]).
 //! - Only regular files (or links to them) whose names end in `.toml` and do not start
 //!   with `.` are read; "lexical" is byte order of the file names.
 //! - A job takes each key from, in order: its own table; the `[defaults]` of its own file;
@@ -167,7 +171,21 @@ pub fn load(source: &ConfigSource) -> JobSet {
     };
     let mut loader = Loader::default();
     for f in &files {
-        let text = match read_regular(&f.path) {
+        // As root, a file that someone else could write (or its directory, which could
+        // take their files or links) is not read: they could write a job run as root.
+        let checked = f
+            .path
+            .parent()
+            .map_or(Ok(PathBuf::new()), crate::safe_path::check_file)
+            .and_then(|_| crate::safe_path::check_file(&f.path));
+        let real = match checked {
+            Ok(real) => real,
+            Err(e) => {
+                set.errors.push(file_error(&f.path, None, e.to_string()));
+                continue;
+            }
+        };
+        let text = match read_regular(&real) {
             Ok(bytes) => match utf8_text(bytes) {
                 Ok(t) => t,
                 Err((line, column, message)) => {
@@ -850,11 +868,8 @@ fn credential_id(v: &Spanned<DeValue<'_>>) -> Result<String, String> {
 fn store_address(v: &Spanned<DeValue<'_>>, dir: &Path) -> Result<String, String> {
     let s = no_nul(string(v)?)?;
     let Some((scheme, rest)) = s.split_once("://") else {
-        // Whatever precedes an '@' may be a user name and password: not shown.
-        let shown = match s.rsplit_once('@') {
-            Some((_, host)) => format!("…@{host}"),
-            None => s.to_string(),
-        };
+        // Whatever precedes an '@', or a keyword form's password, is not shown.
+        let shown = crate::store::address::mask(s);
         return Err(format!(
             "invalid store address {shown:?}: expected SCHEME://…"
         ));

@@ -86,6 +86,15 @@ pub enum FindError {
         /// Every place looked, in order.
         places: Vec<PathBuf>,
     },
+    /// A place holds it, but someone other than root could change it (or a directory
+    /// above it) while jobguard runs as root ([`crate::safe_path`]); it was not read.
+    #[error("credential {id} refused: {source}")]
+    Unsafe {
+        /// The credential ID.
+        id: String,
+        /// Which path, and why.
+        source: crate::safe_path::UnsafePath,
+    },
     /// A place holds it but it cannot be read (e.g. not root: the stores are root-only).
     #[error("credential {id}: cannot read {path}: {source} (looked in {})", list(.places))]
     Read {
@@ -122,7 +131,14 @@ pub fn find(id: &str) -> Result<(PathBuf, String), FindError> {
 /// As [`find`].
 pub fn find_in(id: &str, places: &[PathBuf]) -> Result<(PathBuf, String), FindError> {
     for (i, p) in places.iter().enumerate() {
-        match std::fs::read_to_string(p) {
+        if !std::fs::exists(p).unwrap_or(true) {
+            continue;
+        }
+        let real = crate::safe_path::check_file(p).map_err(|e| FindError::Unsafe {
+            id: id.to_string(),
+            source: e,
+        })?;
+        match std::fs::read_to_string(real) {
             Ok(text) => return Ok((p.clone(), text)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(source) => {

@@ -165,6 +165,15 @@ pub enum StoreAddressError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// The store file, or a directory above it, could be changed by someone other than
+    /// root while jobguard runs as root ([`crate::safe_path`]); it was not read.
+    #[error("job {job}: store_file refused: {source}")]
+    Unsafe {
+        /// The job.
+        job: String,
+        /// Which path, and why.
+        source: crate::safe_path::UnsafePath,
+    },
     /// The store file holds no address.
     #[error("job {job}: store_file {path} holds no address")]
     Empty {
@@ -277,7 +286,12 @@ impl Job {
                 })?;
             (address, format!("store_credential {id}"))
         } else if let Some(path) = &self.store_file {
-            let text = std::fs::read_to_string(path).map_err(|source| StoreAddressError::Read {
+            let real =
+                crate::safe_path::check_file(path).map_err(|source| StoreAddressError::Unsafe {
+                    job: self.name.clone(),
+                    source,
+                })?;
+            let text = std::fs::read_to_string(real).map_err(|source| StoreAddressError::Read {
                 job: self.name.clone(),
                 path: path.clone(),
                 source,

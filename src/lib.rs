@@ -31,6 +31,7 @@ pub mod logind;
 pub mod paths;
 pub mod recover;
 pub mod render;
+pub mod safe_path;
 pub mod shim;
 pub mod store;
 pub mod systemd_dbus;

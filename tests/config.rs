@@ -864,7 +864,13 @@ fn check_refuses_store_addresses_the_run_would_refuse() {
     ] {
         assert!(stderr.contains(needle), "missing {needle:?} in:\n{stderr}");
     }
-    assert!(!stderr.contains("jobs.ok"), "{stderr}");
+    // jobs.ok has no problem (a warning about the server's persistence is not one).
+    assert!(
+        !stderr
+            .lines()
+            .any(|l| l.contains("jobs.ok") && !l.contains("jobs.ok.store: warning: ")),
+        "{stderr}"
+    );
     assert!(
         String::from_utf8_lossy(&out.stdout).ends_with("; 3 problems on this host\n"),
         "{}",

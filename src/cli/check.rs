@@ -6,10 +6,15 @@
 //! exists, the `working_directory` is a directory, the command is an executable file
 //! (looked up in `PATH` when it has no `/`, as the run does) and the store address can
 //! be read (`store_file`, `store_credential`) and is one this build can open (parameters,
-//! TLS files; nothing is connected to). Those problems are printed as
-//! `FILE:LINE:COLUMN: KEY: MESSAGE (on this host)`, at the value that is wrong, and also
-//! make the exit status 1; the generator
-//! does not check them, since a user or file may appear after boot.
+//! TLS files; nothing is connected to), and, as root, that the SQLite store, `store_file`,
+//! credential and TLS files are root's alone ([`crate::safe_path`]). Those problems are
+//! printed as `FILE:LINE:COLUMN: KEY: MESSAGE (on this host)`, at the value that is
+//! wrong, and also make the exit status 1; the generator does not check them, since a
+//! user or file may appear after boot.
+//!
+//! Last, warnings that do not change the exit status (`FILE: KEY: warning: MESSAGE`):
+//! a `store_file` others may read, `#insecure` TLS, and a Redis store without
+//! persistence or with an eviction policy (the one check that connects to a store).
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -38,6 +43,13 @@ pub fn run(args: &ConfigArgs) -> u8 {
                 .map_or_else(|| job.source.display().to_string(), ToString::to_string);
             eprintln!("{at}: jobs.{}.{key}: {message} (on this host)", job.name);
             on_host += 1;
+        }
+        for (key, message) in host_warnings(job) {
+            eprintln!(
+                "{}: jobs.{}.{key}: warning: {message}",
+                job.source.display(),
+                job.name
+            );
         }
     }
     let mut line = summary(&set);
@@ -126,9 +138,68 @@ pub fn host_problems(job: &Job, path: &str) -> Vec<(&'static str, String)> {
                 problems.push((key, e.to_string()));
             }
         }
-        Ok(_) => {}
+        // As root, the SQLite file and every directory above it must be root's alone
+        // (the run refuses them otherwise); not opened, since that would create it.
+        Ok(address) => {
+            if let Ok(crate::store::address::StoreAddress::SqliteFile(p)) =
+                crate::store::address::StoreAddress::parse(&address)
+                && let Err(e) = crate::safe_path::check_store(&p)
+            {
+                problems.push((key, format!("store refused: {e}")));
+            }
+        }
     }
     problems
+}
+
+/// Settings that work but are weak, as `(key, message)`: a `store_file` others may read
+/// (its password is out), TLS that checks no certificate (`#insecure`), a Redis that can
+/// forget a lease (no persistence, or an eviction policy: asks the server, with the
+/// store's time limits). Warnings do not change the exit status.
+pub fn host_warnings(job: &Job) -> Vec<(&'static str, String)> {
+    let mut warnings = Vec::new();
+    if let Some(path) = &job.store_file
+        && let Some(mode) = crate::safe_path::readable_by_others(path)
+    {
+        warnings.push((
+            "store_file",
+            format!(
+                "{} is readable by others (mode {mode:04o}): its password is theirs; chmod 0600",
+                path.display()
+            ),
+        ));
+    }
+    let key = if job.store_credential.is_some() {
+        "store_credential"
+    } else if job.store_file.is_some() {
+        "store_file"
+    } else {
+        "store"
+    };
+    let Ok(address) = job.store_address() else {
+        return warnings;
+    };
+    if address.ends_with("#insecure") {
+        warnings.push((
+            key,
+            "#insecure: the server's certificate is not checked, so whoever sits on the \
+             network path can pose as the store and read its password"
+                .to_string(),
+        ));
+    }
+    #[cfg(feature = "store-redis")]
+    if let Ok(crate::store::address::StoreAddress::Redis(a)) =
+        crate::store::address::StoreAddress::parse(&address)
+    {
+        // An address that cannot be opened is already a problem of its own.
+        if let Ok(mut store) = crate::store::redis::RedisStore::open(&a) {
+            match store.weak_settings() {
+                Ok(found) => warnings.extend(found.into_iter().map(|w| (key, w))),
+                Err(e) => warnings.push((key, format!("cannot ask Redis about persistence: {e}"))),
+            }
+        }
+    }
+    warnings
 }
 
 /// Finds `program` as execvp(3) would: as given (relative to `start`) when it contains a

@@ -35,7 +35,10 @@ pub enum Command {
     /// Run one job for its current slot (the ExecStart of jobguard@JOB.service).
     Run(RunArgs),
     /// Validate the job list and check each job against this host (user, working
-    /// directory, command, store address); print every problem; exit 1 if there is one.
+    /// directory, command, store address, and as root that the store and its files are
+    /// root's alone); print every problem; exit 1 if there is one. Also warns about weak
+    /// settings (#insecure TLS, a store_file others may read, a Redis that can forget
+    /// leases), which do not change the exit status.
     Check(ConfigArgs),
     /// Write the units the generator would write into a directory, for inspection.
     Generate(GenerateArgs),
@@ -288,7 +291,9 @@ pub fn open_store(url: &str) -> Result<Box<dyn crate::store::Store>, u8> {
         eprintln!("jobguard: {e}");
         match e {
             crate::store::StoreError::Unavailable { .. } => crate::exit::STORE_UNAVAILABLE,
-            crate::store::StoreError::Address { .. } => crate::exit::CONFIG,
+            crate::store::StoreError::Address { .. } | crate::store::StoreError::Unsafe { .. } => {
+                crate::exit::CONFIG
+            }
             crate::store::StoreError::Invalid { .. } => crate::exit::SOFTWARE,
         }
     })

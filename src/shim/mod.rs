@@ -290,7 +290,7 @@ fn store_failed(job: &Job, e: &StoreError) -> u8 {
     match e {
         StoreError::Unavailable { .. } if skip => exit::OK,
         StoreError::Unavailable { .. } => exit::STORE_UNAVAILABLE,
-        StoreError::Address { .. } => exit::CONFIG,
+        StoreError::Address { .. } | StoreError::Unsafe { .. } => exit::CONFIG,
         StoreError::Invalid { .. } => exit::SOFTWARE,
     }
 }

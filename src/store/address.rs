@@ -104,62 +104,123 @@ impl StoreAddress {
     }
 }
 
-/// The address with any password replaced by `***`: the password of the user-info part
-/// (`kind://user:SECRET@host`, `redis://:SECRET@host`, also when SECRET holds `/`, `@`,
-/// `?` or `#` that are not percent-encoded) and the values of query parameters
-/// named `password`, `pass`, `pwd` or `secret`. Addresses without `://` are returned as
-/// they are.
+/// The address with any password replaced by `***`, whatever its form, for every
+/// message that shows an address:
+/// - a URL (`kind://…`): the password of the user-info part, which ends at the last `@`
+///   (so a password holding `/`, `@`, `?`, `#` or `:` that is not percent-encoded is still
+///   masked whole), and the values of query parameters named `password`, `pass`, `pwd` or
+///   `secret`;
+/// - a libpq keyword form (`host=… password=…`, libpq-connect(3), "Connection Strings"):
+///   the values of those keys, quoted or not;
+/// - anything else without `://` that holds an `@` (a malformed URL such as
+///   `redis:/:SECRET@host`): everything before the last `@` becomes `…`.
+///
+/// Too much may be hidden when an `@` stands in a query value; a password is never shown.
 pub fn mask(address: &str) -> String {
     let Some(scheme_end) = address.find("://") else {
+        if let Some((_, host)) = address.rsplit_once('@') {
+            return format!("…@{host}");
+        }
+        if address.contains('=') {
+            return mask_keywords(address);
+        }
         return address.to_string();
     };
     let (head, after) = address.split_at(scheme_end + 3);
     if head.eq_ignore_ascii_case("sqlite://") {
         return address.to_string();
     }
-    // The user-info part ends at the last '@' before any query or fragment, so that a
-    // password containing '/' or '@' is still masked whole. Without one there, a
-    // password written with '?' or '#' (not percent-encoded) ends at the first '@'
-    // after them, when what comes before the '?' or '#' looks like user-info (a ':' and
-    // no '/') and what follows it is not a password parameter.
-    let query_start = after.find(['?', '#']).unwrap_or(after.len());
-    let userinfo_end = after[..query_start].rfind('@').or_else(|| {
-        let before = &after[..query_start];
-        let param = after.get(query_start + 1..).unwrap_or("");
-        let param = param.split_once('=').map_or("", |(k, _)| k);
-        after
-            .find('@')
-            .filter(|_| before.contains(':') && !before.contains('/') && !is_password_key(param))
-    });
-    let (authority, tail) = match userinfo_end {
+    let (authority, tail) = match after.rfind('@') {
         Some(at) => {
             let (userinfo, rest) = after.split_at(at);
-            let host_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-            let (host, tail) = rest.split_at(host_end);
             let authority = match userinfo.split_once(':') {
-                Some((user, _secret)) => format!("{user}:***{host}"),
-                None => format!("{userinfo}{host}"),
+                Some((user, _secret)) => format!("{user}:***"),
+                None => mask_params(userinfo),
             };
-            (authority, tail)
+            (authority, rest)
         }
         None => (String::new(), after),
     };
-    let tail = match tail.split_once('?') {
-        Some((path, query)) => {
-            let query: Vec<String> = query
-                .split('&')
-                .map(|pair| match pair.split_once('=') {
-                    Some((key, _)) if is_password_key(key) => {
-                        format!("{key}=***")
-                    }
-                    _ => pair.to_string(),
-                })
-                .collect();
-            format!("{path}?{}", query.join("&"))
+    format!("{head}{authority}{}", mask_params(tail))
+}
+
+/// `text` with the value of every `?KEY=VALUE` or `&KEY=VALUE` whose key holds a secret
+/// ([`is_password_key`]) replaced by `***`; a value ends at `&`, `#` or the end.
+fn mask_params(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find(['?', '&']) {
+        out.push_str(&rest[..=i]);
+        rest = &rest[i + 1..];
+        let key_end = rest.find(['=', '&', '#', '?']).unwrap_or(rest.len());
+        if rest[key_end..].starts_with('=') && is_password_key(&rest[..key_end]) {
+            out.push_str(&rest[..=key_end]);
+            out.push_str("***");
+            let value_end = rest[key_end..]
+                .find(['&', '#'])
+                .map_or(rest.len(), |j| key_end + j);
+            rest = &rest[value_end..];
         }
-        None => tail.to_string(),
-    };
-    format!("{head}{authority}{tail}")
+    }
+    out.push_str(rest);
+    out
+}
+
+/// A libpq keyword/value string with the values of secret keys replaced by `***`: pairs
+/// are `KEY = VALUE` separated by white space, a value is single-quoted (with `\'` and
+/// `\\` escapes) or runs to the next white space (libpq-connect(3)).
+fn mask_keywords(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(&c) = chars.peek() {
+        if c.is_whitespace() {
+            out.push(c);
+            chars.next();
+            continue;
+        }
+        let mut key = String::new();
+        while let Some(&c) = chars.peek() {
+            if c == '=' || c.is_whitespace() {
+                break;
+            }
+            key.push(c);
+            chars.next();
+        }
+        out.push_str(&key);
+        while let Some(&c) = chars.peek().filter(|c| c.is_whitespace()) {
+            out.push(c);
+            chars.next();
+        }
+        if chars.peek() != Some(&'=') {
+            continue;
+        }
+        out.push('=');
+        chars.next();
+        while let Some(&c) = chars.peek().filter(|c| c.is_whitespace()) {
+            out.push(c);
+            chars.next();
+        }
+        let mut value = String::new();
+        if chars.peek() == Some(&'\'') {
+            value.push('\'');
+            chars.next();
+            while let Some(c) = chars.next() {
+                value.push(c);
+                match c {
+                    '\\' => value.extend(chars.next()),
+                    '\'' => break,
+                    _ => {}
+                }
+            }
+        } else {
+            while let Some(&c) = chars.peek().filter(|c| !c.is_whitespace()) {
+                value.push(c);
+                chars.next();
+            }
+        }
+        out.push_str(if is_password_key(&key) { "***" } else { &value });
+    }
+    out
 }
 
 /// Whether a query parameter named `key` holds a secret (`password`, `pass`, `pwd` or
@@ -278,6 +339,37 @@ mod tests {
             mask("mysql://h/db?user=a&password=x&ssl=1"),
             "mysql://h/db?user=a&password=***&ssl=1"
         );
+    }
+
+    #[test]
+    fn masks_every_form_of_address() {
+        for (address, shown) in [
+            (
+                "host=127.0.0.1 port=5432 user=u password=s3cr3t dbname=d",
+                "host=127.0.0.1 port=5432 user=u password=*** dbname=d",
+            ),
+            (
+                "host=h password = 'a b\\'s3cr3t' dbname=d",
+                "host=h password = *** dbname=d",
+            ),
+            ("redis:/:s3cr3t@127.0.0.1:1/0", "…@127.0.0.1:1/0"),
+            (
+                "redis://:s3cr3t@?#:x@127.0.0.1:1/0",
+                "redis://:***@127.0.0.1:1/0",
+            ),
+            ("mysql://u:s3cr3t:M@R#K@h/d", "mysql://u:***@h/d"),
+            ("postgres://u:s3cr3t%40x@h/d", "postgres://u:***@h/d"),
+            (
+                "postgres://h/db?application_name=a@b&password=s3cr3t",
+                "postgres://h/db?application_name=a@b&password=***",
+            ),
+            (
+                "mysql://h/d?pass=s3cr3t#insecure",
+                "mysql://h/d?pass=***#insecure",
+            ),
+        ] {
+            assert_eq!(mask(address), shown, "{address}");
+        }
     }
 
     #[test]

@@ -113,6 +113,15 @@ pub enum StoreError {
         /// What is wrong.
         detail: String,
     },
+    /// The store's file, or a directory above it, could be changed by someone other than
+    /// root while jobguard runs as root ([`crate::safe_path`]); nothing was opened.
+    #[error("store {store} refused: {detail}")]
+    Unsafe {
+        /// [`Store::describe`] of the store.
+        store: String,
+        /// Which path, and why.
+        detail: String,
+    },
     /// The store answered, but with something jobguard cannot use (schema too new, bad row).
     #[error("store {store}: {detail}")]
     Invalid {

@@ -596,6 +596,7 @@ impl MysqlStore {
     /// client's own TLS parameters (see the module documentation).
     pub fn open(address: &str) -> Result<MysqlStore, StoreError> {
         let describe = address::mask(address);
+        let address = &remote::encode_password(address);
         let bad = |detail: String| StoreError::Address {
             address: describe.clone(),
             detail,

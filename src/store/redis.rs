@@ -457,6 +457,7 @@ impl RedisStore {
     /// with `#insecure`.
     pub fn open(address: &str) -> Result<RedisStore, StoreError> {
         let describe = address::mask(address);
+        let address = &remote::encode_password(address);
         let bad = |detail: String| StoreError::Address {
             address: describe.clone(),
             detail,
@@ -607,6 +608,86 @@ impl RedisStore {
             }
             Err(e) => Err(self.error(op, e)),
         }
+    }
+
+    /// Settings of the server that can lose a lease or a record, one sentence each:
+    /// no persistence (`appendonly no`, and no `save` points either), and a
+    /// `maxmemory-policy` other than `noeviction` (an evicted lease key is a lost lock).
+    /// Read with `CONFIG GET`; where that command is not allowed (managed servers), from
+    /// `INFO persistence` and `INFO memory` (which tell AOF but not `save`). See
+    /// <https://redis.io/docs/latest/operate/oss_and_stack/management/persistence/>.
+    ///
+    /// # Errors
+    /// As any call: [`StoreError::Unavailable`] when the server cannot be reached.
+    pub fn weak_settings(&mut self) -> Result<Vec<String>, StoreError> {
+        type Pairs = Vec<(String, String)>;
+        let config: Result<Pairs, StoreError> = self.call("config get", |c, _, _| {
+            Ok(redis::cmd("CONFIG")
+                .arg("GET")
+                .arg("appendonly")
+                .arg("save")
+                .arg("maxmemory-policy")
+                .query(c)?)
+        });
+        let (aof, save, policy) = match config {
+            Ok(pairs) => {
+                let get = |k: &str| {
+                    pairs
+                        .iter()
+                        .find(|(key, _)| key == k)
+                        .map(|(_, v)| v.clone())
+                };
+                (
+                    get("appendonly").map(|v| v == "yes"),
+                    get("save"),
+                    get("maxmemory-policy"),
+                )
+            }
+            Err(StoreError::Invalid { .. }) => {
+                let info: String = self.call("info", |c, _, _| {
+                    Ok(redis::cmd("INFO")
+                        .arg("persistence")
+                        .arg("memory")
+                        .query(c)?)
+                })?;
+                let get = |k: &str| {
+                    info.lines()
+                        .find_map(|l| l.trim().strip_prefix(k)?.strip_prefix(':'))
+                        .map(str::to_string)
+                };
+                (
+                    get("aof_enabled").map(|v| v == "1"),
+                    None,
+                    get("maxmemory_policy"),
+                )
+            }
+            Err(e) => return Err(e),
+        };
+        let mut out = Vec::new();
+        match (aof, save.as_deref().map(str::trim)) {
+            (Some(false), Some("")) => out.push(
+                "Redis keeps nothing on disk (appendonly no, save \"\"): a restart forgets \
+                 every lease and record; set appendonly yes"
+                    .to_string(),
+            ),
+            (Some(false), Some(points)) => out.push(format!(
+                "Redis writes snapshots only (appendonly no, save \"{points}\"): a restart \
+                 forgets what came after the last one; set appendonly yes"
+            )),
+            (Some(false), None) => out.push(
+                "Redis has no append-only file (aof_enabled:0): a restart forgets what came \
+                 after the last snapshot; set appendonly yes"
+                    .to_string(),
+            ),
+            _ => {}
+        }
+        if let Some(policy) = policy.filter(|p| p != "noeviction") {
+            out.push(format!(
+                "Redis maxmemory-policy is {policy}: when memory runs short it may evict a \
+                 lease key, and a lost lease lets a second host run the slot; set noeviction"
+            ));
+        }
+        Ok(out)
     }
 
     fn newer_schema(&self, version: i64) -> StoreError {

@@ -243,7 +243,10 @@ pub(crate) fn read_ca_file(param: &str, path: &str, pem_only: bool) -> Result<Ve
     if !std::path::Path::new(path).is_absolute() {
         return Err(format!("{param} {path}: the path must be absolute"));
     }
-    let data = std::fs::read(path).map_err(|e| format!("{param} {path}: {e}"))?;
+    // As root: a file someone else could change would let them pick whom jobguard trusts.
+    let real = crate::safe_path::check_file(std::path::Path::new(path))
+        .map_err(|e| format!("{param} refused: {e}"))?;
+    let data = std::fs::read(real).map_err(|e| format!("{param} {path}: {e}"))?;
     if data.is_empty() {
         return Err(format!("{param} {path}: empty file"));
     }
@@ -251,6 +254,41 @@ pub(crate) fn read_ca_file(param: &str, path: &str, pem_only: bool) -> Result<Ve
         return Err(format!("{param} {path}: no PEM certificate in the file"));
     }
     Ok(data)
+}
+
+/// The address with `@`, `?`, `#` and `/` in the password of its user-info part
+/// percent-encoded, the user-info ending at the last `@` as [`crate::store::address::mask`]
+/// reads it. A URL parser (RFC 3986) ends the user-info at the first `@`, `/`, `?` or
+/// `#` instead, and would take the rest of such a password for the host and show it in
+/// its errors; with the password encoded, it connects to the host that was meant and
+/// the password is what was written. (An `@` in a query value is then read as the end of
+/// the user-info too: percent-encode it there.)
+pub(crate) fn encode_password(address: &str) -> String {
+    let Some(i) = address.find("://") else {
+        return address.to_string();
+    };
+    let (head, after) = address.split_at(i + 3);
+    let Some(at) = after.rfind('@') else {
+        return address.to_string();
+    };
+    let (userinfo, rest) = after.split_at(at);
+    let Some((user, password)) = userinfo.split_once(':') else {
+        return address.to_string();
+    };
+    if user.contains(['/', '?', '#']) {
+        return address.to_string();
+    }
+    let mut encoded = String::with_capacity(password.len());
+    for c in password.chars() {
+        match c {
+            '@' => encoded.push_str("%40"),
+            '?' => encoded.push_str("%3F"),
+            '#' => encoded.push_str("%23"),
+            '/' => encoded.push_str("%2F"),
+            _ => encoded.push(c),
+        }
+    }
+    format!("{head}{user}:{encoded}{rest}")
 }
 
 /// True if `name` is a plain identifier jobguard accepts for a schema, database or key
@@ -266,6 +304,19 @@ pub(crate) fn plain_name(name: &str, key: bool) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_password_with_url_delimiters_is_encoded_up_to_the_last_at() {
+        assert_eq!(
+            encode_password("mysql://u:a:b@c#d?e/f@h:1/db?ssl-mode=DISABLED"),
+            "mysql://u:a:b%40c%23d%3Fe%2Ff@h:1/db?ssl-mode=DISABLED"
+        );
+        assert_eq!(
+            encode_password("redis://:p@h/0#insecure"),
+            "redis://:p@h/0#insecure"
+        );
+        assert_eq!(encode_password("redis://h:6379/0"), "redis://h:6379/0");
+    }
 
     #[test]
     fn params_are_taken_and_the_rest_kept() {

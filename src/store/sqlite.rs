@@ -201,6 +201,37 @@ fn store_error(store: &str, op: &str, fail: Fail) -> StoreError {
     }
 }
 
+/// Checks the file held open since the path check (`held`) against what `path` names now,
+/// and that it is a regular file only root can change.
+fn same_file(held: &std::fs::File, path: &Path) -> Result<(), crate::safe_path::UnsafePath> {
+    use std::os::unix::fs::MetadataExt;
+    let fault = |why: String| crate::safe_path::UnsafePath {
+        path: path.to_path_buf(),
+        why,
+    };
+    let a = held
+        .metadata()
+        .map_err(|e| fault(format!("cannot be examined: {e}")))?;
+    let b =
+        std::fs::symlink_metadata(path).map_err(|e| fault(format!("cannot be examined: {e}")))?;
+    if (a.dev(), a.ino()) != (b.dev(), b.ino()) {
+        return Err(fault("was replaced while it was opened".to_string()));
+    }
+    if !a.is_file() {
+        return Err(fault("is not a regular file".to_string()));
+    }
+    if a.uid() != 0 {
+        return Err(fault(format!("is owned by uid {}, not root", a.uid())));
+    }
+    let mode = a.mode() & 0o7777;
+    if mode & 0o022 != 0 {
+        return Err(fault(format!(
+            "is writable by group or others (mode {mode:04o})"
+        )));
+    }
+    Ok(())
+}
+
 /// Converts a time to live to µs, saturating at `i64::MAX`.
 fn duration_usec(d: Duration) -> i64 {
     i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
@@ -238,6 +269,14 @@ impl SqliteStore {
             store: describe.clone(),
             detail,
         };
+        let unsafe_path = |e: crate::safe_path::UnsafePath| StoreError::Unsafe {
+            store: describe.clone(),
+            detail: e.to_string(),
+        };
+        // As root: every directory down to the file must be root's alone, before anything
+        // is created (a directory someone else may write could hold their link), and again
+        // after (they could have made a missing directory first).
+        crate::safe_path::check_store(path).map_err(unsafe_path)?;
         let parent = path
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
@@ -256,31 +295,66 @@ impl SqliteStore {
                 })?;
             }
         }
-        match OpenOptions::new()
+        crate::safe_path::check_store(path).map_err(unsafe_path)?;
+        for suffix in ["-wal", "-shm", "-journal"] {
+            let mut side = path.as_os_str().to_owned();
+            side.push(suffix);
+            crate::safe_path::check_store(Path::new(&side)).map_err(unsafe_path)?;
+        }
+        // O_NOFOLLOW: a link put in the file's place after the check is not followed.
+        let held = match OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
             .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(path)
         {
             // SQLite syncs the directory when it creates the WAL, not for the main file;
             // make the new file's name durable before the first commit goes into the WAL.
-            Ok(_) => sync_dir(parent)
-                .map_err(|e| unavailable(format!("cannot sync {}: {e}", parent.display())))?,
-            Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+            Ok(f) => {
+                sync_dir(parent)
+                    .map_err(|e| unavailable(format!("cannot sync {}: {e}", parent.display())))?;
+                f
+            }
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+                .open(path)
+                .map_err(|e| match e.raw_os_error() {
+                    Some(libc::ELOOP) => unsafe_path(crate::safe_path::UnsafePath {
+                        path: path.to_path_buf(),
+                        why: "is a symbolic link".to_string(),
+                    }),
+                    _ => unavailable(format!("cannot open {}: {e}", path.display())),
+                })?,
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                return Err(unsafe_path(crate::safe_path::UnsafePath {
+                    path: path.to_path_buf(),
+                    why: "is a symbolic link".to_string(),
+                }));
+            }
             Err(e) => {
                 return Err(unavailable(format!(
                     "cannot create {}: {e}",
                     path.display()
                 )));
             }
-        }
+        };
         // No SQLITE_OPEN_URI: the path is a path, even if it starts with "file:".
+        // SQLITE_OPEN_NOFOLLOW: SQLite refuses a link in the file's place, too.
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_CREATE
-            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX
+            | OpenFlags::SQLITE_OPEN_NOFOLLOW;
         let conn = Connection::open_with_flags(path, flags)
             .map_err(|e| store_error(&describe, &format!("open {}", path.display()), e.into()))?;
+        // The file SQLite opened is the one checked: same device and inode as the file
+        // held open since the check (a directory only root can write cannot have changed,
+        // so this only confirms it).
+        if crate::safe_path::enforced() {
+            same_file(&held, path).map_err(unsafe_path)?;
+        }
         let mut store = SqliteStore {
             conn,
             describe,

@@ -450,17 +450,23 @@ fn start_postgres() -> Result<Server, String> {
     // The server refuses a key that others may read.
     std::fs::set_permissions(dir.join("server.key"), Permissions::from_mode(0o600))
         .map_err(|e| e.to_string())?;
+    // The server's own files (data, socket) in a directory of its user; the directory
+    // above and `ca.pem` stay root's: jobguard, as root, refuses an `sslrootcert` that
+    // another user could change.
+    let server_dir = dir.join("pg");
+    std::fs::create_dir(&server_dir).map_err(|e| e.to_string())?;
     if let Some((uid, gid)) = uid {
-        let mut paths = vec![dir.clone()];
-        for entry in std::fs::read_dir(&dir).map_err(|e| e.to_string())? {
-            paths.push(entry.map_err(|e| e.to_string())?.path());
-        }
-        for path in paths {
+        std::fs::set_permissions(&dir, Permissions::from_mode(0o755)).map_err(|e| e.to_string())?;
+        for path in [
+            server_dir.clone(),
+            dir.join("server.key"),
+            dir.join("server.pem"),
+        ] {
             std::os::unix::fs::chown(&path, Some(uid), Some(gid))
                 .map_err(|e| format!("chown {}: {e}", path.display()))?;
         }
     }
-    let data = dir.join("data");
+    let data = server_dir.join("data");
     let (program, mut args) = as_server_user(&bin.join("initdb"), uid);
     args.extend(
         [
@@ -494,7 +500,7 @@ fn start_postgres() -> Result<Server, String> {
         port.to_string(),
         // The socket in the test's directory, not /var/run/postgresql.
         "-k".to_string(),
-        dir.display().to_string(),
+        server_dir.display().to_string(),
         "-c".to_string(),
         "listen_addresses=127.0.0.1,127.0.0.2".to_string(),
         "-c".to_string(),
