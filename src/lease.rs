@@ -96,7 +96,7 @@ pub fn check_fence(ttl: Duration, kill_grace: Duration) -> Result<(), String> {
     }
     let secs = |d: Duration| {
         let ms = d.as_millis();
-        if ms % 1000 == 0 {
+        if ms.is_multiple_of(1000) {
             format!("{}s", ms / 1000)
         } else {
             format!("{}ms", ms)
