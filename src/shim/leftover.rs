@@ -3,13 +3,17 @@
 //! `PR_SET_PDEATHSIG` reaches only the command itself, and outside systemd no cgroup ends
 //! the rest, so a shim that was SIGKILLed (or a command that started a daemon in a session
 //! of its own) can leave processes of an attempt running after its lease expired. The next
-//! run on this host finds them by their environment ([`identity::leftovers`]: the job,
+//! run on this host, when the job's lock file says the previous shim did not see its run
+//! to the end ([`crate::lock::JobLock::unfinished_run`]; a normal run reads no other
+//! process's environment), finds them by their environment ([`identity::leftovers`]: the job,
 //! the run id and a shim that is gone), ends them (SIGTERM, `kill_grace`, SIGKILL) before
 //! it claims anything, and marks the attempt's record interrupted if it still says
 //! `running`. Processes that cannot be ended (another user's, when not root; a process
 //! stuck in the kernel) make the run refuse. Processes that started with a cleaned
 //! environment cannot be found; under systemd the unit's cgroup ends them anyway.
-//! Other hosts' processes are beyond reach: their own next run ends them.
+//! Other hosts' processes are beyond reach: their own next run ends them. Not looked for:
+//! a daemon that a command started in a session of its own and that outlived a shim which
+//! saw its run to the end.
 
 use crate::exit;
 use crate::identity;

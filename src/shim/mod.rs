@@ -127,9 +127,15 @@ pub fn run(job: &Job, req: &Request) -> u8 {
         return exit::USAGE;
     }
 
-    // Nothing starts while processes of an earlier attempt on this host live.
-    if let Err(code) = leftover::end_earlier_attempts(job, store.as_mut()) {
-        return code;
+    // Nothing starts while processes of an earlier attempt on this host live: looked for
+    // when the lock says the previous shim did not see its run to the end.
+    if lock.unfinished_run().is_some() {
+        if let Err(code) = leftover::end_earlier_attempts(job, store.as_mut()) {
+            return code;
+        }
+        if let Err(e) = lock.clear_run_id() {
+            eprintln!("jobguard: {}: {e}", job.name);
+        }
     }
 
     // A trigger (no --slot, no --force) runs queued re-runs first, oldest first, and
@@ -536,10 +542,11 @@ fn run_slot(
         eprintln!("jobguard: {}: {e}", job.name);
     }
     let ran = run.slot.usec;
-    (
-        execute(job, store, &lease, &run, account, claimed_at),
-        Some(ran),
-    )
+    let code = execute(job, store, &lease, &run, account, claimed_at);
+    if let Err(e) = lock.clear_run_id() {
+        eprintln!("jobguard: {}: {e}", job.name);
+    }
+    (code, Some(ran))
 }
 
 /// Runs the command for a claimed slot and records how it ended.
