@@ -1279,6 +1279,24 @@ fn build_job(
     else {
         return Err(errors);
     };
+    let lease_ttl = lease_ttl.unwrap_or(job::DEFAULT_LEASE_TTL);
+    let kill_grace = kill_grace.unwrap_or(job::DEFAULT_KILL_GRACE);
+    if let Err(message) = crate::lease::check_fence(lease_ttl, kill_grace) {
+        // At the kill_grace that was set (in the job or a default), else at lease_ttl.
+        let set = |f: fn(&Partial) -> Option<&Origin>| layers.iter().find_map(|l| f(l));
+        let at = set(|l| l.kill_grace.as_ref().map(|v| &v.at))
+            .or_else(|| set(|l| l.lease_ttl.as_ref().map(|v| &v.at)))
+            .unwrap_or(&raw.at);
+        return Err(vec![ConfigError {
+            file: files[at.file].clone(),
+            line: Some(at.line),
+            column: Some(at.column),
+            job: Some(raw.name.clone()),
+            key: Some(at.key.clone()),
+            message,
+            scope: ErrorScope::Job,
+        }]);
+    }
     let (store, store_file, store_credential) = match store {
         Some(StoreRef::Address(a)) => (a, None, None),
         Some(StoreRef::File(f)) => (String::new(), Some(f), None),
@@ -1302,11 +1320,11 @@ fn build_job(
         store_wait: store_wait.unwrap_or(job::DEFAULT_STORE_WAIT),
         on_store_unavailable: on_store_unavailable.unwrap_or_default(),
         clock_tolerance: clock_tolerance.unwrap_or(job::DEFAULT_CLOCK_TOLERANCE),
-        lease_ttl: lease_ttl.unwrap_or(job::DEFAULT_LEASE_TTL),
+        lease_ttl,
         on_interrupted: on_interrupted.unwrap_or_default(),
         inhibit: inhibit.unwrap_or_default(),
         on_failure,
-        kill_grace: kill_grace.unwrap_or(job::DEFAULT_KILL_GRACE),
+        kill_grace,
         persistent: persistent.unwrap_or(true),
         source: files[raw.at.file].clone(),
         positions,

@@ -2,7 +2,8 @@
 //!
 //! These make up the lease holder ([`crate::lease::Holder`]) and let `jobguard recover`
 //! prove a holder gone: a record from another boot of this machine, or from a pid that
-//! no longer runs the same process, belongs to a holder that is dead.
+//! no longer runs the same process, belongs to a holder that is dead. They also find the
+//! processes an attempt left behind when its shim died ([`leftovers`]).
 
 use std::fs;
 
@@ -96,6 +97,113 @@ pub fn end_run_survivors(run_id: &str) -> bool {
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+}
+
+/// The variable that carries the shim's lease holder id ([`Holder::id`](crate::lease::Holder::id)) into the
+/// environment of the command, and so of every process the command starts.
+pub const HOLDER_VAR: &str = "JOBGUARD_HOLDER";
+
+/// A process of an attempt at a job on this host whose shim is gone (see [`leftovers`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leftover {
+    /// Process id.
+    pub pid: i32,
+    /// The attempt's `JOBGUARD_RUN_ID`.
+    pub run_id: String,
+}
+
+/// The processes of earlier attempts at `job` on this machine and boot whose shim no
+/// longer runs: every process whose environment carries `JOBGUARD_JOB=<job>`, a
+/// `JOBGUARD_RUN_ID` and a [`HOLDER_VAR`] naming this machine and boot and a shim process
+/// (pid and start time) that is gone. A process whose shim still runs (another
+/// `jobguard` with its own runtime directory, e.g. another user's) is not one.
+///
+/// The environment read is the one each process started with (`/proc/PID/environ`,
+/// proc(5)): it survives `setsid`, double forks and a changed process group, but not a
+/// process that started with a cleaned environment (`env -i`), nor one this user may not
+/// read (another user's, when not root).
+pub fn leftovers(job: &str) -> Vec<Leftover> {
+    let me = std::process::id();
+    let (machine, boot) = (machine_id(), boot_id());
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Ok(env) = fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        let var = |name: &str| {
+            env.split(|b| *b == 0).find_map(|v| {
+                let v = v.strip_prefix(name.as_bytes())?.strip_prefix(b"=")?;
+                std::str::from_utf8(v).ok().map(str::to_string)
+            })
+        };
+        if var("JOBGUARD_JOB").as_deref() != Some(job) {
+            continue;
+        }
+        let (Some(run_id), Some(holder)) = (var("JOBGUARD_RUN_ID"), var(HOLDER_VAR)) else {
+            continue;
+        };
+        // machine_id:boot_id:pid:pid_start, as Holder::id writes it.
+        let parts: Vec<&str> = holder.split(':').collect();
+        let [m, b, shim, start] = parts[..] else {
+            continue;
+        };
+        let (Ok(shim), Ok(start)) = (shim.parse::<u32>(), start.parse::<u64>()) else {
+            continue;
+        };
+        if m != machine || b != boot || process_alive(shim, start) {
+            continue;
+        }
+        if let Ok(pid) = i32::try_from(pid) {
+            found.push(Leftover { pid, run_id });
+        }
+    }
+    found
+}
+
+/// Ends `procs` (see [`leftovers`]): SIGTERM, up to `grace` for them to go, then SIGKILL
+/// and up to 5 s more. Returns the pids still running after that (none, unless they may
+/// not be signalled or hang in the kernel). A pid is only signalled while it still
+/// carries the same `JOBGUARD_RUN_ID`, so a reused pid is left alone.
+pub fn end_leftovers(procs: &[Leftover], grace: std::time::Duration) -> Vec<i32> {
+    use nix::sys::signal::{Signal, kill};
+    use std::time::{Duration, Instant};
+    let still = |p: &Leftover| {
+        let needle = format!("JOBGUARD_RUN_ID={}", p.run_id);
+        fs::read(format!("/proc/{}/environ", p.pid))
+            .map(|env| env.split(|b| *b == 0).any(|v| v == needle.as_bytes()))
+            .unwrap_or(false)
+    };
+    let signal = |sig: Signal| {
+        for p in procs.iter().filter(|p| still(p)) {
+            let _ = kill(nix::unistd::Pid::from_raw(p.pid), sig);
+        }
+    };
+    let wait = |until: Instant| loop {
+        let left: Vec<i32> = procs.iter().filter(|p| still(p)).map(|p| p.pid).collect();
+        if left.is_empty() || Instant::now() >= until {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    signal(Signal::SIGTERM);
+    if wait(Instant::now() + grace).is_empty() {
+        return Vec::new();
+    }
+    signal(Signal::SIGKILL);
+    wait(Instant::now() + Duration::from_secs(5))
 }
 
 /// The identity of this process as a lease holder.

@@ -3,7 +3,11 @@
 //! A lease is a row (or key) per job in the store: holder, acquired_at, expire_at and a
 //! fencing token that grows with every grant. Expiry is judged by the store's clock.
 //! The operations themselves are methods of [`crate::store::Store`]; this module holds the
-//! values they exchange and the holder identity.
+//! values they exchange, the holder identity, and the rule that keeps a holder's command
+//! inside its lease ([`fence_after`], [`check_fence`]): the command is dead before the
+//! lease could expire by the store's clock, measured from the last confirmed renewal.
+
+use std::time::Duration;
 
 use serde::Serialize;
 
@@ -50,4 +54,116 @@ pub struct Lease {
     pub acquired_at: i64,
     /// When it expires unless renewed, µs since the Unix epoch, store clock.
     pub expire_at: i64,
+}
+
+/// How long before its lease could expire a holder's command must be dead: the safety
+/// margin between the SIGKILL and the expiry. It covers the time a killed process takes
+/// to go and the drift between this host's monotonic clock and the store's clock over one
+/// time to live; an offset between the two clocks does not count, because the expiry is
+/// measured on this host from the moment the confirmed call was sent (the store computes
+/// it from its own clock when it receives the call, which is later).
+pub const FENCE_MARGIN: Duration = Duration::from_secs(1);
+
+/// When, after the send time of its last confirmed grant or renewal, the holder of a lease
+/// of `ttl` stops its command: SIGTERM at the returned offset, SIGKILL `kill_grace` later,
+/// [`FENCE_MARGIN`] before the lease could expire. `None` when `kill_grace` and the margin
+/// take the whole time to live.
+pub fn fence_after(ttl: Duration, kill_grace: Duration) -> Option<Duration> {
+    ttl.checked_sub(kill_grace)?.checked_sub(FENCE_MARGIN)
+}
+
+/// How often the holder of a lease of `ttl` renews it: every third of the time to live,
+/// more often when the fence ([`fence_after`]) leaves less, so that at least two renewals
+/// are tried before it. At least 100 ms.
+pub fn renew_every(ttl: Duration, kill_grace: Duration) -> Duration {
+    let window = fence_after(ttl, kill_grace).unwrap_or_default();
+    (ttl / 3).min(window / 2).max(Duration::from_millis(100))
+}
+
+/// Checks that a job's `lease_ttl` leaves time to renew the lease before the command must
+/// be stopped for its safety ([`fence_after`]): `kill_grace` plus [`FENCE_MARGIN`] may take
+/// at most two thirds of `lease_ttl`, so that the command is not stopped before the first
+/// renewal (due after a third) could be confirmed. The rule of `jobguard check` and the
+/// generator.
+///
+/// # Errors
+/// A message with the numbers and both ways out: the longest `kill_grace` this
+/// `lease_ttl` allows, and the shortest `lease_ttl` for this `kill_grace`.
+pub fn check_fence(ttl: Duration, kill_grace: Duration) -> Result<(), String> {
+    let lead = kill_grace + FENCE_MARGIN;
+    if lead * 3 <= ttl * 2 {
+        return Ok(());
+    }
+    let secs = |d: Duration| {
+        let ms = d.as_millis();
+        if ms.is_multiple_of(1000) {
+            format!("{}s", ms / 1000)
+        } else {
+            format!("{}ms", ms)
+        }
+    };
+    // Whole seconds, rounded so that the suggestion passes this check.
+    let max_grace = (ttl * 2 / 3).saturating_sub(FENCE_MARGIN);
+    let max_grace = Duration::from_secs(max_grace.as_secs());
+    let min_ttl = Duration::from_secs((lead * 3 / 2).as_secs_f64().ceil() as u64);
+    let grace_way = if ttl * 2 / 3 > FENCE_MARGIN {
+        format!("lower kill_grace to at most {} or ", secs(max_grace))
+    } else {
+        String::new()
+    };
+    Err(format!(
+        "kill_grace {} + safety margin {} = {} does not fit in lease_ttl {}: the command must be dead {} before its lease could expire, \
+         which leaves no time to renew the lease (at most two thirds of lease_ttl, {}, may go to kill_grace and the margin); \
+         {grace_way}raise lease_ttl to at least {}",
+        secs(kill_grace),
+        secs(FENCE_MARGIN),
+        secs(lead),
+        secs(ttl),
+        secs(lead),
+        secs(ttl * 2 / 3),
+        secs(min_ttl),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(secs: u64) -> Duration {
+        Duration::from_secs(secs)
+    }
+
+    #[test]
+    fn fence_rule_with_its_numbers() {
+        assert!(check_fence(s(3), s(0)).is_ok());
+        assert!(check_fence(s(6), s(3)).is_ok());
+        assert!(check_fence(s(20), s(10)).is_ok());
+        assert!(check_fence(s(120), s(10)).is_ok());
+        let e = check_fence(s(6), s(30)).unwrap_err();
+        assert!(
+            e.starts_with("kill_grace 30s + safety margin 1s = 31s does not fit in lease_ttl 6s"),
+            "{e}"
+        );
+        assert!(e.contains("at most 3s"), "{e}");
+        assert!(e.contains("at least 47s"), "{e}");
+        // The suggestions pass.
+        assert!(check_fence(s(6), s(3)).is_ok() && check_fence(s(47), s(30)).is_ok());
+        assert!(check_fence(s(46), s(30)).is_err());
+        let e = check_fence(s(3), s(10)).unwrap_err();
+        assert!(e.contains("at least 17s"), "{e}");
+    }
+
+    #[test]
+    fn renewals_come_at_least_twice_before_the_fence() {
+        for (ttl, grace) in [(3, 0), (6, 3), (20, 10), (30, 10), (120, 10), (120, 0)] {
+            let (ttl, grace) = (s(ttl), s(grace));
+            let fence = fence_after(ttl, grace).unwrap();
+            let every = renew_every(ttl, grace);
+            assert!(
+                every * 2 <= fence,
+                "{ttl:?} {grace:?}: every {every:?}, fence {fence:?}"
+            );
+            assert!(every <= ttl / 3);
+        }
+    }
 }

@@ -10,7 +10,9 @@
 //!
 //! After acquiring, the holder writes a one-line record into the file (pid, start time,
 //! host, and the run id once it is known), so that a skipped second run can say who holds
-//! the lock. The record is for messages only; the lock itself is the `flock`.
+//! the lock. The lock itself is the `flock`. The run id stays in the record until the
+//! holder has seen its run to the end ([`JobLock::clear_run_id`]), so the next holder
+//! learns of a run whose shim was killed ([`JobLock::unfinished_run`]).
 //!
 //! Leases across hosts are [`crate::lease`]'s job, not this module's.
 
@@ -168,6 +170,7 @@ pub struct JobLock {
     file: Flock<File>,
     path: PathBuf,
     holder: LockHolder,
+    previous: Option<LockHolder>,
 }
 
 impl JobLock {
@@ -219,18 +222,27 @@ impl JobLock {
                 break locked;
             }
         };
+        // The record the previous holder left. A run id in it means that holder did not
+        // see its run to the end (it was killed): that run id is kept in this holder's
+        // record until [`JobLock::clear_run_id`], so that it is not forgotten if this
+        // holder dies too before it dealt with what the run left.
+        let previous = {
+            let file: &File = &locked;
+            read_any_record(file)
+        };
         let holder = LockHolder {
             pid: std::process::id(),
             started_at: Some(jiff::Timestamp::now().as_microsecond()),
             host: nix::unistd::gethostname()
                 .ok()
                 .map(|h| h.to_string_lossy().into_owned()),
-            run_id: None,
+            run_id: previous.as_ref().and_then(|p| p.run_id.clone()),
         };
         let mut lock = JobLock {
             file: locked,
             path,
             holder,
+            previous,
         };
         lock.write_record()?;
         Ok(LockAttempt::Acquired(lock))
@@ -277,6 +289,24 @@ impl JobLock {
         self.write_record()
     }
 
+    /// Marks the run in the holder record as seen to its end (or what an earlier holder's
+    /// run left as dealt with): the record names no run.
+    ///
+    /// # Errors
+    /// [`LockError::Record`] if the file cannot be written (the lock stays held).
+    pub fn clear_run_id(&mut self) -> Result<(), LockError> {
+        if self.holder.run_id.take().is_none() {
+            return Ok(());
+        }
+        self.write_record()
+    }
+
+    /// The run an earlier holder of the lock did not see to its end (it was killed while
+    /// its record named a run), if any: the run whose processes may still be running.
+    pub fn unfinished_run(&self) -> Option<&str> {
+        self.previous.as_ref()?.run_id.as_deref()
+    }
+
     /// The lock file.
     pub fn path(&self) -> &Path {
         &self.path
@@ -299,14 +329,19 @@ impl JobLock {
     }
 }
 
+/// Reads the holder record in a lock file, whoever wrote it.
+fn read_any_record(file: &File) -> Option<LockHolder> {
+    let mut buf = vec![0u8; 1024];
+    let n = file.read_at(&mut buf, 0).ok()?;
+    buf.truncate(n);
+    LockHolder::parse(std::str::from_utf8(&buf).ok()?)
+}
+
 /// Reads the holder record of a lock file whose lock another process holds. A record whose
 /// process no longer exists is the previous holder's (the new holder has not written yet)
 /// and is not returned.
 fn read_record(file: &File) -> Option<LockHolder> {
-    let mut buf = vec![0u8; 1024];
-    let n = file.read_at(&mut buf, 0).ok()?;
-    buf.truncate(n);
-    let holder = LockHolder::parse(std::str::from_utf8(&buf).ok()?)?;
+    let holder = read_any_record(file)?;
     let pid = nix::unistd::Pid::from_raw(i32::try_from(holder.pid).ok()?);
     match nix::sys::signal::kill(pid, None) {
         Ok(()) | Err(Errno::EPERM) => Some(holder),
@@ -368,6 +403,29 @@ mod tests {
         acquired(JobLock::try_acquire(dir.path(), "other").unwrap());
         drop(lock);
         acquired(JobLock::try_acquire(dir.path(), "a-job").unwrap());
+    }
+
+    #[test]
+    fn a_run_not_seen_to_its_end_is_passed_on_until_cleared() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut first = acquired(JobLock::try_acquire(dir.path(), "j").unwrap());
+        assert_eq!(first.unfinished_run(), None);
+        first.set_run_id("cut").unwrap();
+        // Dropped with the run id still in the record: as if the holder was killed.
+        drop(first);
+        let second = acquired(JobLock::try_acquire(dir.path(), "j").unwrap());
+        assert_eq!(second.unfinished_run(), Some("cut"));
+        // Until cleared, the run id stays in the record for the next holder.
+        assert_eq!(second.holder().run_id.as_deref(), Some("cut"));
+        drop(second);
+        let mut third = acquired(JobLock::try_acquire(dir.path(), "j").unwrap());
+        assert_eq!(third.unfinished_run(), Some("cut"));
+        third.clear_run_id().unwrap();
+        third.set_run_id("done").unwrap();
+        third.clear_run_id().unwrap();
+        drop(third);
+        let fourth = acquired(JobLock::try_acquire(dir.path(), "j").unwrap());
+        assert_eq!(fourth.unfinished_run(), None);
     }
 
     #[test]

@@ -1055,3 +1055,60 @@ fn a_schedule_that_never_elapses_is_refused_where_it_is_written() {
         assert!(!set.jobs.contains_key("never") && set.jobs.contains_key("ok"));
     }
 }
+
+#[test]
+fn check_refuses_a_kill_grace_that_leaves_no_time_to_renew_the_lease() {
+    // The command must be dead kill_grace + 1 s before its lease could expire; what is
+    // left of lease_ttl must leave room for a renewal.
+    let d = Dir::new();
+    let text = format!(
+        "[defaults]\nkill_grace = \"20s\"\n\n\
+         [jobs.long-grace]\n{GOOD}lease_ttl = \"6s\"\nkill_grace = \"30s\"\n\n\
+         [jobs.short-lease]\n{GOOD}lease_ttl = \"30s\"\n\n\
+         [jobs.fits]\n{GOOD}lease_ttl = \"3s\"\nkill_grace = \"0s\"\n\n\
+         [jobs.fits-too]\n{GOOD}lease_ttl = \"6s\"\nkill_grace = \"3s\"\n"
+    );
+    let f = d.write("jobs.toml", &text);
+    let set = d.load();
+    assert_eq!(set.errors.len(), 2, "{:#?}", set.errors);
+    assert_at(
+        &set.errors[1],
+        &f,
+        pos(&text, "[jobs.long-grace]", "\"30s"),
+        "jobs.long-grace.kill_grace",
+    );
+    assert_eq!(
+        set.errors[1].message,
+        "kill_grace 30s + safety margin 1s = 31s does not fit in lease_ttl 6s: the command must be \
+         dead 31s before its lease could expire, which leaves no time to renew the lease (at most \
+         two thirds of lease_ttl, 4s, may go to kill_grace and the margin); lower kill_grace to at \
+         most 3s or raise lease_ttl to at least 47s"
+    );
+    // short-lease's grace comes from [defaults]: its error points there (errors come in
+    // the order of the file).
+    assert_at(
+        &set.errors[0],
+        &f,
+        pos(&text, "[defaults]", "\"20s"),
+        "defaults.kill_grace",
+    );
+    assert!(
+        set.errors[0].message.contains("lease_ttl 30s"),
+        "{}",
+        set.errors[0]
+    );
+    let names: Vec<&str> = set.jobs.keys().map(String::as_str).collect();
+    assert_eq!(names, ["fits", "fits-too"]);
+
+    let out = check(&["--config", f.to_str().expect("utf-8")]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (l, c) = pos(&text, "[jobs.long-grace]", "\"30s");
+    assert!(
+        stderr.contains(&format!(
+            "{}:{l}:{c}: jobs.long-grace.kill_grace: kill_grace 30s + safety margin 1s = 31s does not fit in lease_ttl 6s",
+            f.display()
+        )),
+        "{stderr}"
+    );
+}

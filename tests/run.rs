@@ -1045,3 +1045,159 @@ fn a_redis_that_does_not_answer_is_a_timeout_and_a_plain_one_is_named_for_tls() 
         assert!(!stderr(&out).contains("os error 11"), "{}", stderr(&out));
     }
 }
+
+/// CPU time (user + system) the process `child` used, read from wait4(2) as it is reaped.
+fn wait_with_cpu(child: std::process::Child) -> (Option<i32>, Duration) {
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is valid; wait4 writes into it and into status.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(r, pid, "wait4: {}", std::io::Error::last_os_error());
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+    (code, tv(usage.ru_utime) + tv(usage.ru_stime))
+}
+
+#[test]
+fn a_timed_out_command_that_ignores_sigterm_does_not_busy_loop_the_shim() {
+    // Between the SIGTERM of the timeout and the SIGKILL after kill_grace the shim has
+    // nothing to do but wait: its CPU time stays small, whatever the grace.
+    let sb = Sandbox::new(&job(
+        "stubborn",
+        "trap '' TERM; echo up >> \"$OUT\"; sleep 30",
+        "timeout = \"1s\"\nkill_grace = \"3s\"\nenvironment = { OUT = \"@DIR@/out\" }",
+    ));
+    for round in 0..2 {
+        let child = sb
+            .cmd(&["run", "stubborn", "--force"])
+            .env("TRIGGER_TIMER_REALTIME_USEC", FIRED)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let t0 = Instant::now();
+        let (code, cpu) = wait_with_cpu(child);
+        let took = t0.elapsed();
+        assert_eq!(code, Some(124), "round {round}: the timeout's status");
+        assert!(
+            took >= Duration::from_secs(4),
+            "round {round}: SIGKILL only after the grace ({took:?})"
+        );
+        assert!(
+            cpu < Duration::from_millis(200),
+            "round {round}: the shim used {cpu:?} of CPU in {took:?}"
+        );
+    }
+    assert_eq!(sb.lines("out"), 2);
+    let h = sb.history("stubborn");
+    assert!(h.iter().all(|r| r["reason"] == "timeout"), "{h:?}");
+}
+
+/// Timestamps (seconds since the epoch, CLOCK_REALTIME) in file `name`, one a line.
+fn stamps(sb: &Sandbox, name: &str) -> Vec<f64> {
+    sb.read(name)
+        .lines()
+        .filter_map(|l| l.split_whitespace().last()?.parse().ok())
+        .collect()
+}
+
+/// SIGKILLs the processes in `pids` (one a line) that still run; returns them.
+fn kill_listed(pids: &str) -> Vec<i32> {
+    let left: Vec<i32> = pids
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .filter(|p| running(*p))
+        .collect();
+    for p in &left {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(*p),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    left
+}
+
+#[test]
+fn a_run_after_a_killed_shim_starts_only_once_the_earlier_attempts_processes_are_gone() {
+    // Each attempt leaves a grandchild in a session of its own (setsid: out of the
+    // command's process group, out of PR_SET_PDEATHSIG's reach) that writes a timestamp
+    // every 50 ms. The shim is SIGKILLed; after its lease expired the next slot is run:
+    // its command must start only after the earlier grandchild stopped writing.
+    const ROUNDS: usize = 3;
+    let sb = Sandbox::new(&job(
+        "leftover",
+        "echo \"$JOBGUARD_RUN_ID $(date +%s.%N)\" >> \"$OUT.starts\"; \
+         [ -e \"$OUT.last\" ] && exit 0; \
+         setsid sh -c 'echo $$ >> \"$0.pids\"; while :; do date +%s.%N >> \"$0.$1\"; sleep 0.05; done' \"$OUT\" \"$JOBGUARD_RUN_ID\" & \
+         sleep 60",
+        "lease_ttl = \"3s\"\nkill_grace = \"1s\"\non_interrupted = \"hold\"\n\
+         environment = { OUT = \"@DIR@/out\" }",
+    ));
+    // Slots of consecutive days, each asked for by --slot.
+    let slot = |day: usize| format!("2026-11-{:02}T02:00:00Z", 10 + day);
+    for round in 0..=ROUNDS {
+        if round == ROUNDS {
+            std::fs::write(sb.file("out.last"), "").unwrap();
+        }
+        // To a file, not a pipe: a grandchild that outlives the shim keeps its stderr open.
+        let err_file = sb.file(&format!("err.{round}"));
+        let mut shim = sb
+            .cmd(&["run", "leftover", "--slot", &slot(round)])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&err_file).unwrap())
+            .spawn()
+            .unwrap();
+        if round == ROUNDS {
+            shim.wait().unwrap();
+            break;
+        }
+        let started = wait_until(20, || {
+            let starts = sb.read("out.starts");
+            starts.lines().count() > round
+                && starts.lines().nth(round).is_some_and(|l| {
+                    let run = l.split_whitespace().next().unwrap_or_default();
+                    sb.lines(&format!("out.{run}")) > 2
+                })
+        });
+        shim.kill().unwrap();
+        shim.wait().unwrap();
+        if !started {
+            kill_listed(&sb.read("out.pids"));
+        }
+        assert!(
+            started,
+            "round {round}: the command and its grandchild started"
+        );
+        // Past the lease (3 s) by the store's clock.
+        std::thread::sleep(Duration::from_millis(3500));
+    }
+    let left = kill_listed(&sb.read("out.pids"));
+    let starts: Vec<(String, f64)> = sb
+        .read("out.starts")
+        .lines()
+        .map(|l| {
+            let (run, at) = l.split_once(' ').unwrap();
+            (run.to_string(), at.parse().unwrap())
+        })
+        .collect();
+    let errs: Vec<String> = (0..=ROUNDS).map(|r| sb.read(&format!("err.{r}"))).collect();
+    assert_eq!(starts.len(), ROUNDS + 1, "one start per slot: {errs:#?}");
+    for pair in starts.windows(2) {
+        let (earlier, next_start) = (&pair[0].0, pair[1].1);
+        let last = stamps(&sb, &format!("out.{earlier}"));
+        let last = last.last().copied().unwrap_or(0.0);
+        assert!(
+            last < next_start,
+            "run {earlier}'s grandchild wrote at {last:.3}, {:.3} s after the next command started at {next_start:.3}: {errs:#?}",
+            last - next_start
+        );
+    }
+    assert!(left.is_empty(), "grandchildren left running: {left:?}");
+    // The cut attempts are on record as interrupted, not as running.
+    let h = sb.history("leftover");
+    assert_eq!(h.len(), ROUNDS + 1, "{h:?}");
+    assert_eq!(h[0]["outcome"], "succeeded");
+    for r in &h[1..] {
+        assert_eq!(r["outcome"], "interrupted", "{h:?}");
+    }
+}

@@ -2,7 +2,8 @@
 //! so the local lock does not decide), fire the same slot of one job at once against
 //! each shared store: exactly one runs the command, every other one skips and says why,
 //! and the ledger holds one record for the slot. Also: a claim whose answer is lost after
-//! the store committed it.
+//! the store committed it, and a holder cut off from the store whose command must be dead
+//! before another host may take the slot over.
 #![cfg(all(
     feature = "store-postgres",
     feature = "store-mysql",
@@ -15,7 +16,7 @@ mod support;
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use common::remote::{Kind, Namespace};
+use common::remote::{Kind, Namespace, Proxy};
 use support::Sandbox;
 
 /// 2026-11-29T02:03:00Z, µs: three minutes after the 02:00 elapse, as a late timer.
@@ -191,4 +192,141 @@ fn postgres_a_claim_whose_answer_is_lost_still_runs_the_slot_once() {
     let history = sb.history("lost");
     assert_eq!(history.len(), 1, "one record: {history:#?}");
     assert_eq!(history[0]["outcome"], "succeeded");
+}
+
+/// Timestamps (seconds since the epoch, CLOCK_REALTIME) in `path`, one a line.
+fn stamps(path: &std::path::Path) -> Vec<f64> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+/// Two hosts (two `jobguard run` processes with runtime directories of their own) share
+/// one store; host A reaches it through a proxy. For each of `rounds` slots: A starts the
+/// slot, then its proxy freezes (connections stay open, nothing moves: A's renewals hang
+/// until the store call times out), and B tries the slot every 100 ms until it takes it
+/// over; B's command runs until A's shim has given up. Ground truth outside the ledger:
+/// each command writes a timestamp every 50 ms while it lives. A's last one must come
+/// before B's first one.
+fn cut_off_holder_is_dead_before_the_takeover(
+    kind: Kind,
+    test: &str,
+    settings: &str,
+    command: &str,
+    rounds: usize,
+) {
+    let Some(ns) = Namespace::new(kind, test) else {
+        return;
+    };
+    let proxy = Proxy::start(kind.port());
+    let truth = tempfile::tempdir().unwrap();
+    let t = truth.path().display().to_string();
+    let jobs = |host: &str, address: &str| {
+        format!(
+            "[jobs.fence]\nschedule = \"*-*-* 02:00:00 UTC\"\nstore = {address:?}\n{settings}\n\
+             command = [\"/bin/sh\", \"-c\", {command:?}]\n\
+             environment = {{ OUT = \"{t}/{host}\", STOP = \"{t}/stop\" }}\n"
+        )
+    };
+    let a = Sandbox::new(&jobs("a", &kind.address(&proxy.listen, &ns.name)));
+    let b = Sandbox::new(&jobs("b", &ns.address()));
+    let run = |sb: &Sandbox, slot: &str| {
+        sb.cmd(&["run", "fence", "--slot", slot])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn jobguard run")
+    };
+    let file = |host: &str, slot: &str| truth.path().join(format!("{host}.{slot}"));
+    for round in 0..rounds {
+        let slot = format!("2026-11-{:02}T02:00:00Z", 10 + round);
+        proxy.freeze(false);
+        let host_a = run(&a, &slot);
+        let up = support::wait_until(20, || stamps(&file("a", &slot)).len() >= 3);
+        assert!(up, "round {round}: A's command started");
+        proxy.freeze(true);
+        let cut = std::time::Instant::now();
+        // B fires again and again until it takes the slot over.
+        let mut skips = 0;
+        let host_b = loop {
+            let mut host_b = run(&b, &slot);
+            let started = support::wait_until(1, || {
+                !stamps(&file("b", &slot)).is_empty() || host_b.try_wait().ok().flatten().is_some()
+            });
+            assert!(started || cut.elapsed() < Duration::from_secs(60));
+            if !stamps(&file("b", &slot)).is_empty() {
+                break host_b;
+            }
+            let out = host_b.wait_with_output().unwrap();
+            assert_eq!(out.status.code(), Some(0), "{out:?}");
+            skips += 1;
+            assert!(
+                cut.elapsed() < Duration::from_secs(60),
+                "round {round}: B never took the slot over"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        // A gives up on its own (its store stays frozen); then B's command is stopped.
+        let out_a = host_a.wait_with_output().unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        std::fs::write(truth.path().join(format!("stop.{slot}")), "").unwrap();
+        proxy.freeze(false);
+        let out_b = host_b.wait_with_output().unwrap();
+        let err_a = String::from_utf8_lossy(&out_a.stderr);
+        let err_b = String::from_utf8_lossy(&out_b.stderr);
+        let last_a = stamps(&file("a", &slot)).last().copied().unwrap_or(0.0);
+        let first_b = stamps(&file("b", &slot)).first().copied().unwrap_or(0.0);
+        assert!(
+            last_a < first_b,
+            "round {round}: A's command still ran {:.3} s after B's started ({skips} skips of B)\nA: {err_a}\nB: {err_b}",
+            last_a - first_b
+        );
+        assert_eq!(
+            out_a.status.code(),
+            Some(75),
+            "round {round}: A lost its lease: {err_a}"
+        );
+        assert_eq!(out_b.status.code(), Some(0), "round {round}: {err_b}");
+    }
+}
+
+/// A well-behaved command, a lease of 3 s and no grace (`lease_ttl = "3s"`,
+/// `kill_grace = "0s"`): a renewal hangs for the store's call time-out, longer than the
+/// lease has left.
+#[test]
+fn redis_a_cut_off_holders_command_ends_before_its_lease_can_expire() {
+    cut_off_holder_is_dead_before_the_takeover(
+        Kind::Redis,
+        "store_contention::fence_short",
+        "lease_ttl = \"3s\"\nkill_grace = \"0s\"",
+        "while [ ! -e \"$STOP.$JOBGUARD_SLOT\" ]; do date +%s.%N >> \"$OUT.$JOBGUARD_SLOT\"; sleep 0.05; done",
+        3,
+    );
+}
+
+/// A command that ignores SIGTERM, so only the SIGKILL after `kill_grace` ends it: the
+/// SIGKILL too must come before the lease can expire.
+#[test]
+fn redis_a_cut_off_holders_command_that_ignores_sigterm_is_killed_before_its_lease_can_expire() {
+    cut_off_holder_is_dead_before_the_takeover(
+        Kind::Redis,
+        "store_contention::fence_ignores_term",
+        "lease_ttl = \"6s\"\nkill_grace = \"3s\"",
+        "trap '' TERM; while [ ! -e \"$STOP.$JOBGUARD_SLOT\" ]; do date +%s.%N >> \"$OUT.$JOBGUARD_SLOT\"; sleep 0.05; done",
+        3,
+    );
+}
+
+/// The same over PostgreSQL, whose calls time out in the client library.
+#[test]
+fn postgres_a_cut_off_holders_command_ends_before_its_lease_can_expire() {
+    cut_off_holder_is_dead_before_the_takeover(
+        Kind::Postgres,
+        "store_contention::fence_short_pg",
+        "lease_ttl = \"3s\"\nkill_grace = \"0s\"",
+        "while [ ! -e \"$STOP.$JOBGUARD_SLOT\" ]; do date +%s.%N >> \"$OUT.$JOBGUARD_SLOT\"; sleep 0.05; done",
+        2,
+    );
 }

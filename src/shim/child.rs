@@ -1,8 +1,10 @@
 //! The job's command as a child process: spawned in a session of its own (so it and its
 //! children can be signalled as one process group), with privileges dropped to the job's
 //! user, `PR_SET_PDEATHSIG` so it cannot run on unguarded if the shim dies, an empty
-//! signal mask and no descriptors but 0, 1 and 2. Then supervised: signals are forwarded, the lease renewed, the timeout
-//! enforced.
+//! signal mask and no descriptors but 0, 1 and 2. Then supervised: signals are forwarded,
+//! the timeout enforced, and the command kept inside its lease: it is dead before the
+//! lease could expire, whatever the store does ([`Keeper`] renews it without blocking the
+//! supervisor; the caller decides when the lease ends).
 //!
 //! The shim blocks the signals it handles ([`block_signals`]) and reads them from a
 //! signalfd, in one thread: no signal handlers, no races with `waitpid`.
@@ -190,14 +192,27 @@ pub fn spawn(spec: &Spec) -> std::io::Result<Pid> {
     Ok(Pid::from_raw(pid))
 }
 
-/// What the lease renewer reports to the supervisor.
+/// The lease as the supervisor sees it: kept by the caller ([`Keeper`]), which renews it
+/// without ever making the supervisor wait for the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Renewal {
-    /// The lease is held (renewed, or a failed renewal left time to retry); call again
-    /// after this long.
-    Held(Duration),
-    /// The lease is lost or about to expire unconfirmed: stop the command.
-    Lost,
+pub struct Keep {
+    /// The store answered that the lease is lost (expired or passed to another holder).
+    pub lost: bool,
+    /// SIGKILL must reach the command by this moment (the lease's expiry, measured from
+    /// the last confirmed renewal, less the safety margin: [`crate::lease::fence_after`]).
+    pub kill_by: Instant,
+    /// Call [`Keeper::step`] again by then, even if its descriptor stays quiet.
+    pub wake: Instant,
+}
+
+/// Keeps the lease while the command runs. [`supervise`] calls `step` whenever it wakes;
+/// `step` starts a renewal when one is due and takes in the answers, and must never block
+/// on the store (a store call runs elsewhere and signals its answer on `fd`).
+pub trait Keeper {
+    /// A descriptor that becomes readable when an answer is there for `step` to take.
+    fn fd(&self) -> Option<std::os::fd::BorrowedFd<'_>>;
+    /// Does what is due at `now`; returns the lease as it stands.
+    fn step(&mut self, now: Instant) -> Keep;
 }
 
 /// Limits of a supervised run.
@@ -207,8 +222,6 @@ pub struct Limits {
     pub timeout: Option<Duration>,
     /// SIGTERM → SIGKILL grace when the shim stops the command.
     pub kill_grace: Duration,
-    /// First call of the renewer after this long; later ones as it asks.
-    pub renew_first: Duration,
 }
 
 /// How the supervised command ended.
@@ -224,18 +237,20 @@ pub struct Ended {
     pub stop_signal: Option<Signal>,
 }
 
-/// Waits for `pid` to exit, forwarding SIGTERM/SIGINT/SIGHUP to its process group, calling
-/// `renew` when it asks, and stopping the group (SIGTERM, then SIGKILL after
-/// the grace) on timeout or lost lease. Signals must be blocked ([`block_signals`]).
+/// Waits for `pid` to exit, forwarding SIGTERM/SIGINT/SIGHUP to its process group, letting
+/// `keeper` renew the lease, and stopping the group (SIGTERM, then SIGKILL after the
+/// grace) on timeout. Signals must be blocked ([`block_signals`]).
+///
+/// The lease is a deadline, not an event: the group gets SIGTERM `kill_grace` before the
+/// keeper's [`Keep::kill_by`] (or at once when the store says the lease is lost) and
+/// SIGKILL at `kill_by` at the latest, whatever else is going on; a SIGKILL after a
+/// timeout or a stop signal also comes no later than `kill_by`. The loop sleeps in `poll`
+/// until the next of these moments, so a command that ignores SIGTERM costs no CPU.
 ///
 /// # Errors
 /// The errno of signalfd, poll or waitpid.
-pub fn supervise(
-    pid: Pid,
-    limits: Limits,
-    renew: &mut dyn FnMut() -> Renewal,
-) -> Result<Ended, Errno> {
-    supervise_watching(pid, limits, renew, None)
+pub fn supervise(pid: Pid, limits: Limits, keeper: &mut dyn Keeper) -> Result<Ended, Errno> {
+    supervise_watching(pid, limits, keeper, None)
 }
 
 /// A descriptor polled beside the signalfd (the logind shutdown watch of
@@ -256,7 +271,7 @@ pub struct Watch<'a> {
 pub fn supervise_watching(
     pid: Pid,
     limits: Limits,
-    renew: &mut dyn FnMut() -> Renewal,
+    keeper: &mut dyn Keeper,
     mut watch: Option<Watch<'_>>,
 ) -> Result<Ended, Errno> {
     use std::os::fd::AsFd;
@@ -266,18 +281,21 @@ pub fn supervise_watching(
     )?;
     let started = Instant::now();
     let deadline = limits.timeout.map(|t| started + t);
-    let mut next_renew = started + limits.renew_first;
+    // SIGKILL after a SIGTERM of the shim's own (timeout, stop signal, lost lease), once
+    // the grace is over; `None` before any, or once sent.
     let mut kill_at: Option<Instant> = None;
+    let mut killed = false;
+    let mut keep = keeper.step(started);
     let mut ended = Ended {
         status: ExitStatus::default(),
         timed_out: false,
         lease_lost: false,
         stop_signal: None,
     };
-    let stop = |kill_at: &mut Option<Instant>, sig: Signal| {
+    let term = |kill_at: &mut Option<Instant>, sig: Signal, now: Instant| {
         let _ = killpg(pid, sig);
         if kill_at.is_none() {
-            *kill_at = Some(Instant::now() + limits.kill_grace);
+            *kill_at = Some(now + limits.kill_grace);
         }
     };
     loop {
@@ -288,18 +306,63 @@ pub fn supervise_watching(
             return Ok(ended);
         }
         let now = Instant::now();
-        let mut wake = next_renew;
-        if let Some(d) = deadline {
-            wake = wake.min(d);
+        // The lease: SIGTERM once only the grace is left before the SIGKILL must land, or
+        // at once when the store said it is lost. After that the lease is not renewed.
+        if !ended.lease_lost {
+            keep = keeper.step(now);
+            let term_by = keep.kill_by.checked_sub(limits.kill_grace).unwrap_or(now);
+            if keep.lost || now >= term_by {
+                ended.lease_lost = true;
+                term(&mut kill_at, Signal::SIGTERM, now);
+            }
         }
-        if let Some(k) = kill_at {
-            wake = wake.min(k);
+        if let Some(d) = deadline
+            && now >= d
+            && !ended.timed_out
+        {
+            ended.timed_out = true;
+            term(&mut kill_at, Signal::SIGTERM, now);
         }
-        let wait = wake.saturating_duration_since(now);
-        let ms = u16::try_from(wait.as_millis().min(60_000)).unwrap_or(u16::MAX);
+        // SIGKILL: the grace is over, or the lease ends before it would be.
+        let kill_due = kill_at.map(|k| k.min(keep.kill_by));
+        if !killed && (kill_due.is_some_and(|k| now >= k) || now >= keep.kill_by) {
+            let _ = killpg(pid, Signal::SIGKILL);
+            killed = true;
+        }
+        // Sleep until the next thing to do: only moments still ahead count.
+        let mut wake: Option<Instant> = None;
+        let mut at = |t: Instant| {
+            if t > now {
+                wake = Some(wake.map_or(t, |w| w.min(t)));
+            }
+        };
+        if !ended.lease_lost {
+            at(keep.wake);
+            at(keep.kill_by.checked_sub(limits.kill_grace).unwrap_or(now));
+        }
+        if !killed {
+            at(keep.kill_by);
+            if let Some(k) = kill_due {
+                at(k);
+            }
+        }
+        if let Some(d) = deadline
+            && !ended.timed_out
+        {
+            at(d);
+        }
+        let wait = wake.map_or(Duration::from_secs(60), |w| w - now);
+        // Rounded up: a wait shorter than a millisecond must not become a busy poll.
+        let ms = wait.as_micros().div_ceil(1000).min(60_000);
+        let ms = u16::try_from(ms).unwrap_or(u16::MAX);
         let mut fds = vec![PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
-        if let Some(w) = &watch {
+        let watch_at = watch.as_ref().map(|w| {
             fds.push(PollFd::new(w.fd, PollFlags::POLLIN));
+            fds.len() - 1
+        });
+        let keeper_fd = if ended.lease_lost { None } else { keeper.fd() };
+        if let Some(fd) = keeper_fd {
+            fds.push(PollFd::new(fd, PollFlags::POLLIN));
         }
         match poll(&mut fds, PollTimeout::from(ms)) {
             Ok(_) | Err(Errno::EINTR) => {}
@@ -307,8 +370,8 @@ pub fn supervise_watching(
         }
         // The watch (logind's shutdown/sleep signals) is handled before the signals, so a
         // SIGTERM that systemd sends for a shutdown is already known to be one.
-        let watch_ready = fds
-            .get(1)
+        let watch_ready = watch_at
+            .and_then(|i| fds.get(i))
             .and_then(PollFd::revents)
             .is_some_and(|r| !r.is_empty());
         drop(fds);
@@ -330,30 +393,6 @@ pub fn supervise_watching(
                     kill_at = Some(Instant::now() + limits.kill_grace);
                 }
             }
-        }
-        let now = Instant::now();
-        if now >= next_renew && !ended.lease_lost {
-            match renew() {
-                Renewal::Held(after) => next_renew = Instant::now() + after,
-                Renewal::Lost => {
-                    ended.lease_lost = true;
-                    next_renew = now + Duration::from_secs(3600);
-                    stop(&mut kill_at, Signal::SIGTERM);
-                }
-            }
-        }
-        if let Some(d) = deadline
-            && now >= d
-            && !ended.timed_out
-        {
-            ended.timed_out = true;
-            stop(&mut kill_at, Signal::SIGTERM);
-        }
-        if let Some(k) = kill_at
-            && now >= k
-        {
-            let _ = killpg(pid, Signal::SIGKILL);
-            kill_at = Some(now + Duration::from_secs(3600));
         }
     }
 }

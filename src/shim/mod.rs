@@ -2,13 +2,15 @@
 //! report.
 //!
 //! Order of a run (the contract of the README):
-//! 1. take the job's local flock without waiting ([`crate::lock`]); held → skip;
+//! 1. take the job's local flock without waiting ([`crate::lock`]); held → skip; then end
+//!    what earlier attempts on this host left running ([`leftover`]);
 //! 2. compute the slot ([`slot`]): the latest elapse at or before the timer's fire time;
 //! 3. in one atomic store step ([`crate::store::Store::claim`]): skip if the slot is done
 //!    or held, skip if another holder's lease is unexpired, else take the lease (with a
 //!    new fencing token) and record `running`;
 //! 4. run the command as a child ([`child`]) with the `JOBGUARD_*` variables, renewing the
-//!    lease every third of its time to live and forwarding stop signals;
+//!    lease every third of its time to live (or more often, see [`renew`]) and forwarding
+//!    stop signals; the command is dead before the lease could expire;
 //! 5. record the outcome and release the lease, both conditional on the fencing token;
 //!    exit with the command's status (128+N for signal N). A skip exits 0.
 //!
@@ -16,6 +18,8 @@
 //! its own attempt through the same steps.
 
 pub mod child;
+pub mod leftover;
+pub mod renew;
 pub mod report;
 pub mod slot;
 
@@ -121,6 +125,17 @@ pub fn run(job: &Job, req: &Request) -> u8 {
             job.name
         );
         return exit::USAGE;
+    }
+
+    // Nothing starts while processes of an earlier attempt on this host live: looked for
+    // when the lock says the previous shim did not see its run to the end.
+    if lock.unfinished_run().is_some() {
+        if let Err(code) = leftover::end_earlier_attempts(job, store.as_mut()) {
+            return code;
+        }
+        if let Err(e) = lock.clear_run_id() {
+            eprintln!("jobguard: {}: {e}", job.name);
+        }
     }
 
     // A trigger (no --slot, no --force) runs queued re-runs first, oldest first, and
@@ -556,10 +571,11 @@ fn run_slot(
         eprintln!("jobguard: {}: {e}", job.name);
     }
     let ran = run.slot.usec;
-    (
-        execute(job, store, &lease, &run, account, claimed_at, passed_over),
-        Some(ran),
-    )
+    let code = execute(job, store, &lease, &run, account, claimed_at, passed_over);
+    if let Err(e) = lock.clear_run_id() {
+        eprintln!("jobguard: {}: {e}", job.name);
+    }
+    (code, Some(ran))
 }
 
 /// Runs the command for a claimed slot and records how it ended.
@@ -594,6 +610,7 @@ fn execute(
             lease.token.to_string(),
         ),
         ("JOBGUARD_ATTEMPT".to_string(), run.attempt.to_string()),
+        (identity::HOLDER_VAR.to_string(), lease.holder.clone()),
     ];
     if let Some(p) = &report_path {
         env.push(("JOBGUARD_REPORT".to_string(), p.display().to_string()));
@@ -636,7 +653,7 @@ fn execute(
     ));
 
     // The lease surely holds until here (by this host's monotonic clock), less a margin.
-    let mut lease_good_until = Renewer::new(job.lease_ttl, claimed_at).give_up_at();
+    let mut lease_good_until = renew::good_until(claimed_at, job.lease_ttl);
     // The logind inhibitor lock is taken just before the command starts and released as
     // soon as it ends (when `guard` is dropped); the guard also hears logind's
     // PrepareForShutdown/PrepareForSleep, polled by `supervise_watching`. See crate::logind.
@@ -671,11 +688,9 @@ fn execute(
             (f, code)
         }
         Ok(pid) => {
-            let mut renewer = Renewer::new(job.lease_ttl, claimed_at);
             let limits = child::Limits {
                 timeout: job.timeout,
                 kill_grace: job.kill_grace,
-                renew_first: renewer.every(),
             };
             let watch_fd = guard.watch_fd();
             let mut on_watch = || guard.on_watch_ready();
@@ -683,16 +698,42 @@ fn execute(
                 fd,
                 ready: &mut on_watch,
             });
-            let supervised =
-                child::supervise_watching(pid, limits, &mut || renewer.renew(store, lease), watch);
+            // The lease is renewed from a thread of its own, so a store call that hangs
+            // never holds up the supervisor's deadlines (see renew).
+            let supervised = std::thread::scope(|scope| {
+                let renewer = renew::Renewer::start(
+                    scope,
+                    &mut *store,
+                    lease,
+                    job.lease_ttl,
+                    job.kill_grace,
+                    claimed_at,
+                );
+                let mut renewer = match renewer {
+                    Ok(r) => r,
+                    Err(e) => {
+                        // Without a renewer, the lease must not be outlived: stop at once.
+                        let _ = nix::sys::signal::killpg(pid, nix::sys::signal::Signal::SIGKILL);
+                        return Err(e);
+                    }
+                };
+                let ended = child::supervise_watching(pid, limits, &mut renewer, watch);
+                Ok((ended, renewer.good_until()))
+            });
             let ended = match supervised {
-                Ok(e) => e,
-                Err(e) => {
+                Ok((Ok(e), good_until)) => {
+                    lease_good_until = good_until;
+                    e
+                }
+                Ok((Err(e), _)) | Err(e) => {
                     eprintln!("jobguard: {}: lost track of the command: {e}", job.name);
                     return exit::OS_ERROR;
                 }
             };
-            lease_good_until = renewer.give_up_at();
+            if ended.lease_lost {
+                // Processes of the attempt that left its process group (setsid) go too.
+                identity::end_run_survivors(&run.run_id);
+            }
             classify(job, &ended, guard.cut())
         }
     };
@@ -882,71 +923,6 @@ fn with_retry_until<T>(
                 pause = (pause * 2).min(Duration::from_secs(2));
             }
             other => return other,
-        }
-    }
-}
-
-/// Renews the lease and judges, by this host's monotonic clock, whether it is still safely
-/// held: a renewal that cannot be confirmed before the lease would expire, less a safety
-/// margin, means lost.
-struct Renewer {
-    ttl: Duration,
-    /// The lease surely lasts until here: the send time of the last confirmed grant or
-    /// renewal plus the time to live.
-    valid_until: Instant,
-}
-
-impl Renewer {
-    fn new(ttl: Duration, granted_at: Instant) -> Self {
-        Renewer {
-            ttl,
-            valid_until: granted_at + ttl,
-        }
-    }
-
-    /// The safety margin: a sixth of the time to live, at most 10 s.
-    fn margin(&self) -> Duration {
-        (self.ttl / 6).min(Duration::from_secs(10))
-    }
-
-    /// Until when the lease surely holds, less the safety margin.
-    fn give_up_at(&self) -> Instant {
-        self.valid_until
-            .checked_sub(self.margin())
-            .unwrap_or(self.valid_until)
-    }
-
-    /// Renew every third of the time to live.
-    fn every(&self) -> Duration {
-        (self.ttl / 3).max(Duration::from_millis(100))
-    }
-
-    fn renew(&mut self, store: &mut dyn Store, lease: &Lease) -> child::Renewal {
-        let sent = Instant::now();
-        match store.renew(lease, self.ttl) {
-            Ok(Some(_)) => {
-                self.valid_until = sent + self.ttl;
-                child::Renewal::Held(self.every())
-            }
-            Ok(None) => {
-                eprintln!(
-                    "jobguard: {}: the lease expired or passed to another holder",
-                    lease.job
-                );
-                child::Renewal::Lost
-            }
-            Err(e) => {
-                eprintln!("jobguard: {}: lease renewal failed: {e}", lease.job);
-                // Retry soon, and give up while there is still the margin left.
-                let give_up = self.give_up_at();
-                let now = Instant::now();
-                if now >= give_up {
-                    child::Renewal::Lost
-                } else {
-                    let retry = (self.ttl / 10).max(Duration::from_millis(100));
-                    child::Renewal::Held(retry.min(give_up - now))
-                }
-            }
         }
     }
 }

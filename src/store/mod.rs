@@ -277,7 +277,8 @@ pub struct RunQuery {
 }
 
 /// Leases and ledger in one store. Methods take `&mut self`: a store is one connection.
-pub trait Store {
+/// `Send`: the shim renews the lease from a thread of its own while the command runs.
+pub trait Store: Send {
     /// The address for messages, with secrets masked.
     fn describe(&self) -> String;
 

@@ -1,0 +1,126 @@
+//! Before a claim: ending what earlier attempts at the job left running on this host.
+//!
+//! `PR_SET_PDEATHSIG` reaches only the command itself, and outside systemd no cgroup ends
+//! the rest, so a shim that was SIGKILLed (or a command that started a daemon in a session
+//! of its own) can leave processes of an attempt running after its lease expired. The next
+//! run on this host, when the job's lock file says the previous shim did not see its run
+//! to the end ([`crate::lock::JobLock::unfinished_run`]; a normal run reads no other
+//! process's environment), finds them by their environment ([`identity::leftovers`]: the job,
+//! the run id and a shim that is gone), ends them (SIGTERM, `kill_grace`, SIGKILL) before
+//! it claims anything, and marks the attempt's record interrupted if it still says
+//! `running`. Processes that cannot be ended (another user's, when not root; a process
+//! stuck in the kernel) make the run refuse. Processes that started with a cleaned
+//! environment cannot be found; under systemd the unit's cgroup ends them anyway.
+//! Other hosts' processes are beyond reach: their own next run ends them. Not looked for:
+//! a daemon that a command started in a session of its own and that outlived a shim which
+//! saw its run to the end.
+
+use crate::exit;
+use crate::identity;
+use crate::job::Job;
+use crate::journal::{self, Event, Kind};
+use crate::ledger::{Outcome, format_usec};
+use crate::store::{RunQuery, Store};
+
+/// Ends the leftover processes of earlier attempts at `job` on this host and marks their
+/// `running` records interrupted. Returns the exit status to stop with when some cannot
+/// be ended.
+///
+/// # Errors
+/// [`exit::OS_ERROR`] when processes of an earlier attempt still run afterwards.
+pub fn end_earlier_attempts(job: &Job, store: &mut dyn Store) -> Result<(), u8> {
+    let found = identity::leftovers(&job.name);
+    if found.is_empty() {
+        return Ok(());
+    }
+    let mut runs: Vec<&str> = found.iter().map(|p| p.run_id.as_str()).collect();
+    runs.sort_unstable();
+    runs.dedup();
+    let pids: Vec<String> = found.iter().map(|p| p.pid.to_string()).collect();
+    eprintln!(
+        "jobguard: {}: ending {} process(es) left by earlier attempt(s) whose shim is gone (run {}; pid {}) before anything starts",
+        job.name,
+        found.len(),
+        runs.join(", "),
+        pids.join(", ")
+    );
+    let left = identity::end_leftovers(&found, job.kill_grace);
+    if !left.is_empty() {
+        let left: Vec<String> = left.iter().map(i32::to_string).collect();
+        let mut ev = Event::new(
+            Kind::Failed,
+            &job.name,
+            format!(
+                "not run: processes of an earlier attempt still run and cannot be ended (pid {})",
+                left.join(", ")
+            ),
+        );
+        ev.reason = Some("leftover-processes".into());
+        journal::emit(&ev);
+        journal::status("not run: processes of an earlier attempt still run");
+        return Err(exit::OS_ERROR);
+    }
+    mark_interrupted(job, store, &runs);
+    Ok(())
+}
+
+/// Marks the `running` records among `runs` interrupted, as `jobguard recover` would:
+/// their shim is gone and so is every process they left. Store errors are reported and
+/// left to `jobguard recover`.
+fn mark_interrupted(job: &Job, store: &mut dyn Store, runs: &[&str]) {
+    let running = store.runs(&RunQuery {
+        job: Some(job.name.clone()),
+        outcomes: vec![Outcome::Running],
+        ..RunQuery::default()
+    });
+    let running = match running {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("jobguard: {}: {e}", job.name);
+            return;
+        }
+    };
+    for run in running.iter().filter(|r| runs.contains(&r.run_id.as_str())) {
+        let marked = crate::recover::cut_resolution(store, job, run).and_then(|resolution| {
+            Ok((
+                resolution,
+                store.interrupt(run, "process-gone", resolution)?,
+            ))
+        });
+        let resolution = match marked {
+            Ok((resolution, true)) => resolution,
+            Ok((_, false)) => continue,
+            Err(e) => {
+                eprintln!("jobguard: {}: {e}", job.name);
+                continue;
+            }
+        };
+        let mut ev = Event::new(
+            Kind::Interrupted,
+            &job.name,
+            format!(
+                "interrupted: slot {} was cut off: run {} (attempt {}) started {} on host {} (process-gone); {}",
+                run.slot.rfc3339(),
+                run.run_id,
+                run.attempt,
+                format_usec(run.started_at),
+                run.host,
+                match resolution {
+                    crate::ledger::Resolution::Queued => "a re-run is queued".to_string(),
+                    _ => format!(
+                        "held for a person: decide with `jobguard resolve {} {} --rerun|--done`",
+                        job.name,
+                        run.slot.rfc3339()
+                    ),
+                }
+            ),
+        );
+        ev.slot = Some(run.slot.rfc3339());
+        ev.run_id = Some(run.run_id.clone());
+        ev.reason = Some("process-gone".into());
+        ev.outcome = Some(Outcome::Interrupted);
+        ev.attempt = Some(run.attempt);
+        ev.fencing_token = Some(run.fencing_token);
+        journal::emit(&ev);
+    }
+}

@@ -1,0 +1,156 @@
+//! Keeping the lease while the command runs, and knowing until when it surely holds.
+//!
+//! The command must be dead before its lease could expire by the store's clock. The lease
+//! surely lasts until the send time of the last confirmed grant or renewal plus the time to
+//! live, on this host's monotonic clock: the store computes the expiry from its own clock
+//! when the call arrives, which is later, so an offset between the two clocks does not
+//! matter (only their drift over one time to live, which [`FENCE_MARGIN`] covers).
+//! [`Renewer`] gives the supervisor ([`super::child::supervise`]) the moment SIGKILL must
+//! reach the command: that expiry less [`FENCE_MARGIN`]; the supervisor sends SIGTERM
+//! `kill_grace` before it.
+//!
+//! Store calls run on a thread of their own: a call that hangs (a store cut off behind an
+//! open connection, a lock held long) never delays the supervisor, whatever the store
+//! client's time-outs. One call is in flight at a time; its answer comes back through a
+//! channel, announced on a pipe the supervisor polls. `jobguard check` refuses a job whose
+//! `kill_grace` leaves no time to renew ([`crate::lease::check_fence`]).
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::mpsc;
+use std::thread::Scope;
+use std::time::{Duration, Instant};
+
+use nix::fcntl::OFlag;
+
+use super::child::{Keep, Keeper};
+use crate::lease::{FENCE_MARGIN, Lease, renew_every};
+use crate::store::{Store, StoreError};
+
+/// What the renewal thread sends back: when the call was sent, and its answer.
+type Answer = (Instant, Result<Option<i64>, StoreError>);
+
+/// Until when a lease of `ttl` confirmed by a call sent at `sent` surely holds, less
+/// [`FENCE_MARGIN`]: the moment by which a command must be dead, and the last moment the
+/// outcome may be written in the lease's name.
+pub fn good_until(sent: Instant, ttl: Duration) -> Instant {
+    (sent + ttl).checked_sub(FENCE_MARGIN).unwrap_or(sent)
+}
+
+/// Renews a lease from a thread of its own; a [`Keeper`] for the supervisor.
+pub struct Renewer {
+    job: String,
+    ttl: Duration,
+    /// SIGTERM → SIGKILL grace of the job.
+    kill_grace: Duration,
+    /// Send time of the last confirmed grant or renewal.
+    confirmed: Instant,
+    /// When the next renewal is due.
+    next: Instant,
+    /// A renewal was sent and has not answered yet.
+    in_flight: bool,
+    /// The store said the lease is lost.
+    lost: bool,
+    requests: mpsc::Sender<()>,
+    answers: mpsc::Receiver<Answer>,
+    /// Readable when an answer is waiting in `answers`.
+    wake: OwnedFd,
+}
+
+impl Renewer {
+    /// Starts the renewal thread in `scope` for `lease` of `ttl`, confirmed by a call sent
+    /// at `confirmed`. The thread ends when the renewer is dropped (after the call in
+    /// flight, if any, returns).
+    ///
+    /// # Errors
+    /// The errno of `pipe2(2)`.
+    pub fn start<'scope, 'env>(
+        scope: &'scope Scope<'scope, 'env>,
+        store: &'env mut dyn Store,
+        lease: &'env Lease,
+        ttl: Duration,
+        kill_grace: Duration,
+        confirmed: Instant,
+    ) -> Result<Renewer, nix::errno::Errno> {
+        let (wake, ring) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
+        let (requests, asked) = mpsc::channel::<()>();
+        let (answer, answers) = mpsc::channel::<Answer>();
+        scope.spawn(move || {
+            for () in asked {
+                let sent = Instant::now();
+                let got = store.renew(lease, ttl);
+                if answer.send((sent, got)).is_err() {
+                    break;
+                }
+                let _ = nix::unistd::write(&ring, b"!");
+            }
+        });
+        Ok(Renewer {
+            job: lease.job.clone(),
+            ttl,
+            kill_grace,
+            confirmed,
+            next: confirmed + renew_every(ttl, kill_grace),
+            in_flight: false,
+            lost: false,
+            requests,
+            answers,
+            wake,
+        })
+    }
+
+    /// Until when the lease surely holds, less [`FENCE_MARGIN`] (see [`good_until`]).
+    pub fn good_until(&self) -> Instant {
+        good_until(self.confirmed, self.ttl)
+    }
+
+    fn take(&mut self, (sent, got): Answer) {
+        self.in_flight = false;
+        let now = Instant::now();
+        match got {
+            Ok(Some(_)) => {
+                self.confirmed = self.confirmed.max(sent);
+                self.next = sent + renew_every(self.ttl, self.kill_grace);
+            }
+            Ok(None) => {
+                eprintln!(
+                    "jobguard: {}: the lease expired or passed to another holder",
+                    self.job
+                );
+                self.lost = true;
+            }
+            Err(e) => {
+                eprintln!("jobguard: {}: lease renewal failed: {e}", self.job);
+                // Retry soon; the supervisor stops the command when the fence comes first.
+                self.next = now + (self.ttl / 10).max(Duration::from_millis(100));
+            }
+        }
+    }
+}
+
+impl Keeper for Renewer {
+    fn fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.wake.as_fd())
+    }
+
+    fn step(&mut self, now: Instant) -> Keep {
+        let mut drained = [0u8; 64];
+        while matches!(nix::unistd::read(&self.wake, &mut drained), Ok(n) if n > 0) {}
+        while let Ok(a) = self.answers.try_recv() {
+            self.take(a);
+        }
+        if !self.lost && !self.in_flight && now >= self.next {
+            self.in_flight = self.requests.send(()).is_ok();
+        }
+        // While a call is in flight only its answer (on the pipe) or the fence matter.
+        let wake = if self.in_flight || self.lost {
+            now + Duration::from_secs(3600)
+        } else {
+            self.next
+        };
+        Keep {
+            lost: self.lost,
+            kill_by: self.good_until(),
+            wake,
+        }
+    }
+}
