@@ -127,8 +127,11 @@ pub fn mask(address: &str) -> String {
         return address.to_string();
     };
     let (head, after) = address.split_at(scheme_end + 3);
-    if head.eq_ignore_ascii_case("sqlite://") {
-        return address.to_string();
+    // An absolute SQLite path has no user-info; a `password=` parameter is masked all
+    // the same. Anything else after `sqlite://` (a mistyped scheme with `USER:PASSWORD@`)
+    // is masked as any other address.
+    if head.eq_ignore_ascii_case("sqlite://") && after.starts_with('/') {
+        return format!("{head}{}", mask_params(after));
     }
     let (authority, tail) = match after.rfind('@') {
         Some(at) => {
