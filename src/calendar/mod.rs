@@ -21,6 +21,7 @@ use jiff::Timestamp;
 use jiff::tz::TimeZone;
 
 mod elapse;
+mod interval;
 mod spec;
 pub mod timestamp;
 mod tm;
@@ -31,6 +32,23 @@ pub(crate) use elapse::NextError;
 use spec::Spec;
 pub(crate) use tm::LibcState;
 use tm::Zone;
+
+/// How many elapses [`CalendarSpec::interval_at_most`] looks at, at most.
+pub const INTERVAL_SCAN_ELAPSES: usize = 4096;
+/// How far past the first elapse [`CalendarSpec::interval_at_most`] looks, in µs: two
+/// years (731 days).
+pub const INTERVAL_SCAN_USEC: i64 = 731 * 86_400 * 1_000_000;
+
+/// Two consecutive elapses and the time between them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Interval {
+    /// `to_usec - from_usec`, µs.
+    pub usec: i64,
+    /// The earlier elapse, µs since the epoch.
+    pub from_usec: i64,
+    /// The later elapse, µs since the epoch.
+    pub to_usec: i64,
+}
 
 /// A parsed `OnCalendar=` expression, with the time zone it is evaluated in.
 #[derive(Debug, Clone)]
@@ -222,6 +240,17 @@ impl CalendarSpec {
         Timestamp::from_microsecond(usec).ok()
     }
 
+    /// Two consecutive elapses after `from` that are `limit_usec` µs apart or less, or
+    /// `None` when there are none in the window looked at: the first
+    /// [`INTERVAL_SCAN_ELAPSES`] elapses after `from`, or those within
+    /// [`INTERVAL_SCAN_USEC`] of the first, whichever ends first (a calendar repeats
+    /// within a few years; the daylight-saving changes of that window are all seen).
+    /// Daylight-saving gaps and folds count as they fall: `01:30,03:00` in a zone
+    /// that springs forward at 02:00 has a 30-minute interval once a year.
+    pub fn interval_at_most(&self, limit_usec: i64, from: Timestamp) -> Option<Interval> {
+        interval::interval_at_most(&self.spec, &self.zone, from.as_microsecond(), limit_usec)
+    }
+
     /// `calendar_spec_next_usec()` on microseconds since the epoch, with systemd's
     /// error kinds.
     ///
@@ -395,5 +424,36 @@ mod tests {
             dense.previous_elapse(ts("2030-01-01T00:00:00Z")),
             Some(ts("2022-12-31T23:59:59Z"))
         );
+    }
+
+    /// Cost of the interval check, as the generator pays it once per job:
+    /// `cargo test --release --lib interval_check_cost -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn interval_check_cost() {
+        let from = ts("2026-12-01T00:00:00Z");
+        for (e, limit) in [
+            ("daily", 3_600_000_001),
+            ("hourly", 1_000_001),
+            ("minutely", 1_000_001),
+            ("*:0/15", 600_000_001),
+            ("Mon..Fri 09:00 Europe/Berlin", 1_000_001),
+            ("*-*-* 02:00/15:00 Europe/Berlin", 1_000_001),
+            ("*-*-1 03:00", 1_000_001),
+            ("*:0/7", 400_000_001),
+            ("*-*-1 00:00,23:59", 120_000_001),
+        ] {
+            let spec = CalendarSpec::parse_in(e, berlin()).expect("valid");
+            let t0 = std::time::Instant::now();
+            let n = 20;
+            let mut r = None;
+            for _ in 0..n {
+                r = spec.interval_at_most(limit, from);
+            }
+            println!(
+                "{e} (limit {limit} µs): {:?} per check, {r:?}",
+                t0.elapsed() / n
+            );
+        }
     }
 }

@@ -1,11 +1,25 @@
 //! Which slot a run belongs to.
 //!
-//! A slot is the latest elapse of the job's `OnCalendar=` expression at or before the
-//! moment the timer fired: systemd sets `TRIGGER_TIMER_REALTIME_USEC` (µs since the
-//! epoch) for timer-started services (systemd.exec(7), "Environment variables set or
-//! propagated by the service manager"); that moment is late by any `RandomizedDelaySec=`
-//! jitter or by a `Persistent=` catch-up, and the latest elapse before it is still the
-//! slot that fired. Without it (a manual start), the moment is now.
+//! The rule: the slot of a run without `--slot` is the latest elapse of the job's
+//! `OnCalendar=` expression at or before the shim's own `CLOCK_REALTIME` reading when it
+//! starts (`now`), as [`crate::calendar::CalendarSpec::previous_elapse`] finds it (the
+//! elapses systemd's timer iterates through; see [`crate::calendar`]). The timer's fire
+//! time, `TRIGGER_TIMER_REALTIME_USEC` (systemd.exec(5): set for timer-started services,
+//! "best effort"), never picks the slot: systemd 252 gives every later firing of a timer
+//! the first firing's value until the next boot or daemon-reload. It only tells the
+//! trigger (`timer` when set, else `manual`).
+//!
+//! Why `now` is right: a timer fires a service at most `RandomizedDelaySec=` +
+//! `AccuracySec=` (1 s in the shipped `jobguard@.timer`) after the elapse, so as long as
+//! that is shorter than the shortest interval between two elapses, the firing lands
+//! before the next elapse and `now` still lies in the slot that fired. The job list
+//! refuses jobs where it is not ([`crate::calendar::CalendarSpec::interval_at_most`],
+//! checked by [`crate::config`]).
+//! A service that starts later still (a loaded host) takes the newer slot; the older one
+//! is then a slot that never ran, which the shim reports as a gap (`gap` event). A `Persistent=` catch-up at boot runs once and
+//! takes the latest elapse at or before now, as systemd itself catches up only once.
+//!
+//! `--slot TIME` names the slot instead; it must be an elapse.
 
 use jiff::Timestamp;
 
@@ -88,12 +102,14 @@ pub fn for_request(job: &Job, given: Option<&str>, now_usec: i64) -> Result<Curr
             trigger: "manual",
         });
     }
-    let (at_usec, trigger) = match timer_fire_time() {
-        Some(t) => (t, "timer"),
-        None => (now_usec, "manual"),
+    // The fire time only tells how the run was started: systemd 252 keeps giving later
+    // firings of a timer the first firing's value, so it never picks the slot.
+    let trigger = if timer_fire_time().is_some() {
+        "timer"
+    } else {
+        "manual"
     };
-    let at = Timestamp::from_microsecond(at_usec).unwrap_or(now);
-    match job.calendar.previous_elapse(at) {
+    match job.calendar.previous_elapse(now) {
         Some(p) => Ok(Current {
             slot: Slot {
                 usec: p.as_microsecond(),
@@ -103,7 +119,7 @@ pub fn for_request(job: &Job, given: Option<&str>, now_usec: i64) -> Result<Curr
         }),
         None => Err(SlotError::NoElapse {
             schedule: job.schedule.clone(),
-            at: crate::ledger::format_usec(at_usec),
+            at: crate::ledger::format_usec(now_usec),
         }),
     }
 }
