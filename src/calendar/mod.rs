@@ -456,4 +456,114 @@ mod tests {
             );
         }
     }
+
+    /// The daylight-saving changes of `tz` in 2025 to 2027, µs since the epoch.
+    fn dst_changes(tz: &TimeZone) -> Vec<i64> {
+        let from = ts("2025-01-01T00:00:00Z");
+        let to = ts("2028-01-01T00:00:00Z");
+        tz.following(from)
+            .take_while(|t| t.timestamp() < to)
+            .map(|t| t.timestamp().as_microsecond())
+            .collect()
+    }
+
+    pub(crate) const DST_ZONES: &[&str] = &[
+        "Europe/Berlin",
+        "America/New_York",
+        "Australia/Sydney",
+        "Australia/Lord_Howe",
+        "America/Santiago",
+        "Europe/Dublin",
+    ];
+
+    pub(crate) const DST_SCHEDULES: &[&str] = &[
+        "hourly",
+        "*:0/15",
+        "*-*-* 02:30",
+        "*-*-* 01:30",
+        "*-*-* 02:00/15:00",
+        "*:0/7",
+        "*-*-* 00:00",
+        "weekly",
+        "Sun *-*-* 01:45,02:15",
+    ];
+
+    /// Issue 9 §5.5: the backward search returns exactly the elapses a timer reaches by
+    /// iterating `next_elapse` from well before (systemd's timers do that), across
+    /// daylight-saving changes in both directions and hemispheres. At a fall-back, local
+    /// times of the repeated hour that the iteration never reaches are not elapses.
+    #[test]
+    fn previous_elapse_is_the_last_element_of_the_forward_orbit() {
+        let mut failures = Vec::new();
+        let mut checked = 0usize;
+        for zone in DST_ZONES {
+            let tz = TimeZone::get(zone).expect("zone");
+            let changes = dst_changes(&tz);
+            assert!(changes.len() >= 5, "{zone}: {changes:?}");
+            for expr in DST_SCHEDULES {
+                let spec = CalendarSpec::parse_in(expr, tz.clone()).expect("valid");
+                for &t in &changes {
+                    let day = 86_400_000_000;
+                    // The orbit from eight days before (a week plus a day, for weekly).
+                    let mut orbit = Vec::new();
+                    let mut cur = Timestamp::from_microsecond(t - 8 * day).expect("valid");
+                    while let Some(n) = spec.next_elapse(cur) {
+                        orbit.push(n.as_microsecond());
+                        if n.as_microsecond() > t + day {
+                            break;
+                        }
+                        cur = n;
+                    }
+                    let mut ats = Vec::new();
+                    for w in orbit.windows(2) {
+                        let (a, b) = (w[0], w[1]);
+                        if b < t - 6 * 3_600_000_000 || a > t + 6 * 3_600_000_000 {
+                            continue;
+                        }
+                        ats.extend([a, a + 1, a + (b - a) / 3, a + (b - a) / 2, b - 1]);
+                    }
+                    // And every 5 minutes around the change, where folds are.
+                    let step = 300_000_000;
+                    let mut x = t - 3 * 3_600_000_000;
+                    while x < t + 3 * 3_600_000_000 {
+                        ats.push(x);
+                        x += step;
+                    }
+                    for at in ats {
+                        let Some(i) = orbit.iter().rposition(|&o| o <= at) else {
+                            continue;
+                        };
+                        if i + 1 == orbit.len() {
+                            continue;
+                        }
+                        checked += 1;
+                        let want = orbit[i];
+                        let got = spec
+                            .previous_elapse(Timestamp::from_microsecond(at).expect("valid"))
+                            .map(|p| p.as_microsecond());
+                        if got != Some(want) {
+                            failures.push(format!(
+                                "{expr:?} in {zone} at {}: previous {:?}, orbit {}",
+                                Timestamp::from_microsecond(at).expect("valid"),
+                                got.map(|g| Timestamp::from_microsecond(g).expect("valid")),
+                                Timestamp::from_microsecond(want).expect("valid"),
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        assert!(checked > 10_000, "checked only {checked}");
+        assert!(
+            failures.is_empty(),
+            "{} of {checked} wrong, first 40:\n{}",
+            failures.len(),
+            failures
+                .iter()
+                .take(40)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
 }
