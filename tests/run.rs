@@ -958,3 +958,38 @@ fn later_firings_with_a_stale_trigger_time_take_their_own_slots() {
         );
     }
 }
+
+/// Issue 9 §5.5: at a fall-back the repeated hour's second pass is not an elapse for
+/// systemd (its timer never fires there). `--slot` with a local time of the repeated
+/// hour means the interpretation that is an elapse; the second pass, given in UTC, is
+/// refused.
+#[test]
+fn a_slot_in_the_repeated_hour_of_a_fall_back_is_the_one_systemd_fires() {
+    let sb = Sandbox::new(
+        "[jobs.fold]\nschedule = \"*-*-* 02:30 Europe/Berlin\"\ncommand = [\"/bin/true\"]\n\n\
+         [jobs.quarter]\nschedule = \"*:0/15 Europe/Berlin\"\ncommand = [\"/bin/true\"]\n",
+    );
+    let out = sb.run(&["run", "fold", "--slot", "2026-10-25 02:30:00 Europe/Berlin"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(sb.history("fold")[0]["slot"], "2026-10-25T00:30:00Z");
+    let out = sb.run(&["run", "fold", "--slot", "2026-10-25T01:30:00Z"]);
+    assert_eq!(out.status.code(), Some(78), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("not an elapse") && stderr(&out).contains("2026-10-25T00:30:00Z"),
+        "{}",
+        stderr(&out)
+    );
+    for (given, slot) in [
+        ("2026-10-25 02:45:00 Europe/Berlin", "2026-10-25T00:45:00Z"),
+        ("2026-10-25 03:00:00 Europe/Berlin", "2026-10-25T02:00:00Z"),
+    ] {
+        let out = sb.run(&["run", "quarter", "--slot", given]);
+        assert!(out.status.success(), "{given}: {}", stderr(&out));
+        assert_eq!(sb.history("quarter")[0]["slot"], slot, "{given}");
+    }
+    for not_fired in ["2026-10-25T01:15:00Z", "2026-10-25T01:45:00Z"] {
+        let out = sb.run(&["run", "quarter", "--slot", not_fired]);
+        assert_eq!(out.status.code(), Some(78), "{not_fired}: {}", stderr(&out));
+    }
+    assert_eq!(sb.history("quarter").len(), 2);
+}

@@ -9,7 +9,9 @@
 //!
 //! The previous elapse (systemd has none) is found by searching backwards with growing
 //! windows and bisecting with the next-elapse function, so it is, by construction, an
-//! elapse the next-elapse function produces.
+//! elapse the next-elapse function produces; in the second pass of a fall-back fold it
+//! is then re-derived by following the next-elapse function from the fold's first pass,
+//! so that it is one a timer actually reaches.
 
 use super::spec::{BITS_WEEKDAYS, Chain, MAX_YEAR, Spec, USEC_PER_SEC};
 use super::tm::{LibcState, Tm, Zone};

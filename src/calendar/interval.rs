@@ -13,13 +13,14 @@
 //!    the zone's offset in between. Without an offset change it is at least the bound;
 //!    so if the bound less the largest offset change in the window is above the limit,
 //!    no interval is at or below it; if the bound alone is, only the pair of elapses
-//!    around each offset change (from the zone's transitions) needs looking at.
+//!    around each offset change (from the zone's transitions) whose first one is within
+//!    the limit before it needs looking at.
 //! 3. Otherwise, and for expressions that force the DST flag, the elapses are walked.
 //!
 //! The window is bounded: [`super::INTERVAL_SCAN_ELAPSES`] elapses or
 //! [`super::INTERVAL_SCAN_USEC`] from the first, whichever ends first.
 
-use super::elapse::{next_usec, previous_usec};
+use super::elapse::next_usec;
 use super::spec::{Chain, Spec};
 use super::tm::{LibcState, Zone};
 use super::{INTERVAL_SCAN_ELAPSES, INTERVAL_SCAN_USEC, Interval};
@@ -132,20 +133,28 @@ pub(crate) fn interval_at_most(
             if wall - shift > limit {
                 return None;
             }
-            // Only a pair of elapses around an offset change can be closer than `wall`.
+            // Only a pair of elapses around an offset change can be closer than `wall`,
+            // and only if its first one is within `limit` before the change.
             for t in changes {
-                let Some(a) = previous_usec(spec, zone, t - 1) else {
+                let mut st = LibcState::default();
+                let Ok(mut a) = next_usec(spec, zone, t - limit - 1, &mut st) else {
                     continue;
                 };
-                let Ok(b) = next_usec(spec, zone, a, &mut LibcState::default()) else {
+                if a >= t {
                     continue;
-                };
-                if b - a <= limit {
-                    return Some(Interval {
-                        usec: b - a,
-                        from_usec: a,
-                        to_usec: b,
-                    });
+                }
+                while let Ok(b) = next_usec(spec, zone, a, &mut st) {
+                    if b >= t {
+                        if b - a <= limit {
+                            return Some(Interval {
+                                usec: b - a,
+                                from_usec: a,
+                                to_usec: b,
+                            });
+                        }
+                        break;
+                    }
+                    a = b;
                 }
             }
             return None;
@@ -169,4 +178,38 @@ pub(crate) fn interval_at_most(
         prev = n;
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::calendar::CalendarSpec;
+    use jiff::Timestamp;
+    use jiff::tz::TimeZone;
+
+    /// The shortest interval is found exactly: at the limit, and not one µs below it.
+    #[test]
+    fn shortest_intervals_with_and_without_dst() {
+        let from: Timestamp = "2026-06-01T00:00:00Z".parse().expect("valid");
+        let h = 3_600_000_000i64;
+        let m = 60_000_000i64;
+        for (expr, shortest) in [
+            ("hourly Europe/Berlin", h),
+            // 01:30 to 03:30 is an hour when clocks spring forward.
+            ("*-*-* 01,03:30 Europe/Berlin", h),
+            ("daily Europe/Berlin", 23 * h),
+            ("daily UTC", 24 * h),
+            ("*:0/7 UTC", 4 * m),
+            ("*-*-1 00,23:00 UTC", 23 * h),
+            // A 30-minute shift.
+            ("*-*-* 01:45 Australia/Lord_Howe", 23 * h + 30 * m),
+            ("*-*-* *:*:0/2 America/Santiago", 2_000_000),
+            ("Mon 09:00 America/New_York", 167 * h),
+            ("*-*-* 02:00/15:00 Europe/Dublin", 15 * m),
+        ] {
+            let spec = CalendarSpec::parse_in(expr, TimeZone::UTC).expect("valid");
+            let at = spec.interval_at_most(shortest, from);
+            assert_eq!(at.map(|i| i.usec), Some(shortest), "{expr}");
+            assert_eq!(spec.interval_at_most(shortest - 1, from), None, "{expr}");
+        }
+    }
 }

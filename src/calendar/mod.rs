@@ -3,7 +3,11 @@
 //! Parses the whole grammar of systemd.time(7) "CALENDAR EVENTS" as systemd 252 does
 //! (submodule `spec`) and computes the next elapse after a point in time (what a timer
 //! does) and the previous elapse at or before one (the slot a run belongs to) (submodule
-//! `elapse`). Daylight-saving gaps and folds come out as systemd's, because the
+//! `elapse`). The previous elapse is one a timer reaches: the last element at or before
+//! the point of the orbit `next` walks from well before, which at a fall-back leaves out
+//! local times of the repeated hour that systemd never fires. Also finds short
+//! intervals between elapses, for the job list's check of `randomized_delay`
+//! (submodule `interval`). Daylight-saving gaps and folds come out as systemd's, because the
 //! arithmetic goes through a reproduction of glibc's `mktime` (submodule `tm`). Also
 //! parses and prints timestamps in systemd's syntax ([`timestamp`]).
 //!
@@ -26,7 +30,9 @@ mod spec;
 pub mod timestamp;
 mod tm;
 
-pub use timestamp::{format_relative, format_timestamp, parse_timestamp};
+pub use timestamp::{
+    fold_twin, format_relative, format_timestamp, parse_timestamp, wall_clock_zone,
+};
 
 pub(crate) use elapse::NextError;
 use spec::Spec;
@@ -124,7 +130,7 @@ impl CalendarError {
 /// from its file: jiff's own detection indexes the whole tzdb directory on first use,
 /// which costs milliseconds on every start of the shim and the generator. Anything else
 /// (a POSIX TZ string, a copied /etc/localtime) goes through jiff.
-pub(crate) fn local_zone() -> TimeZone {
+pub fn local_zone() -> TimeZone {
     // Cached per value of TZ: the generator parses one schedule per job.
     static CACHE: std::sync::Mutex<Option<(Option<std::ffi::OsString>, TimeZone)>> =
         std::sync::Mutex::new(None);
@@ -231,10 +237,13 @@ impl CalendarSpec {
         Timestamp::from_microsecond(usec).ok()
     }
 
-    /// The latest elapse at or before `at`: the slot a run fired at `at` belongs to.
-    /// It is an elapse [`CalendarSpec::next_elapse`] yields (`next_elapse(p - 1µs) ==
-    /// p`) and no elapse lies after it up to `at`; `None` when nothing elapses at or
-    /// before `at`.
+    /// The latest elapse at or before `at`: the slot a run started at `at` belongs to.
+    /// It is the last element at or before `at` of the orbit a timer walks by calling
+    /// [`CalendarSpec::next_elapse`] on its previous elapse, from any point well before
+    /// (so `next_elapse(p)` is after `at`). At a fall-back, systemd 252 (252.39) never
+    /// fires the local times of the repeated hour that are not after the last one it
+    /// fired in the first pass; those are not elapses here either. `None` when nothing
+    /// elapses at or before `at`.
     pub fn previous_elapse(&self, at: Timestamp) -> Option<Timestamp> {
         let usec = elapse::previous_usec(&self.spec, &self.zone, at.as_microsecond())?;
         Timestamp::from_microsecond(usec).ok()

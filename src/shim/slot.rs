@@ -19,7 +19,10 @@
 //! is then a slot that never ran, which the shim reports as a gap (`gap` event). A `Persistent=` catch-up at boot runs once and
 //! takes the latest elapse at or before now, as systemd itself catches up only once.
 //!
-//! `--slot TIME` names the slot instead; it must be an elapse.
+//! `--slot TIME` names the slot instead; it must be an elapse. A local time in the
+//! repeated hour of a fall-back names two instants: the one that is an elapse is the
+//! slot (systemd's timers fire at most one of them); if both were, the run is refused
+//! with both named.
 
 use jiff::Timestamp;
 
@@ -54,6 +57,21 @@ pub enum SlotError {
         /// The previous elapse, RFC 3339, or "none".
         previous: String,
     },
+    /// `--slot` is a local time of a fall-back's repeated hour, and both instants it
+    /// names are elapses.
+    #[error(
+        "--slot {given} names two instants, {first} and {second}, both elapses of schedule {schedule:?}; give it in UTC"
+    )]
+    Ambiguous {
+        /// As given.
+        given: String,
+        /// The job's schedule.
+        schedule: String,
+        /// The earlier instant, RFC 3339.
+        first: String,
+        /// The later instant, RFC 3339.
+        second: String,
+    },
     /// The schedule has no elapse at or before the moment.
     #[error("schedule {schedule:?} has no elapse at or before {at}")]
     NoElapse {
@@ -84,19 +102,39 @@ pub fn for_request(job: &Job, given: Option<&str>, now_usec: i64) -> Result<Curr
     let now = Timestamp::from_microsecond(now_usec).unwrap_or(Timestamp::UNIX_EPOCH);
     if let Some(text) = given {
         let at = calendar::parse_timestamp(text, now)?;
-        let prev = job.calendar.previous_elapse(at);
-        if prev != Some(at) {
-            return Err(SlotError::NotAnElapse {
-                given: text.to_string(),
-                schedule: job.schedule.clone(),
-                previous: prev
-                    .map(|p| crate::ledger::format_usec(p.as_microsecond()))
-                    .unwrap_or_else(|| "none".into()),
-            });
-        }
+        // A local time in the repeated hour of a fall-back names two instants; systemd's
+        // timer fires at most one of them.
+        let twin = calendar::wall_clock_zone(text, &calendar::local_zone())
+            .and_then(|tz| calendar::fold_twin(&tz, at));
+        let is_elapse = |t: Timestamp| job.calendar.previous_elapse(t) == Some(t);
+        let elapses: Vec<Timestamp> = std::iter::once(at)
+            .chain(twin)
+            .filter(|&t| is_elapse(t))
+            .collect();
+        let slot = match elapses[..] {
+            [one] => one,
+            [a, b] => {
+                return Err(SlotError::Ambiguous {
+                    given: text.to_string(),
+                    schedule: job.schedule.clone(),
+                    first: crate::ledger::format_usec(a.as_microsecond().min(b.as_microsecond())),
+                    second: crate::ledger::format_usec(a.as_microsecond().max(b.as_microsecond())),
+                });
+            }
+            _ => {
+                let prev = job.calendar.previous_elapse(at);
+                return Err(SlotError::NotAnElapse {
+                    given: text.to_string(),
+                    schedule: job.schedule.clone(),
+                    previous: prev
+                        .map(|p| crate::ledger::format_usec(p.as_microsecond()))
+                        .unwrap_or_else(|| "none".into()),
+                });
+            }
+        };
         return Ok(Current {
             slot: Slot {
-                usec: at.as_microsecond(),
+                usec: slot.as_microsecond(),
                 zone,
             },
             trigger: "manual",
