@@ -830,3 +830,19 @@ fn previous_elapse_lands_on_systemds_elapses_across_dst_changes() {
             .join("\n")
     );
 }
+
+/// Issue 9 §5.5, as reported: `jobguard calendar --previous` on 2026-10-25 in Berlin
+/// gave 01:15Z and 01:45Z, which systemd never fires.
+#[test]
+fn calendar_previous_skips_the_repeated_hour_systemd_does_not_fire() {
+    let expr = "*-*-* 02:00/15:00 Europe/Berlin";
+    // 01:00Z, 01:20Z, 01:50Z: in the repeated hour (02:00 to 02:59 CET).
+    for at in ["@1792890000", "@1792891200", "@1792893000"] {
+        let out = jobguard_previous("UTC", at, expr);
+        assert_eq!(
+            out,
+            [1_792_889_100, 1_792_888_200, 1_792_887_300],
+            "at {at}: the three before are 00:45, 00:30, 00:15 UTC"
+        );
+    }
+}

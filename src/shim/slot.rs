@@ -15,9 +15,12 @@
 //! before the next elapse and `now` still lies in the slot that fired. The job list
 //! refuses jobs where it is not ([`crate::calendar::CalendarSpec::interval_at_most`],
 //! checked by [`crate::config`]).
+//!
 //! A service that starts later still (a loaded host) takes the newer slot; the older one
-//! is then a slot that never ran, which the shim reports as a gap (`gap` event). A `Persistent=` catch-up at boot runs once and
-//! takes the latest elapse at or before now, as systemd itself catches up only once.
+//! is then a slot that never ran, which the next run reports as a gap (`gap` event). A
+//! `Persistent=` catch-up at boot runs once and takes the latest elapse at or before
+//! now, as systemd itself fires a missed timer once; the slots of the downtime before it
+//! are in the same gap report.
 //!
 //! `--slot TIME` names the slot instead; it must be an elapse. A local time in the
 //! repeated hour of a fall-back names two instants: the one that is an elapse is the
@@ -82,7 +85,9 @@ pub enum SlotError {
     },
 }
 
-/// The moment the timer fired, from `TRIGGER_TIMER_REALTIME_USEC` (µs since the epoch).
+/// The moment the timer fired, from `TRIGGER_TIMER_REALTIME_USEC` (µs since the epoch):
+/// only a sign that a timer started the run, since systemd 252 gives later firings the
+/// first firing's value.
 pub fn timer_fire_time() -> Option<i64> {
     std::env::var("TRIGGER_TIMER_REALTIME_USEC")
         .ok()?
@@ -92,8 +97,10 @@ pub fn timer_fire_time() -> Option<i64> {
         .filter(|v| *v > 0)
 }
 
-/// The slot for `jobguard run`: `--slot` if given (it must be an elapse), else the latest
-/// elapse at or before the timer's fire time, else at or before `now_usec`.
+/// The slot for `jobguard run`: `--slot` if given (it must be an elapse; a local time of
+/// a fall-back's repeated hour means the instant that is one), else the latest elapse at
+/// or before `now_usec` (µs since the epoch, the shim's clock at start), whether the
+/// timer started the run or not.
 ///
 /// # Errors
 /// [`SlotError`] when `--slot` is bad or there is no elapse.
