@@ -450,7 +450,13 @@ mod tests {
             ("*-*-* 02:00/15:00 Europe/Berlin", 1_000_001),
             ("*-*-1 03:00", 1_000_001),
             ("*:0/7", 400_000_001),
-            ("*-*-1 00:00,23:59", 120_000_001),
+            ("*-*-1 00,23:00", 120_000_001),
+            ("hourly Europe/Berlin", 301_000_000),
+            ("*:0/15 America/New_York", 61_000_000),
+            ("*:*:0/10", 1_000_000),
+            ("Mon..Fri 09:00 Europe/Berlin", 1_801_000_000),
+            ("*-*-* 01,03:30 Australia/Sydney", 601_000_000),
+            ("*:0/7 Australia/Lord_Howe", 121_000_000),
         ] {
             let spec = CalendarSpec::parse_in(e, berlin()).expect("valid");
             let t0 = std::time::Instant::now();
