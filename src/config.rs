@@ -1187,6 +1187,54 @@ impl<'a> TableCtx<'a> {
     }
 }
 
+/// `AccuracySec=` of the shipped `jobguard@.timer`: a firing lands up to this long after
+/// its elapse, plus `RandomizedDelaySec=`.
+pub const TIMER_ACCURACY: Duration = Duration::from_secs(1);
+
+/// The error for a job whose timer may fire after the next elapse: `randomized_delay` +
+/// [`TIMER_ACCURACY`] not shorter than an interval between two consecutive elapses of its
+/// schedule (looked for from now, see [`CalendarSpec::interval_at_most`]). The shim takes
+/// the slot from the clock ([`crate::shim::slot`]), so such a firing would run the next
+/// slot instead of its own. Points at `randomized_delay` where it is set, else at
+/// `schedule`.
+fn firing_window_error(
+    raw: &RawJob,
+    layers: &[&Partial],
+    files: &[PathBuf],
+    calendar: &CalendarSpec,
+    randomized_delay: Option<Duration>,
+) -> Option<ConfigError> {
+    let late = randomized_delay.unwrap_or_default() + TIMER_ACCURACY;
+    let limit = i64::try_from(late.as_micros()).unwrap_or(i64::MAX);
+    let found = calendar.interval_at_most(limit, jiff::Timestamp::now())?;
+    let (at, key) = match layers.iter().find_map(|l| l.randomized_delay.as_ref()) {
+        Some(v) => (v.at.clone(), "randomized_delay"),
+        None => (
+            layers.iter().find_map(|l| l.schedule.as_ref())?.at.clone(),
+            "schedule",
+        ),
+    };
+    let span = |d: Duration| TimeSpan::from_duration(d).to_string();
+    let interval = Duration::from_micros(u64::try_from(found.usec).unwrap_or(0));
+    Some(ConfigError {
+        file: files[at.file].clone(),
+        line: Some(at.line),
+        column: Some(at.column),
+        job: Some(raw.name.clone()),
+        key: Some(key_path(&["jobs", &raw.name, key])),
+        message: format!(
+            "randomized_delay {} plus the timer's AccuracySec={} ({}) is not shorter than \
+             the shortest interval of the schedule, {} (daylight-saving changes included): \
+             a firing could land after the next elapse and run that slot instead of its own",
+            span(randomized_delay.unwrap_or_default()),
+            span(TIMER_ACCURACY),
+            span(late),
+            span(interval),
+        ),
+        scope: ErrorScope::Job,
+    })
+}
+
 /// Applies the layers (job first) and checks that the required keys are there.
 fn build_job(
     raw: &RawJob,
@@ -1297,6 +1345,10 @@ fn build_job(
             scope: ErrorScope::Job,
         }]);
     }
+    let randomized_delay = randomized_delay.flatten();
+    if let Some(e) = firing_window_error(raw, layers, files, &calendar, randomized_delay) {
+        return Err(vec![e]);
+    }
     let (store, store_file, store_credential) = match store {
         Some(StoreRef::Address(a)) => (a, None, None),
         Some(StoreRef::File(f)) => (String::new(), Some(f), None),
@@ -1313,7 +1365,7 @@ fn build_job(
         working_directory,
         environment: environment.unwrap_or_default(),
         timeout: timeout.flatten(),
-        randomized_delay: randomized_delay.flatten(),
+        randomized_delay,
         store,
         store_file,
         store_credential,

@@ -9,7 +9,9 @@
 //!
 //! A third draws a new seed on every run (proptest) for a few batches in zones with
 //! daylight saving time, so that the expressions explored grow from run to run. A fourth
-//! compares timestamps with `systemd-analyze timestamp`.
+//! compares timestamps with `systemd-analyze timestamp`. A fifth walks systemd's own
+//! iteration across the daylight-saving changes of 2025 to 2027 in zones of both
+//! hemispheres, and the backward search must land on exactly the elapses systemd printed.
 //!
 //! The tests need `systemd-analyze`; without it they fail (it is on every machine this
 //! project builds on).
@@ -870,5 +872,157 @@ proptest::proptest! {
                 "seed {seed}: TZ={zone} {args:?}\n{d}"
             )));
         }
+    }
+}
+
+/// Every elapse `systemd-analyze calendar --iterations=N --base-time=BASE EXPR` prints
+/// (systemd iterates each from the previous one, as a timer does), µs since the epoch.
+fn systemd_orbit(zone: &str, base: i64, iterations: usize, expr: &str) -> Vec<i64> {
+    let out = run(
+        "systemd-analyze",
+        zone,
+        &[
+            format!("--base-time=@{base}"),
+            format!("--iterations={iterations}"),
+            expr.into(),
+        ],
+    );
+    out.stdout
+        .lines()
+        .filter_map(|l| l.trim_start().split_once(": "))
+        .filter(|(label, _)| {
+            if zone == "UTC" {
+                *label == "Next elapse" || label.starts_with("Iter. #")
+            } else {
+                *label == "(in UTC)"
+            }
+        })
+        .filter_map(|(_, value)| {
+            let dt: jiff::civil::DateTime = value.get(4..23)?.parse().ok()?;
+            Some(
+                dt.to_zoned_datetime(TimeZone::UTC)
+                    .ok()?
+                    .timestamp()
+                    .as_microsecond(),
+            )
+        })
+        .collect()
+}
+
+/// Issue 9 §5.5: at a fall-back, systemd 252 never reaches some local times of the
+/// repeated hour (`*-*-* 02:00/15:00 Europe/Berlin` fires at 00:00, 00:15, 00:30 and
+/// 00:45 UTC on 2026-10-25, not at 01:15 or 01:45). Around every daylight-saving change
+/// of 2025 to 2027 in six zones, systemd's own iteration from days before is the
+/// truth: for each printed elapse `e` within 6 hours of the change and the next one `f`,
+/// the previous elapse at `e`, in between and at `f - 1µs` must be `e`.
+#[test]
+fn previous_elapse_lands_on_systemds_elapses_across_dst_changes() {
+    const ZONES: &[&str] = &[
+        "Europe/Berlin",
+        "America/New_York",
+        "Australia/Sydney",
+        "Australia/Lord_Howe",
+        "America/Santiago",
+        "Europe/Dublin",
+    ];
+    // (expression, days before the change systemd starts from, iterations).
+    const SCHEDULES: &[(&str, i64, usize)] = &[
+        ("hourly", 2, 24 * 3),
+        ("*:0/15", 2, 4 * 24 * 3),
+        ("*-*-* 02:30", 2, 4),
+        ("*-*-* 01:30", 2, 4),
+        ("*-*-* 02:00/15:00", 2, 8 * 4),
+        ("*:0/7", 2, 9 * 24 * 3),
+        ("*-*-* 00:00", 2, 4),
+        ("weekly", 8, 3),
+        ("Sun *-*-* 01:45,02:15", 8, 4),
+    ];
+    let from = Timestamp::from_second(1_735_689_600).expect("2025-01-01");
+    let to = Timestamp::from_second(1_830_297_600).expect("2028-01-01");
+    let mut failures = Vec::new();
+    let mut checked = 0usize;
+    for zone in ZONES {
+        let tz = TimeZone::get(zone).expect("zone");
+        let changes: Vec<i64> = tz
+            .following(from)
+            .take_while(|t| t.timestamp() < to)
+            .map(|t| t.timestamp().as_second())
+            .collect();
+        assert!(changes.len() >= 5, "{zone}: {changes:?}");
+        for (expr, days, iterations) in SCHEDULES {
+            // Through TZ, and with the zone in the expression (systemd evaluates that
+            // in a child process of its own).
+            for (variant, (env_zone, text)) in
+                [(*zone, expr.to_string()), ("UTC", format!("{expr} {zone}"))]
+                    .into_iter()
+                    .enumerate()
+            {
+                let spec = jobguard::calendar::CalendarSpec::parse_in(
+                    &text,
+                    TimeZone::get(env_zone).expect("zone"),
+                )
+                .expect("valid");
+                for (k, &t) in changes.iter().enumerate() {
+                    // The zone in the expression at every other change, to save time.
+                    if variant == 1 && k % 2 == 1 {
+                        continue;
+                    }
+                    let orbit = systemd_orbit(env_zone, t - days * 86_400, *iterations, &text);
+                    if orbit.len() < 2 {
+                        failures.push(format!("{text:?} TZ={env_zone}: systemd printed {orbit:?}"));
+                        continue;
+                    }
+                    for w in orbit.windows(2) {
+                        let (e, f) = (w[0], w[1]);
+                        if (e - t * 1_000_000).abs() > 6 * 3_600_000_000 {
+                            continue;
+                        }
+                        for at in [e, e + (f - e) / 2, f - 1] {
+                            checked += 1;
+                            let got = spec
+                                .previous_elapse(Timestamp::from_microsecond(at).expect("valid"))
+                                .map(|p| p.as_microsecond());
+                            if got != Some(e) {
+                                let show = |u: i64| Timestamp::from_microsecond(u).expect("valid");
+                                failures.push(format!(
+                                    "{text:?} TZ={env_zone} at {}: previous {:?}, systemd's elapse {}",
+                                    show(at),
+                                    got.map(show),
+                                    show(e)
+                                ));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked > 10_000, "checked only {checked}");
+    assert!(
+        failures.is_empty(),
+        "{} of {checked} wrong, first 40:\n{}",
+        failures.len(),
+        failures
+            .iter()
+            .take(40)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+/// Issue 9 §5.5, as reported: `jobguard calendar --previous` on 2026-10-25 in Berlin
+/// gave 01:15Z and 01:45Z, which systemd never fires.
+#[test]
+fn calendar_previous_skips_the_repeated_hour_systemd_does_not_fire() {
+    let expr = "*-*-* 02:00/15:00 Europe/Berlin";
+    // 01:00Z, 01:20Z, 01:50Z: in the repeated hour (02:00 to 02:59 CET).
+    for at in ["@1792890000", "@1792891200", "@1792893000"] {
+        let out = jobguard_previous("UTC", at, expr);
+        assert_eq!(
+            out,
+            [1_792_889_100, 1_792_888_200, 1_792_887_300],
+            "at {at}: the three before are 00:45, 00:30, 00:15 UTC"
+        );
     }
 }

@@ -1112,3 +1112,73 @@ fn check_refuses_a_kill_grace_that_leaves_no_time_to_renew_the_lease() {
         "{stderr}"
     );
 }
+
+/// Issue 9 §1: the slot is the latest elapse at or before the shim's start, which is
+/// right only if a firing (late by up to `randomized_delay` + AccuracySec=1s) lands before
+/// the next elapse. A job where it may not is refused, with the numbers.
+#[test]
+fn a_randomized_delay_as_long_as_the_shortest_interval_is_refused() {
+    let d = Dir::new();
+    let text = "[defaults]\nrandomized_delay = \"14min\"\n\n\
+                [jobs.quarter]\nschedule = \"*:0/15 UTC\"\ncommand = [\"/bin/true\"]\n\n\
+                [jobs.late]\nschedule = \"*:0/15 UTC\"\ncommand = [\"/bin/true\"]\nrandomized_delay = \"15min\"\n\n\
+                [jobs.each-second]\nschedule = \"*:*:*\"\ncommand = [\"/bin/true\"]\nrandomized_delay = \"0\"\n\n\
+                [jobs.dst]\nschedule = \"*-*-* 01,03:30 Europe/Berlin\"\ncommand = [\"/bin/true\"]\nrandomized_delay = \"1h\"\n\n\
+                [jobs.nightly]\nschedule = \"daily Europe/Berlin\"\ncommand = [\"/bin/true\"]\nrandomized_delay = \"22h\"\n";
+    let f = d.write("jobs.toml", text);
+    let set = d.load();
+    let names: Vec<&str> = set.jobs.keys().map(String::as_str).collect();
+    assert_eq!(names, ["nightly", "quarter"], "errors: {:#?}", set.errors);
+    assert_eq!(set.errors.len(), 3, "{:#?}", set.errors);
+    let by_job = |job: &str| {
+        set.errors
+            .iter()
+            .find(|e| e.job.as_deref() == Some(job))
+            .unwrap_or_else(|| panic!("no error for {job}: {:#?}", set.errors))
+    };
+    let e = by_job("late");
+    assert_at(
+        e,
+        &f,
+        pos(text, "[jobs.late]", "\"15min\""),
+        "jobs.late.randomized_delay",
+    );
+    assert!(
+        e.message.contains("15min 1s")
+            && e.message.contains("shortest interval")
+            && e.message.contains("15min"),
+        "{e}"
+    );
+    let e = by_job("each-second");
+    assert_at(
+        e,
+        &f,
+        pos(text, "[jobs.each-second]", "\"0\""),
+        "jobs.each-second.randomized_delay",
+    );
+    assert!(e.message.contains("1s"), "{e}");
+    // 01:30 and 03:30 are 2 h apart, but only 1 h on the day clocks spring forward
+    // in Berlin.
+    let e = by_job("dst");
+    assert!(e.message.contains("interval of the schedule, 1h ("), "{e}");
+    assert_eq!(e.scope, ErrorScope::Job);
+}
+
+#[test]
+fn check_reports_a_randomized_delay_that_reaches_the_next_elapse() {
+    let d = Dir::new();
+    let text = "[jobs.tight]\nschedule = \"*:*:0/10\"\ncommand = [\"/bin/true\"]\nrandomized_delay = \"10s\"\n";
+    let f = d.write("jobs.toml", text);
+    let out = Command::new(env!("CARGO_BIN_EXE_jobguard"))
+        .args(["check", "--config"])
+        .arg(&f)
+        .output()
+        .expect("jobguard check");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let (line, col) = pos(text, "", "\"10s\"");
+    assert!(
+        err.contains(&format!("{}:{line}:{col}", f.display())) && err.contains("10s"),
+        "{err}"
+    );
+}

@@ -10,9 +10,26 @@ use std::time::{Duration, Instant};
 
 use support::{Sandbox, stderr, wait_until};
 
-/// 2026-11-29T02:03:00Z, µs: three minutes after the 02:00 elapse, as a late timer.
+/// A timer's fire time (2026-11-29T02:03:00Z, µs): marks a run as timer-started. It
+/// does not pick the slot (systemd 252 keeps giving later firings the first one's).
 const FIRED: &str = "1795917780000000";
-const SLOT: &str = "2026-11-29T02:00:00Z";
+
+/// The slot of a run now for the daily `02:00 UTC` schedule of [`job`]: the latest
+/// 02:00 UTC at or before now, RFC 3339.
+fn slot() -> String {
+    slot_days_ago(0)
+}
+
+/// [`slot`] minus `days` days (negative: ahead).
+fn slot_days_ago(days: i64) -> String {
+    let now = jiff::Timestamp::now().as_second();
+    let day = 86_400;
+    let latest = (now - 7_200).div_euclid(day) * day + 7_200;
+    jiff::Timestamp::from_second(latest - days * day)
+        .expect("in range")
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
 
 fn job(name: &str, command: &str, extra: &str) -> String {
     format!(
@@ -50,9 +67,10 @@ fn second_trigger_for_a_succeeded_slot_is_a_skip_that_says_who() {
         err.contains("skip") && err.contains("already succeeded"),
         "{err}"
     );
-    assert!(err.contains(SLOT), "the skip names the slot: {err}");
+    let slot = slot();
+    assert!(err.contains(&slot), "the skip names the slot: {err}");
     // A manual start in the same slot's period is also a skip.
-    let manual = sb.run(&["run", "sync", "--slot", SLOT]);
+    let manual = sb.run(&["run", "sync", "--slot", &slot]);
     assert!(
         stderr(&manual).contains("already succeeded"),
         "{}",
@@ -63,7 +81,7 @@ fn second_trigger_for_a_succeeded_slot_is_a_skip_that_says_who() {
     let h = sb.history("sync");
     assert_eq!(h.len(), 1);
     assert_eq!(h[0]["outcome"], "succeeded");
-    assert_eq!(h[0]["slot"], SLOT);
+    assert_eq!(h[0]["slot"], slot);
     assert_eq!(h[0]["attempt"], 1);
     assert_eq!(h[0]["forced"], false);
     assert_eq!(h[0]["trigger"], "timer");
@@ -195,9 +213,10 @@ fn the_job_gets_its_slot_key_token_and_report_file() {
     assert!(out.status.success(), "{}", stderr(&out));
     let env = sb.read("out");
     assert!(env.contains("JOBGUARD_JOB=env\n"), "{env}");
-    assert!(env.contains(&format!("JOBGUARD_SLOT={SLOT}\n")), "{env}");
+    let slot = slot();
+    assert!(env.contains(&format!("JOBGUARD_SLOT={slot}\n")), "{env}");
     assert!(
-        env.contains(&format!("JOBGUARD_IDEMPOTENCY_KEY=env@{SLOT}\n")),
+        env.contains(&format!("JOBGUARD_IDEMPOTENCY_KEY=env@{slot}\n")),
         "{env}"
     );
     assert!(env.contains("JOBGUARD_ATTEMPT=1\n"), "{env}");
@@ -207,7 +226,7 @@ fn the_job_gets_its_slot_key_token_and_report_file() {
     let h = sb.history("env");
     assert_eq!(h[0]["report"]["rows_read"], "3000");
     assert_eq!(h[0]["report"]["batch"], "b1");
-    assert_eq!(h[0]["idempotency_key"], format!("env@{SLOT}"));
+    assert_eq!(h[0]["idempotency_key"], format!("env@{slot}"));
     assert!(
         stderr(&out).contains("rows_inserted=2000"),
         "logged at finish: {}",
@@ -291,7 +310,7 @@ fn a_command_stopped_by_sigterm_is_interrupted_and_held() {
     // A held slot is skipped until a person decides.
     let again = timer_run(&sb, "stop");
     assert!(stderr(&again).contains("held"), "{}", stderr(&again));
-    let resolved = sb.run(&["resolve", "stop", SLOT, "--done"]);
+    let resolved = sb.run(&["resolve", "stop", &slot(), "--done"]);
     assert!(resolved.status.success(), "{}", stderr(&resolved));
     let after = timer_run(&sb, "stop");
     assert!(
@@ -345,7 +364,7 @@ fn killing_the_shim_kills_the_command_and_recover_reruns_the_slot() {
     assert_eq!(h.len(), 2, "{h:?}");
     assert_eq!(h[0]["outcome"], "succeeded");
     assert_eq!(h[0]["attempt"], 2);
-    assert_eq!(h[0]["slot"], SLOT);
+    assert_eq!(h[0]["slot"], slot());
     assert_eq!(h[0]["trigger"], "rerun");
     assert_eq!(h[1]["outcome"], "interrupted");
     assert_eq!(h[1]["resolution"], "rerun");
@@ -369,21 +388,18 @@ fn explicit_slot_must_be_an_elapse() {
 #[test]
 fn a_gap_of_missed_slots_is_logged() {
     let sb = Sandbox::new(&job("gap", "true", ""));
-    assert!(timer_run(&sb, "gap").status.success());
-    // Three days later: the 30th and 1st never ran.
-    let later = 1_795_917_780_000_000i64 + 3 * 86_400_000_000;
-    let out = sb
-        .cmd(&["run", "gap"])
-        .env("TRIGGER_TIMER_REALTIME_USEC", later.to_string())
-        .output()
-        .unwrap();
+    let first = slot_days_ago(3);
+    let out = sb.run(&["run", "gap", "--slot", &first]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // Three days later: the two slots in between never ran.
+    let out = timer_run(&sb, "gap");
     let err = stderr(&out);
     assert!(
         err.contains("gap") && err.contains("2 slot(s) never ran"),
         "{err}"
     );
     assert!(
-        err.contains("2026-11-30T02:00:00Z") && err.contains("2026-12-01T02:00:00Z"),
+        err.contains(&slot_days_ago(2)) && err.contains(&slot_days_ago(1)),
         "{err}"
     );
 }
@@ -463,24 +479,22 @@ fn user_jobs_run_as_that_user_and_cannot_touch_the_ledger_or_locks() {
 
 #[test]
 fn a_clock_behind_does_not_run_an_old_slot_and_future_slots_are_refused() {
-    let sb = Sandbox::new(&job("clock", "true", ""));
-    assert!(timer_run(&sb, "clock").status.success());
-    // The clock jumped back a day (e.g. a wrong RTC before time sync).
-    let behind = 1_795_917_780_000_000i64 - 86_400_000_000;
-    let out = sb
-        .cmd(&["run", "clock"])
-        .env("TRIGGER_TIMER_REALTIME_USEC", behind.to_string())
-        .output()
-        .unwrap();
+    // A clock a day behind the one that ran the newest slot (e.g. a wrong RTC before time
+    // sync): the newest slot is tomorrow's, recorded within clock_tolerance.
+    let sb = Sandbox::new(&job("clock", "true", "clock_tolerance = \"2d\""));
+    let ahead = slot_days_ago(-1);
+    let out = sb.run(&["run", "clock", "--slot", &ahead, "--force"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = timer_run(&sb, "clock");
     assert!(out.status.success());
     assert!(
-        stderr(&out).contains("older than slot 2026-11-29T02:00:00Z"),
+        stderr(&out).contains(&format!("older than slot {ahead}")),
         "{}",
         stderr(&out)
     );
     assert_eq!(sb.history("clock").len(), 1);
     // On purpose, with --slot, it runs.
-    let out = sb.run(&["run", "clock", "--slot", "2026-11-28T02:00:00Z"]);
+    let out = sb.run(&["run", "clock", "--slot", &slot_days_ago(1)]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(sb.history("clock").len(), 2);
     let future = sb.run(&["run", "clock", "--slot", "2099-01-01T02:00:00Z"]);
@@ -500,7 +514,7 @@ fn a_slot_recorded_ahead_of_the_clock_does_not_hold_back_the_timer() {
     assert!(!stderr(&out).contains("older than"), "{}", stderr(&out));
     let h = sb.history("ahead");
     assert_eq!(h.len(), 2, "{h:?}");
-    assert_eq!(h[0]["slot"], SLOT, "{h:?}");
+    assert_eq!(h[0]["slot"], slot(), "{h:?}");
     assert_eq!(h[0]["outcome"], "succeeded", "{h:?}");
 }
 
@@ -545,7 +559,7 @@ fn a_stop_during_a_queued_rerun_does_not_start_the_current_slot() {
         stderr(&out)
     );
     let h = sb.history("queue");
-    assert!(h.iter().all(|r| r["slot"] != SLOT), "{h:?}");
+    assert!(h.iter().all(|r| r["slot"] != slot()), "{h:?}");
     assert_eq!(h[0]["reason"], "stopped-term");
 }
 
@@ -1200,4 +1214,93 @@ fn a_run_after_a_killed_shim_starts_only_once_the_earlier_attempts_processes_are
     for r in &h[1..] {
         assert_eq!(r["outcome"], "interrupted", "{h:?}");
     }
+}
+
+/// µs since the epoch, now.
+fn now_usec() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after the epoch")
+        .as_micros() as i64
+}
+
+/// Issue 9 §1: systemd 252 gives every later firing of a timer the first firing's
+/// `TRIGGER_TIMER_REALTIME_USEC`. Each firing must still take its own slot, from the clock.
+#[test]
+fn later_firings_with_a_stale_trigger_time_take_their_own_slots() {
+    let sb = Sandbox::new(
+        "[jobs.tick]\nschedule = \"*-*-* *:*:0/2 UTC\"\n\
+         command = [\"/bin/sh\", \"-c\", \"echo \\\"$JOBGUARD_SLOT\\\" >> \\\"$OUT\\\"\"]\n\
+         environment = { OUT = \"@DIR@/slots\" }\n",
+    );
+    // The first firing's value, as systemd 252 keeps giving it.
+    let stale = now_usec().to_string();
+    let mut windows = Vec::new();
+    for i in 0..5 {
+        if i > 0 {
+            std::thread::sleep(Duration::from_millis(2100));
+        }
+        let before = now_usec();
+        let out = sb
+            .cmd(&["run", "tick"])
+            .env("TRIGGER_TIMER_REALTIME_USEC", &stale)
+            .output()
+            .expect("run");
+        let after = now_usec();
+        assert!(out.status.success(), "run {i}: {}", stderr(&out));
+        windows.push((before, after, stderr(&out)));
+    }
+    let slots: Vec<String> = sb.read("slots").lines().map(str::to_string).collect();
+    let mut distinct = slots.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(
+        (slots.len(), distinct.len()),
+        (5, 5),
+        "every firing ran its own slot; slots {slots:?}; runs {windows:#?}"
+    );
+    for (slot, (before, after, err)) in slots.iter().zip(&windows) {
+        let at: jiff::Timestamp = slot.parse().expect("RFC 3339 slot");
+        let us = at.as_microsecond();
+        assert_eq!(at.as_second() % 2, 0, "{slot} is an elapse of */2");
+        assert!(
+            us <= *after && us > before - 2_000_000,
+            "{slot} is the latest elapse at or before the run ({before}..{after}): {err}"
+        );
+    }
+}
+
+/// Issue 9 §5.5: at a fall-back the repeated hour's second pass is not an elapse for
+/// systemd (its timer never fires there). `--slot` with a local time of the repeated
+/// hour means the interpretation that is an elapse; the second pass, given in UTC, is
+/// refused.
+#[test]
+fn a_slot_in_the_repeated_hour_of_a_fall_back_is_the_one_systemd_fires() {
+    let sb = Sandbox::new(
+        "[jobs.fold]\nschedule = \"*-*-* 02:30 Europe/Berlin\"\ncommand = [\"/bin/true\"]\n\n\
+         [jobs.quarter]\nschedule = \"*:0/15 Europe/Berlin\"\ncommand = [\"/bin/true\"]\n",
+    );
+    let out = sb.run(&["run", "fold", "--slot", "2026-10-25 02:30:00 Europe/Berlin"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(sb.history("fold")[0]["slot"], "2026-10-25T00:30:00Z");
+    let out = sb.run(&["run", "fold", "--slot", "2026-10-25T01:30:00Z"]);
+    assert_eq!(out.status.code(), Some(78), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("not an elapse") && stderr(&out).contains("2026-10-25T00:30:00Z"),
+        "{}",
+        stderr(&out)
+    );
+    for (given, slot) in [
+        ("2026-10-25 02:45:00 Europe/Berlin", "2026-10-25T00:45:00Z"),
+        ("2026-10-25 03:00:00 Europe/Berlin", "2026-10-25T02:00:00Z"),
+    ] {
+        let out = sb.run(&["run", "quarter", "--slot", given]);
+        assert!(out.status.success(), "{given}: {}", stderr(&out));
+        assert_eq!(sb.history("quarter")[0]["slot"], slot, "{given}");
+    }
+    for not_fired in ["2026-10-25T01:15:00Z", "2026-10-25T01:45:00Z"] {
+        let out = sb.run(&["run", "quarter", "--slot", not_fired]);
+        assert_eq!(out.status.code(), Some(78), "{not_fired}: {}", stderr(&out));
+    }
+    assert_eq!(sb.history("quarter").len(), 2);
 }

@@ -19,7 +19,7 @@ use std::time::Duration;
 use common::remote::{Kind, Namespace, Proxy};
 use support::Sandbox;
 
-/// 2026-11-29T02:03:00Z, µs: three minutes after the 02:00 elapse, as a late timer.
+/// A timer's fire time (2026-11-29T02:03:00Z, µs): marks the runs timer-started.
 const FIRED: &str = "1795917780000000";
 const RACERS: usize = 32;
 

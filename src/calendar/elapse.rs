@@ -9,7 +9,9 @@
 //!
 //! The previous elapse (systemd has none) is found by searching backwards with growing
 //! windows and bisecting with the next-elapse function, so it is, by construction, an
-//! elapse the next-elapse function produces.
+//! elapse the next-elapse function produces; in the second pass of a fall-back fold it
+//! is then re-derived by following the next-elapse function from the fold's first pass,
+//! so that it is one a timer actually reaches.
 
 use super::spec::{BITS_WEEKDAYS, Chain, MAX_YEAR, Spec, USEC_PER_SEC};
 use super::tm::{LibcState, Tm, Zone};
@@ -364,10 +366,69 @@ pub(crate) fn next_usec(
     }
 }
 
-/// The latest elapse at or before `at` (µs since the epoch): the `p` with
+/// The latest elapse at or before `at` (µs since the epoch) that a timer reaches: the
+/// last element at or before `at` of the orbit `next_usec` walks from any point well
+/// before (systemd's timers compute each elapse from the previous one), or `None` if
+/// nothing elapses at or before `at`.
+///
+/// The candidate is the latest `p <= at` with `next_usec(p - 1) == p`. Outside a
+/// fall-back fold that is an orbit element, because there `next_usec` never jumps over
+/// a candidate. Inside a fold, the first pass (the earlier offset) is reached as usual;
+/// in the second pass, the orbit comes from the last elapse of the first pass (or
+/// earlier), whose successor skips every local time up to its own (systemd 252.39
+/// refuses a candidate whose local time is before the start's), so the second-pass
+/// candidates it skipped are not elapses. There the orbit is followed from that
+/// elapse instead.
+pub(crate) fn previous_usec(spec: &Spec, zone: &Zone, at: i64) -> Option<i64> {
+    let c = candidate_usec(spec, zone, at)?;
+    let Some((t, d)) = second_pass(zone, c) else {
+        return Some(c);
+    };
+    let next = |x: i64| next_usec(spec, zone, x, &mut LibcState::default()).ok();
+    // Where the orbit stands when the fold's repeated hour begins again (`t`): at the
+    // last elapse before `t`, or, with none, about to take the first one after the
+    // unambiguous local time just before the fold.
+    let mut e = match previous_usec(spec, zone, t - 1) {
+        Some(l) => l,
+        None => match next(t - d - 1) {
+            Some(first) if first <= at => first,
+            _ => return None,
+        },
+    };
+    // Follow the orbit up to `at`: it rejoins the candidates by the end of the fold.
+    for _ in 0..MAX_ORBIT_STEPS {
+        match next(e) {
+            Some(n) if n <= at => e = n,
+            _ => return Some(e),
+        }
+    }
+    Some(c)
+}
+
+/// Most elapses [`previous_usec`] follows through a fold (a fold lasts at most a few
+/// hours; an every-second schedule has 3600 elapses in one).
+const MAX_ORBIT_STEPS: u32 = 100_000;
+
+/// If `usec` lies in the second pass of a fall-back fold of `zone` (its local time
+/// also happened before, at the previous, larger offset): the change's instant and
+/// the fold's length, both µs.
+fn second_pass(zone: &Zone, usec: i64) -> Option<(i64, i64)> {
+    let Zone::Local(tz) = zone else {
+        return None;
+    };
+    let ts = jiff::Timestamp::from_microsecond(usec.checked_add(1)?).ok()?;
+    let tr = tz.preceding(ts).next()?;
+    let t = tr.timestamp();
+    let before = tz.to_offset(t.checked_sub(jiff::SignedDuration::from_secs(1)).ok()?);
+    let d = i64::from(before.seconds() - tr.offset().seconds()) * 1_000_000;
+    let t = t.as_microsecond();
+    (d > 0 && usec < t + d).then_some((t, d))
+}
+
+/// The latest elapse candidate at or before `at` (µs since the epoch): the `p` with
 /// `next_usec(p - 1) == p` and `next_usec(p) > at`, or `None` if nothing elapses at or
 /// before `at`.
-pub(crate) fn previous_usec(spec: &Spec, zone: &Zone, at: i64) -> Option<i64> {
+fn candidate_usec(spec: &Spec, zone: &Zone, at: i64) -> Option<i64> {
     let next = |x: i64| next_usec(spec, zone, x, &mut LibcState::default()).ok();
     // systemd's times are unsigned: its searches start at the epoch at the earliest,
     // so the first elapse it can produce is after 1970-01-01 00:00:00 UTC.

@@ -3,7 +3,11 @@
 //! Parses the whole grammar of systemd.time(7) "CALENDAR EVENTS" as systemd 252 does
 //! (submodule `spec`) and computes the next elapse after a point in time (what a timer
 //! does) and the previous elapse at or before one (the slot a run belongs to) (submodule
-//! `elapse`). Daylight-saving gaps and folds come out as systemd's, because the
+//! `elapse`). The previous elapse is one a timer reaches: the last element at or before
+//! the point of the orbit `next` walks from well before, which at a fall-back leaves out
+//! local times of the repeated hour that systemd never fires. Also finds short
+//! intervals between elapses, for the job list's check of `randomized_delay`
+//! (submodule `interval`). Daylight-saving gaps and folds come out as systemd's, because the
 //! arithmetic goes through a reproduction of glibc's `mktime` (submodule `tm`). Also
 //! parses and prints timestamps in systemd's syntax ([`timestamp`]).
 //!
@@ -21,16 +25,37 @@ use jiff::Timestamp;
 use jiff::tz::TimeZone;
 
 mod elapse;
+mod interval;
 mod spec;
 pub mod timestamp;
 mod tm;
 
-pub use timestamp::{TimestampError, format_relative, format_timestamp, parse_timestamp};
+pub use timestamp::{
+    TimestampError, fold_twin, format_relative, format_timestamp, parse_timestamp,
+    wall_clock_zone,
+};
 
 pub(crate) use elapse::NextError;
 use spec::Spec;
 pub(crate) use tm::LibcState;
 use tm::Zone;
+
+/// How many elapses [`CalendarSpec::interval_at_most`] looks at, at most.
+pub const INTERVAL_SCAN_ELAPSES: usize = 4096;
+/// How far past the first elapse [`CalendarSpec::interval_at_most`] looks, in µs: two
+/// years (731 days).
+pub const INTERVAL_SCAN_USEC: i64 = 731 * 86_400 * 1_000_000;
+
+/// Two consecutive elapses and the time between them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Interval {
+    /// `to_usec - from_usec`, µs.
+    pub usec: i64,
+    /// The earlier elapse, µs since the epoch.
+    pub from_usec: i64,
+    /// The later elapse, µs since the epoch.
+    pub to_usec: i64,
+}
 
 /// A parsed `OnCalendar=` expression, with the time zone it is evaluated in.
 #[derive(Debug, Clone)]
@@ -106,7 +131,7 @@ impl CalendarError {
 /// from its file: jiff's own detection indexes the whole tzdb directory on first use,
 /// which costs milliseconds on every start of the shim and the generator. Anything else
 /// (a POSIX TZ string, a copied /etc/localtime) goes through jiff.
-pub(crate) fn local_zone() -> TimeZone {
+pub fn local_zone() -> TimeZone {
     // Cached per value of TZ: the generator parses one schedule per job.
     static CACHE: std::sync::Mutex<Option<(Option<std::ffi::OsString>, TimeZone)>> =
         std::sync::Mutex::new(None);
@@ -213,13 +238,27 @@ impl CalendarSpec {
         Timestamp::from_microsecond(usec).ok()
     }
 
-    /// The latest elapse at or before `at`: the slot a run fired at `at` belongs to.
-    /// It is an elapse [`CalendarSpec::next_elapse`] yields (`next_elapse(p - 1µs) ==
-    /// p`) and no elapse lies after it up to `at`; `None` when nothing elapses at or
-    /// before `at`.
+    /// The latest elapse at or before `at`: the slot a run started at `at` belongs to.
+    /// It is the last element at or before `at` of the orbit a timer walks by calling
+    /// [`CalendarSpec::next_elapse`] on its previous elapse, from any point well before
+    /// (so `next_elapse(p)` is after `at`). At a fall-back, systemd 252 (252.39) never
+    /// fires the local times of the repeated hour that are not after the last one it
+    /// fired in the first pass; those are not elapses here either. `None` when nothing
+    /// elapses at or before `at`.
     pub fn previous_elapse(&self, at: Timestamp) -> Option<Timestamp> {
         let usec = elapse::previous_usec(&self.spec, &self.zone, at.as_microsecond())?;
         Timestamp::from_microsecond(usec).ok()
+    }
+
+    /// Two consecutive elapses after `from` that are `limit_usec` µs apart or less, or
+    /// `None` when there are none in the window looked at: the first
+    /// [`INTERVAL_SCAN_ELAPSES`] elapses after `from`, or those within
+    /// [`INTERVAL_SCAN_USEC`] of the first, whichever ends first (a calendar repeats
+    /// within a few years; the daylight-saving changes of that window are all seen).
+    /// Daylight-saving gaps and folds count as they fall: `01:30,03:00` in a zone
+    /// that springs forward at 02:00 has a 30-minute interval once a year.
+    pub fn interval_at_most(&self, limit_usec: i64, from: Timestamp) -> Option<Interval> {
+        interval::interval_at_most(&self.spec, &self.zone, from.as_microsecond(), limit_usec)
     }
 
     /// `calendar_spec_next_usec()` on microseconds since the epoch, with systemd's
@@ -394,6 +433,153 @@ mod tests {
         assert_eq!(
             dense.previous_elapse(ts("2030-01-01T00:00:00Z")),
             Some(ts("2022-12-31T23:59:59Z"))
+        );
+    }
+
+    /// Cost of the interval check, as the generator pays it once per job:
+    /// `cargo test --release --lib interval_check_cost -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn interval_check_cost() {
+        let from = ts("2026-12-01T00:00:00Z");
+        for (e, limit) in [
+            ("daily", 3_600_000_001),
+            ("hourly", 1_000_001),
+            ("minutely", 1_000_001),
+            ("*:0/15", 600_000_001),
+            ("Mon..Fri 09:00 Europe/Berlin", 1_000_001),
+            ("*-*-* 02:00/15:00 Europe/Berlin", 1_000_001),
+            ("*-*-1 03:00", 1_000_001),
+            ("*:0/7", 400_000_001),
+            ("*-*-1 00,23:00", 120_000_001),
+            ("hourly Europe/Berlin", 301_000_000),
+            ("*:0/15 America/New_York", 61_000_000),
+            ("*:*:0/10", 1_000_000),
+            ("Mon..Fri 09:00 Europe/Berlin", 1_801_000_000),
+            ("*-*-* 01,03:30 Australia/Sydney", 601_000_000),
+            ("*:0/7 Australia/Lord_Howe", 121_000_000),
+        ] {
+            let spec = CalendarSpec::parse_in(e, berlin()).expect("valid");
+            let t0 = std::time::Instant::now();
+            let n = 20;
+            let mut r = None;
+            for _ in 0..n {
+                r = spec.interval_at_most(limit, from);
+            }
+            println!(
+                "{e} (limit {limit} µs): {:?} per check, {r:?}",
+                t0.elapsed() / n
+            );
+        }
+    }
+
+    /// The daylight-saving changes of `tz` in 2025 to 2027, µs since the epoch.
+    fn dst_changes(tz: &TimeZone) -> Vec<i64> {
+        let from = ts("2025-01-01T00:00:00Z");
+        let to = ts("2028-01-01T00:00:00Z");
+        tz.following(from)
+            .take_while(|t| t.timestamp() < to)
+            .map(|t| t.timestamp().as_microsecond())
+            .collect()
+    }
+
+    pub(crate) const DST_ZONES: &[&str] = &[
+        "Europe/Berlin",
+        "America/New_York",
+        "Australia/Sydney",
+        "Australia/Lord_Howe",
+        "America/Santiago",
+        "Europe/Dublin",
+    ];
+
+    pub(crate) const DST_SCHEDULES: &[&str] = &[
+        "hourly",
+        "*:0/15",
+        "*-*-* 02:30",
+        "*-*-* 01:30",
+        "*-*-* 02:00/15:00",
+        "*:0/7",
+        "*-*-* 00:00",
+        "weekly",
+        "Sun *-*-* 01:45,02:15",
+    ];
+
+    /// Issue 9 §5.5: the backward search returns exactly the elapses a timer reaches by
+    /// iterating `next_elapse` from well before (systemd's timers do that), across
+    /// daylight-saving changes in both directions and hemispheres. At a fall-back, local
+    /// times of the repeated hour that the iteration never reaches are not elapses.
+    #[test]
+    fn previous_elapse_is_the_last_element_of_the_forward_orbit() {
+        let mut failures = Vec::new();
+        let mut checked = 0usize;
+        for zone in DST_ZONES {
+            let tz = TimeZone::get(zone).expect("zone");
+            let changes = dst_changes(&tz);
+            assert!(changes.len() >= 5, "{zone}: {changes:?}");
+            for expr in DST_SCHEDULES {
+                let spec = CalendarSpec::parse_in(expr, tz.clone()).expect("valid");
+                for &t in &changes {
+                    let day = 86_400_000_000;
+                    // The orbit from eight days before (a week plus a day, for weekly).
+                    let mut orbit = Vec::new();
+                    let mut cur = Timestamp::from_microsecond(t - 8 * day).expect("valid");
+                    while let Some(n) = spec.next_elapse(cur) {
+                        orbit.push(n.as_microsecond());
+                        if n.as_microsecond() > t + day {
+                            break;
+                        }
+                        cur = n;
+                    }
+                    let mut ats = Vec::new();
+                    for w in orbit.windows(2) {
+                        let (a, b) = (w[0], w[1]);
+                        if b < t - 6 * 3_600_000_000 || a > t + 6 * 3_600_000_000 {
+                            continue;
+                        }
+                        ats.extend([a, a + 1, a + (b - a) / 3, a + (b - a) / 2, b - 1]);
+                    }
+                    // And every 5 minutes around the change, where folds are.
+                    let step = 300_000_000;
+                    let mut x = t - 3 * 3_600_000_000;
+                    while x < t + 3 * 3_600_000_000 {
+                        ats.push(x);
+                        x += step;
+                    }
+                    for at in ats {
+                        let Some(i) = orbit.iter().rposition(|&o| o <= at) else {
+                            continue;
+                        };
+                        if i + 1 == orbit.len() {
+                            continue;
+                        }
+                        checked += 1;
+                        let want = orbit[i];
+                        let got = spec
+                            .previous_elapse(Timestamp::from_microsecond(at).expect("valid"))
+                            .map(|p| p.as_microsecond());
+                        if got != Some(want) {
+                            failures.push(format!(
+                                "{expr:?} in {zone} at {}: previous {:?}, orbit {}",
+                                Timestamp::from_microsecond(at).expect("valid"),
+                                got.map(|g| Timestamp::from_microsecond(g).expect("valid")),
+                                Timestamp::from_microsecond(want).expect("valid"),
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        assert!(checked > 10_000, "checked only {checked}");
+        assert!(
+            failures.is_empty(),
+            "{} of {checked} wrong, first 40:\n{}",
+            failures.len(),
+            failures
+                .iter()
+                .take(40)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("\n")
         );
     }
 }

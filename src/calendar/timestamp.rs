@@ -463,6 +463,59 @@ pub fn parse_timestamp(s: &str, now: Timestamp) -> Result<Timestamp, TimestampEr
     parse_timestamp_in(s, now, &super::local_zone())
 }
 
+/// The other instant with the same local time as `t` in `tz`, if `t` lies in the
+/// repeated hour of a fall-back (a change to a smaller UTC offset): `t` + the change in
+/// the first pass, `t` - the change in the second.
+pub fn fold_twin(tz: &TimeZone, t: Timestamp) -> Option<Timestamp> {
+    let day = jiff::SignedDuration::from_hours(24);
+    let from = t.checked_sub(day).ok()?;
+    for tr in tz.following(from) {
+        let at = tr.timestamp();
+        if at > t.checked_add(day).ok()? {
+            break;
+        }
+        let before = tz.to_offset(at.checked_sub(jiff::SignedDuration::from_secs(1)).ok()?);
+        let d = i64::from(before.seconds() - tr.offset().seconds());
+        if d <= 0 {
+            continue;
+        }
+        let d = jiff::SignedDuration::from_secs(d);
+        if t >= at.checked_sub(d).ok()? && t < at {
+            return t.checked_add(d).ok();
+        }
+        if t >= at && t < at.checked_add(d).ok()? {
+            return t.checked_sub(d).ok();
+        }
+    }
+    None
+}
+
+/// The zone whose wall-clock time `s` names, as [`parse_timestamp`] reads it: the zone
+/// named at its end, else the local zone; `None` when the text fixes the instant
+/// itself (an RFC 3339 offset or `Z`, ` UTC`, `@EPOCH`, a relative time, or the local
+/// zone's standard or daylight-saving abbreviation).
+pub fn wall_clock_zone(s: &str, local: &TimeZone) -> Option<TimeZone> {
+    let t = s.trim();
+    if t.parse::<Timestamp>().is_ok()
+        || t.starts_with(['@', '+', '-'])
+        || t.len() >= 4 && t.as_bytes()[t.len() - 4..].eq_ignore_ascii_case(b" UTC")
+        || ["now", "today", "yesterday", "tomorrow"].contains(&t)
+        || t.ends_with(" ago")
+        || t.ends_with(" left")
+    {
+        return None;
+    }
+    let last = t.rsplit(' ').next().unwrap_or("");
+    let (n0, n1, _, _) = tm::tz_names(local);
+    if last == n0 || last == n1 {
+        return None;
+    }
+    match t.rfind(' ').and_then(|sp| load_timezone(&t[sp + 1..])) {
+        Some(tz) => Some(tz),
+        None => Some(local.clone()),
+    }
+}
+
 /// [`parse_timestamp`] with `local` as the local time zone.
 ///
 /// # Errors

@@ -4,7 +4,13 @@
 //! Order of a run (the contract of the README):
 //! 1. take the job's local flock without waiting ([`crate::lock`]); held → skip; then end
 //!    what earlier attempts on this host left running ([`leftover`]);
-//! 2. compute the slot ([`slot`]): the latest elapse at or before the timer's fire time;
+//! 2. compute the slot ([`slot`]): the latest elapse of the schedule at or before the
+//!    shim's own clock reading at start (`--slot` names another). The timer's fire time
+//!    (`TRIGGER_TIMER_REALTIME_USEC`) never picks it: systemd 252 gives later firings the
+//!    first firing's value. This is right because the job list refuses a job whose
+//!    firings (late by up to `randomized_delay` + AccuracySec=1s) could land after the
+//!    next elapse; a service started later still takes the newer slot, and the older
+//!    one is recorded as passed over (`gap` event, `jobguard audit`);
 //! 3. in one atomic store step ([`crate::store::Store::claim`]): skip if the slot is done
 //!    or held, skip if another holder's lease is unexpired, else take the lease (with a
 //!    new fencing token) and record `running`;

@@ -1,11 +1,31 @@
 //! Which slot a run belongs to.
 //!
-//! A slot is the latest elapse of the job's `OnCalendar=` expression at or before the
-//! moment the timer fired: systemd sets `TRIGGER_TIMER_REALTIME_USEC` (µs since the
-//! epoch) for timer-started services (systemd.exec(7), "Environment variables set or
-//! propagated by the service manager"); that moment is late by any `RandomizedDelaySec=`
-//! jitter or by a `Persistent=` catch-up, and the latest elapse before it is still the
-//! slot that fired. Without it (a manual start), the moment is now.
+//! The rule: the slot of a run without `--slot` is the latest elapse of the job's
+//! `OnCalendar=` expression at or before the shim's own `CLOCK_REALTIME` reading when it
+//! starts (`now`), as [`crate::calendar::CalendarSpec::previous_elapse`] finds it (the
+//! elapses systemd's timer iterates through; see [`crate::calendar`]). The timer's fire
+//! time, `TRIGGER_TIMER_REALTIME_USEC` (systemd.exec(5): set for timer-started services,
+//! "best effort"), never picks the slot: systemd 252 gives every later firing of a timer
+//! the first firing's value until the next boot or daemon-reload. It only tells the
+//! trigger (`timer` when set, else `manual`).
+//!
+//! Why `now` is right: a timer fires a service at most `RandomizedDelaySec=` +
+//! `AccuracySec=` (1 s in the shipped `jobguard@.timer`) after the elapse, so as long as
+//! that is shorter than the shortest interval between two elapses, the firing lands
+//! before the next elapse and `now` still lies in the slot that fired. The job list
+//! refuses jobs where it is not ([`crate::calendar::CalendarSpec::interval_at_most`],
+//! checked by [`crate::config`]).
+//!
+//! A service that starts later still (a loaded host) takes the newer slot; the older one
+//! is then a slot that never ran, which the next run reports as a gap (`gap` event). A
+//! `Persistent=` catch-up at boot runs once and takes the latest elapse at or before
+//! now, as systemd itself fires a missed timer once; the slots of the downtime before it
+//! are in the same gap report.
+//!
+//! `--slot TIME` names the slot instead; it must be an elapse. A local time in the
+//! repeated hour of a fall-back names two instants: the one that is an elapse is the
+//! slot (systemd's timers fire at most one of them); if both were, the run is refused
+//! with both named.
 
 use jiff::Timestamp;
 
@@ -40,6 +60,21 @@ pub enum SlotError {
         /// The previous elapse, RFC 3339, or "none".
         previous: String,
     },
+    /// `--slot` is a local time of a fall-back's repeated hour, and both instants it
+    /// names are elapses.
+    #[error(
+        "--slot {given} names two instants, {first} and {second}, both elapses of schedule {schedule:?}; give it in UTC"
+    )]
+    Ambiguous {
+        /// As given.
+        given: String,
+        /// The job's schedule.
+        schedule: String,
+        /// The earlier instant, RFC 3339.
+        first: String,
+        /// The later instant, RFC 3339.
+        second: String,
+    },
     /// The schedule has no elapse at or before the moment.
     #[error("schedule {schedule:?} has no elapse at or before {at}")]
     NoElapse {
@@ -50,7 +85,9 @@ pub enum SlotError {
     },
 }
 
-/// The moment the timer fired, from `TRIGGER_TIMER_REALTIME_USEC` (µs since the epoch).
+/// The moment the timer fired, from `TRIGGER_TIMER_REALTIME_USEC` (µs since the epoch):
+/// only a sign that a timer started the run, since systemd 252 gives later firings the
+/// first firing's value.
 pub fn timer_fire_time() -> Option<i64> {
     std::env::var("TRIGGER_TIMER_REALTIME_USEC")
         .ok()?
@@ -60,8 +97,10 @@ pub fn timer_fire_time() -> Option<i64> {
         .filter(|v| *v > 0)
 }
 
-/// The slot for `jobguard run`: `--slot` if given (it must be an elapse), else the latest
-/// elapse at or before the timer's fire time, else at or before `now_usec`.
+/// The slot for `jobguard run`: `--slot` if given (it must be an elapse; a local time of
+/// a fall-back's repeated hour means the instant that is one), else the latest elapse at
+/// or before `now_usec` (µs since the epoch, the shim's clock at start), whether the
+/// timer started the run or not.
 ///
 /// # Errors
 /// [`SlotError`] when `--slot` is bad or there is no elapse.
@@ -70,30 +109,52 @@ pub fn for_request(job: &Job, given: Option<&str>, now_usec: i64) -> Result<Curr
     let now = Timestamp::from_microsecond(now_usec).unwrap_or(Timestamp::UNIX_EPOCH);
     if let Some(text) = given {
         let at = calendar::parse_timestamp(text, now)?;
-        let prev = job.calendar.previous_elapse(at);
-        if prev != Some(at) {
-            return Err(SlotError::NotAnElapse {
-                given: text.to_string(),
-                schedule: job.schedule.clone(),
-                previous: prev
-                    .map(|p| crate::ledger::format_usec(p.as_microsecond()))
-                    .unwrap_or_else(|| "none".into()),
-            });
-        }
+        // A local time in the repeated hour of a fall-back names two instants; systemd's
+        // timer fires at most one of them.
+        let twin = calendar::wall_clock_zone(text, &calendar::local_zone())
+            .and_then(|tz| calendar::fold_twin(&tz, at));
+        let is_elapse = |t: Timestamp| job.calendar.previous_elapse(t) == Some(t);
+        let elapses: Vec<Timestamp> = std::iter::once(at)
+            .chain(twin)
+            .filter(|&t| is_elapse(t))
+            .collect();
+        let slot = match elapses[..] {
+            [one] => one,
+            [a, b] => {
+                return Err(SlotError::Ambiguous {
+                    given: text.to_string(),
+                    schedule: job.schedule.clone(),
+                    first: crate::ledger::format_usec(a.as_microsecond().min(b.as_microsecond())),
+                    second: crate::ledger::format_usec(a.as_microsecond().max(b.as_microsecond())),
+                });
+            }
+            _ => {
+                let prev = job.calendar.previous_elapse(at);
+                return Err(SlotError::NotAnElapse {
+                    given: text.to_string(),
+                    schedule: job.schedule.clone(),
+                    previous: prev
+                        .map(|p| crate::ledger::format_usec(p.as_microsecond()))
+                        .unwrap_or_else(|| "none".into()),
+                });
+            }
+        };
         return Ok(Current {
             slot: Slot {
-                usec: at.as_microsecond(),
+                usec: slot.as_microsecond(),
                 zone,
             },
             trigger: "manual",
         });
     }
-    let (at_usec, trigger) = match timer_fire_time() {
-        Some(t) => (t, "timer"),
-        None => (now_usec, "manual"),
+    // The fire time only tells how the run was started: systemd 252 keeps giving later
+    // firings of a timer the first firing's value, so it never picks the slot.
+    let trigger = if timer_fire_time().is_some() {
+        "timer"
+    } else {
+        "manual"
     };
-    let at = Timestamp::from_microsecond(at_usec).unwrap_or(now);
-    match job.calendar.previous_elapse(at) {
+    match job.calendar.previous_elapse(now) {
         Some(p) => Ok(Current {
             slot: Slot {
                 usec: p.as_microsecond(),
@@ -103,7 +164,7 @@ pub fn for_request(job: &Job, given: Option<&str>, now_usec: i64) -> Result<Curr
         }),
         None => Err(SlotError::NoElapse {
             schedule: job.schedule.clone(),
-            at: crate::ledger::format_usec(at_usec),
+            at: crate::ledger::format_usec(now_usec),
         }),
     }
 }
