@@ -10,7 +10,8 @@
 //! `rerun` queues the slot, `hold` leaves it for `jobguard resolve`. Queued slots are then
 //! run by starting the job's own unit (`systemctl start --no-block jobguard@JOB.service`,
 //! so the re-run has the same user, limits and journal as any run), or, without systemd,
-//! in this process through the same shim.
+//! in this process through the same shim, which then runs only the queued slots: the
+//! current slot belongs to its timer (or to a person), not to recover.
 
 use std::path::Path;
 

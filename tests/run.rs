@@ -890,3 +890,65 @@ fn store_init_creates_the_schema_of_the_job_lists_store() {
     let unknown = sb.run(&["store", "init", "nope"]);
     assert_eq!(unknown.status.code(), Some(78));
 }
+
+/// Kills the shim `p` (SIGKILL) once `out` has `lines` lines: the slot's record stays
+/// `running` with a holder that is gone.
+fn cut_when(sb: &Sandbox, mut p: std::process::Child, lines: usize) {
+    assert!(
+        wait_until(10, || sb.lines("out") >= lines),
+        "the command started"
+    );
+    p.kill().unwrap();
+    p.wait().unwrap();
+}
+
+#[test]
+fn recover_outside_systemd_runs_only_the_queued_reruns_not_the_current_slot() {
+    // Three slots cut by a crash of the shim, each queued for a re-run by recover; the
+    // current slot (today's 02:00) was never triggered and must not run.
+    let sb = Sandbox::new(&job(
+        "queued",
+        "echo \"$JOBGUARD_SLOT $JOBGUARD_ATTEMPT\" >> \"$OUT\"; if [ -e \"$OUT.cut\" ]; then sleep 60; fi",
+        "environment = { OUT = \"@DIR@/out\" }",
+    ));
+    std::fs::write(sb.file("out.cut"), "").unwrap();
+    let slots = [
+        "2026-11-26T02:00:00Z",
+        "2026-11-27T02:00:00Z",
+        "2026-11-28T02:00:00Z",
+    ];
+    for (n, slot) in slots.iter().enumerate() {
+        let shim = sb
+            .cmd(&["run", "queued", "--slot", slot])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        cut_when(&sb, shim, n + 1);
+        // The dead shim's lease would hold back the next slot until it expires.
+        let unlocked = sb.run(&["unlock", "queued"]);
+        assert!(unlocked.status.success(), "{}", stderr(&unlocked));
+    }
+    std::fs::remove_file(sb.file("out.cut")).unwrap();
+    for round in 0..2 {
+        let rec = sb.run(&["recover"]);
+        assert!(rec.status.success(), "{}", stderr(&rec));
+        let mut want: Vec<String> = slots.iter().map(|s| format!("{s} 1")).collect();
+        want.extend(slots.iter().map(|s| format!("{s} 2")));
+        assert_eq!(
+            sb.read("out").lines().collect::<Vec<_>>(),
+            want,
+            "round {round}: only the queued slots ran, once each: {}",
+            stderr(&rec)
+        );
+    }
+    let h = sb.history("queued");
+    assert_eq!(h.len(), 6, "no record for any other slot: {h:?}");
+    for slot in slots {
+        let done: Vec<_> = h
+            .iter()
+            .filter(|r| r["slot"] == slot && r["outcome"] == "succeeded")
+            .collect();
+        assert_eq!(done.len(), 1, "{slot}: {h:?}");
+        assert_eq!(done[0]["trigger"], "rerun");
+    }
+}

@@ -42,6 +42,9 @@ pub struct Request {
     pub slot: Option<String>,
     /// `--force`: run even if the slot is done or held; recorded as forced.
     pub force: bool,
+    /// Run only the slots queued for a re-run, oldest first, and not the current slot
+    /// (`jobguard recover` without systemd). `slot` and `force` are then ignored.
+    pub queued_only: bool,
 }
 
 /// Runs `job` once for its current slot (after any queued re-runs); returns the exit status
@@ -123,10 +126,14 @@ pub fn run(job: &Job, req: &Request) -> u8 {
         return exit::USAGE;
     }
 
+    let holder = identity::current_holder();
+    if req.queued_only {
+        return run_queued(job, store.as_mut(), &mut lock, &holder, account.as_ref());
+    }
+
     // A trigger (no --slot, no --force) runs queued re-runs first, oldest first, and
     // refuses a slot older than one already recorded; each claim is one store call.
     let by_trigger = req.slot.is_none() && !req.force;
-    let holder = identity::current_holder();
     let mut status = exit::OK;
     let mut reruns: Vec<i64> = Vec::new();
     let mut queued_first = by_trigger;
@@ -176,6 +183,55 @@ pub fn run(job: &Job, req: &Request) -> u8 {
 
 /// At most this many queued re-runs are run by one invocation before its own slot.
 const MAX_RERUNS_PER_RUN: usize = 100;
+
+/// Runs the job's queued re-runs, oldest first, each as its own attempt, and nothing else:
+/// the current slot is left to its timer. Each claim asks for the oldest queued slot not
+/// yet tried here, with `queued_first` so that the store picks the oldest queued slot
+/// that is neither done nor held (the one asked for, when no other is left). A slot is
+/// tried at most once per invocation. Returns the first non-zero status, or 0.
+fn run_queued(
+    job: &Job,
+    store: &mut dyn Store,
+    lock: &mut JobLock,
+    holder: &Holder,
+    account: Option<&child::Account>,
+) -> u8 {
+    let mut status = exit::OK;
+    let mut tried: Vec<i64> = Vec::new();
+    while tried.len() < MAX_RERUNS_PER_RUN && !child::stop_requested() {
+        let queued = store.runs(&store::RunQuery {
+            job: Some(job.name.clone()),
+            resolutions: vec![Resolution::Queued],
+            ..store::RunQuery::default()
+        });
+        let queued = match queued {
+            Ok(q) => q,
+            Err(e) => return store_failed(job, &e),
+        };
+        let Some(next) = queued
+            .into_iter()
+            .map(|r| r.slot)
+            .filter(|s| !tried.contains(&s.usec))
+            .min_by_key(|s| s.usec)
+        else {
+            break;
+        };
+        let attempt = Attempt {
+            slot: &next,
+            trigger: "rerun",
+            force: false,
+            queued_first: true,
+            in_order: false,
+        };
+        let (s, ran) = run_slot(job, store, lock, holder, account, &attempt);
+        if status == exit::OK {
+            status = s;
+        }
+        tried.push(next.usec);
+        tried.extend(ran);
+    }
+    status
+}
 
 /// One claim's worth of [`run`]: the slot asked for and how.
 struct Attempt<'a> {
