@@ -952,3 +952,44 @@ fn recover_outside_systemd_runs_only_the_queued_reruns_not_the_current_slot() {
         assert_eq!(done[0]["trigger"], "rerun");
     }
 }
+
+#[test]
+fn resolve_rerun_of_a_slot_that_has_since_succeeded_says_it_is_done_and_changes_nothing() {
+    // Each slot fails once, then succeeds when run again (by hand); an operator then asks
+    // for a re-run of the failed attempt.
+    let sb = Sandbox::new(&job(
+        "settled",
+        "echo \"$JOBGUARD_SLOT\" >> \"$OUT\"; [ \"$JOBGUARD_ATTEMPT\" -ge 2 ]",
+        "environment = { OUT = \"@DIR@/out\" }",
+    ));
+    let slots = ["2026-11-26T02:00:00Z", "2026-11-27T02:00:00Z"];
+    for slot in slots {
+        let failed = sb.run(&["run", "settled", "--slot", slot]);
+        assert_eq!(failed.status.code(), Some(1), "{}", stderr(&failed));
+        let ok = sb.run(&["run", "settled", "--slot", slot]);
+        assert_eq!(ok.status.code(), Some(0), "{}", stderr(&ok));
+    }
+    let before = sb.history("settled");
+    for slot in slots {
+        let out = sb.run(&["resolve", "settled", slot, "--rerun"]);
+        let said = format!("{}{}", support::stdout(&out), stderr(&out));
+        assert_eq!(out.status.code(), Some(0), "{said}");
+        assert!(said.contains("is done"), "{said}");
+        assert!(!said.contains("queued"), "{said}");
+    }
+    assert_eq!(sb.history("settled"), before, "nothing changed");
+    // Nothing is waiting: neither recover nor a trigger runs those slots again.
+    assert!(sb.run(&["recover"]).status.success());
+    for slot in slots {
+        let again = sb.run(&["run", "settled", "--slot", slot]);
+        assert!(
+            stderr(&again).contains("already succeeded"),
+            "{}",
+            stderr(&again)
+        );
+    }
+    assert_eq!(sb.lines("out"), 4, "two executions per slot");
+    let h = sb.history("settled");
+    assert_eq!(h, before);
+    assert!(h.iter().all(|r| r["resolution"].is_null()), "{h:?}");
+}

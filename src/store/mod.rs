@@ -338,7 +338,9 @@ pub trait Store {
     fn runs(&mut self, query: &RunQuery) -> Result<Vec<Run>, StoreError>;
 
     /// Sets the resolution of the slot's `interrupted`, `lease_lost` and `failed` records
-    /// that are not yet resolved as `rerun` or `done`; returns how many changed.
+    /// that are not yet resolved as `rerun` or `done`; returns how many changed. A slot that
+    /// is done (a record succeeded or is resolved as done) gets no [`Resolution::Queued`]:
+    /// 0 changed, nothing is left to re-run.
     fn resolve(
         &mut self,
         job: &str,

@@ -1094,10 +1094,14 @@ impl Store for MysqlStore {
         let r = lit(resolution.as_str());
         let sql = format!(
             "UPDATE jobguard_run SET resolution = {r}
-             WHERE job = {} AND slot_usec = {slot}
+             WHERE job = {j} AND slot_usec = {slot}
                AND outcome IN ('interrupted', 'lease_lost', 'failed')
-               AND (resolution IS NULL OR resolution NOT IN ('rerun', 'done', {r}))",
-            lit(job)
+               AND (resolution IS NULL OR resolution NOT IN ('rerun', 'done', {r}))
+               AND ({r} <> 'queued' OR NOT EXISTS (
+                 SELECT 1 FROM (SELECT 1 FROM jobguard_run d
+                   WHERE d.job = {j} AND d.slot_usec = {slot}
+                     AND (d.outcome = 'succeeded' OR d.resolution = 'done')) AS done))",
+            j = lit(job)
         );
         self.with_schema("resolve", |c| {
             c.query_drop(&sql)?;

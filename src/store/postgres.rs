@@ -1320,6 +1320,9 @@ impl Store for PostgresStore {
                      WHERE job = $1 AND slot_usec = $2
                        AND outcome IN ('interrupted', 'lease_lost', 'failed')
                        AND (resolution IS NULL OR resolution NOT IN ('rerun', 'done', $3))
+                       AND ($3 <> 'queued' OR NOT EXISTS (
+                         SELECT 1 FROM jobguard_run d WHERE d.job = $1 AND d.slot_usec = $2
+                           AND (d.outcome = 'succeeded' OR d.resolution = 'done')))
                      RETURNING 1",
                     &[
                         (&job, Type::TEXT),

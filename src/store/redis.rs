@@ -301,7 +301,15 @@ return changed
 const RESOLVE: &str = r#"
 local job, slot, resolution = ARGV[2], ARGV[3], ARGV[4]
 local n = 0
-for _, id in ipairs(redis.call('SMEMBERS', p .. 'slot:' .. job .. ':' .. slot)) do
+local ids = redis.call('SMEMBERS', p .. 'slot:' .. job .. ':' .. slot)
+-- Nothing is queued in a done slot: nothing is left to re-run.
+if resolution == 'queued' then
+  for _, id in ipairs(ids) do
+    local f = redis.call('HMGET', p .. 'run:' .. id, 'outcome', 'resolution')
+    if f[1] == 'succeeded' or f[2] == 'done' then return 0 end
+  end
+end
+for _, id in ipairs(ids) do
   local f = redis.call('HMGET', p .. 'run:' .. id, 'outcome', 'resolution')
   local o, r = f[1], f[2]
   if (o == 'interrupted' or o == 'lease_lost' or o == 'failed')
