@@ -993,3 +993,59 @@ fn resolve_rerun_of_a_slot_that_has_since_succeeded_says_it_is_done_and_changes_
     assert_eq!(h, before);
     assert!(h.iter().all(|r| r["resolution"].is_null()), "{h:?}");
 }
+
+#[test]
+fn unlock_refuses_to_end_the_lease_of_a_run_alive_on_this_host() {
+    // lease_ttl 3 s: the shim renews every second, so an ended lease shows at once.
+    let sb = Sandbox::new(&job(
+        "alive",
+        "echo \"start $JOBGUARD_SLOT\" >> \"$OUT\"; sleep 4; echo \"end $JOBGUARD_SLOT\" >> \"$OUT\"",
+        "lease_ttl = \"3s\"\nenvironment = { OUT = \"@DIR@/out\" }",
+    ));
+    let host = jobguard::identity::host_name();
+    let slots = ["2026-11-26T02:00:00Z", "2026-11-27T02:00:00Z"];
+    for (n, slot) in slots.iter().enumerate() {
+        let shim = sb
+            .cmd(&["run", "alive", "--slot", slot])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        assert!(wait_until(10, || sb.lines("out") > 2 * n), "started");
+        let run_id = sb.history("alive")[0]["run_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let out = sb.run(&["unlock", "alive"]);
+        let err = stderr(&out);
+        assert_ne!(out.status.code(), Some(0), "refused: {err}");
+        for part in [
+            shim.id().to_string(),
+            host.clone(),
+            run_id,
+            "--force".into(),
+        ] {
+            assert!(err.contains(&part), "names {part}: {err}");
+        }
+        let done = shim.wait_with_output().unwrap();
+        assert_eq!(done.status.code(), Some(0), "{}", stderr(&done));
+        assert_eq!(sb.history("alive")[0]["outcome"], "succeeded");
+    }
+    // --force ends it, with a warning that names the live process; the run loses its lease.
+    let slot = "2026-11-28T02:00:00Z";
+    let shim = sb
+        .cmd(&["run", "alive", "--slot", slot])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(wait_until(10, || sb.lines("out") > 4), "started");
+    let out = sb.run(&["unlock", "alive", "--force"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("warning") && err.contains(&shim.id().to_string()),
+        "{err}"
+    );
+    let done = shim.wait_with_output().unwrap();
+    assert_eq!(done.status.code(), Some(75), "{}", stderr(&done));
+    assert_eq!(sb.history("alive")[0]["outcome"], "lease_lost");
+}

@@ -48,7 +48,8 @@ pub enum Command {
     Recover(RecoverArgs),
     /// Decide what happens to a held or failed slot.
     Resolve(ResolveArgs),
-    /// End a job's lease now, whoever holds it (for a holder known to be dead).
+    /// End a job's lease now (for a holder known to be dead); a holder alive on this host
+    /// needs --force.
     Unlock(UnlockArgs),
     /// Manage the stores of the job list.
     #[command(subcommand)]
@@ -181,6 +182,10 @@ pub struct ResolveArgs {
 pub struct UnlockArgs {
     /// The job's name.
     pub job: String,
+    /// End the lease even when its holder is a process alive on this host (it then stops
+    /// its command at its next renewal).
+    #[arg(long)]
+    pub force: bool,
     #[command(flatten)]
     pub config: ConfigArgs,
 }
