@@ -85,12 +85,16 @@ pub fn cut_resolution(
     }
 }
 
-/// Marks the job's cut-off runs interrupted (logging each) and returns what is queued.
+/// Records the outcomes this host kept for the job ([`crate::shim::pending::replay`]),
+/// then marks the job's cut-off runs interrupted (logging each) and returns what is queued.
 ///
 /// # Errors
 /// Store errors.
 pub fn recover_job(store: &mut dyn Store, job: &Job) -> Result<Recovered, StoreError> {
     let mut out = Recovered::default();
+    // An outcome this host kept because the store could not take it ends its record
+    // before anything here calls that record cut off.
+    crate::shim::pending::replay(store, job)?;
     let running = store.runs(&RunQuery {
         job: Some(job.name.clone()),
         outcomes: vec![Outcome::Running],

@@ -1049,3 +1049,103 @@ fn unlock_refuses_to_end_the_lease_of_a_run_alive_on_this_host() {
     assert_eq!(done.status.code(), Some(75), "{}", stderr(&done));
     assert_eq!(sb.history("alive")[0]["outcome"], "lease_lost");
 }
+
+#[test]
+fn a_store_disk_full_past_the_wait_fails_the_run_and_the_success_is_replayed_not_rerun() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("SKIPPED: needs root to mount a small file system");
+        assert!(std::env::var_os("CI").is_none(), "CI runs as root");
+        return;
+    }
+    // The store on a 1 MiB file system that the job fills and nobody frees while the
+    // shim waits (store_wait 3 s). Ground truth: one line per execution in $OUT, outside.
+    let fs_dir = tempfile::tempdir().unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+        .arg(fs_dir.path())
+        .status()
+        .unwrap();
+    assert!(mounted.success(), "mount tmpfs");
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(fs_dir.path().to_path_buf());
+    let fill = fs_dir.path().join("fill");
+    let sb = Sandbox::new(&job(
+        "full",
+        "echo \"$JOBGUARD_SLOT\" >> \"$OUT\"; if [ -e \"$OUT.fill\" ]; then cat /dev/zero > \"$FILL\" 2>/dev/null; fi; exit 0",
+        &format!(
+            "lease_ttl = \"30s\"\nstore_wait = \"3s\"\nenvironment = {{ OUT = \"@DIR@/out\", FILL = {:?} }}",
+            fill.display().to_string()
+        ),
+    ));
+    let jobs = std::fs::read_to_string(sb.file("jobs.toml"))
+        .unwrap()
+        .replace(
+            "sqlite://state/jobguard.db",
+            &format!("sqlite://{}/jobguard.db", fs_dir.path().display()),
+        );
+    std::fs::write(sb.file("jobs.toml"), jobs).unwrap();
+    // The state directory on the full file system too, as /var/lib/jobguard beside the
+    // store: the durable copy of the outcome fails there, the runtime copy carries it.
+    let state = fs_dir.path().join("state");
+    let run = |args: &[&str]| {
+        sb.cmd(args)
+            .env("JOBGUARD_STATE_DIR", &state)
+            .output()
+            .unwrap()
+    };
+    let slots = [
+        "2026-11-26T02:00:00Z",
+        "2026-11-27T02:00:00Z",
+        "2026-11-28T02:00:00Z",
+    ];
+    for (n, slot) in slots.iter().enumerate() {
+        std::fs::write(sb.file("out.fill"), "").unwrap();
+        let out = run(&["run", "full", "--slot", slot]);
+        std::fs::remove_file(sb.file("out.fill")).unwrap();
+        let err = stderr(&out);
+        assert_ne!(
+            out.status.code(),
+            Some(0),
+            "not recorded is a failure: {err}"
+        );
+        assert!(err.contains("NOT recorded"), "{err}");
+        assert!(err.contains("exit status 69, command: 0"), "{err}");
+        assert_eq!(sb.history("full")[0]["outcome"], "running");
+        std::fs::remove_file(&fill).unwrap();
+        // The next to look replays the outcome before it decides anything: recover, or
+        // (for the second slot) the run of the same slot, or (third) a run of another.
+        let next = match n {
+            0 => run(&["recover"]),
+            1 => run(&["run", "full", "--slot", slot]),
+            _ => run(&["run", "full", "--slot", "2026-11-29T02:00:00Z"]),
+        };
+        assert!(next.status.success(), "{}", stderr(&next));
+        assert!(stderr(&next).contains("recorded late"), "{}", stderr(&next));
+        let rec = run(&["recover"]);
+        assert!(rec.status.success(), "{}", stderr(&rec));
+        let again = run(&["run", "full", "--slot", slot]);
+        assert!(
+            stderr(&again).contains("already succeeded"),
+            "{}",
+            stderr(&again)
+        );
+        let h = sb.history("full");
+        let this: Vec<_> = h.iter().filter(|r| r["slot"] == *slot).collect();
+        assert_eq!(this.len(), 1, "{h:?}");
+        assert_eq!(this[0]["outcome"], "succeeded", "{h:?}");
+        assert_eq!(this[0]["exit_status"], 0, "{h:?}");
+    }
+    let ran = sb.read("out");
+    for slot in slots.iter().chain(&["2026-11-29T02:00:00Z"]) {
+        assert_eq!(
+            ran.lines().filter(|l| l == slot).count(),
+            1,
+            "{slot}: {ran}"
+        );
+    }
+}

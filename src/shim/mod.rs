@@ -16,6 +16,7 @@
 //! its own attempt through the same steps.
 
 pub mod child;
+pub mod pending;
 pub mod report;
 pub mod slot;
 
@@ -114,6 +115,11 @@ pub fn run(job: &Job, req: &Request) -> u8 {
         Ok(s) => s,
         Err(code) => return code,
     };
+    // Outcomes this host kept because the store could not take them are recorded before
+    // anything is decided about their slots.
+    if let Err(e) = with_retry(job, || pending::replay(store.as_mut(), job)) {
+        return store_failed(job, &e);
+    }
 
     if let Some(given) = &req.slot
         && current.slot.usec > now
@@ -277,6 +283,7 @@ fn prepare_runtime_dirs() -> Result<(), String> {
     };
     mk(&paths::runtime_dir(), 0o711)?;
     mk(&paths::lock_dir(), 0o700)?;
+    mk(&pending::runtime_dir(), 0o700)?;
     mk(&paths::report_dir(), 0o711)
 }
 
@@ -742,8 +749,7 @@ fn execute(
         }
         finish.report = pairs;
     }
-    record(job, store, lease, run, &finish, code, lease_good_until);
-    code
+    record(job, store, lease, run, &finish, code, lease_good_until)
 }
 
 /// Decides outcome and exit status from how the command ended; `cut` is what logind
@@ -819,11 +825,17 @@ fn system_stopping() -> bool {
         .unwrap_or(false)
 }
 
-/// Writes the outcome, releases the lease and logs the finish event with `code`, the
-/// status jobguard exits with (the ledger keeps the command's own). An unavailable store
-/// (a full disk, a lock held long) is retried while the lease surely holds
-/// (`lease_good_until`), at least a few seconds: an outcome that is not recorded leaves
-/// the run `running`, and `jobguard recover` would run the slot again.
+/// Writes the outcome, releases the lease and logs the finish event; returns the status
+/// to exit with: `code` (the ledger keeps the command's own) when the outcome is
+/// recorded, else [`exit::STORE_UNAVAILABLE`] (the store could not take it: it is kept on
+/// this host, see [`pending`]), [`exit::SOFTWARE`] (the store refused it) or
+/// [`exit::LEASE_LOST`] (the lease passed to another holder and the record moved on).
+///
+/// The outcome is kept in the runtime directory before the store write. A store that is
+/// unavailable (a full disk, a lock held long, a server down) is retried with backoff for
+/// `store_wait` (at least 3 s) while the lease is renewed every third of its time to live,
+/// so that nobody takes the slot meanwhile; a stop signal ends the wait. When the lease
+/// expired meanwhile, the outcome is still recorded if its record waits for it.
 fn record(
     job: &Job,
     store: &mut dyn Store,
@@ -832,44 +844,69 @@ fn record(
     finish: &Finish,
     code: u8,
     lease_good_until: Instant,
-) {
+) -> u8 {
     let slot_text = run.slot.rfc3339();
-    let give_up = lease_good_until.max(Instant::now() + Duration::from_secs(3));
-    let mut warned = false;
-    let result = with_retry_until(give_up, || {
-        let r = store.finish(lease, &run.run_id, finish);
-        if let Err(e) = &r
-            && !warned
-        {
-            warned = true;
-            eprintln!(
-                "jobguard: {}: recording the outcome failed: {e}; retrying",
-                job.name
-            );
-        }
-        r
-    });
-    let note = match result {
-        Ok(f) if f.recorded => String::new(),
-        Ok(_) => "; NOT recorded: the lease expired or passed to another holder".to_string(),
-        Err(e) => format!("; NOT recorded: {e}"),
+    let kept = pending::Kept::new(&store.describe(), lease, run, finish);
+    // Before the store write: a shim killed during it, or a store that cannot take it,
+    // does not turn a run that ended into one that was cut off.
+    if let Err(e) = pending::keep(&pending::runtime_dir(), &kept, false) {
+        eprintln!(
+            "jobguard: {}: cannot keep the outcome in {}: {e}",
+            job.name,
+            pending::runtime_dir().display()
+        );
+    }
+    let kept_where = || {
+        [pending::runtime_dir(), pending::state_dir()]
+            .iter()
+            .map(|d| d.join(format!("{}.json", run.run_id)))
+            .filter(|p| p.exists())
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(" and ")
     };
-    let kind = match finish.outcome {
-        Outcome::Succeeded => Kind::Finished,
-        Outcome::Interrupted => Kind::Interrupted,
-        Outcome::LeaseLost => Kind::LeaseLost,
-        _ => Kind::Failed,
+    let kept_note = |e: &dyn std::fmt::Display| {
+        format!(
+            "; NOT recorded: {e}; kept in {}: the next `jobguard run {}` or `jobguard recover` on this host records it",
+            kept_where(),
+            job.name
+        )
+    };
+    let result = finish_with_retry(job, store, lease, run, finish, &kept, lease_good_until);
+    let (note, status) = match result {
+        Ok(f) if f.recorded => {
+            pending::forget(&run.run_id);
+            (String::new(), code)
+        }
+        // The lease expired or passed while the store could not take the outcome: it is
+        // recorded all the same while its record still waits for it.
+        Ok(_) => match pending::settle(store, &kept, false) {
+            Ok(pending::Settled::Recorded) => {
+                ("; recorded after the lease had expired".to_string(), code)
+            }
+            Ok(pending::Settled::Waiting) => (
+                kept_note(&"the lease expired and another attempt at the slot runs"),
+                exit::LEASE_LOST,
+            ),
+            Ok(pending::Settled::Dropped) => (
+                "; NOT recorded: the lease expired or passed to another holder".to_string(),
+                exit::LEASE_LOST,
+            ),
+            Err(e) => (kept_note(&e), exit::STORE_UNAVAILABLE),
+        },
+        Err(e @ StoreError::Unavailable { .. }) => (kept_note(&e), exit::STORE_UNAVAILABLE),
+        Err(e) => (kept_note(&e), exit::SOFTWARE),
     };
     let report = report::one_line(&finish.report);
     let mut ev = Event::new(
-        kind,
+        pending::kind_of(finish.outcome),
         &job.name,
         format!(
-            "finished slot {slot_text}: {} ({}, exit status {code}{}){}{note}",
+            "finished slot {slot_text}: {} ({}, exit status {status}{}){}{note}",
             finish.outcome,
             finish.reason.as_deref().unwrap_or("-"),
             match finish.exit_status {
-                Some(s) if s != i32::from(code) => format!(", command: {s}"),
+                Some(s) if s != i32::from(status) => format!(", command: {s}"),
                 _ => String::new(),
             },
             if report.is_empty() {
@@ -883,28 +920,78 @@ fn record(
     ev.run_id = Some(run.run_id.clone());
     ev.reason = finish.reason.clone();
     ev.outcome = Some(finish.outcome);
-    ev.exit_status = Some(i32::from(code));
+    ev.exit_status = Some(i32::from(status));
     ev.attempt = Some(run.attempt);
     ev.fencing_token = Some(lease.token);
     ev.report = (!report.is_empty()).then_some(report);
     journal::emit(&ev);
     journal::status(&format!("slot {slot_text}: {}{note}", finish.outcome));
+    status
 }
 
-/// Retries `f` while the store is unavailable, with backoff (0.1 s doubling to 2 s), until
-/// `give_up`: the final write, after the command has already run.
-fn with_retry_until<T>(
-    give_up: Instant,
-    mut f: impl FnMut() -> Result<T, StoreError>,
-) -> Result<T, StoreError> {
+/// [`Store::finish`], retried while the store is unavailable, with backoff (0.1 s doubling
+/// to 2 s), for `store_wait` but at least 3 s, or until a stop signal. Meanwhile the lease
+/// is renewed every third of its time to live (from `lease_good_until`, when the last
+/// grant surely held) until the store says it is lost. After the first failure the
+/// outcome is also kept durably in the state directory.
+fn finish_with_retry(
+    job: &Job,
+    store: &mut dyn Store,
+    lease: &Lease,
+    run: &Run,
+    finish: &Finish,
+    kept: &pending::Kept,
+    lease_good_until: Instant,
+) -> Result<store::Finished, StoreError> {
+    let give_up = Instant::now() + job.store_wait.max(Duration::from_secs(3));
+    let every = (job.lease_ttl / 3).max(Duration::from_millis(100));
+    let mut next_renewal = lease_good_until.min(Instant::now() + every);
+    let mut lease_held = true;
     let mut pause = Duration::from_millis(100);
+    let mut failed_once = false;
     loop {
-        match f() {
-            Err(StoreError::Unavailable { .. }) if Instant::now() + pause < give_up => {
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(Duration::from_secs(2));
+        let result = store.finish(lease, &run.run_id, finish);
+        let Err(e @ StoreError::Unavailable { .. }) = &result else {
+            return result;
+        };
+        if !failed_once {
+            failed_once = true;
+            if let Err(k) = pending::keep(&pending::state_dir(), kept, true) {
+                eprintln!(
+                    "jobguard: {}: cannot keep the outcome in {}: {k}",
+                    job.name,
+                    pending::state_dir().display()
+                );
             }
-            other => return other,
+            eprintln!(
+                "jobguard: {}: recording the outcome failed: {e}; retrying for up to {} s",
+                job.name,
+                give_up.saturating_duration_since(Instant::now()).as_secs()
+            );
+        }
+        if Instant::now() + pause >= give_up || child::stop_requested() {
+            return result;
+        }
+        // Sleep in short steps: the stop signals are blocked, so look for them.
+        let wake = Instant::now() + pause;
+        while Instant::now() < wake && !child::stop_requested() {
+            let left = wake.saturating_duration_since(Instant::now());
+            std::thread::sleep(left.min(Duration::from_millis(100)));
+        }
+        pause = (pause * 2).min(Duration::from_secs(2));
+        if lease_held && Instant::now() >= next_renewal {
+            match store.renew(lease, job.lease_ttl) {
+                Ok(Some(_)) => {}
+                Ok(None) => {
+                    lease_held = false;
+                    eprintln!(
+                        "jobguard: {}: the lease expired or passed to another holder while the outcome waited for the store",
+                        job.name
+                    );
+                }
+                Err(_) => {}
+            }
+            next_renewal = Instant::now() + every;
         }
     }
 }

@@ -990,28 +990,16 @@ impl Store for MysqlStore {
         run_id: &str,
         finish: &Finish,
     ) -> Result<Finished, StoreError> {
-        let report = super::finish_report_json(&self.describe, run_id, finish)?;
-        let sql = format!(
-            "CALL jobguard_finish({}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {})",
-            self.test_now(),
-            lit(&lease.job),
-            lit(&lease.holder),
-            lease.token,
-            lit(run_id),
-            lit(finish.outcome.as_str()),
-            lit_opt(finish.reason.as_deref()),
-            int_opt(finish.exit_status.map(i64::from)),
-            lit(&report),
-            lit_opt(finish.resolution.map(Resolution::as_str)),
-            i32::from(finish.outcome == Outcome::LeaseLost),
-        );
-        self.with_schema("finish", |c| {
-            let object = Self::call_proc(c, &sql)?.unwrap_or_default();
-            Ok(Finished {
-                recorded: get_int(&object, "recorded") == Some(1),
-                released: get_int(&object, "released") == Some(1),
-            })
-        })
+        self.finish_as(lease, run_id, finish, false)
+    }
+
+    fn finish_kept(
+        &mut self,
+        lease: &Lease,
+        run_id: &str,
+        finish: &Finish,
+    ) -> Result<Finished, StoreError> {
+        self.finish_as(lease, run_id, finish, true)
     }
 
     fn interrupt(
@@ -1115,6 +1103,41 @@ impl Store for MysqlStore {
             Self::call_proc(c, &sql)?
                 .map(|o| lease_from(job, &o, ""))
                 .transpose()
+        })
+    }
+}
+
+impl MysqlStore {
+    /// [`Store::finish`], and with `any_lease` [`Store::finish_kept`]: the record is
+    /// written without the lease being held (as for a `lease_lost` outcome).
+    fn finish_as(
+        &mut self,
+        lease: &Lease,
+        run_id: &str,
+        finish: &Finish,
+        any_lease: bool,
+    ) -> Result<Finished, StoreError> {
+        let report = super::finish_report_json(&self.describe, run_id, finish)?;
+        let sql = format!(
+            "CALL jobguard_finish({}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {})",
+            self.test_now(),
+            lit(&lease.job),
+            lit(&lease.holder),
+            lease.token,
+            lit(run_id),
+            lit(finish.outcome.as_str()),
+            lit_opt(finish.reason.as_deref()),
+            int_opt(finish.exit_status.map(i64::from)),
+            lit(&report),
+            lit_opt(finish.resolution.map(Resolution::as_str)),
+            i32::from(finish.outcome == Outcome::LeaseLost || any_lease),
+        );
+        self.with_schema("finish", |c| {
+            let object = Self::call_proc(c, &sql)?.unwrap_or_default();
+            Ok(Finished {
+                recorded: get_int(&object, "recorded") == Some(1),
+                released: get_int(&object, "released") == Some(1),
+            })
         })
     }
 }
