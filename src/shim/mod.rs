@@ -826,10 +826,12 @@ fn system_stopping() -> bool {
 }
 
 /// Writes the outcome, releases the lease and logs the finish event; returns the status
-/// to exit with: `code` (the ledger keeps the command's own) when the outcome is
-/// recorded, else [`exit::STORE_UNAVAILABLE`] (the store could not take it: it is kept on
-/// this host, see [`pending`]), [`exit::SOFTWARE`] (the store refused it) or
-/// [`exit::LEASE_LOST`] (the lease passed to another holder and the record moved on).
+/// to exit with: `code` (the ledger keeps the command's own), except that a 0 whose
+/// outcome could not be recorded becomes [`exit::STORE_UNAVAILABLE`] (the store could not
+/// take it: it is kept on this host, see [`pending`]), [`exit::SOFTWARE`] (the store
+/// refused it) or [`exit::LEASE_LOST`] (the lease passed to another holder and the record
+/// moved on): a success that the ledger does not show is not reported as one. A non-zero
+/// `code` already says that something needs a look and is kept.
 ///
 /// The outcome is kept in the runtime directory before the store write. A store that is
 /// unavailable (a full disk, a lock held long, a server down) is retried with backoff for
@@ -873,17 +875,18 @@ fn record(
         )
     };
     let result = finish_with_retry(job, store, lease, run, finish, &kept, lease_good_until);
-    let (note, status) = match result {
+    let (note, failure) = match result {
         Ok(f) if f.recorded => {
             pending::forget(&run.run_id);
-            (String::new(), code)
+            (String::new(), exit::OK)
         }
         // The lease expired or passed while the store could not take the outcome: it is
         // recorded all the same while its record still waits for it.
         Ok(_) => match pending::settle(store, &kept, false) {
-            Ok(pending::Settled::Recorded) => {
-                ("; recorded after the lease had expired".to_string(), code)
-            }
+            Ok(pending::Settled::Recorded) => (
+                "; recorded after the lease had expired".to_string(),
+                exit::OK,
+            ),
             Ok(pending::Settled::Waiting) => (
                 kept_note(&"the lease expired and another attempt at the slot runs"),
                 exit::LEASE_LOST,
@@ -897,6 +900,7 @@ fn record(
         Err(e @ StoreError::Unavailable { .. }) => (kept_note(&e), exit::STORE_UNAVAILABLE),
         Err(e) => (kept_note(&e), exit::SOFTWARE),
     };
+    let status = if code == exit::OK { failure } else { code };
     let report = report::one_line(&finish.report);
     let mut ev = Event::new(
         pending::kind_of(finish.outcome),
