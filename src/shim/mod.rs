@@ -934,10 +934,14 @@ fn record(
 }
 
 /// [`Store::finish`], retried while the store is unavailable, with backoff (0.1 s doubling
-/// to 2 s), for `store_wait` but at least 3 s, or until a stop signal. Meanwhile the lease
-/// is renewed every third of its time to live (from `lease_good_until`, when the last
-/// grant surely held) until the store says it is lost. After the first failure the
-/// outcome is also kept durably in the state directory.
+/// to 2 s), while the lease surely holds (`lease_good_until`, by this host's monotonic
+/// clock, less the renewer's margin) and at least 3 s, but no longer than `store_wait`
+/// (at least 3 s), or until a stop signal. Meanwhile the lease is renewed every third of
+/// its time to live; each confirmed renewal moves the lease's end on, so a store that
+/// still renews (a lock held long) is waited out up to `store_wait`, while a store that
+/// is gone is given up when the lease would expire: past that, another host may take
+/// the slot anyway. After the first failure the outcome is also kept durably in the state
+/// directory.
 fn finish_with_retry(
     job: &Job,
     store: &mut dyn Store,
@@ -947,8 +951,13 @@ fn finish_with_retry(
     kept: &pending::Kept,
     lease_good_until: Instant,
 ) -> Result<store::Finished, StoreError> {
-    let give_up = Instant::now() + job.store_wait.max(Duration::from_secs(3));
+    let start = Instant::now();
+    let at_most = start + job.store_wait.max(Duration::from_secs(3));
+    let at_least = start + Duration::from_secs(3);
     let every = (job.lease_ttl / 3).max(Duration::from_millis(100));
+    let margin = (job.lease_ttl / 6).min(Duration::from_secs(10));
+    let mut lease_until = lease_good_until;
+    let give_up = |lease_until: Instant| lease_until.max(at_least).min(at_most);
     let mut next_renewal = lease_good_until.min(Instant::now() + every);
     let mut lease_held = true;
     let mut pause = Duration::from_millis(100);
@@ -970,10 +979,12 @@ fn finish_with_retry(
             eprintln!(
                 "jobguard: {}: recording the outcome failed: {e}; retrying for up to {} s",
                 job.name,
-                give_up.saturating_duration_since(Instant::now()).as_secs()
+                give_up(lease_until)
+                    .saturating_duration_since(Instant::now())
+                    .as_secs()
             );
         }
-        if Instant::now() + pause >= give_up || child::stop_requested() {
+        if Instant::now() + pause >= give_up(lease_until) || child::stop_requested() {
             return result;
         }
         // Sleep in short steps: the stop signals are blocked, so look for them.
@@ -984,8 +995,9 @@ fn finish_with_retry(
         }
         pause = (pause * 2).min(Duration::from_secs(2));
         if lease_held && Instant::now() >= next_renewal {
+            let sent = Instant::now();
             match store.renew(lease, job.lease_ttl) {
-                Ok(Some(_)) => {}
+                Ok(Some(_)) => lease_until = sent + job.lease_ttl - margin,
                 Ok(None) => {
                     lease_held = false;
                     eprintln!(
