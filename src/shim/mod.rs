@@ -834,10 +834,9 @@ fn system_stopping() -> bool {
 /// `code` already says that something needs a look and is kept.
 ///
 /// The outcome is kept in the runtime directory before the store write. A store that is
-/// unavailable (a full disk, a lock held long, a server down) is retried with backoff for
-/// `store_wait` (at least 3 s) while the lease is renewed every third of its time to live,
-/// so that nobody takes the slot meanwhile; a stop signal ends the wait. When the lease
-/// expired meanwhile, the outcome is still recorded if its record waits for it.
+/// unavailable (a full disk, a lock held long, a server down) is retried while the lease
+/// holds, renewing it ([`finish_with_retry`]). When the lease expired meanwhile, the
+/// outcome is still recorded if its record waits for it.
 fn record(
     job: &Job,
     store: &mut dyn Store,
@@ -936,12 +935,13 @@ fn record(
 /// [`Store::finish`], retried while the store is unavailable, with backoff (0.1 s doubling
 /// to 2 s), while the lease surely holds (`lease_good_until`, by this host's monotonic
 /// clock, less the renewer's margin) and at least 3 s, but no longer than `store_wait`
-/// (at least 3 s), or until a stop signal. Meanwhile the lease is renewed every third of
-/// its time to live; each confirmed renewal moves the lease's end on, so a store that
-/// still renews (a lock held long) is waited out up to `store_wait`, while a store that
-/// is gone is given up when the lease would expire: past that, another host may take
-/// the slot anyway. After the first failure the outcome is also kept durably in the state
-/// directory.
+/// (at least 3 s). Meanwhile the lease is renewed every third of its time to live; each
+/// confirmed renewal moves the lease's end on, so a store that still renews (a lock held
+/// long) is waited out up to `store_wait`, while a store that is gone is given up when the
+/// lease would expire: past that, another host may take the slot anyway. After a stop
+/// signal (`systemctl stop`, a shutdown: the unit's stop time-out is short) renewals no
+/// longer extend the wait. After the first failure the outcome is also kept durably in
+/// the state directory.
 fn finish_with_retry(
     job: &Job,
     store: &mut dyn Store,
@@ -984,15 +984,15 @@ fn finish_with_retry(
                     .as_secs()
             );
         }
-        if Instant::now() + pause >= give_up(lease_until) || child::stop_requested() {
+        let until = if child::stop_requested() {
+            give_up(lease_good_until)
+        } else {
+            give_up(lease_until)
+        };
+        if Instant::now() + pause >= until {
             return result;
         }
-        // Sleep in short steps: the stop signals are blocked, so look for them.
-        let wake = Instant::now() + pause;
-        while Instant::now() < wake && !child::stop_requested() {
-            let left = wake.saturating_duration_since(Instant::now());
-            std::thread::sleep(left.min(Duration::from_millis(100)));
-        }
+        std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_secs(2));
         if lease_held && Instant::now() >= next_renewal {
             let sent = Instant::now();
