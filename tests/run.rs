@@ -1149,3 +1149,72 @@ fn a_store_disk_full_past_the_wait_fails_the_run_and_the_success_is_replayed_not
         );
     }
 }
+
+#[test]
+fn a_shim_killed_while_the_store_is_locked_at_the_end_leaves_its_success_for_recover() {
+    // The command succeeds; the store's write lock is held by another process (a stuck
+    // store) when the shim records the outcome, and the shim is SIGKILLed meanwhile (as
+    // systemd does at the end of a stop time-out). The success was kept before the store
+    // write: recover records it instead of running the slot again.
+    let sb = Sandbox::new(&job(
+        "stuck",
+        "echo \"$JOBGUARD_SLOT\" >> \"$OUT\"; while [ ! -e \"$OUT.go\" ]; do sleep 0.05; done; rm \"$OUT.go\"",
+        "lease_ttl = \"30s\"\nenvironment = { OUT = \"@DIR@/out\" }",
+    ));
+    assert!(sb.run(&["store", "init"]).status.success());
+    let slots = ["2026-11-27T02:00:00Z", "2026-11-28T02:00:00Z"];
+    let kept = || {
+        std::fs::read_dir(sb.file("run/pending"))
+            .map(|d| {
+                d.flatten()
+                    .any(|e| e.path().extension().is_some_and(|x| x == "json"))
+            })
+            .unwrap_or(false)
+    };
+    for (n, slot) in slots.iter().enumerate() {
+        let mut shim = sb
+            .cmd(&["run", "stuck", "--slot", slot])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        assert!(
+            wait_until(10, || sb.lines("out") > n),
+            "the command started"
+        );
+        let locker = rusqlite::Connection::open(sb.file("state/jobguard.db")).unwrap();
+        locker.execute_batch("BEGIN EXCLUSIVE").unwrap();
+        std::fs::write(sb.file("out.go"), "").unwrap();
+        // The shim now waits for the lock (busy_timeout, 10 s) in its final write.
+        std::thread::sleep(Duration::from_secs(1));
+        shim.kill().unwrap();
+        shim.wait().unwrap();
+        locker.execute_batch("ROLLBACK").unwrap();
+        drop(locker);
+        assert_eq!(sb.history("stuck")[0]["outcome"], "running");
+        let rec = sb.run(&["recover"]);
+        assert!(rec.status.success(), "{}", stderr(&rec));
+        let again = sb.run(&["run", "stuck", "--slot", slot]);
+        assert_eq!(
+            sb.lines("out"),
+            n + 1,
+            "the slot ran once: {}{}",
+            stderr(&rec),
+            stderr(&again)
+        );
+        assert!(stderr(&rec).contains("recorded late"), "{}", stderr(&rec));
+        assert!(
+            stderr(&again).contains("already succeeded"),
+            "{}",
+            stderr(&again)
+        );
+        assert!(!kept(), "nothing left to replay");
+    }
+    assert_eq!(
+        sb.read("out").lines().collect::<Vec<_>>(),
+        slots,
+        "once each"
+    );
+    let h = sb.history("stuck");
+    assert_eq!(h.len(), 2, "{h:?}");
+    assert!(h.iter().all(|r| r["outcome"] == "succeeded"), "{h:?}");
+}
