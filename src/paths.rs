@@ -6,8 +6,10 @@
 //! | locks | `/run/jobguard/lock` | `$XDG_RUNTIME_DIR/jobguard/lock`, else `/tmp/jobguard-UID/lock` |
 //! | report files | `/run/jobguard/report` | same base as locks |
 //! | store | `sqlite:///var/lib/jobguard/jobguard.db` | `$XDG_STATE_HOME/jobguard/jobguard.db`, else `~/.local/state/jobguard/jobguard.db` |
+//! | kept outcomes | `/run/jobguard/pending`, `/var/lib/jobguard/pending` | below the same bases |
 //!
-//! `JOBGUARD_RUNTIME_DIR` overrides the runtime base (locks and reports) for tests.
+//! `JOBGUARD_RUNTIME_DIR` overrides the runtime base (locks and reports) for tests, and
+//! `JOBGUARD_STATE_DIR` the state directory.
 
 use std::path::PathBuf;
 
@@ -46,6 +48,9 @@ pub fn report_dir() -> PathBuf {
 
 /// Directory of the embedded store when the job list names none.
 pub fn state_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("JOBGUARD_STATE_DIR").filter(|v| !v.is_empty()) {
+        return PathBuf::from(d);
+    }
     if is_root() {
         return PathBuf::from(SYSTEM_STATE_DIR);
     }

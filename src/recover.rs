@@ -10,7 +10,8 @@
 //! `rerun` queues the slot, `hold` leaves it for `jobguard resolve`. Queued slots are then
 //! run by starting the job's own unit (`systemctl start --no-block jobguard@JOB.service`,
 //! so the re-run has the same user, limits and journal as any run), or, without systemd,
-//! in this process through the same shim.
+//! in this process through the same shim, which then runs only the queued slots: the
+//! current slot belongs to its timer (or to a person), not to recover.
 //!
 //! The same pass reports slots that were *missed* ([`crate::audit`]) after each job's
 //! newest record, once per slot and boot ([`report_missed`]); starts a job's `on_failure`
@@ -111,12 +112,16 @@ pub fn cut_resolution(
     }
 }
 
-/// Marks the job's cut-off runs interrupted (logging each) and returns what is queued.
+/// Records the outcomes this host kept for the job ([`crate::shim::pending::replay`]),
+/// then marks the job's cut-off runs interrupted (logging each) and returns what is queued.
 ///
 /// # Errors
 /// Store errors.
 pub fn recover_job(store: &mut dyn Store, job: &Job) -> Result<Recovered, StoreError> {
     let mut out = Recovered::default();
+    // An outcome this host kept because the store could not take it ends its record
+    // before anything here calls that record cut off.
+    crate::shim::pending::replay(store, job)?;
     let running = store.runs(&RunQuery {
         job: Some(job.name.clone()),
         outcomes: vec![Outcome::Running],

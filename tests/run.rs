@@ -1304,3 +1304,331 @@ fn a_slot_in_the_repeated_hour_of_a_fall_back_is_the_one_systemd_fires() {
     }
     assert_eq!(sb.history("quarter").len(), 2);
 }
+
+/// Kills the shim `p` (SIGKILL) once `out` has `lines` lines: the slot's record stays
+/// `running` with a holder that is gone.
+fn cut_when(sb: &Sandbox, mut p: std::process::Child, lines: usize) {
+    assert!(
+        wait_until(10, || sb.lines("out") >= lines),
+        "the command started"
+    );
+    p.kill().unwrap();
+    p.wait().unwrap();
+}
+
+#[test]
+fn recover_outside_systemd_runs_only_the_queued_reruns_not_the_current_slot() {
+    // Three slots cut by a crash of the shim, each queued for a re-run by recover; the
+    // current slot (today's 02:00) was never triggered and must not run.
+    let sb = Sandbox::new(&job(
+        "queued",
+        "echo \"$JOBGUARD_SLOT $JOBGUARD_ATTEMPT\" >> \"$OUT\"; if [ -e \"$OUT.cut\" ]; then sleep 60; fi",
+        "environment = { OUT = \"@DIR@/out\" }",
+    ));
+    std::fs::write(sb.file("out.cut"), "").unwrap();
+    let slots = [
+        "2026-11-26T02:00:00Z",
+        "2026-11-27T02:00:00Z",
+        "2026-11-28T02:00:00Z",
+    ];
+    for (n, slot) in slots.iter().enumerate() {
+        let shim = sb
+            .cmd(&["run", "queued", "--slot", slot])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        cut_when(&sb, shim, n + 1);
+        // The dead shim's lease would hold back the next slot until it expires.
+        let unlocked = sb.run(&["unlock", "queued"]);
+        assert!(unlocked.status.success(), "{}", stderr(&unlocked));
+    }
+    std::fs::remove_file(sb.file("out.cut")).unwrap();
+    for round in 0..2 {
+        let rec = sb.run(&["recover"]);
+        assert!(rec.status.success(), "{}", stderr(&rec));
+        let mut want: Vec<String> = slots.iter().map(|s| format!("{s} 1")).collect();
+        want.extend(slots.iter().map(|s| format!("{s} 2")));
+        assert_eq!(
+            sb.read("out").lines().collect::<Vec<_>>(),
+            want,
+            "round {round}: only the queued slots ran, once each: {}",
+            stderr(&rec)
+        );
+    }
+    let h = sb.history("queued");
+    assert_eq!(h.len(), 6, "no record for any other slot: {h:?}");
+    for slot in slots {
+        let done: Vec<_> = h
+            .iter()
+            .filter(|r| r["slot"] == slot && r["outcome"] == "succeeded")
+            .collect();
+        assert_eq!(done.len(), 1, "{slot}: {h:?}");
+        assert_eq!(done[0]["trigger"], "rerun");
+    }
+}
+
+#[test]
+fn resolve_rerun_of_a_slot_that_has_since_succeeded_says_it_is_done_and_changes_nothing() {
+    // Each slot fails once, then succeeds when run again (by hand); an operator then asks
+    // for a re-run of the failed attempt.
+    let sb = Sandbox::new(&job(
+        "settled",
+        "echo \"$JOBGUARD_SLOT\" >> \"$OUT\"; [ \"$JOBGUARD_ATTEMPT\" -ge 2 ]",
+        "environment = { OUT = \"@DIR@/out\" }",
+    ));
+    let slots = ["2026-11-26T02:00:00Z", "2026-11-27T02:00:00Z"];
+    for slot in slots {
+        let failed = sb.run(&["run", "settled", "--slot", slot]);
+        assert_eq!(failed.status.code(), Some(1), "{}", stderr(&failed));
+        let ok = sb.run(&["run", "settled", "--slot", slot]);
+        assert_eq!(ok.status.code(), Some(0), "{}", stderr(&ok));
+    }
+    let before = sb.history("settled");
+    for slot in slots {
+        let out = sb.run(&["resolve", "settled", slot, "--rerun"]);
+        let said = format!("{}{}", support::stdout(&out), stderr(&out));
+        assert_eq!(out.status.code(), Some(0), "{said}");
+        assert!(said.contains("is done"), "{said}");
+        assert!(!said.contains("queued"), "{said}");
+    }
+    assert_eq!(sb.history("settled"), before, "nothing changed");
+    // Nothing is waiting: neither recover nor a trigger runs those slots again.
+    assert!(sb.run(&["recover"]).status.success());
+    for slot in slots {
+        let again = sb.run(&["run", "settled", "--slot", slot]);
+        assert!(
+            stderr(&again).contains("already succeeded"),
+            "{}",
+            stderr(&again)
+        );
+    }
+    assert_eq!(sb.lines("out"), 4, "two executions per slot");
+    let h = sb.history("settled");
+    assert_eq!(h, before);
+    assert!(h.iter().all(|r| r["resolution"].is_null()), "{h:?}");
+}
+
+#[test]
+fn unlock_refuses_to_end_the_lease_of_a_run_alive_on_this_host() {
+    // lease_ttl 3 s: the shim renews every second, so an ended lease shows at once.
+    let sb = Sandbox::new(&job(
+        "alive",
+        "echo \"start $JOBGUARD_SLOT\" >> \"$OUT\"; sleep 4; echo \"end $JOBGUARD_SLOT\" >> \"$OUT\"",
+        "lease_ttl = \"3s\"\nenvironment = { OUT = \"@DIR@/out\" }",
+    ));
+    let host = jobguard::identity::host_name();
+    let slots = ["2026-11-26T02:00:00Z", "2026-11-27T02:00:00Z"];
+    for (n, slot) in slots.iter().enumerate() {
+        let shim = sb
+            .cmd(&["run", "alive", "--slot", slot])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        assert!(wait_until(10, || sb.lines("out") > 2 * n), "started");
+        let run_id = sb.history("alive")[0]["run_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let out = sb.run(&["unlock", "alive"]);
+        let err = stderr(&out);
+        assert_ne!(out.status.code(), Some(0), "refused: {err}");
+        for part in [
+            shim.id().to_string(),
+            host.clone(),
+            run_id,
+            "--force".into(),
+        ] {
+            assert!(err.contains(&part), "names {part}: {err}");
+        }
+        let done = shim.wait_with_output().unwrap();
+        assert_eq!(done.status.code(), Some(0), "{}", stderr(&done));
+        assert_eq!(sb.history("alive")[0]["outcome"], "succeeded");
+    }
+    // --force ends it, with a warning that names the live process; the run loses its lease.
+    let slot = "2026-11-28T02:00:00Z";
+    let shim = sb
+        .cmd(&["run", "alive", "--slot", slot])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(wait_until(10, || sb.lines("out") > 4), "started");
+    let out = sb.run(&["unlock", "alive", "--force"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("warning") && err.contains(&shim.id().to_string()),
+        "{err}"
+    );
+    let done = shim.wait_with_output().unwrap();
+    assert_eq!(done.status.code(), Some(75), "{}", stderr(&done));
+    assert_eq!(sb.history("alive")[0]["outcome"], "lease_lost");
+}
+
+#[test]
+fn a_store_disk_full_past_the_wait_fails_the_run_and_the_success_is_replayed_not_rerun() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("SKIPPED: needs root to mount a small file system");
+        assert!(std::env::var_os("CI").is_none(), "CI runs as root");
+        return;
+    }
+    // The store on a 1 MiB file system that the job fills and nobody frees while the
+    // shim waits (store_wait 3 s). Ground truth: one line per execution in $OUT, outside.
+    let fs_dir = tempfile::tempdir().unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+        .arg(fs_dir.path())
+        .status()
+        .unwrap();
+    assert!(mounted.success(), "mount tmpfs");
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(fs_dir.path().to_path_buf());
+    let fill = fs_dir.path().join("fill");
+    let sb = Sandbox::new(&job(
+        "full",
+        "echo \"$JOBGUARD_SLOT\" >> \"$OUT\"; if [ -e \"$OUT.fill\" ]; then cat /dev/zero > \"$FILL\" 2>/dev/null; fi; exit 0",
+        &format!(
+            "lease_ttl = \"30s\"\nstore_wait = \"3s\"\nenvironment = {{ OUT = \"@DIR@/out\", FILL = {:?} }}",
+            fill.display().to_string()
+        ),
+    ));
+    let jobs = std::fs::read_to_string(sb.file("jobs.toml"))
+        .unwrap()
+        .replace(
+            "sqlite://state/jobguard.db",
+            &format!("sqlite://{}/jobguard.db", fs_dir.path().display()),
+        );
+    std::fs::write(sb.file("jobs.toml"), jobs).unwrap();
+    // The state directory on the full file system too, as /var/lib/jobguard beside the
+    // store: the durable copy of the outcome fails there, the runtime copy carries it.
+    let state = fs_dir.path().join("state");
+    let run = |args: &[&str]| {
+        sb.cmd(args)
+            .env("JOBGUARD_STATE_DIR", &state)
+            .output()
+            .unwrap()
+    };
+    let slots = [
+        "2026-11-26T02:00:00Z",
+        "2026-11-27T02:00:00Z",
+        "2026-11-28T02:00:00Z",
+    ];
+    for (n, slot) in slots.iter().enumerate() {
+        std::fs::write(sb.file("out.fill"), "").unwrap();
+        let out = run(&["run", "full", "--slot", slot]);
+        std::fs::remove_file(sb.file("out.fill")).unwrap();
+        let err = stderr(&out);
+        assert_ne!(
+            out.status.code(),
+            Some(0),
+            "not recorded is a failure: {err}"
+        );
+        assert!(err.contains("NOT recorded"), "{err}");
+        assert!(err.contains("exit status 69, command: 0"), "{err}");
+        assert_eq!(sb.history("full")[0]["outcome"], "running");
+        std::fs::remove_file(&fill).unwrap();
+        // The next to look replays the outcome before it decides anything: recover, or
+        // (for the second slot) the run of the same slot, or (third) a run of another.
+        let next = match n {
+            0 => run(&["recover"]),
+            1 => run(&["run", "full", "--slot", slot]),
+            _ => run(&["run", "full", "--slot", "2026-11-29T02:00:00Z"]),
+        };
+        assert!(next.status.success(), "{}", stderr(&next));
+        assert!(stderr(&next).contains("recorded late"), "{}", stderr(&next));
+        let rec = run(&["recover"]);
+        assert!(rec.status.success(), "{}", stderr(&rec));
+        let again = run(&["run", "full", "--slot", slot]);
+        assert!(
+            stderr(&again).contains("already succeeded"),
+            "{}",
+            stderr(&again)
+        );
+        let h = sb.history("full");
+        let this: Vec<_> = h.iter().filter(|r| r["slot"] == *slot).collect();
+        assert_eq!(this.len(), 1, "{h:?}");
+        assert_eq!(this[0]["outcome"], "succeeded", "{h:?}");
+        assert_eq!(this[0]["exit_status"], 0, "{h:?}");
+    }
+    let ran = sb.read("out");
+    for slot in slots.iter().chain(&["2026-11-29T02:00:00Z"]) {
+        assert_eq!(
+            ran.lines().filter(|l| l == slot).count(),
+            1,
+            "{slot}: {ran}"
+        );
+    }
+}
+
+#[test]
+fn a_shim_killed_while_the_store_is_locked_at_the_end_leaves_its_success_for_recover() {
+    // The command succeeds; the store's write lock is held by another process (a stuck
+    // store) when the shim records the outcome, and the shim is SIGKILLed meanwhile (as
+    // systemd does at the end of a stop time-out). The success was kept before the store
+    // write: recover records it instead of running the slot again.
+    let sb = Sandbox::new(&job(
+        "stuck",
+        "echo \"$JOBGUARD_SLOT\" >> \"$OUT\"; while [ ! -e \"$OUT.go\" ]; do sleep 0.05; done; rm \"$OUT.go\"",
+        "lease_ttl = \"30s\"\nenvironment = { OUT = \"@DIR@/out\" }",
+    ));
+    assert!(sb.run(&["store", "init"]).status.success());
+    let slots = ["2026-11-27T02:00:00Z", "2026-11-28T02:00:00Z"];
+    let kept = || {
+        std::fs::read_dir(sb.file("run/pending"))
+            .map(|d| {
+                d.flatten()
+                    .any(|e| e.path().extension().is_some_and(|x| x == "json"))
+            })
+            .unwrap_or(false)
+    };
+    for (n, slot) in slots.iter().enumerate() {
+        let mut shim = sb
+            .cmd(&["run", "stuck", "--slot", slot])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        assert!(
+            wait_until(10, || sb.lines("out") > n),
+            "the command started"
+        );
+        let locker = rusqlite::Connection::open(sb.file("state/jobguard.db")).unwrap();
+        locker.execute_batch("BEGIN EXCLUSIVE").unwrap();
+        std::fs::write(sb.file("out.go"), "").unwrap();
+        // The shim now waits for the lock (busy_timeout, 10 s) in its final write.
+        std::thread::sleep(Duration::from_secs(1));
+        shim.kill().unwrap();
+        shim.wait().unwrap();
+        locker.execute_batch("ROLLBACK").unwrap();
+        drop(locker);
+        assert_eq!(sb.history("stuck")[0]["outcome"], "running");
+        let rec = sb.run(&["recover"]);
+        assert!(rec.status.success(), "{}", stderr(&rec));
+        let again = sb.run(&["run", "stuck", "--slot", slot]);
+        assert_eq!(
+            sb.lines("out"),
+            n + 1,
+            "the slot ran once: {}{}",
+            stderr(&rec),
+            stderr(&again)
+        );
+        assert!(stderr(&rec).contains("recorded late"), "{}", stderr(&rec));
+        assert!(
+            stderr(&again).contains("already succeeded"),
+            "{}",
+            stderr(&again)
+        );
+        assert!(!kept(), "nothing left to replay");
+    }
+    assert_eq!(
+        sb.read("out").lines().collect::<Vec<_>>(),
+        slots,
+        "once each"
+    );
+    let h = sb.history("stuck");
+    assert_eq!(h.len(), 2, "{h:?}");
+    assert!(h.iter().all(|r| r["outcome"] == "succeeded"), "{h:?}");
+}

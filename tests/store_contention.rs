@@ -2,8 +2,9 @@
 //! so the local lock does not decide), fire the same slot of one job at once against
 //! each shared store: exactly one runs the command, every other one skips and says why,
 //! and the ledger holds one record for the slot. Also: a claim whose answer is lost after
-//! the store committed it, and a holder cut off from the store whose command must be dead
-//! before another host may take the slot over.
+//! the store committed it; a holder cut off from the store whose command must be dead
+//! before another host may take the slot over; a store cut off at the end of a run, whose
+//! outcome this host keeps and records later instead of running the slot again.
 #![cfg(all(
     feature = "store-postgres",
     feature = "store-mysql",
@@ -17,7 +18,7 @@ use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use common::remote::{Kind, Namespace, Proxy};
-use support::Sandbox;
+use support::{Sandbox, stderr, wait_until};
 
 /// A timer's fire time (2026-11-29T02:03:00Z, µs): marks the runs timer-started.
 const FIRED: &str = "1795917780000000";
@@ -329,4 +330,84 @@ fn postgres_a_cut_off_holders_command_ends_before_its_lease_can_expire() {
         "while [ ! -e \"$STOP.$JOBGUARD_SLOT\" ]; do date +%s.%N >> \"$OUT.$JOBGUARD_SLOT\"; sleep 0.05; done",
         2,
     );
+}
+
+/// The store is cut off (a frozen proxy) just as the command ends, for longer than
+/// `store_wait`: the run exits 69 with its success kept on this host; once the store is
+/// back, `jobguard recover` (first slot) or the next run (second slot) records it, and the
+/// slot never runs again. Ground truth: one line per execution in a file of the test's.
+fn outcome_kept_while_the_store_is_cut_off(kind: Kind, test: &str) {
+    let Some(ns) = Namespace::new(kind, test) else {
+        return;
+    };
+    let proxy = Proxy::start(kind.port());
+    let address = kind.address(&proxy.listen, &ns.name);
+    let sb = Sandbox::new(&format!(
+        "[jobs.cut]\nschedule = \"*-*-* 02:00:00 UTC\"\nstore = {address:?}\n\
+         lease_ttl = \"30s\"\nstore_wait = \"2s\"\n\
+         environment = {{ OUT = \"@DIR@/out\" }}\n\
+         command = [\"/bin/sh\", \"-c\", \"echo $JOBGUARD_SLOT >> $OUT; \
+         while [ ! -e $OUT.go ]; do sleep 0.05; done; rm $OUT.go\"]\n"
+    ));
+    let slots = ["2026-11-27T02:00:00Z", "2026-11-28T02:00:00Z"];
+    for (n, slot) in slots.iter().enumerate() {
+        let shim = sb
+            .cmd(&["run", "cut", "--slot", slot])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        assert!(
+            wait_until(20, || sb.lines("out") > n),
+            "the command started"
+        );
+        proxy.freeze(true);
+        std::fs::write(sb.file("out.go"), "").unwrap();
+        let out = shim.wait_with_output().unwrap();
+        // The finish the shim sent never reaches the server (dropped with the connection).
+        proxy.cut();
+        proxy.freeze(false);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(69), "{err}");
+        assert!(err.contains("NOT recorded"), "{err}");
+        assert_eq!(sb.history("cut")[0]["outcome"], "running");
+        let next = if n == 0 {
+            sb.run(&["recover"])
+        } else {
+            sb.run(&["run", "cut", "--slot", slot])
+        };
+        assert!(next.status.success(), "{}", stderr(&next));
+        assert!(stderr(&next).contains("recorded late"), "{}", stderr(&next));
+        let again = sb.run(&["run", "cut", "--slot", slot]);
+        assert!(
+            stderr(&again).contains("already succeeded"),
+            "{}",
+            stderr(&again)
+        );
+        assert!(sb.run(&["recover"]).status.success());
+        let h = sb.history("cut");
+        let this: Vec<_> = h.iter().filter(|r| r["slot"] == *slot).collect();
+        assert_eq!(this.len(), 1, "{h:?}");
+        assert_eq!(this[0]["outcome"], "succeeded", "{h:?}");
+    }
+    assert_eq!(
+        sb.read("out").lines().collect::<Vec<_>>(),
+        slots,
+        "each slot ran once"
+    );
+}
+
+#[test]
+fn postgres_an_outcome_kept_while_the_store_is_cut_off_is_recorded_later_not_rerun() {
+    outcome_kept_while_the_store_is_cut_off(Kind::Postgres, "store_contention::kept_pg");
+}
+
+#[test]
+fn mysql_an_outcome_kept_while_the_store_is_cut_off_is_recorded_later_not_rerun() {
+    outcome_kept_while_the_store_is_cut_off(Kind::Mysql, "store_contention::kept_my");
+}
+
+#[test]
+fn redis_an_outcome_kept_while_the_store_is_cut_off_is_recorded_later_not_rerun() {
+    outcome_kept_while_the_store_is_cut_off(Kind::Redis, "store_contention::kept_redis");
 }

@@ -76,7 +76,8 @@ pub enum Command {
     /// when nothing needs attention, 1 when something does (passed_over does not count),
     /// 69 or 78 when a store or the job list cannot be read.
     Audit(AuditArgs),
-    /// End a job's lease now, whoever holds it (for a holder known to be dead).
+    /// End a job's lease now (for a holder known to be dead); a holder alive on this host
+    /// needs --force.
     Unlock(UnlockArgs),
     /// Manage the stores of the job list.
     #[command(subcommand)]
@@ -231,6 +232,10 @@ pub struct ResolveArgs {
 pub struct UnlockArgs {
     /// The job's name.
     pub job: String,
+    /// End the lease even when its holder is a process alive on this host (it then stops
+    /// its command at its next renewal).
+    #[arg(long)]
+    pub force: bool,
     #[command(flatten)]
     pub config: ConfigArgs,
 }

@@ -137,7 +137,12 @@ pub fn run(args: &RecoverArgs) -> u8 {
                 status = exit::FAILURE;
             }
         } else {
-            let s = shim::run(job, &shim::Request::default());
+            // Only the queued slots: the current one is its timer's (or a person's).
+            let queued_only = shim::Request {
+                queued_only: true,
+                ..shim::Request::default()
+            };
+            let s = shim::run(job, &queued_only);
             if status == exit::OK {
                 status = s;
             }

@@ -1,9 +1,14 @@
 //! `jobguard resolve JOB SLOT --rerun|--done`: decide what happens to a held, interrupted
 //! or failed slot.
+//!
+//! `--rerun` of a slot that is done (it has since succeeded, or a person marked it done)
+//! changes nothing and says so, exiting 0: the slot needs nothing more. The store makes
+//! that decision in the same step as the change ([`crate::store::Store::resolve`]).
 
 use crate::cli::{ResolveArgs, find_job, open_job_store};
 use crate::exit;
-use crate::ledger::{Resolution, format_usec};
+use crate::ledger::{Outcome, Resolution, format_usec};
+use crate::store::{RunQuery, Store, StoreError};
 
 /// Runs `jobguard resolve`; returns the exit status.
 pub fn run(args: &ResolveArgs) -> u8 {
@@ -29,15 +34,26 @@ pub fn run(args: &ResolveArgs) -> u8 {
         Resolution::Queued
     };
     match store.resolve(&job.name, slot, resolution) {
-        Ok(0) => {
-            eprintln!(
-                "jobguard: {}: slot {} has no interrupted, lease_lost or failed run waiting for a decision (see `jobguard history {}`)",
-                job.name,
-                format_usec(slot),
-                job.name
-            );
-            exit::FAILURE
-        }
+        Ok(0) if !args.done => match done_by(store.as_mut(), &job.name, slot) {
+            // Nothing is left to re-run: the store queues nothing in a done slot.
+            Ok(Some(by)) => {
+                println!(
+                    "{} slot {} is done ({}): nothing to re-run; `jobguard run {} --slot {} --force` runs it again",
+                    job.name,
+                    format_usec(slot),
+                    by,
+                    job.name,
+                    format_usec(slot)
+                );
+                exit::OK
+            }
+            Ok(None) => nothing_waiting(&job.name, slot),
+            Err(e) => {
+                eprintln!("jobguard: {e}");
+                exit::STORE_UNAVAILABLE
+            }
+        },
+        Ok(0) => nothing_waiting(&job.name, slot),
         Ok(n) => {
             let what = if args.done {
                 "marked done: later triggers skip it".to_string()
@@ -64,4 +80,38 @@ pub fn run(args: &ResolveArgs) -> u8 {
             exit::STORE_UNAVAILABLE
         }
     }
+}
+
+/// Says that no record of the slot waits for a decision; returns [`exit::FAILURE`].
+fn nothing_waiting(job: &str, slot: i64) -> u8 {
+    eprintln!(
+        "jobguard: {job}: slot {} has no interrupted, lease_lost or failed run waiting for a decision (see `jobguard history {job}`)",
+        format_usec(slot),
+    );
+    exit::FAILURE
+}
+
+/// What made the slot (µs since the epoch) done, for people: `run ID succeeded on host H
+/// at T` or `resolved as done`; `None` when it is not done.
+///
+/// # Errors
+/// The store's, while reading the slot's records.
+fn done_by(store: &mut dyn Store, job: &str, slot: i64) -> Result<Option<String>, StoreError> {
+    let runs = store.runs(&RunQuery {
+        job: Some(job.to_string()),
+        slot: Some(slot),
+        ..RunQuery::default()
+    })?;
+    if let Some(r) = runs.iter().find(|r| r.outcome == Outcome::Succeeded) {
+        return Ok(Some(format!(
+            "run {} succeeded on host {} at {}",
+            r.run_id,
+            r.host,
+            format_usec(r.finished_at.unwrap_or(r.started_at))
+        )));
+    }
+    Ok(runs
+        .iter()
+        .find(|r| r.resolution == Some(Resolution::Done))
+        .map(|r| format!("run {} was resolved as done", r.run_id)))
 }

@@ -14,6 +14,7 @@ pub fn run(args: &RunArgs) -> u8 {
         &shim::Request {
             slot: args.slot.clone(),
             force: args.force,
+            queued_only: false,
         },
     );
     // The last STATUS= (a skip's reason, a run's outcome) must reach systemd before the

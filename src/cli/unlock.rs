@@ -1,10 +1,20 @@
-//! `jobguard unlock JOB`: end the job's lease now, whoever holds it. For a holder that is
-//! known to be dead (a host that will not come back) when waiting for expiry is not
-//! wanted. Does not touch the ledger: `jobguard recover` then marks its run interrupted.
+//! `jobguard unlock JOB [--force]`: end the job's lease now. For a holder that is known
+//! to be dead (a host that will not come back) when waiting for expiry is not wanted. Does
+//! not touch the ledger: `jobguard recover` then marks its run interrupted.
+//!
+//! A holder that is alive on this host (same machine id and boot id, its pid still runs
+//! the process that started at the recorded time: [`crate::identity::process_alive`]) is
+//! not dead: ending its lease would let another host start the slot while the run goes
+//! on. Unlock refuses it (exit status 1, naming the process), unless `--force`, which
+//! warns naming it; that run then loses its lease at its next renewal and stops its
+//! command. A holder on another host cannot be checked from here.
 
 use crate::cli::{UnlockArgs, find_job, open_job_store};
 use crate::exit;
-use crate::ledger::format_usec;
+use crate::identity;
+use crate::lease::Lease;
+use crate::ledger::{Outcome, format_usec};
+use crate::store::{RunQuery, Store};
 
 /// Runs `jobguard unlock`; returns the exit status.
 pub fn run(args: &UnlockArgs) -> u8 {
@@ -16,6 +26,29 @@ pub fn run(args: &UnlockArgs) -> u8 {
         Ok(s) => s,
         Err(code) => return code,
     };
+    let lease = match store.lease(&job.name) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("jobguard: {e}");
+            return exit::STORE_UNAVAILABLE;
+        }
+    };
+    if let Some(l) = &lease
+        && let Some(pid) = live_here(&l.holder)
+    {
+        let who = describe_live(store.as_mut(), l, pid);
+        if !args.force {
+            eprintln!(
+                "jobguard: {}: not unlocked: the lease is held by {who}, which is alive on this host; ending it would let another host start the slot while this run goes on. Stop the run (`systemctl stop jobguard@{}.service`, or kill {pid}), or use --force",
+                job.name, job.name
+            );
+            return exit::FAILURE;
+        }
+        eprintln!(
+            "jobguard: warning: {}: ending the lease of {who}, which is alive on this host: it stops its command at its next renewal, and another host may start the slot meanwhile",
+            job.name
+        );
+    }
     match store.unlock(&job.name) {
         Ok(Some(l)) => {
             println!(
@@ -37,4 +70,35 @@ pub fn run(args: &UnlockArgs) -> u8 {
             exit::STORE_UNAVAILABLE
         }
     }
+}
+
+/// The pid of a lease holder ([`crate::lease::Holder::id`]: `machine:boot:pid:start`)
+/// that is alive on this machine in this boot; `None` for a holder elsewhere or gone.
+fn live_here(holder: &str) -> Option<u32> {
+    let mut parts = holder.split(':');
+    let (machine, boot) = (parts.next()?, parts.next()?);
+    let pid: u32 = parts.next()?.parse().ok()?;
+    let start: u64 = parts.next()?.parse().ok()?;
+    let here = !machine.is_empty() && machine == identity::machine_id();
+    (here && boot == identity::boot_id() && identity::process_alive(pid, start)).then_some(pid)
+}
+
+/// `pid P on host H (run R, slot S, token T)`; the run is the `running` record with the
+/// lease's fencing token, when the store can say.
+fn describe_live(store: &mut dyn Store, lease: &Lease, pid: u32) -> String {
+    let run = store
+        .runs(&RunQuery {
+            job: Some(lease.job.clone()),
+            outcomes: vec![Outcome::Running],
+            ..RunQuery::default()
+        })
+        .ok()
+        .and_then(|runs| runs.into_iter().find(|r| r.fencing_token == lease.token));
+    let run = run
+        .map(|r| format!("run {}, slot {}, ", r.run_id, r.slot.rfc3339()))
+        .unwrap_or_default();
+    format!(
+        "pid {pid} on host {} ({run}token {})",
+        lease.host, lease.token
+    )
 }

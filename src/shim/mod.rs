@@ -26,6 +26,7 @@
 pub mod child;
 pub mod leftover;
 pub mod renew;
+pub mod pending;
 pub mod report;
 pub mod slot;
 
@@ -52,6 +53,9 @@ pub struct Request {
     pub slot: Option<String>,
     /// `--force`: run even if the slot is done or held; recorded as forced.
     pub force: bool,
+    /// Run only the slots queued for a re-run, oldest first, and not the current slot
+    /// (`jobguard recover` without systemd). `slot` and `force` are then ignored.
+    pub queued_only: bool,
 }
 
 /// Runs `job` once for its current slot (after any queued re-runs); returns the exit status
@@ -121,6 +125,11 @@ pub fn run(job: &Job, req: &Request) -> u8 {
         Ok(s) => s,
         Err(code) => return code,
     };
+    // Outcomes this host kept because the store could not take them are recorded before
+    // anything is decided about their slots.
+    if let Err(e) = with_retry(job, || pending::replay(store.as_mut(), job)) {
+        return store_failed(job, &e);
+    }
 
     if let Some(given) = &req.slot
         && current.slot.usec > now
@@ -144,10 +153,14 @@ pub fn run(job: &Job, req: &Request) -> u8 {
         }
     }
 
+    let holder = identity::current_holder();
+    if req.queued_only {
+        return run_queued(job, store.as_mut(), &mut lock, &holder, account.as_ref());
+    }
+
     // A trigger (no --slot, no --force) runs queued re-runs first, oldest first, and
     // refuses a slot older than one already recorded; each claim is one store call.
     let by_trigger = req.slot.is_none() && !req.force;
-    let holder = identity::current_holder();
     let mut status = exit::OK;
     let mut reruns: Vec<i64> = Vec::new();
     let mut queued_first = by_trigger;
@@ -198,6 +211,55 @@ pub fn run(job: &Job, req: &Request) -> u8 {
 /// At most this many queued re-runs are run by one invocation before its own slot.
 const MAX_RERUNS_PER_RUN: usize = 100;
 
+/// Runs the job's queued re-runs, oldest first, each as its own attempt, and nothing else:
+/// the current slot is left to its timer. Each claim asks for the oldest queued slot not
+/// yet tried here, with `queued_first` so that the store picks the oldest queued slot
+/// that is neither done nor held (the one asked for, when no other is left). A slot is
+/// tried at most once per invocation. Returns the first non-zero status, or 0.
+fn run_queued(
+    job: &Job,
+    store: &mut dyn Store,
+    lock: &mut JobLock,
+    holder: &Holder,
+    account: Option<&child::Account>,
+) -> u8 {
+    let mut status = exit::OK;
+    let mut tried: Vec<i64> = Vec::new();
+    while tried.len() < MAX_RERUNS_PER_RUN && !child::stop_requested() {
+        let queued = store.runs(&store::RunQuery {
+            job: Some(job.name.clone()),
+            resolutions: vec![Resolution::Queued],
+            ..store::RunQuery::default()
+        });
+        let queued = match queued {
+            Ok(q) => q,
+            Err(e) => return store_failed(job, &e),
+        };
+        let Some(next) = queued
+            .into_iter()
+            .map(|r| r.slot)
+            .filter(|s| !tried.contains(&s.usec))
+            .min_by_key(|s| s.usec)
+        else {
+            break;
+        };
+        let attempt = Attempt {
+            slot: &next,
+            trigger: "rerun",
+            force: false,
+            queued_first: true,
+            in_order: false,
+        };
+        let (s, ran) = run_slot(job, store, lock, holder, account, &attempt);
+        if status == exit::OK {
+            status = s;
+        }
+        tried.push(next.usec);
+        tried.extend(ran);
+    }
+    status
+}
+
 /// One claim's worth of [`run`]: the slot asked for and how.
 struct Attempt<'a> {
     slot: &'a Slot,
@@ -242,6 +304,7 @@ fn prepare_runtime_dirs() -> Result<(), String> {
     };
     mk(&paths::runtime_dir(), 0o711)?;
     mk(&paths::lock_dir(), 0o700)?;
+    mk(&pending::runtime_dir(), 0o700)?;
     mk(&paths::report_dir(), 0o711)
 }
 
@@ -766,8 +829,7 @@ fn execute(
     // Recorded with the outcome: a shim that dies before it loses the decision, and
     // `jobguard audit` then calls the gap missed (louder, never quieter).
     PassedOver::record(passed_over, &mut finish.report);
-    record(job, store, lease, run, &finish, code, lease_good_until);
-    code
+    record(job, store, lease, run, &finish, code, lease_good_until)
 }
 
 /// Decides outcome and exit status from how the command ended; `cut` is what logind
@@ -843,11 +905,18 @@ fn system_stopping() -> bool {
         .unwrap_or(false)
 }
 
-/// Writes the outcome, releases the lease and logs the finish event with `code`, the
-/// status jobguard exits with (the ledger keeps the command's own). An unavailable store
-/// (a full disk, a lock held long) is retried while the lease surely holds
-/// (`lease_good_until`), at least a few seconds: an outcome that is not recorded leaves
-/// the run `running`, and `jobguard recover` would run the slot again.
+/// Writes the outcome, releases the lease and logs the finish event; returns the status
+/// to exit with: `code` (the ledger keeps the command's own), except that a 0 whose
+/// outcome could not be recorded becomes [`exit::STORE_UNAVAILABLE`] (the store could not
+/// take it: it is kept on this host, see [`pending`]), [`exit::SOFTWARE`] (the store
+/// refused it) or [`exit::LEASE_LOST`] (the lease passed to another holder and the record
+/// moved on): a success that the ledger does not show is not reported as one. A non-zero
+/// `code` already says that something needs a look and is kept.
+///
+/// The outcome is kept in the runtime directory before the store write. A store that is
+/// unavailable (a full disk, a lock held long, a server down) is retried while the lease
+/// holds, renewing it ([`finish_with_retry`]). When the lease expired meanwhile, the
+/// outcome is still recorded if its record waits for it.
 fn record(
     job: &Job,
     store: &mut dyn Store,
@@ -856,44 +925,71 @@ fn record(
     finish: &Finish,
     code: u8,
     lease_good_until: Instant,
-) {
+) -> u8 {
     let slot_text = run.slot.rfc3339();
-    let give_up = lease_good_until.max(Instant::now() + Duration::from_secs(3));
-    let mut warned = false;
-    let result = with_retry_until(give_up, || {
-        let r = store.finish(lease, &run.run_id, finish);
-        if let Err(e) = &r
-            && !warned
-        {
-            warned = true;
-            eprintln!(
-                "jobguard: {}: recording the outcome failed: {e}; retrying",
-                job.name
-            );
+    let kept = pending::Kept::new(&store.describe(), lease, run, finish);
+    // Before the store write: a shim killed during it, or a store that cannot take it,
+    // does not turn a run that ended into one that was cut off.
+    if let Err(e) = pending::keep(&pending::runtime_dir(), &kept, false) {
+        eprintln!(
+            "jobguard: {}: cannot keep the outcome in {}: {e}",
+            job.name,
+            pending::runtime_dir().display()
+        );
+    }
+    let kept_where = || {
+        [pending::runtime_dir(), pending::state_dir()]
+            .iter()
+            .map(|d| d.join(format!("{}.json", run.run_id)))
+            .filter(|p| p.exists())
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(" and ")
+    };
+    let kept_note = |e: &dyn std::fmt::Display| {
+        format!(
+            "; NOT recorded: {e}; kept in {}: the next `jobguard run {}` or `jobguard recover` on this host records it",
+            kept_where(),
+            job.name
+        )
+    };
+    let result = finish_with_retry(job, store, lease, run, finish, &kept, lease_good_until);
+    let (note, failure) = match result {
+        Ok(f) if f.recorded => {
+            pending::forget(&run.run_id);
+            (String::new(), exit::OK)
         }
-        r
-    });
-    let note = match result {
-        Ok(f) if f.recorded => String::new(),
-        Ok(_) => "; NOT recorded: the lease expired or passed to another holder".to_string(),
-        Err(e) => format!("; NOT recorded: {e}"),
+        // The lease expired or passed while the store could not take the outcome: it is
+        // recorded all the same while its record still waits for it.
+        Ok(_) => match pending::settle(store, &kept, false) {
+            Ok(pending::Settled::Recorded) => (
+                "; recorded after the lease had expired".to_string(),
+                exit::OK,
+            ),
+            Ok(pending::Settled::Waiting) => (
+                kept_note(&"the lease expired and another attempt at the slot runs"),
+                exit::LEASE_LOST,
+            ),
+            Ok(pending::Settled::Dropped) => (
+                "; NOT recorded: the lease expired or passed to another holder".to_string(),
+                exit::LEASE_LOST,
+            ),
+            Err(e) => (kept_note(&e), exit::STORE_UNAVAILABLE),
+        },
+        Err(e @ StoreError::Unavailable { .. }) => (kept_note(&e), exit::STORE_UNAVAILABLE),
+        Err(e) => (kept_note(&e), exit::SOFTWARE),
     };
-    let kind = match finish.outcome {
-        Outcome::Succeeded => Kind::Finished,
-        Outcome::Interrupted => Kind::Interrupted,
-        Outcome::LeaseLost => Kind::LeaseLost,
-        _ => Kind::Failed,
-    };
+    let status = if code == exit::OK { failure } else { code };
     let report = report::one_line(&finish.report);
     let mut ev = Event::new(
-        kind,
+        pending::kind_of(finish.outcome),
         &job.name,
         format!(
-            "finished slot {slot_text}: {} ({}, exit status {code}{}){}{note}",
+            "finished slot {slot_text}: {} ({}, exit status {status}{}){}{note}",
             finish.outcome,
             finish.reason.as_deref().unwrap_or("-"),
             match finish.exit_status {
-                Some(s) if s != i32::from(code) => format!(", command: {s}"),
+                Some(s) if s != i32::from(status) => format!(", command: {s}"),
                 _ => String::new(),
             },
             if report.is_empty() {
@@ -907,28 +1003,91 @@ fn record(
     ev.run_id = Some(run.run_id.clone());
     ev.reason = finish.reason.clone();
     ev.outcome = Some(finish.outcome);
-    ev.exit_status = Some(i32::from(code));
+    ev.exit_status = Some(i32::from(status));
     ev.attempt = Some(run.attempt);
     ev.fencing_token = Some(lease.token);
     ev.report = (!report.is_empty()).then_some(report);
     journal::emit(&ev);
     journal::status(&format!("slot {slot_text}: {}{note}", finish.outcome));
+    status
 }
 
-/// Retries `f` while the store is unavailable, with backoff (0.1 s doubling to 2 s), until
-/// `give_up`: the final write, after the command has already run.
-fn with_retry_until<T>(
-    give_up: Instant,
-    mut f: impl FnMut() -> Result<T, StoreError>,
-) -> Result<T, StoreError> {
+/// [`Store::finish`], retried while the store is unavailable, with backoff (0.1 s doubling
+/// to 2 s), while the lease surely holds (`lease_good_until`, by this host's monotonic
+/// clock, less the renewer's margin) and at least 3 s, but no longer than `store_wait`
+/// (at least 3 s). Meanwhile the lease is renewed every third of its time to live; each
+/// confirmed renewal moves the lease's end on, so a store that still renews (a lock held
+/// long) is waited out up to `store_wait`, while a store that is gone is given up when the
+/// lease would expire: past that, another host may take the slot anyway. After a stop
+/// signal (`systemctl stop`, a shutdown: the unit's stop time-out is short) renewals no
+/// longer extend the wait. After the first failure the outcome is also kept durably in
+/// the state directory.
+fn finish_with_retry(
+    job: &Job,
+    store: &mut dyn Store,
+    lease: &Lease,
+    run: &Run,
+    finish: &Finish,
+    kept: &pending::Kept,
+    lease_good_until: Instant,
+) -> Result<store::Finished, StoreError> {
+    let start = Instant::now();
+    let at_most = start + job.store_wait.max(Duration::from_secs(3));
+    let at_least = start + Duration::from_secs(3);
+    let every = (job.lease_ttl / 3).max(Duration::from_millis(100));
+    let margin = (job.lease_ttl / 6).min(Duration::from_secs(10));
+    let mut lease_until = lease_good_until;
+    let give_up = |lease_until: Instant| lease_until.max(at_least).min(at_most);
+    let mut next_renewal = lease_good_until.min(Instant::now() + every);
+    let mut lease_held = true;
     let mut pause = Duration::from_millis(100);
+    let mut failed_once = false;
     loop {
-        match f() {
-            Err(StoreError::Unavailable { .. }) if Instant::now() + pause < give_up => {
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(Duration::from_secs(2));
+        let result = store.finish(lease, &run.run_id, finish);
+        let Err(e @ StoreError::Unavailable { .. }) = &result else {
+            return result;
+        };
+        if !failed_once {
+            failed_once = true;
+            if let Err(k) = pending::keep(&pending::state_dir(), kept, true) {
+                eprintln!(
+                    "jobguard: {}: cannot keep the outcome in {}: {k}",
+                    job.name,
+                    pending::state_dir().display()
+                );
             }
-            other => return other,
+            eprintln!(
+                "jobguard: {}: recording the outcome failed: {e}; retrying for up to {} s",
+                job.name,
+                give_up(lease_until)
+                    .saturating_duration_since(Instant::now())
+                    .as_secs()
+            );
+        }
+        let until = if child::stop_requested() {
+            give_up(lease_good_until)
+        } else {
+            give_up(lease_until)
+        };
+        if Instant::now() + pause >= until {
+            return result;
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_secs(2));
+        if lease_held && Instant::now() >= next_renewal {
+            let sent = Instant::now();
+            match store.renew(lease, job.lease_ttl) {
+                Ok(Some(_)) => lease_until = sent + job.lease_ttl - margin,
+                Ok(None) => {
+                    lease_held = false;
+                    eprintln!(
+                        "jobguard: {}: the lease expired or passed to another holder while the outcome waited for the store",
+                        job.name
+                    );
+                }
+                Err(_) => {}
+            }
+            next_renewal = Instant::now() + every;
         }
     }
 }

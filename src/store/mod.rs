@@ -330,6 +330,20 @@ pub trait Store: Send {
         finish: &Finish,
     ) -> Result<Finished, StoreError>;
 
+    /// Records how run `run_id` ended when its shim could not (the store was unavailable
+    /// or full at the end of the run) and kept the outcome on its host instead: as
+    /// [`Store::finish`], except that the lease need not be held any more. The record must
+    /// still be `running` with `lease.token`, so an attempt that was since marked
+    /// interrupted is left as it is (`recorded` false). The lease is released if it is
+    /// still that grant and unexpired. The caller checks that no other attempt at the slot
+    /// runs or succeeded (see [`crate::shim::pending`]).
+    fn finish_kept(
+        &mut self,
+        lease: &Lease,
+        run_id: &str,
+        finish: &Finish,
+    ) -> Result<Finished, StoreError>;
+
     /// Marks a `running` record whose holder is gone as `interrupted` with `reason` and
     /// `resolution`, and releases the job's lease if it is still the run's grant (same
     /// holder and token). Returns false if the record was no longer `running`.
@@ -347,7 +361,9 @@ pub trait Store: Send {
     fn runs(&mut self, query: &RunQuery) -> Result<Vec<Run>, StoreError>;
 
     /// Sets the resolution of the slot's `interrupted`, `lease_lost` and `failed` records
-    /// that are not yet resolved as `rerun` or `done`; returns how many changed.
+    /// that are not yet resolved as `rerun` or `done`; returns how many changed. A slot that
+    /// is done (a record succeeded or is resolved as done) gets no [`Resolution::Queued`]:
+    /// 0 changed, nothing is left to re-run.
     fn resolve(
         &mut self,
         job: &str,

@@ -991,28 +991,16 @@ impl Store for MysqlStore {
         run_id: &str,
         finish: &Finish,
     ) -> Result<Finished, StoreError> {
-        let report = super::finish_report_json(&self.describe, run_id, finish)?;
-        let sql = format!(
-            "CALL jobguard_finish({}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {})",
-            self.test_now(),
-            lit(&lease.job),
-            lit(&lease.holder),
-            lease.token,
-            lit(run_id),
-            lit(finish.outcome.as_str()),
-            lit_opt(finish.reason.as_deref()),
-            int_opt(finish.exit_status.map(i64::from)),
-            lit(&report),
-            lit_opt(finish.resolution.map(Resolution::as_str)),
-            i32::from(finish.outcome == Outcome::LeaseLost),
-        );
-        self.with_schema("finish", |c| {
-            let object = Self::call_proc(c, &sql)?.unwrap_or_default();
-            Ok(Finished {
-                recorded: get_int(&object, "recorded") == Some(1),
-                released: get_int(&object, "released") == Some(1),
-            })
-        })
+        self.finish_as(lease, run_id, finish, false)
+    }
+
+    fn finish_kept(
+        &mut self,
+        lease: &Lease,
+        run_id: &str,
+        finish: &Finish,
+    ) -> Result<Finished, StoreError> {
+        self.finish_as(lease, run_id, finish, true)
     }
 
     fn interrupt(
@@ -1095,10 +1083,14 @@ impl Store for MysqlStore {
         let r = lit(resolution.as_str());
         let sql = format!(
             "UPDATE jobguard_run SET resolution = {r}
-             WHERE job = {} AND slot_usec = {slot}
+             WHERE job = {j} AND slot_usec = {slot}
                AND outcome IN ('interrupted', 'lease_lost', 'failed')
-               AND (resolution IS NULL OR resolution NOT IN ('rerun', 'done', {r}))",
-            lit(job)
+               AND (resolution IS NULL OR resolution NOT IN ('rerun', 'done', {r}))
+               AND ({r} <> 'queued' OR NOT EXISTS (
+                 SELECT 1 FROM (SELECT 1 FROM jobguard_run d
+                   WHERE d.job = {j} AND d.slot_usec = {slot}
+                     AND (d.outcome = 'succeeded' OR d.resolution = 'done')) AS done))",
+            j = lit(job)
         );
         self.with_schema("resolve", |c| {
             c.query_drop(&sql)?;
@@ -1112,6 +1104,41 @@ impl Store for MysqlStore {
             Self::call_proc(c, &sql)?
                 .map(|o| lease_from(job, &o, ""))
                 .transpose()
+        })
+    }
+}
+
+impl MysqlStore {
+    /// [`Store::finish`], and with `any_lease` [`Store::finish_kept`]: the record is
+    /// written without the lease being held (as for a `lease_lost` outcome).
+    fn finish_as(
+        &mut self,
+        lease: &Lease,
+        run_id: &str,
+        finish: &Finish,
+        any_lease: bool,
+    ) -> Result<Finished, StoreError> {
+        let report = super::finish_report_json(&self.describe, run_id, finish)?;
+        let sql = format!(
+            "CALL jobguard_finish({}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {})",
+            self.test_now(),
+            lit(&lease.job),
+            lit(&lease.holder),
+            lease.token,
+            lit(run_id),
+            lit(finish.outcome.as_str()),
+            lit_opt(finish.reason.as_deref()),
+            int_opt(finish.exit_status.map(i64::from)),
+            lit(&report),
+            lit_opt(finish.resolution.map(Resolution::as_str)),
+            i32::from(finish.outcome == Outcome::LeaseLost || any_lease),
+        );
+        self.with_schema("finish", |c| {
+            let object = Self::call_proc(c, &sql)?.unwrap_or_default();
+            Ok(Finished {
+                recorded: get_int(&object, "recorded") == Some(1),
+                released: get_int(&object, "released") == Some(1),
+            })
         })
     }
 }

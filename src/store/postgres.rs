@@ -1166,55 +1166,16 @@ impl Store for PostgresStore {
         run_id: &str,
         finish: &Finish,
     ) -> Result<Finished, StoreError> {
-        let report = super::finish_report_json(&self.describe, run_id, finish)?;
-        let now = self.test_now();
-        let lost = finish.outcome == Outcome::LeaseLost;
-        let outcome = finish.outcome.as_str();
-        let resolution = finish.resolution.map(Resolution::as_str);
-        self.with_schema("finish", async |c| {
-            let rows = c
-                .query_typed(
-                    &format!(
-                        "WITH t AS (SELECT {NOW_US} AS now),
-                         rel AS (
-                           UPDATE jobguard_lease l SET holder = '', host = '', expire_at = 0
-                           FROM t
-                           WHERE l.job = $2 AND l.holder = $3 AND l.holder <> ''
-                             AND l.token = $4 AND l.expire_at > t.now
-                           RETURNING 1),
-                         rec AS (
-                           UPDATE jobguard_run r SET outcome = $6, reason = $7,
-                             exit_status = $8, finished_at = t.now, report = $9,
-                             resolution = $10
-                           FROM t
-                           WHERE r.run_id = $5 AND r.job = $2 AND r.outcome = 'running'
-                             AND r.fencing_token = $4 AND ($11 OR EXISTS (SELECT 1 FROM rel))
-                           RETURNING 1)
-                         SELECT (SELECT count(*) FROM rec), (SELECT count(*) FROM rel)"
-                    ),
-                    &[
-                        (&now, Type::INT8),
-                        (&lease.job, Type::TEXT),
-                        (&lease.holder, Type::TEXT),
-                        (&lease.token, Type::INT8),
-                        (&run_id, Type::TEXT),
-                        (&outcome, Type::TEXT),
-                        (&finish.reason, Type::TEXT),
-                        (&finish.exit_status, Type::INT4),
-                        (&report, Type::TEXT),
-                        (&resolution, Type::TEXT),
-                        (&lost, Type::BOOL),
-                    ],
-                )
-                .await?;
-            let row = rows
-                .first()
-                .ok_or_else(|| Fail::Data("no answer".to_string()))?;
-            Ok(Finished {
-                recorded: row.try_get::<_, i64>(0)? == 1,
-                released: row.try_get::<_, i64>(1)? == 1,
-            })
-        })
+        self.finish_as(lease, run_id, finish, false)
+    }
+
+    fn finish_kept(
+        &mut self,
+        lease: &Lease,
+        run_id: &str,
+        finish: &Finish,
+    ) -> Result<Finished, StoreError> {
+        self.finish_as(lease, run_id, finish, true)
     }
 
     fn interrupt(
@@ -1320,6 +1281,9 @@ impl Store for PostgresStore {
                      WHERE job = $1 AND slot_usec = $2
                        AND outcome IN ('interrupted', 'lease_lost', 'failed')
                        AND (resolution IS NULL OR resolution NOT IN ('rerun', 'done', $3))
+                       AND ($3 <> 'queued' OR NOT EXISTS (
+                         SELECT 1 FROM jobguard_run d WHERE d.job = $1 AND d.slot_usec = $2
+                           AND (d.outcome = 'succeeded' OR d.resolution = 'done')))
                      RETURNING 1",
                     &[
                         (&job, Type::TEXT),
@@ -1351,6 +1315,68 @@ impl Store for PostgresStore {
                 )
                 .await?;
             rows.first().map(|r| lease_from(job, r, 0)).transpose()
+        })
+    }
+}
+
+impl PostgresStore {
+    /// [`Store::finish`], and with `any_lease` [`Store::finish_kept`]: the record is
+    /// written without the lease being held (as for a `lease_lost` outcome).
+    fn finish_as(
+        &mut self,
+        lease: &Lease,
+        run_id: &str,
+        finish: &Finish,
+        any_lease: bool,
+    ) -> Result<Finished, StoreError> {
+        let report = super::finish_report_json(&self.describe, run_id, finish)?;
+        let now = self.test_now();
+        let lost = finish.outcome == Outcome::LeaseLost || any_lease;
+        let outcome = finish.outcome.as_str();
+        let resolution = finish.resolution.map(Resolution::as_str);
+        self.with_schema("finish", async |c| {
+            let rows = c
+                .query_typed(
+                    &format!(
+                        "WITH t AS (SELECT {NOW_US} AS now),
+                         rel AS (
+                           UPDATE jobguard_lease l SET holder = '', host = '', expire_at = 0
+                           FROM t
+                           WHERE l.job = $2 AND l.holder = $3 AND l.holder <> ''
+                             AND l.token = $4 AND l.expire_at > t.now
+                           RETURNING 1),
+                         rec AS (
+                           UPDATE jobguard_run r SET outcome = $6, reason = $7,
+                             exit_status = $8, finished_at = t.now, report = $9,
+                             resolution = $10
+                           FROM t
+                           WHERE r.run_id = $5 AND r.job = $2 AND r.outcome = 'running'
+                             AND r.fencing_token = $4 AND ($11 OR EXISTS (SELECT 1 FROM rel))
+                           RETURNING 1)
+                         SELECT (SELECT count(*) FROM rec), (SELECT count(*) FROM rel)"
+                    ),
+                    &[
+                        (&now, Type::INT8),
+                        (&lease.job, Type::TEXT),
+                        (&lease.holder, Type::TEXT),
+                        (&lease.token, Type::INT8),
+                        (&run_id, Type::TEXT),
+                        (&outcome, Type::TEXT),
+                        (&finish.reason, Type::TEXT),
+                        (&finish.exit_status, Type::INT4),
+                        (&report, Type::TEXT),
+                        (&resolution, Type::TEXT),
+                        (&lost, Type::BOOL),
+                    ],
+                )
+                .await?;
+            let row = rows
+                .first()
+                .ok_or_else(|| Fail::Data("no answer".to_string()))?;
+            Ok(Finished {
+                recorded: row.try_get::<_, i64>(0)? == 1,
+                released: row.try_get::<_, i64>(1)? == 1,
+            })
         })
     }
 }

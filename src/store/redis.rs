@@ -301,7 +301,15 @@ return changed
 const RESOLVE: &str = r#"
 local job, slot, resolution = ARGV[2], ARGV[3], ARGV[4]
 local n = 0
-for _, id in ipairs(redis.call('SMEMBERS', p .. 'slot:' .. job .. ':' .. slot)) do
+local ids = redis.call('SMEMBERS', p .. 'slot:' .. job .. ':' .. slot)
+-- Nothing is queued in a done slot: nothing is left to re-run.
+if resolution == 'queued' then
+  for _, id in ipairs(ids) do
+    local f = redis.call('HMGET', p .. 'run:' .. id, 'outcome', 'resolution')
+    if f[1] == 'succeeded' or f[2] == 'done' then return 0 end
+  end
+end
+for _, id in ipairs(ids) do
   local f = redis.call('HMGET', p .. 'run:' .. id, 'outcome', 'resolution')
   local o, r = f[1], f[2]
   if (o == 'interrupted' or o == 'lease_lost' or o == 'failed')
@@ -860,38 +868,16 @@ impl Store for RedisStore {
         run_id: &str,
         finish: &Finish,
     ) -> Result<Finished, StoreError> {
-        let report = super::finish_report_json(&self.describe, run_id, finish)?;
-        self.ready()?;
-        let now = self.test_now();
-        let (recorded, released): (i64, i64) = self.call("finish", |c, s, p| {
-            Ok(s.finish
-                .arg(p)
-                .arg(&now)
-                .arg(&lease.job)
-                .arg(&lease.holder)
-                .arg(lease.token)
-                .arg(run_id)
-                .arg(finish.outcome.as_str())
-                .arg(finish.reason.as_deref().unwrap_or(""))
-                .arg(
-                    finish
-                        .exit_status
-                        .map(|s| s.to_string())
-                        .unwrap_or_default(),
-                )
-                .arg(&report)
-                .arg(finish.resolution.map(Resolution::as_str).unwrap_or(""))
-                .arg(if finish.outcome == Outcome::LeaseLost {
-                    "1"
-                } else {
-                    "0"
-                })
-                .invoke(c)?)
-        })?;
-        Ok(Finished {
-            recorded: recorded == 1,
-            released: released == 1,
-        })
+        self.finish_as(lease, run_id, finish, false)
+    }
+
+    fn finish_kept(
+        &mut self,
+        lease: &Lease,
+        run_id: &str,
+        finish: &Finish,
+    ) -> Result<Finished, StoreError> {
+        self.finish_as(lease, run_id, finish, true)
     }
 
     fn interrupt(
@@ -1001,5 +987,50 @@ impl Store for RedisStore {
         lease_from(job, &fields)
             .map(Some)
             .map_err(|e| self.error("unlock", e))
+    }
+}
+
+impl RedisStore {
+    /// [`Store::finish`], and with `any_lease` [`Store::finish_kept`]: the record is
+    /// written without the lease being held (as for a `lease_lost` outcome).
+    fn finish_as(
+        &mut self,
+        lease: &Lease,
+        run_id: &str,
+        finish: &Finish,
+        any_lease: bool,
+    ) -> Result<Finished, StoreError> {
+        let report = super::finish_report_json(&self.describe, run_id, finish)?;
+        self.ready()?;
+        let now = self.test_now();
+        let (recorded, released): (i64, i64) = self.call("finish", |c, s, p| {
+            Ok(s.finish
+                .arg(p)
+                .arg(&now)
+                .arg(&lease.job)
+                .arg(&lease.holder)
+                .arg(lease.token)
+                .arg(run_id)
+                .arg(finish.outcome.as_str())
+                .arg(finish.reason.as_deref().unwrap_or(""))
+                .arg(
+                    finish
+                        .exit_status
+                        .map(|s| s.to_string())
+                        .unwrap_or_default(),
+                )
+                .arg(&report)
+                .arg(finish.resolution.map(Resolution::as_str).unwrap_or(""))
+                .arg(if finish.outcome == Outcome::LeaseLost || any_lease {
+                    "1"
+                } else {
+                    "0"
+                })
+                .invoke(c)?)
+        })?;
+        Ok(Finished {
+            recorded: recorded == 1,
+            released: released == 1,
+        })
     }
 }

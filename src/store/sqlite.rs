@@ -915,39 +915,16 @@ impl Store for SqliteStore {
         run_id: &str,
         finish: &Finish,
     ) -> Result<Finished, StoreError> {
-        let report = super::finish_report_json(&self.describe, run_id, finish)?;
-        self.write("finish", |tx, now| {
-            let lease_held = if finish.outcome == Outcome::LeaseLost {
-                "1"
-            } else {
-                "EXISTS (SELECT 1 FROM jobguard_lease l
-                         WHERE l.job = jobguard_run.job AND l.holder = ?7 AND l.holder <> ''
-                           AND l.token = ?6 AND l.expire_at > ?5)"
-            };
-            let recorded = tx.execute(
-                &format!(
-                    "UPDATE jobguard_run
-                     SET outcome = ?2, reason = ?3, exit_status = ?4, finished_at = ?5,
-                         report = ?8, resolution = ?10
-                     WHERE run_id = ?1 AND outcome = 'running' AND fencing_token = ?6
-                       AND job = ?9 AND {lease_held}"
-                ),
-                params![
-                    run_id,
-                    finish.outcome.as_str(),
-                    finish.reason,
-                    finish.exit_status,
-                    now,
-                    lease.token,
-                    lease.holder,
-                    report,
-                    lease.job,
-                    finish.resolution.map(Resolution::as_str)
-                ],
-            )? == 1;
-            let released = release(tx, &lease.job, &lease.holder, lease.token, Some(now))?;
-            Ok(Finished { recorded, released })
-        })
+        self.finish_as(lease, run_id, finish, false)
+    }
+
+    fn finish_kept(
+        &mut self,
+        lease: &Lease,
+        run_id: &str,
+        finish: &Finish,
+    ) -> Result<Finished, StoreError> {
+        self.finish_as(lease, run_id, finish, true)
     }
 
     fn interrupt(
@@ -1034,7 +1011,10 @@ impl Store for SqliteStore {
                 "UPDATE jobguard_run SET resolution = ?3
                  WHERE job = ?1 AND slot_usec = ?2
                    AND outcome IN ('interrupted', 'lease_lost', 'failed')
-                   AND (resolution IS NULL OR resolution NOT IN ('rerun', 'done', ?3))",
+                   AND (resolution IS NULL OR resolution NOT IN ('rerun', 'done', ?3))
+                   AND (?3 <> 'queued' OR NOT EXISTS (
+                     SELECT 1 FROM jobguard_run d WHERE d.job = ?1 AND d.slot_usec = ?2
+                       AND (d.outcome = 'succeeded' OR d.resolution = 'done')))",
                 params![job, slot, resolution.as_str()],
             )?)
         })
@@ -1049,6 +1029,52 @@ impl Store for SqliteStore {
                 [job],
             )?;
             Ok(ended)
+        })
+    }
+}
+
+impl SqliteStore {
+    /// [`Store::finish`], and with `any_lease` [`Store::finish_kept`]: the record is
+    /// written without the lease being held (as for a `lease_lost` outcome).
+    fn finish_as(
+        &mut self,
+        lease: &Lease,
+        run_id: &str,
+        finish: &Finish,
+        any_lease: bool,
+    ) -> Result<Finished, StoreError> {
+        let report = super::finish_report_json(&self.describe, run_id, finish)?;
+        self.write("finish", |tx, now| {
+            let lease_held = if finish.outcome == Outcome::LeaseLost || any_lease {
+                "1"
+            } else {
+                "EXISTS (SELECT 1 FROM jobguard_lease l
+                         WHERE l.job = jobguard_run.job AND l.holder = ?7 AND l.holder <> ''
+                           AND l.token = ?6 AND l.expire_at > ?5)"
+            };
+            let recorded = tx.execute(
+                &format!(
+                    "UPDATE jobguard_run
+                     SET outcome = ?2, reason = ?3, exit_status = ?4, finished_at = ?5,
+                         report = ?8, resolution = ?10
+                     WHERE run_id = ?1 AND outcome = 'running' AND fencing_token = ?6
+                       AND job = ?9 AND {lease_held}"
+                ),
+                params![
+                    run_id,
+                    finish.outcome.as_str(),
+                    finish.reason,
+                    finish.exit_status,
+                    now,
+                    lease.token,
+                    lease.holder,
+                    report,
+                    lease.job,
+                    finish.resolution.map(Resolution::as_str)
+                ],
+            )? == 1;
+            let released = release(tx, &lease.job, &lease.holder, lease.token, Some(now))?;
+            Ok(Finished { recorded, released })
         })
     }
 }

@@ -81,6 +81,8 @@ macro_rules! conformance_suite {
             a_huge_clock_tolerance_is_no_error,
             a_done_slot_with_a_held_record_settles_its_queued_one,
             every_way_of_queueing_a_slot_is_seen_by_the_claim,
+            a_rerun_is_not_queued_for_a_done_slot,
+            a_kept_outcome_is_recorded_without_the_lease,
         );
     };
     (@cases required $fresh:path; $($case:ident),* $(,)?) => {
@@ -612,6 +614,130 @@ pub fn resolve_and_claim_mark_rerun(env: &dyn Env) {
     let (l, _) = claimed(&mut *s, &request("sync", S3, 1, 8, false));
     s.finish(&l, &rid(8), &finish(Outcome::Succeeded)).unwrap();
     assert_eq!(s.resolve("sync", S3, Resolution::Done).unwrap(), 0);
+}
+
+/// `resolve` to `queued` changes nothing in a slot that is done (a record succeeded, or a
+/// person resolved it as done): nothing is left to re-run, and a queued record there
+/// would only say `failed (queued)` forever. `held` and `done` still apply.
+pub fn a_rerun_is_not_queued_for_a_done_slot(env: &dyn Env) {
+    let mut s = connect(env);
+    // S1: failed, then succeeded.
+    let (l, _) = claimed(&mut *s, &request("sync", S1, 1, 1, false));
+    s.finish(&l, &rid(1), &finish(Outcome::Failed)).unwrap();
+    let (l, _) = claimed(&mut *s, &request("sync", S1, 1, 2, false));
+    s.finish(&l, &rid(2), &finish(Outcome::Succeeded)).unwrap();
+    // S2: failed twice, then one attempt resolved as done by a person.
+    let (l, _) = claimed(&mut *s, &request("sync", S2, 1, 3, false));
+    s.finish(&l, &rid(3), &finish(Outcome::Failed)).unwrap();
+    assert_eq!(s.resolve("sync", S2, Resolution::Done).unwrap(), 1);
+    let (l, _) = claimed(&mut *s, &request("sync", S2, 1, 4, true));
+    s.finish(&l, &rid(4), &finish(Outcome::Failed)).unwrap();
+    for slot in [S1, S2] {
+        let before = slot_runs(&mut *s, "sync", slot);
+        assert_eq!(
+            s.resolve("sync", slot, Resolution::Queued).unwrap(),
+            0,
+            "slot {slot} is done"
+        );
+        assert_eq!(slot_runs(&mut *s, "sync", slot), before);
+    }
+    let queued = s
+        .runs(&RunQuery {
+            job: Some("sync".into()),
+            resolutions: vec![Resolution::Queued],
+            ..RunQuery::default()
+        })
+        .unwrap();
+    assert!(queued.is_empty(), "{queued:?}");
+    // A queued-first claim finds nothing queued and takes the slot asked for.
+    let mut req = request("sync", S3, 1, 5, false);
+    req.queued_first = true;
+    let (_, r) = claimed(&mut *s, &req);
+    assert_eq!(r.slot.usec, S3);
+    // Another job's failed attempt at the same slot is still queued.
+    let (l, _) = claimed(&mut *s, &request("other", S1, 1, 6, false));
+    s.finish(&l, &rid(6), &finish(Outcome::Failed)).unwrap();
+    assert_eq!(s.resolve("other", S1, Resolution::Queued).unwrap(), 1);
+    // Held still applies to a done slot's unresolved failure.
+    assert_eq!(s.resolve("sync", S1, Resolution::Held).unwrap(), 1);
+}
+
+/// `finish_kept` records an outcome that its shim could not record in time (kept on its
+/// host and replayed): without the lease, only on a record still `running` with the
+/// token, and it releases the lease only while that grant holds.
+pub fn a_kept_outcome_is_recorded_without_the_lease(env: &dyn Env) {
+    let mut s = connect(env);
+    // S1: the lease expired before the store could take the outcome.
+    let (l, _) = claimed(&mut *s, &request("sync", S1, 1, 1, false));
+    env.advance(TTL_US + 1);
+    assert_eq!(
+        s.finish(&l, &rid(1), &finish(Outcome::Succeeded)).unwrap(),
+        NOTHING
+    );
+    let recorded_only = Finished {
+        recorded: true,
+        released: false,
+    };
+    assert_eq!(
+        s.finish_kept(&l, &rid(1), &finish(Outcome::Succeeded))
+            .unwrap(),
+        recorded_only
+    );
+    let r = run_by_id(&mut *s, "sync", &rid(1));
+    assert_eq!(r.outcome, Outcome::Succeeded);
+    assert_eq!(r.exit_status, Some(0));
+    assert_eq!(r.finished_at, Some(T0 + TTL_US + 1));
+    assert!(matches!(
+        s.claim(&request("sync", S1, 2, 9, false)).unwrap(),
+        Claim::SlotDone { .. }
+    ));
+    // Once only: the record is no longer running.
+    assert_eq!(
+        s.finish_kept(&l, &rid(1), &finish(Outcome::Failed))
+            .unwrap(),
+        NOTHING
+    );
+    assert_eq!(
+        run_by_id(&mut *s, "sync", &rid(1)).outcome,
+        Outcome::Succeeded
+    );
+
+    // S2: the grant still holds (the shim was killed at once): recorded and released.
+    let (l, _) = claimed(&mut *s, &request("sync", S2, 1, 2, false));
+    assert_eq!(
+        s.finish_kept(&l, &rid(2), &finish(Outcome::Failed))
+            .unwrap(),
+        RECORDED_AND_RELEASED
+    );
+    assert_eq!(s.lease("sync").unwrap(), None);
+
+    // S3: recover marked it interrupted first: left as it is.
+    let (l, r3) = claimed(&mut *s, &request("sync", S3, 1, 3, false));
+    assert!(
+        s.interrupt(&r3, "process-gone", Resolution::Queued)
+            .unwrap()
+    );
+    assert_eq!(
+        s.finish_kept(&l, &rid(3), &finish(Outcome::Succeeded))
+            .unwrap(),
+        NOTHING
+    );
+    let r = run_by_id(&mut *s, "sync", &rid(3));
+    assert_eq!(r.outcome, Outcome::Interrupted);
+    assert_eq!(r.resolution, Some(Resolution::Queued));
+
+    // S4: another holder has the job's lease now: the record is written, that lease kept.
+    let (l4, _) = claimed(&mut *s, &request("sync", S4, 1, 4, false));
+    env.advance(TTL_US + 1);
+    let (l5, _) = claimed(&mut *s, &request("other-slot-holder", S4, 2, 5, false));
+    let (l6, _) = claimed(&mut *s, &request("sync", S4 + 3_600_000_000, 2, 6, false));
+    assert_eq!(
+        s.finish_kept(&l4, &rid(4), &finish(Outcome::Failed))
+            .unwrap(),
+        recorded_only
+    );
+    assert_eq!(s.lease("sync").unwrap(), Some(l6));
+    assert_eq!(s.lease("other-slot-holder").unwrap(), Some(l5));
 }
 
 /// `interrupt` ends a running record once and releases the lease only if it is still that

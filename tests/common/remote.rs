@@ -283,6 +283,8 @@ pub struct Proxy {
     pub listen: String,
     frozen: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
+    /// Bumped by [`Proxy::cut`]: a connection opened under an earlier value is closed.
+    generation: Arc<AtomicU32>,
 }
 
 impl Proxy {
@@ -292,7 +294,8 @@ impl Proxy {
         let listen = listener.local_addr().expect("proxy address").to_string();
         let frozen = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(AtomicBool::new(false));
-        let (f, s) = (frozen.clone(), stop.clone());
+        let generation = Arc::new(AtomicU32::new(0));
+        let (f, s, g) = (frozen.clone(), stop.clone(), generation.clone());
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 if s.load(Ordering::SeqCst) {
@@ -309,8 +312,9 @@ impl Proxy {
                     let (Ok(from), Ok(to)) = (from, to) else {
                         continue;
                     };
-                    let (f, s) = (f.clone(), s.clone());
-                    std::thread::spawn(move || pump(from, to, &f, &s));
+                    let (f, s, g) = (f.clone(), s.clone(), g.clone());
+                    let born = g.load(Ordering::SeqCst);
+                    std::thread::spawn(move || pump(from, to, &f, &s, &g, born));
                 }
             }
         });
@@ -318,7 +322,15 @@ impl Proxy {
             listen,
             frozen,
             stop,
+            generation,
         }
+    }
+
+    /// Closes every open connection, dropping the bytes held while frozen (requests that
+    /// never reached the server); later connections pass as before.
+    pub fn cut(&self) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(100));
     }
 
     /// Stops or resumes moving bytes.
@@ -335,11 +347,19 @@ impl Drop for Proxy {
     }
 }
 
-fn pump(mut from: TcpStream, mut to: TcpStream, frozen: &AtomicBool, stop: &AtomicBool) {
+fn pump(
+    mut from: TcpStream,
+    mut to: TcpStream,
+    frozen: &AtomicBool,
+    stop: &AtomicBool,
+    generation: &AtomicU32,
+    born: u32,
+) {
     let _ = from.set_read_timeout(Some(Duration::from_millis(20)));
     let mut buf = [0u8; 16384];
+    let cut = || generation.load(Ordering::SeqCst) != born;
     loop {
-        if stop.load(Ordering::SeqCst) {
+        if stop.load(Ordering::SeqCst) || cut() {
             break;
         }
         if frozen.load(Ordering::SeqCst) {
@@ -351,8 +371,11 @@ fn pump(mut from: TcpStream, mut to: TcpStream, frozen: &AtomicBool, stop: &Atom
             Ok(n) => {
                 // Bytes read just as the proxy froze wait for the thaw: none pass while
                 // frozen, and none are lost.
-                while frozen.load(Ordering::SeqCst) && !stop.load(Ordering::SeqCst) {
+                while frozen.load(Ordering::SeqCst) && !stop.load(Ordering::SeqCst) && !cut() {
                     std::thread::sleep(Duration::from_millis(10));
+                }
+                if cut() {
+                    break;
                 }
                 if to.write_all(&buf[..n]).is_err() {
                     break;

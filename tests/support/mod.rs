@@ -37,6 +37,7 @@ impl Sandbox {
             .arg("--config")
             .arg(self.file("jobs.toml"))
             .env("JOBGUARD_RUNTIME_DIR", self.file("run"))
+            .env("JOBGUARD_STATE_DIR", self.file("state-dir"))
             .env_remove("JOBGUARD_CONFIG")
             .env_remove("TRIGGER_TIMER_REALTIME_USEC")
             .env_remove("TRIGGER_UNIT")
