@@ -186,6 +186,7 @@ pub struct Options {
     installs: Vec<Install>,
     masks: Vec<String>,
     binds_ro: Vec<(PathBuf, String)>,
+    binds: Vec<(PathBuf, String)>,
     boot_timeout: Duration,
 }
 
@@ -195,6 +196,7 @@ impl Default for Options {
             installs: Vec::new(),
             masks: DEFAULT_MASKS.iter().map(|s| s.to_string()).collect(),
             binds_ro: Vec::new(),
+            binds: Vec::new(),
             boot_timeout: Duration::from_secs(90),
         }
     }
@@ -266,6 +268,13 @@ impl Options {
     pub fn bind_ro(mut self, host: impl AsRef<Path>, path: &str) -> Self {
         self.binds_ro
             .push((host.as_ref().to_path_buf(), path.into()));
+        self
+    }
+
+    /// Bind a host path read-write into the container (`--bind=`): a directory that
+    /// outlives the container's boots and power cuts, such as a small tmpfs of the host.
+    pub fn bind(mut self, host: impl AsRef<Path>, path: &str) -> Self {
+        self.binds.push((host.as_ref().to_path_buf(), path.into()));
         self
     }
 
@@ -747,6 +756,9 @@ impl Container {
             .arg(format!("--bind={}:/dev/kmsg", self.kmsg_path.display()));
         for (host, inside) in &self.options.binds_ro {
             cmd.arg(format!("--bind-ro={}:{inside}", host.display()));
+        }
+        for (host, inside) in &self.options.binds {
+            cmd.arg(format!("--bind={}:{inside}", host.display()));
         }
         cmd.args(["-b", "--", "systemd.firstboot=off"]);
         for unit in &self.options.masks {
