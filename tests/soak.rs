@@ -1412,6 +1412,16 @@ fn check(soak: &Soak, truth: &Truth, begin: i64, last: i64) -> Report {
         .map(|a| a.iter().map(|r| field(r, "run_id")).collect())
         .unwrap_or_default();
     let audit = read_audit(h, begin / 1_000_000, last / 1_000_000);
+    let skips = skip_events(&soak.hosts);
+    // What the ledger says of a run id: "outcome reason".
+    let ledger_says = |job: &str, run_id: &str| -> String {
+        ledger
+            .get(job)
+            .and_then(|rows| rows.iter().find(|r| field(r, "run_id") == run_id))
+            .map_or("no ledger record".to_string(), |r| {
+                format!("ledger: {} {}", field(r, "outcome"), field(r, "reason"))
+            })
+    };
 
     // Per (job, slot): executions, from the ground truth.
     let mut by_slot: BTreeMap<(String, i64), Vec<&Exec>> = BTreeMap::new();
@@ -1434,13 +1444,15 @@ fn check(soak: &Soak, truth: &Truth, begin: i64, last: i64) -> Report {
                 if x.start < y.end && y.start < x.end {
                     gt_overlaps.insert((job.clone(), *slot));
                     violations.push(format!(
-                        "{job} slot {}: two executions overlap by {:.1} s: {} on {} and {} on {}",
+                        "{job} slot {}: two executions overlap by {:.1} s: {} on {} ({}) and {} on {} ({})",
                         rfc3339(*slot),
                         (x.end.min(y.end) - x.start.max(y.start)) as f64 / 1e6,
                         x.run_id,
                         x.host,
+                        ledger_says(job, &x.run_id),
                         y.run_id,
-                        y.host
+                        y.host,
+                        ledger_says(job, &y.run_id)
                     ));
                 }
             }
@@ -1454,8 +1466,12 @@ fn check(soak: &Soak, truth: &Truth, begin: i64, last: i64) -> Report {
                 completed
                     .iter()
                     .map(|e| format!(
-                        "{} on {} (attempt {}, status {})",
-                        e.run_id, e.host, e.attempt, e.status
+                        "{} on {} (attempt {}, status {}, {})",
+                        e.run_id,
+                        e.host,
+                        e.attempt,
+                        e.status,
+                        ledger_says(job, &e.run_id)
                     ))
                     .collect::<Vec<_>>()
                     .join(", ")
@@ -1538,7 +1554,7 @@ fn check(soak: &Soak, truth: &Truth, begin: i64, last: i64) -> Report {
                         violations.push(format!(
                             "{name} slot {slot_text}: elapsed with a host up and the store \
                              reachable, but {} (executions: {}; ledger: {}; status flags it: \
-                             {is_flagged}; audit lists it: {})",
+                             {is_flagged}; audit lists it: {}; skips logged at the slot: {})",
                             if records.is_empty() {
                                 "no record".to_string()
                             } else {
@@ -1555,7 +1571,8 @@ fn check(soak: &Soak, truth: &Truth, begin: i64, last: i64) -> Report {
                                 ))
                                 .collect::<Vec<_>>()
                                 .join("; "),
-                            audited.map_or("audit unavailable".to_string(), |a| a.to_string())
+                            audited.map_or("audit unavailable".to_string(), |a| a.to_string()),
+                            skips_at(&skips, name, s)
                         ));
                     }
                 }
@@ -1693,10 +1710,67 @@ fn check(soak: &Soak, truth: &Truth, begin: i64, last: i64) -> Report {
             x.why
         );
     }
-    let _ = writeln!(t, "violations: {}", violations.len());
+    let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
+    for v in &violations {
+        let kind = if v.contains("overlap by") {
+            "overlap"
+        } else if v.contains("ran again after it succeeded") {
+            "run again after success"
+        } else if v.contains("elapsed with a host up") {
+            "missing"
+        } else if v.contains("no elapse") {
+            "not an elapse"
+        } else if v.contains("jobguard audit") {
+            "audit disagrees"
+        } else {
+            "other"
+        };
+        *kinds.entry(kind).or_default() += 1;
+    }
+    let _ = writeln!(t, "violations: {} {kinds:?}", violations.len());
     Report {
         table: t,
         violations,
+    }
+}
+
+/// A skip logged by a shim: (host, job, when in µs, reason, the slot it named).
+type Skip = (String, String, i64, String, String);
+
+/// Every `skip` event in the hosts' journals.
+fn skip_events(hosts: &[Container]) -> Vec<Skip> {
+    let mut out = Vec::new();
+    for h in hosts {
+        let Ok(entries) = h.journal(&["JOBGUARD_EVENT=skip"]) else {
+            continue;
+        };
+        for e in entries {
+            out.push((
+                h.name().to_string(),
+                e.get("JOBGUARD_JOB").unwrap_or_default(),
+                e.get("__REALTIME_TIMESTAMP")
+                    .and_then(|t| t.parse().ok())
+                    .unwrap_or(0),
+                e.get("JOBGUARD_REASON").unwrap_or_default(),
+                e.get("JOBGUARD_SLOT").unwrap_or_default(),
+            ));
+        }
+    }
+    out
+}
+
+/// The skips of `job` logged within 5 s after `slot` (seconds), as "host: reason (slot S)".
+fn skips_at(skips: &[Skip], job: &str, slot: i64) -> String {
+    let from = slot * 1_000_000;
+    let found: Vec<String> = skips
+        .iter()
+        .filter(|s| s.1 == job && s.2 >= from && s.2 < from + 5_000_000)
+        .map(|s| format!("{}: {} (slot {})", s.0, s.3, s.4))
+        .collect();
+    if found.is_empty() {
+        "none".into()
+    } else {
+        found.join(", ")
     }
 }
 
