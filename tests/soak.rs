@@ -4,8 +4,8 @@
 //! Three booted systemd hosts share one store (one host for SQLite, whose file lives on
 //! that host, in a small tmpfs of this machine bound into it), with the same job list run
 //! by the hosts' own generated timers: `tick` every 5 s; `zoned`, every 10 s during three
-//! local hours of Australia/Lord_Howe (a zone with a 30-minute DST shift); `long`, which
-//! outlives several renewals of its 6 s lease in a grandchild of its shell; `flaky`,
+//! local hours of Australia/Lord_Howe (a zone with a 30-minute DST shift); `long`, every
+//! 10 s, which outlives several renewals of its 4 s lease in a grandchild of its shell; `flaky`,
 //! which fails in 30 % of its slots (chosen from the seed). A fault is injected at a time,
 //! from a seeded random schedule: power cuts and clean reboots of a host,
 //! `daemon-reload`, job-list edits (add, remove, a typo then its fix), SIGKILL of a shim,
@@ -35,9 +35,10 @@
 //!   host);
 //! - `JOBGUARD_SOAK_KEEP=1` keeps the ground-truth table (a failed soak always does).
 //!
-//! Needs root and systemd-nspawn (skipped with a `SKIPPED` line otherwise, failed in CI),
-//! socat, faketime, psql and PostgreSQL on 127.0.0.1:5432, and the chosen store's server
-//! programs. Run it with `cargo test --release --test soak -- --nocapture`.
+//! Needs root and systemd-nspawn (skipped with a `SKIPPED` line otherwise, failed in CI,
+//! as the other container tests), and fails without socat, faketime, psql, PostgreSQL on
+//! 127.0.0.1:5432 and the chosen store's server programs (`.ci/run` installs them).
+//! Run it with `cargo test --release --test soak` (it writes to stderr past the capture).
 
 mod common;
 
@@ -565,7 +566,8 @@ impl Truth {
     }
 
     /// The command of every job: one row per execution, times from PostgreSQL's clock;
-    /// works `secs` seconds with a heartbeat every 0.5 s; fails (status 3) in `fail`
+    /// works until `secs` seconds have passed (by whole seconds of its clock, so 1 s less
+    /// at worst) with a heartbeat every 0.5 s; fails (status 3) in `fail`
     /// percent of the slots, chosen from the seed and the slot.
     fn script(&self, seed: u64) -> String {
         format!(
@@ -580,11 +582,10 @@ q "INSERT INTO $T (job, slot, run_id, attempt, host, forced, started, beat) VALU
 finish() {{ q "UPDATE $T SET ended = clock_timestamp(), beat = clock_timestamp(), status = $1 WHERE run_id = '$rid'"; exit "$1"; }}
 trap 'finish 143' TERM
 trap 'finish 130' INT
-i=0
-while [ $i -lt $((secs * 2)) ]; do
+end=$(( $(date +%s) + secs ))
+while [ "$(date +%s)" -lt "$end" ]; do
   sleep 0.5 & wait $!
   q "UPDATE $T SET beat = clock_timestamp() WHERE run_id = '$rid'"
-  i=$((i + 1))
 done
 rc=0
 if [ "$fail" -gt 0 ]; then
@@ -767,9 +768,9 @@ fn base_jobs() -> Vec<JobSpec> {
             step: 10,
             offset: 0,
             hours: None,
-            secs: 7,
+            secs: 6,
             fail_pct: 0,
-            extra: "lease_ttl = \"6s\"\nkill_grace = \"1s\"\ntimeout = \"30s\"\n",
+            extra: "lease_ttl = \"4s\"\nkill_grace = \"1s\"\ntimeout = \"30s\"\n",
             grandchild: true,
         },
         JobSpec {
@@ -1130,10 +1131,9 @@ impl Soak {
     }
 }
 
-fn prerequisites(kind: StoreKind) -> Option<String> {
-    if let Some(why) = container::prerequisites() {
-        return Some(why);
-    }
+/// What the soak needs besides a booted container (whose absence skips it, as in the other
+/// container tests): `.ci/run` installs these, so a missing one fails the soak.
+fn missing_tools(kind: StoreKind) -> Option<String> {
     let mut tools = vec!["socat", "psql", "faketime", "pgrep"];
     tools.extend(kind.programs());
     for tool in tools {
@@ -1161,8 +1161,11 @@ fn prerequisites(kind: StoreKind) -> Option<String> {
 fn every_slot_runs_once_under_faults() {
     let test = "every_slot_runs_once_under_faults";
     let kind = StoreKind::from_env();
-    if !common::go_on(test, prerequisites(kind)) {
+    if !common::go_on(test, container::prerequisites()) {
         return;
+    }
+    if let Some(why) = missing_tools(kind) {
+        panic!("{test}: {why}");
     }
     let seed = std::env::var("JOBGUARD_SOAK_SEED")
         .ok()
