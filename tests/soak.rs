@@ -1118,6 +1118,8 @@ impl Soak {
                 let _ = Command::new("dd")
                     .args(["if=/dev/zero", "bs=64k", "status=none"])
                     .arg(format!("of={}", filler.display()))
+                    // It ends with "No space left on device": the point.
+                    .stderr(Stdio::null())
                     .status();
                 let hold = self.rng.range(5, 15);
                 self.count(kind, format!("store's file system full for {hold} s"));
