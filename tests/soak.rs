@@ -1296,6 +1296,20 @@ fn every_slot_runs_once_under_faults() {
     let report = check(&soak, &truth, begin, last);
     say(&report.table);
     if !report.violations.is_empty() {
+        // The hosts' journals, kept for a look at what each shim and timer did.
+        for h in &soak.hosts {
+            let path =
+                std::env::temp_dir().join(format!("jobguard-soak-{seed}-{}.journal", h.name()));
+            if let Ok(out) = h.exec(&["journalctl", "--no-pager", "-o", "short-iso-precise"])
+                && std::fs::write(&path, &out.stdout).is_ok()
+            {
+                say(&format!(
+                    "soak: journal of {} kept in {}",
+                    h.name(),
+                    path.display()
+                ));
+            }
+        }
         let mut text = String::new();
         for v in &report.violations {
             let _ = writeln!(text, "- {v}");
