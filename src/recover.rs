@@ -217,32 +217,55 @@ pub struct Armed {
 /// generator at one reload (a typo) and back at the next stays `active` with no next
 /// elapse (systemd 252): it never fires again until restarted. A timer an operator
 /// stopped (inactive, once active) or masked (`LoadState=masked`) was stopped on purpose
-/// and is in neither list.
+/// and is in neither list. Neither is a timer whose service is starting, running or
+/// stopping (`SubState=running`, or the service's `ActiveState` other than `inactive` or
+/// `failed`): systemd leaves its next elapse unset until the service ends, and a restart
+/// then would cut that run's start. `show` may hold the services' blocks as well.
 pub fn timers_to_arm(show: &str) -> (Vec<String>, Vec<String>) {
+    let blocks: Vec<&str> = show.split("\n\n").collect();
+    let prop = |block: &str, k: &str| -> Option<String> {
+        block
+            .lines()
+            .find_map(|l| l.strip_prefix(k)?.strip_prefix('='))
+            .map(str::to_string)
+    };
+    // The state of each service in the same output: a timer whose service is starting,
+    // running or stopping has no next elapse until the service ends, and restarting the
+    // timer then would cut the start of that very run.
+    let service_busy = |timer_id: &str| {
+        let service = timer_id.replace(".timer", ".service");
+        blocks.iter().any(|b| {
+            prop(b, "Id").as_deref() == Some(service.as_str())
+                && !matches!(
+                    prop(b, "ActiveState").as_deref(),
+                    None | Some("inactive" | "failed")
+                )
+        })
+    };
     let (mut fresh, mut idle) = (Vec::new(), Vec::new());
-    for block in show.split("\n\n") {
-        let prop = |k: &str| {
-            block
-                .lines()
-                .find_map(|l| l.strip_prefix(k)?.strip_prefix('='))
-        };
-        let Some(id) = prop("Id") else {
+    for block in &blocks {
+        let Some(id) = prop(block, "Id") else {
             continue;
         };
-        if prop("LoadState") != Some("loaded") {
+        if !id.ends_with(".timer") || prop(block, "LoadState").as_deref() != Some("loaded") {
             continue;
         }
-        match prop("ActiveState") {
-            Some("inactive") if prop("InactiveExitTimestampMonotonic") == Some("0") => {
-                fresh.push(id.to_string())
+        match prop(block, "ActiveState").as_deref() {
+            Some("inactive")
+                if prop(block, "InactiveExitTimestampMonotonic").as_deref() == Some("0") =>
+            {
+                fresh.push(id)
             }
             Some("active")
                 if matches!(
-                    prop("NextElapseUSecRealtime").map(str::trim),
+                    prop(block, "NextElapseUSecRealtime")
+                        .as_deref()
+                        .map(str::trim),
                     None | Some("" | "0" | "n/a" | "infinity")
-                ) =>
+                ) && prop(block, "SubState").as_deref() != Some("running")
+                    && !service_busy(&id) =>
             {
-                idle.push(id.to_string())
+                idle.push(id)
             }
             _ => {}
         }
@@ -267,9 +290,10 @@ pub fn arm_timers<'a>(jobs: impl IntoIterator<Item = &'a str>) -> Result<Armed, 
         .args([
             "show",
             "-p",
-            "Id,LoadState,ActiveState,InactiveExitTimestampMonotonic,NextElapseUSecRealtime",
+            "Id,LoadState,ActiveState,SubState,InactiveExitTimestampMonotonic,NextElapseUSecRealtime",
         ])
         .args(&units)
+        .args(units.iter().map(|t| t.replace(".timer", ".service")))
         .output()
         .map_err(|e| format!("cannot run systemctl: {e}"))?;
     if !out.status.success() {
@@ -507,7 +531,11 @@ mod tests {
                     Id=jobguard@stopped.timer\nLoadState=loaded\nActiveState=inactive\nInactiveExitTimestampMonotonic=123456\nNextElapseUSecRealtime=\n\n\
                     Id=jobguard@idle.timer\nLoadState=loaded\nActiveState=active\nInactiveExitTimestampMonotonic=123456\nNextElapseUSecRealtime=\n\n\
                     Id=jobguard@fine.timer\nLoadState=loaded\nActiveState=active\nInactiveExitTimestampMonotonic=123456\nNextElapseUSecRealtime=Tue 2026-12-01 18:00:00 UTC\n\n\
-                    Id=jobguard@masked.timer\nLoadState=masked\nActiveState=active\nInactiveExitTimestampMonotonic=1\nNextElapseUSecRealtime=\n";
+                    Id=jobguard@masked.timer\nLoadState=masked\nActiveState=active\nInactiveExitTimestampMonotonic=1\nNextElapseUSecRealtime=\n\n\
+                    Id=jobguard@busy.timer\nLoadState=loaded\nActiveState=active\nSubState=running\nInactiveExitTimestampMonotonic=1\nNextElapseUSecRealtime=\n\n\
+                    Id=jobguard@starting.timer\nLoadState=loaded\nActiveState=active\nSubState=elapsed\nInactiveExitTimestampMonotonic=1\nNextElapseUSecRealtime=\n\n\
+                    Id=jobguard@idle.service\nLoadState=loaded\nActiveState=failed\n\n\
+                    Id=jobguard@starting.service\nLoadState=loaded\nActiveState=activating\n";
         let (fresh, idle) = timers_to_arm(show);
         assert_eq!(fresh, vec!["jobguard@new.timer".to_string()]);
         assert_eq!(idle, vec!["jobguard@idle.timer".to_string()]);

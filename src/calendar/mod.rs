@@ -31,8 +31,7 @@ pub mod timestamp;
 mod tm;
 
 pub use timestamp::{
-    TimestampError, fold_twin, format_relative, format_timestamp, parse_timestamp,
-    wall_clock_zone,
+    TimestampError, fold_twin, format_relative, format_timestamp, parse_timestamp, wall_clock_zone,
 };
 
 pub(crate) use elapse::NextError;

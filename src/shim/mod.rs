@@ -25,8 +25,8 @@
 
 pub mod child;
 pub mod leftover;
-pub mod renew;
 pub mod pending;
+pub mod renew;
 pub mod report;
 pub mod slot;
 
