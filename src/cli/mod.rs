@@ -61,7 +61,9 @@ pub enum Command {
     /// Also reports each missed slot once (journal event `missed`), starts a job's
     /// on_failure unit for a slot it holds after a cut no failing service announced,
     /// starts timers loaded but never started and restarts timers active without a next
-    /// elapse.
+    /// elapse. With `[metrics] textfile` in the job list, writes what `jobguard metrics`
+    /// prints to that file atomically on every pass (a failure is the journal event
+    /// `metrics`, not a failed pass).
     Recover(RecoverArgs),
     /// Decide what happens to a held or failed slot.
     Resolve(ResolveArgs),
@@ -84,9 +86,9 @@ pub enum Command {
     /// held, failed and queued slots and orphaned runs (as status judges the newest 200
     /// records), running runs and the lease holder by host, needs_attention (the rule of
     /// status and audit, without systemd's timers). `jobguard recover` writes the same
-    /// text to `[metrics] textfile` of the job list on every pass. Exit 0; 69 or 78 when a
-    /// store or a job's store address cannot be read (the job is still listed, with
-    /// jobguard_store_up 0).
+    /// text to `[metrics] textfile` of the job list on every pass (Debian's node_exporter
+    /// reads /var/lib/prometheus/node-exporter/*.prom). Exit 0; 69 when a job's store
+    /// cannot be read (the job is still listed, with jobguard_store_up 0).
     Metrics(MetricsArgs),
     /// End a job's lease now, whoever holds it (for a holder known to be dead).
     Unlock(UnlockArgs),
