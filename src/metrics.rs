@@ -246,6 +246,9 @@ fn number(v: f64) -> String {
     }
 }
 
+/// A family of slot counts: name, help, the count.
+type SlotFamily = (&'static str, &'static str, fn(&LedgerMetrics) -> usize);
+
 /// One metric family being written.
 struct Family<'a> {
     out: &'a mut String,
@@ -379,7 +382,7 @@ pub fn render(jobs: &[JobMetrics]) -> String {
             f.sample(&[("job", job), ("outcome", o.as_str())], n as f64);
         }
     }
-    let slot_families: [(&'static str, &str, fn(&LedgerMetrics) -> usize); 5] = [
+    let slot_families: [SlotFamily; 5] = [
         (
             "jobguard_missed_slots",
             "Slots that elapsed after the job's newest record, past its grace, with no record.",
