@@ -144,6 +144,9 @@ pub struct JobSet {
     pub errors: Vec<ConfigError>,
     /// The files read, in order.
     pub files: Vec<PathBuf>,
+    /// `[metrics] textfile`: where `jobguard recover` writes every job's metrics
+    /// ([`crate::metrics`]) on each pass, for node_exporter's textfile collector.
+    pub metrics_textfile: Option<PathBuf>,
 }
 
 /// Loads the job list from `source`. Never fails as a whole: unreadable files and bad
@@ -473,7 +476,12 @@ struct Loader {
     global_defaults: Option<usize>,
     jobs: Vec<RawJob>,
     errors: Vec<ConfigError>,
+    /// `[metrics] textfile` and where it was set.
+    metrics_textfile: Option<(PathBuf, Origin)>,
 }
+
+/// The keys of the `[metrics]` table.
+const METRICS_KEYS: &[&str] = &["textfile"];
 
 /// Formats a dotted TOML key, quoting the parts that are not bare keys.
 fn key_path(parts: &[&str]) -> String {
@@ -1001,7 +1009,15 @@ impl Loader {
                     file_defaults = Some(self.defaults.len() - 1);
                 }
                 ("jobs", DeValue::Table(t)) => jobs_table = Some(t),
-                ("defaults" | "jobs", other) => {
+                ("metrics", DeValue::Table(t)) => {
+                    let mut ctx = TableCtx {
+                        prefix_key: String::from("metrics"),
+                        ..top.sub()
+                    };
+                    self.read_metrics(&mut ctx, t);
+                    top.errors.append(&mut ctx.errors);
+                }
+                ("defaults" | "jobs" | "metrics", other) => {
                     let at = top.origin(key, v.span().start);
                     top.error(&at, format!("expected a table, found {}", type_name(other)));
                 }
@@ -1010,7 +1026,7 @@ impl Loader {
                     top.error(
                         &at,
                         format!(
-                            "unknown key {} (expected defaults or jobs)",
+                            "unknown key {} (expected defaults, jobs or metrics)",
                             key_path(&[key])
                         ),
                     );
@@ -1029,7 +1045,62 @@ impl Loader {
         }
     }
 
+    /// Reads the `[metrics]` table: `textfile`, a path ending in `.prom` (node_exporter's
+    /// textfile collector reads only those), relative to the file's directory. Set in two
+    /// files, the first is used and the second is an error naming it.
+    fn read_metrics(&mut self, ctx: &mut TableCtx<'_>, table: &DeTable<'_>) {
+        for (k, v) in table.iter() {
+            let key: &str = k.get_ref();
+            if key != "textfile" {
+                let at = ctx.origin(key, k.span().start);
+                let near = METRICS_KEYS
+                    .iter()
+                    .map(|m| (edit_distance(key, m), *m))
+                    .filter(|(d, _)| *d <= 2)
+                    .min_by_key(|(d, _)| *d);
+                let message = match near {
+                    Some((_, m)) => format!(
+                        "unknown key {} (did you mean {}?)",
+                        ctx.key(key),
+                        ctx.key(m)
+                    ),
+                    None => format!("unknown key {} (expected textfile)", ctx.key(key)),
+                };
+                ctx.error(&at, message);
+                continue;
+            }
+            let Some(Val {
+                value: Some(path),
+                at,
+            }) = ctx.read(key, v, |c, v| {
+                let p = path_value(v, c.dir)?;
+                if p.extension().is_none_or(|e| e != "prom") {
+                    return Err(String::from(
+                        "must end in .prom (node_exporter's textfile collector reads only *.prom)",
+                    ));
+                }
+                Ok(p)
+            })
+            else {
+                continue;
+            };
+            match &self.metrics_textfile {
+                Some((_, first)) => {
+                    let message = format!(
+                        "metrics.textfile is also set in {}:{}:{}; the first is used",
+                        self.files[first.file].display(),
+                        first.line,
+                        first.column
+                    );
+                    ctx.error(&at, message);
+                }
+                None => self.metrics_textfile = Some((path, at)),
+            }
+        }
+    }
+
     fn finish(self, set: &mut JobSet) {
+        set.metrics_textfile = self.metrics_textfile.as_ref().map(|(p, _)| p.clone());
         let mut errors = self.errors;
         // Duplicates: every definition after the first is an error naming the first, and
         // the name is left out entirely.

@@ -50,6 +50,9 @@ pub enum Kind {
     /// `jobguard recover` found a slot that elapsed, past the job's grace, with no record
     /// and no catch-up decision (one event per slot).
     Missed,
+    /// `jobguard recover` could not write the metrics textfile (`[metrics] textfile`);
+    /// not a job's event: `JOBGUARD_JOB` is left out.
+    MetricsNotWritten,
 }
 
 impl Kind {
@@ -70,6 +73,7 @@ impl Kind {
             Kind::Recovered => "recover",
             Kind::GapDetected => "gap",
             Kind::Missed => "missed",
+            Kind::MetricsNotWritten => "metrics",
         }
     }
 
@@ -91,6 +95,7 @@ impl Kind {
             Kind::Recovered => "b7a87ff5268947519bbbf9062178cdee",
             Kind::GapDetected => "328264b3aa754d54a5a32c0263f1204c",
             Kind::Missed => "a4b1d7192a4a4f6daa808b5fd70a3463",
+            Kind::MetricsNotWritten => "ecb54cb947c54fb88eab7e3930fb5460",
         }
     }
 
@@ -100,6 +105,7 @@ impl Kind {
             Kind::Interrupted
             | Kind::GapDetected
             | Kind::Missed
+            | Kind::MetricsNotWritten
             | Kind::SkippedStoreUnavailable
             | Kind::SkippedOutOfOrder => Level::WARN,
             _ => Level::INFO,
@@ -192,7 +198,10 @@ pub fn emit(ev: &Event<'_>) {
         send(ev);
     }
     if !journal || !stderr_is_journal() {
-        let _ = writeln!(std::io::stderr(), "jobguard[{}]: {}", ev.job, ev.message);
+        let _ = match ev.job {
+            "" => writeln!(std::io::stderr(), "jobguard: {}", ev.message),
+            job => writeln!(std::io::stderr(), "jobguard[{job}]: {}", ev.message),
+        };
     }
 }
 
@@ -203,7 +212,7 @@ fn send(ev: &Event<'_>) {
             tracing::event!(
                 $lvl,
                 message_id = ev.kind.message_id(),
-                jobguard_job = ev.job,
+                jobguard_job = (!ev.job.is_empty()).then_some(ev.job),
                 jobguard_event = ev.kind.event(),
                 jobguard_slot = ev.slot.as_deref(),
                 jobguard_run_id = ev.run_id.as_deref(),

@@ -28,6 +28,7 @@ pub mod lease;
 pub mod ledger;
 pub mod lock;
 pub mod logind;
+pub mod metrics;
 pub mod paths;
 pub mod recover;
 pub mod render;

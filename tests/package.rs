@@ -110,6 +110,7 @@ const FILES: &[&str] = &[
     "/usr/share/fish/vendor_completions.d/jobguard.fish",
     "/usr/share/doc/jobguard/README.md",
     "/usr/share/doc/jobguard/CHANGELOG.md",
+    "/usr/share/doc/jobguard/examples/jobguard.rules.yml",
 ];
 
 /// The subcommands of `jobguard --help` (without `help`).

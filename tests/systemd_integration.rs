@@ -430,6 +430,7 @@ fn all_kinds() -> Vec<jobguard::journal::Kind> {
         Kind::GapDetected,
         Kind::ClockSkew,
         Kind::Missed,
+        Kind::MetricsNotWritten,
     ];
     for k in all {
         match k {
@@ -447,7 +448,8 @@ fn all_kinds() -> Vec<jobguard::journal::Kind> {
             | Kind::Recovered
             | Kind::GapDetected
             | Kind::ClockSkew
-            | Kind::Missed => {}
+            | Kind::Missed
+            | Kind::MetricsNotWritten => {}
         }
     }
     all.to_vec()

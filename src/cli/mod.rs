@@ -12,6 +12,7 @@ pub mod calendar;
 pub mod check;
 pub mod generate;
 pub mod history;
+pub mod metrics;
 pub mod recover;
 pub mod resolve;
 pub mod run;
@@ -60,7 +61,9 @@ pub enum Command {
     /// Also reports each missed slot once (journal event `missed`), starts a job's
     /// on_failure unit for a slot it holds after a cut no failing service announced,
     /// starts timers loaded but never started and restarts timers active without a next
-    /// elapse.
+    /// elapse. With `[metrics] textfile` in the job list, writes what `jobguard metrics`
+    /// prints to that file atomically on every pass (a failure is the journal event
+    /// `metrics`, not a failed pass).
     Recover(RecoverArgs),
     /// Decide what happens to a held or failed slot.
     Resolve(ResolveArgs),
@@ -76,6 +79,17 @@ pub enum Command {
     /// when nothing needs attention, 1 when something does (passed_over does not count),
     /// 69 or 78 when a store or the job list cannot be read.
     Audit(AuditArgs),
+    /// Print every job's metrics in Prometheus text format (0.0.4).
+    ///
+    /// Per job: store_up, schedule interval, last success, last outcome, slot and
+    /// duration, attempts and runs by outcome (counted over the whole ledger), missed,
+    /// held, failed and queued slots and orphaned runs (as status judges the newest 200
+    /// records), running runs and the lease holder by host, needs_attention (the rule of
+    /// status and audit, without systemd's timers). `jobguard recover` writes the same
+    /// text to `[metrics] textfile` of the job list on every pass (Debian's node_exporter
+    /// reads /var/lib/prometheus/node-exporter/*.prom). Exit 0; 69 when a job's store
+    /// cannot be read (the job is still listed, with jobguard_store_up 0).
+    Metrics(MetricsArgs),
     /// End a job's lease now (for a holder known to be dead); a holder alive on this host
     /// needs --force.
     Unlock(UnlockArgs),
@@ -175,6 +189,13 @@ pub struct StatusArgs {
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub config: ConfigArgs,
+}
+
+/// Arguments of `jobguard metrics`.
+#[derive(Debug, Clone, Args)]
+pub struct MetricsArgs {
     #[command(flatten)]
     pub config: ConfigArgs,
 }
@@ -317,6 +338,7 @@ pub fn main() -> ExitCode {
         Command::Recover(a) => recover::run(&a),
         Command::Resolve(a) => resolve::run(&a),
         Command::Audit(a) => audit::run(&a),
+        Command::Metrics(a) => metrics::run(&a),
         Command::Unlock(a) => unlock::run(&a),
         Command::Store(StoreCommand::Init(a)) => store::init(&a),
     };

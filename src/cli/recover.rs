@@ -2,7 +2,10 @@
 //! mark cut-off runs interrupted, start a job's `on_failure` unit for a slot newly held
 //! for a person, start new timers and re-arm timers left without a next elapse, and get
 //! queued slots run (see [`crate::recover`]). Run at boot by `jobguard-recover.service`
-//! and every minute by `jobguard-recover.timer`.
+//! and every minute by `jobguard-recover.timer`. When the job list sets
+//! `[metrics] textfile`, each pass ends by writing every job's metrics there atomically
+//! ([`crate::metrics::write_textfile`]); a failure to write is a journal warning
+//! ([`Kind::MetricsNotWritten`]), not a failed pass.
 
 use std::collections::BTreeMap;
 
@@ -110,6 +113,9 @@ pub fn run(args: &RecoverArgs) -> u8 {
             Err(e) => eprintln!("jobguard: {e}"),
         }
     }
+    if let Some(path) = &set.metrics_textfile {
+        write_metrics(&set, path);
+    }
     for (job, r) in to_run {
         let slots: Vec<String> = r
             .queued
@@ -149,4 +155,20 @@ pub fn run(args: &RecoverArgs) -> u8 {
         }
     }
     status
+}
+
+/// Writes every job's metrics to `path` (after this pass's recovery, before queued re-runs
+/// start); a failure is a journal warning.
+fn write_metrics(set: &config::JobSet, path: &std::path::Path) {
+    let now = jiff::Timestamp::now().as_microsecond();
+    let collected = crate::metrics::collect(set, now, crate::identity::boot_time_usec());
+    let text = crate::metrics::render(&collected.jobs);
+    if let Err(e) = crate::metrics::write_textfile(path, &text) {
+        let ev = Event::new(
+            Kind::MetricsNotWritten,
+            "",
+            format!("metrics textfile {} not written: {e}", path.display()),
+        );
+        journal::emit(&ev);
+    }
 }

@@ -360,6 +360,27 @@ pub trait Store: Send {
     /// Records matching `query`, newest first (by `started_at`).
     fn runs(&mut self, query: &RunQuery) -> Result<Vec<Run>, StoreError>;
 
+    /// How many records of `job` the store holds, by outcome (outcomes with none are left
+    /// out), over the whole ledger. The SQL stores count in one query; the default reads
+    /// every record of the job.
+    ///
+    /// # Errors
+    /// As [`Store::runs`].
+    fn outcome_counts(&mut self, job: &str) -> Result<Vec<(Outcome, u64)>, StoreError> {
+        let runs = self.runs(&RunQuery {
+            job: Some(job.to_string()),
+            ..RunQuery::default()
+        })?;
+        let mut counts: Vec<(Outcome, u64)> = Vec::new();
+        for r in runs {
+            match counts.iter_mut().find(|(o, _)| *o == r.outcome) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((r.outcome, 1)),
+            }
+        }
+        Ok(counts)
+    }
+
     /// Sets the resolution of the slot's `interrupted`, `lease_lost` and `failed` records
     /// that are not yet resolved as `rerun` or `done`; returns how many changed. A slot that
     /// is done (a record succeeded or is resolved as done) gets no [`Resolution::Queued`]:

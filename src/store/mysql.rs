@@ -1040,6 +1040,20 @@ impl Store for MysqlStore {
         })
     }
 
+    fn outcome_counts(&mut self, job: &str) -> Result<Vec<(Outcome, u64)>, StoreError> {
+        self.ready()?;
+        let sql = format!(
+            "SELECT outcome, COUNT(*) FROM jobguard_run WHERE job = {} GROUP BY outcome",
+            lit(job)
+        );
+        self.with_schema("count runs", |c| {
+            let rows: Vec<(String, u64)> = c.query(&sql)?;
+            rows.into_iter()
+                .map(|(o, n)| Ok((o.parse::<Outcome>().map_err(Fail::Data)?, n)))
+                .collect()
+        })
+    }
+
     fn runs(&mut self, query: &RunQuery) -> Result<Vec<Run>, StoreError> {
         self.ready()?;
         let mut conditions = Vec::new();

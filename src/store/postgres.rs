@@ -1235,6 +1235,26 @@ impl Store for PostgresStore {
         })
     }
 
+    fn outcome_counts(&mut self, job: &str) -> Result<Vec<(Outcome, u64)>, StoreError> {
+        self.ready()?;
+        self.with_schema("count runs", async |c| {
+            let rows = c
+                .query_typed(
+                    "SELECT outcome, count(*) FROM jobguard_run WHERE job = $1 GROUP BY outcome",
+                    &[(&job, Type::TEXT)],
+                )
+                .await?;
+            rows.iter()
+                .map(|r| {
+                    let outcome: String = r.try_get(0)?;
+                    let n: i64 = r.try_get(1)?;
+                    let outcome: Outcome = outcome.parse().map_err(Fail::Data)?;
+                    Ok((outcome, u64::try_from(n).unwrap_or(0)))
+                })
+                .collect()
+        })
+    }
+
     fn runs(&mut self, query: &RunQuery) -> Result<Vec<Run>, StoreError> {
         self.ready()?;
         let outcomes: Vec<&str> = query.outcomes.iter().map(|o| o.as_str()).collect();

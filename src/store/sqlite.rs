@@ -953,6 +953,26 @@ impl Store for SqliteStore {
             .map_err(|e| store_error(&self.describe, "read lease", e))
     }
 
+    fn outcome_counts(&mut self, job: &str) -> Result<Vec<(Outcome, u64)>, StoreError> {
+        self.ready()?;
+        let count = || -> Result<Vec<(Outcome, u64)>, Fail> {
+            let mut stmt = self.conn.prepare_cached(
+                "SELECT outcome, count(*) FROM jobguard_run WHERE job = ?1 GROUP BY outcome",
+            )?;
+            let rows = stmt.query_map([job], |row| {
+                Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
+            })?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (outcome, n) = row?;
+                let outcome: Outcome = outcome.parse().map_err(Fail::Data)?;
+                out.push((outcome, u64::try_from(n).unwrap_or(0)));
+            }
+            Ok(out)
+        };
+        count().map_err(|e| store_error(&self.describe, "count runs", e))
+    }
+
     fn runs(&mut self, query: &RunQuery) -> Result<Vec<Run>, StoreError> {
         self.ready()?;
         let mut conditions: Vec<String> = Vec::new();

@@ -969,6 +969,25 @@ pub fn runs_filters_and_order(env: &dyn Env) {
             .unwrap()),
         ids_of(&[3])
     );
+    // Counts by outcome over a job's whole ledger, in any order.
+    let counts = |s: &mut dyn Store, job: &str| {
+        let mut c = s.outcome_counts(job).unwrap();
+        c.sort_by_key(|(o, _)| o.as_str());
+        c
+    };
+    assert_eq!(
+        counts(&mut *s, "sync"),
+        vec![
+            (Outcome::Failed, 2),
+            (Outcome::Running, 1),
+            (Outcome::Succeeded, 1)
+        ]
+    );
+    assert_eq!(
+        counts(&mut *s, "other"),
+        vec![(Outcome::Running, 1), (Outcome::Succeeded, 1)]
+    );
+    assert_eq!(counts(&mut *s, "nobody"), vec![]);
 }
 
 /// Opening again sees the same data; `init` can run any number of times.

@@ -49,6 +49,7 @@ pub const DEFAULT_MASKS: &[&str] = &[
     "rabbitmq-server.service",
     "mosquitto.service",
     "nats-server.service",
+    "prometheus.service",
     "epmd.service",
     "epmd.socket",
     "apt-daily.timer",

@@ -1,0 +1,544 @@
+//! Prometheus metrics of every job: `jobguard metrics` prints them, and `jobguard recover`
+//! writes them to a node_exporter textfile-collector file ([`write_textfile`]) on every
+//! pass when the job list names one (`[metrics] textfile`).
+//!
+//! The format is Prometheus' text exposition format 0.0.4
+//! (<https://prometheus.io/docs/instrumenting/exposition_formats/>): every family has
+//! `# HELP` and `# TYPE`, its samples follow together, label values escape `\`, `"` and
+//! newline, help texts `\` and newline. Names follow Prometheus' naming conventions
+//! (<https://prometheus.io/docs/practices/naming/>): base units (seconds, timestamps in
+//! seconds since the epoch), `_total` for counters.
+//!
+//! What is read, per job, and over which window:
+//! - counters (`jobguard_attempts_total`, `jobguard_runs_total`) count every record of the
+//!   job in its store ([`Store::outcome_counts`]: one `GROUP BY` query on SQLite and
+//!   PostgreSQL, every record read on the other stores); they drop only when records are
+//!   deleted, which Prometheus takes as a counter reset;
+//! - the last success is the newest `succeeded` record by start (one query, one record);
+//! - the last outcome and duration, the running records, and the missed, held, failed and
+//!   queued slots come from the newest [`RECENT`] records, judged by
+//!   [`audit::status_findings`] exactly as `jobguard status` judges them (missed slots only
+//!   after the newest record); `jobguard_job_needs_attention` is
+//!   [`audit::job_needs_attention`] of those findings. systemd's timers are not read here,
+//!   so a timer that is not waiting counts only in `jobguard status`;
+//! - the lease is the store's lease row, listed while unexpired by the store's clock.
+//!
+//! A job whose store cannot be opened or read is still listed: `jobguard_store_up` 0 and
+//! its schedule interval, nothing from the ledger. Collecting ([`collect`]) does the
+//! reads; [`render`] is pure.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::Path;
+
+use crate::audit::{self, FindingKind, Scope};
+use crate::config::JobSet;
+use crate::job::Job;
+use crate::ledger::Outcome;
+use crate::store::{RunQuery, Store, StoreError};
+
+/// How many recent records per job are read for the last outcome, running runs and
+/// slots that need attention (as `jobguard status`).
+pub const RECENT: usize = 200;
+
+/// The outcomes of finished records, in the order their series are written.
+const FINISHED: [Outcome; 4] = [
+    Outcome::Succeeded,
+    Outcome::Failed,
+    Outcome::Interrupted,
+    Outcome::LeaseLost,
+];
+
+/// Debian's default directory of prometheus-node-exporter's textfile collector
+/// (`--collector.textfile.directory`).
+pub const DEBIAN_TEXTFILE_DIR: &str = "/var/lib/prometheus/node-exporter";
+
+/// One job's metrics.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobMetrics {
+    /// The job's name.
+    pub job: String,
+    /// The gap between the schedule's next two elapses after now, seconds; `None` when
+    /// fewer than two are left.
+    pub interval_seconds: Option<f64>,
+    /// What the ledger says; `None` when the store could not be opened or read.
+    pub ledger: Option<LedgerMetrics>,
+}
+
+/// What one job's ledger and lease say. Times are µs since the epoch.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct LedgerMetrics {
+    /// `finished_at` of the newest `succeeded` record.
+    pub last_success: Option<i64>,
+    /// The newest finished record (by slot, then start): outcome, slot, duration (µs).
+    pub last: Option<(Outcome, i64, i64)>,
+    /// Records by outcome over the whole ledger.
+    pub counts: Vec<(Outcome, u64)>,
+    /// Slots missed after the newest record.
+    pub missed: usize,
+    /// Slots held for a person.
+    pub held: usize,
+    /// Slots whose latest attempt failed.
+    pub failed: usize,
+    /// Slots cut off, waiting for their queued re-run.
+    pub queued: usize,
+    /// `running` records whose holder is gone.
+    pub orphaned: usize,
+    /// Host of each `running` record.
+    pub running: Vec<String>,
+    /// The unexpired lease: holder's host and expiry.
+    pub lease: Option<(String, i64)>,
+    /// [`audit::job_needs_attention`].
+    pub needs_attention: bool,
+}
+
+/// Every job's metrics and what could not be read.
+#[derive(Debug, Clone, Default)]
+pub struct Collected {
+    /// One entry per job of the job list, by name.
+    pub jobs: Vec<JobMetrics>,
+    /// `job: what went wrong` for each job whose store could not be read.
+    pub problems: Vec<String>,
+}
+
+/// The interval of a job's schedule: the gap between its next two elapses after `now`
+/// (µs since the epoch), in seconds.
+pub fn interval_seconds(job: &Job, now: i64) -> Option<f64> {
+    let t = jiff::Timestamp::from_microsecond(now).ok()?;
+    let a = job.calendar.next_elapse(t)?;
+    let b = job.calendar.next_elapse(a)?;
+    Some(seconds(b.as_microsecond() - a.as_microsecond()))
+}
+
+/// µs as seconds.
+fn seconds(usec: i64) -> f64 {
+    usec as f64 / 1e6
+}
+
+/// Reads one job's ledger and lease. `now` and `boot` (µs since the epoch) bound the
+/// missed slots as in `jobguard status`.
+///
+/// # Errors
+/// Store errors.
+pub fn read_job(
+    store: &mut dyn Store,
+    job: &Job,
+    now: i64,
+    boot: i64,
+) -> Result<LedgerMetrics, StoreError> {
+    let recent = store.runs(&RunQuery {
+        job: Some(job.name.clone()),
+        limit: RECENT,
+        ..RunQuery::default()
+    })?;
+    let last_success = store
+        .runs(&RunQuery {
+            job: Some(job.name.clone()),
+            outcomes: vec![Outcome::Succeeded],
+            limit: 1,
+            ..RunQuery::default()
+        })?
+        .first()
+        .map(|r| r.finished_at.unwrap_or(r.started_at));
+    let counts = store.outcome_counts(&job.name)?;
+    let lease = store.lease(&job.name)?;
+    let store_now = store.now()?;
+    let orphans = crate::cli::audit::orphans(store, &recent)?;
+    let scope = Scope {
+        since: None,
+        until: now,
+        now,
+        boot,
+        grace: i64::try_from(audit::grace(job).as_micros()).unwrap_or(i64::MAX),
+        missed_after_newest_only: true,
+    };
+    let findings = audit::status_findings(&recent, Some(&job.calendar), &orphans, &scope);
+    let count = |kind: FindingKind| findings.iter().filter(|f| f.kind == kind).count();
+    let last = recent
+        .iter()
+        .filter(|r| r.outcome != Outcome::Running)
+        .max_by_key(|r| (r.slot.usec, r.started_at))
+        .map(|r| {
+            let took = r.finished_at.map_or(0, |f| (f - r.started_at).max(0));
+            (r.outcome, r.slot.usec, took)
+        });
+    Ok(LedgerMetrics {
+        last_success,
+        last,
+        counts,
+        missed: count(FindingKind::Missed),
+        held: count(FindingKind::Held),
+        failed: count(FindingKind::Failed),
+        queued: count(FindingKind::Queued),
+        orphaned: count(FindingKind::OrphanRunning),
+        running: recent
+            .iter()
+            .filter(|r| r.outcome == Outcome::Running)
+            .map(|r| r.host.clone())
+            .collect(),
+        lease: lease
+            .filter(|l| l.expire_at > store_now)
+            .map(|l| (l.host, l.expire_at)),
+        needs_attention: audit::job_needs_attention(&findings, None),
+    })
+}
+
+/// Reads every job of `set` (each store opened once). A job whose store cannot be read
+/// is listed without ledger metrics and named in [`Collected::problems`].
+pub fn collect(set: &JobSet, now: i64, boot: i64) -> Collected {
+    let mut out = Collected::default();
+    let mut stores: BTreeMap<String, Result<Box<dyn Store>, String>> = BTreeMap::new();
+    for job in set.jobs.values() {
+        let ledger = job
+            .store_address()
+            .map_err(|e| e.to_string())
+            .and_then(|address| {
+                let store = stores.entry(address.clone()).or_insert_with(|| {
+                    crate::store::open(&address)
+                        .and_then(|mut s| s.init().map(|()| s))
+                        .map_err(|e| e.to_string())
+                });
+                match store {
+                    Ok(s) => read_job(s.as_mut(), job, now, boot).map_err(|e| e.to_string()),
+                    Err(e) => Err(e.clone()),
+                }
+            });
+        let ledger = match ledger {
+            Ok(l) => Some(l),
+            Err(e) => {
+                out.problems.push(format!("{}: {e}", job.name));
+                None
+            }
+        };
+        out.jobs.push(JobMetrics {
+            job: job.name.clone(),
+            interval_seconds: interval_seconds(job, now),
+            ledger,
+        });
+    }
+    out
+}
+
+/// A label value escaped for the text format: `\` → `\\`, `"` → `\"`, newline → `\n`.
+pub fn escape_label(value: &str) -> String {
+    let mut s = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => s.push_str("\\\\"),
+            '"' => s.push_str("\\\""),
+            '\n' => s.push_str("\\n"),
+            c => s.push(c),
+        }
+    }
+    s
+}
+
+/// A number as the text format writes it (Go's `ParseFloat` syntax): integers without a
+/// fraction, `NaN`, `+Inf`, `-Inf`.
+fn number(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".into()
+    } else if v.is_infinite() {
+        if v > 0.0 { "+Inf" } else { "-Inf" }.into()
+    } else {
+        format!("{v}")
+    }
+}
+
+/// A family of slot counts: name, help, the count.
+type SlotFamily = (&'static str, &'static str, fn(&LedgerMetrics) -> usize);
+
+/// One metric family being written.
+struct Family<'a> {
+    out: &'a mut String,
+    name: &'static str,
+}
+
+impl Family<'_> {
+    fn sample(&mut self, labels: &[(&str, &str)], value: f64) {
+        self.out.push_str(self.name);
+        if !labels.is_empty() {
+            self.out.push('{');
+            for (i, (k, v)) in labels.iter().enumerate() {
+                if i > 0 {
+                    self.out.push(',');
+                }
+                let _ = write!(self.out, "{k}=\"{}\"", escape_label(v));
+            }
+            self.out.push('}');
+        }
+        let _ = writeln!(self.out, " {}", number(value));
+    }
+}
+
+fn family<'a>(out: &'a mut String, name: &'static str, kind: &str, help: &str) -> Family<'a> {
+    let help = help.replace('\\', "\\\\").replace('\n', "\\n");
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+    Family { out, name }
+}
+
+/// The text exposition of `jobs` (format 0.0.4). Every family is written with its HELP
+/// and TYPE even when no job has a sample of it.
+pub fn render(jobs: &[JobMetrics]) -> String {
+    let mut out = String::new();
+    let ledgers = || {
+        jobs.iter()
+            .filter_map(|j| Some((j.job.as_str(), j.ledger.as_ref()?)))
+    };
+    let mut f = family(
+        &mut out,
+        "jobguard_store_up",
+        "gauge",
+        "Whether the job's store could be read (1) or not (0); without it the job has no ledger series.",
+    );
+    for j in jobs {
+        f.sample(&[("job", &j.job)], f64::from(u8::from(j.ledger.is_some())));
+    }
+    let mut f = family(
+        &mut out,
+        "jobguard_schedule_interval_seconds",
+        "gauge",
+        "Seconds between the next two elapses of the job's schedule.",
+    );
+    for j in jobs {
+        if let Some(i) = j.interval_seconds {
+            f.sample(&[("job", &j.job)], i);
+        }
+    }
+    let mut f = family(
+        &mut out,
+        "jobguard_last_success_timestamp_seconds",
+        "gauge",
+        "When the newest succeeded run finished, seconds since the epoch; absent if the job never succeeded.",
+    );
+    for (job, l) in ledgers() {
+        if let Some(t) = l.last_success {
+            f.sample(&[("job", job)], seconds(t));
+        }
+    }
+    let mut f = family(
+        &mut out,
+        "jobguard_last_outcome",
+        "gauge",
+        "Outcome of the job's newest finished run (by slot): 1 for its outcome, 0 for the others.",
+    );
+    for (job, l) in ledgers() {
+        if let Some((outcome, _, _)) = l.last {
+            for o in FINISHED {
+                f.sample(
+                    &[("job", job), ("outcome", o.as_str())],
+                    f64::from(u8::from(o == outcome)),
+                );
+            }
+        }
+    }
+    let mut f = family(
+        &mut out,
+        "jobguard_last_slot_timestamp_seconds",
+        "gauge",
+        "Slot of the job's newest finished run, seconds since the epoch.",
+    );
+    for (job, l) in ledgers() {
+        if let Some((_, slot, _)) = l.last {
+            f.sample(&[("job", job)], seconds(slot));
+        }
+    }
+    let mut f = family(
+        &mut out,
+        "jobguard_last_duration_seconds",
+        "gauge",
+        "From start to end of the job's newest finished run, seconds.",
+    );
+    for (job, l) in ledgers() {
+        if let Some((_, _, took)) = l.last {
+            f.sample(&[("job", job)], seconds(took));
+        }
+    }
+    let mut f = family(
+        &mut out,
+        "jobguard_attempts_total",
+        "counter",
+        "Attempts recorded in the job's ledger (every record, running ones too).",
+    );
+    for (job, l) in ledgers() {
+        let n: u64 = l.counts.iter().map(|(_, n)| n).sum();
+        f.sample(&[("job", job)], n as f64);
+    }
+    let mut f = family(
+        &mut out,
+        "jobguard_runs_total",
+        "counter",
+        "Finished runs recorded in the job's ledger, by outcome.",
+    );
+    for (job, l) in ledgers() {
+        for o in FINISHED {
+            let n = l
+                .counts
+                .iter()
+                .find(|(c, _)| *c == o)
+                .map_or(0, |(_, n)| *n);
+            f.sample(&[("job", job), ("outcome", o.as_str())], n as f64);
+        }
+    }
+    let slot_families: [SlotFamily; 5] = [
+        (
+            "jobguard_missed_slots",
+            "Slots that elapsed after the job's newest record, past its grace, with no record.",
+            |l| l.missed,
+        ),
+        (
+            "jobguard_held_slots",
+            "Slots not done whose latest attempt is held for a person (jobguard resolve).",
+            |l| l.held,
+        ),
+        (
+            "jobguard_failed_slots",
+            "Slots not done whose latest attempt failed.",
+            |l| l.failed,
+        ),
+        (
+            "jobguard_queued_slots",
+            "Slots not done whose latest attempt was cut off and waits for its queued re-run.",
+            |l| l.queued,
+        ),
+        (
+            "jobguard_orphaned_runs",
+            "Running records whose holder is gone (jobguard recover ends them).",
+            |l| l.orphaned,
+        ),
+    ];
+    for (name, help, get) in slot_families {
+        let mut f = family(&mut out, name, "gauge", help);
+        for (job, l) in ledgers() {
+            f.sample(&[("job", job)], get(l) as f64);
+        }
+    }
+    let mut f = family(
+        &mut out,
+        "jobguard_running",
+        "gauge",
+        "A run of the job in progress (a running record), by host; absent when none.",
+    );
+    for (job, l) in ledgers() {
+        let mut hosts: BTreeMap<&str, u32> = BTreeMap::new();
+        for h in &l.running {
+            *hosts.entry(h.as_str()).or_default() += 1;
+        }
+        for (host, n) in hosts {
+            f.sample(&[("job", job), ("host", host)], f64::from(n));
+        }
+    }
+    let mut f = family(
+        &mut out,
+        "jobguard_lease_holder",
+        "gauge",
+        "The host holding the job's unexpired lease; absent when none.",
+    );
+    for (job, l) in ledgers() {
+        if let Some((host, _)) = &l.lease {
+            f.sample(&[("job", job), ("host", host)], 1.0);
+        }
+    }
+    let mut f = family(
+        &mut out,
+        "jobguard_lease_expiry_timestamp_seconds",
+        "gauge",
+        "When the job's unexpired lease expires unless renewed, seconds since the epoch (store clock).",
+    );
+    for (job, l) in ledgers() {
+        if let Some((host, until)) = &l.lease {
+            f.sample(&[("job", job), ("host", host)], seconds(*until));
+        }
+    }
+    let mut f = family(
+        &mut out,
+        "jobguard_job_needs_attention",
+        "gauge",
+        "1 when the job needs attention by the rule of jobguard status and audit (missed, held, failed or queued slots, runs whose holder is gone), else 0.",
+    );
+    for (job, l) in ledgers() {
+        f.sample(&[("job", job)], f64::from(u8::from(l.needs_attention)));
+    }
+    out
+}
+
+/// Writes `text` to `path` atomically: a temporary file in the same directory (a name
+/// node_exporter does not read: it starts with `.` and does not end in `.prom`), written,
+/// fsynced, made readable by all (0644), renamed over `path`, then the directory fsynced.
+/// A reader sees the old file or the new one, never a part. The temporary file is removed
+/// on failure.
+///
+/// # Errors
+/// I/O errors, with the temporary file removed.
+pub fn write_textfile(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| std::io::Error::other("the path names no file"))?;
+    let tmp = dir.join(format!(
+        ".{}.{}.tmp",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o644)
+            .open(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        std::fs::File::open(dir)?.sync_all()
+    };
+    write().inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_values_escape_backslash_quote_and_newline() {
+        assert_eq!(escape_label("a\\b\"c\nd é"), "a\\\\b\\\"c\\nd é");
+    }
+
+    #[test]
+    fn numbers_use_the_text_format_spelling() {
+        assert_eq!(number(1.0), "1");
+        assert_eq!(number(1.5), "1.5");
+        assert_eq!(number(f64::INFINITY), "+Inf");
+        assert_eq!(number(f64::NEG_INFINITY), "-Inf");
+        assert_eq!(number(f64::NAN), "NaN");
+    }
+
+    #[test]
+    fn a_job_whose_store_is_down_is_listed_with_store_up_0_only() {
+        let jobs = [JobMetrics {
+            job: "a\"b".into(),
+            interval_seconds: Some(60.0),
+            ledger: None,
+        }];
+        let text = render(&jobs);
+        assert!(
+            text.contains("jobguard_store_up{job=\"a\\\"b\"} 0\n"),
+            "{text}"
+        );
+        assert!(text.contains("jobguard_schedule_interval_seconds{job=\"a\\\"b\"} 60\n"));
+        assert!(!text.contains("jobguard_job_needs_attention{"), "{text}");
+        // Every family has its HELP and TYPE even without samples.
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let name = line.split(['{', ' ']).next().unwrap_or_default();
+            assert!(text.contains(&format!("# TYPE {name} ")), "{name}");
+        }
+    }
+}

@@ -1,0 +1,685 @@
+//! `jobguard metrics` and the textfile `jobguard recover` writes, over histories built with
+//! the real binary on SQLite and PostgreSQL: successes, a failure, a SIGKILLed run, missed
+//! slots. Every line of the exposition is parsed (and checked by `promtool check metrics`
+//! where Debian's prometheus package is installed, as in CI), every value is compared with
+//! the ledger (`history --json`, `status --json`), and the example alert rules are checked
+//! and unit-tested with promtool.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use jobguard::calendar::CalendarSpec;
+use jobguard::ledger::format_usec;
+use support::{Sandbox, stderr, stdout, wait_until};
+
+const DAY: i64 = 86_400_000_000;
+const RULES: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/packaging/prometheus/jobguard.rules.yml"
+);
+const RULES_TEST: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/prometheus/jobguard.rules.test.yml"
+);
+
+/// Where a test keeps its records.
+enum Backend {
+    Sqlite,
+    /// PostgreSQL on 127.0.0.1:5432, in a schema of the test's own.
+    Postgres(String),
+}
+
+impl Backend {
+    fn postgres(tag: &str) -> Backend {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        Backend::Postgres(format!("jgmetrics_{tag}_{}_{nanos}", std::process::id()))
+    }
+
+    /// The job's `store =` line.
+    fn store_line(&self) -> String {
+        match self {
+            Backend::Sqlite => String::new(),
+            Backend::Postgres(ns) => {
+                format!("store = \"postgres://root@127.0.0.1:5432/test?schema={ns}\"\n")
+            }
+        }
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        if let Backend::Postgres(ns) = self {
+            let _ = Command::new("psql")
+                .args(["-h", "127.0.0.1", "-U", "root", "-d", "test", "-c"])
+                .arg(format!("DROP SCHEMA IF EXISTS {ns} CASCADE"))
+                .output();
+        }
+    }
+}
+
+/// A daily job at 00:00 UTC with a short grace (32 s): store_wait 0, clock_tolerance 1 s.
+fn job(name: &str, command: &str, backend: &Backend) -> String {
+    format!(
+        "[jobs.{name}]\nschedule = \"*-*-* 00:00:00 UTC\"\ncommand = [\"/bin/sh\", \"-c\", {command:?}]\nstore_wait = \"0s\"\nclock_tolerance = \"1s\"\n{}\n",
+        backend.store_line()
+    )
+}
+
+/// The latest 00:00 UTC at or before now, µs; waits out the first minute after it so
+/// that it is surely past the grace, and the last minute before the next one so that the
+/// test does not straddle it.
+fn today() -> i64 {
+    let cal = CalendarSpec::parse("*-*-* 00:00:00 UTC").unwrap();
+    loop {
+        let now = jiff::Timestamp::now();
+        let d = cal.previous_elapse(now).unwrap().as_microsecond();
+        let into = now.as_microsecond() - d;
+        if into > 60_000_000 && into < DAY - 300_000_000 {
+            return d;
+        }
+        std::thread::sleep(std::time::Duration::from_secs(5));
+    }
+}
+
+/// One sample of the exposition.
+#[derive(Debug, Clone)]
+struct Sample {
+    name: String,
+    labels: BTreeMap<String, String>,
+    value: f64,
+}
+
+/// A parsed exposition: samples, and each family's HELP and TYPE.
+#[derive(Debug, Default)]
+struct Exposition {
+    samples: Vec<Sample>,
+    help: BTreeMap<String, String>,
+    types: BTreeMap<String, String>,
+}
+
+impl Exposition {
+    /// The samples named `name` whose labels include `labels`.
+    fn find(&self, name: &str, labels: &[(&str, &str)]) -> Vec<&Sample> {
+        self.samples
+            .iter()
+            .filter(|s| {
+                s.name == name
+                    && labels
+                        .iter()
+                        .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
+            })
+            .collect()
+    }
+
+    /// The value of the one sample named `name` with `labels`; `None` when there is none.
+    fn value(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        let found = self.find(name, labels);
+        assert!(found.len() <= 1, "{name} {labels:?}: {found:?}");
+        found.first().map(|s| s.value)
+    }
+}
+
+fn is_name(s: &str, colon: bool) -> bool {
+    let mut chars = s.chars();
+    let ok_first = |c: char| c.is_ascii_alphabetic() || c == '_' || (colon && c == ':');
+    chars.next().is_some_and(ok_first) && chars.all(|c| ok_first(c) || c.is_ascii_digit())
+}
+
+/// Parses text exposition format 0.0.4 strictly enough for what jobguard writes: HELP and
+/// TYPE before the samples of every family, families not interleaved, no series twice,
+/// label values unescaped (`\\`, `\"`, `\n`), counters named `_total`. Panics on any
+/// violation, naming the line.
+fn parse(text: &str) -> Exposition {
+    assert!(text.ends_with('\n'), "the text ends with a newline");
+    let mut e = Exposition::default();
+    let mut done: BTreeSet<String> = BTreeSet::new();
+    let mut current: Option<String> = None;
+    let mut seen: BTreeSet<(String, Vec<(String, String)>)> = BTreeSet::new();
+    for (n, line) in text.lines().enumerate() {
+        let at = format!("line {}: {line:?}", n + 1);
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let (name, help) = rest.split_once(' ').unwrap_or_else(|| panic!("{at}"));
+            assert!(is_name(name, true), "{at}");
+            assert!(!help.is_empty(), "{at}: empty help");
+            assert!(
+                e.help.insert(name.into(), help.into()).is_none(),
+                "{at}: HELP twice"
+            );
+            if let Some(c) = current.replace(name.to_string()) {
+                done.insert(c);
+            }
+            assert!(!done.contains(name), "{at}: family interleaved");
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap_or_else(|| panic!("{at}"));
+            assert_eq!(current.as_deref(), Some(name), "{at}: TYPE after its HELP");
+            assert!(
+                ["counter", "gauge", "histogram", "summary", "untyped"].contains(&kind),
+                "{at}"
+            );
+            if kind == "counter" {
+                assert!(name.ends_with("_total"), "{at}: a counter ends in _total");
+            }
+            assert!(e.types.insert(name.into(), kind.into()).is_none(), "{at}");
+            continue;
+        }
+        assert!(!line.starts_with('#'), "{at}: unknown comment");
+        // name{labels} value
+        let name_end = line.find(['{', ' ']).unwrap_or_else(|| panic!("{at}"));
+        let name = &line[..name_end];
+        assert!(is_name(name, true), "{at}");
+        assert_eq!(
+            current.as_deref(),
+            Some(name),
+            "{at}: sample outside its family"
+        );
+        assert!(e.types.contains_key(name), "{at}: no TYPE");
+        let mut rest = &line[name_end..];
+        let mut labels = BTreeMap::new();
+        if let Some(r) = rest.strip_prefix('{') {
+            let mut chars = r.char_indices().peekable();
+            loop {
+                let (start, c) = chars.next().unwrap_or_else(|| panic!("{at}"));
+                if c == '}' {
+                    rest = &r[start + 1..];
+                    break;
+                }
+                let eq = r[start..].find('=').unwrap_or_else(|| panic!("{at}")) + start;
+                let lname = &r[start..eq];
+                assert!(is_name(lname, false), "{at}: label {lname:?}");
+                while chars.peek().is_some_and(|(i, _)| *i <= eq) {
+                    chars.next();
+                }
+                assert_eq!(chars.next().map(|(_, c)| c), Some('"'), "{at}");
+                let mut value = String::new();
+                loop {
+                    match chars.next().unwrap_or_else(|| panic!("{at}: open value")) {
+                        (_, '\\') => match chars.next().map(|(_, c)| c) {
+                            Some('\\') => value.push('\\'),
+                            Some('"') => value.push('"'),
+                            Some('n') => value.push('\n'),
+                            other => panic!("{at}: bad escape {other:?}"),
+                        },
+                        (_, '"') => break,
+                        (_, '\n') => panic!("{at}: raw newline"),
+                        (_, c) => value.push(c),
+                    }
+                }
+                assert!(labels.insert(lname.to_string(), value).is_none(), "{at}");
+                if chars.peek().map(|(_, c)| *c) == Some(',') {
+                    chars.next();
+                }
+            }
+        }
+        let value_text = rest.strip_prefix(' ').unwrap_or_else(|| panic!("{at}"));
+        assert!(
+            !value_text.contains(' '),
+            "{at}: jobguard writes no timestamps"
+        );
+        let value: f64 = match value_text {
+            "+Inf" => f64::INFINITY,
+            "-Inf" => f64::NEG_INFINITY,
+            "NaN" => f64::NAN,
+            v => v.parse().unwrap_or_else(|_| panic!("{at}: value")),
+        };
+        let key = (
+            name.to_string(),
+            labels.clone().into_iter().collect::<Vec<_>>(),
+        );
+        assert!(seen.insert(key), "{at}: series twice");
+        e.samples.push(Sample {
+            name: name.into(),
+            labels,
+            value,
+        });
+    }
+    for name in e.types.keys() {
+        assert!(e.help.contains_key(name), "{name}: TYPE without HELP");
+    }
+    e
+}
+
+fn promtool() -> bool {
+    let here = Command::new("promtool").arg("--version").output().is_ok();
+    assert!(
+        here || std::env::var_os("CI").is_none(),
+        "promtool missing in CI (.ci/run installs Debian's prometheus)"
+    );
+    if !here {
+        eprintln!("promtool not installed: only this test's own parser checks the text");
+    }
+    here
+}
+
+/// `promtool check metrics` on `text` (its linter: names, units, HELP), when installed.
+fn promtool_check(text: &str) {
+    if !promtool() {
+        return;
+    }
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}{}\n{text}",
+        stdout(&out),
+        stderr(&out)
+    );
+}
+
+/// `jobguard metrics`, checked and parsed; and its exit status.
+fn metrics(sb: &Sandbox) -> (Option<i32>, String, Exposition) {
+    let out = sb.run(&["metrics"]);
+    let text = stdout(&out);
+    promtool_check(&text);
+    let e = parse(&text);
+    (out.status.code(), text, e)
+}
+
+/// What the ledger says of `job`, as the metrics must say it.
+fn check_against_ledger(sb: &Sandbox, e: &Exposition, job: &str) {
+    let h = sb.history(job);
+    let l = [("job", job)];
+    assert_eq!(e.value("jobguard_store_up", &l), Some(1.0));
+    assert_eq!(
+        e.value("jobguard_schedule_interval_seconds", &l),
+        Some(86_400.0)
+    );
+    assert_eq!(
+        e.value("jobguard_attempts_total", &l),
+        Some(h.len() as f64),
+        "attempts"
+    );
+    for outcome in ["succeeded", "failed", "interrupted", "lease_lost"] {
+        let n = h.iter().filter(|r| r["outcome"] == outcome).count();
+        assert_eq!(
+            e.value("jobguard_runs_total", &[("job", job), ("outcome", outcome)]),
+            Some(n as f64),
+            "{job} {outcome}"
+        );
+    }
+    let secs = |v: &serde_json::Value| v.as_i64().unwrap() as f64 / 1e6;
+    let last_success = h
+        .iter()
+        .filter(|r| r["outcome"] == "succeeded")
+        .max_by_key(|r| r["started_at_usec"].as_i64())
+        .map(|r| secs(&r["finished_at_usec"]));
+    assert_eq!(
+        e.value("jobguard_last_success_timestamp_seconds", &l),
+        last_success
+    );
+    let last = h
+        .iter()
+        .filter(|r| r["outcome"] != "running")
+        .max_by_key(|r| (r["slot_usec"].as_i64(), r["started_at_usec"].as_i64()));
+    match last {
+        Some(r) => {
+            for outcome in ["succeeded", "failed", "interrupted", "lease_lost"] {
+                assert_eq!(
+                    e.value(
+                        "jobguard_last_outcome",
+                        &[("job", job), ("outcome", outcome)]
+                    ),
+                    Some(if r["outcome"] == outcome { 1.0 } else { 0.0 }),
+                    "{job} last outcome {outcome}"
+                );
+            }
+            assert_eq!(
+                e.value("jobguard_last_slot_timestamp_seconds", &l),
+                Some(secs(&r["slot_usec"]))
+            );
+            let took =
+                r["finished_at_usec"].as_i64().unwrap() - r["started_at_usec"].as_i64().unwrap();
+            assert_eq!(
+                e.value("jobguard_last_duration_seconds", &l),
+                Some(took as f64 / 1e6)
+            );
+        }
+        None => {
+            assert!(e.find("jobguard_last_outcome", &l).is_empty());
+            assert!(e.find("jobguard_last_duration_seconds", &l).is_empty());
+        }
+    }
+    let mut running: BTreeMap<String, f64> = BTreeMap::new();
+    for r in h.iter().filter(|r| r["outcome"] == "running") {
+        *running
+            .entry(r["host"].as_str().unwrap().to_string())
+            .or_default() += 1.0;
+    }
+    let shown: BTreeMap<String, f64> = e
+        .find("jobguard_running", &l)
+        .iter()
+        .map(|s| (s.labels["host"].clone(), s.value))
+        .collect();
+    assert_eq!(shown, running, "{job} running");
+}
+
+/// `status --json`'s entry of `job`.
+fn status_of(sb: &Sandbox, job: &str) -> serde_json::Value {
+    let out = sb.run(&["status", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("status json: {e}: {}", stdout(&out)));
+    v["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["job"] == job)
+        .cloned()
+        .unwrap()
+}
+
+fn lease_matches_status(sb: &Sandbox, e: &Exposition, job: &str) {
+    let st = status_of(sb, job);
+    let l = [("job", job)];
+    match st["lease"].as_object() {
+        Some(lease) => {
+            let host = lease["host"].as_str().unwrap();
+            let until: jiff::Timestamp = lease["expire_at"].as_str().unwrap().parse().unwrap();
+            assert_eq!(
+                e.value("jobguard_lease_holder", &[("job", job), ("host", host)]),
+                Some(1.0)
+            );
+            assert_eq!(e.find("jobguard_lease_holder", &l).len(), 1);
+            assert_eq!(
+                e.value(
+                    "jobguard_lease_expiry_timestamp_seconds",
+                    &[("job", job), ("host", host)]
+                ),
+                Some(until.as_microsecond() as f64 / 1e6)
+            );
+        }
+        None => {
+            assert!(e.find("jobguard_lease_holder", &l).is_empty(), "{job}");
+            assert!(
+                e.find("jobguard_lease_expiry_timestamp_seconds", &l)
+                    .is_empty()
+            );
+        }
+    }
+    let attention = st["needs_attention"].as_bool().unwrap();
+    assert_eq!(
+        e.value("jobguard_job_needs_attention", &l),
+        Some(f64::from(u8::from(attention))),
+        "{job}: the rule of status: {st}"
+    );
+}
+
+/// Job `hist`: successes, a failure, then days with no record (missed). Job `crash`: a
+/// run SIGKILLed mid-way (running, orphaned, lease held), then recovered and re-run.
+/// Then the textfile `recover` writes, read while it is being rewritten.
+fn a_history_in_metrics(backend: Backend) {
+    let jobs = format!(
+        "[metrics]\ntextfile = \"prom/jobguard.prom\"\n\n{}{}",
+        job(
+            "hist",
+            "if [ -e \"@DIR@/fail\" ]; then exit 3; fi",
+            &backend
+        ),
+        job(
+            "crash",
+            "echo $$ >> \"@DIR@/out\"; if [ \"$JOBGUARD_ATTEMPT\" = 1 ]; then sleep 60; fi",
+            &backend
+        ),
+    );
+    let sb = Sandbox::new(&jobs);
+    std::fs::create_dir(sb.file("prom")).unwrap();
+    let d = today();
+
+    // Nothing recorded yet: both listed, counters 0, nothing missed before a first record.
+    let (code, _, e) = metrics(&sb);
+    assert_eq!(code, Some(0));
+    for j in ["hist", "crash"] {
+        check_against_ledger(&sb, &e, j);
+        assert_eq!(e.value("jobguard_missed_slots", &[("job", j)]), Some(0.0));
+    }
+
+    for (i, fail) in [(5, false), (4, true), (3, false)] {
+        if fail {
+            std::fs::write(sb.file("fail"), "").unwrap();
+        }
+        let slot = format_usec(d - i * DAY);
+        let out = sb.run(&["run", "hist", "--slot", &slot]);
+        assert_eq!(
+            out.status.code(),
+            Some(if fail { 3 } else { 0 }),
+            "{}",
+            stderr(&out)
+        );
+        let _ = std::fs::remove_file(sb.file("fail"));
+    }
+    let slot = format_usec(d);
+    let mut child = sb
+        .cmd(&["run", "crash", "--slot", &slot])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_until(10, || sb.lines("out") > 0),
+        "the command started"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let (code, _, e) = metrics(&sb);
+    assert_eq!(code, Some(0));
+    for j in ["hist", "crash"] {
+        check_against_ledger(&sb, &e, j);
+        lease_matches_status(&sb, &e, j);
+    }
+    let h = [("job", "hist")];
+    // Missed: every day after the newest record (d - 3 days) up to today.
+    assert_eq!(e.value("jobguard_missed_slots", &h), Some(3.0));
+    assert_eq!(e.value("jobguard_failed_slots", &h), Some(1.0));
+    assert_eq!(e.value("jobguard_held_slots", &h), Some(0.0));
+    assert_eq!(e.value("jobguard_job_needs_attention", &h), Some(1.0));
+    let c = [("job", "crash")];
+    let host = sb.history("crash")[0]["host"].as_str().unwrap().to_string();
+    assert_eq!(
+        e.value("jobguard_running", &[("job", "crash"), ("host", &host)]),
+        Some(1.0)
+    );
+    assert_eq!(e.value("jobguard_orphaned_runs", &c), Some(1.0));
+    assert_eq!(
+        e.value(
+            "jobguard_lease_holder",
+            &[("job", "crash"), ("host", &host)]
+        ),
+        Some(1.0),
+        "the killed run's lease is not expired yet"
+    );
+    assert_eq!(e.value("jobguard_job_needs_attention", &c), Some(1.0));
+
+    // recover marks the run interrupted and re-runs it (no systemd here: inline), and
+    // writes the textfile; a reader never sees a part of it.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let dir = sb.file("prom");
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut reads = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for entry in std::fs::read_dir(&dir).unwrap() {
+                    let name = entry.unwrap().file_name().into_string().unwrap();
+                    assert!(
+                        name == "jobguard.prom"
+                            || (name.starts_with('.') && !name.ends_with(".prom")),
+                        "node_exporter would read {name}"
+                    );
+                }
+                if let Ok(text) = std::fs::read_to_string(dir.join("jobguard.prom")) {
+                    let e = parse(&text);
+                    assert!(
+                        e.types.contains_key("jobguard_job_needs_attention"),
+                        "{text}"
+                    );
+                    reads += 1;
+                }
+            }
+            reads
+        })
+    };
+    for _ in 0..5 {
+        let rec = sb.run(&["recover"]);
+        assert_eq!(rec.status.code(), Some(0), "{}", stderr(&rec));
+        assert!(!stderr(&rec).contains("not written"), "{}", stderr(&rec));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let reads = reader.join().unwrap();
+    assert!(reads > 0, "the reader saw the file");
+    let names: Vec<String> = std::fs::read_dir(sb.file("prom"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        vec!["jobguard.prom".to_string()],
+        "no temporary file left"
+    );
+    let meta = std::fs::metadata(sb.file("prom/jobguard.prom")).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(meta.permissions().mode() & 0o777, 0o644);
+
+    let file = std::fs::read_to_string(sb.file("prom/jobguard.prom")).unwrap();
+    promtool_check(&file);
+    let (code, text, e) = metrics(&sb);
+    assert_eq!(code, Some(0));
+    assert_eq!(file, text, "the textfile is what jobguard metrics prints");
+    for j in ["hist", "crash"] {
+        check_against_ledger(&sb, &e, j);
+        lease_matches_status(&sb, &e, j);
+    }
+    assert_eq!(
+        e.value(
+            "jobguard_runs_total",
+            &[("job", "crash"), ("outcome", "interrupted")]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        e.value(
+            "jobguard_last_outcome",
+            &[("job", "crash"), ("outcome", "succeeded")]
+        ),
+        Some(1.0),
+        "the re-run of the slot is its newest record"
+    );
+    assert!(e.find("jobguard_running", &c).is_empty());
+    assert_eq!(e.value("jobguard_orphaned_runs", &c), Some(0.0));
+    assert_eq!(e.value("jobguard_job_needs_attention", &c), Some(0.0));
+    // recover reported hist's missed slots; they are still missed.
+    assert_eq!(e.value("jobguard_missed_slots", &h), Some(3.0));
+}
+
+#[test]
+fn sqlite_a_history_in_metrics() {
+    a_history_in_metrics(Backend::Sqlite);
+}
+
+#[test]
+fn postgres_a_history_in_metrics() {
+    a_history_in_metrics(Backend::postgres("hist"));
+}
+
+/// A job whose store cannot be reached is still listed (store_up 0, exit 69); a textfile
+/// that cannot be written is a warning, and the pass still succeeds.
+#[test]
+fn a_store_that_cannot_be_read_and_a_textfile_that_cannot_be_written() {
+    let sb = Sandbox::new(&format!(
+        "[metrics]\ntextfile = \"missing/jobguard.prom\"\n\n{}[jobs.away]\nschedule = \"hourly\"\ncommand = [\"true\"]\nstore = \"postgres://root@127.0.0.1:1/test?connect_timeout=2\"\n",
+        job("here", "true", &Backend::Sqlite)
+    ));
+    let (code, _, e) = metrics(&sb);
+    assert_eq!(code, Some(69));
+    assert_eq!(e.value("jobguard_store_up", &[("job", "away")]), Some(0.0));
+    assert_eq!(
+        e.value("jobguard_schedule_interval_seconds", &[("job", "away")]),
+        Some(3600.0)
+    );
+    assert!(
+        e.find("jobguard_attempts_total", &[("job", "away")])
+            .is_empty()
+    );
+    assert!(
+        e.find("jobguard_job_needs_attention", &[("job", "away")])
+            .is_empty()
+    );
+    assert_eq!(e.value("jobguard_store_up", &[("job", "here")]), Some(1.0));
+
+    let rec = sb.run(&["recover", "here"]);
+    assert_eq!(rec.status.code(), Some(0), "{}", stderr(&rec));
+    assert!(
+        stderr(&rec).contains("metrics textfile")
+            && stderr(&rec).contains("missing/jobguard.prom not written"),
+        "{}",
+        stderr(&rec)
+    );
+    assert!(!sb.file("missing").exists());
+}
+
+/// The `[metrics]` table: a misspelt key says what was meant, a path not ending in .prom
+/// is refused, both with file:line:column.
+#[test]
+fn the_metrics_table_is_checked_with_positions() {
+    let sb = Sandbox::new("[metrics]\ntextfiel = \"x.prom\"\n");
+    let out = sb.run(&["check"]);
+    let err = stderr(&out);
+    assert!(
+        err.contains("jobs.toml:5:1: metrics.textfiel: unknown key metrics.textfiel (did you mean metrics.textfile?)"),
+        "{err}"
+    );
+    let sb = Sandbox::new("[metrics]\ntextfile = \"/tmp/jobguard.txt\"\n");
+    let err = stderr(&sb.run(&["check"]));
+    assert!(
+        err.contains("jobs.toml:5:12: metrics.textfile: must end in .prom"),
+        "{err}"
+    );
+}
+
+/// The example rules load in promtool and fire as their unit tests say.
+#[test]
+fn the_example_alert_rules_check_and_pass_their_unit_tests() {
+    let text = std::fs::read_to_string(RULES).unwrap();
+    let alerts: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("- alert: "))
+        .collect();
+    for alert in [
+        "JobguardNoRecentSuccess",
+        "JobguardSlotHeld",
+        "JobguardSlotMissed",
+        "JobguardNeedsAttention",
+    ] {
+        assert!(alerts.contains(&alert), "{alert} in {alerts:?}");
+    }
+    if !promtool() {
+        return;
+    }
+    let out = Command::new("promtool")
+        .args(["check", "rules", RULES])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    let out = Command::new("promtool")
+        .args(["test", "rules", RULES_TEST])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+}
