@@ -508,7 +508,7 @@ fn run_slot(
     req.in_order = attempt.in_order;
     let tolerance = i64::try_from(job.clock_tolerance.as_micros()).unwrap_or(i64::MAX);
     let mut claimed_at = Instant::now();
-    let mut sendings = 0u32;
+    let mut sendings: u32;
     let mut holder_ended = false;
     let answer = loop {
         sendings = 0;
