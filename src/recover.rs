@@ -131,38 +131,9 @@ pub fn recover_job(store: &mut dyn Store, job: &Job) -> Result<Recovered, StoreE
         let Some(reason) = holder_gone(store, &run)? else {
             continue;
         };
-        let resolution = cut_resolution(store, job, &run)?;
-        if !store.interrupt(&run, reason, resolution)? {
+        let Some(resolution) = interrupt_cut(store, job, &run, reason)? else {
             continue;
-        }
-        let next = match resolution {
-            Resolution::Queued => "a re-run is queued".to_string(),
-            _ => format!(
-                "held for a person: decide with `jobguard resolve {} {} --rerun|--done`",
-                job.name,
-                run.slot.rfc3339()
-            ),
         };
-        let mut ev = Event::new(
-            Kind::Interrupted,
-            &job.name,
-            format!(
-                "interrupted: slot {} was cut off: run {} (attempt {}) started {} on host {} ({}); {next}",
-                run.slot.rfc3339(),
-                run.run_id,
-                run.attempt,
-                format_usec(run.started_at),
-                run.host,
-                reason
-            ),
-        );
-        ev.slot = Some(run.slot.rfc3339());
-        ev.run_id = Some(run.run_id.clone());
-        ev.reason = Some(reason.to_string());
-        ev.outcome = Some(Outcome::Interrupted);
-        ev.attempt = Some(run.attempt);
-        ev.fencing_token = Some(run.fencing_token);
-        journal::emit(&ev);
         // A cut that systemd saw as the service failing (this boot, a unit's run) already
         // started its OnFailure=; a reboot, another host's lost lease or a run from a
         // shell did not.
@@ -181,6 +152,56 @@ pub fn recover_job(store: &mut dyn Store, job: &Job) -> Result<Recovered, StoreE
     out.queued.sort_unstable();
     out.queued.dedup();
     Ok(out)
+}
+
+/// Marks `run`, a `running` record whose holder is gone for `reason` (see
+/// [`holder_gone`]), `interrupted` with its [`cut_resolution`], which also ends its lease
+/// when that is still the run's grant, and logs the `interrupted` event. Returns the
+/// resolution, or `None` when the record was no longer `running` (someone else ended it).
+/// This is the step [`recover_job`] takes for each record; the shim takes it too for a
+/// holder on this host that it finds gone.
+///
+/// # Errors
+/// Store errors.
+pub fn interrupt_cut(
+    store: &mut dyn Store,
+    job: &Job,
+    run: &Run,
+    reason: &str,
+) -> Result<Option<Resolution>, StoreError> {
+    let resolution = cut_resolution(store, job, run)?;
+    if !store.interrupt(run, reason, resolution)? {
+        return Ok(None);
+    }
+    let next = match resolution {
+        Resolution::Queued => "a re-run is queued".to_string(),
+        _ => format!(
+            "held for a person: decide with `jobguard resolve {} {} --rerun|--done`",
+            job.name,
+            run.slot.rfc3339()
+        ),
+    };
+    let mut ev = Event::new(
+        Kind::Interrupted,
+        &job.name,
+        format!(
+            "interrupted: slot {} was cut off: run {} (attempt {}) started {} on host {} ({}); {next}",
+            run.slot.rfc3339(),
+            run.run_id,
+            run.attempt,
+            format_usec(run.started_at),
+            run.host,
+            reason
+        ),
+    );
+    ev.slot = Some(run.slot.rfc3339());
+    ev.run_id = Some(run.run_id.clone());
+    ev.reason = Some(reason.to_string());
+    ev.outcome = Some(Outcome::Interrupted);
+    ev.attempt = Some(run.attempt);
+    ev.fencing_token = Some(run.fencing_token);
+    journal::emit(&ev);
+    Ok(Some(resolution))
 }
 
 /// Whether the job's lease is unexpired by the store's clock (someone runs it now). A

@@ -1632,3 +1632,138 @@ fn a_shim_killed_while_the_store_is_locked_at_the_end_leaves_its_success_for_rec
     assert_eq!(h.len(), 2, "{h:?}");
     assert!(h.iter().all(|r| r["outcome"] == "succeeded"), "{h:?}");
 }
+
+/// SIGKILLs the shim `p` and then its command's process group (the command leads a
+/// session of its own; its pid is the first line of `pid_file`), as systemd ends a unit's
+/// cgroup: nothing of the attempt is left and nothing could record its end.
+fn kill_like_systemd(sb: &Sandbox, mut p: std::process::Child, pid_file: &str) {
+    p.kill().unwrap();
+    p.wait().unwrap();
+    let pid: i32 = sb.read(pid_file).trim().parse().unwrap();
+    let _ = nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    assert!(
+        wait_until(5, || !running(pid)),
+        "command {pid} outlived its process group's SIGKILL"
+    );
+}
+
+/// A command that records its slot and pid, then waits until `$OUT.go` exists.
+const WAIT_FOR_GO: &str = "echo \"$JOBGUARD_SLOT\" >> \"$OUT\"; echo $$ > \"$OUT.pid\"; \
+     while [ ! -e \"$OUT.go\" ]; do sleep 0.05; done";
+
+#[test]
+fn a_killed_shims_unexpired_lease_does_not_block_the_next_slot_on_this_host() {
+    // The shim of each slot is SIGKILLed with its command (as systemd ends the unit); its
+    // lease (60 s) is far from expiring when the next slot's shim claims. That holder ran
+    // on this machine and boot and is provably gone: the next slot runs at once, and the
+    // cut slot is marked interrupted and queued, as `jobguard recover` would.
+    const ROUNDS: usize = 4;
+    let sb = Sandbox::new(&job(
+        "deadlease",
+        WAIT_FOR_GO,
+        "lease_ttl = \"60s\"\nenvironment = { OUT = \"@DIR@/out\" }",
+    ));
+    let slot = |day: usize| format!("2026-11-{:02}T02:00:00Z", 10 + day);
+    let t0 = Instant::now();
+    let mut errs = Vec::new();
+    for round in 0..=ROUNDS {
+        if round == ROUNDS {
+            std::fs::write(sb.file("out.go"), "").unwrap();
+        }
+        let err_file = sb.file(&format!("err.{round}"));
+        let shim = sb
+            .cmd(&["run", "deadlease", "--slot", &slot(round)])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&err_file).unwrap())
+            .spawn()
+            .unwrap();
+        let started = wait_until(20, || sb.lines("out") > round);
+        errs.push(sb.read(&format!("err.{round}")));
+        if round == ROUNDS {
+            let mut shim = shim;
+            assert!(shim.wait().unwrap().success(), "{errs:#?}");
+            break;
+        }
+        if !started {
+            let mut shim = shim;
+            let _ = shim.kill();
+            let _ = shim.wait();
+            panic!("round {round}: slot {} did not run: {errs:#?}", slot(round));
+        }
+        kill_like_systemd(&sb, shim, "out.pid");
+    }
+    errs = (0..=ROUNDS).map(|r| sb.read(&format!("err.{r}"))).collect();
+    assert!(
+        t0.elapsed() < Duration::from_secs(50),
+        "no lease expiry explains the runs"
+    );
+    // Ground truth: every slot's command ran, once, in order.
+    let ran: Vec<String> = sb.read("out").lines().map(str::to_string).collect();
+    let want: Vec<String> = (0..=ROUNDS).map(slot).collect();
+    assert_eq!(ran, want, "{errs:#?}");
+    for (round, err) in errs.iter().enumerate().skip(1) {
+        assert!(
+            err.contains("interrupted") && err.contains(&slot(round - 1)),
+            "round {round} says it cut the previous slot: {err}"
+        );
+    }
+    // The ledger: the last slot succeeded, each cut one is interrupted and queued.
+    let h = sb.history("deadlease");
+    assert_eq!(h.len(), ROUNDS + 1, "{h:#?}");
+    for r in &h {
+        let s = r["slot"].as_str().unwrap();
+        if s == slot(ROUNDS) {
+            assert_eq!(r["outcome"], "succeeded", "{r}");
+        } else {
+            assert_eq!(r["outcome"], "interrupted", "{r}");
+            assert_eq!(r["resolution"], "queued", "{r}");
+            assert_eq!(r["reason"], "process-gone", "{r}");
+        }
+    }
+}
+
+#[test]
+fn a_live_holder_on_this_host_still_makes_the_next_run_skip() {
+    // A second runtime directory has a lock of its own (as another user's jobguard, or a
+    // second host sharing the store would): only the lease keeps it out, and its holder is
+    // alive, so every try is a skip.
+    let sb = Sandbox::new(&job(
+        "livelease",
+        WAIT_FOR_GO,
+        "lease_ttl = \"60s\"\nenvironment = { OUT = \"@DIR@/out\" }",
+    ));
+    let mut first = sb
+        .cmd(&["run", "livelease", "--slot", "2026-11-10T02:00:00Z"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_until(20, || sb.lines("out") > 0), "the first started");
+    let mut outs = Vec::new();
+    for day in 11..14 {
+        let s = format!("2026-11-{day}T02:00:00Z");
+        outs.push(
+            sb.cmd(&["run", "livelease", "--slot", &s])
+                .env("JOBGUARD_RUNTIME_DIR", sb.file("run-other"))
+                .output()
+                .unwrap(),
+        );
+    }
+    std::fs::write(sb.file("out.go"), "").unwrap();
+    assert!(first.wait().unwrap().success());
+    for out in &outs {
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(out));
+        assert!(
+            stderr(out).contains("lease-held") || stderr(out).contains("lease is held"),
+            "skipped on the lease: {}",
+            stderr(out)
+        );
+    }
+    assert_eq!(sb.read("out"), "2026-11-10T02:00:00Z\n");
+    let h = sb.history("livelease");
+    assert_eq!(h.len(), 1, "{h:#?}");
+    assert_eq!(h[0]["outcome"], "succeeded");
+}

@@ -14,12 +14,19 @@
 //! Other hosts' processes are beyond reach: their own next run ends them. Not looked for:
 //! a daemon that a command started in a session of its own and that outlived a shim which
 //! saw its run to the end.
+//!
+//! A claim refused for a lease whose holder ran on this machine and boot and is gone (a
+//! shim SIGKILLed with its command, as systemd ends a unit: nothing is left to find above,
+//! but the lease has not expired) ends that attempt the same way ([`end_gone_holder`]), so
+//! the next slot is not lost to a dead holder's lease. A holder on another machine or boot
+//! is left to the lease's expiry by the store's clock.
 
 use crate::exit;
 use crate::identity;
 use crate::job::Job;
 use crate::journal::{self, Event, Kind};
-use crate::ledger::{Outcome, format_usec};
+use crate::lease::Lease;
+use crate::ledger::{Outcome, Run};
 use crate::store::{RunQuery, Store};
 
 /// Ends the leftover processes of earlier attempts at `job` on this host and marks their
@@ -81,46 +88,37 @@ fn mark_interrupted(job: &Job, store: &mut dyn Store, runs: &[&str]) {
         }
     };
     for run in running.iter().filter(|r| runs.contains(&r.run_id.as_str())) {
-        let marked = crate::recover::cut_resolution(store, job, run).and_then(|resolution| {
-            Ok((
-                resolution,
-                store.interrupt(run, "process-gone", resolution)?,
-            ))
-        });
-        let resolution = match marked {
-            Ok((resolution, true)) => resolution,
-            Ok((_, false)) => continue,
-            Err(e) => {
-                eprintln!("jobguard: {}: {e}", job.name);
-                continue;
-            }
-        };
-        let mut ev = Event::new(
-            Kind::Interrupted,
-            &job.name,
-            format!(
-                "interrupted: slot {} was cut off: run {} (attempt {}) started {} on host {} (process-gone); {}",
-                run.slot.rfc3339(),
-                run.run_id,
-                run.attempt,
-                format_usec(run.started_at),
-                run.host,
-                match resolution {
-                    crate::ledger::Resolution::Queued => "a re-run is queued".to_string(),
-                    _ => format!(
-                        "held for a person: decide with `jobguard resolve {} {} --rerun|--done`",
-                        job.name,
-                        run.slot.rfc3339()
-                    ),
-                }
-            ),
-        );
-        ev.slot = Some(run.slot.rfc3339());
-        ev.run_id = Some(run.run_id.clone());
-        ev.reason = Some("process-gone".into());
-        ev.outcome = Some(Outcome::Interrupted);
-        ev.attempt = Some(run.attempt);
-        ev.fencing_token = Some(run.fencing_token);
-        journal::emit(&ev);
+        if let Err(e) = crate::recover::interrupt_cut(store, job, run, "process-gone") {
+            eprintln!("jobguard: {}: {e}", job.name);
+        }
     }
+}
+
+/// Ends the attempt that holds the job's lease when it ran on this machine and boot and is
+/// gone: `lease` is the grant a claim was refused for ([`crate::store::Claim::Busy`]) and
+/// `run` its `running` record. The holder is gone when its shim (pid and start time) no
+/// longer runs and no process of the attempt is left ([`crate::recover::holder_gone`],
+/// which ends such processes); the record is then marked interrupted with the job's
+/// `on_interrupted`, as `jobguard recover` would ([`crate::recover::interrupt_cut`]), which
+/// ends the lease. Returns true when the record no longer holds the lease, so a claim
+/// may be tried again. A holder on another machine or boot, or one whose record is not
+/// the lease's, is never touched: false. Store errors are reported: false.
+pub fn end_gone_holder(job: &Job, store: &mut dyn Store, lease: &Lease, run: &Run) -> bool {
+    let machine = identity::machine_id();
+    if machine.is_empty()
+        || run.machine_id != machine
+        || run.boot_id != identity::boot_id()
+        || run.fencing_token != lease.token
+        || run.outcome != Outcome::Running
+    {
+        return false;
+    }
+    let gone = crate::recover::holder_gone(store, run).and_then(|gone| match gone {
+        Some(reason) => crate::recover::interrupt_cut(store, job, run, reason).map(|_| true),
+        None => Ok(false),
+    });
+    gone.unwrap_or_else(|e| {
+        eprintln!("jobguard: {}: {e}", job.name);
+        false
+    })
 }

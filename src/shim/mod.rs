@@ -13,7 +13,9 @@
 //!    one is recorded as passed over (`gap` event, `jobguard audit`);
 //! 3. in one atomic store step ([`crate::store::Store::claim`]): skip if the slot is done
 //!    or held, skip if another holder's lease is unexpired, else take the lease (with a
-//!    new fencing token) and record `running`;
+//!    new fencing token) and record `running`. A holder of this machine and boot that is
+//!    gone is first cut off as `jobguard recover` would, and the claim tried once more
+//!    ([`leftover::end_gone_holder`]);
 //! 4. run the command as a child ([`child`]) with the `JOBGUARD_*` variables, renewing the
 //!    lease every third of its time to live (or more often, see [`renew`]) and forwarding
 //!    stop signals; the command is dead before the lease could expire;
@@ -506,17 +508,34 @@ fn run_slot(
     req.in_order = attempt.in_order;
     let tolerance = i64::try_from(job.clock_tolerance.as_micros()).unwrap_or(i64::MAX);
     let mut claimed_at = Instant::now();
-    let mut sendings = 0u32;
-    let answer = with_retry(job, || {
-        // The host's time of this very call: it is compared with the store's inside it.
-        req.clock = Some(ClockCheck {
-            host_now: crate::clock::Clock::now_usec(&crate::clock::SystemClock),
-            tolerance,
+    let mut sendings: u32;
+    let mut holder_ended = false;
+    let answer = loop {
+        sendings = 0;
+        let answer = with_retry(job, || {
+            // The host's time of this very call: it is compared with the store's inside it.
+            req.clock = Some(ClockCheck {
+                host_now: crate::clock::Clock::now_usec(&crate::clock::SystemClock),
+                tolerance,
+            });
+            claimed_at = Instant::now();
+            sendings += 1;
+            store.claim(&req)
         });
-        claimed_at = Instant::now();
-        sendings += 1;
-        store.claim(&req)
-    });
+        // A holder on this machine and boot that is gone (its shim killed with its
+        // command) is cut off as `jobguard recover` would, and the claim is tried once more.
+        if let Ok(Claim::Busy {
+            lease,
+            run: Some(held),
+        }) = &answer
+            && !holder_ended
+            && leftover::end_gone_holder(job, store, lease, held)
+        {
+            holder_ended = true;
+            continue;
+        }
+        break answer;
+    };
     let skipped = |code| (code, None);
     let mut passed_over = None;
     let (lease, run) = match answer {
