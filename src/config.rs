@@ -39,7 +39,7 @@ use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
 use crate::calendar::CalendarSpec;
-use crate::job::{self, Inhibit, Job, OnInterrupted, OnStoreUnavailable};
+use crate::job::{self, CatchUp, Inhibit, Job, OnInterrupted, OnStoreUnavailable};
 use crate::timespan::TimeSpan;
 
 /// The directory of the default job list.
@@ -51,6 +51,9 @@ pub const DROPIN_DIR: &str = "jobs.d";
 
 /// Shortest accepted `lease_ttl`: the shim renews every third of it.
 pub const MIN_LEASE_TTL: Duration = Duration::from_secs(3);
+
+/// Largest accepted `catch_up_limit`.
+pub const MAX_CATCH_UP_LIMIT: u32 = 10_000;
 
 /// Where the job list comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -423,6 +426,8 @@ struct Partial {
     on_failure: Option<Val<String>>,
     kill_grace: Option<Val<Duration>>,
     persistent: Option<Val<bool>>,
+    catch_up: Option<Val<CatchUp>>,
+    catch_up_limit: Option<Val<u32>>,
 }
 
 #[derive(Debug, Clone)]
@@ -454,6 +459,8 @@ pub const JOB_KEYS: &[&str] = &[
     "on_failure",
     "kill_grace",
     "persistent",
+    "catch_up",
+    "catch_up_limit",
 ];
 
 /// A job as read, before defaults: where it was defined and its own keys.
@@ -701,6 +708,35 @@ impl TableCtx<'_> {
                     p.persistent = self.read(key, v, |_, v| match v.get_ref() {
                         DeValue::Boolean(b) => Ok(*b),
                         other => Err(format!("expected a boolean, found {}", type_name(other))),
+                    });
+                }
+                "catch_up" => {
+                    p.catch_up = self.read(key, v, |_, v| {
+                        choice(
+                            v,
+                            &[
+                                ("latest", CatchUp::Latest),
+                                ("all", CatchUp::All),
+                                ("none", CatchUp::None),
+                            ],
+                        )
+                    });
+                }
+                "catch_up_limit" => {
+                    p.catch_up_limit = self.read(key, v, |_, v| match v.get_ref() {
+                        DeValue::Integer(i) => match i.as_str().parse::<u32>() {
+                            Ok(n) if i.radix() == 10 && (1..=MAX_CATCH_UP_LIMIT).contains(&n) => {
+                                Ok(n)
+                            }
+                            _ => Err(format!(
+                                "expected a whole number from 1 to {MAX_CATCH_UP_LIMIT}, found {}",
+                                i.as_str()
+                            )),
+                        },
+                        other => Err(format!(
+                            "expected a whole number from 1 to {MAX_CATCH_UP_LIMIT}, found {}",
+                            type_name(other)
+                        )),
                     });
                 }
                 _ => {
@@ -1382,6 +1418,8 @@ fn build_job(
     let on_failure = pick!(on_failure);
     let kill_grace = pick!(kill_grace);
     let persistent = pick!(persistent);
+    let catch_up = pick!(catch_up).unwrap_or_default();
+    let catch_up_limit = pick!(catch_up_limit);
     for (present, key) in [
         (layers.iter().any(|l| l.schedule.is_some()), "schedule"),
         (layers.iter().any(|l| l.command.is_some()), "command"),
@@ -1413,6 +1451,21 @@ fn build_job(
             job: Some(raw.name.clone()),
             key: Some(at.key.clone()),
             message,
+            scope: ErrorScope::Job,
+        }]);
+    }
+    if catch_up == CatchUp::None && persistent == Some(true) {
+        let at = layers
+            .iter()
+            .find_map(|l| l.persistent.as_ref().map(|v| &v.at))
+            .unwrap_or(&raw.at);
+        return Err(vec![ConfigError {
+            file: files[at.file].clone(),
+            line: Some(at.line),
+            column: Some(at.column),
+            job: Some(raw.name.clone()),
+            key: Some(at.key.clone()),
+            message: "persistent = true contradicts catch_up = \"none\": a firing at boot for a slot missed while the machine was off is a catch-up; drop persistent or choose catch_up = \"latest\" or \"all\"".into(),
             scope: ErrorScope::Job,
         }]);
     }
@@ -1448,7 +1501,9 @@ fn build_job(
         inhibit: inhibit.unwrap_or_default(),
         on_failure,
         kill_grace,
-        persistent: persistent.unwrap_or(true),
+        persistent: persistent.unwrap_or(catch_up != CatchUp::None),
+        catch_up,
+        catch_up_limit: catch_up_limit.unwrap_or(job::DEFAULT_CATCH_UP_LIMIT),
         source: files[raw.at.file].clone(),
         positions,
     })

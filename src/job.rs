@@ -46,6 +46,37 @@ pub enum OnInterrupted {
     Hold,
 }
 
+/// Which slots run when a firing finds that earlier elapses never ran: after downtime, or
+/// after a run that outlasted the next elapse (systemd starts no second instance of an
+/// active service, so that elapse passes without a start). Key `catch_up`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CatchUp {
+    /// One run, for the latest elapse that is due (systemd's `Persistent=` behaviour); the
+    /// elapses it passes over are recorded with that run and listed by `jobguard audit`.
+    #[default]
+    Latest,
+    /// Every elapse since the job's newest recorded slot runs once, oldest first, each as
+    /// its own attempt; at most `catch_up_limit` of them, the older ones passed over.
+    All,
+    /// Only the slot whose firing started the run; the timer gets `Persistent=false`, and
+    /// elapses that passed while the job was down or running are passed over.
+    None,
+}
+
+impl CatchUp {
+    /// The key's value as written in the job list.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CatchUp::Latest => "latest",
+            CatchUp::All => "all",
+            CatchUp::None => "none",
+        }
+    }
+}
+
+/// Default `catch_up_limit`: the most slots one catch-up runs.
+pub const DEFAULT_CATCH_UP_LIMIT: u32 = 100;
+
 /// What the shim does when the store cannot be reached within `store_wait`
 /// (key `on_store_unavailable`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -123,7 +154,13 @@ pub struct Job {
     /// Time between SIGTERM and SIGKILL when the command is stopped.
     pub kill_grace: Duration,
     /// `Persistent=` of the timer: catch up a slot missed while the machine was off.
+    /// Defaults to true unless `catch_up` is `none`.
     pub persistent: bool,
+    /// Which missed elapses run (key `catch_up`).
+    pub catch_up: CatchUp,
+    /// The most elapses one catch-up runs with [`CatchUp::All`], 1 to 10000 (key
+    /// `catch_up_limit`).
+    pub catch_up_limit: u32,
     /// The file the job was defined in.
     pub source: PathBuf,
     /// Where the job and its keys were written, for messages: by key (`user`, `store` for
@@ -243,6 +280,8 @@ impl Job {
             on_failure: None,
             kill_grace: DEFAULT_KILL_GRACE,
             persistent: true,
+            catch_up: CatchUp::Latest,
+            catch_up_limit: DEFAULT_CATCH_UP_LIMIT,
             source: source.to_path_buf(),
             positions: BTreeMap::new(),
         }

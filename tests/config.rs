@@ -1182,3 +1182,79 @@ fn check_reports_a_randomized_delay_that_reaches_the_next_elapse() {
         "{err}"
     );
 }
+
+#[test]
+fn catch_up_and_its_limit_layer_and_bad_values_are_named() {
+    use jobguard::job::CatchUp;
+    let d = Dir::new();
+    let text = format!(
+        "[defaults]\ncatch_up = \"all\"\n\n[jobs.a]\n{GOOD}\n[jobs.b]\n{GOOD}catch_up = \"none\"\n\n\
+         [jobs.c]\n{GOOD}catch_up = \"latest\"\ncatch_up_limit = 7\n"
+    );
+    d.write("jobs.toml", &text);
+    let set = d.load();
+    assert!(set.errors.is_empty(), "{:#?}", set.errors);
+    let job = |n: &str| set.jobs.get(n).expect("job");
+    assert_eq!(
+        (job("a").catch_up, job("a").catch_up_limit),
+        (CatchUp::All, 100)
+    );
+    assert!(job("a").persistent);
+    // No catch-up: the timer does not fire at boot for a slot missed while down.
+    assert_eq!(job("b").catch_up, CatchUp::None);
+    assert!(!job("b").persistent);
+    assert_eq!(
+        (job("c").catch_up, job("c").catch_up_limit),
+        (CatchUp::Latest, 7)
+    );
+
+    let text = format!(
+        "[jobs.a]\n{GOOD}catch_up = \"every\"\ncatch_up_limit = 0\n\n\
+         [jobs.b]\n{GOOD}catch_up_limit = \"10\"\n\n\
+         [jobs.c]\n{GOOD}catch_up = \"none\"\npersistent = true\n"
+    );
+    let f = d.write("jobs.toml", &text);
+    let set = d.load();
+    let keys: Vec<&str> = set.errors.iter().filter_map(|e| e.key.as_deref()).collect();
+    assert_eq!(
+        keys,
+        [
+            "jobs.a.catch_up",
+            "jobs.a.catch_up_limit",
+            "jobs.b.catch_up_limit",
+            "jobs.c.persistent"
+        ],
+        "{:#?}",
+        set.errors
+    );
+    assert_at(
+        &set.errors[0],
+        &f,
+        pos(&text, "", "\"every\""),
+        "jobs.a.catch_up",
+    );
+    assert!(
+        set.errors[0]
+            .message
+            .contains("expected one of \"latest\", \"all\", \"none\""),
+        "{}",
+        set.errors[0]
+    );
+    assert!(
+        set.errors[1].message.contains("from 1 to 10000"),
+        "{}",
+        set.errors[1]
+    );
+    assert_at(
+        &set.errors[3],
+        &f,
+        pos(&text, "persistent = true", "true"),
+        "jobs.c.persistent",
+    );
+    assert!(
+        set.errors[3].message.contains("contradicts"),
+        "{}",
+        set.errors[3]
+    );
+    assert_eq!(set.jobs.len(), 0, "no bad job is kept");
+}

@@ -8,7 +8,7 @@ use std::process::Stdio;
 
 use std::time::{Duration, Instant};
 
-use support::{Sandbox, stderr, wait_until};
+use support::{Sandbox, stderr, stdout, wait_until};
 
 /// A timer's fire time (2026-11-29T02:03:00Z, µs): marks a run as timer-started. It
 /// does not pick the slot (systemd 252 keeps giving later firings the first one's).
@@ -1766,4 +1766,186 @@ fn a_live_holder_on_this_host_still_makes_the_next_run_skip() {
     let h = sb.history("livelease");
     assert_eq!(h.len(), 1, "{h:#?}");
     assert_eq!(h[0]["outcome"], "succeeded");
+}
+
+/// A job every 2 s whose first execution takes `first_secs` and later ones none; each
+/// execution appends its `JOBGUARD_SLOT`.
+fn overrunning_job(extra: &str, first_secs: u32) -> String {
+    format!(
+        "[jobs.over]\nschedule = \"*-*-* *:*:0/2 UTC\"\n\
+         command = [\"/bin/sh\", \"-c\", \"echo \\\"$JOBGUARD_SLOT\\\" >> \\\"$OUT\\\"; \
+         if [ ! -e \\\"$OUT.first\\\" ]; then touch \\\"$OUT.first\\\"; sleep {first_secs}; fi\"]\n\
+         environment = {{ OUT = \"@DIR@/slots\" }}\n{extra}\n"
+    )
+}
+
+/// Waits until 0.1 s past an even second, so that a run of the 2-second job starts at
+/// its slot: returns that slot, µs since the epoch.
+fn start_of_an_even_second() -> i64 {
+    loop {
+        let now = now_usec();
+        let into = now.rem_euclid(2_000_000);
+        if (100_000..300_000).contains(&into) {
+            return now - into;
+        }
+        std::thread::sleep(Duration::from_micros(
+            (2_100_000 - into).rem_euclid(2_000_000) as u64,
+        ));
+    }
+}
+
+fn slot_text(usec: i64) -> String {
+    jiff::Timestamp::from_microsecond(usec)
+        .expect("in range")
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+/// Issue 9: a run that outlasts the next elapse. systemd starts no second instance of an
+/// active service, and other hosts find the lease held, so that elapse used to pass with
+/// nobody running it. With the default `catch_up = "latest"` the shim runs it after its
+/// own slot, as one catch-up run.
+#[test]
+fn an_elapse_that_passes_while_the_run_lasts_is_run_after_it() {
+    let sb = Sandbox::new(&overrunning_job("", 3));
+    let slot = start_of_an_even_second();
+    let out = timer_run(&sb, "over");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let slots: Vec<String> = sb.read("slots").lines().map(str::to_string).collect();
+    assert_eq!(
+        slots,
+        [slot_text(slot), slot_text(slot + 2_000_000)],
+        "the slot that elapsed during the 3 s run ran once after it: {}",
+        stderr(&out)
+    );
+    let h = sb.history("over");
+    assert_eq!(h.len(), 2, "{h:#?}");
+    assert_eq!(h[0]["trigger"], "catch-up");
+    assert_eq!(h[0]["outcome"], "succeeded");
+    assert_eq!(h[1]["trigger"], "timer");
+    // Nothing is left for audit to flag.
+    let out = sb.run(&[
+        "audit",
+        "over",
+        "--since",
+        &slot_text(slot - 1_000_000),
+        "--until",
+        &slot_text(slot + 3_000_000),
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+}
+
+/// With `catch_up = "latest"`, a run that outlasts two elapses runs only the newer one,
+/// and the older one is recorded as passed over, which `audit` lists without alarm.
+#[test]
+fn latest_catch_up_after_a_long_run_passes_over_the_older_elapses() {
+    let sb = Sandbox::new(&overrunning_job("", 5));
+    let slot = start_of_an_even_second();
+    let out = timer_run(&sb, "over");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let slots: Vec<String> = sb.read("slots").lines().map(str::to_string).collect();
+    assert_eq!(
+        slots,
+        [slot_text(slot), slot_text(slot + 4_000_000)],
+        "{}",
+        stderr(&out)
+    );
+    // The catch-up run records what it passed over, which `audit` lists as passed_over
+    // (not as missed) once the slots are past the job's grace.
+    let h = sb.history("over");
+    assert_eq!(h[0]["trigger"], "catch-up");
+    assert_eq!(h[0]["report"]["jobguard.passed_over"], "1", "{h:#?}");
+    assert_eq!(
+        h[0]["report"]["jobguard.passed_over_after"],
+        slot_text(slot),
+        "{h:#?}"
+    );
+}
+
+/// With `catch_up = "all"`, every elapse a long run outlasted runs once after it, oldest
+/// first, each with its own slot.
+#[test]
+fn all_catch_up_after_a_long_run_runs_every_elapse_it_outlasted_oldest_first() {
+    let sb = Sandbox::new(&overrunning_job("catch_up = \"all\"", 5));
+    let slot = start_of_an_even_second();
+    let out = timer_run(&sb, "over");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let slots: Vec<String> = sb.read("slots").lines().map(str::to_string).collect();
+    assert_eq!(
+        slots,
+        [
+            slot_text(slot),
+            slot_text(slot + 2_000_000),
+            slot_text(slot + 4_000_000)
+        ],
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// With `catch_up = "none"`, only the firing's own slot runs; the elapse the run outlasted
+/// is passed over (recorded by the next claim), and the timer is not persistent.
+#[test]
+fn no_catch_up_runs_only_the_firings_own_slot() {
+    let sb = Sandbox::new(&overrunning_job("catch_up = \"none\"", 3));
+    let slot = start_of_an_even_second();
+    let out = timer_run(&sb, "over");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        sb.read("slots").lines().collect::<Vec<_>>(),
+        [slot_text(slot)]
+    );
+}
+
+/// With `catch_up = "all"`, a firing after downtime runs every slot since the newest
+/// recorded one, oldest first, each as its own attempt with its own slot, then its own;
+/// `catch_up_limit` keeps the newest ones and passes over the rest.
+#[test]
+fn all_catch_up_after_downtime_runs_each_missed_slot_once_oldest_first() {
+    for (limit, expect_days) in [
+        ("", vec![3, 2, 1, 0]),
+        ("catch_up_limit = 1", vec![3, 1, 0]),
+    ] {
+        let sb = Sandbox::new(&job(
+            "nightly",
+            "echo \"$JOBGUARD_SLOT $JOBGUARD_IDEMPOTENCY_KEY\" >> \"$OUT\"",
+            &format!("catch_up = \"all\"\n{limit}\nenvironment = {{ OUT = \"@DIR@/out\" }}"),
+        ));
+        let out = sb.run(&["run", "nightly", "--slot", &slot_days_ago(3)]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let out = timer_run(&sb, "nightly");
+        assert!(out.status.success(), "{}", stderr(&out));
+        let lines: Vec<String> = sb.read("out").lines().map(str::to_string).collect();
+        let slots: Vec<&str> = lines
+            .iter()
+            .map(|l| l.split(' ').next().unwrap_or(""))
+            .collect();
+        let want: Vec<String> = expect_days.iter().map(|d| slot_days_ago(*d)).collect();
+        assert_eq!(slots, want, "{limit}: {}", stderr(&out));
+        let mut keys: Vec<&str> = lines
+            .iter()
+            .map(|l| l.split(' ').nth(1).unwrap_or(""))
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        assert_eq!(
+            keys.len(),
+            lines.len(),
+            "each slot has its own key: {lines:?}"
+        );
+        // A second firing finds nothing more to do.
+        let again = timer_run(&sb, "nightly");
+        assert!(
+            stderr(&again).contains("already succeeded"),
+            "{}",
+            stderr(&again)
+        );
+        assert_eq!(sb.read("out").lines().count(), lines.len());
+    }
 }

@@ -15,6 +15,9 @@
 //! of `jobguard@.service`), and a full disk under the SQLite store. Then a quiet tail
 //! lets the recovery passes settle.
 //!
+//! Every job has `catch_up = "all"`: a slot whose firing was dropped (its host down, or a
+//! run outlasting it) must still run, so every elapse is expected to succeed.
+//!
 //! Ground truth: every execution of a job's command inserts one row into a table of the
 //! soak's own in the machine's PostgreSQL (database `test`, never faulted), with start,
 //! heartbeats every 0.5 s and end from that server's clock, the slot, the run id, the
@@ -1197,7 +1200,7 @@ fn every_slot_runs_once_under_faults() {
         .collect();
     let defaults = "[defaults]\nstore_file = \"/etc/jobguard/store.url\"\nlease_ttl = \"10s\"\n\
                     kill_grace = \"2s\"\nstore_wait = \"30s\"\nclock_tolerance = \"30s\"\n\
-                    on_interrupted = \"rerun\"\n"
+                    on_interrupted = \"rerun\"\ncatch_up = \"all\"\n"
         .to_string();
     let mut soak = Soak {
         kind,

@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use crate::exit;
 use crate::identity;
-use crate::job::{Job, OnInterrupted, OnStoreUnavailable};
+use crate::job::{CatchUp, Job, OnInterrupted, OnStoreUnavailable};
 use crate::journal::{self, Event, Kind};
 use crate::lease::{Holder, Lease};
 use crate::ledger::{Finish, NewRun, Outcome, Resolution, Run, Slot, format_usec};
@@ -164,8 +164,40 @@ pub fn run(job: &Job, req: &Request) -> u8 {
     // refuses a slot older than one already recorded; each claim is one store call.
     let by_trigger = req.slot.is_none() && !req.force;
     let mut status = exit::OK;
+    let mut note = |s: u8| {
+        if status == exit::OK {
+            status = s;
+        }
+    };
+    // With catch_up = "all", the elapses since the newest recorded slot run first.
+    if by_trigger && job.catch_up == CatchUp::All {
+        match missed_before(job, store.as_mut(), &current.slot) {
+            Ok(missed) => {
+                for usec in missed {
+                    let slot = Slot {
+                        usec,
+                        zone: current.slot.zone.clone(),
+                    };
+                    let r = run_catch_up(
+                        job,
+                        store.as_mut(),
+                        &mut lock,
+                        &holder,
+                        account.as_ref(),
+                        &slot,
+                    );
+                    note(r.code);
+                    if r.busy || child::stop_requested() {
+                        break;
+                    }
+                }
+            }
+            Err(e) => return store_failed(job, &e),
+        }
+    }
     let mut reruns: Vec<i64> = Vec::new();
     let mut queued_first = by_trigger;
+    let mut last_ran = None;
     loop {
         if child::stop_requested() {
             // An operator's stop ends the shim: no further slot is started.
@@ -183,7 +215,7 @@ pub fn run(job: &Job, req: &Request) -> u8 {
             queued_first,
             in_order: by_trigger,
         };
-        let (s, ran) = run_slot(
+        let r = run_slot(
             job,
             store.as_mut(),
             &mut lock,
@@ -191,10 +223,8 @@ pub fn run(job: &Job, req: &Request) -> u8 {
             account.as_ref(),
             &attempt,
         );
-        if status == exit::OK {
-            status = s;
-        }
-        match ran {
+        note(r.code);
+        match r.ran {
             // A queued re-run ran; claim again for the next one or for this slot.
             Some(slot) if slot != current.slot.usec => {
                 // A slot that comes back (its end could not be recorded) is not taken
@@ -204,10 +234,122 @@ pub fn run(job: &Job, req: &Request) -> u8 {
                 }
                 reruns.push(slot);
             }
-            _ => break,
+            ran => {
+                last_ran = ran;
+                break;
+            }
+        }
+    }
+    // Elapses that passed while this shim ran: systemd starts no second instance of an
+    // active service, and other hosts found the lease held, so nobody else runs them.
+    if by_trigger
+        && job.catch_up != CatchUp::None
+        && let Some(mut done) = last_ran
+    {
+        while !child::stop_requested() {
+            let now = crate::clock::Clock::now_usec(&crate::clock::SystemClock);
+            let limit = match job.catch_up {
+                CatchUp::All => job.catch_up_limit as usize,
+                _ => 1,
+            };
+            let (due, _) = slot::elapses_up_to(&job.calendar, done, now, limit);
+            let Some(&newest) = due.last() else {
+                break;
+            };
+            for usec in due {
+                let slot = Slot {
+                    usec,
+                    zone: current.slot.zone.clone(),
+                };
+                let r = run_catch_up(
+                    job,
+                    store.as_mut(),
+                    &mut lock,
+                    &holder,
+                    account.as_ref(),
+                    &slot,
+                );
+                note(r.code);
+                if r.busy || child::stop_requested() {
+                    return status;
+                }
+            }
+            done = newest;
         }
     }
     status
+}
+
+/// The elapses before `slot` that have no record, oldest first, for `catch_up = "all"`:
+/// those after the newest slot recorded before it, at most `catch_up_limit` (the older
+/// ones are passed over, and recorded so by the first claim). Reads the job's most
+/// recently started records (one store call).
+///
+/// # Errors
+/// The store's, from [`Store::runs`].
+fn missed_before(job: &Job, store: &mut dyn Store, slot: &Slot) -> Result<Vec<i64>, StoreError> {
+    let recent = store.runs(&store::RunQuery {
+        job: Some(job.name.clone()),
+        limit: 20,
+        ..store::RunQuery::default()
+    })?;
+    // A job with no record has nothing to catch up: its history starts now.
+    let Some(newest) = recent
+        .iter()
+        .map(|r| r.slot.usec)
+        .filter(|&s| s < slot.usec)
+        .max()
+    else {
+        return Ok(Vec::new());
+    };
+    if recent.iter().any(|r| r.slot.usec >= slot.usec) {
+        return Ok(Vec::new());
+    }
+    let (mut missed, more) = slot::elapses_up_to(
+        &job.calendar,
+        newest,
+        slot.usec,
+        job.catch_up_limit as usize + 1,
+    );
+    // The last one is `slot` itself.
+    missed.retain(|&s| s < slot.usec);
+    if more || missed.len() > job.catch_up_limit as usize {
+        let keep = job.catch_up_limit as usize;
+        let cut = missed.len().saturating_sub(keep);
+        missed.drain(..cut);
+        let mut ev = Event::new(
+            Kind::GapDetected,
+            &job.name,
+            format!(
+                "catch-up: more than {keep} slots elapsed since slot {}; the {keep} newest run, the older ones are passed over (catch_up_limit)",
+                format_usec(newest)
+            ),
+        );
+        ev.slot = Some(slot.rfc3339());
+        ev.reason = Some("catch-up-limit".into());
+        journal::emit(&ev);
+    }
+    Ok(missed)
+}
+
+/// Runs one elapse that a catch-up found (trigger `catch-up`). A slot that is already
+/// done or behind the ledger (another host caught it up) is passed quietly by the claim.
+fn run_catch_up(
+    job: &Job,
+    store: &mut dyn Store,
+    lock: &mut JobLock,
+    holder: &Holder,
+    account: Option<&child::Account>,
+    slot: &Slot,
+) -> SlotResult {
+    let attempt = Attempt {
+        slot,
+        trigger: "catch-up",
+        force: false,
+        queued_first: false,
+        in_order: true,
+    };
+    run_slot(job, store, lock, holder, account, &attempt)
 }
 
 /// At most this many queued re-runs are run by one invocation before its own slot.
@@ -252,12 +394,12 @@ fn run_queued(
             queued_first: true,
             in_order: false,
         };
-        let (s, ran) = run_slot(job, store, lock, holder, account, &attempt);
+        let r = run_slot(job, store, lock, holder, account, &attempt);
         if status == exit::OK {
-            status = s;
+            status = r.code;
         }
         tried.push(next.usec);
-        tried.extend(ran);
+        tried.extend(r.ran);
     }
     status
 }
@@ -479,8 +621,17 @@ fn skip(job: &Job, slot: &Slot, kind: Kind, reason: &str, message: String) -> u8
     exit::OK
 }
 
+/// What [`run_slot`] did.
+struct SlotResult {
+    /// Exit status of [`crate::exit`].
+    code: u8,
+    /// The slot that ran (µs since the epoch), if one did.
+    ran: Option<i64>,
+    /// Another holder's lease was in the way: it, not this shim, serves the job now.
+    busy: bool,
+}
+
 /// Claims a slot (the one asked for, or a queued re-run the store picks) and runs it.
-/// Returns the exit status and the slot that ran, if one did.
 fn run_slot(
     job: &Job,
     store: &mut dyn Store,
@@ -488,7 +639,7 @@ fn run_slot(
     holder: &Holder,
     account: Option<&child::Account>,
     attempt: &Attempt<'_>,
-) -> (u8, Option<i64>) {
+) -> SlotResult {
     let slot = attempt.slot;
     let mut req = ClaimRequest::new(
         NewRun {
@@ -536,7 +687,11 @@ fn run_slot(
         }
         break answer;
     };
-    let skipped = |code| (code, None);
+    let skipped = |code| SlotResult {
+        code,
+        ran: None,
+        busy: false,
+    };
     let mut passed_over = None;
     let (lease, run) = match answer {
         Ok(Claim::Claimed {
@@ -557,6 +712,8 @@ fn run_slot(
             let host = req.clock.map_or(0, |c| c.host_now);
             return skipped(clock_skew(job, store, host, store_now));
         }
+        // A catch-up found the slot recorded later by another host: nothing to say.
+        Ok(Claim::SlotBehind { .. }) if attempt.trigger == "catch-up" => return skipped(exit::OK),
         Ok(Claim::SlotBehind { newest }) => {
             return skipped(skip(
                 job,
@@ -606,19 +763,22 @@ fn run_slot(
             let running = run
                 .map(|r| format!(", {}", describe_run(&r)))
                 .unwrap_or_default();
-            return skipped(skip(
-                job,
-                slot,
-                Kind::SkippedLeaseHeld,
-                "lease-held",
-                format!(
-                    "slot {}: the lease is held by host {} (token {}) until {}{running}",
-                    slot.rfc3339(),
-                    lease.host,
-                    lease.token,
-                    format_usec(lease.expire_at)
-                ),
-            ));
+            return SlotResult {
+                busy: true,
+                ..skipped(skip(
+                    job,
+                    slot,
+                    Kind::SkippedLeaseHeld,
+                    "lease-held",
+                    format!(
+                        "slot {}: the lease is held by host {} (token {}) until {}{running}",
+                        slot.rfc3339(),
+                        lease.host,
+                        lease.token,
+                        format_usec(lease.expire_at)
+                    ),
+                ))
+            };
         }
         Err(e) => return skipped(store_failed(job, &e)),
     };
@@ -651,7 +811,11 @@ fn run_slot(
                 if let Err(e) = store.finish(&lease, &run.run_id, &lost) {
                     eprintln!("jobguard: {}: {e}", job.name);
                 }
-                return (exit::LEASE_LOST, Some(run.slot.usec));
+                return SlotResult {
+                    code: exit::LEASE_LOST,
+                    ran: Some(run.slot.usec),
+                    busy: false,
+                };
             }
         }
     }
@@ -663,7 +827,11 @@ fn run_slot(
     if let Err(e) = lock.clear_run_id() {
         eprintln!("jobguard: {}: {e}", job.name);
     }
-    (code, Some(ran))
+    SlotResult {
+        code,
+        ran: Some(ran),
+        busy: false,
+    }
 }
 
 /// Runs the command for a claimed slot and records how it ended.

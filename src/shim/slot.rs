@@ -169,6 +169,36 @@ pub fn for_request(job: &Job, given: Option<&str>, now_usec: i64) -> Result<Curr
     }
 }
 
+/// The elapses after `after_usec` and at or before `upto_usec` (µs since the epoch), oldest
+/// first: the newest `limit` of them, and whether older ones were left out. Walks
+/// backward from `upto_usec`, so the cost is `limit` steps however long the gap.
+pub fn elapses_up_to(
+    cal: &CalendarSpec,
+    after_usec: i64,
+    upto_usec: i64,
+    limit: usize,
+) -> (Vec<i64>, bool) {
+    let mut out = Vec::new();
+    let mut at = upto_usec;
+    while let Some(p) = Timestamp::from_microsecond(at)
+        .ok()
+        .and_then(|t| cal.previous_elapse(t))
+        .map(|p| p.as_microsecond())
+    {
+        if p <= after_usec {
+            break;
+        }
+        if out.len() == limit {
+            out.reverse();
+            return (out, true);
+        }
+        out.push(p);
+        at = p - 1;
+    }
+    out.reverse();
+    (out, false)
+}
+
 /// Elapses strictly between `after_usec` and `before_usec` (µs since the epoch), at most
 /// `max` of them: the slots that never ran in a gap.
 pub fn elapses_between(
