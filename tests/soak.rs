@@ -1410,7 +1410,7 @@ fn check(soak: &Soak, truth: &Truth, begin: i64, last: i64) -> Report {
                 "/root/soak-all.toml",
                 "--json",
                 "--limit",
-                "0",
+                "1000000",
             ])
             .expect("jobguard history");
         let rows = match serde_json::from_slice::<Value>(&out.stdout) {
@@ -1445,6 +1445,19 @@ fn check(soak: &Soak, truth: &Truth, begin: i64, last: i64) -> Report {
                 format!("ledger: {} {}", field(r, "outcome"), field(r, "reason"))
             })
     };
+
+    // Nothing vanishes: every execution's run has its record in the ledger.
+    for e in &execs {
+        let known = ledger
+            .get(&e.job)
+            .is_some_and(|rows| rows.iter().any(|r| field(r, "run_id") == e.run_id));
+        if !known {
+            violations.push(format!(
+                "{} slot {}: execution {} on {} has no record in the ledger",
+                e.job, e.slot_text, e.run_id, e.host
+            ));
+        }
+    }
 
     // Per (job, slot): executions, from the ground truth.
     let mut by_slot: BTreeMap<(String, i64), Vec<&Exec>> = BTreeMap::new();
