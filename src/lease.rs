@@ -62,6 +62,11 @@ pub struct Lease {
 /// time to live; an offset between the two clocks does not count, because the expiry is
 /// measured on this host from the moment the confirmed call was sent (the store computes
 /// it from its own clock when it receives the call, which is later).
+///
+/// It is also all the lease may have left when the shim itself dies (just before its own
+/// SIGKILL was due), so whatever ends the processes of a dead shim must do so within it:
+/// under systemd the template's `KillMode=mixed` SIGKILLs every process left in the
+/// unit's cgroup as soon as the shim is gone (see [`crate::render`]).
 pub const FENCE_MARGIN: Duration = Duration::from_secs(1);
 
 /// When, after the send time of its last confirmed grant or renewal, the holder of a lease

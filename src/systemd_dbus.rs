@@ -1,7 +1,8 @@
 //! What systemd knows about a job's units, read over D-Bus from `org.freedesktop.systemd1`
 //! (org.freedesktop.systemd1(5)): the timer's next elapse and last trigger, and the
-//! active state of the timer and the service. Used by `jobguard status`, never by the
-//! shim or the generator.
+//! active state of the timer and the service; and how systemd will end a job's service
+//! (`KillMode=`, `SendSIGKILL=`, `TimeoutStopSec=`). Used by `jobguard status` and
+//! `jobguard check`, never by the shim or the generator.
 //!
 //! Units are looked up with `Manager.LoadUnit` (which also answers for a unit that is not
 //! loaded, with `LoadState=not-found`), then their properties are read one by one with
@@ -98,6 +99,53 @@ pub fn read_jobs(jobs: &[&str]) -> Result<Vec<JobUnits>, SystemdError> {
                 },
                 service: unit(&conn, &service).await?.0,
             });
+        }
+        Ok(out)
+    })
+}
+
+/// How systemd will end a job's service, as it has the unit loaded (systemd.kill(5),
+/// org.freedesktop.systemd1(5) "Service Unit Objects").
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KillSettings {
+    /// `jobguard@JOB.service` and its `LoadState`; the other fields are read only when
+    /// it is `loaded` (otherwise empty, `false` and 0).
+    pub unit: UnitState,
+    /// `KillMode`: `control-group`, `mixed`, `process` or `none`.
+    pub kill_mode: String,
+    /// `SendSIGKILL`: whether the stop ends with SIGKILL to what is left.
+    pub send_sigkill: bool,
+    /// `TimeoutStopUSec`, µs; `u64::MAX` is infinity.
+    pub timeout_stop_usec: u64,
+}
+
+/// Reads the kill settings of each job's service in `jobs` from the system manager, in
+/// order.
+///
+/// # Errors
+/// [`SystemdError::Bus`] when the system bus or systemd cannot be reached, or a call
+/// fails.
+pub fn read_kill_settings(jobs: &[&str]) -> Result<Vec<KillSettings>, SystemdError> {
+    zbus::block_on(async {
+        let conn = zbus::connection::Builder::system()
+            .method_timeout(CALL_TIMEOUT)
+            .build()
+            .await?;
+        let iface = "org.freedesktop.systemd1.Service";
+        let mut out = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            let (_, service) = unit_names(job);
+            let (unit, path) = unit(&conn, &service).await?;
+            let mut k = KillSettings {
+                unit,
+                ..KillSettings::default()
+            };
+            if k.unit.load_state == "loaded" {
+                k.kill_mode = String::try_from(get(&conn, &path, iface, "KillMode").await?)?;
+                k.send_sigkill = bool::try_from(get(&conn, &path, iface, "SendSIGKILL").await?)?;
+                k.timeout_stop_usec = get_u64(&conn, &path, iface, "TimeoutStopUSec").await?;
+            }
+            out.push(k);
         }
         Ok(out)
     })

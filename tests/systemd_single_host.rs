@@ -636,8 +636,9 @@ fn a_killed_shims_leftover_processes_end_before_the_rerun_under_systemd() {
         return;
     }
     // Attempt 1 leaves a grandchild (the inner sh and its sleep) that PR_SET_PDEATHSIG does
-    // not reach; KillMode=mixed leaves it to the stop timeout. Recover must end it before
-    // the slot runs again, so the two attempts never overlap.
+    // not reach. KillMode=mixed SIGKILLs it as soon as the shim is gone (measured in
+    // a_killed_shims_grandchildren_are_dead_before_its_lease_could_expire); recover's
+    // leftover cleanup is the second net. Either way the two attempts never overlap.
     let jobs = "[jobs.orphan]\n\
                 schedule = \"*-01-01 00:00:00 UTC\"\n\
                 command = ['/bin/sh', '-c', 'echo \"$JOBGUARD_ATTEMPT start\" >> /var/lib/orphan-test/lines; \
@@ -694,6 +695,192 @@ fn a_killed_shims_leftover_processes_end_before_the_rerun_under_systemd() {
         "attempt 1's grandchild still runs: {ps}"
     );
     assert_eq!(lines(), "1 start\n2 start\n2 end\n");
+}
+
+/// Microseconds since the epoch of an RFC 3339 time as `jobguard status --json` prints it.
+fn usec_of(rfc3339: &str) -> i64 {
+    rfc3339
+        .parse::<jiff::Timestamp>()
+        .unwrap_or_else(|e| panic!("{rfc3339}: {e}"))
+        .as_microsecond()
+}
+
+/// The expiry (µs, store clock) of `job`'s live lease, from `jobguard status --json`.
+fn lease_expiry(c: &Container, job: &str) -> Option<i64> {
+    let out = c.exec(&["jobguard", "status", "--json"]).ok()?;
+    let v: Value = serde_json::from_slice(&out.stdout).ok()?;
+    let entry = v["jobs"].as_array()?.iter().find(|j| j["job"] == job)?;
+    entry["lease"]["expire_at"].as_str().map(usec_of)
+}
+
+/// The last heartbeat (µs since the epoch) in a file of `date +%s%6N` lines inside.
+fn last_heartbeat(c: &Container, path: &str) -> Option<i64> {
+    let out = c.exec(&["cat", path]).ok()?;
+    text(&out)
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .max()
+}
+
+/// Issue 9: when the shim is SIGKILLed, every process of its attempt must be dead before
+/// its lease could expire by the store's clock (the rule `check_fence` states for the live
+/// shim), also a grandchild that ignores SIGTERM and one that left the process group with
+/// setsid(): otherwise another host can claim the slot while they still run. Each writes a
+/// heartbeat every 0.2 s; the shim gets SIGKILL at a moment when its lease has at least
+/// FENCE_MARGIN (1 s) left but may have no more, so the heartbeats must stop within 1 s of
+/// the kill, and before the lease's expiry as the store has it.
+#[test]
+fn a_killed_shims_grandchildren_are_dead_before_its_lease_could_expire() {
+    if !ready("a_killed_shims_grandchildren_are_dead_before_its_lease_could_expire") {
+        return;
+    }
+    let dir = "/var/lib/beat-test";
+    let jobs = format!(
+        "[jobs.beat]\n\
+         schedule = \"*-01-01 00:00:00 UTC\"\n\
+         lease_ttl = \"6s\"\n\
+         kill_grace = \"1s\"\n\
+         command = ['/bin/sh', '-c', '''\n\
+         sh -c 'trap \"\" TERM; while :; do date +%s%6N >> {dir}/$JOBGUARD_ATTEMPT-ignores-term; sleep 0.2; done' &\n\
+         setsid sh -c 'while :; do date +%s%6N >> {dir}/$JOBGUARD_ATTEMPT-setsid; sleep 0.2; done' &\n\
+         wait\n\
+         ''']\n"
+    );
+    let c = boot("beat", &jobguard_options(&jobs).dir(dir));
+    // Attempt 1's heartbeats: once the lease is gone, jobguard-recover.timer may run the
+    // slot again (attempt 2, files of its own).
+    let files = [format!("{dir}/1-ignores-term"), format!("{dir}/1-setsid")];
+    c.exec_ok(&["systemctl", "start", "--no-block", "jobguard@beat.service"])
+        .expect("start");
+    common::wait_for(
+        "both heartbeats",
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        || {
+            Ok(files
+                .iter()
+                .all(|f| last_heartbeat(&c, f).is_some())
+                .then_some(()))
+        },
+    )
+    .expect("the command and its grandchildren run");
+    // Past the first renewal (every 2 s for these settings).
+    std::thread::sleep(Duration::from_millis(2500));
+    let before = lease_expiry(&c, "beat").expect("the running shim holds a lease");
+    let pid = prop(&c, "jobguard@beat.service", "MainPID");
+    let killed: i64 = c
+        .sh_ok(&format!("date +%s%6N; kill -KILL {pid}"))
+        .expect("SIGKILL the shim")
+        .trim()
+        .parse()
+        .expect("kill time");
+    // A renewal sent just before the kill may have moved the expiry on; one read now has
+    // it. Later, recover may release the lease of the dead shim: then the earlier read
+    // stands, which can only be earlier than the truth.
+    let expiry = lease_expiry(&c, "beat").unwrap_or(before).max(before);
+    let wait = Duration::from_micros((expiry - killed).max(0) as u64) + Duration::from_millis(1500);
+    std::thread::sleep(wait);
+    let ms = |usec: i64| (usec - killed) as f64 / 1000.0;
+    let mut report = format!(
+        "shim pid {pid} SIGKILLed at {killed} µs; lease expires {:.0} ms later",
+        ms(expiry)
+    );
+    let mut last = Vec::new();
+    for f in &files {
+        let hb = last_heartbeat(&c, f).expect("heartbeats");
+        report.push_str(&format!(
+            "; last heartbeat of {f} {:.0} ms after the kill",
+            ms(hb)
+        ));
+        last.push(hb);
+    }
+    // Processes of attempt 1, by the environment the shim gave them.
+    let ps = c
+        .sh_ok(
+            "for e in /proc/[0-9]*/environ; do \
+             grep -qzx JOBGUARD_ATTEMPT=1 $e 2>/dev/null && tr '\\0' ' ' < ${e%environ}cmdline && echo; \
+             done; true",
+        )
+        .unwrap_or_default();
+    eprintln!("{report}");
+    if last
+        .iter()
+        .any(|hb| *hb >= expiry || *hb >= killed + 1_000_000)
+    {
+        let journal = c
+            .exec(&[
+                "journalctl",
+                "-u",
+                "jobguard@beat.service",
+                "-o",
+                "short-precise",
+                "--no-pager",
+            ])
+            .map(|o| text(&o))
+            .unwrap_or_default();
+        report.push_str(&format!("\n--- the service's journal:\n{journal}"));
+    }
+    for hb in &last {
+        assert!(
+            *hb < expiry,
+            "a process of the killed shim's attempt outlived its lease: {report}\nstill running:\n{ps}"
+        );
+        assert!(
+            *hb < killed + 1_000_000,
+            "a process of the killed shim's attempt ran on for more than the 1 s safety margin \
+             (the lease may have only that left when the shim dies): {report}\nstill running:\n{ps}"
+        );
+    }
+    assert!(
+        ps.trim().is_empty(),
+        "still running after the lease expired:\n{ps}"
+    );
+}
+
+/// The bound above holds because of the template's `KillMode=mixed` and `SendSIGKILL=yes`;
+/// an operator's drop-in that changes either would break it, and `jobguard check` says so
+/// with the numbers (and is content with the template as shipped).
+#[test]
+fn check_refuses_a_kill_mode_that_lets_a_dead_shims_processes_outlive_the_lease() {
+    if !ready("check_refuses_a_kill_mode_that_lets_a_dead_shims_processes_outlive_the_lease") {
+        return;
+    }
+    let jobs = "[jobs.beat]\n\
+                schedule = \"*-01-01 00:00:00 UTC\"\n\
+                lease_ttl = \"6s\"\n\
+                kill_grace = \"1s\"\n\
+                command = [\"/bin/true\"]\n";
+    let c = boot("killcheck", &jobguard_options(jobs));
+    let check = || {
+        let out = c.exec(&["jobguard", "check"]).expect("jobguard check");
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.code(), err)
+    };
+    let (code, err) = check();
+    assert_eq!(code, Some(0), "as shipped: {err}");
+    let dropin = "/etc/systemd/system/jobguard@beat.service.d/90-kill.conf";
+    for (setting, expected) in [
+        (
+            "KillMode=control-group",
+            "/etc/jobguard/jobs.toml: jobs.beat: jobguard@beat.service: KillMode=control-group: \
+             when the shim dies, a process of the job that ignores SIGTERM runs on until \
+             TimeoutStopSec=31s has passed, while the lease may have only 1s left (lease_ttl 6s)",
+        ),
+        (
+            "SendSIGKILL=no",
+            "/etc/jobguard/jobs.toml: jobs.beat: jobguard@beat.service: SendSIGKILL=no: when the \
+             shim dies, a process of the job that ignores SIGTERM is never killed",
+        ),
+    ] {
+        c.write_file(dropin, format!("[Service]\n{setting}\n"))
+            .expect("write the drop-in");
+        c.exec_ok(&["systemctl", "daemon-reload"])
+            .expect("daemon-reload");
+        let (code, err) = check();
+        assert_eq!(code, Some(1), "with {setting}: {err}");
+        assert!(err.contains(expected), "with {setting}:\n{err}");
+        assert!(err.contains("(on this host)"), "{err}");
+    }
 }
 
 /// [`common::psql`] in database `test`.

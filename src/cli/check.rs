@@ -12,16 +12,27 @@
 //! wrong, and also make the exit status 1; the generator does not check them, since a
 //! user or file may appear after boot.
 //!
+//! Under systemd it also reads how systemd will end each job's service (over D-Bus,
+//! [`crate::systemd_dbus::read_kill_settings`]): a drop-in of the operator's that sets
+//! `KillMode=` to anything but `mixed`, or `SendSIGKILL=no`, would let the job's processes
+//! outlive the lease of a shim that died ([`kill_problem`]); that is a problem on this
+//! host too, printed as `FILE: jobs.JOB: jobguard@JOB.service: MESSAGE (on this host)`.
+//! Without systemd on the system bus this part is left out.
+//!
 //! Last, warnings that do not change the exit status (`FILE: KEY: warning: MESSAGE`):
 //! a `store_file` others may read, `#insecure` TLS, and a Redis store without
 //! persistence or with an eviction policy (the one check that connects to a store).
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use crate::cli::ConfigArgs;
 use crate::config::{self, ConfigSource, JobSet};
 use crate::job::Job;
+use crate::lease::FENCE_MARGIN;
+use crate::systemd_dbus::KillSettings;
+use crate::timespan::TimeSpan;
 
 /// The `PATH` a run looks commands up in when the shim has none (systemd's default for
 /// system services, systemd.exec(5)).
@@ -52,6 +63,22 @@ pub fn run(args: &ConfigArgs) -> u8 {
             );
         }
     }
+    let names: Vec<&str> = set.jobs.keys().map(String::as_str).collect();
+    if !names.is_empty()
+        && let Ok(settings) = crate::systemd_dbus::read_kill_settings(&names)
+    {
+        for (job, k) in set.jobs.values().zip(&settings) {
+            if let Some(message) = kill_problem(job, k) {
+                eprintln!(
+                    "{}: jobs.{}: {}: {message} (on this host)",
+                    job.source.display(),
+                    job.name,
+                    k.unit.name
+                );
+                on_host += 1;
+            }
+        }
+    }
     let mut line = summary(&set);
     if on_host > 0 {
         line.push_str(&format!(
@@ -65,6 +92,50 @@ pub fn run(args: &ConfigArgs) -> u8 {
     } else {
         crate::exit::FAILURE
     }
+}
+
+/// What is wrong with how systemd will end `job`'s service, `k`, or `None` when it keeps
+/// the job inside its lease.
+///
+/// When the shim dies, its lease may have only [`FENCE_MARGIN`] (1 s) left (its own
+/// SIGKILL was due then), so every other process of the attempt must be gone within it.
+/// With `KillMode=mixed` and `SendSIGKILL=yes` (the shipped template) systemd's SIGTERM
+/// step finds no process once the shim is gone and its SIGKILL step reaches the whole
+/// cgroup at once (systemd.kill(5); units/jobguard@.service has the measurements). With
+/// `control-group` SIGKILL comes only after `TimeoutStopSec=`; with `process`, `none` or
+/// `SendSIGKILL=no`, never. A unit that is not loaded is not judged.
+pub fn kill_problem(job: &Job, k: &KillSettings) -> Option<String> {
+    if k.unit.load_state != "loaded" || (k.kill_mode == "mixed" && k.send_sigkill) {
+        return None;
+    }
+    let lease = format!(
+        "while the lease may have only {} left (lease_ttl {})",
+        TimeSpan::from_duration(FENCE_MARGIN),
+        TimeSpan::from_duration(job.lease_ttl)
+    );
+    let fix = "remove the drop-in that sets it, so that the template's KillMode=mixed and \
+               SendSIGKILL=yes apply";
+    let what = if !k.send_sigkill {
+        format!(
+            "SendSIGKILL=no: when the shim dies, a process of the job that ignores SIGTERM is never killed, {lease}"
+        )
+    } else if k.kill_mode == "control-group" {
+        let stop = if k.timeout_stop_usec == u64::MAX {
+            "infinity".to_string()
+        } else {
+            TimeSpan::from_duration(Duration::from_micros(k.timeout_stop_usec)).to_string()
+        };
+        format!(
+            "KillMode=control-group: when the shim dies, a process of the job that ignores SIGTERM runs on \
+             until TimeoutStopSec={stop} has passed, {lease}"
+        )
+    } else {
+        format!(
+            "KillMode={}: when the shim dies, the other processes of the job run on, {lease}",
+            k.kill_mode
+        )
+    };
+    Some(format!("{what}; {fix}"))
 }
 
 /// `N valid jobs in M files: a, b, c` (plus `; K errors` when there are errors).
@@ -221,4 +292,65 @@ fn find_program(program: &str, start: &Path, path: &str) -> Result<PathBuf, Stri
         .map(|d| Path::new(d).join(program))
         .find(|p| executable(p))
         .ok_or_else(|| format!("{program} is not found in PATH ({path})"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::calendar::CalendarSpec;
+    use crate::systemd_dbus::UnitState;
+
+    fn job() -> Job {
+        let mut job = Job::new(
+            "beat",
+            CalendarSpec::parse("*-01-01 00:00:00 UTC").unwrap(),
+            vec!["/bin/true".into()],
+            Path::new("/etc/jobguard/jobs.toml"),
+        );
+        job.lease_ttl = Duration::from_secs(6);
+        job
+    }
+
+    fn settings(load: &str, mode: &str, sigkill: bool, stop_secs: u64) -> KillSettings {
+        KillSettings {
+            unit: UnitState {
+                name: "jobguard@beat.service".into(),
+                load_state: load.into(),
+                ..UnitState::default()
+            },
+            kill_mode: mode.into(),
+            send_sigkill: sigkill,
+            timeout_stop_usec: stop_secs * 1_000_000,
+        }
+    }
+
+    #[test]
+    fn only_mixed_with_sigkill_keeps_a_dead_shims_processes_inside_the_lease() {
+        let job = job();
+        assert_eq!(
+            kill_problem(&job, &settings("loaded", "mixed", true, 40)),
+            None
+        );
+        assert_eq!(
+            kill_problem(&job, &settings("not-found", "", false, 0)),
+            None
+        );
+        let e = kill_problem(&job, &settings("loaded", "control-group", true, 31)).unwrap();
+        assert!(
+            e.starts_with("KillMode=control-group: when the shim dies, a process of the job that ignores SIGTERM runs on until TimeoutStopSec=31s has passed, while the lease may have only 1s left (lease_ttl 6s)"),
+            "{e}"
+        );
+        assert!(
+            e.ends_with("KillMode=mixed and SendSIGKILL=yes apply"),
+            "{e}"
+        );
+        let e = kill_problem(&job, &settings("loaded", "mixed", false, 31)).unwrap();
+        assert!(e.starts_with("SendSIGKILL=no: "), "{e}");
+        let e = kill_problem(&job, &settings("loaded", "process", true, 31)).unwrap();
+        assert!(e.starts_with("KillMode=process: "), "{e}");
+        let mut inf = settings("loaded", "control-group", true, 0);
+        inf.timeout_stop_usec = u64::MAX;
+        let e = kill_problem(&job, &inf).unwrap();
+        assert!(e.contains("TimeoutStopSec=infinity"), "{e}");
+    }
 }

@@ -36,8 +36,9 @@ pub enum Command {
     /// Run one job for its current slot (the ExecStart of jobguard@JOB.service).
     Run(RunArgs),
     /// Validate the job list and check each job against this host (user, working
-    /// directory, command, store address, and as root that the store and its files are
-    /// root's alone); print every problem; exit 1 if there is one. Also warns about weak
+    /// directory, command, store address, as root that the store and its files are
+    /// root's alone, and under systemd that the job's service still has KillMode=mixed
+    /// and SendSIGKILL=yes); print every problem; exit 1 if there is one. Also warns about weak
     /// settings (#insecure TLS, a store_file others may read, a Redis that can forget
     /// leases), which do not change the exit status.
     Check(ConfigArgs),
