@@ -1291,3 +1291,118 @@ fn every_firing_of_a_frequent_timer_runs_its_own_slot_across_reload_and_reboot()
         not_spawned.len()
     );
 }
+
+/// Issue 12, catch-up: a host powered off for several slots, then booted. The timer's
+/// `Persistent=` fires once at boot; with `catch_up = "all"` every slot of the outage runs
+/// once, oldest first, each with its own slot, and with `"latest"` one runs and the run
+/// records the others as passed over.
+#[test]
+fn after_downtime_all_runs_every_missed_slot_once_and_latest_passes_them_over() {
+    let test = "after_downtime_all_runs_every_missed_slot_once_and_latest_passes_them_over";
+    if !ready(test) {
+        return;
+    }
+    const EVERY: i64 = 5;
+    let job = |name: &str, policy: &str| {
+        format!(
+            "[jobs.{name}]\nschedule = \"*-*-* *:*:0/5 UTC\"\ncatch_up = \"{policy}\"\n\
+             command = [\"/bin/sh\", \"-c\", \"echo \\\"$JOBGUARD_SLOT\\\" >> /var/lib/cu/{name}\"]\n"
+        )
+    };
+    let jobs = format!("{}{}", job("every", "all"), job("newest", "latest"));
+    let opts = jobguard_options(&jobs).dir("/var/lib/cu");
+    let mut c = boot("catchup", &opts);
+    let read = |c: &Container, name: &str| -> Vec<i64> {
+        c.exec(&["cat", &format!("/var/lib/cu/{name}")])
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.parse::<jiff::Timestamp>().ok())
+            .map(|t| t.as_second())
+            .collect()
+    };
+    let wait = |c: &Container, name: &str, n: usize, what: &str| {
+        common::wait_for(
+            what,
+            Duration::from_secs(90),
+            Duration::from_millis(500),
+            || Ok((read(c, name).len() >= n).then_some(())),
+        )
+        .unwrap_or_else(|e| panic!("{e}: {:?}", read(c, name)));
+    };
+    wait(&c, "every", 2, "2 runs of every before the outage");
+    wait(&c, "newest", 2, "2 runs of newest before the outage");
+    // Read while the host is up (nothing runs between now and the poweroff but a firing
+    // that lands in between, which only makes the outage start later).
+    let last_before = *read(&c, "every").last().expect("a run before");
+    let newest_before = *read(&c, "newest").last().expect("a run before");
+    c.poweroff().expect("poweroff");
+    // Four or five elapses pass while the host is off.
+    std::thread::sleep(Duration::from_secs(22));
+    c.boot_again().expect("boot again");
+    let booted = jiff::Timestamp::now().as_second();
+    // Everything up to the elapse before the boot has run once the boot's runs are done.
+    let due = booted - booted.rem_euclid(EVERY);
+    common::wait_for(
+        "every slot up to the boot",
+        Duration::from_secs(90),
+        Duration::from_millis(500),
+        || Ok(read(&c, "every").contains(&due).then_some(())),
+    )
+    .unwrap_or_else(|e| panic!("{e}: {:?}", read(&c, "every")));
+    let every = read(&c, "every");
+    let mut sorted = every.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(sorted, every, "each slot once, oldest first: {every:?}");
+    let outage: Vec<i64> = (last_before / EVERY + 1..=due / EVERY)
+        .map(|s| s * EVERY)
+        .collect();
+    assert!(
+        outage.len() >= 4,
+        "the outage spans several slots: {outage:?}"
+    );
+    for s in &outage {
+        assert!(every.contains(s), "slot {s} of the outage ran: {every:?}");
+    }
+    let rows = history(&c, "every").expect("history");
+    let caught: Vec<&Value> = rows
+        .iter()
+        .filter(|r| field(r, "trigger") == "catch-up")
+        .collect();
+    assert!(
+        caught.len() >= outage.len() - 1,
+        "the outage's slots ran as catch-up runs: {rows:#?}"
+    );
+
+    // latest: one run after the boot for the newest elapse, the rest passed over.
+    common::wait_for(
+        "newest runs after the boot",
+        Duration::from_secs(90),
+        Duration::from_millis(500),
+        || Ok(read(&c, "newest").iter().any(|&s| s >= due).then_some(())),
+    )
+    .unwrap_or_else(|e| panic!("{e}: {:?}", read(&c, "newest")));
+    let newest = read(&c, "newest");
+    let in_outage: Vec<i64> = newest
+        .iter()
+        .copied()
+        .filter(|&s| s > newest_before && s < due)
+        .collect();
+    assert!(
+        in_outage.is_empty(),
+        "latest ran no older slot of the outage: {newest:?}"
+    );
+    let rows = history(&c, "newest").expect("history");
+    let decision = rows
+        .iter()
+        .find(|r| r["report"].get("jobguard.passed_over").is_some())
+        .unwrap_or_else(|| panic!("a run recorded what it passed over: {rows:#?}"));
+    let passed: i64 = field(&decision["report"], "jobguard.passed_over")
+        .parse()
+        .expect("a count");
+    assert!(
+        passed >= 3,
+        "the outage's older slots are passed over: {decision:#?}"
+    );
+}
