@@ -1949,3 +1949,39 @@ fn all_catch_up_after_downtime_runs_each_missed_slot_once_oldest_first() {
         assert_eq!(sb.read("out").lines().count(), lines.len());
     }
 }
+
+/// Issue 12: `jobguard rerun JOB [SLOT]` outside systemd runs a done slot again here,
+/// forced, with trigger `rerun` and who asked in the report; without SLOT, the latest
+/// elapse.
+#[test]
+fn rerun_runs_a_done_slot_again_forced_and_names_who_asked() {
+    let sb = Sandbox::new(&job(
+        "again",
+        "echo \"$JOBGUARD_SLOT\" >> \"$OUT\"",
+        "environment = { OUT = \"@DIR@/out\" }",
+    ));
+    let yesterday = slot_days_ago(1);
+    let out = sb.run(&["run", "again", "--slot", &yesterday]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = sb.run(&["rerun", "again", &yesterday]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = sb.run(&["rerun", "again"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        sb.read("out").lines().collect::<Vec<_>>(),
+        [yesterday.as_str(), yesterday.as_str(), slot().as_str()]
+    );
+    let h = sb.history("again");
+    for r in &h[..2] {
+        assert_eq!(r["forced"], true, "{h:#?}");
+        assert_eq!(r["trigger"], "manual", "{h:#?}");
+        assert!(
+            r["report"]["jobguard.forced_by"].as_str().is_some_and(|s| !s.is_empty()),
+            "{h:#?}"
+        );
+    }
+    // A slot that is no elapse, or in the future, is refused.
+    let out = sb.run(&["rerun", "again", "2026-11-29 03:00:00 UTC"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("not an elapse"), "{}", stderr(&out));
+}

@@ -14,6 +14,7 @@ pub mod generate;
 pub mod history;
 pub mod metrics;
 pub mod recover;
+pub mod rerun;
 pub mod resolve;
 pub mod run;
 pub mod status;
@@ -68,6 +69,16 @@ pub enum Command {
     Recover(RecoverArgs),
     /// Decide what happens to a held or failed slot.
     Resolve(ResolveArgs),
+    /// Run a slot again (done, failed or held), forced, as the job's own unit.
+    ///
+    /// Under systemd, with the default job list: asks the job's shim to run the slot
+    /// (a request file in /run/jobguard/rerun) and starts jobguard@JOB.service, so the run
+    /// gets the unit's user, limits, journal and OnFailure= like a timer run; a unit that
+    /// is running takes the request when its run ends. Otherwise runs it here, like
+    /// `jobguard run JOB --slot SLOT --force`. The record is forced, with trigger rerun
+    /// and the report key jobguard.forced_by naming who asked. SLOT defaults to the
+    /// latest elapse. Exit 0 when started (under systemd) or the run's status.
+    Rerun(RerunArgs),
     /// Check ledgers against the schedule; exit 1 when something needs attention.
     ///
     /// Reads the ledger of one job, or of every job a store holds (also jobs no longer in
@@ -137,6 +148,19 @@ pub struct RunArgs {
     /// Run even if the slot already succeeded or is held; recorded as forced.
     #[arg(long)]
     pub force: bool,
+    #[command(flatten)]
+    pub config: ConfigArgs,
+}
+
+/// Arguments of `jobguard rerun`.
+#[derive(Debug, Clone, Args)]
+pub struct RerunArgs {
+    /// The job's name.
+    pub job: String,
+    /// The slot (systemd timestamp syntax, RFC 3339 or relative, e.g. "-1d"); it must be
+    /// an elapse of the schedule. Default: the latest elapse.
+    #[arg(allow_hyphen_values = true)]
+    pub slot: Option<String>,
     #[command(flatten)]
     pub config: ConfigArgs,
 }
@@ -338,6 +362,7 @@ pub fn main() -> ExitCode {
         Command::Status(a) => status::run(&a),
         Command::Recover(a) => recover::run(&a),
         Command::Resolve(a) => resolve::run(&a),
+        Command::Rerun(a) => rerun::run(&a),
         Command::Audit(a) => audit::run(&a),
         Command::Metrics(a) => metrics::run(&a),
         Command::Unlock(a) => unlock::run(&a),

@@ -15,6 +15,7 @@ pub fn run(args: &RunArgs) -> u8 {
             slot: args.slot.clone(),
             force: args.force,
             queued_only: false,
+            forced_by: None,
         },
     );
     // The last STATUS= (a skip's reason, a run's outcome) must reach systemd before the

@@ -30,6 +30,7 @@ pub mod leftover;
 pub mod pending;
 pub mod renew;
 pub mod report;
+pub mod rerun;
 pub mod slot;
 
 use std::fs;
@@ -58,6 +59,9 @@ pub struct Request {
     /// Run only the slots queued for a re-run, oldest first, and not the current slot
     /// (`jobguard recover` without systemd). `slot` and `force` are then ignored.
     pub queued_only: bool,
+    /// Who forced this run (`jobguard rerun` outside systemd): kept in the run's report
+    /// as [`rerun::FORCED_BY`].
+    pub forced_by: Option<String>,
 }
 
 /// Runs `job` once for its current slot (after any queued re-runs); returns the exit status
@@ -169,6 +173,10 @@ pub fn run(job: &Job, req: &Request) -> u8 {
             status = s;
         }
     };
+    // Re-runs a person asked for with `jobguard rerun` (under systemd) come first.
+    if by_trigger {
+        note(run_requested(job, store.as_mut(), &mut lock, &holder, account.as_ref()));
+    }
     // With catch_up = "all", the elapses since the newest recorded slot run first.
     if by_trigger && job.catch_up == CatchUp::All {
         match missed_before(job, store.as_mut(), &current.slot) {
@@ -214,6 +222,7 @@ pub fn run(job: &Job, req: &Request) -> u8 {
             force: req.force,
             queued_first,
             in_order: by_trigger,
+            forced_by: req.forced_by.as_deref(),
         };
         let r = run_slot(
             job,
@@ -246,7 +255,7 @@ pub fn run(job: &Job, req: &Request) -> u8 {
         && job.catch_up != CatchUp::None
         && let Some(mut done) = last_ran
     {
-        while !child::stop_requested() {
+        'catch_up: while !child::stop_requested() {
             let now = crate::clock::Clock::now_usec(&crate::clock::SystemClock);
             let limit = match job.catch_up {
                 CatchUp::All => job.catch_up_limit as usize,
@@ -271,10 +280,53 @@ pub fn run(job: &Job, req: &Request) -> u8 {
                 );
                 note(r.code);
                 if r.busy || child::stop_requested() {
-                    return status;
+                    break 'catch_up;
                 }
             }
             done = newest;
+        }
+    }
+    // Requests made while this shim ran: starting an active unit did nothing.
+    if by_trigger && !child::stop_requested() {
+        note(run_requested(job, store.as_mut(), &mut lock, &holder, account.as_ref()));
+    }
+    status
+}
+
+/// Runs the slots `jobguard rerun` asked for ([`rerun`]), forced, oldest first, each as its
+/// own attempt. Returns the first non-zero status, or 0.
+fn run_requested(
+    job: &Job,
+    store: &mut dyn Store,
+    lock: &mut JobLock,
+    holder: &Holder,
+    account: Option<&child::Account>,
+) -> u8 {
+    let mut status = exit::OK;
+    for (usec, by) in rerun::take(&job.name) {
+        if child::stop_requested() {
+            eprintln!(
+                "jobguard: {}: asked to stop; the re-run of slot {} asked by {by} was not started",
+                job.name,
+                format_usec(usec)
+            );
+            break;
+        }
+        let slot = Slot {
+            usec,
+            zone: job.calendar.zone_name(),
+        };
+        let attempt = Attempt {
+            slot: &slot,
+            trigger: "rerun",
+            force: true,
+            queued_first: false,
+            in_order: false,
+            forced_by: Some(&by),
+        };
+        let r = run_slot(job, store, lock, holder, account, &attempt);
+        if status == exit::OK {
+            status = r.code;
         }
     }
     status
@@ -348,6 +400,7 @@ fn run_catch_up(
         force: false,
         queued_first: false,
         in_order: true,
+        forced_by: None,
     };
     run_slot(job, store, lock, holder, account, &attempt)
 }
@@ -393,6 +446,7 @@ fn run_queued(
             force: false,
             queued_first: true,
             in_order: false,
+            forced_by: None,
         };
         let r = run_slot(job, store, lock, holder, account, &attempt);
         if status == exit::OK {
@@ -411,6 +465,8 @@ struct Attempt<'a> {
     force: bool,
     queued_first: bool,
     in_order: bool,
+    /// Who forced it (`jobguard rerun`), for the report.
+    forced_by: Option<&'a str>,
 }
 
 /// Creates the runtime directories: the base (0711: jobs may reach their report file but
@@ -449,6 +505,7 @@ fn prepare_runtime_dirs() -> Result<(), String> {
     mk(&paths::runtime_dir(), 0o711)?;
     mk(&paths::lock_dir(), 0o700)?;
     mk(&pending::runtime_dir(), 0o700)?;
+    mk(&rerun::dir(), 0o700)?;
     mk(&paths::report_dir(), 0o711)
 }
 
@@ -823,7 +880,12 @@ fn run_slot(
         eprintln!("jobguard: {}: {e}", job.name);
     }
     let ran = run.slot.usec;
-    let code = execute(job, store, &lease, &run, account, claimed_at, passed_over);
+    let mut decisions = std::collections::BTreeMap::new();
+    PassedOver::record(passed_over, &mut decisions);
+    if let Some(by) = attempt.forced_by {
+        decisions.insert(rerun::FORCED_BY.to_string(), by.to_string());
+    }
+    let code = execute(job, store, &lease, &run, account, claimed_at, decisions);
     if let Err(e) = lock.clear_run_id() {
         eprintln!("jobguard: {}: {e}", job.name);
     }
@@ -842,7 +904,7 @@ fn execute(
     run: &Run,
     account: Option<&child::Account>,
     claimed_at: Instant,
-    passed_over: Option<PassedOver>,
+    decisions: std::collections::BTreeMap<String, String>,
 ) -> u8 {
     let slot_text = run.slot.rfc3339();
     let owner = account.map(|a| (a.uid, a.gid));
@@ -1015,7 +1077,7 @@ fn execute(
     }
     // Recorded with the outcome: a shim that dies before it loses the decision, and
     // `jobguard audit` then calls the gap missed (louder, never quieter).
-    PassedOver::record(passed_over, &mut finish.report);
+    finish.report.extend(decisions);
     record(job, store, lease, run, &finish, code, lease_good_until)
 }
 
