@@ -35,6 +35,10 @@
 //!   host);
 //! - `JOBGUARD_SOAK_KEEP=1` keeps the ground-truth table (a failed soak always does).
 //!
+//! A failed soak keeps each host's journal in the temporary directory, and prints for each
+//! missing slot what every host's timer and service logged around it (a start that failed
+//! before the shim ran, `status=219/CGROUP` and the like, logs no skip).
+//!
 //! Needs root and systemd-nspawn (skipped with a `SKIPPED` line otherwise, failed in CI,
 //! as the other container tests), and fails without socat, faketime, psql, PostgreSQL on
 //! 127.0.0.1:5432 and the chosen store's server programs (`.ci/run` installs them).
