@@ -38,6 +38,10 @@
 //!   host);
 //! - `JOBGUARD_SOAK_KEEP=1` keeps the ground-truth table (a failed soak always does).
 //!
+//! A failed soak keeps each host's journal in the temporary directory, and prints for each
+//! missing slot what every host's timer and service logged around it (a start that failed
+//! before the shim ran, `status=219/CGROUP` and the like, logs no skip).
+//!
 //! Needs root and systemd-nspawn (skipped with a `SKIPPED` line otherwise, failed in CI,
 //! as the other container tests), and fails without socat, faketime, psql, PostgreSQL on
 //! 127.0.0.1:5432 and the chosen store's server programs (`.ci/run` installs them).
@@ -1409,6 +1413,7 @@ fn check(soak: &Soak, truth: &Truth, begin: i64, last: i64) -> Report {
                 "--config",
                 "/root/soak-all.toml",
                 "--json",
+                // Every record: `--limit 0` prints none (as `head -n 0`).
                 "--limit",
                 "1000000",
             ])
@@ -1619,6 +1624,10 @@ fn check(soak: &Soak, truth: &Truth, begin: i64, last: i64) -> Report {
                                 .map(|rows| runs_near(rows, s))
                                 .unwrap_or_default()
                         ));
+                        say(&format!(
+                            "soak: {name} slot {slot_text} missing; what each host's timer and service did around it:\n{}",
+                            unit_timeline(&soak.hosts, name, s)
+                        ));
                     }
                 }
             }
@@ -1807,6 +1816,36 @@ fn runs_near(rows: &[Value], slot: i64) -> String {
     } else {
         found.join("; ")
     }
+}
+
+/// What each host's systemd and shim logged for `job` from 4 s before to 8 s after `slot`
+/// (seconds): the timer's and the service's lines (`Failed at step CGROUP`, `status=219`,
+/// the shim's own), each `daemon-reload`, and the timer's `LastTriggerUSec` and
+/// `NextElapseUSecRealtime` now.
+fn unit_timeline(hosts: &[Container], job: &str, slot: i64) -> String {
+    let script = format!(
+        "since=@{}; until=@{}; \
+         {{ journalctl -q --no-pager -o short-iso-precise --since $since --until $until \
+              -u jobguard@{job}.service -u jobguard@{job}.timer; \
+            journalctl -q --no-pager -o short-iso-precise --since $since --until $until _PID=1 \
+              | grep -E 'Reloading|Reloaded|jobguard-recover'; }} | sort; \
+         systemctl show -p LastTriggerUSec -p NextElapseUSecRealtime -p ActiveState \
+              -p SubState jobguard@{job}.timer | tr '\\n' ' '; true",
+        slot - 4,
+        slot + 8
+    );
+    let mut text = String::new();
+    for h in hosts {
+        let out = h
+            .exec(&["/bin/sh", "-c", &script])
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_else(|e| format!("(journal unavailable: {e})"));
+        let _ = writeln!(text, "  {}:", h.name());
+        for line in out.lines() {
+            let _ = writeln!(text, "    {line}");
+        }
+    }
+    text
 }
 
 /// A skip logged by a shim: (host, job, when in µs, reason, the slot it named).

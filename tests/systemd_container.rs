@@ -188,3 +188,48 @@ fn a_boot_that_hangs_names_the_waiting_jobs() {
         "list-jobs names the unit:\n{err}"
     );
 }
+
+/// Two hosts do not share a unit's cgroup, as two real machines do not. On a machine whose
+/// PID 1 is not systemd, `systemd-nspawn --keep-unit` puts every container's tree under
+/// its own cgroup, which was the root for all of them: a unit of one name on two hosts
+/// then had one cgroup directory, and one host's systemd removing it when its run ended
+/// made the other's start fail with `status=219/CGROUP` ("Failed to attach to cgroup
+/// …: No such file or directory"), which lost slots in the soak on every host at once.
+#[test]
+fn two_hosts_do_not_share_a_units_cgroup() {
+    let test = "two_hosts_do_not_share_a_units_cgroup";
+    if !can_boot(test) {
+        return;
+    }
+    let a = Container::boot("cg-a", &Options::new()).expect("boot a");
+    let b = Container::boot("cg-b", &Options::new()).expect("boot b");
+    a.exec_ok(&[
+        "systemd-run",
+        "--unit=jg-cgroup-probe",
+        "--service-type=exec",
+        "sleep",
+        "120",
+    ])
+    .expect("a unit on host a");
+    let cgroup = a
+        .exec_ok(&[
+            "systemctl",
+            "show",
+            "-p",
+            "ControlGroup",
+            "--value",
+            "jg-cgroup-probe.service",
+        ])
+        .expect("its cgroup");
+    assert!(cgroup.contains("jg-cgroup-probe.service"), "{cgroup}");
+    // Every cgroup hierarchy host b sees: none may hold host a's unit.
+    let seen = b
+        .sh_ok("find /sys/fs/cgroup -type d -name jg-cgroup-probe.service 2>/dev/null; true")
+        .expect("look on host b");
+    assert_eq!(
+        seen.trim(),
+        "",
+        "host b sees host a's unit cgroup {}: a stop on one host would remove the other's",
+        cgroup.trim()
+    );
+}

@@ -769,10 +769,34 @@ impl Container {
             .stdin(Stdio::null())
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(log2));
+        // A cgroup of its own in every hierarchy (see `own_cgroups`), made here: the child
+        // only joins them, with calls that are async-signal-safe.
+        let procs: Vec<std::ffi::CString> = own_cgroups(&self.name)?
+            .iter()
+            .filter_map(|d| {
+                std::ffi::CString::new(d.join("cgroup.procs").as_os_str().as_encoded_bytes()).ok()
+            })
+            .collect();
         // Its own session, as in the recipe: a Ctrl-C in the terminal is not for it.
-        // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+        // SAFETY: setsid, open, write and close are async-signal-safe; the paths were
+        // made before the fork and are only read.
         unsafe {
-            cmd.pre_exec(|| nix::unistd::setsid().map(|_| ()).map_err(io::Error::from));
+            cmd.pre_exec(move || {
+                for path in &procs {
+                    let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                    if fd < 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                    // "0": the writing process itself.
+                    let n = libc::write(fd, b"0".as_ptr().cast(), 1);
+                    let err = io::Error::last_os_error();
+                    libc::close(fd);
+                    if n != 1 {
+                        return Err(err);
+                    }
+                }
+                nix::unistd::setsid().map(|_| ()).map_err(io::Error::from)
+            });
         }
         let child = cmd.spawn().map_err(io_err("start systemd-nspawn"))?;
         self.nspawn = Some(child);
@@ -1084,6 +1108,54 @@ impl Container {
     }
 }
 
+/// Where the cgroup hierarchies are mounted on this machine that `systemd-nspawn` places a
+/// container in: the named `systemd` one and the unified one of a cgroup v1 or hybrid
+/// layout, or the cgroup v2 root.
+const CGROUP_ROOTS: [&str; 3] = [
+    "/sys/fs/cgroup/systemd",
+    "/sys/fs/cgroup/unified",
+    "/sys/fs/cgroup",
+];
+
+/// The container's own cgroup in each hierarchy mounted here, `ROOT/jg-harness/NAME`.
+fn cgroup_dirs(name: &str) -> Vec<PathBuf> {
+    CGROUP_ROOTS
+        .iter()
+        .map(Path::new)
+        .filter(|root| root.join("cgroup.procs").is_file())
+        .map(|root| root.join("jg-harness").join(name))
+        .collect()
+}
+
+/// Creates the container's own cgroups ([`cgroup_dirs`]) for systemd-nspawn to start in.
+///
+/// Without them, on a machine whose PID 1 is not systemd, `systemd-nspawn --keep-unit`
+/// builds every container's tree (`payload/system.slice/…`) under the cgroup it runs in,
+/// the root for all of them: a unit of one name on two containers then has one cgroup
+/// directory, which one container's systemd removes when its run ends while the other's
+/// is starting there (`status=219/CGROUP`, "Failed to attach to cgroup …: No such file
+/// or directory"), and two real hosts never share that.
+fn own_cgroups(name: &str) -> Result<Vec<PathBuf>> {
+    let dirs = cgroup_dirs(name);
+    for d in &dirs {
+        fs::create_dir_all(d).map_err(io_err(format!("create cgroup {}", d.display())))?;
+    }
+    Ok(dirs)
+}
+
+/// Removes a cgroup and the ones below it, deepest first; a cgroup that still has
+/// processes stays.
+fn remove_cgroup(dir: &Path) {
+    if let Ok(entries) = fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                remove_cgroup(&e.path());
+            }
+        }
+    }
+    let _ = fs::remove_dir(dir);
+}
+
 fn check(argv: &[&str], out: Output) -> Result<String> {
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     if out.status.success() {
@@ -1101,6 +1173,13 @@ impl Drop for Container {
     fn drop(&mut self) {
         self.kill();
         self.kmsg.stop();
+        for dir in cgroup_dirs(&self.name) {
+            remove_cgroup(&dir);
+            // The common parent goes with the last container.
+            if let Some(parent) = dir.parent() {
+                let _ = fs::remove_dir(parent);
+            }
+        }
         if thread::panicking() {
             eprintln!(
                 "--- container {}: console (tail):\n{}\n--- container {}: kmsg (tail):\n{}",
