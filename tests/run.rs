@@ -1976,7 +1976,9 @@ fn rerun_runs_a_done_slot_again_forced_and_names_who_asked() {
         assert_eq!(r["forced"], true, "{h:#?}");
         assert_eq!(r["trigger"], "manual", "{h:#?}");
         assert!(
-            r["report"]["jobguard.forced_by"].as_str().is_some_and(|s| !s.is_empty()),
+            r["report"]["jobguard.forced_by"]
+                .as_str()
+                .is_some_and(|s| !s.is_empty()),
             "{h:#?}"
         );
     }

@@ -1406,3 +1406,87 @@ fn after_downtime_all_runs_every_missed_slot_once_and_latest_passes_them_over() 
         "the outage's older slots are passed over: {decision:#?}"
     );
 }
+
+/// Issue 12: `jobguard rerun JOB SLOT` under systemd runs the slot as the job's own unit
+/// (its journal, its user), forced, naming who asked; asked while the unit runs, the
+/// request waits for the end of that run.
+#[test]
+fn rerun_runs_the_slot_as_the_jobs_own_unit_even_while_it_runs() {
+    let test = "rerun_runs_the_slot_as_the_jobs_own_unit_even_while_it_runs";
+    if !ready(test) {
+        return;
+    }
+    let jobs = "[jobs.nightly]\nschedule = \"*-*-* 02:00:00 UTC\"\n\
+                command = [\"/bin/sh\", \"-c\", \"echo rerun-output \\\"$JOBGUARD_SLOT\\\"; sleep 3\"]\n";
+    let c = boot("rerun", &jobguard_options(jobs));
+    let slot = "2026-11-29T02:00:00Z";
+    c.exec_ok(&["jobguard", "run", "nightly", "--slot", slot])
+        .expect("first run");
+    let out = c
+        .exec_ok(&["jobguard", "rerun", "nightly", slot])
+        .expect("rerun");
+    assert!(
+        out.contains("re-run started as jobguard@nightly.service"),
+        "{out}"
+    );
+    wait_unit_done(&c, "jobguard@nightly.service", Duration::from_secs(60));
+    let rows = history(&c, "nightly").expect("history");
+    assert_eq!(rows.len(), 2, "{rows:#?}");
+    assert_eq!(field(&rows[0], "trigger"), "rerun", "{rows:#?}");
+    assert_eq!(field(&rows[0], "forced"), "true", "{rows:#?}");
+    assert_eq!(field(&rows[0], "slot"), slot);
+    assert_eq!(field(&rows[0], "outcome"), "succeeded", "{rows:#?}");
+    assert_eq!(
+        field(&rows[0]["report"], "jobguard.forced_by"),
+        "root",
+        "{rows:#?}"
+    );
+    let journal = c
+        .exec_ok(&["journalctl", "--no-pager", "-u", "jobguard@nightly.service"])
+        .expect("journal");
+    assert!(
+        journal.contains(&format!("rerun-output {slot}")),
+        "the command's output is in the unit's journal: {journal}"
+    );
+
+    // While the unit runs (a re-run of another slot), a second request waits for its end.
+    let other = "2026-11-28T02:00:00Z";
+    c.exec_ok(&["jobguard", "run", "nightly", "--slot", other])
+        .expect("run other");
+    c.exec_ok(&["jobguard", "rerun", "nightly", slot])
+        .expect("rerun");
+    common::wait_for(
+        "the unit to run",
+        Duration::from_secs(20),
+        Duration::from_millis(100),
+        || Ok((prop(&c, "jobguard@nightly.service", "ActiveState") == "active").then_some(())),
+    )
+    .expect("active");
+    let out = c
+        .exec_ok(&["jobguard", "rerun", "nightly", other])
+        .expect("rerun");
+    assert!(out.contains("is running"), "{out}");
+    common::wait_for(
+        "both re-runs",
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        || {
+            let rows = history(&c, "nightly").map_err(|e| e.to_string())?;
+            Ok((rows
+                .iter()
+                .filter(|r| field(r, "trigger") == "rerun")
+                .count()
+                >= 3)
+                .then_some(()))
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}: {:#?}", history(&c, "nightly")));
+    wait_unit_done(&c, "jobguard@nightly.service", Duration::from_secs(60));
+    let rows = history(&c, "nightly").expect("history");
+    let reruns: Vec<String> = rows
+        .iter()
+        .filter(|r| field(r, "trigger") == "rerun")
+        .map(|r| field(r, "slot"))
+        .collect();
+    assert_eq!(reruns, [other, slot, slot], "newest first: {rows:#?}");
+}

@@ -173,9 +173,14 @@ pub fn run(job: &Job, req: &Request) -> u8 {
             status = s;
         }
     };
-    // Re-runs a person asked for with `jobguard rerun` (under systemd) come first.
+    // Re-runs a person asked for with `jobguard rerun` (under systemd) come first. A start
+    // that was not the timer's (`jobguard rerun` started the unit) runs nothing else.
     if by_trigger {
-        note(run_requested(job, store.as_mut(), &mut lock, &holder, account.as_ref()));
+        let (code, took) = run_requested(job, store.as_mut(), &mut lock, &holder, account.as_ref());
+        note(code);
+        if took && current.trigger != "timer" {
+            return status;
+        }
     }
     // With catch_up = "all", the elapses since the newest recorded slot run first.
     if by_trigger && job.catch_up == CatchUp::All {
@@ -288,48 +293,58 @@ pub fn run(job: &Job, req: &Request) -> u8 {
     }
     // Requests made while this shim ran: starting an active unit did nothing.
     if by_trigger && !child::stop_requested() {
-        note(run_requested(job, store.as_mut(), &mut lock, &holder, account.as_ref()));
+        note(run_requested(job, store.as_mut(), &mut lock, &holder, account.as_ref()).0);
     }
     status
 }
 
 /// Runs the slots `jobguard rerun` asked for ([`rerun`]), forced, oldest first, each as its
-/// own attempt. Returns the first non-zero status, or 0.
+/// own attempt, then those asked for meanwhile, until none is left (at most
+/// [`MAX_RERUNS_PER_RUN`]). Returns the first non-zero status (or 0), and whether there
+/// was a request.
 fn run_requested(
     job: &Job,
     store: &mut dyn Store,
     lock: &mut JobLock,
     holder: &Holder,
     account: Option<&child::Account>,
-) -> u8 {
+) -> (u8, bool) {
     let mut status = exit::OK;
-    for (usec, by) in rerun::take(&job.name) {
-        if child::stop_requested() {
-            eprintln!(
-                "jobguard: {}: asked to stop; the re-run of slot {} asked by {by} was not started",
-                job.name,
-                format_usec(usec)
-            );
+    let mut ran = 0;
+    while ran < MAX_RERUNS_PER_RUN {
+        let requests = rerun::take(&job.name);
+        if requests.is_empty() {
             break;
         }
-        let slot = Slot {
-            usec,
-            zone: job.calendar.zone_name(),
-        };
-        let attempt = Attempt {
-            slot: &slot,
-            trigger: "rerun",
-            force: true,
-            queued_first: false,
-            in_order: false,
-            forced_by: Some(&by),
-        };
-        let r = run_slot(job, store, lock, holder, account, &attempt);
-        if status == exit::OK {
-            status = r.code;
+        for (usec, by) in requests {
+            if child::stop_requested() {
+                eprintln!(
+                    "jobguard: {}: asked to stop; the re-run of slot {} asked by {by} was not started",
+                    job.name,
+                    format_usec(usec)
+                );
+                return (status, true);
+            }
+            let slot = Slot {
+                usec,
+                zone: job.calendar.zone_name(),
+            };
+            let attempt = Attempt {
+                slot: &slot,
+                trigger: "rerun",
+                force: true,
+                queued_first: false,
+                in_order: false,
+                forced_by: Some(&by),
+            };
+            let r = run_slot(job, store, lock, holder, account, &attempt);
+            if status == exit::OK {
+                status = r.code;
+            }
+            ran += 1;
         }
     }
-    status
+    (status, ran > 0)
 }
 
 /// The elapses before `slot` that have no record, oldest first, for `catch_up = "all"`:
