@@ -33,6 +33,7 @@ pub mod paths;
 pub mod recover;
 pub mod render;
 pub mod safe_path;
+pub mod schedulers;
 pub mod shim;
 pub mod store;
 pub mod systemd_dbus;

@@ -151,6 +151,73 @@ pub fn read_kill_settings(jobs: &[&str]) -> Result<Vec<KillSettings>, SystemdErr
     })
 }
 
+/// The active timers that are not jobguard's (not `jobguard@*` nor `jobguard-*`), each
+/// with the `ExecStart=` command lines (argv) of the unit it activates
+/// (org.freedesktop.systemd1(5): `Manager.ListUnitsByPatterns`, `Timer.Unit`,
+/// `Service.ExecStart`).
+///
+/// # Errors
+/// [`SystemdError::Bus`] when the system bus or systemd cannot be reached, or a call
+/// fails.
+pub fn read_other_timers() -> Result<Vec<(String, Vec<Vec<String>>)>, SystemdError> {
+    /// `ListUnitsByPatterns`' rows: name, description, load, active, sub, following,
+    /// object path, job id, job type, job path.
+    type Row = (
+        String,
+        String,
+        String,
+        String,
+        String,
+        String,
+        zbus::OwnedObjectPath,
+        u32,
+        String,
+        zbus::OwnedObjectPath,
+    );
+    /// `ExecStart`'s rows: path, argv, ignore failure, then times and pids.
+    type Exec = (String, Vec<String>, bool, u64, u64, u64, u64, u32, i32, i32);
+    zbus::block_on(async {
+        let conn = zbus::connection::Builder::system()
+            .method_timeout(CALL_TIMEOUT)
+            .build()
+            .await?;
+        let reply = conn
+            .call_method(
+                Some("org.freedesktop.systemd1"),
+                "/org/freedesktop/systemd1",
+                Some("org.freedesktop.systemd1.Manager"),
+                "ListUnitsByPatterns",
+                &(vec!["active"], vec!["*.timer"]),
+            )
+            .await?;
+        let rows: Vec<Row> = reply.body().deserialize()?;
+        let mut out = Vec::new();
+        for row in rows {
+            let name = row.0;
+            if name.starts_with("jobguard@") || name.starts_with("jobguard-") {
+                continue;
+            }
+            let target = String::try_from(
+                get(&conn, &row.6, "org.freedesktop.systemd1.Timer", "Unit").await?,
+            )?;
+            let (svc, path) = unit(&conn, &target).await?;
+            if svc.load_state != "loaded" || !target.ends_with(".service") {
+                continue;
+            }
+            let exec = get(
+                &conn,
+                &path,
+                "org.freedesktop.systemd1.Service",
+                "ExecStart",
+            )
+            .await?;
+            let lines: Vec<Exec> = exec.try_into().map_err(zbus::Error::from)?;
+            out.push((name, lines.into_iter().map(|e| e.1).collect()));
+        }
+        Ok(out)
+    })
+}
+
 async fn load_unit(
     conn: &zbus::Connection,
     name: &str,

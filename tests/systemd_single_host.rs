@@ -1490,3 +1490,50 @@ fn rerun_runs_the_slot_as_the_jobs_own_unit_even_while_it_runs() {
         .collect();
     assert_eq!(reruns, [other, slot, slot], "newest first: {rows:#?}");
 }
+
+/// Issue 12, two schedulers: `jobguard check` warns when a job's command is also run by
+/// cron (a line of /etc/cron.d, which systemd-cron also turns into a timer of its own) or
+/// by another active systemd timer, naming each place; warnings leave the exit status 0.
+#[test]
+fn check_warns_when_cron_or_another_timer_also_runs_a_jobs_command() {
+    let test = "check_warns_when_cron_or_another_timer_also_runs_a_jobs_command";
+    if !ready(test) {
+        return;
+    }
+    let jobs = "[jobs.sync]\nschedule = \"*-*-* 02:00:00 UTC\"\n\
+                command = [\"/usr/bin/env\", \"sync-orders-nightly\"]\n\n\
+                [jobs.other]\nschedule = \"daily\"\ncommand = [\"/usr/bin/env\", \"something-else\"]\n";
+    let opts = jobguard_options(jobs)
+        .file(
+            "/etc/cron.d/sync",
+            "# the old way\n0 2 * * * root flock -n /run/sync.lock /usr/bin/env sync-orders-nightly\n",
+        )
+        .file(
+            "/etc/systemd/system/export.service",
+            "[Service]\nExecStart=/bin/sh -c '/usr/bin/env sync-orders-nightly >/dev/null'\n",
+        )
+        .file(
+            "/etc/systemd/system/export.timer",
+            "[Timer]\nOnCalendar=daily\n",
+        );
+    let c = boot("schedulers", &opts);
+    c.exec_ok(&["systemctl", "start", "export.timer"])
+        .expect("start export.timer");
+    let out = c.exec(&["jobguard", "check"]).expect("check");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(0), "warnings only: {err}");
+    let warnings: Vec<&str> = err.lines().filter(|l| l.contains("also runs it")).collect();
+    assert!(
+        warnings
+            .iter()
+            .any(|l| l.contains("jobs.sync.command") && l.contains("/etc/cron.d/sync:2")),
+        "{err}"
+    );
+    assert!(
+        warnings
+            .iter()
+            .any(|l| l.contains("jobs.sync.command") && l.contains("export.timer")),
+        "{err}"
+    );
+    assert!(!err.contains("jobs.other.command: warning"), "{err}");
+}

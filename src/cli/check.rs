@@ -20,8 +20,11 @@
 //! Without systemd on the system bus this part is left out.
 //!
 //! Last, warnings that do not change the exit status (`FILE: KEY: warning: MESSAGE`):
-//! a `store_file` others may read, `#insecure` TLS, and a Redis store without
-//! persistence or with an eviction policy (the one check that connects to a store).
+//! a `store_file` others may read, `#insecure` TLS, a Redis store without
+//! persistence or with an eviction policy (the one check that connects to a store), and
+//! a job whose command another scheduler also runs: a line of `/etc/crontab`,
+//! `/etc/cron.d/*` or a user crontab, or an active timer that is not jobguard's
+//! ([`crate::schedulers`]).
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -78,6 +81,24 @@ pub fn run(args: &ConfigArgs) -> u8 {
                 on_host += 1;
             }
         }
+    }
+    // The same work run by another scheduler too: a warning each (issue: two schedulers).
+    let jobs: Vec<&Job> = set.jobs.values().collect();
+    let mut elsewhere = crate::schedulers::in_cron(&jobs, Path::new("/"));
+    if !jobs.is_empty()
+        && let Ok(timers) = crate::schedulers::in_timers(&jobs)
+    {
+        elsewhere.extend(timers);
+    }
+    for e in elsewhere {
+        let source = set.jobs.get(&e.job).map(|j| j.source.display().to_string());
+        eprintln!(
+            "{}: jobs.{}.command: warning: {} also runs it ({:?}): each slot would run twice, once without jobguard; remove it there",
+            source.unwrap_or_default(),
+            e.job,
+            e.place,
+            e.command
+        );
     }
     let mut line = summary(&set);
     if on_host > 0 {
