@@ -151,6 +151,10 @@ pub fn read_kill_settings(jobs: &[&str]) -> Result<Vec<KillSettings>, SystemdErr
     })
 }
 
+/// A timer that is not jobguard's: its name, and the command lines (argv) of the unit it
+/// activates.
+pub type OtherTimer = (String, Vec<Vec<String>>);
+
 /// The active timers that are not jobguard's (not `jobguard@*` nor `jobguard-*`), each
 /// with the `ExecStart=` command lines (argv) of the unit it activates
 /// (org.freedesktop.systemd1(5): `Manager.ListUnitsByPatterns`, `Timer.Unit`,
@@ -159,7 +163,7 @@ pub fn read_kill_settings(jobs: &[&str]) -> Result<Vec<KillSettings>, SystemdErr
 /// # Errors
 /// [`SystemdError::Bus`] when the system bus or systemd cannot be reached, or a call
 /// fails.
-pub fn read_other_timers() -> Result<Vec<(String, Vec<Vec<String>>)>, SystemdError> {
+pub fn read_other_timers() -> Result<Vec<OtherTimer>, SystemdError> {
     /// `ListUnitsByPatterns`' rows: name, description, load, active, sub, following,
     /// object path, job id, job type, job path.
     type Row = (
@@ -211,7 +215,7 @@ pub fn read_other_timers() -> Result<Vec<(String, Vec<Vec<String>>)>, SystemdErr
                 "ExecStart",
             )
             .await?;
-            let lines: Vec<Exec> = exec.try_into().map_err(zbus::Error::from)?;
+            let lines: Vec<Exec> = exec.try_into()?;
             out.push((name, lines.into_iter().map(|e| e.1).collect()));
         }
         Ok(out)
