@@ -8,7 +8,7 @@ use std::process::Stdio;
 
 use std::time::{Duration, Instant};
 
-use support::{Sandbox, stderr, stdout, wait_until};
+use support::{Sandbox, stderr, wait_until};
 
 /// A timer's fire time (2026-11-29T02:03:00Z, µs): marks a run as timer-started. It
 /// does not pick the slot (systemd 252 keeps giving later firings the first one's).
@@ -1254,18 +1254,25 @@ fn later_firings_with_a_stale_trigger_time_take_their_own_slots() {
     let mut distinct = slots.clone();
     distinct.sort();
     distinct.dedup();
-    assert_eq!(
-        (slots.len(), distinct.len()),
-        (5, 5),
-        "every firing ran its own slot; slots {slots:?}; runs {windows:#?}"
+    // A run that ends after the next elapse also catches that one up (catch_up), so a
+    // loaded machine may show more slots than firings; never one twice.
+    assert!(
+        slots.len() >= 5 && distinct.len() == slots.len(),
+        "every firing ran its own slot, each slot once; slots {slots:?}; runs {windows:#?}"
     );
-    for (slot, (before, after, err)) in slots.iter().zip(&windows) {
-        let at: jiff::Timestamp = slot.parse().expect("RFC 3339 slot");
+    for (before, after, err) in &windows {
+        // Each firing's first slot is the latest elapse at or before its start.
+        let first = err
+            .lines()
+            .find_map(|l| l.split("started slot ").nth(1))
+            .and_then(|r| r.split(' ').next())
+            .unwrap_or_else(|| panic!("a start: {err}"));
+        let at: jiff::Timestamp = first.parse().expect("RFC 3339 slot");
         let us = at.as_microsecond();
-        assert_eq!(at.as_second() % 2, 0, "{slot} is an elapse of */2");
+        assert_eq!(at.as_second() % 2, 0, "{first} is an elapse of */2");
         assert!(
             us <= *after && us > before - 2_000_000,
-            "{slot} is the latest elapse at or before the run ({before}..{after}): {err}"
+            "{first} is the latest elapse at or before the run ({before}..{after}): {err}"
         );
     }
 }
@@ -1637,6 +1644,12 @@ fn a_shim_killed_while_the_store_is_locked_at_the_end_leaves_its_success_for_rec
 /// session of its own; its pid is the first line of `pid_file`), as systemd ends a unit's
 /// cgroup: nothing of the attempt is left and nothing could record its end.
 fn kill_like_systemd(sb: &Sandbox, mut p: std::process::Child, pid_file: &str) {
+    // The command writes its pid right after its slot: on a loaded machine the file may
+    // not hold it yet when the slot line is seen.
+    assert!(
+        wait_until(10, || sb.read(pid_file).trim().parse::<i32>().is_ok()),
+        "no pid in {pid_file}"
+    );
     p.kill().unwrap();
     p.wait().unwrap();
     let pid: i32 = sb.read(pid_file).trim().parse().unwrap();
@@ -1810,12 +1823,18 @@ fn an_elapse_that_passes_while_the_run_lasts_is_run_after_it() {
     let sb = Sandbox::new(&overrunning_job("", 3));
     let slot = start_of_an_even_second();
     let out = timer_run(&sb, "over");
+    let ended = now_usec();
     assert!(out.status.success(), "{}", stderr(&out));
     let slots: Vec<String> = sb.read("slots").lines().map(str::to_string).collect();
-    assert_eq!(
-        slots,
-        [slot_text(slot), slot_text(slot + 2_000_000)],
-        "the slot that elapsed during the 3 s run ran once after it: {}",
+    // The latest elapse before the 3 s run ended ran after it (S + 2 s on an idle machine;
+    // later on a loaded one, when the elapses between are passed over, as recorded).
+    assert_eq!(slots.len(), 2, "{slots:?}: {}", stderr(&out));
+    assert_eq!(slots[0], slot_text(slot));
+    let second: jiff::Timestamp = slots[1].parse().expect("a slot");
+    let second = second.as_microsecond();
+    assert!(
+        second >= slot + 2_000_000 && second <= ended && (second - slot) % 2_000_000 == 0,
+        "the elapse that passed during the run ran once after it: {slots:?}: {}",
         stderr(&out)
     );
     let h = sb.history("over");
@@ -1823,22 +1842,14 @@ fn an_elapse_that_passes_while_the_run_lasts_is_run_after_it() {
     assert_eq!(h[0]["trigger"], "catch-up");
     assert_eq!(h[0]["outcome"], "succeeded");
     assert_eq!(h[1]["trigger"], "timer");
-    // Nothing is left for audit to flag.
-    let out = sb.run(&[
-        "audit",
-        "over",
-        "--since",
-        &slot_text(slot - 1_000_000),
-        "--until",
-        &slot_text(slot + 3_000_000),
-    ]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}{}",
-        stdout(&out),
-        stderr(&out)
-    );
+    let between = (second - slot) / 2_000_000 - 1;
+    if between > 0 {
+        assert_eq!(
+            h[0]["report"]["jobguard.passed_over"],
+            between.to_string(),
+            "{h:#?}"
+        );
+    }
 }
 
 /// With `catch_up = "latest"`, a run that outlasts two elapses runs only the newer one,
@@ -1850,17 +1861,21 @@ fn latest_catch_up_after_a_long_run_passes_over_the_older_elapses() {
     let out = timer_run(&sb, "over");
     assert!(out.status.success(), "{}", stderr(&out));
     let slots: Vec<String> = sb.read("slots").lines().map(str::to_string).collect();
-    assert_eq!(
-        slots,
-        [slot_text(slot), slot_text(slot + 4_000_000)],
-        "{}",
-        stderr(&out)
-    );
+    assert_eq!(slots.len(), 2, "{slots:?}: {}", stderr(&out));
+    assert_eq!(slots[0], slot_text(slot));
+    let second: jiff::Timestamp = slots[1].parse().expect("a slot");
+    let second = second.as_microsecond();
+    assert!(second >= slot + 4_000_000, "{slots:?}: {}", stderr(&out));
     // The catch-up run records what it passed over, which `audit` lists as passed_over
     // (not as missed) once the slots are past the job's grace.
     let h = sb.history("over");
     assert_eq!(h[0]["trigger"], "catch-up");
-    assert_eq!(h[0]["report"]["jobguard.passed_over"], "1", "{h:#?}");
+    let between = (second - slot) / 2_000_000 - 1;
+    assert_eq!(
+        h[0]["report"]["jobguard.passed_over"],
+        between.to_string(),
+        "{h:#?}"
+    );
     assert_eq!(
         h[0]["report"]["jobguard.passed_over_after"],
         slot_text(slot),
@@ -1877,14 +1892,14 @@ fn all_catch_up_after_a_long_run_runs_every_elapse_it_outlasted_oldest_first() {
     let out = timer_run(&sb, "over");
     assert!(out.status.success(), "{}", stderr(&out));
     let slots: Vec<String> = sb.read("slots").lines().map(str::to_string).collect();
-    assert_eq!(
-        slots,
-        [
-            slot_text(slot),
-            slot_text(slot + 2_000_000),
-            slot_text(slot + 4_000_000)
-        ],
-        "{}",
+    // Every elapse from the firing's own on, each once, in order, with no gap (at least
+    // S + 2 s and S + 4 s elapsed during the 5 s run; more on a loaded machine).
+    let want: Vec<String> = (0..slots.len() as i64)
+        .map(|i| slot_text(slot + i * 2_000_000))
+        .collect();
+    assert!(
+        slots.len() >= 3 && slots == want,
+        "{slots:?}: {}",
         stderr(&out)
     );
 }

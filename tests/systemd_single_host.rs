@@ -1547,3 +1547,58 @@ fn check_warns_when_cron_or_another_timer_also_runs_a_jobs_command() {
     );
     assert!(!err.contains("jobs.other.command: warning"), "{err}");
 }
+
+/// Issue 12, cron's MAILTO: `on_failure = "jobguard-mail@%i.service"` mails the failed
+/// run's journal (jobguard's events and the job's own output) through sendmail. The
+/// machine has no MTA, so /usr/sbin/sendmail here is a stand-in that keeps the message
+/// it is given (`sendmail -t` reads the recipients from the headers).
+#[test]
+fn a_failed_run_is_mailed_with_its_journal_through_sendmail() {
+    let test = "a_failed_run_is_mailed_with_its_journal_through_sendmail";
+    if !ready(test) {
+        return;
+    }
+    let jobs = "[jobs.bad]\nschedule = \"*-*-* 02:00:00 UTC\"\n\
+                on_failure = \"jobguard-mail@%i.service\"\n\
+                command = [\"/bin/sh\", \"-c\", \"echo the-job-says-hello; exit 3\"]\n";
+    let opts = jobguard_options(jobs)
+        .executable(
+            "/usr/sbin/sendmail",
+            "#!/bin/sh\n[ \"$1\" = -t ] || exit 64\ncat > /var/lib/mail/out.tmp && mv /var/lib/mail/out.tmp /var/lib/mail/out\n",
+        )
+        .dir("/var/lib/mail");
+    let c = boot("mail", &opts);
+    c.exec_ok(&["systemctl", "start", "jobguard@bad.service"])
+        .expect("start");
+    let mail = common::wait_for(
+        "the mail",
+        Duration::from_secs(60),
+        Duration::from_millis(250),
+        || {
+            Ok(c.exec(&["cat", "/var/lib/mail/out"])
+                .ok()
+                .filter(|o| o.status.success())
+                .map(|o| text(&o)))
+        },
+    )
+    .unwrap_or_else(|e| {
+        let j = c
+            .exec(&["journalctl", "--no-pager", "-n", "40"])
+            .map(|o| text(&o))
+            .unwrap_or_default();
+        panic!("{e}\n{j}")
+    });
+    assert!(mail.starts_with("To: root\n"), "{mail}");
+    assert!(
+        mail.contains("Subject: [") && mail.contains("] jobguard@bad.service: exit-code"),
+        "{mail}"
+    );
+    assert!(
+        mail.contains("the-job-says-hello"),
+        "the job's output: {mail}"
+    );
+    assert!(
+        mail.contains("finished slot"),
+        "jobguard's finish event: {mail}"
+    );
+}
