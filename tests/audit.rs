@@ -444,3 +444,86 @@ fn sqlite_a_failed_slot_until_it_is_resolved() {
 fn postgres_a_failed_slot_until_it_is_resolved() {
     a_failed_slot_until_it_is_resolved(Backend::postgres("fail"));
 }
+
+/// Issue 13, `jobguard drill`: on every store, each layer holds (lock, store, lease with
+/// takeover only after expiry and fencing, ledger), twice in a row, and the job's own
+/// ledger and lease are untouched. With this host's clock two minutes ahead of
+/// PostgreSQL's (libfaketime), the store layer fails and the drill exits 1.
+#[test]
+fn drill_exercises_every_layer_on_every_store_without_touching_the_job() {
+    for backend in [
+        Backend::Sqlite,
+        Backend::postgres("drill"),
+        Backend::mysql("drill"),
+        Backend::redis("drill"),
+    ] {
+        let sb = Sandbox::new(&format!(
+            "[jobs.nightly]\nschedule = \"*-*-* 02:00:00 UTC\"\ncommand = [\"/bin/false\"]\n{}",
+            backend.store_line()
+        ));
+        for round in 0..2 {
+            let out = sb.run(&["drill", "nightly", "--json"]);
+            let verdicts: serde_json::Value = serde_json::from_slice(&out.stdout)
+                .unwrap_or_else(|e| panic!("{e}: {}{}", stdout(&out), stderr(&out)));
+            let layers: Vec<(String, bool)> = verdicts
+                .as_array()
+                .expect("an array")
+                .iter()
+                .map(|v| {
+                    (
+                        v["layer"].as_str().unwrap_or("").to_string(),
+                        v["held"] == true,
+                    )
+                })
+                .collect();
+            assert_eq!(
+                layers,
+                [
+                    ("lock".to_string(), true),
+                    ("store".to_string(), true),
+                    ("lease".to_string(), true),
+                    ("ledger".to_string(), true)
+                ],
+                "{} round {round}: {verdicts:#}",
+                backend.store_line()
+            );
+            assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        }
+        assert!(
+            sb.history("nightly").is_empty(),
+            "the job's ledger is untouched"
+        );
+        let out = sb.run(&["unlock", "nightly"]);
+        assert!(
+            !stdout(&out).contains("ended"),
+            "the job's lease was never taken: {}{}",
+            stdout(&out),
+            stderr(&out)
+        );
+        if matches!(backend, Backend::Postgres(_)) {
+            let out = sb
+                .cmd(&["drill", "nightly"])
+                .env(
+                    "LD_PRELOAD",
+                    "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+                )
+                .env("FAKETIME", "+120s")
+                .env("FAKETIME_DONT_RESET", "1")
+                .output()
+                .expect("drill under faketime");
+            assert_eq!(
+                out.status.code(),
+                Some(1),
+                "{}{}",
+                stdout(&out),
+                stderr(&out)
+            );
+            let text = stdout(&out);
+            assert!(
+                text.lines()
+                    .any(|l| l.starts_with("store") && l.contains("FAILED")),
+                "{text}"
+            );
+        }
+    }
+}

@@ -10,6 +10,7 @@ use clap::{Args, Parser, Subcommand};
 pub mod audit;
 pub mod calendar;
 pub mod check;
+pub mod drill;
 pub mod generate;
 pub mod history;
 pub mod metrics;
@@ -69,6 +70,16 @@ pub enum Command {
     Recover(RecoverArgs),
     /// Decide what happens to a held or failed slot.
     Resolve(ResolveArgs),
+    /// Check every layer of a job's guard without running its command or touching its
+    /// slots: trigger twice in one window, the second must be refused or do nothing.
+    ///
+    /// Uses a probe job JOB.drill in the job's lock directory and store: the lock refuses
+    /// a second taker at once; the store answers, its clock within clock_tolerance; the
+    /// lease refuses a second holder, passes only after expiry by the store's clock with
+    /// a higher fencing token, and the first holder's late finish is refused; a done probe
+    /// slot is skipped. Prints each layer's verdict with numbers; exit 0 only when every
+    /// layer held, 1 otherwise (69/78 when the store or job list cannot be used).
+    Drill(DrillArgs),
     /// Run a slot again (done, failed or held), forced, as the job's own unit.
     ///
     /// Under systemd, with the default job list: asks the job's shim to run the slot
@@ -148,6 +159,18 @@ pub struct RunArgs {
     /// Run even if the slot already succeeded or is held; recorded as forced.
     #[arg(long)]
     pub force: bool,
+    #[command(flatten)]
+    pub config: ConfigArgs,
+}
+
+/// Arguments of `jobguard drill`.
+#[derive(Debug, Clone, Args)]
+pub struct DrillArgs {
+    /// The job's name.
+    pub job: String,
+    /// Print the verdicts as JSON: [{"layer", "held", "detail"}].
+    #[arg(long)]
+    pub json: bool,
     #[command(flatten)]
     pub config: ConfigArgs,
 }
@@ -363,6 +386,7 @@ pub fn main() -> ExitCode {
         Command::Recover(a) => recover::run(&a),
         Command::Resolve(a) => resolve::run(&a),
         Command::Rerun(a) => rerun::run(&a),
+        Command::Drill(a) => drill::run(&a),
         Command::Audit(a) => audit::run(&a),
         Command::Metrics(a) => metrics::run(&a),
         Command::Unlock(a) => unlock::run(&a),

@@ -1,0 +1,277 @@
+//! `jobguard drill JOB`: the pre-production check "trigger it twice in one window; the
+//! second is refused or does nothing; zero duplicates", run against each layer without
+//! running the job's command and without touching its slots or lease.
+//!
+//! Every probe uses the job name `JOB.drill` (job names may hold dots; the generator
+//! never makes one with that suffix a unit of its own), in the job's own lock directory
+//! and store, and probe slots taken from the store's clock, so a drill never counts as a
+//! slot of the job and can run against a production store at any time. Its records stay
+//! in the ledger under `JOB.drill` (`jobguard history JOB.drill --config …` does not find
+//! them, as no such job is listed; `jobguard audit` lists them with the store's jobs).
+//!
+//! The layers and what each must show:
+//! 1. **lock**: a second taker of the probe lock is refused at once (flock(2) `LOCK_NB`,
+//!    on a second open file description, as a second shim would).
+//! 2. **store**: reachable, and its clock within `clock_tolerance` of this host's.
+//! 3. **lease**: a second holder is refused while the first holds the lease; it gets the
+//!    lease only after the first's has expired by the store's clock, with a higher
+//!    fencing token; the first holder's late finish is then refused (fencing).
+//! 4. **ledger**: a second trigger of a probe slot that succeeded is a skip (done).
+
+use std::time::{Duration, Instant};
+
+use crate::identity;
+use crate::job::Job;
+use crate::lease::Holder;
+use crate::ledger::{Finish, NewRun, Outcome, Slot};
+use crate::lock::{JobLock, LockAttempt};
+use crate::store::{Claim, ClaimRequest, Store, StoreError};
+
+/// The lease time to live of the probes: the lease layer waits for it to expire.
+pub const PROBE_TTL: Duration = Duration::from_secs(2);
+
+/// One layer's verdict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    /// `lock`, `store`, `lease` or `ledger`.
+    pub layer: &'static str,
+    /// Whether the layer held.
+    pub held: bool,
+    /// What was seen, with numbers.
+    pub detail: String,
+}
+
+/// The probe job name of `job`.
+pub fn probe_name(job: &str) -> String {
+    format!("{job}.drill")
+}
+
+/// Runs the drill of `job` with its store `store`; the lock probe takes its lock in
+/// `lock_dir`. Never fails as a whole: a layer that cannot be exercised (the store is
+/// down) is a verdict that did not hold, and the layers after it are not tried.
+pub fn run(job: &Job, store: &mut dyn Store, lock_dir: &std::path::Path) -> Vec<Verdict> {
+    let mut out = vec![lock_layer(job, lock_dir)];
+    let store_v = store_layer(job, store);
+    let store_ok = store_v.held;
+    out.push(store_v);
+    if store_ok {
+        out.push(lease_layer(job, store));
+        out.push(ledger_layer(job, store));
+    }
+    out
+}
+
+fn lock_layer(job: &Job, dir: &std::path::Path) -> Verdict {
+    let name = probe_name(&job.name);
+    let verdict = |held, detail| Verdict {
+        layer: "lock",
+        held,
+        detail,
+    };
+    let first = match JobLock::try_acquire(dir, &name) {
+        Ok(LockAttempt::Acquired(l)) => l,
+        Ok(LockAttempt::Busy { .. }) => {
+            return verdict(
+                false,
+                format!("the probe lock {name} is held by someone else"),
+            );
+        }
+        Err(e) => return verdict(false, e.to_string()),
+    };
+    let t = Instant::now();
+    let second = JobLock::try_acquire(dir, &name);
+    let took = t.elapsed();
+    drop(first);
+    match second {
+        Ok(LockAttempt::Busy { .. }) => verdict(
+            true,
+            format!(
+                "a second taker was refused in {:.3} ms (flock LOCK_NB)",
+                took.as_secs_f64() * 1000.0
+            ),
+        ),
+        Ok(LockAttempt::Acquired(_)) => verdict(false, "a second taker got the lock too".into()),
+        Err(e) => verdict(false, e.to_string()),
+    }
+}
+
+fn store_layer(job: &Job, store: &mut dyn Store) -> Verdict {
+    let t = Instant::now();
+    let before = crate::clock::Clock::now_usec(&crate::clock::SystemClock);
+    let answer = store.now();
+    let after = crate::clock::Clock::now_usec(&crate::clock::SystemClock);
+    let rtt = t.elapsed();
+    match answer {
+        Ok(store_now) => {
+            let host = before + (after - before) / 2;
+            let skew = store_now - host;
+            let tolerance = i64::try_from(job.clock_tolerance.as_micros()).unwrap_or(i64::MAX);
+            Verdict {
+                layer: "store",
+                held: skew.abs() <= tolerance,
+                detail: format!(
+                    "{} answered in {:.1} ms; its clock is {:+.3} s from this host's (tolerance {} s)",
+                    store.describe(),
+                    rtt.as_secs_f64() * 1000.0,
+                    skew as f64 / 1e6,
+                    job.clock_tolerance.as_secs()
+                ),
+            }
+        }
+        Err(e) => Verdict {
+            layer: "store",
+            held: false,
+            detail: e.to_string(),
+        },
+    }
+}
+
+/// A second probe holder: this process, with a start time no process has.
+fn other_holder(h: &Holder) -> Holder {
+    Holder {
+        pid_start: h.pid_start.wrapping_add(1),
+        ..h.clone()
+    }
+}
+
+fn request(job: &Job, slot: i64, holder: &Holder) -> ClaimRequest {
+    ClaimRequest::new(
+        NewRun {
+            run_id: identity::new_run_id(),
+            job: probe_name(&job.name),
+            slot: Slot {
+                usec: slot,
+                zone: "UTC".into(),
+            },
+            forced: false,
+            trigger: "drill".into(),
+            invocation_id: None,
+        },
+        holder.clone(),
+        PROBE_TTL,
+    )
+}
+
+fn succeeded() -> Finish {
+    Finish {
+        outcome: Outcome::Succeeded,
+        reason: Some("drill".into()),
+        exit_status: Some(0),
+        report: Default::default(),
+        resolution: None,
+    }
+}
+
+fn lease_layer(job: &Job, store: &mut dyn Store) -> Verdict {
+    let fail = |detail: String| Verdict {
+        layer: "lease",
+        held: false,
+        detail,
+    };
+    let a = identity::current_holder();
+    let b = other_holder(&a);
+    let slot = match store.now() {
+        Ok(n) => n,
+        Err(e) => return fail(e.to_string()),
+    };
+    let (lease_a, run_a) = match store.claim(&request(job, slot, &a)) {
+        Ok(Claim::Claimed { lease, run, .. }) => (lease, run),
+        Ok(other) => return fail(format!("the first holder was not granted: {other:?}")),
+        Err(e) => return fail(e.to_string()),
+    };
+    let t = Instant::now();
+    let second = store.claim(&request(job, slot, &b));
+    let refused_in = t.elapsed();
+    match second {
+        Ok(Claim::Busy { .. }) => {}
+        Ok(other) => {
+            return fail(format!(
+                "a second holder was not refused while the first held the lease: {other:?}"
+            ));
+        }
+        Err(e) => return fail(e.to_string()),
+    }
+    // Takeover only after expiry by the store's clock.
+    let waited = Instant::now();
+    let (lease_b, run_b) = loop {
+        match store.claim(&request(job, slot, &b)) {
+            Ok(Claim::Claimed { lease, run, .. }) => break (lease, run),
+            Ok(Claim::Busy { .. }) if waited.elapsed() < PROBE_TTL * 5 => {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Ok(other) => return fail(format!("the takeover was answered {other:?}")),
+            Err(e) => return fail(e.to_string()),
+        }
+    };
+    let early = lease_b.acquired_at < lease_a.expire_at;
+    let token_up = lease_b.token > lease_a.token;
+    // The first holder's late finish must change nothing.
+    let late = store.finish(&lease_a, &run_a.run_id, &succeeded());
+    let _ = store.finish(&lease_b, &run_b.run_id, &succeeded());
+    let fenced = matches!(late, Ok(ref f) if !f.recorded && !f.released);
+    Verdict {
+        layer: "lease",
+        held: !early && token_up && fenced,
+        detail: format!(
+            "a second holder was refused in {:.1} ms; it took over {:.2} s later, {} the first lease expired by the store's clock ({:+.3} s), fencing token {} -> {}; the first holder's late finish was {}",
+            refused_in.as_secs_f64() * 1000.0,
+            waited.elapsed().as_secs_f64(),
+            if early { "BEFORE" } else { "after" },
+            (lease_b.acquired_at - lease_a.expire_at) as f64 / 1e6,
+            lease_a.token,
+            lease_b.token,
+            match late {
+                Ok(f) if !f.recorded && !f.released => "refused".to_string(),
+                Ok(_) => "ACCEPTED".to_string(),
+                Err(e) => format!("an error: {e}"),
+            }
+        ),
+    }
+}
+
+fn ledger_layer(job: &Job, store: &mut dyn Store) -> Verdict {
+    let fail = |detail: String| Verdict {
+        layer: "ledger",
+        held: false,
+        detail,
+    };
+    let a = identity::current_holder();
+    let slot = match store.now() {
+        Ok(n) => n,
+        Err(e) => return fail(e.to_string()),
+    };
+    let (lease, first) = match store_claim(store, job, slot, &a) {
+        Ok(Claim::Claimed { lease, run, .. }) => (lease, run),
+        Ok(other) => return fail(format!("the probe slot was not granted: {other:?}")),
+        Err(e) => return fail(e.to_string()),
+    };
+    if let Err(e) = store.finish(&lease, &first.run_id, &succeeded()) {
+        return fail(e.to_string());
+    }
+    let t = Instant::now();
+    let second = store_claim(store, job, slot, &a);
+    let took = t.elapsed();
+    match second {
+        Ok(Claim::SlotDone { .. }) => Verdict {
+            layer: "ledger",
+            held: true,
+            detail: format!(
+                "a second trigger of a done probe slot was a skip in {:.1} ms",
+                took.as_secs_f64() * 1000.0
+            ),
+        },
+        Ok(other) => fail(format!(
+            "a second trigger of a done slot was answered {other:?}"
+        )),
+        Err(e) => fail(e.to_string()),
+    }
+}
+
+fn store_claim(
+    store: &mut dyn Store,
+    job: &Job,
+    slot: i64,
+    holder: &Holder,
+) -> Result<Claim, StoreError> {
+    store.claim(&request(job, slot, holder))
+}
