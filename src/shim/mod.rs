@@ -186,24 +186,15 @@ pub fn run(job: &Job, req: &Request) -> u8 {
     if by_trigger && job.catch_up == CatchUp::All {
         match missed_before(job, store.as_mut(), &current.slot) {
             Ok(missed) => {
-                for usec in missed {
-                    let slot = Slot {
-                        usec,
-                        zone: current.slot.zone.clone(),
-                    };
-                    let r = run_catch_up(
-                        job,
-                        store.as_mut(),
-                        &mut lock,
-                        &holder,
-                        account.as_ref(),
-                        &slot,
-                    );
-                    note(r.code);
-                    if r.busy || child::stop_requested() {
-                        break;
-                    }
-                }
+                let (code, _) = run_catch_ups(
+                    job,
+                    store.as_mut(),
+                    &mut lock,
+                    &holder,
+                    account.as_ref(),
+                    &missed,
+                );
+                note(code);
             }
             Err(e) => return store_failed(job, &e),
         }
@@ -260,7 +251,7 @@ pub fn run(job: &Job, req: &Request) -> u8 {
         && job.catch_up != CatchUp::None
         && let Some(mut done) = last_ran
     {
-        'catch_up: while !child::stop_requested() {
+        while !child::stop_requested() {
             let now = crate::clock::Clock::now_usec(&crate::clock::SystemClock);
             let limit = match job.catch_up {
                 CatchUp::All => job.catch_up_limit as usize,
@@ -270,23 +261,17 @@ pub fn run(job: &Job, req: &Request) -> u8 {
             let Some(&newest) = due.last() else {
                 break;
             };
-            for usec in due {
-                let slot = Slot {
-                    usec,
-                    zone: current.slot.zone.clone(),
-                };
-                let r = run_catch_up(
-                    job,
-                    store.as_mut(),
-                    &mut lock,
-                    &holder,
-                    account.as_ref(),
-                    &slot,
-                );
-                note(r.code);
-                if r.busy || child::stop_requested() {
-                    break 'catch_up;
-                }
+            let (code, go_on) = run_catch_ups(
+                job,
+                store.as_mut(),
+                &mut lock,
+                &holder,
+                account.as_ref(),
+                &due,
+            );
+            note(code);
+            if !go_on {
+                break;
             }
             done = newest;
         }
@@ -399,25 +384,42 @@ fn missed_before(job: &Job, store: &mut dyn Store, slot: &Slot) -> Result<Vec<i6
     Ok(missed)
 }
 
-/// Runs one elapse that a catch-up found (trigger `catch-up`). A slot that is already
-/// done or behind the ledger (another host caught it up) is passed quietly by the claim.
-fn run_catch_up(
+/// Runs the elapses a catch-up found (µs since the epoch, oldest first), each as its own
+/// attempt (trigger `catch-up`). A slot that is already done or behind the ledger
+/// (another host caught it up) is passed quietly by the claim. Stops at another holder's
+/// lease (it serves the job now) or a stop request. Returns the first non-zero status (or
+/// 0) and whether every slot was tried.
+fn run_catch_ups(
     job: &Job,
     store: &mut dyn Store,
     lock: &mut JobLock,
     holder: &Holder,
     account: Option<&child::Account>,
-    slot: &Slot,
-) -> SlotResult {
-    let attempt = Attempt {
-        slot,
-        trigger: "catch-up",
-        force: false,
-        queued_first: false,
-        in_order: true,
-        forced_by: None,
-    };
-    run_slot(job, store, lock, holder, account, &attempt)
+    slots: &[i64],
+) -> (u8, bool) {
+    let mut status = exit::OK;
+    for &usec in slots {
+        let slot = Slot {
+            usec,
+            zone: job.calendar.zone_name(),
+        };
+        let attempt = Attempt {
+            slot: &slot,
+            trigger: "catch-up",
+            force: false,
+            queued_first: false,
+            in_order: true,
+            forced_by: None,
+        };
+        let r = run_slot(job, store, lock, holder, account, &attempt);
+        if status == exit::OK {
+            status = r.code;
+        }
+        if r.busy || child::stop_requested() {
+            return (status, false);
+        }
+    }
+    (status, true)
 }
 
 /// At most this many queued re-runs are run by one invocation before its own slot.
