@@ -151,6 +151,14 @@ pub struct Job {
     /// Unit started when the job's service fails (`OnFailure=`); may use specifiers
     /// such as `%n`.
     pub on_failure: Option<String>,
+    /// Unit started when the job's service succeeds (`OnSuccess=`, systemd.unit(5),
+    /// systemd 249 or later); may use specifiers such as `%n`.
+    pub on_success: Option<String>,
+    /// Whether the job runs on its schedule (key `enabled`, default true). A paused job
+    /// (`false`) keeps its units and its ledger, but its timer is not enabled by the
+    /// generator, `jobguard recover` neither starts nor re-arms it (and stops it when it
+    /// is still active), and no slot of it is expected (none is reported missed).
+    pub enabled: bool,
     /// Time between SIGTERM and SIGKILL when the command is stopped.
     pub kill_grace: Duration,
     /// `Persistent=` of the timer: catch up a slot missed while the machine was off.
@@ -278,6 +286,8 @@ impl Job {
             on_interrupted: OnInterrupted::Rerun,
             inhibit: Inhibit::Delay,
             on_failure: None,
+            on_success: None,
+            enabled: true,
             kill_grace: DEFAULT_KILL_GRACE,
             persistent: true,
             catch_up: CatchUp::Latest,
