@@ -150,6 +150,9 @@ pub struct JobSet {
     /// `[metrics] textfile`: where `jobguard recover` writes every job's metrics
     /// ([`crate::metrics`]) on each pass, for node_exporter's textfile collector.
     pub metrics_textfile: Option<PathBuf>,
+    /// The valid stores named by `[defaults]` tables, in file order: read, besides the
+    /// jobs' own, for the ledgers of jobs no longer in the list.
+    pub default_stores: Vec<job::DefaultStore>,
 }
 
 /// Loads the job list from `source`. Never fails as a whole: unreadable files and bad
@@ -1149,6 +1152,25 @@ impl Loader {
 
     fn finish(self, set: &mut JobSet) {
         set.metrics_textfile = self.metrics_textfile.as_ref().map(|(p, _)| p.clone());
+        for d in &self.defaults {
+            if let Some(Val {
+                value: Some(sref),
+                at,
+            }) = &d.store
+            {
+                let (store, store_file, store_credential) = match sref {
+                    StoreRef::Address(a) => (a.clone(), None, None),
+                    StoreRef::File(f) => (String::new(), Some(f.clone()), None),
+                    StoreRef::Credential(id) => (String::new(), None, Some(id.clone())),
+                };
+                set.default_stores.push(job::DefaultStore {
+                    file: self.files[at.file].clone(),
+                    store,
+                    store_file,
+                    store_credential,
+                });
+            }
+        }
         let mut errors = self.errors;
         // Duplicates: every definition after the first is an error naming the first, and
         // the name is left out entirely.
