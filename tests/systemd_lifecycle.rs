@@ -2,8 +2,9 @@
 //! `enabled = false` keeps a job's units and ledger but its timer is not enabled, the
 //! recover pass neither starts nor re-arms it and stops it when it is still active after
 //! the edit, and starts it again once the job is enabled; a job removed from the job list
-//! keeps its ledger (`history`, `audit`), its timer does not linger, and its `running`
-//! record whose holder is gone is marked interrupted by the recover pass.
+//! keeps its ledger (`history`, `audit`), its timer does not linger, its `running`
+//! record whose holder is gone is marked interrupted and held by the recover pass, and
+//! `resolve --done` settles that slot.
 //!
 //! Needs root and systemd-nspawn (skipped with a `SKIPPED` line otherwise, failed in CI).
 //!
@@ -268,6 +269,21 @@ fn a_removed_job_keeps_its_ledger_and_leaves_no_timer_and_no_running_record_behi
     let a: serde_json::Value = serde_json::from_slice(&out.stdout).expect("audit json");
     assert_eq!(a["jobs"][0]["in_job_list"], false, "{a}");
     assert_eq!(a["jobs"][0]["records"], 1, "{a}");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the held slot needs attention: {a}"
+    );
+    // A person declares the slot done; a re-run is refused (no job to run it).
+    let slot = field(cut[0], "slot");
+    let out = c
+        .exec(&["jobguard", "resolve", "gone", &slot, "--rerun"])
+        .expect("resolve --rerun");
+    assert_eq!(out.status.code(), Some(78), "{}", text(&out));
+    c.exec_ok(&["jobguard", "resolve", "gone", &slot, "--done"])
+        .expect("resolve --done");
+    let out = c.exec(&["jobguard", "audit", "gone"]).expect("audit");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     // The job that stays is untouched.
     assert_eq!(active(&c, "jobguard@keep.timer"), "active");
 }
