@@ -150,6 +150,9 @@ pub struct JobSet {
     /// `[metrics] textfile`: where `jobguard recover` writes every job's metrics
     /// ([`crate::metrics`]) on each pass, for node_exporter's textfile collector.
     pub metrics_textfile: Option<PathBuf>,
+    /// The valid stores named by `[defaults]` tables, in file order: read, besides the
+    /// jobs' own, for the ledgers of jobs no longer in the list.
+    pub default_stores: Vec<job::DefaultStore>,
 }
 
 /// Loads the job list from `source`. Never fails as a whole: unreadable files and bad
@@ -424,6 +427,8 @@ struct Partial {
     on_interrupted: Option<Val<OnInterrupted>>,
     inhibit: Option<Val<Inhibit>>,
     on_failure: Option<Val<String>>,
+    on_success: Option<Val<String>>,
+    enabled: Option<Val<bool>>,
     kill_grace: Option<Val<Duration>>,
     persistent: Option<Val<bool>>,
     catch_up: Option<Val<CatchUp>>,
@@ -457,6 +462,8 @@ pub const JOB_KEYS: &[&str] = &[
     "on_interrupted",
     "inhibit",
     "on_failure",
+    "on_success",
+    "enabled",
     "kill_grace",
     "persistent",
     "catch_up",
@@ -700,7 +707,14 @@ impl TableCtx<'_> {
                         )
                     });
                 }
-                "on_failure" => p.on_failure = self.read(key, v, |_, v| on_failure(v)),
+                "on_failure" => p.on_failure = self.read(key, v, |_, v| unit_name_value(v)),
+                "on_success" => p.on_success = self.read(key, v, |_, v| unit_name_value(v)),
+                "enabled" => {
+                    p.enabled = self.read(key, v, |_, v| match v.get_ref() {
+                        DeValue::Boolean(b) => Ok(*b),
+                        other => Err(format!("expected a boolean, found {}", type_name(other))),
+                    });
+                }
                 "kill_grace" => {
                     p.kill_grace = self.read(key, v, |_, v| finite_span(v, Duration::ZERO))
                 }
@@ -932,7 +946,8 @@ fn store_address(v: &Spanned<DeValue<'_>>, dir: &Path) -> Result<String, String>
     Ok(format!("sqlite://{}", dir.join(rest).display()))
 }
 
-fn on_failure(v: &Spanned<DeValue<'_>>) -> Result<String, String> {
+/// `on_failure` and `on_success`: a unit name, specifiers allowed (systemd.unit(5)).
+fn unit_name_value(v: &Spanned<DeValue<'_>>) -> Result<String, String> {
     let s = string(v)?;
     if crate::unit_name::is_valid_unit_name_with_specifiers(s) {
         Ok(s.to_string())
@@ -1137,6 +1152,25 @@ impl Loader {
 
     fn finish(self, set: &mut JobSet) {
         set.metrics_textfile = self.metrics_textfile.as_ref().map(|(p, _)| p.clone());
+        for d in &self.defaults {
+            if let Some(Val {
+                value: Some(sref),
+                at,
+            }) = &d.store
+            {
+                let (store, store_file, store_credential) = match sref {
+                    StoreRef::Address(a) => (a.clone(), None, None),
+                    StoreRef::File(f) => (String::new(), Some(f.clone()), None),
+                    StoreRef::Credential(id) => (String::new(), None, Some(id.clone())),
+                };
+                set.default_stores.push(job::DefaultStore {
+                    file: self.files[at.file].clone(),
+                    store,
+                    store_file,
+                    store_credential,
+                });
+            }
+        }
         let mut errors = self.errors;
         // Duplicates: every definition after the first is an error naming the first, and
         // the name is left out entirely.
@@ -1416,6 +1450,8 @@ fn build_job(
     let on_interrupted = pick!(on_interrupted);
     let inhibit = pick!(inhibit);
     let on_failure = pick!(on_failure);
+    let on_success = pick!(on_success);
+    let enabled = pick!(enabled);
     let kill_grace = pick!(kill_grace);
     let persistent = pick!(persistent);
     let catch_up = pick!(catch_up).unwrap_or_default();
@@ -1500,6 +1536,8 @@ fn build_job(
         on_interrupted: on_interrupted.unwrap_or_default(),
         inhibit: inhibit.unwrap_or_default(),
         on_failure,
+        on_success,
+        enabled: enabled.unwrap_or(true),
         kill_grace,
         persistent: persistent.unwrap_or(catch_up != CatchUp::None),
         catch_up,

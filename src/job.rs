@@ -151,6 +151,14 @@ pub struct Job {
     /// Unit started when the job's service fails (`OnFailure=`); may use specifiers
     /// such as `%n`.
     pub on_failure: Option<String>,
+    /// Unit started when the job's service succeeds (`OnSuccess=`, systemd.unit(5),
+    /// systemd 249 or later); may use specifiers such as `%n`.
+    pub on_success: Option<String>,
+    /// Whether the job runs on its schedule (key `enabled`, default true). A paused job
+    /// (`false`) keeps its units and its ledger, but its timer is not enabled by the
+    /// generator, `jobguard recover` neither starts nor re-arms it (and stops it when it
+    /// is still active), and no slot of it is expected (none is reported missed).
+    pub enabled: bool,
     /// Time between SIGTERM and SIGKILL when the command is stopped.
     pub kill_grace: Duration,
     /// `Persistent=` of the timer: catch up a slot missed while the machine was off.
@@ -278,6 +286,8 @@ impl Job {
             on_interrupted: OnInterrupted::Rerun,
             inhibit: Inhibit::Delay,
             on_failure: None,
+            on_success: None,
+            enabled: true,
             kill_grace: DEFAULT_KILL_GRACE,
             persistent: true,
             catch_up: CatchUp::Latest,
@@ -311,49 +321,12 @@ impl Job {
     /// no address, or holds a relative `sqlite://` path (which would depend on the
     /// current directory).
     pub fn store_address(&self) -> Result<String, StoreAddressError> {
-        let (address, from) = if let Some(id) = &self.store_credential {
-            let (path, text) =
-                crate::credential::find(id).map_err(|source| StoreAddressError::Credential {
-                    job: self.name.clone(),
-                    source,
-                })?;
-            let address =
-                first_address_line(&text).ok_or_else(|| StoreAddressError::CredentialEmpty {
-                    job: self.name.clone(),
-                    id: id.clone(),
-                    path,
-                })?;
-            (address, format!("store_credential {id}"))
-        } else if let Some(path) = &self.store_file {
-            let real =
-                crate::safe_path::check_file(path).map_err(|source| StoreAddressError::Unsafe {
-                    job: self.name.clone(),
-                    source,
-                })?;
-            let text = std::fs::read_to_string(real).map_err(|source| StoreAddressError::Read {
-                job: self.name.clone(),
-                path: path.clone(),
-                source,
-            })?;
-            let address = first_address_line(&text).ok_or_else(|| StoreAddressError::Empty {
-                job: self.name.clone(),
-                path: path.clone(),
-            })?;
-            (address, format!("store_file {}", path.display()))
-        } else {
-            return Ok(self.store.clone());
-        };
-        if let Ok(crate::store::address::StoreAddress::SqliteFile(p)) =
-            crate::store::address::StoreAddress::parse(&address)
-            && p.is_relative()
-        {
-            return Err(StoreAddressError::RelativeSqlite {
-                job: self.name.clone(),
-                from,
-                address,
-            });
-        }
-        Ok(address)
+        resolve_store_address(
+            &self.name,
+            &self.store,
+            self.store_file.as_deref(),
+            self.store_credential.as_deref(),
+        )
     }
 
     /// Whether the job's store may live on another host, so its service should wait for
@@ -366,6 +339,90 @@ impl Job {
             || self.store_credential.is_some()
             || crate::store::registry::kind_of(&self.store).is_none_or(|k| k.shared)
     }
+}
+
+/// A store named by a `[defaults]` table (`store`, `store_file` or `store_credential`):
+/// the commands that read every ledger of the job list (`history` and `audit` of a job
+/// no longer in it, `recover`'s look for cut-off runs of such jobs) read it too, so a
+/// job removed from the list keeps its ledger.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DefaultStore {
+    /// The file whose `[defaults]` named it.
+    pub file: PathBuf,
+    /// The address, empty when `store_file` or `store_credential` is set.
+    pub store: String,
+    /// As [`Job::store_file`].
+    pub store_file: Option<PathBuf>,
+    /// As [`Job::store_credential`].
+    pub store_credential: Option<String>,
+}
+
+impl DefaultStore {
+    /// The address, read as [`Job::store_address`] reads a job's.
+    ///
+    /// # Errors
+    /// As [`Job::store_address`]; messages name `[defaults] of FILE` for the job.
+    pub fn address(&self) -> Result<String, StoreAddressError> {
+        resolve_store_address(
+            &format!("[defaults] of {}", self.file.display()),
+            &self.store,
+            self.store_file.as_deref(),
+            self.store_credential.as_deref(),
+        )
+    }
+}
+
+/// The store address from `store`, `store_file` or `store_credential`: see
+/// [`Job::store_address`]; `name` is the job named in errors.
+fn resolve_store_address(
+    name: &str,
+    store: &str,
+    store_file: Option<&Path>,
+    store_credential: Option<&str>,
+) -> Result<String, StoreAddressError> {
+    let (address, from) = if let Some(id) = store_credential {
+        let (path, text) =
+            crate::credential::find(id).map_err(|source| StoreAddressError::Credential {
+                job: name.to_string(),
+                source,
+            })?;
+        let address =
+            first_address_line(&text).ok_or_else(|| StoreAddressError::CredentialEmpty {
+                job: name.to_string(),
+                id: id.to_string(),
+                path,
+            })?;
+        (address, format!("store_credential {id}"))
+    } else if let Some(path) = store_file {
+        let real =
+            crate::safe_path::check_file(path).map_err(|source| StoreAddressError::Unsafe {
+                job: name.to_string(),
+                source,
+            })?;
+        let text = std::fs::read_to_string(real).map_err(|source| StoreAddressError::Read {
+            job: name.to_string(),
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let address = first_address_line(&text).ok_or_else(|| StoreAddressError::Empty {
+            job: name.to_string(),
+            path: path.to_path_buf(),
+        })?;
+        (address, format!("store_file {}", path.display()))
+    } else {
+        return Ok(store.to_string());
+    };
+    if let Ok(crate::store::address::StoreAddress::SqliteFile(p)) =
+        crate::store::address::StoreAddress::parse(&address)
+        && p.is_relative()
+    {
+        return Err(StoreAddressError::RelativeSqlite {
+            job: name.to_string(),
+            from,
+            address,
+        });
+    }
+    Ok(address)
 }
 
 /// The first line of `text` that is neither empty nor a `#` comment, trimmed.

@@ -153,7 +153,13 @@ pub fn read_job(
         grace: i64::try_from(audit::grace(job).as_micros()).unwrap_or(i64::MAX),
         missed_after_newest_only: true,
     };
-    let findings = audit::status_findings(&recent, Some(&job.calendar), &orphans, &scope);
+    // A paused job expects no slot: none of its slots is missed (as in `status`).
+    let findings = audit::status_findings(
+        &recent,
+        job.enabled.then_some(&job.calendar),
+        &orphans,
+        &scope,
+    );
     let count = |kind: FindingKind| findings.iter().filter(|f| f.kind == kind).count();
     let last = recent
         .iter()

@@ -17,8 +17,16 @@
 //! newest record, once per slot and boot ([`report_missed`]); starts a job's `on_failure`
 //! unit for a slot it holds when no failing service announced the cut
 //! ([`start_on_failure`]); and arms timers: those systemd loaded but never started, and
-//! those left active without a next elapse ([`arm_timers`]). Reading the job list and the
-//! order of these steps are `src/cli/recover.rs`'s.
+//! those left active without a next elapse ([`arm_timers`]).
+//!
+//! A paused job (`enabled = false`) has its cut-off runs marked like any other, but no
+//! slot of it is reported missed, its queued slots wait until it is enabled again, and its
+//! timer is neither started nor re-armed: a timer of a paused job, or of a job no longer
+//! in the job list, that is still active is stopped ([`stop_timers`]; its service, if
+//! running, is left alone). The `running` records of jobs no longer in the job list
+//! whose holder on this machine is gone are marked interrupted and held: no timer is
+//! left to run them ([`recover_removed`]). Reading the job list and the order of these
+//! steps are `src/cli/recover.rs`'s.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -294,8 +302,9 @@ pub fn timers_to_arm(show: &str) -> (Vec<String>, Vec<String>) {
     (fresh, idle)
 }
 
-/// Starts the timers of `jobs` (valid jobs of the job list) that systemd loaded but never
-/// started, and restarts those that are active without a next elapse ([`timers_to_arm`]).
+/// Starts the timers of `jobs` (the enabled jobs of the job list) that systemd loaded but
+/// never started, or that [`stop_timers`] stopped while their job was paused or removed,
+/// and restarts those that are active without a next elapse ([`timers_to_arm`]).
 ///
 /// # Errors
 /// A message with systemctl's output when it fails.
@@ -323,7 +332,14 @@ pub fn arm_timers<'a>(jobs: impl IntoIterator<Item = &'a str>) -> Result<Armed, 
             String::from_utf8_lossy(&out.stderr).trim()
         ));
     }
-    let (started, restarted) = timers_to_arm(&String::from_utf8_lossy(&out.stdout));
+    let show = String::from_utf8_lossy(&out.stdout);
+    let (mut started, restarted) = timers_to_arm(&show);
+    // Timers recover stopped while their job was paused or removed, now enabled again.
+    for id in resumed_timers(&show) {
+        if !started.contains(&id) {
+            started.push(id);
+        }
+    }
     for (verb, list) in [("start", &started), ("restart", &restarted)] {
         if list.is_empty() {
             continue;
@@ -340,7 +356,202 @@ pub fn arm_timers<'a>(jobs: impl IntoIterator<Item = &'a str>) -> Result<Armed, 
             ));
         }
     }
+    for id in &started {
+        let job = id
+            .trim_start_matches("jobguard@")
+            .trim_end_matches(".timer");
+        let _ = std::fs::remove_file(stopped_mark(job));
+    }
     Ok(Armed { started, restarted })
+}
+
+/// The inactive loaded timers in `show` (as [`timers_to_arm`] reads it) that
+/// [`stop_timers`] stopped: their job was paused or removed and is enabled again.
+fn resumed_timers(show: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for block in show.split("\n\n") {
+        let prop = |k: &str| -> Option<&str> {
+            block
+                .lines()
+                .find_map(|l| l.strip_prefix(k)?.strip_prefix('='))
+        };
+        let (Some(id), Some("loaded"), Some("inactive")) =
+            (prop("Id"), prop("LoadState"), prop("ActiveState"))
+        else {
+            continue;
+        };
+        let Some(job) = id
+            .strip_prefix("jobguard@")
+            .and_then(|r| r.strip_suffix(".timer"))
+        else {
+            continue;
+        };
+        if stopped_mark(job).exists() {
+            out.push(id.to_string());
+        }
+    }
+    out
+}
+
+/// The marks of the timers [`stop_timers`] stopped: `<runtime dir>/stopped/<job>`. In
+/// `/run`, as a stopped timer is not started at the next boot unless its job is enabled.
+fn stopped_mark(job: &str) -> std::path::PathBuf {
+    crate::paths::runtime_dir().join("stopped").join(job)
+}
+
+/// From `systemctl show -p Id,LoadState,ActiveState` of `jobguard@*.timer`: the timers
+/// that are active (or activating, or failed) and not masked whose job is not in `keep`
+/// (the enabled jobs of the job list, and the jobs named by one of its errors). A timer
+/// of a paused job (`enabled = false`) stays active across a daemon-reload, and one of a
+/// removed job does too, without its drop-in: `bad-setting` (no `OnCalendar=`) in
+/// `systemctl list-timers`.
+pub fn timers_to_stop(show: &str, keep: &BTreeSet<String>) -> Vec<String> {
+    let mut out = Vec::new();
+    for block in show.split("\n\n") {
+        let prop = |k: &str| -> Option<&str> {
+            block
+                .lines()
+                .find_map(|l| l.strip_prefix(k)?.strip_prefix('='))
+        };
+        let Some(id) = prop("Id") else {
+            continue;
+        };
+        let Some(job) = id
+            .strip_prefix("jobguard@")
+            .and_then(|r| r.strip_suffix(".timer"))
+        else {
+            continue;
+        };
+        if keep.contains(job) || prop("LoadState") == Some("masked") {
+            continue;
+        }
+        if matches!(
+            prop("ActiveState"),
+            Some("active" | "activating" | "failed")
+        ) {
+            out.push(id.to_string());
+        }
+    }
+    out
+}
+
+/// Stops the loaded `jobguard@*.timer` units whose job is paused or no longer in the job
+/// list ([`timers_to_stop`]); the services are not touched (stopping a timer does not stop
+/// the unit it triggers, systemd.timer(5)), so a run in progress goes on. Each timer
+/// stopped is remembered ([`stopped_mark`]) so that [`arm_timers`] starts it again once
+/// its job is enabled. Returns the timers stopped.
+///
+/// # Errors
+/// A message with systemctl's output when it fails.
+pub fn stop_timers(keep: &BTreeSet<String>) -> Result<Vec<String>, String> {
+    let out = std::process::Command::new("systemctl")
+        .args(["show", "-p", "Id,LoadState,ActiveState", "jobguard@*.timer"])
+        .output()
+        .map_err(|e| format!("cannot run systemctl: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "systemctl show: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let stop = timers_to_stop(&String::from_utf8_lossy(&out.stdout), keep);
+    if stop.is_empty() {
+        return Ok(stop);
+    }
+    let out = std::process::Command::new("systemctl")
+        .args(["stop", "--no-block"])
+        .args(&stop)
+        .output()
+        .map_err(|e| format!("cannot run systemctl: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "systemctl stop: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    for id in &stop {
+        let job = id
+            .trim_start_matches("jobguard@")
+            .trim_end_matches(".timer");
+        if let Err(e) = write_mark(&stopped_mark(job), 0) {
+            eprintln!(
+                "jobguard: {job}: cannot remember that its timer was stopped ({}): {e}",
+                stopped_mark(job).display()
+            );
+        }
+    }
+    Ok(stop)
+}
+
+/// Marks `run`, a `running` record of a job no longer in the job list whose holder is
+/// gone for `reason` ([`holder_gone`]), `interrupted` and held (no timer is left to run
+/// the slot again; `jobguard resolve` decides), and logs the `interrupted` event.
+/// Returns false when the record was no longer `running`.
+///
+/// # Errors
+/// Store errors.
+pub fn interrupt_removed(
+    store: &mut dyn Store,
+    run: &Run,
+    reason: &str,
+) -> Result<bool, StoreError> {
+    if !store.interrupt(run, reason, Resolution::Held)? {
+        return Ok(false);
+    }
+    let mut ev = Event::new(
+        Kind::Interrupted,
+        &run.job,
+        format!(
+            "interrupted: slot {} was cut off: run {} (attempt {}) started {} on host {} ({}); \
+             the job is no longer in the job list, so the slot is not run again",
+            run.slot.rfc3339(),
+            run.run_id,
+            run.attempt,
+            format_usec(run.started_at),
+            run.host,
+            reason
+        ),
+    );
+    ev.slot = Some(run.slot.rfc3339());
+    ev.run_id = Some(run.run_id.clone());
+    ev.reason = Some(reason.to_string());
+    ev.outcome = Some(Outcome::Interrupted);
+    ev.attempt = Some(run.attempt);
+    ev.fencing_token = Some(run.fencing_token);
+    journal::emit(&ev);
+    Ok(true)
+}
+
+/// The `running` records in `store` of jobs not in `known` (the job list's jobs and the
+/// jobs its errors name) held on this machine by a holder that is gone (an earlier boot,
+/// or a process of this boot that no longer exists and left no process behind): marked
+/// interrupted by [`interrupt_removed`]. Records of other machines are theirs to judge.
+/// Returns the records marked.
+///
+/// # Errors
+/// Store errors.
+pub fn recover_removed(
+    store: &mut dyn Store,
+    known: &BTreeSet<String>,
+) -> Result<Vec<Run>, StoreError> {
+    let running = store.runs(&RunQuery {
+        outcomes: vec![Outcome::Running],
+        ..RunQuery::default()
+    })?;
+    let me = identity::machine_id();
+    let mut out = Vec::new();
+    for run in running {
+        if known.contains(&run.job) || me.is_empty() || run.machine_id != me {
+            continue;
+        }
+        let Some(reason) = holder_gone(store, &run)? else {
+            continue;
+        };
+        if interrupt_removed(store, &run, reason)? {
+            out.push(run);
+        }
+    }
+    Ok(out)
 }
 
 /// Starts the job's unit without waiting, so it runs its queued slots.
@@ -560,6 +771,24 @@ mod tests {
         let (fresh, idle) = timers_to_arm(show);
         assert_eq!(fresh, vec!["jobguard@new.timer".to_string()]);
         assert_eq!(idle, vec!["jobguard@idle.timer".to_string()]);
+    }
+
+    #[test]
+    fn timers_to_stop_are_active_timers_of_jobs_not_kept() {
+        let show = "Id=jobguard@kept.timer\nLoadState=loaded\nActiveState=active\n\n\
+                    Id=jobguard@paused.timer\nLoadState=loaded\nActiveState=active\n\n\
+                    Id=jobguard@removed.timer\nLoadState=bad-setting\nActiveState=active\n\n\
+                    Id=jobguard@stopped.timer\nLoadState=loaded\nActiveState=inactive\n\n\
+                    Id=jobguard@masked.timer\nLoadState=masked\nActiveState=active\n\n\
+                    Id=jobguard-recover.timer\nLoadState=loaded\nActiveState=active\n";
+        let keep = BTreeSet::from(["kept".to_string()]);
+        assert_eq!(
+            timers_to_stop(show, &keep),
+            vec![
+                "jobguard@paused.timer".to_string(),
+                "jobguard@removed.timer".to_string()
+            ]
+        );
     }
 
     #[test]

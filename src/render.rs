@@ -9,11 +9,12 @@
 //!   `RandomizedDelaySec=` (when set), and `Description=`, `SourcePath=`,
 //!   `Documentation=`;
 //! - `jobguard@JOB.service.d/50-jobguard.conf`: `Description=`, `SourcePath=`,
-//!   `Documentation=`, `OnFailure=` (when set), `After=`/`Wants=network-online.target`
+//!   `Documentation=`, `OnFailure=` and `OnSuccess=` (when set), `After=`/`Wants=network-online.target`
 //!   when the store may be remote, `TimeoutStopSec=` from `kill_grace`, and
 //!   `LoadCredential=ID` for a `store_credential` (the ID only: the address itself never
 //!   appears in a generated file, which is world-readable);
-//! - the link `timers.target.wants/jobguard@JOB.timer` to the timer template;
+//! - the link `timers.target.wants/jobguard@JOB.timer` to the timer template, unless
+//!   the job is paused (`enabled = false`): then its timer is written but not enabled;
 //! - with at least one job: the links that enable `jobguard-recover.service`
 //!   (`multi-user.target.wants/`) and `jobguard-recover.timer` (`timers.target.wants/`),
 //!   and, when any job's store may be remote, a drop-in that orders the recover service
@@ -111,7 +112,8 @@ pub fn render(set: &JobSet, opts: &RenderOptions) -> Vec<UnitFile> {
     out
 }
 
-/// The three entries of each job: timer drop-in, service drop-in, `.wants/` link.
+/// The entries of each job: timer drop-in, service drop-in, and the `.wants/` link
+/// unless the job is paused (`enabled = false`).
 pub fn render_jobs(jobs: &[&Job], opts: &RenderOptions) -> Vec<UnitFile> {
     let timer_template = opts.unit_dir.join("jobguard@.timer");
     let mut sources: HashMap<&Path, SourceText> = HashMap::new();
@@ -129,10 +131,14 @@ pub fn render_jobs(jobs: &[&Job], opts: &RenderOptions) -> Vec<UnitFile> {
             path: PathBuf::from(format!("jobguard@{}.service.d/{DROPIN_NAME}", job.name)),
             content: UnitContent::File(service_text(job, src, &desc)),
         });
-        out.push(UnitFile {
-            path: PathBuf::from(format!("timers.target.wants/jobguard@{}.timer", job.name)),
-            content: UnitContent::Symlink(timer_template.clone()),
-        });
+        // A paused job (`enabled = false`) keeps its drop-ins, so `jobguard run` and the
+        // service still work, but its timer is not enabled.
+        if job.enabled {
+            out.push(UnitFile {
+                path: PathBuf::from(format!("timers.target.wants/jobguard@{}.timer", job.name)),
+                content: UnitContent::Symlink(timer_template.clone()),
+            });
+        }
     }
     out
 }
@@ -248,6 +254,10 @@ fn service_text(job: &Job, src: &SourceText, desc: &str) -> String {
         // Specifiers such as %n are the point of this key: written as given (it was
         // checked to be a unit name once they are expanded).
         let _ = writeln!(out, "OnFailure={unit}");
+    }
+    if let Some(unit) = &job.on_success {
+        // As OnFailure=: specifiers are written as given (systemd.unit(5), OnSuccess=).
+        let _ = writeln!(out, "OnSuccess={unit}");
     }
     if job.needs_network() {
         out.push_str("After=network-online.target\nWants=network-online.target\n");

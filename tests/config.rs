@@ -1258,3 +1258,52 @@ fn catch_up_and_its_limit_layer_and_bad_values_are_named() {
     );
     assert_eq!(set.jobs.len(), 0, "no bad job is kept");
 }
+
+#[test]
+fn enabled_pauses_a_job_and_on_success_is_a_unit_name() {
+    let d = Dir::new();
+    let text = format!(
+        "[defaults]\nenabled = false\non_success = \"ok@%n.service\"\n\n\
+         [jobs.paused]\n{GOOD}\n\
+         [jobs.running]\n{GOOD}enabled = true\non_success = \"done-%i.service\"\n\n\
+         [jobs.bad-flag]\n{GOOD}enabled = \"no\"\n\n\
+         [jobs.bad-unit]\n{GOOD}on_success = \"mail.bogus\"\n"
+    );
+    let f = d.write("jobs.toml", &text);
+    let set = d.load();
+    assert!(!set.jobs["paused"].enabled);
+    assert_eq!(
+        set.jobs["paused"].on_success.as_deref(),
+        Some("ok@%n.service")
+    );
+    assert!(set.jobs["running"].enabled);
+    assert_eq!(
+        set.jobs["running"].on_success.as_deref(),
+        Some("done-%i.service")
+    );
+    let keys: Vec<&str> = set.errors.iter().filter_map(|e| e.key.as_deref()).collect();
+    assert_eq!(keys, ["jobs.bad-flag.enabled", "jobs.bad-unit.on_success"]);
+    assert_at(
+        &set.errors[0],
+        &f,
+        pos(&text, "[jobs.bad-flag]", "\"no\""),
+        "jobs.bad-flag.enabled",
+    );
+    assert!(
+        set.errors[0]
+            .message
+            .contains("expected a boolean, found a string"),
+        "{}",
+        set.errors[0].message
+    );
+    assert!(
+        set.errors[1].message.contains("invalid unit name"),
+        "{}",
+        set.errors[1].message
+    );
+    // Without the key a job runs on its schedule.
+    d.write("jobs.toml", &format!("[jobs.a]\n{GOOD}"));
+    let set = d.load();
+    assert!(set.jobs["a"].enabled);
+    assert_eq!(set.jobs["a"].on_success, None);
+}

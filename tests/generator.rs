@@ -495,7 +495,7 @@ fn generator_mode_logs_to_kmsg() {
 /// systemd itself reads the generated drop-ins back as meant: a booted container (see
 /// tests/common/container.rs) with the generator installed, and `systemctl show` of the
 /// units. Checks the escaping of `%`, newlines and non-ASCII text in descriptions, a
-/// trailing backslash, specifiers in `OnFailure=`, and the values from the job list.
+/// trailing backslash, specifiers in `OnFailure=` and `OnSuccess=`, and the values from the job list.
 #[test]
 fn systemd_reads_the_generated_units_as_meant() {
     let test = "systemd_reads_the_generated_units_as_meant";
@@ -509,6 +509,7 @@ fn systemd_reads_the_generated_units_as_meant() {
                 randomized_delay = \"90s\"\n\
                 kill_grace = \"1min\"\n\
                 on_failure = \"status-email@%n.service\"\n\
+                on_success = \"done-%i.service\"\n\
                 store = \"postgres://db.internal/jobs\"\n\
                 persistent = false\n\n\
                 [jobs.trailing]\n\
@@ -570,6 +571,7 @@ fn systemd_reads_the_generated_units_as_meant() {
             "SourcePath",
             "Documentation",
             "OnFailure",
+            "OnSuccess",
             "After",
             "Wants",
             "TimeoutStopUSec",
@@ -593,6 +595,7 @@ fn systemd_reads_the_generated_units_as_meant() {
         svc["OnFailure"],
         "status-email@jobguard@report_v2.de.service.service"
     );
+    assert_eq!(svc["OnSuccess"], "done-report_v2.de.service");
     assert!(svc["After"].contains("network-online.target"), "{svc:?}");
     assert!(svc["After"].contains("jobguard-recover.service"), "{svc:?}");
     assert!(svc["Wants"].contains("network-online.target"), "{svc:?}");

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::json;
 
 use crate::audit::{self, Finding, Scope};
-use crate::cli::{AuditArgs, job_store_address, open_store, view};
+use crate::cli::{AuditArgs, job_store_address, list_store_addresses, open_store, view};
 use crate::config::{self, ConfigSource, JobSet};
 use crate::exit;
 use crate::identity;
@@ -103,7 +103,10 @@ pub fn run(args: &AuditArgs) -> u8 {
             grace: job.map_or(0, grace_usec),
             missed_after_newest_only: false,
         };
-        let findings = audit::audit_job(&ledger.runs, job.map(|j| &j.calendar), &orphans, &scope);
+        // A paused job expects no slot: like a removed one, it is audited without the slot
+        // checks (no slot is missed while it is paused).
+        let calendar = job.filter(|j| j.enabled).map(|j| &j.calendar);
+        let findings = audit::audit_job(&ledger.runs, calendar, &orphans, &scope);
         total += findings.len();
         attention += findings
             .iter()
@@ -116,6 +119,7 @@ pub fn run(args: &AuditArgs) -> u8 {
             "job": ledger.job,
             "store": ledger.store,
             "in_job_list": job.is_some(),
+            "paused": job.is_some_and(|j| !j.enabled),
             "records": ledger.runs.len(),
             "findings": findings.iter().map(Finding::json).collect::<Vec<_>>(),
         }));
@@ -189,21 +193,16 @@ pub fn orphans(
 /// Reads the ledgers to audit, by store (each store open once), and the exit status of any store
 /// that could not be read (those are left out, with a message).
 fn read_ledgers(set: &JobSet, only: Option<&str>) -> (Vec<StoreLedgers>, u8) {
-    let mut status = exit::OK;
-    // The stores to read: the job's own, or (no job, or a job not in the list) all.
-    let mut addresses: BTreeSet<String> = BTreeSet::new();
-    let jobs: Vec<&Job> = match only.and_then(|n| set.jobs.get(n)) {
-        Some(j) => vec![j],
-        None => set.jobs.values().collect(),
+    // The stores to read: the job's own, or (no job, or a job not in the list) all that
+    // the list names, `[defaults]` included.
+    let (addresses, status) = match only.and_then(|n| set.jobs.get(n)) {
+        Some(j) => match job_store_address(j) {
+            Ok(a) => (BTreeSet::from([a]), exit::OK),
+            Err(code) => (BTreeSet::new(), code),
+        },
+        None => list_store_addresses(set),
     };
-    for job in jobs {
-        match job_store_address(job) {
-            Ok(a) => {
-                addresses.insert(a);
-            }
-            Err(code) => status = code,
-        }
-    }
+    let mut status = status;
     let mut out = Vec::new();
     for address in addresses {
         let mut store = match open_store(&address) {

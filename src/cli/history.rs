@@ -1,12 +1,28 @@
 //! `jobguard history JOB [--json] [--limit N]`: the job's ledger, newest first, at most
 //! N records (`--limit 0`: none).
+//!
+//! A job in the job list (paused or not) is read from its store. A job no longer in the
+//! list keeps its ledger: it is read from every store the list names
+//! ([`crate::cli::list_store_addresses`]), and only when none holds a record of it does
+//! `history` exit [`exit::CONFIG`] (78), "no job named".
 
-use crate::cli::{HistoryArgs, find_job, open_job_store, view};
+use crate::cli::{HistoryArgs, find_job, list_store_addresses, open_job_store, open_store, view};
+use crate::config::{self, ConfigSource};
 use crate::exit;
+use crate::ledger::Run;
 use crate::store::RunQuery;
 
 /// Runs `jobguard history`; returns the exit status.
 pub fn run(args: &HistoryArgs) -> u8 {
+    let set = config::load(&ConfigSource::resolve(args.config.config.clone()));
+    let in_list = set.jobs.contains_key(&args.job)
+        || set
+            .errors
+            .iter()
+            .any(|e| e.job.as_deref() == Some(&args.job));
+    if !in_list {
+        return removed(args, &set);
+    }
     let job = match find_job(&args.config, &args.job) {
         Ok(j) => j,
         Err(code) => return code,
@@ -33,16 +49,79 @@ pub fn run(args: &HistoryArgs) -> u8 {
             }
         },
     };
+    print(args, &runs, &store.describe());
+    exit::OK
+}
+
+/// The history of a job no longer in the job list, from every store the list names.
+fn removed(args: &HistoryArgs, set: &config::JobSet) -> u8 {
+    let (addresses, mut status) = list_store_addresses(set);
+    let mut runs: Vec<Run> = Vec::new();
+    let mut described = Vec::new();
+    for address in &addresses {
+        let mut store = match open_store(address) {
+            Ok(s) => s,
+            Err(code) => {
+                status = code;
+                continue;
+            }
+        };
+        described.push(store.describe());
+        match store.runs(&RunQuery {
+            job: Some(args.job.clone()),
+            ..RunQuery::default()
+        }) {
+            Ok(r) => runs.extend(r),
+            Err(e) => {
+                eprintln!("jobguard: {e}");
+                status = exit::STORE_UNAVAILABLE;
+            }
+        }
+    }
+    if runs.is_empty() {
+        if status != exit::OK {
+            return status;
+        }
+        let files: Vec<String> = set.files.iter().map(|f| f.display().to_string()).collect();
+        eprintln!(
+            "jobguard: no job named {:?} in {}, and no store it names holds records of it",
+            args.job,
+            if files.is_empty() {
+                "the job list (no file found)".to_string()
+            } else {
+                files.join(", ")
+            }
+        );
+        return exit::CONFIG;
+    }
+    // Newest first, as one store returns them (the sort is stable).
+    runs.sort_by_key(|r| std::cmp::Reverse(r.started_at));
+    if args.limit > 0 {
+        runs.truncate(args.limit);
+    } else {
+        runs.clear();
+    }
+    if !args.json {
+        eprintln!(
+            "jobguard: note: {} is no longer in the job list; its records were read from {}",
+            args.job,
+            described.join(", ")
+        );
+    }
+    print(args, &runs, &described.join(", "));
+    status
+}
+
+fn print(args: &HistoryArgs, runs: &[Run], store: &str) {
     if args.json {
         let arr: Vec<_> = runs.iter().map(view::run_json).collect();
         println!("{}", serde_json::Value::Array(arr));
     } else if args.limit == 0 {
         // No record asked for: nothing to print.
     } else if runs.is_empty() {
-        println!("no runs of {} recorded in {}", job.name, store.describe());
+        println!("no runs of {} recorded in {store}", args.job);
     } else {
         let rows: Vec<_> = runs.iter().map(view::run_row).collect();
         print!("{}", view::table(&view::RUN_HEADER, &rows));
     }
-    exit::OK
 }

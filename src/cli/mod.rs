@@ -358,6 +358,42 @@ pub fn job_store_address(job: &crate::job::Job) -> Result<String, u8> {
     })
 }
 
+/// Every store the job list names: each job's, each `[defaults]` table's
+/// ([`crate::config::JobSet::default_stores`]), and the built-in default
+/// ([`crate::paths::default_store_url`]) when its file exists. This is where the ledger of
+/// a job removed from the list is looked for. Returns the addresses and
+/// [`crate::exit::CONFIG`] when an address could not be read (printed), else
+/// [`crate::exit::OK`].
+pub fn list_store_addresses(
+    set: &crate::config::JobSet,
+) -> (std::collections::BTreeSet<String>, u8) {
+    let mut status = crate::exit::OK;
+    let mut out = std::collections::BTreeSet::new();
+    for job in set.jobs.values() {
+        match job_store_address(job) {
+            Ok(a) => {
+                out.insert(a);
+            }
+            Err(code) => status = code,
+        }
+    }
+    for d in &set.default_stores {
+        match d.address() {
+            Ok(a) => {
+                out.insert(a);
+            }
+            Err(e) => {
+                eprintln!("jobguard: {e}");
+                status = crate::exit::CONFIG;
+            }
+        }
+    }
+    if crate::paths::state_dir().join("jobguard.db").exists() {
+        out.insert(crate::paths::default_store_url());
+    }
+    (out, status)
+}
+
 /// Opens and initialises the store at `url`, printing the error once.
 pub fn open_store(url: &str) -> Result<Box<dyn crate::store::Store>, u8> {
     let opened = crate::store::open(url).and_then(|mut s| s.init().map(|()| s));

@@ -2,14 +2,17 @@
 //! mark cut-off runs interrupted, start a job's `on_failure` unit for a slot newly held
 //! for a person, start new timers and re-arm timers left without a next elapse, and get
 //! queued slots run (see [`crate::recover`]). Run at boot by `jobguard-recover.service`
-//! and every minute by `jobguard-recover.timer`. When the job list sets
+//! and every minute by `jobguard-recover.timer`. Without JOB and `--config` (so with the
+//! job list the generator reads), it also stops the timers of paused jobs and of jobs no
+//! longer in the list, and marks the cut-off runs of the latter interrupted (see
+//! [`crate::recover`]). When the job list sets
 //! `[metrics] textfile`, each pass ends by writing every job's metrics there atomically
 //! ([`crate::metrics::write_textfile`]); a failure to write is a journal warning
 //! ([`Kind::MetricsNotWritten`]), not a failed pass.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use crate::cli::{RecoverArgs, job_store_address, open_store};
+use crate::cli::{RecoverArgs, job_store_address, list_store_addresses, open_store};
 use crate::config::{self, ConfigSource};
 use crate::exit;
 use crate::journal::{self, Event, Kind};
@@ -53,10 +56,12 @@ pub fn run(args: &RecoverArgs) -> u8 {
             }
         };
         for job in jobs {
+            // A paused job expects no slot: none is missed.
             match recover::missed_slots(store.as_mut(), job, now, boot) {
-                Ok(slots) => {
+                Ok(slots) if job.enabled => {
                     recover::report_missed(job, &slots);
                 }
+                Ok(_) => {}
                 Err(e) => {
                     eprintln!("jobguard: {}: {e}", job.name);
                     status = exit::STORE_UNAVAILABLE;
@@ -78,7 +83,11 @@ pub fn run(args: &RecoverArgs) -> u8 {
                             }
                         }
                     }
-                    if !r.queued.is_empty() && !recover::lease_alive(store.as_mut(), &job.name) {
+                    // A paused job's queued slots wait until it is enabled again.
+                    if job.enabled
+                        && !r.queued.is_empty()
+                        && !recover::lease_alive(store.as_mut(), &job.name)
+                    {
                         to_run.push((job, r))
                     }
                 }
@@ -96,7 +105,7 @@ pub fn run(args: &RecoverArgs) -> u8 {
         let due = set
             .jobs
             .values()
-            .filter(|j| j.calendar.next_elapse(now_ts).is_some())
+            .filter(|j| j.enabled && j.calendar.next_elapse(now_ts).is_some())
             .map(|j| j.name.as_str());
         match recover::arm_timers(due) {
             Ok(armed) => {
@@ -111,6 +120,14 @@ pub fn run(args: &RecoverArgs) -> u8 {
                 }
             }
             Err(e) => eprintln!("jobguard: {e}"),
+        }
+    }
+    // What is removed is judged only against the job list the generator reads: another
+    // list given with --config would make every job of the real one look removed.
+    if args.job.is_none() && args.config.config.is_none() {
+        let s = removed_and_paused(&set, systemd);
+        if status == exit::OK {
+            status = s;
         }
     }
     if let Some(path) = &set.metrics_textfile {
@@ -152,6 +169,57 @@ pub fn run(args: &RecoverArgs) -> u8 {
             if status == exit::OK {
                 status = s;
             }
+        }
+    }
+    status
+}
+
+/// Stops the timers of paused jobs and of jobs no longer in the job list, and marks the
+/// cut-off `running` records of the latter interrupted ([`recover::stop_timers`],
+/// [`recover::recover_removed`]). Skipped when a file of the job list could not be read:
+/// its jobs would look removed. A job the list names in an error (a typo) is not
+/// removed either. Returns the exit status of this step.
+fn removed_and_paused(set: &config::JobSet, systemd: bool) -> u8 {
+    if set
+        .errors
+        .iter()
+        .any(|e| e.scope == config::ErrorScope::File)
+    {
+        return exit::OK;
+    }
+    let mut known: BTreeSet<String> = set.jobs.keys().cloned().collect();
+    known.extend(set.errors.iter().filter_map(|e| e.job.clone()));
+    let mut status = exit::OK;
+    if systemd {
+        let keep: BTreeSet<String> = known
+            .iter()
+            .filter(|n| set.jobs.get(*n).is_none_or(|j| j.enabled))
+            .cloned()
+            .collect();
+        match recover::stop_timers(&keep) {
+            Ok(stopped) if !stopped.is_empty() => println!(
+                "stopped timers of paused or removed jobs: {}",
+                stopped.join(" ")
+            ),
+            Ok(_) => {}
+            Err(e) => eprintln!("jobguard: {e}"),
+        }
+    }
+    let (addresses, s) = list_store_addresses(set);
+    if s != exit::OK {
+        status = s;
+    }
+    for address in addresses {
+        let mut store = match open_store(&address) {
+            Ok(s) => s,
+            Err(code) => {
+                status = code;
+                continue;
+            }
+        };
+        if let Err(e) = recover::recover_removed(store.as_mut(), &known) {
+            eprintln!("jobguard: {}: {e}", store.describe());
+            status = exit::STORE_UNAVAILABLE;
         }
     }
     status

@@ -4,14 +4,29 @@
 //! `--rerun` of a slot that is done (it has since succeeded, or a person marked it done)
 //! changes nothing and says so, exiting 0: the slot needs nothing more. The store makes
 //! that decision in the same step as the change ([`crate::store::Store::resolve`]).
+//!
+//! A job no longer in the job list keeps its ledger, and its held slots (a run cut off
+//! after its removal, see [`crate::recover::recover_removed`]) can be declared done with
+//! `--done` in every store the list names ([`crate::cli::list_store_addresses`]);
+//! `--rerun` is refused (exit 78): there is no job left to run it.
 
-use crate::cli::{ResolveArgs, find_job, open_job_store};
+use crate::cli::{ResolveArgs, find_job, list_store_addresses, open_job_store, open_store};
+use crate::config::{self, ConfigSource};
 use crate::exit;
 use crate::ledger::{Outcome, Resolution, format_usec};
 use crate::store::{RunQuery, Store, StoreError};
 
 /// Runs `jobguard resolve`; returns the exit status.
 pub fn run(args: &ResolveArgs) -> u8 {
+    let set = config::load(&ConfigSource::resolve(args.config.config.clone()));
+    let in_list = set.jobs.contains_key(&args.job)
+        || set
+            .errors
+            .iter()
+            .any(|e| e.job.as_deref() == Some(&args.job));
+    if !in_list {
+        return removed(args, &set);
+    }
     let job = match find_job(&args.config, &args.job) {
         Ok(j) => j,
         Err(code) => return code,
@@ -80,6 +95,55 @@ pub fn run(args: &ResolveArgs) -> u8 {
             exit::STORE_UNAVAILABLE
         }
     }
+}
+
+/// `resolve` of a job no longer in the job list: `--done` in every store the list names.
+fn removed(args: &ResolveArgs, set: &config::JobSet) -> u8 {
+    if !args.done {
+        eprintln!(
+            "jobguard: no job named {:?} in the job list: nothing can re-run its slots; `--done` declares a slot of it done",
+            args.job
+        );
+        return exit::CONFIG;
+    }
+    let slot = match crate::calendar::parse_timestamp(&args.slot, jiff::Timestamp::now()) {
+        Ok(t) => t.as_microsecond(),
+        Err(e) => {
+            eprintln!("jobguard: bad slot: {e}");
+            return exit::USAGE;
+        }
+    };
+    let (addresses, mut status) = list_store_addresses(set);
+    let mut marked = 0;
+    for address in &addresses {
+        let mut store = match open_store(address) {
+            Ok(s) => s,
+            Err(code) => {
+                status = code;
+                continue;
+            }
+        };
+        match store.resolve(&args.job, slot, Resolution::Done) {
+            Ok(n) => marked += n,
+            Err(e) => {
+                eprintln!("jobguard: {e}");
+                status = exit::STORE_UNAVAILABLE;
+            }
+        }
+    }
+    if marked == 0 {
+        return if status == exit::OK {
+            nothing_waiting(&args.job, slot)
+        } else {
+            status
+        };
+    }
+    println!(
+        "{} slot {}: {marked} record(s) marked done (the job is no longer in the job list)",
+        args.job,
+        format_usec(slot)
+    );
+    status
 }
 
 /// Says that no record of the slot waits for a decision; returns [`exit::FAILURE`].

@@ -14,6 +14,11 @@
 //! when systemd was read and the job's timer is not waiting for a next elapse (unless it
 //! is masked). `status` then exits [`exit::ATTENTION`] (1), so it serves as a monitoring
 //! check; a store or job list it cannot read gives its own status (69, 78) instead.
+//!
+//! A paused job (`enabled = false`) is listed with STATE `paused; …`, no NEXT and
+//! `"paused": true` in the JSON. Its timer not waiting and its slots passing are not
+//! attention items (no slot of it is expected); its held, failed and queued slots and its
+//! cut-off runs still are.
 
 use std::collections::BTreeMap;
 
@@ -123,8 +128,10 @@ fn job_status(
     let lease = store.lease(&job.name).map_err(|e| e.to_string())?;
     let store_now = store.now().map_err(|e| e.to_string())?;
     let live_lease = lease.filter(|l| l.expire_at > store_now);
-    // systemd's next elapse when it could be read (it is what will fire), else our own.
+    // systemd's next elapse when it could be read (it is what will fire), else our own;
+    // none for a paused job.
     let next = match units {
+        _ if !job.enabled => None,
         Some(u) => u.timer.next_elapse_usec.and_then(|n| i64::try_from(n).ok()),
         None => jiff::Timestamp::from_microsecond(now_usec)
             .ok()
@@ -146,7 +153,9 @@ fn job_status(
         grace,
         missed_after_newest_only: true,
     };
-    let all = audit::status_findings(&recent, Some(&job.calendar), &orphans, &scope);
+    // A paused job expects no slot: none of its slots is missed.
+    let calendar = job.enabled.then_some(&job.calendar);
+    let all = audit::status_findings(&recent, calendar, &orphans, &scope);
     // Held, failed and queued slots are shown as their latest attempt.
     let mut attention: Vec<Run> = all
         .iter()
@@ -178,7 +187,9 @@ fn job_status(
         .ok()
         .and_then(|t| job.calendar.next_elapse(t))
         .is_some();
-    let idle = timer_idle(units).map(|i| i && has_next);
+    let waiting = timer_idle(units).map(|i| !(i && has_next));
+    // A paused job's timer is not meant to wait: not something to attend to.
+    let idle = timer_idle(units).map(|i| i && has_next && job.enabled);
     let needs_attention = audit::job_needs_attention(&all, idle);
     let json = json!({
         "job": job.name,
@@ -192,7 +203,8 @@ fn job_status(
         "attention": attention.iter().map(view::run_json).collect::<Vec<_>>(),
         "missed": missed.iter().map(|f| f.json()).collect::<Vec<_>>(),
         "orphans": orphaned.iter().map(|r| view::run_json(r)).collect::<Vec<_>>(),
-        "timer_waiting": idle.map(|i| !i),
+        "timer_waiting": waiting,
+        "paused": !job.enabled,
         "needs_attention": needs_attention,
         "systemd": units.map(systemd_json),
     });
@@ -213,7 +225,7 @@ fn job_status(
         job.name.clone(),
         job.schedule.clone(),
         next.map(format_usec).unwrap_or_else(|| "-".into()),
-        state_text(units),
+        paused_text(job, state_text(units)),
         last_text,
         running_text,
         (attention.len() + findings.len() + usize::from(idle == Some(true))).to_string(),
@@ -228,6 +240,15 @@ fn job_status(
     })
 }
 
+/// The STATE column of a paused job (`enabled = false`) starts with `paused`.
+fn paused_text(job: &Job, state: String) -> String {
+    if job.enabled {
+        state
+    } else {
+        format!("paused; {state}")
+    }
+}
+
 /// The table row of a job whose store could not be read: the job is still listed.
 fn unreadable_row(job: &Job, now_usec: i64) -> Vec<String> {
     let next = jiff::Timestamp::from_microsecond(now_usec)
@@ -238,7 +259,7 @@ fn unreadable_row(job: &Job, now_usec: i64) -> Vec<String> {
         job.name.clone(),
         job.schedule.clone(),
         next.unwrap_or_else(|| "-".into()),
-        "? (store unreadable)".into(),
+        paused_text(job, "? (store unreadable)".into()),
         "?".into(),
         "?".into(),
     ]
@@ -264,6 +285,7 @@ fn unreadable_json(job: &Job, now_usec: i64, units: Option<&JobUnits>, error: &s
         "lease": Value::Null,
         "attention": [],
         "systemd": units.map(systemd_json),
+        "paused": !job.enabled,
         "error": error,
     })
 }

@@ -1,0 +1,289 @@
+//! Pausing and removing jobs, under a real systemd (`tests/common/container.rs`):
+//! `enabled = false` keeps a job's units and ledger but its timer is not enabled, the
+//! recover pass neither starts nor re-arms it and stops it when it is still active after
+//! the edit, and starts it again once the job is enabled; a job removed from the job list
+//! keeps its ledger (`history`, `audit`), its timer does not linger, its `running`
+//! record whose holder is gone is marked interrupted and held by the recover pass, and
+//! `resolve --done` settles that slot.
+//!
+//! Needs root and systemd-nspawn (skipped with a `SKIPPED` line otherwise, failed in CI).
+//!
+//! ```sh
+//! cargo test --test systemd_lifecycle -- --nocapture
+//! ```
+
+mod common;
+
+use std::time::Duration;
+
+use common::container::Container;
+use common::host::*;
+
+fn ready(test: &str) -> bool {
+    common::go_on(test, common::container::prerequisites())
+}
+
+fn tick_job(name: &str, extra: &str) -> String {
+    format!(
+        "[jobs.{name}]\nschedule = \"*:*:0/5\"\ncommand = [\"/bin/true\"]\nstore_wait = \"0s\"\nclock_tolerance = \"1s\"\n{extra}\n"
+    )
+}
+
+fn succeeded(c: &Container, job: &str) -> usize {
+    history(c, job)
+        .map(|h| outcome_rows(&h, "succeeded").len())
+        .unwrap_or(0)
+}
+
+fn recover_pass(c: &Container) -> String {
+    c.exec_ok(&["systemctl", "start", "jobguard-recover.service"])
+        .expect("a recover pass");
+    wait_unit_done(c, "jobguard-recover.service", Duration::from_secs(60));
+    c.exec(&[
+        "journalctl",
+        "-u",
+        "jobguard-recover.service",
+        "--no-pager",
+        "-o",
+        "cat",
+    ])
+    .map(|o| text(&o))
+    .unwrap_or_default()
+}
+
+fn status(c: &Container) -> (Option<i32>, serde_json::Value) {
+    let out = c.exec(&["jobguard", "status", "--json"]).expect("status");
+    let v = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("status json: {e}: {}", text(&out)));
+    (out.status.code(), v)
+}
+
+fn job_json<'a>(v: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    v["jobs"]
+        .as_array()
+        .and_then(|a| a.iter().find(|j| j["job"] == name))
+        .unwrap_or_else(|| panic!("{name} in status: {v}"))
+}
+
+fn active(c: &Container, unit: &str) -> String {
+    prop(c, unit, "ActiveState")
+}
+
+#[test]
+fn a_paused_job_keeps_its_units_and_ledger_and_its_timer_stays_stopped_until_enabled() {
+    let test = "a_paused_job_keeps_its_units_and_ledger_and_its_timer_stays_stopped_until_enabled";
+    if !ready(test) {
+        return;
+    }
+    let jobs = |tick_extra: &str| {
+        format!(
+            "{}{}",
+            tick_job("tick", tick_extra),
+            tick_job("idle", "enabled = false")
+        )
+    };
+    let c = boot("lifecycle-pause", &jobguard_options(&jobs("")));
+    c.exec_ok(&["systemctl", "stop", "jobguard-recover.timer"])
+        .expect("stop the recover timer");
+    // A job paused from the start: units written, timer not enabled, never started.
+    assert_eq!(
+        prop(&c, "jobguard@idle.timer", "LoadState"),
+        "loaded",
+        "the paused job's timer is written"
+    );
+    assert_eq!(active(&c, "jobguard@idle.timer"), "inactive");
+    common::wait_for(
+        "a run by tick's timer",
+        Duration::from_secs(30),
+        Duration::from_millis(500),
+        || Ok((succeeded(&c, "tick") >= 1).then_some(())),
+    )
+    .expect("the enabled job runs");
+    let log = recover_pass(&c);
+    assert_eq!(
+        active(&c, "jobguard@idle.timer"),
+        "inactive",
+        "recover does not start a paused job's timer: {log}"
+    );
+    let (code, v) = status(&c);
+    assert_eq!(job_json(&v, "idle")["paused"], true, "{v}");
+    assert_eq!(job_json(&v, "tick")["paused"], false, "{v}");
+    assert_eq!(code, Some(0), "a paused job is not an attention item: {v}");
+    let table = c.exec(&["jobguard", "status"]).expect("status");
+    let idle_row = text(&table)
+        .lines()
+        .find(|l| l.starts_with("idle "))
+        .map(str::to_string)
+        .unwrap_or_default();
+    assert!(idle_row.contains("paused"), "{}", text(&table));
+    let h = c
+        .exec(&["jobguard", "history", "idle", "--json"])
+        .expect("history");
+    assert_eq!(h.status.code(), Some(0), "history reads a paused job");
+
+    // Pausing a running job: the edit and a reload leave its timer active; the recover
+    // pass stops it, and it does not fire any more.
+    c.write_file("/etc/jobguard/jobs.toml", jobs("enabled = false"))
+        .expect("pause tick");
+    c.exec_ok(&["systemctl", "daemon-reload"]).expect("reload");
+    assert_eq!(
+        active(&c, "jobguard@tick.timer"),
+        "active",
+        "a reload leaves the timer of a newly paused job active"
+    );
+    let log = recover_pass(&c);
+    common::wait_for(
+        "tick's timer stopped",
+        Duration::from_secs(10),
+        Duration::from_millis(200),
+        || Ok((active(&c, "jobguard@tick.timer") == "inactive").then_some(())),
+    )
+    .unwrap_or_else(|e| panic!("{e}\n{log}"));
+    assert!(
+        log.contains("stopped timers of paused or removed jobs: jobguard@tick.timer"),
+        "{log}"
+    );
+    wait_unit_done(&c, "jobguard@tick.service", Duration::from_secs(30));
+    let paused_at = succeeded(&c, "tick");
+    std::thread::sleep(Duration::from_secs(12));
+    assert_eq!(
+        succeeded(&c, "tick"),
+        paused_at,
+        "a paused job does not run"
+    );
+    recover_pass(&c);
+    assert_eq!(active(&c, "jobguard@tick.timer"), "inactive");
+    let (code, v) = status(&c);
+    assert_eq!(code, Some(0), "paused, its slots are not missed: {v}");
+    let out = c
+        .exec(&["jobguard", "audit", "tick", "--json"])
+        .expect("audit");
+    let a: serde_json::Value = serde_json::from_slice(&out.stdout).expect("audit json");
+    assert_eq!(out.status.code(), Some(0), "{a}");
+    assert_eq!(a["jobs"][0]["paused"], true, "{a}");
+
+    // Enabled again: the reload alone does not start a timer that was stopped; the
+    // recover pass does, and the job runs.
+    c.write_file("/etc/jobguard/jobs.toml", jobs(""))
+        .expect("resume tick");
+    c.exec_ok(&["systemctl", "daemon-reload"]).expect("reload");
+    let log = recover_pass(&c);
+    common::wait_for(
+        "tick's timer started again",
+        Duration::from_secs(10),
+        Duration::from_millis(200),
+        || {
+            let next = prop(&c, "jobguard@tick.timer", "NextElapseUSecRealtime");
+            Ok((!next.is_empty()).then_some(()))
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}\n{log}"));
+    common::wait_for(
+        "a run after the resume",
+        Duration::from_secs(30),
+        Duration::from_millis(500),
+        || Ok((succeeded(&c, "tick") > paused_at).then_some(())),
+    )
+    .expect("the job runs again");
+}
+
+#[test]
+fn a_removed_job_keeps_its_ledger_and_leaves_no_timer_and_no_running_record_behind() {
+    let test = "a_removed_job_keeps_its_ledger_and_leaves_no_timer_and_no_running_record_behind";
+    if !ready(test) {
+        return;
+    }
+    let keep = "[jobs.keep]\nschedule = \"*-01-01 00:00:00 UTC\"\ncommand = [\"/bin/true\"]\n";
+    let gone = "[jobs.gone]\nschedule = \"*-01-01 00:00:00 UTC\"\n\
+                command = ['/bin/sh', '-c', 'sleep 300']\n";
+    let c = boot(
+        "lifecycle-remove",
+        &jobguard_options(&format!("{keep}\n{gone}")),
+    );
+    c.exec_ok(&["systemctl", "stop", "jobguard-recover.timer"])
+        .expect("stop the recover timer");
+    assert_eq!(active(&c, "jobguard@gone.timer"), "active");
+    c.exec_ok(&["systemctl", "start", "--no-block", "jobguard@gone.service"])
+        .expect("start");
+    common::wait_for(
+        "gone running",
+        Duration::from_secs(60),
+        Duration::from_millis(300),
+        || {
+            let rows = history(&c, "gone")?;
+            Ok((outcome_rows(&rows, "running").len() == 1).then_some(()))
+        },
+    )
+    .expect("the run is running");
+
+    // The job leaves the list, a reload; then its run is cut (the shim and its command
+    // SIGKILLed), so no one records an outcome.
+    c.write_file("/etc/jobguard/jobs.toml", keep)
+        .expect("remove gone");
+    c.exec_ok(&["systemctl", "daemon-reload"]).expect("reload");
+    c.exec_ok(&["systemctl", "kill", "-s", "KILL", "jobguard@gone.service"])
+        .expect("kill");
+    wait_unit_done(&c, "jobguard@gone.service", Duration::from_secs(30));
+    let timers = c
+        .exec_ok(&["systemctl", "list-timers", "--all", "--no-pager"])
+        .expect("list-timers");
+    eprintln!("after the removal:\n{timers}");
+
+    // history and audit still read the ledger of a job no longer in the list.
+    let rows = history(&c, "gone").expect("history of a removed job");
+    assert_eq!(outcome_rows(&rows, "running").len(), 1, "{rows:#?}");
+
+    let log = recover_pass(&c);
+    eprintln!("{log}");
+    let rows = history(&c, "gone").expect("history");
+    assert_eq!(outcome_rows(&rows, "running").len(), 0, "{rows:#?}\n{log}");
+    let cut = outcome_rows(&rows, "interrupted");
+    assert_eq!(cut.len(), 1, "{rows:#?}");
+    assert_eq!(field(cut[0], "resolution"), "held", "no re-run: {rows:#?}");
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        history(&c, "gone")
+            .map(|r| outcome_rows(&r, "running").is_empty())
+            .unwrap_or(false),
+        "no re-run was started"
+    );
+    common::wait_for(
+        "gone's timer gone from list-timers",
+        Duration::from_secs(10),
+        Duration::from_millis(200),
+        || {
+            let t = c
+                .exec_ok(&["systemctl", "list-timers", "--all", "--no-pager"])
+                .map_err(|e| e.to_string())?;
+            Ok((!t.contains("jobguard@gone.timer")).then_some(()))
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}\n{log}"));
+    assert!(
+        log.contains("stopped timers of paused or removed jobs: jobguard@gone.timer"),
+        "{log}"
+    );
+    let out = c
+        .exec(&["jobguard", "audit", "gone", "--json"])
+        .expect("audit");
+    let a: serde_json::Value = serde_json::from_slice(&out.stdout).expect("audit json");
+    assert_eq!(a["jobs"][0]["in_job_list"], false, "{a}");
+    assert_eq!(a["jobs"][0]["records"], 1, "{a}");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the held slot needs attention: {a}"
+    );
+    // A person declares the slot done; a re-run is refused (no job to run it).
+    let slot = field(cut[0], "slot");
+    let out = c
+        .exec(&["jobguard", "resolve", "gone", &slot, "--rerun"])
+        .expect("resolve --rerun");
+    assert_eq!(out.status.code(), Some(78), "{}", text(&out));
+    c.exec_ok(&["jobguard", "resolve", "gone", &slot, "--done"])
+        .expect("resolve --done");
+    let out = c.exec(&["jobguard", "audit", "gone"]).expect("audit");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    // The job that stays is untouched.
+    assert_eq!(active(&c, "jobguard@keep.timer"), "active");
+}
