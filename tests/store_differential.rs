@@ -424,7 +424,12 @@ impl Diff {
         self.clock.advance(d);
     }
 
+    /// One of the grants answered so far: half the time the latest (whose lease may
+    /// still be held), else any.
     fn pick_grant(&mut self) -> Option<(Lease, Run)> {
+        if self.rng.chance(50) {
+            return self.grants.last().cloned();
+        }
         (!self.grants.is_empty()).then(|| self.rng.pick(&self.grants))
     }
 
