@@ -29,6 +29,7 @@ pub mod registry;
     feature = "store-redis"
 ))]
 pub mod remote;
+pub mod rules;
 #[cfg(feature = "store-sqlite")]
 pub mod sqlite;
 

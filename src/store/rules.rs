@@ -1,0 +1,747 @@
+//! The lease and ledger rules of every store, once, as pure functions: no I/O, no clock.
+//!
+//! Each function takes a snapshot of one job's state as the store holds it (the lease row,
+//! the records that matter, the store's time in µs since the Unix epoch) and the request,
+//! and returns a decision: a refusal, or the writes to apply. A store that uses these
+//! functions only reads the snapshot and applies the writes in one atomic step; the
+//! decision itself is made here and tested here, with no store at all.
+//!
+//! The module sits in `store/` (not beside [`crate::lease`] and [`crate::ledger`]) because
+//! it is the store layer's decision procedure: it answers in the store's own values
+//! ([`Claim`], [`Finished`]) and is called only by the backends and their tests.
+//!
+//! Today the four backends still decide for themselves (Rust with SQL in
+//! [`super::sqlite`], PL/pgSQL in `postgres`, a MySQL procedure in `mysql`, Lua in
+//! `redis`); `tests/store_differential.rs` drives each of them through random histories
+//! and compares every answer and every resulting state with these functions. The rule
+//! order, as all four implement it ([`claim`]):
+//! 0. a claim sent again under a run id that is already recorded answers that grant again
+//!    while it holds, and is an error otherwise (SQLite and Redis decide this before the
+//!    clock check, PostgreSQL and MySQL after it; here it comes first, see [`claim`]);
+//! 1. with [`ClaimRequest::clock`], the clock check;
+//! 2. with [`ClaimRequest::queued_first`], the oldest queued slot that is neither done nor
+//!    held replaces the asked slot;
+//! 3. unless forced, a done slot, then a held slot, is refused;
+//! 4. with [`ClaimRequest::in_order`] and no queued slot picked, a slot behind the newest
+//!    recorded slot (no later than the store's time plus the clock tolerance) is refused;
+//! 5. another holder's unexpired lease is refused;
+//! 6. the grant: a new lease with the next fencing token, a `running` record, and the
+//!    queued or held records of the slot (and, with `queued_first`, the queued records of
+//!    every done slot) marked [`Resolution::Rerun`].
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::lease::Lease;
+use crate::ledger::{Finish, Outcome, Resolution, Run, Slot};
+use crate::store::{Claim, ClaimRequest, Finished};
+
+/// The largest clock tolerance the rules use, µs: 1000 years. A larger `clock_tolerance`
+/// means "any difference" and would overflow the sum of the store's clock and the
+/// tolerance (the bound of the slots that count as recorded).
+pub const MAX_TOLERANCE_USEC: i64 = 1000 * 366 * 86_400 * 1_000_000;
+
+/// The clock tolerance of `req`, µs: 0 without a clock check, else the tolerance limited to
+/// 0..=[`MAX_TOLERANCE_USEC`].
+pub fn tolerance_usec(req: &ClaimRequest) -> i64 {
+    req.clock
+        .map_or(0, |c| c.tolerance.clamp(0, MAX_TOLERANCE_USEC))
+}
+
+/// The latest slot, µs since the epoch, that counts as recorded for `req` at store time
+/// `now`: `now` plus [`tolerance_usec`]. Slots further ahead were forced or recorded by a
+/// clock that was ahead, and do not hold back later slots. A store reads
+/// [`ClaimState::newest`] with this bound.
+pub fn newest_bound(now: i64, req: &ClaimRequest) -> i64 {
+    now.saturating_add(tolerance_usec(req))
+}
+
+/// A span in µs, saturating at `i64::MAX`.
+pub fn duration_usec(d: Duration) -> i64 {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}
+
+/// A rule that makes the request an error rather than an answer; nothing is written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RuleError {
+    /// The claim's run id is already recorded and that record no longer holds its lease
+    /// (or belongs to another job or holder): there is never a second record under one run
+    /// id.
+    #[error("run {run_id} is already recorded and no longer holds its lease")]
+    AlreadyRecorded {
+        /// The run id.
+        run_id: String,
+    },
+    /// The job's fencing token would pass `i64::MAX`.
+    #[error("job {job}: fencing token overflow")]
+    TokenOverflow {
+        /// The job.
+        job: String,
+    },
+    /// A second non-forced `succeeded` record for one slot (the SQL stores' unique index
+    /// `jobguard_run_one_success`, the Redis finish script).
+    #[error("slot already succeeded by run {by}")]
+    SecondSuccess {
+        /// The run id of the record that succeeded first.
+        by: String,
+    },
+    /// `finish` with `running`, which is not an end state.
+    #[error("finish: run {run_id}: running is not an end state")]
+    NotAnEndState {
+        /// The run id.
+        run_id: String,
+    },
+}
+
+/// What a claim needs to know of one job, read in the same atomic step that applies the
+/// decision. All times are µs since the Unix epoch by the store's clock.
+#[derive(Debug, Clone, Default)]
+pub struct ClaimState {
+    /// The store's time.
+    pub now: i64,
+    /// The job's lease row, released (empty holder) or not; `None` if never granted. Its
+    /// token is the job's fencing-token counter.
+    pub lease: Option<Lease>,
+    /// The record under the request's run id, if one exists (a claim sent again).
+    pub retried: Option<Run>,
+    /// Records by slot, each slot's in the order the store recorded them (oldest first):
+    /// every record of the asked slot, and with [`ClaimRequest::queued_first`] every
+    /// record of every slot that has a record resolved [`Resolution::Queued`].
+    pub slots: BTreeMap<i64, Vec<Run>>,
+    /// The job's latest recorded slot no later than [`newest_bound`].
+    pub newest: Option<i64>,
+    /// The newest record carrying the lease row's token (for [`Claim::Busy`]).
+    pub lease_run: Option<Run>,
+}
+
+/// The writes of a granted claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    /// The new lease row (the job's next fencing token).
+    pub lease: Lease,
+    /// The new `running` record.
+    pub run: Run,
+    /// The records whose resolution becomes [`Resolution::Rerun`], by run id.
+    pub rerun: Vec<String>,
+    /// [`ClaimState::newest`], answered as [`Claim::Claimed::previous_slot`].
+    pub previous_slot: Option<i64>,
+}
+
+/// The decision of [`claim`].
+#[derive(Debug, Clone)]
+pub enum ClaimDecision {
+    /// Nothing is written; answer this ([`Claim::ClockSkew`], [`Claim::SlotDone`],
+    /// [`Claim::SlotHeld`], [`Claim::SlotBehind`] or [`Claim::Busy`]).
+    Refuse(Claim),
+    /// A claim sent again while its grant holds: nothing is written; answer the grant again
+    /// with `previous_slot` `None`.
+    Retried {
+        /// The lease row, as it is.
+        lease: Lease,
+        /// The record of the first sending.
+        run: Run,
+    },
+    /// Apply these writes, then answer [`Claim::Claimed`].
+    Grant(Grant),
+}
+
+impl ClaimDecision {
+    /// The answer of [`crate::store::Store::claim`] once the writes (if any) are applied.
+    pub fn answer(&self) -> Claim {
+        match self {
+            ClaimDecision::Refuse(c) => c.clone(),
+            ClaimDecision::Retried { lease, run } => Claim::Claimed {
+                lease: lease.clone(),
+                run: run.clone(),
+                previous_slot: None,
+            },
+            ClaimDecision::Grant(g) => Claim::Claimed {
+                lease: g.lease.clone(),
+                run: g.run.clone(),
+                previous_slot: g.previous_slot,
+            },
+        }
+    }
+}
+
+/// Whether a slot's records make it done, held or neither (done wins over held).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SlotState {
+    Free,
+    Held,
+    Done,
+}
+
+fn slot_state(runs: &[Run]) -> SlotState {
+    if runs.iter().any(is_done) {
+        SlotState::Done
+    } else if runs.iter().any(|r| r.resolution == Some(Resolution::Held)) {
+        SlotState::Held
+    } else {
+        SlotState::Free
+    }
+}
+
+/// A record that makes its slot done: it succeeded, or a person resolved it as done.
+pub fn is_done(run: &Run) -> bool {
+    run.outcome == Outcome::Succeeded || run.resolution == Some(Resolution::Done)
+}
+
+/// The record with the highest `rank`, then the latest `started_at`, then the latest
+/// recorded (the stores' `ORDER BY rank DESC, started_at DESC, seq DESC LIMIT 1`).
+fn newest_by(runs: &[Run], rank: impl Fn(&Run) -> Option<u8>) -> Option<&Run> {
+    let mut best: Option<(u8, i64, &Run)> = None;
+    for run in runs {
+        let Some(r) = rank(run) else { continue };
+        if best.is_none_or(|(br, bs, _)| (r, run.started_at) >= (br, bs)) {
+            best = Some((r, run.started_at, run));
+        }
+    }
+    best.map(|(_, _, run)| run)
+}
+
+/// Decides a claim (the rules of [`crate::store::Store::claim`]) on `state`, read for
+/// `req` as [`ClaimState`] says.
+///
+/// A claim sent again (its run id is recorded) is decided first, before the clock check:
+/// the first sending passed that check, and its grant is answered again while it holds
+/// whatever the host's clock says now (as SQLite and Redis do; PostgreSQL and MySQL check
+/// the clock first and answer [`Claim::ClockSkew`]).
+///
+/// # Errors
+/// [`RuleError::AlreadyRecorded`] for a recorded run id whose record no longer holds the
+/// lease; [`RuleError::TokenOverflow`] when the token counter is at `i64::MAX`.
+pub fn claim(state: &ClaimState, req: &ClaimRequest) -> Result<ClaimDecision, RuleError> {
+    let now = state.now;
+    let holder = req.holder.id();
+    let job = &req.run.job;
+    // 0. A claim sent again after its answer was lost.
+    if let Some(run) = &state.retried {
+        return match &state.lease {
+            Some(lease)
+                if run.job == *job
+                    && run.outcome == Outcome::Running
+                    && lease.holder == holder
+                    && lease.token == run.fencing_token
+                    && lease.expire_at > now =>
+            {
+                Ok(ClaimDecision::Retried {
+                    lease: lease.clone(),
+                    run: run.clone(),
+                })
+            }
+            _ => Err(RuleError::AlreadyRecorded {
+                run_id: req.run.run_id.clone(),
+            }),
+        };
+    }
+    // 1. The host's clock against the store's.
+    if let Some(check) = req.clock {
+        let diff = (i128::from(now) - i128::from(check.host_now)).abs();
+        if diff > i128::from(tolerance_usec(req)) {
+            return Ok(ClaimDecision::Refuse(Claim::ClockSkew { store_now: now }));
+        }
+    }
+    // 2. Queued re-runs first, oldest slot first; queued records of done slots are settled.
+    let mut slot = req.run.slot.clone();
+    let mut trigger = req.run.trigger.clone();
+    let mut picked = false;
+    let mut settled: Vec<i64> = Vec::new();
+    if req.queued_first {
+        for (usec, runs) in &state.slots {
+            let Some(queued) = runs
+                .iter()
+                .find(|r| r.resolution == Some(Resolution::Queued))
+            else {
+                continue;
+            };
+            match slot_state(runs) {
+                SlotState::Done => settled.push(*usec),
+                SlotState::Free if !picked => {
+                    slot = Slot {
+                        usec: *usec,
+                        zone: queued.slot.zone.clone(),
+                    };
+                    trigger = "rerun".to_string();
+                    picked = true;
+                }
+                _ => {}
+            }
+        }
+    }
+    let runs: &[Run] = state.slots.get(&slot.usec).map_or(&[], Vec::as_slice);
+    // 3. Done, then held, unless forced.
+    if !req.run.forced {
+        let done = newest_by(runs, |r| {
+            if r.outcome == Outcome::Succeeded {
+                Some(1)
+            } else if r.resolution == Some(Resolution::Done) {
+                Some(0)
+            } else {
+                None
+            }
+        });
+        if let Some(by) = done {
+            return Ok(ClaimDecision::Refuse(Claim::SlotDone { by: by.clone() }));
+        }
+        if let Some(by) = newest_by(runs, |r| {
+            (r.resolution == Some(Resolution::Held)).then_some(0)
+        }) {
+            return Ok(ClaimDecision::Refuse(Claim::SlotHeld { by: by.clone() }));
+        }
+    }
+    // 4. A slot behind the ledger.
+    if req.in_order
+        && !picked
+        && let Some(newest) = state.newest
+        && newest > slot.usec
+    {
+        return Ok(ClaimDecision::Refuse(Claim::SlotBehind { newest }));
+    }
+    // 5. Another holder's unexpired lease.
+    if let Some(lease) = &state.lease
+        && !lease.holder.is_empty()
+        && lease.expire_at > now
+        && lease.holder != holder
+    {
+        return Ok(ClaimDecision::Refuse(Claim::Busy {
+            lease: lease.clone(),
+            run: state.lease_run.clone(),
+        }));
+    }
+    // 6. The grant.
+    let token = state
+        .lease
+        .as_ref()
+        .map_or(0, |l| l.token)
+        .checked_add(1)
+        .ok_or_else(|| RuleError::TokenOverflow { job: job.clone() })?;
+    let lease = Lease {
+        job: job.clone(),
+        holder,
+        host: req.holder.host.clone(),
+        token,
+        acquired_at: now,
+        expire_at: now.saturating_add(duration_usec(req.ttl)),
+    };
+    let attempt = i64::try_from(runs.len())
+        .unwrap_or(i64::MAX)
+        .saturating_add(1);
+    let run = Run {
+        run_id: req.run.run_id.clone(),
+        job: job.clone(),
+        slot: slot.clone(),
+        attempt,
+        outcome: Outcome::Running,
+        reason: None,
+        exit_status: None,
+        forced: req.run.forced,
+        trigger,
+        host: req.holder.host.clone(),
+        machine_id: req.holder.machine_id.clone(),
+        boot_id: req.holder.boot_id.clone(),
+        pid: req.holder.pid,
+        pid_start: req.holder.pid_start,
+        invocation_id: req.run.invocation_id.clone(),
+        started_at: now,
+        finished_at: None,
+        fencing_token: token,
+        report: BTreeMap::new(),
+        resolution: None,
+    };
+    let mut rerun: Vec<String> = runs
+        .iter()
+        .filter(|r| matches!(r.resolution, Some(Resolution::Queued | Resolution::Held)))
+        .map(|r| r.run_id.clone())
+        .collect();
+    for usec in settled {
+        for r in state.slots.get(&usec).map_or(&[][..], Vec::as_slice) {
+            if r.resolution == Some(Resolution::Queued) && !rerun.contains(&r.run_id) {
+                rerun.push(r.run_id.clone());
+            }
+        }
+    }
+    Ok(ClaimDecision::Grant(Grant {
+        lease,
+        run,
+        rerun,
+        previous_slot: state.newest,
+    }))
+}
+
+/// Whether `row` (the job's lease row) is still the grant `lease` (same holder and token,
+/// not released) and unexpired at `now`.
+pub fn holds(row: Option<&Lease>, lease: &Lease, now: i64) -> bool {
+    row.is_some_and(|l| {
+        !l.holder.is_empty()
+            && l.holder == lease.holder
+            && l.token == lease.token
+            && l.expire_at > now
+    })
+}
+
+/// The lease row once released: no holder, `expire_at` 0; the token (the job's counter)
+/// and `acquired_at` stay.
+pub fn released(row: &Lease) -> Lease {
+    Lease {
+        holder: String::new(),
+        host: String::new(),
+        expire_at: 0,
+        ..row.clone()
+    }
+}
+
+/// Decides a renewal ([`crate::store::Store::renew`]) at store time `now` on the job's
+/// lease row `row`: the new `expire_at` (`now` + `ttl`, µs) if `lease` still holds it
+/// ([`holds`]), else `None` (lost; nothing is written).
+pub fn renew(now: i64, row: Option<&Lease>, lease: &Lease, ttl: Duration) -> Option<i64> {
+    holds(row, lease, now).then(|| now.saturating_add(duration_usec(ttl)))
+}
+
+/// The writes of [`finish`] and [`interrupt`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndDecision {
+    /// The record as it becomes, if it changes.
+    pub record: Option<Run>,
+    /// Whether the lease row is released ([`released`]).
+    pub release: bool,
+}
+
+impl EndDecision {
+    /// The answer of [`crate::store::Store::finish`].
+    pub fn finished(&self) -> Finished {
+        Finished {
+            recorded: self.record.is_some(),
+            released: self.release,
+        }
+    }
+}
+
+/// What [`finish`] and [`interrupt`] need to know, read in the same atomic step that
+/// applies the decision.
+#[derive(Debug, Clone, Copy)]
+pub struct RunState<'a> {
+    /// The store's time, µs since the epoch.
+    pub now: i64,
+    /// The job's lease row, released or not.
+    pub lease: Option<&'a Lease>,
+    /// The record under the run id, if any.
+    pub record: Option<&'a Run>,
+    /// Every record of that record's slot (for [`finish`]'s one-success rule; unused by
+    /// [`interrupt`]).
+    pub slot_runs: &'a [Run],
+}
+
+/// Decides [`crate::store::Store::finish`] (with `kept`, [`crate::store::Store::finish_kept`])
+/// on `state`: its lease row is that of `lease.job`, its record the one under `run_id`.
+///
+/// The record changes if it is `running` with `lease.token` in `lease.job` and, unless
+/// `kept` or the outcome is `lease_lost`, `lease` still holds the row; the row is released
+/// if `lease` holds it.
+///
+/// # Errors
+/// [`RuleError::NotAnEndState`] for `running`; [`RuleError::SecondSuccess`] when a
+/// non-forced record would be the slot's second non-forced success. Nothing is written.
+pub fn finish(
+    state: &RunState<'_>,
+    lease: &Lease,
+    run_id: &str,
+    finish: &Finish,
+    kept: bool,
+) -> Result<EndDecision, RuleError> {
+    if finish.outcome == Outcome::Running {
+        return Err(RuleError::NotAnEndState {
+            run_id: run_id.to_string(),
+        });
+    }
+    let now = state.now;
+    let held = holds(state.lease, lease, now);
+    let record = state.record.filter(|r| {
+        r.run_id == run_id
+            && r.outcome == Outcome::Running
+            && r.fencing_token == lease.token
+            && r.job == lease.job
+            && (kept || finish.outcome == Outcome::LeaseLost || held)
+    });
+    let record = match record {
+        None => None,
+        Some(r) => {
+            if finish.outcome == Outcome::Succeeded
+                && !r.forced
+                && let Some(by) = state
+                    .slot_runs
+                    .iter()
+                    .find(|o| o.run_id != r.run_id && o.outcome == Outcome::Succeeded && !o.forced)
+            {
+                return Err(RuleError::SecondSuccess {
+                    by: by.run_id.clone(),
+                });
+            }
+            Some(Run {
+                outcome: finish.outcome,
+                reason: finish.reason.clone(),
+                exit_status: finish.exit_status,
+                finished_at: Some(now),
+                report: finish.report.clone(),
+                resolution: finish.resolution,
+                ..r.clone()
+            })
+        }
+    };
+    Ok(EndDecision {
+        record,
+        release: held,
+    })
+}
+
+/// Decides [`crate::store::Store::interrupt`] on `state`: its record is the one under
+/// `run.run_id` as the store holds it, its lease row that of `run.job`. The record
+/// becomes `interrupted` if it is still `running`; the row is released if it is still the
+/// run's grant (same holder and token), expired or not.
+pub fn interrupt(
+    state: &RunState<'_>,
+    run: &Run,
+    reason: &str,
+    resolution: Resolution,
+) -> EndDecision {
+    let now = state.now;
+    let record = state
+        .record
+        .filter(|r| r.outcome == Outcome::Running)
+        .map(|r| Run {
+            outcome: Outcome::Interrupted,
+            reason: Some(reason.to_string()),
+            resolution: Some(resolution),
+            finished_at: Some(now),
+            ..r.clone()
+        });
+    let holder = run.holder().id();
+    let release = state.lease.is_some_and(|l| {
+        !l.holder.is_empty() && l.holder == holder && l.token == run.fencing_token
+    });
+    EndDecision { record, release }
+}
+
+/// Decides [`crate::store::Store::unlock`] at store time `now` on the job's lease row:
+/// the lease that is ended (if one was unexpired), and whether the row is released (it is
+/// whenever it has a holder).
+pub fn unlock(now: i64, row: Option<&Lease>) -> (Option<Lease>, bool) {
+    let held = row.filter(|l| !l.holder.is_empty());
+    (held.filter(|l| l.expire_at > now).cloned(), held.is_some())
+}
+
+/// Decides [`crate::store::Store::resolve`] on every record of one slot: the run ids whose
+/// resolution becomes `resolution`. Only `interrupted`, `lease_lost` and `failed` records
+/// not yet resolved as `rerun`, `done` or `resolution` change; a done slot gets no
+/// [`Resolution::Queued`].
+pub fn resolve(slot_runs: &[Run], resolution: Resolution) -> Vec<String> {
+    if resolution == Resolution::Queued && slot_runs.iter().any(is_done) {
+        return Vec::new();
+    }
+    slot_runs
+        .iter()
+        .filter(|r| {
+            matches!(
+                r.outcome,
+                Outcome::Interrupted | Outcome::LeaseLost | Outcome::Failed
+            ) && !matches!(
+                r.resolution,
+                Some(x) if x == Resolution::Rerun || x == Resolution::Done || x == resolution
+            )
+        })
+        .map(|r| r.run_id.clone())
+        .collect()
+}
+
+/// A store held in memory and moved only by the functions of this module: the reference
+/// that `tests/store_differential.rs` compares the real stores with, and the world of
+/// this module's property tests. Times are passed in (µs since the epoch, store clock).
+#[derive(Debug, Clone, Default)]
+pub struct Memory {
+    /// The lease row of each job, released or not.
+    pub leases: BTreeMap<String, Lease>,
+    /// Every record, in the order recorded.
+    pub runs: Vec<Run>,
+}
+
+impl Memory {
+    /// The records of `job`'s slot `usec`, in the order recorded.
+    pub fn slot_runs(&self, job: &str, usec: i64) -> Vec<Run> {
+        self.runs
+            .iter()
+            .filter(|r| r.job == job && r.slot.usec == usec)
+            .cloned()
+            .collect()
+    }
+
+    /// The snapshot [`claim`] needs for `req` at `now`.
+    pub fn claim_state(&self, req: &ClaimRequest, now: i64) -> ClaimState {
+        let job = &req.run.job;
+        let lease = self.leases.get(job).cloned();
+        let mut slots: BTreeMap<i64, Vec<Run>> = BTreeMap::new();
+        slots.insert(req.run.slot.usec, self.slot_runs(job, req.run.slot.usec));
+        if req.queued_first {
+            for r in &self.runs {
+                if r.job == *job && r.resolution == Some(Resolution::Queued) {
+                    slots
+                        .entry(r.slot.usec)
+                        .or_insert_with(|| self.slot_runs(job, r.slot.usec));
+                }
+            }
+        }
+        let bound = newest_bound(now, req);
+        let newest = self
+            .runs
+            .iter()
+            .filter(|r| r.job == *job && r.slot.usec <= bound)
+            .map(|r| r.slot.usec)
+            .max();
+        let lease_run = lease.as_ref().and_then(|l| {
+            let same: Vec<Run> = self
+                .runs
+                .iter()
+                .filter(|r| r.job == *job && r.fencing_token == l.token)
+                .cloned()
+                .collect();
+            newest_by(&same, |_| Some(0)).cloned()
+        });
+        ClaimState {
+            now,
+            lease,
+            retried: self
+                .runs
+                .iter()
+                .find(|r| r.run_id == req.run.run_id)
+                .cloned(),
+            slots,
+            newest,
+            lease_run,
+        }
+    }
+
+    /// [`crate::store::Store::claim`] at `now`: decides with [`claim`] and applies the
+    /// writes.
+    ///
+    /// # Errors
+    /// As [`claim`]; nothing is written.
+    pub fn claim(&mut self, req: &ClaimRequest, now: i64) -> Result<ClaimDecision, RuleError> {
+        let decision = claim(&self.claim_state(req, now), req)?;
+        if let ClaimDecision::Grant(g) = &decision {
+            self.leases.insert(g.lease.job.clone(), g.lease.clone());
+            for r in &mut self.runs {
+                if g.rerun.contains(&r.run_id) {
+                    r.resolution = Some(Resolution::Rerun);
+                }
+            }
+            self.runs.push(g.run.clone());
+        }
+        Ok(decision)
+    }
+
+    /// [`crate::store::Store::renew`] at `now`.
+    pub fn renew(&mut self, lease: &Lease, ttl: Duration, now: i64) -> Option<i64> {
+        let row = self.leases.get_mut(&lease.job)?;
+        let expire_at = renew(now, Some(row), lease, ttl)?;
+        row.expire_at = expire_at;
+        Some(expire_at)
+    }
+
+    fn end(&mut self, job: &str, decision: &EndDecision) {
+        if let Some(new) = &decision.record
+            && let Some(r) = self.runs.iter_mut().find(|r| r.run_id == new.run_id)
+        {
+            *r = new.clone();
+        }
+        if decision.release
+            && let Some(row) = self.leases.get_mut(job)
+        {
+            *row = released(row);
+        }
+    }
+
+    /// [`crate::store::Store::finish`] (with `kept`, `finish_kept`) at `now`.
+    ///
+    /// # Errors
+    /// As [`finish`]; nothing is written.
+    pub fn finish(
+        &mut self,
+        lease: &Lease,
+        run_id: &str,
+        end: &Finish,
+        kept: bool,
+        now: i64,
+    ) -> Result<Finished, RuleError> {
+        let record = self.runs.iter().find(|r| r.run_id == run_id).cloned();
+        let slot_runs = record
+            .as_ref()
+            .map(|r| self.slot_runs(&r.job, r.slot.usec))
+            .unwrap_or_default();
+        let state = RunState {
+            now,
+            lease: self.leases.get(&lease.job),
+            record: record.as_ref(),
+            slot_runs: &slot_runs,
+        };
+        let decision = finish(&state, lease, run_id, end, kept)?;
+        self.end(&lease.job, &decision);
+        Ok(decision.finished())
+    }
+
+    /// [`crate::store::Store::interrupt`] at `now`: whether the record changed.
+    pub fn interrupt(&mut self, run: &Run, reason: &str, resolution: Resolution, now: i64) -> bool {
+        let record = self.runs.iter().find(|r| r.run_id == run.run_id).cloned();
+        let state = RunState {
+            now,
+            lease: self.leases.get(&run.job),
+            record: record.as_ref(),
+            slot_runs: &[],
+        };
+        let decision = interrupt(&state, run, reason, resolution);
+        self.end(&run.job, &decision);
+        decision.record.is_some()
+    }
+
+    /// [`crate::store::Store::unlock`] at `now`.
+    pub fn unlock(&mut self, job: &str, now: i64) -> Option<Lease> {
+        let (ended, release) = unlock(now, self.leases.get(job));
+        if release && let Some(row) = self.leases.get_mut(job) {
+            *row = released(row);
+        }
+        ended
+    }
+
+    /// [`crate::store::Store::resolve`]: how many records changed.
+    pub fn resolve(&mut self, job: &str, slot: i64, resolution: Resolution) -> usize {
+        let ids = resolve(&self.slot_runs(job, slot), resolution);
+        for r in &mut self.runs {
+            if ids.contains(&r.run_id) {
+                r.resolution = Some(resolution);
+            }
+        }
+        ids.len()
+    }
+
+    /// [`crate::store::Store::lease`]: the job's lease row unless released.
+    pub fn lease(&self, job: &str) -> Option<Lease> {
+        self.leases
+            .get(job)
+            .filter(|l| !l.holder.is_empty())
+            .cloned()
+    }
+
+    /// [`crate::store::Store::runs`] for one job: newest first by `started_at`, records
+    /// started in the same µs latest recorded first.
+    pub fn runs(&self, job: &str) -> Vec<Run> {
+        let mut out: Vec<(usize, &Run)> = self
+            .runs
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.job == job)
+            .collect();
+        out.sort_by(|(ia, a), (ib, b)| (b.started_at, ib).cmp(&(a.started_at, ia)));
+        out.into_iter().map(|(_, r)| r.clone()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests;

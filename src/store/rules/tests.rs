@@ -1,0 +1,594 @@
+//! Unit and property tests of the pure rules, with no store at all.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::lease::Holder;
+use crate::ledger::NewRun;
+use crate::store::ClockCheck;
+
+const T0: i64 = 1_800_000_000_000_000;
+const HOUR: i64 = 3_600_000_000;
+const TTL: Duration = Duration::from_secs(60);
+const TTL_US: i64 = 60_000_000;
+
+fn holder(n: u32) -> Holder {
+    Holder {
+        machine_id: format!("{n:032x}"),
+        boot_id: format!("b{n:031x}"),
+        pid: 1000 + n,
+        pid_start: 5_000_000 + u64::from(n),
+        host: format!("host-{n}"),
+    }
+}
+
+fn req(slot: i64, h: u32, r: u32) -> ClaimRequest {
+    ClaimRequest::new(
+        NewRun {
+            run_id: format!("{r:032x}"),
+            job: "j".to_string(),
+            slot: Slot {
+                usec: slot,
+                zone: "UTC".to_string(),
+            },
+            forced: false,
+            trigger: "timer".to_string(),
+            invocation_id: None,
+        },
+        holder(h),
+        TTL,
+    )
+}
+
+fn end(outcome: Outcome, resolution: Option<Resolution>) -> Finish {
+    Finish {
+        outcome,
+        reason: None,
+        exit_status: None,
+        report: BTreeMap::new(),
+        resolution,
+    }
+}
+
+fn granted(m: &mut Memory, r: &ClaimRequest, now: i64) -> Grant {
+    match m.claim(r, now).expect("claim") {
+        ClaimDecision::Grant(g) => g,
+        other => panic!("expected a grant, got {other:?}"),
+    }
+}
+
+fn answer(m: &mut Memory, r: &ClaimRequest, now: i64) -> Claim {
+    m.claim(r, now).expect("claim").answer()
+}
+
+#[test]
+fn first_claim_grants_token_1_attempt_1() {
+    let mut m = Memory::default();
+    let g = granted(&mut m, &req(T0, 1, 1), T0);
+    assert_eq!((g.lease.token, g.run.attempt), (1, 1));
+    assert_eq!(g.lease.expire_at, T0 + TTL_US);
+    assert_eq!((g.run.started_at, g.run.outcome), (T0, Outcome::Running));
+    assert_eq!(g.previous_slot, None);
+}
+
+#[test]
+fn another_holder_is_busy_until_expiry_then_takes_over() {
+    let mut m = Memory::default();
+    let g1 = granted(&mut m, &req(T0, 1, 1), T0);
+    match answer(&mut m, &req(T0, 2, 2), T0 + TTL_US - 1) {
+        Claim::Busy { lease, run } => {
+            assert_eq!(lease, g1.lease);
+            assert_eq!(run.map(|r| r.run_id), Some(g1.run.run_id.clone()));
+        }
+        other => panic!("{other:?}"),
+    }
+    let g2 = granted(&mut m, &req(T0, 2, 3), T0 + TTL_US);
+    assert_eq!((g2.lease.token, g2.run.attempt), (2, 2));
+}
+
+#[test]
+fn own_unexpired_lease_is_granted_again_with_a_new_token() {
+    let mut m = Memory::default();
+    granted(&mut m, &req(T0, 1, 1), T0);
+    let g = granted(&mut m, &req(T0 + HOUR, 1, 2), T0 + 1);
+    assert_eq!(g.lease.token, 2);
+}
+
+#[test]
+fn clock_skew_is_refused_beyond_the_tolerance_only() {
+    let mut m = Memory::default();
+    let mut r = req(T0, 1, 1);
+    r.clock = Some(ClockCheck {
+        host_now: T0 - 5_000_001,
+        tolerance: 5_000_000,
+    });
+    assert!(matches!(
+        answer(&mut m, &r, T0),
+        Claim::ClockSkew { store_now: T0 }
+    ));
+    r.clock = Some(ClockCheck {
+        host_now: T0 + 5_000_000,
+        tolerance: 5_000_000,
+    });
+    assert!(matches!(answer(&mut m, &r, T0), Claim::Claimed { .. }));
+}
+
+#[test]
+fn done_and_held_slots_are_refused_unless_forced() {
+    let mut m = Memory::default();
+    let g = granted(&mut m, &req(T0, 1, 1), T0);
+    m.finish(
+        &g.lease,
+        &g.run.run_id,
+        &end(Outcome::Succeeded, None),
+        false,
+        T0 + 1,
+    )
+    .expect("finish");
+    assert!(
+        matches!(answer(&mut m, &req(T0, 2, 2), T0 + 2), Claim::SlotDone { by } if by.run_id == g.run.run_id)
+    );
+    let mut forced = req(T0, 2, 3);
+    forced.run.forced = true;
+    let f = granted(&mut m, &forced, T0 + 3);
+    assert_eq!(f.run.attempt, 2);
+
+    m.finish(
+        &f.lease,
+        &f.run.run_id,
+        &end(Outcome::Failed, None),
+        false,
+        T0 + 4,
+    )
+    .expect("finish");
+    let s2 = T0 + HOUR;
+    let g = granted(&mut m, &req(s2, 1, 4), T0 + 4);
+    assert!(m.interrupt(&g.run, "boot", Resolution::Held, T0 + 5));
+    assert!(matches!(
+        answer(&mut m, &req(s2, 2, 5), T0 + 6),
+        Claim::SlotHeld { .. }
+    ));
+    let mut forced = req(s2, 2, 6);
+    forced.run.forced = true;
+    let f = granted(&mut m, &forced, T0 + 7);
+    assert_eq!(
+        f.rerun,
+        vec![g.run.run_id.clone()],
+        "the held record is taken over"
+    );
+}
+
+#[test]
+fn queued_slots_come_first_oldest_first_and_done_ones_settle() {
+    let mut m = Memory::default();
+    let (a, b, c) = (T0 - 3 * HOUR, T0 - 2 * HOUR, T0 - HOUR);
+    // Slot a: an attempt is queued after a later attempt took over, and that attempt
+    // succeeds: the slot is done with a queued record, which is settled, not re-run.
+    let first = granted(&mut m, &req(a, 1, 1), T0);
+    let takeover = granted(&mut m, &req(a, 2, 2), T0 + TTL_US);
+    assert!(m.interrupt(&first.run, "boot", Resolution::Queued, T0 + TTL_US + 1));
+    m.finish(
+        &takeover.lease,
+        &takeover.run.run_id,
+        &end(Outcome::Succeeded, None),
+        false,
+        T0 + TTL_US + 2,
+    )
+    .expect("finish");
+    let mut ids = vec![first.run.run_id.clone()];
+    for (i, s) in [b, c].into_iter().enumerate() {
+        let g = granted(
+            &mut m,
+            &req(s, 1, 10 + i as u32),
+            T0 + TTL_US + 3 + i as i64,
+        );
+        assert!(m.interrupt(&g.run, "boot", Resolution::Queued, T0 + TTL_US + 10));
+        ids.push(g.run.run_id);
+    }
+    let mut r = req(T0, 2, 30);
+    r.queued_first = true;
+    r.in_order = true;
+    let g = granted(&mut m, &r, T0 + TTL_US + 30);
+    assert_eq!(
+        g.run.slot.usec, b,
+        "the oldest queued slot that is not done"
+    );
+    assert_eq!(g.run.trigger, "rerun");
+    assert_eq!(g.run.attempt, 2);
+    assert_eq!(g.previous_slot, Some(c));
+    let mut rerun = g.rerun.clone();
+    rerun.sort();
+    let mut want = vec![ids[0].clone(), ids[1].clone()];
+    want.sort();
+    assert_eq!(rerun, want);
+}
+
+#[test]
+fn in_order_refuses_a_slot_behind_but_not_behind_a_slot_far_ahead() {
+    let mut m = Memory::default();
+    let g = granted(&mut m, &req(T0, 1, 1), T0);
+    m.finish(
+        &g.lease,
+        &g.run.run_id,
+        &end(Outcome::Failed, None),
+        false,
+        T0 + 1,
+    )
+    .expect("finish");
+    let mut r = req(T0 - HOUR, 1, 2);
+    r.in_order = true;
+    assert!(matches!(
+        answer(&mut m, &r, T0 + 2),
+        Claim::SlotBehind { newest: T0 }
+    ));
+    // A forced slot far in the future does not count as recorded.
+    let mut ahead = req(T0 + 10 * HOUR, 1, 3);
+    ahead.run.forced = true;
+    let g = granted(&mut m, &ahead, T0 + 3);
+    assert_eq!(g.previous_slot, Some(T0));
+    m.finish(
+        &g.lease,
+        &g.run.run_id,
+        &end(Outcome::Failed, None),
+        false,
+        T0 + 4,
+    )
+    .expect("finish");
+    let mut r = req(T0 + HOUR, 1, 4);
+    r.in_order = true;
+    r.clock = Some(ClockCheck {
+        host_now: T0 + 5,
+        tolerance: 5_000_000,
+    });
+    let g = granted(&mut m, &r, T0 + 5);
+    assert_eq!(g.previous_slot, Some(T0));
+}
+
+#[test]
+fn a_retry_answers_the_first_grant_then_is_an_error() {
+    let mut m = Memory::default();
+    let mut r = req(T0, 1, 1);
+    r.clock = Some(ClockCheck {
+        host_now: T0,
+        tolerance: 1,
+    });
+    let g = granted(&mut m, &r, T0);
+    // The retry comes after the clock check would refuse it: the grant is answered again.
+    match m.claim(&r, T0 + 10).expect("retry") {
+        ClaimDecision::Retried { lease, run } => {
+            assert_eq!((lease, run), (g.lease.clone(), g.run.clone()));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(m.runs.len(), 1);
+    assert_eq!(
+        m.claim(&r, T0 + TTL_US).unwrap_err(),
+        RuleError::AlreadyRecorded {
+            run_id: g.run.run_id.clone()
+        }
+    );
+}
+
+#[test]
+fn finish_needs_the_lease_unless_lost_or_kept_and_one_success_per_slot() {
+    let mut m = Memory::default();
+    let g1 = granted(&mut m, &req(T0, 1, 1), T0);
+    let g2 = granted(&mut m, &req(T0, 2, 2), T0 + TTL_US);
+    let ok = end(Outcome::Succeeded, None);
+    // The first holder's lease is gone: a plain finish records nothing.
+    assert_eq!(
+        m.finish(&g1.lease, &g1.run.run_id, &ok, false, T0 + TTL_US + 1),
+        Ok(Finished {
+            recorded: false,
+            released: false
+        })
+    );
+    assert_eq!(
+        m.finish(&g2.lease, &g2.run.run_id, &ok, false, T0 + TTL_US + 2),
+        Ok(Finished {
+            recorded: true,
+            released: true
+        })
+    );
+    // A kept success of the first attempt would be the slot's second.
+    assert_eq!(
+        m.finish(&g1.lease, &g1.run.run_id, &ok, true, T0 + TTL_US + 3),
+        Err(RuleError::SecondSuccess {
+            by: g2.run.run_id.clone()
+        })
+    );
+    assert_eq!(
+        m.finish(
+            &g1.lease,
+            &g1.run.run_id,
+            &end(Outcome::LeaseLost, None),
+            false,
+            T0 + TTL_US + 4
+        ),
+        Ok(Finished {
+            recorded: true,
+            released: false
+        })
+    );
+    assert!(matches!(
+        m.finish(&g1.lease, "x", &end(Outcome::Running, None), false, T0),
+        Err(RuleError::NotAnEndState { .. })
+    ));
+}
+
+#[test]
+fn renew_only_while_held_and_unexpired() {
+    let mut m = Memory::default();
+    let g = granted(&mut m, &req(T0, 1, 1), T0);
+    assert_eq!(m.renew(&g.lease, TTL, T0 + 10), Some(T0 + 10 + TTL_US));
+    assert_eq!(m.renew(&g.lease, TTL, T0 + 10 + TTL_US), None);
+    let mut stale = g.lease.clone();
+    stale.token += 1;
+    assert_eq!(m.renew(&stale, TTL, T0 + 11), None);
+}
+
+#[test]
+fn unlock_ends_any_lease_and_the_token_keeps_growing() {
+    let mut m = Memory::default();
+    let g = granted(&mut m, &req(T0, 1, 1), T0);
+    assert_eq!(m.unlock("j", T0 + 1), Some(g.lease.clone()));
+    assert_eq!(m.lease("j"), None);
+    assert_eq!(m.unlock("j", T0 + 2), None);
+    let g = granted(&mut m, &req(T0 + HOUR, 2, 2), T0 + 3);
+    assert_eq!(g.lease.token, 2);
+}
+
+#[test]
+fn resolve_queues_nothing_in_a_done_slot() {
+    let mut m = Memory::default();
+    let g = granted(&mut m, &req(T0, 1, 1), T0);
+    assert!(m.interrupt(&g.run, "boot", Resolution::Held, T0 + 1));
+    assert_eq!(m.resolve("j", T0, Resolution::Queued), 1);
+    assert_eq!(m.resolve("j", T0, Resolution::Queued), 0, "already queued");
+    let mut forced = req(T0, 1, 2);
+    forced.run.forced = true;
+    let f = granted(&mut m, &forced, T0 + 2);
+    m.finish(
+        &f.lease,
+        &f.run.run_id,
+        &end(Outcome::Succeeded, None),
+        false,
+        T0 + 3,
+    )
+    .expect("finish");
+    assert_eq!(m.resolve("j", T0, Resolution::Queued), 0);
+    assert_eq!(
+        m.resolve("j", T0, Resolution::Done),
+        0,
+        "rerun records stay"
+    );
+}
+
+#[test]
+fn interrupt_releases_only_the_runs_own_grant() {
+    let mut m = Memory::default();
+    let g1 = granted(&mut m, &req(T0, 1, 1), T0);
+    let g2 = granted(&mut m, &req(T0, 2, 2), T0 + TTL_US);
+    assert!(m.interrupt(&g1.run, "boot", Resolution::Queued, T0 + TTL_US + 1));
+    assert_eq!(m.lease("j"), Some(g2.lease.clone()));
+    assert!(m.interrupt(&g2.run, "boot", Resolution::Queued, T0 + TTL_US + 2));
+    assert_eq!(m.lease("j"), None);
+    assert!(!m.interrupt(&g2.run, "boot", Resolution::Queued, T0 + TTL_US + 3));
+}
+
+#[cfg(any(
+    feature = "store-postgres",
+    feature = "store-mysql",
+    feature = "store-redis"
+))]
+#[test]
+fn the_tolerance_bound_is_the_remote_stores_bound() {
+    assert_eq!(MAX_TOLERANCE_USEC, crate::store::remote::MAX_TOLERANCE_USEC);
+}
+
+// Property tests: random histories through [`Memory`], with invariants checked at every
+// step against the state before it.
+
+#[derive(Debug, Clone)]
+enum Op {
+    Claim {
+        slot: u8,
+        holder: u8,
+        forced: bool,
+        queued_first: bool,
+        in_order: bool,
+    },
+    Finish {
+        pick: u8,
+        outcome: u8,
+        resolution: u8,
+        kept: bool,
+    },
+    Interrupt {
+        pick: u8,
+        resolution: u8,
+    },
+    Resolve {
+        slot: u8,
+        resolution: u8,
+    },
+    Unlock,
+    Advance(i64),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0u8..6, 0u8..3, prop::bool::weighted(0.1), any::<bool>(), any::<bool>()).prop_map(
+            |(slot, holder, forced, queued_first, in_order)| Op::Claim {
+                slot,
+                holder,
+                forced,
+                queued_first,
+                in_order
+            }
+        ),
+        2 => (any::<u8>(), 0u8..3, 0u8..3, any::<bool>()).prop_map(|(pick, outcome, resolution, kept)| {
+            Op::Finish { pick, outcome, resolution, kept }
+        }),
+        1 => (any::<u8>(), 0u8..2).prop_map(|(pick, resolution)| Op::Interrupt { pick, resolution }),
+        1 => (0u8..6, 0u8..3).prop_map(|(slot, resolution)| Op::Resolve { slot, resolution }),
+        1 => Just(Op::Unlock),
+        2 => prop_oneof![Just(0i64), 1i64..TTL_US, Just(TTL_US), TTL_US..3 * TTL_US].prop_map(Op::Advance),
+    ]
+}
+
+fn slot_usec(n: u8) -> i64 {
+    T0 - 3 * HOUR + i64::from(n) * HOUR
+}
+
+fn resolution(n: u8) -> Resolution {
+    match n {
+        0 => Resolution::Queued,
+        1 => Resolution::Held,
+        _ => Resolution::Done,
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn histories_keep_the_promises(ops in prop::collection::vec(op(), 1..80)) {
+        let mut m = Memory::default();
+        let mut now = T0;
+        let mut grants: Vec<Grant> = Vec::new();
+        let mut last_token = 0;
+        let mut next_run = 0u32;
+        for op in ops {
+            match op {
+                Op::Claim { slot, holder: h, forced, queued_first, in_order } => {
+                    next_run += 1;
+                    let mut r = req(slot_usec(slot), u32::from(h), next_run);
+                    r.run.forced = forced;
+                    r.queued_first = queued_first;
+                    r.in_order = in_order;
+                    let before = m.clone();
+                    let state = before.claim_state(&r, now);
+                    let decision = m.claim(&r, now).expect("fresh run ids never fail");
+                    match decision {
+                        ClaimDecision::Grant(g) => {
+                            // Never two unexpired holders: the row was free, expired or ours.
+                            if let Some(l) = &state.lease {
+                                prop_assert!(
+                                    l.holder.is_empty() || l.expire_at <= now || l.holder == g.lease.holder,
+                                    "granted over {l:?}"
+                                );
+                            }
+                            // Fencing tokens strictly increase, across releases and unlocks.
+                            prop_assert!(g.lease.token > last_token);
+                            last_token = g.lease.token;
+                            let slot_before = before.slot_runs("j", g.run.slot.usec);
+                            // A done or held slot is never granted unless forced.
+                            if !forced {
+                                prop_assert!(!slot_before.iter().any(is_done));
+                                prop_assert!(!slot_before.iter().any(|x| x.resolution == Some(Resolution::Held)));
+                            }
+                            prop_assert_eq!(g.run.attempt, slot_before.len() as i64 + 1);
+                            // Queued slots are taken oldest first.
+                            let free_queued: Vec<i64> = state
+                                .slots
+                                .iter()
+                                .filter(|(_, rs)| rs.iter().any(|x| x.resolution == Some(Resolution::Queued))
+                                    && slot_state(rs) == SlotState::Free)
+                                .map(|(s, _)| *s)
+                                .collect();
+                            if queued_first && let Some(oldest) = free_queued.first() {
+                                prop_assert_eq!(g.run.slot.usec, *oldest);
+                                prop_assert_eq!(g.run.trigger.as_str(), "rerun");
+                            } else {
+                                prop_assert_eq!(g.run.slot.usec, slot_usec(slot));
+                                // in_order: nothing later is recorded (within the bound).
+                                if in_order {
+                                    prop_assert!(state.newest.is_none_or(|n| n <= g.run.slot.usec));
+                                }
+                            }
+                            // Nothing queued or held is left in the claimed slot.
+                            prop_assert!(!m.slot_runs("j", g.run.slot.usec).iter().any(|x|
+                                matches!(x.resolution, Some(Resolution::Queued | Resolution::Held))));
+                            grants.push(g);
+                        }
+                        ClaimDecision::Refuse(c) => {
+                            // A refusal writes nothing.
+                            prop_assert_eq!(m.runs.clone(), before.runs.clone());
+                            prop_assert_eq!(&m.leases, &before.leases);
+                            if let Claim::SlotBehind { newest } = c {
+                                prop_assert!(in_order && newest > slot_usec(slot));
+                            }
+                            if let Claim::Busy { lease, .. } = c {
+                                prop_assert!(lease.expire_at > now);
+                            }
+                        }
+                        ClaimDecision::Retried { .. } => prop_assert!(false, "no run id is reused"),
+                    }
+                }
+                Op::Finish { pick, outcome, resolution: res, kept } => {
+                    if grants.is_empty() { continue; }
+                    let g = grants[usize::from(pick) % grants.len()].clone();
+                    let outcome = [Outcome::Succeeded, Outcome::Failed, Outcome::LeaseLost][usize::from(outcome)];
+                    let res = [None, Some(Resolution::Queued), Some(Resolution::Held)][usize::from(res)];
+                    let before = m.clone();
+                    match m.finish(&g.lease, &g.run.run_id, &end(outcome, res), kept, now) {
+                        Ok(f) => {
+                            if f.released {
+                                prop_assert!(holds(before.leases.get("j"), &g.lease, now));
+                            }
+                        }
+                        Err(RuleError::SecondSuccess { .. }) => {
+                            prop_assert_eq!(m.runs.clone(), before.runs.clone());
+                            prop_assert_eq!(&m.leases, &before.leases);
+                        }
+                        Err(e) => prop_assert!(false, "{e}"),
+                    }
+                }
+                Op::Interrupt { pick, resolution: res } => {
+                    if grants.is_empty() { continue; }
+                    let g = grants[usize::from(pick) % grants.len()].clone();
+                    m.interrupt(&g.run, "boot", resolution(res), now);
+                }
+                Op::Resolve { slot, resolution: res } => {
+                    m.resolve("j", slot_usec(slot), resolution(res));
+                }
+                Op::Unlock => {
+                    m.unlock("j", now);
+                }
+                Op::Advance(d) => now += d,
+            }
+            // At most one non-forced success per slot; attempts number 1..n per slot.
+            let mut per_slot: BTreeMap<i64, Vec<&Run>> = BTreeMap::new();
+            for r in &m.runs {
+                per_slot.entry(r.slot.usec).or_default().push(r);
+            }
+            for (s, rs) in per_slot {
+                let wins = rs.iter().filter(|r| r.outcome == Outcome::Succeeded && !r.forced).count();
+                prop_assert!(wins <= 1, "slot {s}: {wins} successes");
+                let attempts: Vec<i64> = rs.iter().map(|r| r.attempt).collect();
+                let want: Vec<i64> = (1..=rs.len() as i64).collect();
+                prop_assert_eq!(attempts, want);
+            }
+            // Fencing tokens of records are unique per job.
+            let mut tokens: Vec<i64> = m.runs.iter().map(|r| r.fencing_token).collect();
+            tokens.sort_unstable();
+            tokens.dedup();
+            prop_assert_eq!(tokens.len(), m.runs.len());
+        }
+    }
+
+    #[test]
+    fn clock_check_is_symmetric_and_first_for_new_runs(
+        offset in -10_000_000i64..10_000_000, tolerance in 0i64..10_000_000
+    ) {
+        let mut m = Memory::default();
+        let mut r = req(T0, 1, 1);
+        r.clock = Some(ClockCheck { host_now: T0 + offset, tolerance });
+        let skew = matches!(answer(&mut m, &r, T0), Claim::ClockSkew { .. });
+        prop_assert_eq!(skew, offset.abs() > tolerance);
+    }
+}
