@@ -1370,8 +1370,10 @@ fn after_downtime_all_runs_every_missed_slot_once_and_latest_passes_them_over() 
         .iter()
         .filter(|r| field(r, "trigger") == "catch-up")
         .collect();
+    // All but the firing's own slot at boot, and a regular firing that may follow before
+    // `due` is read, are catch-up runs.
     assert!(
-        caught.len() >= outage.len() - 1,
+        caught.len() >= outage.len() - 2,
         "the outage's slots ran as catch-up runs: {rows:#?}"
     );
 
