@@ -25,7 +25,7 @@ use crate::job::Job;
 use crate::lease::Holder;
 use crate::ledger::{Finish, NewRun, Outcome, Slot};
 use crate::lock::{JobLock, LockAttempt};
-use crate::store::{Claim, ClaimRequest, Store, StoreError};
+use crate::store::{Claim, ClaimRequest, Store};
 
 /// The lease time to live of the probes: the lease layer waits for it to expire.
 pub const PROBE_TTL: Duration = Duration::from_secs(2);
@@ -240,7 +240,7 @@ fn ledger_layer(job: &Job, store: &mut dyn Store) -> Verdict {
         Ok(n) => n,
         Err(e) => return fail(e.to_string()),
     };
-    let (lease, first) = match store_claim(store, job, slot, &a) {
+    let (lease, first) = match store.claim(&request(job, slot, &a)) {
         Ok(Claim::Claimed { lease, run, .. }) => (lease, run),
         Ok(other) => return fail(format!("the probe slot was not granted: {other:?}")),
         Err(e) => return fail(e.to_string()),
@@ -249,7 +249,7 @@ fn ledger_layer(job: &Job, store: &mut dyn Store) -> Verdict {
         return fail(e.to_string());
     }
     let t = Instant::now();
-    let second = store_claim(store, job, slot, &a);
+    let second = store.claim(&request(job, slot, &a));
     let took = t.elapsed();
     match second {
         Ok(Claim::SlotDone { .. }) => Verdict {
@@ -265,13 +265,4 @@ fn ledger_layer(job: &Job, store: &mut dyn Store) -> Verdict {
         )),
         Err(e) => fail(e.to_string()),
     }
-}
-
-fn store_claim(
-    store: &mut dyn Store,
-    job: &Job,
-    slot: i64,
-    holder: &Holder,
-) -> Result<Claim, StoreError> {
-    store.claim(&request(job, slot, holder))
 }

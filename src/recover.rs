@@ -189,9 +189,16 @@ pub fn interrupt_cut(
             run.slot.rfc3339()
         ),
     };
+    emit_interrupted(&job.name, run, reason, &next);
+    Ok(Some(resolution))
+}
+
+/// Logs the `interrupted` event of `run` (of job `job`), cut for `reason`; `next` says what
+/// happens to its slot.
+fn emit_interrupted(job: &str, run: &Run, reason: &str, next: &str) {
     let mut ev = Event::new(
         Kind::Interrupted,
-        &job.name,
+        job,
         format!(
             "interrupted: slot {} was cut off: run {} (attempt {}) started {} on host {} ({}); {next}",
             run.slot.rfc3339(),
@@ -209,7 +216,6 @@ pub fn interrupt_cut(
     ev.attempt = Some(run.attempt);
     ev.fencing_token = Some(run.fencing_token);
     journal::emit(&ev);
-    Ok(Some(resolution))
 }
 
 /// Whether the job's lease is unexpired by the store's clock (someone runs it now). A
@@ -498,27 +504,12 @@ pub fn interrupt_removed(
     if !store.interrupt(run, reason, Resolution::Held)? {
         return Ok(false);
     }
-    let mut ev = Event::new(
-        Kind::Interrupted,
+    emit_interrupted(
         &run.job,
-        format!(
-            "interrupted: slot {} was cut off: run {} (attempt {}) started {} on host {} ({}); \
-             the job is no longer in the job list, so the slot is not run again",
-            run.slot.rfc3339(),
-            run.run_id,
-            run.attempt,
-            format_usec(run.started_at),
-            run.host,
-            reason
-        ),
+        run,
+        reason,
+        "the job is no longer in the job list, so the slot is not run again",
     );
-    ev.slot = Some(run.slot.rfc3339());
-    ev.run_id = Some(run.run_id.clone());
-    ev.reason = Some(reason.to_string());
-    ev.outcome = Some(Outcome::Interrupted);
-    ev.attempt = Some(run.attempt);
-    ev.fencing_token = Some(run.fencing_token);
-    journal::emit(&ev);
     Ok(true)
 }
 
