@@ -181,44 +181,13 @@ pub fn init() -> bool {
 
 /// Whether stderr is connected to the journal (`JOURNAL_STREAM` names its device and inode).
 fn stderr_is_journal() -> bool {
-    is_journal(std::io::stderr().as_fd())
-}
-
-/// Whether `fd` is the journal stream systemd gave this service (`JOURNAL_STREAM`,
-/// systemd.exec(5)).
-fn is_journal(fd: std::os::fd::BorrowedFd<'_>) -> bool {
     let Some(stream) = std::env::var_os("JOURNAL_STREAM") else {
         return false;
     };
-    let Ok(st) = nix::sys::stat::fstat(fd) else {
+    let Ok(st) = nix::sys::stat::fstat(std::io::stderr().as_fd()) else {
         return false;
     };
     stream.to_string_lossy() == format!("{}:{}", st.st_dev, st.st_ino)
-}
-
-/// Where journald takes log streams (sd_journal_stream_fd(3)).
-const STREAM_SOCKET: &str = "/run/systemd/journal/stdout";
-
-/// A stream into the journal for a job's own output, under `identifier`
-/// (`SYSLOG_IDENTIFIER=`), at syslog priority `priority` (0–7; `<N>` prefixes on a line
-/// override it, as for a service), when this process's stdout is the journal (a service):
-/// then `journalctl -t JOB` shows the command's output apart from jobguard's events, and
-/// `journalctl -u jobguard@JOB.service` still shows both (journald takes the unit from
-/// the connecting process). This is what sd_journal_stream_fd(3) does: a connection to
-/// journald's stream socket that first sends the identifier, an empty unit id, the
-/// priority, whether level prefixes are parsed, and three forwarding flags (left to
-/// journald's configuration), one per line. `None` outside a service or when the socket
-/// cannot be reached: the command then writes where the shim does.
-pub fn output_stream(identifier: &str, priority: u8) -> Option<std::os::fd::OwnedFd> {
-    use std::io::Write as _;
-    if !is_journal(std::io::stdout().as_fd()) {
-        return None;
-    }
-    let mut s = std::os::unix::net::UnixStream::connect(STREAM_SOCKET).ok()?;
-    s.shutdown(std::net::Shutdown::Read).ok()?;
-    let header = format!("{identifier}\n\n{}\n1\n0\n0\n0\n", priority.min(7));
-    s.write_all(header.as_bytes()).ok()?;
-    Some(std::os::fd::OwnedFd::from(s))
 }
 
 /// Sends `ev` to the journal (if [`init`] found one) and, unless stderr is the journal,

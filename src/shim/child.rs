@@ -127,9 +127,6 @@ pub struct Spec {
     pub cwd: Option<PathBuf>,
     /// Account to switch to; `None` keeps the shim's.
     pub account: Option<Account>,
-    /// Where the command's stdout and stderr go instead of the shim's own (a journal
-    /// stream of the job's own, [`crate::journal::output_stream`]); `None` keeps the shim's.
-    pub output: Option<std::sync::Arc<std::os::fd::OwnedFd>>,
 }
 
 /// Starts the command. The child gets its own session and process group (pgid = pid).
@@ -143,10 +140,6 @@ pub fn spawn(spec: &Spec) -> std::io::Result<Pid> {
         .ok_or_else(|| std::io::Error::other("empty command"))?;
     let mut cmd = Command::new(program);
     cmd.args(args).stdin(Stdio::null());
-    if let Some(out) = &spec.output {
-        cmd.stdout(Stdio::from(out.try_clone()?))
-            .stderr(Stdio::from(out.try_clone()?));
-    }
     for k in &spec.env_remove {
         cmd.env_remove(k);
     }

@@ -967,8 +967,6 @@ fn execute(
         env_remove: vec!["NOTIFY_SOCKET".into(), "JOBGUARD_CONFIG".into()],
         cwd,
         account: account.cloned(),
-        // Under systemd the command's output goes to the journal under the job's name.
-        output: journal::output_stream(&job.name, 6).map(std::sync::Arc::new),
     };
 
     let mut ev = Event::new(
