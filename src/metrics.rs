@@ -16,7 +16,8 @@
 //!   deleted, which Prometheus takes as a counter reset;
 //! - the last success is the newest `succeeded` record by start (one query, one record);
 //! - the last outcome and duration, the running records, and the missed, held, failed and
-//!   queued slots come from the newest [`RECENT`] records, judged by
+//!   queued slots come from the newest [`RECENT`] records and the older slots an attempt
+//!   failed or was cut off in ([`crate::cli::audit::judged_records`]), judged by
 //!   [`audit::status_findings`] exactly as `jobguard status` judges them (missed slots only
 //!   after the newest record); `jobguard_job_needs_attention` is
 //!   [`audit::job_needs_attention`] of those findings. systemd's timers are not read here,
@@ -127,11 +128,7 @@ pub fn read_job(
     now: i64,
     boot: i64,
 ) -> Result<LedgerMetrics, StoreError> {
-    let recent = store.runs(&RunQuery {
-        job: Some(job.name.clone()),
-        limit: RECENT,
-        ..RunQuery::default()
-    })?;
+    let recent = crate::cli::audit::judged_records(store, &job.name, RECENT)?;
     let last_success = store
         .runs(&RunQuery {
             job: Some(job.name.clone()),

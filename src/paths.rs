@@ -7,6 +7,7 @@
 //! | report files | `/run/jobguard/report` | same base as locks |
 //! | store | `sqlite:///var/lib/jobguard/jobguard.db` | `$XDG_STATE_HOME/jobguard/jobguard.db`, else `~/.local/state/jobguard/jobguard.db` |
 //! | kept outcomes | `/run/jobguard/pending`, `/var/lib/jobguard/pending` | below the same bases |
+//! | first sightings of another host's lapsed lease | `/run/jobguard/suspect` | same base as locks |
 //!
 //! `JOBGUARD_RUNTIME_DIR` overrides the runtime base (locks and reports) for tests, and
 //! `JOBGUARD_STATE_DIR` the state directory.

@@ -2,7 +2,10 @@
 //!
 //! A `running` record whose holder is gone is *interrupted*: a record from an earlier
 //! boot of this machine, from a process of this boot that no longer exists (pid and
-//! start time), or from another machine whose lease has expired by the store's clock.
+//! start time), or from another machine whose lease has expired by the store's clock and
+//! has stayed so for [`FOREIGN_GRACE_USEC`] since this host first saw it: long enough for
+//! that machine's own pass to record an outcome its shim kept because the store could not
+//! be reached as the run ended ([`crate::shim::pending`]).
 //! systemd's `Persistent=` does not cover this: the timer's stamp is written when it
 //! fires, so a run cut at 02:10 by a reboot is never fired again.
 //!
@@ -51,11 +54,43 @@ pub struct Recovered {
     pub queued: Vec<i64>,
 }
 
+/// How long, in µs by the store's clock, another machine's `running` record must have
+/// been seen without its lease (expired, or granted to a later attempt) before this host
+/// calls its holder gone: 90 s.
+///
+/// A shim that cannot record its outcome as its command ends (the store stopped, or its
+/// host cut off from it) keeps the outcome and gives up when its lease would expire; its
+/// own host's next recovery pass records it ([`crate::shim::pending`]). Recovery passes run
+/// every minute, on the minute, on every host (`jobguard-recover.timer`), so a host that
+/// judged the record at the first pass that sees the lease gone would race that replay
+/// and re-run a slot that succeeded. Waiting 90 s from the first sighting lets one pass of
+/// the holder's host come first (60 s), with 30 s for passes that do not start at the
+/// same second. A holder cut off for longer than that is taken for gone: the job's
+/// `on_interrupted` decides, as after a power cut.
+pub const FOREIGN_GRACE_USEC: i64 = 90_000_000;
+
 /// Why a `running` record's holder is gone, or `None` if it may still be alive.
+///
+/// A holder on another machine is gone once its lease has been seen lapsed for
+/// [`FOREIGN_GRACE_USEC`]: the first sighting (store time, µs) is kept in
+/// `<runtime dir>/suspect/<run id>`; without that directory the lease's expiry counts as
+/// the first sighting.
 ///
 /// # Errors
 /// Store errors while reading the lease or the store's clock.
 pub fn holder_gone(store: &mut dyn Store, run: &Run) -> Result<Option<&'static str>, StoreError> {
+    if !is_local(run) {
+        let Some(lapsed) = lease_lapsed(store, run)? else {
+            forget_sighting(&run.run_id);
+            return Ok(None);
+        };
+        let first = first_sighting(&run.run_id, lapsed.now).unwrap_or(lapsed.since);
+        if lapsed.now.saturating_sub(first) < FOREIGN_GRACE_USEC {
+            return Ok(None);
+        }
+        forget_sighting(&run.run_id);
+        return Ok(Some("lease-expired"));
+    }
     let gone = holder_gone_observed(store, run)?;
     if gone == Some("process-gone") && !identity::end_run_survivors(&run.run_id) {
         // The shim is gone; its command's children may not be. The slot runs again only
@@ -67,7 +102,9 @@ pub fn holder_gone(store: &mut dyn Store, run: &Run) -> Result<Option<&'static s
 
 /// Why a `running` record's holder (the shim, or another machine's lease) is gone, or
 /// `None` if it may still be alive; like [`holder_gone`] but only looks: processes the
-/// command left behind are neither ended nor counted (for `status` and `audit`).
+/// command left behind are neither ended nor counted, and another machine's lease counts
+/// as gone [`FOREIGN_GRACE_USEC`] after it expired, or at once when a later attempt holds
+/// it (for `status` and `audit`).
 ///
 /// # Errors
 /// Store errors while reading the lease or the store's clock.
@@ -75,7 +112,7 @@ pub fn holder_gone_observed(
     store: &mut dyn Store,
     run: &Run,
 ) -> Result<Option<&'static str>, StoreError> {
-    if run.machine_id == identity::machine_id() && !run.machine_id.is_empty() {
+    if is_local(run) {
         if run.boot_id != identity::boot_id() {
             return Ok(Some("boot"));
         }
@@ -84,11 +121,83 @@ pub fn holder_gone_observed(
         }
         return Ok(None);
     }
-    // Another machine: only the lease can tell, by the store's clock.
+    Ok(lease_lapsed(store, run)?
+        .filter(|l| l.now.saturating_sub(l.since) >= FOREIGN_GRACE_USEC)
+        .map(|_| "lease-expired"))
+}
+
+/// Whether `run` was recorded on this machine.
+fn is_local(run: &Run) -> bool {
+    run.machine_id == identity::machine_id() && !run.machine_id.is_empty()
+}
+
+/// Another machine's run whose lease no longer holds, by the store's clock (µs since the
+/// epoch): `since` is the lease's expiry, or `i64::MIN` when a later grant holds it.
+struct Lapsed {
+    now: i64,
+    since: i64,
+}
+
+/// Only the lease can tell whether another machine's holder lives, by the store's clock.
+fn lease_lapsed(store: &mut dyn Store, run: &Run) -> Result<Option<Lapsed>, StoreError> {
     let now = store.now()?;
-    match store.lease(&run.job)? {
-        Some(l) if l.token == run.fencing_token && l.expire_at > now => Ok(None),
-        _ => Ok(Some("lease-expired")),
+    Ok(match store.lease(&run.job)? {
+        Some(l) if l.token == run.fencing_token && l.expire_at > now => None,
+        Some(l) if l.token == run.fencing_token => Some(Lapsed {
+            now,
+            since: l.expire_at,
+        }),
+        _ => Some(Lapsed {
+            now,
+            since: i64::MIN,
+        }),
+    })
+}
+
+/// Where the first sightings of lapsed leases are kept.
+fn sightings_dir() -> std::path::PathBuf {
+    crate::paths::runtime_dir().join("suspect")
+}
+
+/// The store time (µs) this host first saw the lease of run `run_id` lapsed; records
+/// `now` when it had not (and then drops sightings older than a day). `None` when the
+/// runtime directory cannot keep it.
+fn first_sighting(run_id: &str, now: i64) -> Option<i64> {
+    use std::os::unix::fs::DirBuilderExt;
+    if run_id.is_empty() || !run_id.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return None;
+    }
+    let dir = sightings_dir();
+    let path = dir.join(run_id);
+    if let Some(seen) = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|t| t.trim().parse::<i64>().ok())
+    {
+        return Some(seen);
+    }
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .ok()?;
+    let day = std::time::Duration::from_secs(86_400);
+    for entry in std::fs::read_dir(&dir).ok()?.flatten() {
+        let old = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t.elapsed().is_ok_and(|age| age > day));
+        if old {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+    std::fs::write(&path, format!("{now}\n")).ok()?;
+    Some(now)
+}
+
+/// Drops the sighting of run `run_id`, if any.
+fn forget_sighting(run_id: &str) {
+    if !run_id.is_empty() && run_id.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        let _ = std::fs::remove_file(sightings_dir().join(run_id));
     }
 }
 

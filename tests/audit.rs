@@ -527,3 +527,42 @@ fn drill_exercises_every_layer_on_every_store_without_touching_the_job() {
         }
     }
 }
+
+/// A failed slot stays something to attend to in `status` and `metrics` however many
+/// records came after it: 250 later days succeed, more than the newest records `status`
+/// reads (200); the old failure is still flagged until it is resolved.
+#[test]
+fn sqlite_an_old_failed_slot_stays_flagged_after_250_later_runs() {
+    let sb = Sandbox::new(&job(
+        "old",
+        "if [ -e \"@DIR@/fail\" ]; then exit 3; fi",
+        &Backend::Sqlite,
+    ));
+    let d = today();
+    std::fs::write(sb.file("fail"), "").unwrap();
+    let failed = format_usec(d - 250 * DAY);
+    let out = sb.run(&["run", "old", "--slot", &failed]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    std::fs::remove_file(sb.file("fail")).unwrap();
+    for back in (0..250).rev() {
+        let out = sb.run(&["run", "old", "--slot", &format_usec(d - back * DAY)]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    assert_eq!(sb.history("old").len(), 251);
+    let (st, sv) = status_json(&sb);
+    assert_eq!(st.status.code(), Some(1), "{sv}");
+    let attention = sv["jobs"][0]["attention"].as_array().unwrap();
+    assert_eq!(attention.len(), 1, "{sv}");
+    assert_eq!(attention[0]["slot"], failed.as_str(), "{sv}");
+    let metrics = stdout(&sb.run(&["metrics"]));
+    assert!(
+        metrics.contains("jobguard_job_needs_attention{job=\"old\"} 1"),
+        "{metrics}"
+    );
+
+    // Resolved, it is settled: nothing to attend to.
+    let out = sb.run(&["resolve", "old", &failed, "--done"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (st, sv) = status_json(&sb);
+    assert_eq!(st.status.code(), Some(0), "{sv}");
+}

@@ -8,7 +8,10 @@
 //!   ends with exactly 3,000 rows;
 //! - a host cut off from the store (its proxy frozen with SIGSTOP: packets stop,
 //!   connections hang, as in a partition): it stops its job before its lease expires;
-//!   another host takes over after expiry; the runs never overlap.
+//!   another host takes over after expiry; the runs never overlap;
+//! - a host cut off just as its job ends, past its lease and a recovery pass of the other
+//!   hosts: once it is back, it records the success it kept, and no host runs the slot
+//!   again.
 //!
 //! Needs root, systemd-nspawn, socat, psql and PostgreSQL on 127.0.0.1:5432 (trust
 //! auth); skipped with a `SKIPPED` line otherwise, failed in CI. Run just these with
@@ -333,7 +336,7 @@ environment = {{ STORE_SYNC_DB = "postgresql://postgres@127.0.0.1:5432/{}", STOR
 
     let rows = common::wait_for(
         "a succeeded run on another host",
-        Duration::from_secs(240),
+        Duration::from_secs(360),
         Duration::from_secs(2),
         || {
             let rows = history(&cl.hosts[1], "store-sync")?;
@@ -448,7 +451,7 @@ fn a_host_cut_off_from_the_store_stops_before_another_takes_over() {
     // Another host takes over after the lease expired, and finishes.
     let (other, start) = common::wait_for(
         "another host to run the slot",
-        Duration::from_secs(240),
+        Duration::from_secs(360),
         Duration::from_secs(1),
         || {
             Ok(cl.hosts[1..]
@@ -491,4 +494,68 @@ fn a_host_cut_off_from_the_store_stops_before_another_takes_over() {
         ["interrupted", "lease_lost"].contains(&field(first, "outcome").as_str()),
         "{first}"
     );
+}
+
+#[test]
+fn a_host_cut_off_as_its_job_ends_records_the_success_and_no_host_runs_it_again() {
+    let test = "a_host_cut_off_as_its_job_ends_records_the_success_and_no_host_runs_it_again";
+    if !common::go_on(test, prerequisites()) {
+        return;
+    }
+    let db = Database::create("kept");
+    let jobs = LOGGING_JOB
+        .replace("lease_ttl = \"30s\"", "lease_ttl = \"12s\"")
+        .replace(
+            "kill_grace = \"3s\"",
+            "kill_grace = \"3s\"\nenvironment = { FIRST_SECONDS = \"4\" }",
+        );
+    let cl = cluster("kept", &db, &jobs, |o| o);
+    let (h1, proxy1) = (&cl.hosts[0], &cl.proxies[0]);
+    h1.exec_ok(&["systemctl", "start", "--no-block", "jobguard@sync.service"])
+        .expect("start");
+    common::wait_for(
+        "the job to start on h1",
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        || Ok(job_log(h1).iter().any(|l| l.0 == "start").then_some(())),
+    )
+    .expect("started");
+    // Cut off before the command ends: its success cannot be recorded.
+    proxy1.freeze();
+    let frozen_at = now_secs();
+    common::wait_for(
+        "the job to end on h1",
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        || Ok(job_log(h1).iter().any(|l| l.0 == "end").then_some(())),
+    )
+    .expect("ended");
+    // Stay cut off past the lease's expiry and the next recovery pass of the other hosts
+    // (every minute, on the minute), which sees the lease expired.
+    let expired = frozen_at + 12.0;
+    let next_pass = (expired / 60.0).floor() * 60.0 + 60.0;
+    let thaw_at = next_pass + 10.0;
+    std::thread::sleep(Duration::from_secs_f64((thaw_at - now_secs()).max(0.0)));
+    proxy1.thaw();
+    eprintln!("{test}: cut off from {frozen_at:.1} to {thaw_at:.1}; lease expired {expired:.1}");
+
+    // Two more passes: h1 records what it kept; no host queues or runs the slot again.
+    std::thread::sleep(Duration::from_secs_f64(
+        (next_pass + 130.0 - now_secs()).max(0.0),
+    ));
+    let starts: Vec<String> = cl
+        .hosts
+        .iter()
+        .flat_map(|c| {
+            job_log(c)
+                .into_iter()
+                .filter(|l| l.0 == "start")
+                .map(|l| format!("{} {}", c.name(), l.2))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let rows = history(&cl.hosts[1], "sync").expect("history");
+    assert_eq!(starts.len(), 1, "one execution: {starts:?}\n{rows:#?}");
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    assert_eq!(field(&rows[0], "outcome"), "succeeded", "{rows:#?}");
 }

@@ -19,7 +19,7 @@ use crate::identity;
 use crate::job::Job;
 use crate::ledger::{Outcome, Run, format_usec};
 use crate::recover;
-use crate::store::{RunQuery, Store};
+use crate::store::{RunQuery, Store, StoreError};
 
 /// An open store and the ledgers read from it.
 type StoreLedgers = (Box<dyn Store>, Vec<Ledger>);
@@ -171,6 +171,54 @@ fn row(job: &str, f: &Finding) -> Vec<String> {
         },
         f.detail.clone(),
     ]
+}
+
+/// The records `status` and `metrics` judge for a job: its newest `recent` records, and
+/// every attempt at an older slot where an attempt failed, was cut off or still runs. A
+/// slot left failed or held stays something to attend to however many records came
+/// after it.
+///
+/// # Errors
+/// Store errors.
+pub fn judged_records(
+    store: &mut dyn Store,
+    job: &str,
+    recent: usize,
+) -> Result<Vec<Run>, StoreError> {
+    let mut runs = store.runs(&RunQuery {
+        job: Some(job.to_string()),
+        limit: recent,
+        ..RunQuery::default()
+    })?;
+    if runs.len() < recent {
+        return Ok(runs);
+    }
+    let Some(oldest) = runs.iter().map(|r| r.slot.usec).min() else {
+        return Ok(runs);
+    };
+    let unsettled: std::collections::BTreeSet<i64> = store
+        .runs(&RunQuery {
+            job: Some(job.to_string()),
+            outcomes: vec![
+                Outcome::Failed,
+                Outcome::Interrupted,
+                Outcome::LeaseLost,
+                Outcome::Running,
+            ],
+            ..RunQuery::default()
+        })?
+        .iter()
+        .map(|r| r.slot.usec)
+        .filter(|s| *s < oldest)
+        .collect();
+    for slot in unsettled {
+        runs.extend(store.runs(&RunQuery {
+            job: Some(job.to_string()),
+            slot: Some(slot),
+            ..RunQuery::default()
+        })?);
+    }
+    Ok(runs)
 }
 
 /// The run ids of `running` records whose holder is gone (looked at, never ended).

@@ -30,10 +30,11 @@ use crate::config::{self, ConfigSource};
 use crate::exit;
 use crate::job::Job;
 use crate::ledger::{Outcome, Resolution, Run, format_usec};
-use crate::store::{RunQuery, Store};
+use crate::store::Store;
 use crate::systemd_dbus::{self, JobUnits, UnitState};
 
-/// How many recent records per job `status` looks at.
+/// How many recent records per job `status` looks at (the last run, the one running);
+/// older slots are read only where an attempt failed or was cut off.
 const RECENT: usize = 200;
 
 struct JobStatus {
@@ -118,13 +119,8 @@ fn job_status(
     now_usec: i64,
     units: Option<&JobUnits>,
 ) -> Result<JobStatus, String> {
-    let recent = store
-        .runs(&RunQuery {
-            job: Some(job.name.clone()),
-            limit: RECENT,
-            ..RunQuery::default()
-        })
-        .map_err(|e| e.to_string())?;
+    let recent =
+        crate::cli::audit::judged_records(store, &job.name, RECENT).map_err(|e| e.to_string())?;
     let lease = store.lease(&job.name).map_err(|e| e.to_string())?;
     let store_now = store.now().map_err(|e| e.to_string())?;
     let live_lease = lease.filter(|l| l.expire_at > store_now);
