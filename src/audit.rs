@@ -65,7 +65,11 @@ pub fn grace(job: &Job) -> Duration {
 pub enum FindingKind {
     /// Two `succeeded` records for one slot, the later one not forced.
     DuplicateSuccess,
-    /// Two attempts at one slot whose [started, finished] intervals overlap.
+    /// Two attempts at one slot whose [started, finished] intervals overlap. An attempt
+    /// that another party marked `interrupted` has no end of its own (its `finished_at`
+    /// is when it was marked), so it is not compared with an attempt granted a higher
+    /// fencing token: that grant was made after its lease had expired by the store's
+    /// clock, when its shim had stopped the command (self-fencing).
     Overlap,
     /// A `running` record whose holder is gone.
     OrphanRunning,
@@ -180,6 +184,12 @@ pub struct Scope {
     /// Look for missed slots only after the newest recorded slot (`status`, `recover`),
     /// not in the gaps between records (`audit`).
     pub missed_after_newest_only: bool,
+}
+
+/// Whether `cut` was marked interrupted by another party (so its end is not known) and
+/// `later` was granted the lease after it, with a higher fencing token.
+fn cut_before(cut: &Run, later: &Run) -> bool {
+    cut.outcome == Outcome::Interrupted && later.fencing_token > cut.fencing_token
 }
 
 /// The catch-up decision a record carries: (slot before the gap, µs; the record's slot).
@@ -303,6 +313,9 @@ fn per_slot(
     }
     for (i, a) in list.iter().enumerate() {
         for b in &list[i + 1..] {
+            if cut_before(a, b) || cut_before(b, a) {
+                continue;
+            }
             let (a_end, b_end) = (a.finished_at.unwrap_or(now), b.finished_at.unwrap_or(now));
             if a.started_at < b_end && b.started_at < a_end {
                 out.push(Finding {
@@ -712,6 +725,30 @@ mod tests {
         assert!(!k.contains(&("overlap", 3)), "{k:?}");
         let overlap = f.iter().find(|f| f.kind == FindingKind::Overlap).unwrap();
         assert_eq!(overlap.runs, vec!["r12".to_string(), "ov12".to_string()]);
+    }
+
+    #[test]
+    fn an_attempt_marked_interrupted_is_not_an_overlap_with_a_later_grant() {
+        let mut runs = clean(10);
+        // Slot 4: attempt 1 cut off (another host's lease expired); attempt 2 granted with
+        // a higher token before recover marked attempt 1 (its finished_at is the mark).
+        runs[4].outcome = Outcome::Interrupted;
+        runs[4].reason = Some("lease-expired".into());
+        runs[4].resolution = Some(Resolution::Queued);
+        let mut later = run("re4", 4, Outcome::Succeeded, 11);
+        later.attempt = 2;
+        later.started_at = runs[4].finished_at.unwrap() - 3_000_000;
+        runs.push(later);
+        // Slot 6: the same times, but attempt 1 recorded its own end (failed): an overlap.
+        runs[6].outcome = Outcome::Failed;
+        let mut other = run("ov6", 6, Outcome::Succeeded, 12);
+        other.attempt = 2;
+        other.started_at = runs[6].finished_at.unwrap() - 3_000_000;
+        runs.push(other);
+        let f = audit_job(&runs, Some(&cal()), &BTreeSet::new(), &scope(10));
+        let k = kinds(&f);
+        assert!(!k.contains(&("overlap", 4)), "{k:?}");
+        assert!(k.contains(&("overlap", 6)), "{k:?}");
     }
 
     #[test]

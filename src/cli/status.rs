@@ -258,11 +258,10 @@ fn unreadable_row(job: &Job, now_usec: i64) -> Vec<String> {
         paused_text(job, "? (store unreadable)".into()),
         "?".into(),
         "?".into(),
+        "?".into(),
     ]
 }
 
-/// Runs `jobguard status`; returns the exit status: 0, [`exit::ATTENTION`] when something
-/// needs attention, or the status of a store or job list that could not be read.
 /// The JSON of a job whose store could not be read: listed as in the table, with what
 /// went wrong in `error` and nothing from the ledger.
 fn unreadable_json(job: &Job, now_usec: i64, units: Option<&JobUnits>, error: &str) -> Value {
@@ -286,7 +285,8 @@ fn unreadable_json(job: &Job, now_usec: i64, units: Option<&JobUnits>, error: &s
     })
 }
 
-/// Runs `jobguard status`; returns the exit status (non-zero if a store could not be read).
+/// Runs `jobguard status`; returns the exit status: 0, [`exit::ATTENTION`] when something
+/// needs attention, or the status of a store or job list that could not be read.
 pub fn run(args: &StatusArgs) -> u8 {
     let set = config::load(&ConfigSource::resolve(args.config.config.clone()));
     let now = jiff::Timestamp::now().as_microsecond();

@@ -63,6 +63,10 @@ pub fn span(usec: i64) -> String {
 
 /// Prints rows as a table with a header, columns padded to their widest cell.
 pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    debug_assert!(
+        rows.iter().all(|r| r.len() == header.len()),
+        "every row has a cell per column: {header:?} {rows:?}"
+    );
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (i, cell) in row.iter().enumerate() {

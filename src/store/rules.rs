@@ -10,11 +10,12 @@
 //! it is the store layer's decision procedure: it answers in the store's own values
 //! ([`Claim`], [`Finished`]) and is called only by the backends and their tests.
 //!
-//! Today the four backends still decide for themselves (Rust with SQL in
-//! [`super::sqlite`], PL/pgSQL in `postgres`, a MySQL procedure in `mysql`, Lua in
-//! `redis`); `tests/store_differential.rs` drives each of them through random histories
-//! and compares every answer and every resulting state with these functions. The rule
-//! order, as all four implement it ([`claim`]):
+//! [`super::sqlite`] decides with these functions: it reads the snapshot and applies the
+//! writes in one `BEGIN IMMEDIATE` transaction. The other three backends still decide on
+//! the server (PL/pgSQL in `postgres`, a MySQL procedure in `mysql`, Lua in `redis`), one
+//! round trip per operation; `tests/store_differential.rs` drives every backend through
+//! random histories and compares every answer and every resulting state with these
+//! functions. The rule order ([`claim`]):
 //! 0. a claim sent again under a run id that is already recorded answers that grant again
 //!    while it holds, and is an error otherwise (SQLite and Redis decide this before the
 //!    clock check, PostgreSQL and MySQL after it; here it comes first, see [`claim`]);

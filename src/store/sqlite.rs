@@ -18,7 +18,9 @@
 //! `synchronous=NORMAL` a WAL commit can be lost; see <https://sqlite.org/pragma.html#pragma_synchronous>).
 //! Every write is one `BEGIN IMMEDIATE` transaction, which takes the write lock at once so
 //! that concurrent processes wait in the busy handler instead of failing
-//! (<https://sqlite.org/lang_transaction.html>). WAL needs every user of the file on the
+//! (<https://sqlite.org/lang_transaction.html>). Inside it, a claim, renewal, finish,
+//! interrupt, resolve or unlock reads the job's state and applies what
+//! [`crate::store::rules`] decides: the rules are not written again here. WAL needs every user of the file on the
 //! same host (<https://sqlite.org/wal.html>): not on a network file system.
 //!
 //! This module does not decide paths (see [`crate::paths`]) or parse addresses (see
@@ -39,6 +41,7 @@ use rusqlite::{
 use crate::clock::{Clock, SystemClock};
 use crate::lease::Lease;
 use crate::ledger::{Finish, Outcome, Resolution, Run, Slot};
+use crate::store::rules::{self, ClaimDecision};
 use crate::store::{Claim, ClaimRequest, Finished, RunQuery, Store, StoreError};
 
 /// The schema version this jobguard writes and understands (`PRAGMA user_version`).
@@ -230,11 +233,6 @@ fn same_file(held: &std::fs::File, path: &Path) -> Result<(), crate::safe_path::
         )));
     }
     Ok(())
-}
-
-/// Converts a time to live to µs, saturating at `i64::MAX`.
-fn duration_usec(d: Duration) -> i64 {
-    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
 }
 
 impl SqliteStore {
@@ -441,16 +439,13 @@ impl SqliteStore {
 
     /// [`Store::renew`] with whatever busy timeout is set.
     fn renew_now(&mut self, lease: &Lease, ttl: Duration) -> Result<Option<i64>, StoreError> {
-        let ttl = duration_usec(ttl);
         self.write("renew", |tx, now| {
-            let expire_at = now.saturating_add(ttl);
-            let n = tx.execute(
-                "UPDATE jobguard_lease SET expire_at = ?4
-                 WHERE job = ?1 AND holder = ?2 AND token = ?3 AND holder <> ''
-                   AND expire_at > ?5",
-                params![lease.job, lease.holder, lease.token, expire_at, now],
-            )?;
-            Ok((n == 1).then_some(expire_at))
+            let row = lease_row(tx, &lease.job)?;
+            let expire_at = rules::renew(now, row.as_ref(), lease, ttl);
+            if let (Some(expire_at), Some(row)) = (expire_at, row) {
+                write_lease(tx, &Lease { expire_at, ..row })?;
+            }
+            Ok(expire_at)
         })
     }
 
@@ -606,22 +601,94 @@ fn lease_row(conn: &Connection, job: &str) -> Result<Option<Lease>, Fail> {
         .optional()?)
 }
 
-/// Releases the job's lease if it is still the grant `holder`/`token` (and, with
-/// `unexpired_at`, has not expired by then); true if it was released.
-fn release(
-    conn: &Connection,
-    job: &str,
-    holder: &str,
-    token: i64,
-    unexpired_at: Option<i64>,
-) -> Result<bool, Fail> {
-    let n = conn.execute(
-        "UPDATE jobguard_lease SET holder = '', host = '', expire_at = 0
-         WHERE job = ?1 AND holder = ?2 AND token = ?3 AND holder <> ''
-           AND (?4 IS NULL OR expire_at > ?4)",
-        params![job, holder, token, unexpired_at],
+/// The snapshot [`rules::claim`] decides on, read in the claim's transaction: the lease
+/// row, the record of a claim sent again, every record of the asked slot and (with
+/// `queued_first`) of every slot with a queued record, the newest slot within the bound,
+/// and the record that holds the lease row's token.
+fn claim_state(conn: &Connection, req: &ClaimRequest, now: i64) -> Result<rules::ClaimState, Fail> {
+    let job = &req.run.job;
+    let lease = lease_row(conn, job)?;
+    let retried = select_run(conn, "WHERE run_id = ?1", [&req.run.run_id])?;
+    let mut slots: std::collections::BTreeMap<i64, Vec<Run>> = std::collections::BTreeMap::new();
+    let runs = select_runs(
+        conn,
+        "WHERE job = ?1 AND (slot_usec = ?2 OR (?3 AND slot_usec IN (
+             SELECT slot_usec FROM jobguard_run WHERE job = ?1 AND resolution = 'queued')))
+         ORDER BY rowid",
+        params![job, req.run.slot.usec, req.queued_first],
     )?;
-    Ok(n == 1)
+    for run in runs {
+        slots.entry(run.slot.usec).or_default().push(run);
+    }
+    let newest: Option<i64> = conn.query_row(
+        "SELECT MAX(slot_usec) FROM jobguard_run WHERE job = ?1 AND slot_usec <= ?2",
+        params![job, rules::newest_bound(now, req)],
+        |row| row.get(0),
+    )?;
+    let lease_run = match &lease {
+        Some(l) if !l.holder.is_empty() => select_run(
+            conn,
+            "WHERE job = ?1 AND fencing_token = ?2 ORDER BY started_at DESC, rowid DESC LIMIT 1",
+            params![job, l.token],
+        )?,
+        _ => None,
+    };
+    Ok(rules::ClaimState {
+        now,
+        lease,
+        retried,
+        slots,
+        newest,
+        lease_run,
+    })
+}
+
+/// Writes the job's lease row as `lease` says (a grant, or a release).
+fn write_lease(conn: &Connection, lease: &Lease) -> Result<(), Fail> {
+    conn.execute(
+        "INSERT INTO jobguard_lease (job, holder, host, token, acquired_at, expire_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+         ON CONFLICT (job) DO UPDATE SET holder = excluded.holder,
+             host = excluded.host, token = excluded.token,
+             acquired_at = excluded.acquired_at, expire_at = excluded.expire_at",
+        params![
+            lease.job,
+            lease.holder,
+            lease.host,
+            lease.token,
+            lease.acquired_at,
+            lease.expire_at
+        ],
+    )?;
+    Ok(())
+}
+
+/// Applies the writes of [`rules::finish`] or [`rules::interrupt`] for `job`.
+fn apply_end(conn: &Connection, job: &str, decision: &rules::EndDecision) -> Result<(), Fail> {
+    if let Some(run) = &decision.record {
+        let report = serde_json::to_string(&run.report)
+            .map_err(|e| Fail::Data(format!("run {}: report: {e}", run.run_id)))?;
+        conn.execute(
+            "UPDATE jobguard_run SET outcome = ?2, reason = ?3, exit_status = ?4,
+                 finished_at = ?5, report = ?6, resolution = ?7
+             WHERE run_id = ?1",
+            params![
+                run.run_id,
+                run.outcome.as_str(),
+                run.reason,
+                run.exit_status,
+                run.finished_at,
+                report,
+                run.resolution.map(Resolution::as_str)
+            ],
+        )?;
+    }
+    if decision.release
+        && let Some(row) = lease_row(conn, job)?
+    {
+        write_lease(conn, &rules::released(&row))?;
+    }
+    Ok(())
 }
 
 fn insert_run(conn: &Connection, run: &Run) -> Result<(), Fail> {
@@ -708,189 +775,26 @@ impl Store for SqliteStore {
     }
 
     fn claim(&mut self, req: &ClaimRequest) -> Result<Claim, StoreError> {
-        // `req.clock` is not checked: this store's clock is this host's clock.
-        let holder_id = req.holder.id();
-        let ttl = duration_usec(req.ttl);
-        let tolerance = req.clock.map_or(0, |c| c.tolerance);
+        // This store's clock is this host's clock: the clock check always passes (the
+        // tolerance still bounds the slots that count as recorded).
+        let mut req = req.clone();
         self.write("claim", |tx, now| {
-            // A claim sent again after its answer was lost: the same grant while it holds.
-            if let Some(run) = select_run(tx, "WHERE run_id = ?1", params![req.run.run_id])? {
-                return match lease_row(tx, &req.run.job)? {
-                    Some(lease)
-                        if run.job == req.run.job
-                            && run.outcome == Outcome::Running
-                            && lease.holder == holder_id
-                            && lease.token == run.fencing_token
-                            && lease.expire_at > now =>
-                    {
-                        Ok(Claim::Claimed {
-                            lease,
-                            run,
-                            previous_slot: None,
-                        })
-                    }
-                    _ => Err(Fail::Data(format!(
-                        "run {} is already recorded and no longer holds its lease",
-                        req.run.run_id
-                    ))),
-                };
+            if let Some(check) = &mut req.clock {
+                check.host_now = now;
             }
-            let mut new = req.run.clone();
-            let mut queued_done = Vec::new();
-            let mut picked_queued = false;
-            if req.queued_first {
-                let queued: Vec<(i64, String)> = tx
-                    .prepare_cached(
-                        "SELECT DISTINCT slot_usec, slot_zone FROM jobguard_run
-                         WHERE job = ?1 AND resolution = 'queued' ORDER BY slot_usec",
-                    )?
-                    .query_map([&new.job], |row| Ok((row.get(0)?, row.get(1)?)))?
-                    .collect::<Result<_, _>>()?;
-                for (usec, zone) in queued {
-                    // 0: free; 1: held; 2: done (also when held: its queue entries are
-                    // settled below). Every queued slot is looked at, so that the queue
-                    // entries of every done slot are settled, as the other stores do.
-                    let state: i64 = tx.query_row(
-                        "SELECT COALESCE(MAX(CASE
-                             WHEN outcome = 'succeeded' OR resolution = 'done' THEN 2
-                             WHEN resolution = 'held' THEN 1
-                             ELSE 0 END), 0)
-                         FROM jobguard_run WHERE job = ?1 AND slot_usec = ?2",
-                        params![new.job, usec],
-                        |row| row.get(0),
+            let state = claim_state(tx, &req, now)?;
+            let decision = rules::claim(&state, &req).map_err(|e| Fail::Data(e.to_string()))?;
+            if let ClaimDecision::Grant(grant) = &decision {
+                write_lease(tx, &grant.lease)?;
+                insert_run(tx, &grant.run)?;
+                for run_id in &grant.rerun {
+                    tx.execute(
+                        "UPDATE jobguard_run SET resolution = 'rerun' WHERE run_id = ?1",
+                        [run_id],
                     )?;
-                    match state {
-                        0 if !picked_queued => {
-                            new.slot = Slot { usec, zone };
-                            new.trigger = "rerun".to_string();
-                            picked_queued = true;
-                        }
-                        2 if !queued_done.contains(&usec) => queued_done.push(usec),
-                        _ => {}
-                    }
                 }
             }
-            if !new.forced {
-                if let Some(by) = select_run(
-                    tx,
-                    "WHERE job = ?1 AND slot_usec = ?2
-                       AND (outcome = 'succeeded' OR resolution = 'done')
-                     ORDER BY outcome = 'succeeded' DESC, started_at DESC, rowid DESC LIMIT 1",
-                    params![new.job, new.slot.usec],
-                )? {
-                    return Ok(Claim::SlotDone { by });
-                }
-                if let Some(by) = select_run(
-                    tx,
-                    "WHERE job = ?1 AND slot_usec = ?2 AND resolution = 'held'
-                     ORDER BY started_at DESC, rowid DESC LIMIT 1",
-                    params![new.job, new.slot.usec],
-                )? {
-                    return Ok(Claim::SlotHeld { by });
-                }
-            }
-            let previous_slot: Option<i64> = tx.query_row(
-                "SELECT MAX(slot_usec) FROM jobguard_run WHERE job = ?1 AND slot_usec <= ?2",
-                params![new.job, now.saturating_add(tolerance)],
-                |row| row.get(0),
-            )?;
-            if req.in_order
-                && !picked_queued
-                && let Some(newest) = previous_slot
-                && newest > new.slot.usec
-            {
-                return Ok(Claim::SlotBehind { newest });
-            }
-            let current = lease_row(tx, &new.job)?;
-            if let Some(lease) = &current
-                && !lease.holder.is_empty()
-                && lease.expire_at > now
-                && lease.holder != holder_id
-            {
-                let run = select_run(
-                    tx,
-                    "WHERE job = ?1 AND fencing_token = ?2
-                         ORDER BY started_at DESC, rowid DESC LIMIT 1",
-                    params![new.job, lease.token],
-                )?;
-                return Ok(Claim::Busy {
-                    lease: lease.clone(),
-                    run,
-                });
-            }
-            let last_token = current.as_ref().map_or(0, |l| l.token);
-            let token = last_token
-                .checked_add(1)
-                .ok_or_else(|| Fail::Data(format!("job {}: fencing token overflow", new.job)))?;
-            let lease = Lease {
-                job: new.job.clone(),
-                holder: holder_id.clone(),
-                host: req.holder.host.clone(),
-                token,
-                acquired_at: now,
-                expire_at: now.saturating_add(ttl),
-            };
-            tx.execute(
-                "INSERT INTO jobguard_lease (job, holder, host, token, acquired_at, expire_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-                 ON CONFLICT (job) DO UPDATE SET holder = excluded.holder,
-                     host = excluded.host, token = excluded.token,
-                     acquired_at = excluded.acquired_at, expire_at = excluded.expire_at",
-                params![
-                    lease.job,
-                    lease.holder,
-                    lease.host,
-                    lease.token,
-                    lease.acquired_at,
-                    lease.expire_at
-                ],
-            )?;
-            let earlier: i64 = tx.query_row(
-                "SELECT COUNT(*) FROM jobguard_run WHERE job = ?1 AND slot_usec = ?2",
-                params![new.job, new.slot.usec],
-                |row| row.get(0),
-            )?;
-            let run = Run {
-                run_id: new.run_id.clone(),
-                job: new.job.clone(),
-                slot: new.slot.clone(),
-                attempt: earlier + 1,
-                outcome: Outcome::Running,
-                reason: None,
-                exit_status: None,
-                forced: new.forced,
-                trigger: new.trigger.clone(),
-                host: req.holder.host.clone(),
-                machine_id: req.holder.machine_id.clone(),
-                boot_id: req.holder.boot_id.clone(),
-                pid: req.holder.pid,
-                pid_start: req.holder.pid_start,
-                invocation_id: new.invocation_id.clone(),
-                started_at: now,
-                finished_at: None,
-                fencing_token: token,
-                report: Default::default(),
-                resolution: None,
-            };
-            insert_run(tx, &run)?;
-            tx.execute(
-                "UPDATE jobguard_run SET resolution = 'rerun'
-                 WHERE job = ?1 AND slot_usec = ?2 AND resolution IN ('queued', 'held')",
-                params![new.job, new.slot.usec],
-            )?;
-            // Queued re-runs of slots that are done by now: nothing is left to re-run.
-            for usec in queued_done {
-                tx.execute(
-                    "UPDATE jobguard_run SET resolution = 'rerun'
-                     WHERE job = ?1 AND slot_usec = ?2 AND resolution = 'queued'",
-                    params![new.job, usec],
-                )?;
-            }
-            Ok(Claim::Claimed {
-                lease,
-                run,
-                previous_slot,
-            })
+            Ok(decision.answer())
         })
     }
 
@@ -933,16 +837,18 @@ impl Store for SqliteStore {
         reason: &str,
         resolution: Resolution,
     ) -> Result<bool, StoreError> {
-        let holder = run.holder().id();
         self.write("interrupt", |tx, now| {
-            let changed = tx.execute(
-                "UPDATE jobguard_run
-                 SET outcome = 'interrupted', reason = ?2, resolution = ?3, finished_at = ?4
-                 WHERE run_id = ?1 AND outcome = 'running'",
-                params![run.run_id, reason, resolution.as_str(), now],
-            )? == 1;
-            release(tx, &run.job, &holder, run.fencing_token, None)?;
-            Ok(changed)
+            let lease = lease_row(tx, &run.job)?;
+            let record = select_run(tx, "WHERE run_id = ?1", [&run.run_id])?;
+            let state = rules::RunState {
+                now,
+                lease: lease.as_ref(),
+                record: record.as_ref(),
+                slot_runs: &[],
+            };
+            let decision = rules::interrupt(&state, run, reason, resolution);
+            apply_end(tx, &run.job, &decision)?;
+            Ok(decision.record.is_some())
         })
     }
 
@@ -1027,27 +933,29 @@ impl Store for SqliteStore {
         resolution: Resolution,
     ) -> Result<usize, StoreError> {
         self.write("resolve", |tx, _now| {
-            Ok(tx.execute(
-                "UPDATE jobguard_run SET resolution = ?3
-                 WHERE job = ?1 AND slot_usec = ?2
-                   AND outcome IN ('interrupted', 'lease_lost', 'failed')
-                   AND (resolution IS NULL OR resolution NOT IN ('rerun', 'done', ?3))
-                   AND (?3 <> 'queued' OR NOT EXISTS (
-                     SELECT 1 FROM jobguard_run d WHERE d.job = ?1 AND d.slot_usec = ?2
-                       AND (d.outcome = 'succeeded' OR d.resolution = 'done')))",
-                params![job, slot, resolution.as_str()],
-            )?)
+            let runs = select_runs(
+                tx,
+                "WHERE job = ?1 AND slot_usec = ?2 ORDER BY rowid",
+                params![job, slot],
+            )?;
+            let changed = rules::resolve(&runs, resolution);
+            for run_id in &changed {
+                tx.execute(
+                    "UPDATE jobguard_run SET resolution = ?2 WHERE run_id = ?1",
+                    params![run_id, resolution.as_str()],
+                )?;
+            }
+            Ok(changed.len())
         })
     }
 
     fn unlock(&mut self, job: &str) -> Result<Option<Lease>, StoreError> {
         self.write("unlock", |tx, now| {
-            let ended = lease_row(tx, job)?.filter(|l| !l.holder.is_empty() && l.expire_at > now);
-            tx.execute(
-                "UPDATE jobguard_lease SET holder = '', host = '', expire_at = 0
-                 WHERE job = ?1 AND holder <> ''",
-                [job],
-            )?;
+            let row = lease_row(tx, job)?;
+            let (ended, release) = rules::unlock(now, row.as_ref());
+            if let (true, Some(row)) = (release, &row) {
+                write_lease(tx, &rules::released(row))?;
+            }
             Ok(ended)
         })
     }
@@ -1063,38 +971,29 @@ impl SqliteStore {
         finish: &Finish,
         any_lease: bool,
     ) -> Result<Finished, StoreError> {
-        let report = super::finish_report_json(&self.describe, run_id, finish)?;
+        // The report must serialize before anything is decided.
+        super::finish_report_json(&self.describe, run_id, finish)?;
         self.write("finish", |tx, now| {
-            let lease_held = if finish.outcome == Outcome::LeaseLost || any_lease {
-                "1"
-            } else {
-                "EXISTS (SELECT 1 FROM jobguard_lease l
-                         WHERE l.job = jobguard_run.job AND l.holder = ?7 AND l.holder <> ''
-                           AND l.token = ?6 AND l.expire_at > ?5)"
+            let row = lease_row(tx, &lease.job)?;
+            let record = select_run(tx, "WHERE run_id = ?1", [run_id])?;
+            let slot_runs = match &record {
+                Some(r) => select_runs(
+                    tx,
+                    "WHERE job = ?1 AND slot_usec = ?2 ORDER BY rowid",
+                    params![r.job, r.slot.usec],
+                )?,
+                None => Vec::new(),
             };
-            let recorded = tx.execute(
-                &format!(
-                    "UPDATE jobguard_run
-                     SET outcome = ?2, reason = ?3, exit_status = ?4, finished_at = ?5,
-                         report = ?8, resolution = ?10
-                     WHERE run_id = ?1 AND outcome = 'running' AND fencing_token = ?6
-                       AND job = ?9 AND {lease_held}"
-                ),
-                params![
-                    run_id,
-                    finish.outcome.as_str(),
-                    finish.reason,
-                    finish.exit_status,
-                    now,
-                    lease.token,
-                    lease.holder,
-                    report,
-                    lease.job,
-                    finish.resolution.map(Resolution::as_str)
-                ],
-            )? == 1;
-            let released = release(tx, &lease.job, &lease.holder, lease.token, Some(now))?;
-            Ok(Finished { recorded, released })
+            let state = rules::RunState {
+                now,
+                lease: row.as_ref(),
+                record: record.as_ref(),
+                slot_runs: &slot_runs,
+            };
+            let decision = rules::finish(&state, lease, run_id, finish, any_lease)
+                .map_err(|e| Fail::Data(e.to_string()))?;
+            apply_end(tx, &lease.job, &decision)?;
+            Ok(decision.finished())
         })
     }
 }
