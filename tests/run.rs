@@ -2002,3 +2002,29 @@ fn rerun_runs_a_done_slot_again_forced_and_names_who_asked() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("not an elapse"), "{}", stderr(&out));
 }
+
+/// A store that answers with something jobguard cannot use (here a record whose report is
+/// not JSON) gives one exit status, 70, in every command that reads it.
+#[test]
+fn an_unusable_record_exits_70_in_every_command() {
+    let sb = Sandbox::new(&job("bad", "true", ""));
+    let out = sb.run(&["run", "bad", "--force"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let slot = sb.history("bad")[0]["slot"].as_str().unwrap().to_string();
+    let edited = std::process::Command::new("sqlite3")
+        .arg(sb.file("state/jobguard.db"))
+        .arg("UPDATE jobguard_run SET report = 'not json'")
+        .status()
+        .expect("sqlite3");
+    assert!(edited.success());
+    for args in [
+        vec!["history", "bad"],
+        vec!["status"],
+        vec!["audit", "bad"],
+        vec!["resolve", "bad", slot.as_str(), "--done"],
+        vec!["run", "bad"],
+    ] {
+        let out = sb.run(&args);
+        assert_eq!(out.status.code(), Some(70), "{args:?}: {}", stderr(&out));
+    }
+}

@@ -91,7 +91,7 @@ pub fn run(args: &AuditArgs) -> u8 {
             Ok(o) => o,
             Err(e) => {
                 eprintln!("jobguard: {}: {e}", ledger.job);
-                status = exit::STORE_UNAVAILABLE;
+                status = e.exit_status();
                 continue;
             }
         };
@@ -267,7 +267,7 @@ fn read_ledgers(set: &JobSet, only: Option<&str>) -> (Vec<StoreLedgers>, u8) {
             Ok(r) => r,
             Err(e) => {
                 eprintln!("jobguard: {e}");
-                status = exit::STORE_UNAVAILABLE;
+                status = e.exit_status();
                 continue;
             }
         };

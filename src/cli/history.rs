@@ -45,7 +45,7 @@ pub fn run(args: &HistoryArgs) -> u8 {
             Ok(r) => r,
             Err(e) => {
                 eprintln!("jobguard: {e}");
-                return exit::STORE_UNAVAILABLE;
+                return e.exit_status();
             }
         },
     };
@@ -74,7 +74,7 @@ fn removed(args: &HistoryArgs, set: &config::JobSet) -> u8 {
             Ok(r) => runs.extend(r),
             Err(e) => {
                 eprintln!("jobguard: {e}");
-                status = exit::STORE_UNAVAILABLE;
+                status = e.exit_status();
             }
         }
     }

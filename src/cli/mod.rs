@@ -399,13 +399,7 @@ pub fn open_store(url: &str) -> Result<Box<dyn crate::store::Store>, u8> {
     let opened = crate::store::open(url).and_then(|mut s| s.init().map(|()| s));
     opened.map_err(|e| {
         eprintln!("jobguard: {e}");
-        match e {
-            crate::store::StoreError::Unavailable { .. } => crate::exit::STORE_UNAVAILABLE,
-            crate::store::StoreError::Address { .. } | crate::store::StoreError::Unsafe { .. } => {
-                crate::exit::CONFIG
-            }
-            crate::store::StoreError::Invalid { .. } => crate::exit::SOFTWARE,
-        }
+        e.exit_status()
     })
 }
 

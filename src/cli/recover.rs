@@ -64,7 +64,7 @@ pub fn run(args: &RecoverArgs) -> u8 {
                 Ok(_) => {}
                 Err(e) => {
                     eprintln!("jobguard: {}: {e}", job.name);
-                    status = exit::STORE_UNAVAILABLE;
+                    status = e.exit_status();
                 }
             }
             match recover::recover_job(store.as_mut(), job) {
@@ -93,7 +93,7 @@ pub fn run(args: &RecoverArgs) -> u8 {
                 }
                 Err(e) => {
                     eprintln!("jobguard: {}: {e}", job.name);
-                    status = exit::STORE_UNAVAILABLE;
+                    status = e.exit_status();
                 }
             }
         }
@@ -219,7 +219,7 @@ fn removed_and_paused(set: &config::JobSet, systemd: bool) -> u8 {
         };
         if let Err(e) = recover::recover_removed(store.as_mut(), &known) {
             eprintln!("jobguard: {}: {e}", store.describe());
-            status = exit::STORE_UNAVAILABLE;
+            status = e.exit_status();
         }
     }
     status

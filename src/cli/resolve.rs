@@ -65,7 +65,7 @@ pub fn run(args: &ResolveArgs) -> u8 {
             Ok(None) => nothing_waiting(&job.name, slot),
             Err(e) => {
                 eprintln!("jobguard: {e}");
-                exit::STORE_UNAVAILABLE
+                e.exit_status()
             }
         },
         Ok(0) => nothing_waiting(&job.name, slot),
@@ -92,7 +92,7 @@ pub fn run(args: &ResolveArgs) -> u8 {
         }
         Err(e) => {
             eprintln!("jobguard: {e}");
-            exit::STORE_UNAVAILABLE
+            e.exit_status()
         }
     }
 }
@@ -127,7 +127,7 @@ fn removed(args: &ResolveArgs, set: &config::JobSet) -> u8 {
             Ok(n) => marked += n,
             Err(e) => {
                 eprintln!("jobguard: {e}");
-                status = exit::STORE_UNAVAILABLE;
+                status = e.exit_status();
             }
         }
     }

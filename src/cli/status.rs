@@ -118,11 +118,10 @@ fn job_status(
     job: &Job,
     now_usec: i64,
     units: Option<&JobUnits>,
-) -> Result<JobStatus, String> {
-    let recent =
-        crate::cli::audit::judged_records(store, &job.name, RECENT).map_err(|e| e.to_string())?;
-    let lease = store.lease(&job.name).map_err(|e| e.to_string())?;
-    let store_now = store.now().map_err(|e| e.to_string())?;
+) -> Result<JobStatus, crate::store::StoreError> {
+    let recent = crate::cli::audit::judged_records(store, &job.name, RECENT)?;
+    let lease = store.lease(&job.name)?;
+    let store_now = store.now()?;
     let live_lease = lease.filter(|l| l.expire_at > store_now);
     // systemd's next elapse when it could be read (it is what will fire), else our own;
     // none for a paused job.
@@ -139,7 +138,7 @@ fn job_status(
         .filter(|r| r.outcome != Outcome::Running)
         .max_by_key(|r| (r.slot.usec, r.started_at));
     let running = recent.iter().find(|r| r.outcome == Outcome::Running);
-    let orphans = crate::cli::audit::orphans(store, &recent).map_err(|e| e.to_string())?;
+    let orphans = crate::cli::audit::orphans(store, &recent)?;
     let grace = i64::try_from(audit::grace(job).as_micros()).unwrap_or(i64::MAX);
     let scope = Scope {
         since: None,
@@ -291,7 +290,8 @@ pub fn run(args: &StatusArgs) -> u8 {
     let set = config::load(&ConfigSource::resolve(args.config.config.clone()));
     let now = jiff::Timestamp::now().as_microsecond();
     let mut status = exit::OK;
-    let mut stores: BTreeMap<String, Result<Box<dyn Store>, String>> = BTreeMap::new();
+    let mut stores: BTreeMap<String, Result<Box<dyn Store>, crate::store::StoreError>> =
+        BTreeMap::new();
     let mut jobs_json = Vec::new();
     let mut rows = Vec::new();
     let mut attention_all = Vec::new();
@@ -311,20 +311,18 @@ pub fn run(args: &StatusArgs) -> u8 {
             jobs_json.push(unreadable_json(job, now, units, e));
             continue;
         };
-        let store = stores.entry(address.clone()).or_insert_with(|| {
-            crate::store::open(&address)
-                .and_then(|mut s| s.init().map(|()| s))
-                .map_err(|e| e.to_string())
-        });
+        let store = stores
+            .entry(address.clone())
+            .or_insert_with(|| crate::store::open(&address).and_then(|mut s| s.init().map(|()| s)));
         let store = match store {
             Ok(s) => s,
             Err(e) => {
+                status = e.exit_status();
                 let e = format!(
                     "store {} could not be opened: {e}",
                     crate::store::address::mask(&address)
                 );
                 problems.push(format!("{}: {e}", job.name));
-                status = exit::STORE_UNAVAILABLE;
                 rows.push(unreadable_row(job, now));
                 jobs_json.push(unreadable_json(job, now, units, &e));
                 continue;
@@ -343,9 +341,9 @@ pub fn run(args: &StatusArgs) -> u8 {
             }
             Err(e) => {
                 problems.push(format!("{}: {e}", job.name));
-                status = exit::STORE_UNAVAILABLE;
+                status = e.exit_status();
                 rows.push(unreadable_row(job, now));
-                jobs_json.push(unreadable_json(job, now, units, &e));
+                jobs_json.push(unreadable_json(job, now, units, &e.to_string()));
             }
         }
     }

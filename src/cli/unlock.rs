@@ -30,7 +30,7 @@ pub fn run(args: &UnlockArgs) -> u8 {
         Ok(l) => l,
         Err(e) => {
             eprintln!("jobguard: {e}");
-            return exit::STORE_UNAVAILABLE;
+            return e.exit_status();
         }
     };
     if let Some(l) = &lease
@@ -67,7 +67,7 @@ pub fn run(args: &UnlockArgs) -> u8 {
         }
         Err(e) => {
             eprintln!("jobguard: {e}");
-            exit::STORE_UNAVAILABLE
+            e.exit_status()
         }
     }
 }

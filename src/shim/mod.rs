@@ -591,9 +591,7 @@ fn store_failed(job: &Job, e: &StoreError) -> u8 {
     journal::status(&format!("store unavailable: {e}"));
     match e {
         StoreError::Unavailable { .. } if skip => exit::OK,
-        StoreError::Unavailable { .. } => exit::STORE_UNAVAILABLE,
-        StoreError::Address { .. } | StoreError::Unsafe { .. } => exit::CONFIG,
-        StoreError::Invalid { .. } => exit::SOFTWARE,
+        _ => e.exit_status(),
     }
 }
 

@@ -133,6 +133,20 @@ pub enum StoreError {
     },
 }
 
+impl StoreError {
+    /// The one exit status every command gives for this error (README, "Exit statuses"):
+    /// 69 (`EX_UNAVAILABLE`) for a store that could not be reached, 78 (`EX_CONFIG`) for a
+    /// bad or unsafe address, 70 (`EX_SOFTWARE`) for a store that answered with something
+    /// jobguard cannot use.
+    pub fn exit_status(&self) -> u8 {
+        match self {
+            StoreError::Unavailable { .. } => crate::exit::STORE_UNAVAILABLE,
+            StoreError::Address { .. } | StoreError::Unsafe { .. } => crate::exit::CONFIG,
+            StoreError::Invalid { .. } => crate::exit::SOFTWARE,
+        }
+    }
+}
+
 /// What the shim asks of [`Store::claim`].
 #[derive(Debug, Clone)]
 pub struct ClaimRequest {
