@@ -181,6 +181,9 @@ pub struct Scope {
     pub boot: i64,
     /// The job's grace ([`grace`]), µs.
     pub grace: i64,
+    /// Look for missed slots only from this slot on: records of older slots may have been
+    /// deleted by the job's retention ([`crate::retention::kept_since`]); `None`: no bound.
+    pub kept_since: Option<i64>,
     /// Look for missed slots only after the newest recorded slot (`status`, `recover`),
     /// not in the gaps between records (`audit`).
     pub missed_after_newest_only: bool,
@@ -429,7 +432,9 @@ fn slots(
     if cutoff <= scope.boot {
         return;
     }
-    let mut from = first.max(scope.since.unwrap_or(i64::MIN));
+    let mut from = first
+        .max(scope.since.unwrap_or(i64::MIN))
+        .max(scope.kept_since.unwrap_or(i64::MIN));
     if scope.missed_after_newest_only {
         from = from.max(newest.saturating_add(1));
     }
@@ -564,6 +569,7 @@ mod tests {
             now: T0 + now_min * MIN,
             boot: T0 - 86_400_000_000,
             grace: 90_000_000,
+            kept_since: None,
             missed_after_newest_only: false,
         }
     }

@@ -433,6 +433,7 @@ struct Partial {
     persistent: Option<Val<bool>>,
     catch_up: Option<Val<CatchUp>>,
     catch_up_limit: Option<Val<u32>>,
+    retention: Option<Val<Option<Duration>>>,
 }
 
 #[derive(Debug, Clone)]
@@ -468,6 +469,7 @@ pub const JOB_KEYS: &[&str] = &[
     "persistent",
     "catch_up",
     "catch_up_limit",
+    "retention",
 ];
 
 /// A job as read, before defaults: where it was defined and its own keys.
@@ -629,6 +631,9 @@ impl TableCtx<'_> {
                 "environment" => p.environment = self.read(key, v, |c, v| c.environment(v)),
                 "timeout" => {
                     p.timeout = self.read(key, v, |_, v| span(v, SpanRule::ZeroOrInfinityIsNone))
+                }
+                "retention" => {
+                    p.retention = self.read(key, v, |_, v| span(v, SpanRule::ZeroOrInfinityIsNone));
                 }
                 "randomized_delay" => {
                     p.randomized_delay =
@@ -1456,6 +1461,7 @@ fn build_job(
     let persistent = pick!(persistent);
     let catch_up = pick!(catch_up).unwrap_or_default();
     let catch_up_limit = pick!(catch_up_limit);
+    let retention = pick!(retention);
     for (present, key) in [
         (layers.iter().any(|l| l.schedule.is_some()), "schedule"),
         (layers.iter().any(|l| l.command.is_some()), "command"),
@@ -1542,6 +1548,7 @@ fn build_job(
         persistent: persistent.unwrap_or(catch_up != CatchUp::None),
         catch_up,
         catch_up_limit: catch_up_limit.unwrap_or(job::DEFAULT_CATCH_UP_LIMIT),
+        retention: retention.unwrap_or(Some(job::DEFAULT_RETENTION)),
         source: files[raw.at.file].clone(),
         positions,
     })

@@ -74,6 +74,9 @@ impl CatchUp {
     }
 }
 
+/// Default `retention`: 90 days.
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(90 * 86_400);
+
 /// Default `catch_up_limit`: the most slots one catch-up runs.
 pub const DEFAULT_CATCH_UP_LIMIT: u32 = 100;
 
@@ -169,6 +172,10 @@ pub struct Job {
     /// The most elapses one catch-up runs with [`CatchUp::All`], 1 to 10000 (key
     /// `catch_up_limit`).
     pub catch_up_limit: u32,
+    /// How long records are kept (key `retention`): a record that started longer ago,
+    /// of a slot that is done, is deleted by `jobguard recover` and `jobguard prune`
+    /// ([`crate::retention`]); `None` (`0` or `infinity`): kept forever.
+    pub retention: Option<Duration>,
     /// The file the job was defined in.
     pub source: PathBuf,
     /// Where the job and its keys were written, for messages: by key (`user`, `store` for
@@ -292,6 +299,7 @@ impl Job {
             persistent: true,
             catch_up: CatchUp::Latest,
             catch_up_limit: DEFAULT_CATCH_UP_LIMIT,
+            retention: Some(DEFAULT_RETENTION),
             source: source.to_path_buf(),
             positions: BTreeMap::new(),
         }

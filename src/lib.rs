@@ -33,6 +33,7 @@ pub mod metrics;
 pub mod paths;
 pub mod recover;
 pub mod render;
+pub mod retention;
 pub mod safe_path;
 pub mod schedulers;
 pub mod shim;

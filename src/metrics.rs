@@ -148,6 +148,7 @@ pub fn read_job(
         now,
         boot,
         grace: i64::try_from(audit::grace(job).as_micros()).unwrap_or(i64::MAX),
+        kept_since: crate::retention::kept_since(now, job.retention),
         missed_after_newest_only: true,
     };
     // A paused job expects no slot: none of its slots is missed (as in `status`).

@@ -566,3 +566,117 @@ fn sqlite_an_old_failed_slot_stays_flagged_after_250_later_runs() {
     let (st, sv) = status_json(&sb);
     assert_eq!(st.status.code(), Some(0), "{sv}");
 }
+
+/// `jobguard ARGS` in `sb` with this host's wall clock moved by `offset` (libfaketime's
+/// `-f` syntax, e.g. `-200d`): records written then started that long ago.
+fn faked(sb: &Sandbox, offset: &str, args: &[&str]) -> std::process::Output {
+    let cmd = sb.cmd(args);
+    let mut faked = Command::new("faketime");
+    faked
+        .arg("-f")
+        .arg(offset)
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => faked.env(k, v),
+            None => faked.env_remove(k),
+        };
+    }
+    faked
+        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+        .output()
+        .expect("faketime")
+}
+
+/// Retention (here 10 days): `prune` deletes the old records of done slots, keeps an old
+/// failed slot (status still shows it) and everything recent; `audit` then finds no
+/// missed slot where records were deleted. `--dry-run` deletes nothing.
+#[test]
+fn sqlite_prune_deletes_old_records_of_done_slots_only() {
+    let sb = Sandbox::new(&format!(
+        "{}retention = \"10d\"\n",
+        job(
+            "daily",
+            "if [ -e \"@DIR@/fail\" ]; then exit 3; fi",
+            &Backend::Sqlite,
+        )
+    ));
+    let d = today();
+    // 200 and 199 days ago: a success and a failure; 150 days ago a failure then its
+    // re-run's success; the last ten days: successes.
+    let at = |days: i64| format_usec(d - days * DAY);
+    let out = faked(&sb, "-200d", &["run", "daily", "--slot", &at(200)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    std::fs::write(sb.file("fail"), "").unwrap();
+    let out = faked(&sb, "-199d", &["run", "daily", "--slot", &at(199)]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let out = faked(&sb, "-150d", &["run", "daily", "--slot", &at(150)]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    std::fs::remove_file(sb.file("fail")).unwrap();
+    let out = faked(
+        &sb,
+        "-149d",
+        &["run", "daily", "--slot", &at(150), "--force"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    for days in (0..=9).rev() {
+        let out = sb.run(&["run", "daily", "--slot", &at(days)]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    assert_eq!(sb.history("daily").len(), 14);
+
+    let dry = sb.run(&["prune", "--dry-run"]);
+    assert!(dry.status.success(), "{}", stderr(&dry));
+    assert!(
+        stdout(&dry).contains("daily: would delete 3 of 14 records"),
+        "{}",
+        stdout(&dry)
+    );
+    assert_eq!(sb.history("daily").len(), 14);
+    // `recover` prunes once a day per job: this pass does.
+    let out = sb.run(&["recover"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("daily: deleted 3 of 14 records older than its retention"),
+        "{}",
+        stdout(&out)
+    );
+    let left: Vec<String> = sb
+        .history("daily")
+        .iter()
+        .map(|r| {
+            format!(
+                "{} {}",
+                r["slot"].as_str().unwrap(),
+                r["outcome"].as_str().unwrap()
+            )
+        })
+        .collect();
+    let mut want: Vec<String> = (0..=9).map(|d| format!("{} succeeded", at(d))).collect();
+    want.push(format!("{} failed", at(199)));
+    assert_eq!(left, want);
+    // The old failure still needs attention; no slot before the retention is missed.
+    let (st, sv) = status_json(&sb);
+    assert_eq!(st.status.code(), Some(1), "{sv}");
+    assert_eq!(
+        sv["jobs"][0]["attention"][0]["slot"],
+        at(199).as_str(),
+        "{sv}"
+    );
+    let (_, v) = audit(&sb, &["daily"]);
+    let f = findings(&v, "daily");
+    let missed = of_kind(&f, "missed");
+    assert!(missed.is_empty(), "{missed:?}");
+    assert_eq!(of_kind(&f, "failed"), vec![at(199)], "{f:?}");
+
+    // Nothing is left to delete; the next pass of `recover` does not prune before a day.
+    let out = sb.run(&["recover"]);
+    assert!(!stdout(&out).contains("deleted"), "{}", stdout(&out));
+    let out = sb.run(&["prune"]);
+    assert!(
+        stdout(&out).contains("daily: deleted 0 of 11"),
+        "{}",
+        stdout(&out)
+    );
+}

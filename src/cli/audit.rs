@@ -101,6 +101,7 @@ pub fn run(args: &AuditArgs) -> u8 {
             now,
             boot,
             grace: job.map_or(0, grace_usec),
+            kept_since: job.and_then(|j| crate::retention::kept_since(now, j.retention)),
             missed_after_newest_only: false,
         };
         // A paused job expects no slot: like a removed one, it is audited without the slot

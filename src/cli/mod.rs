@@ -14,6 +14,7 @@ pub mod drill;
 pub mod generate;
 pub mod history;
 pub mod metrics;
+pub mod prune;
 pub mod recover;
 pub mod rerun;
 pub mod resolve;
@@ -116,6 +117,15 @@ pub enum Command {
     /// End a job's lease now (for a holder known to be dead); a holder alive on this host
     /// needs --force.
     Unlock(UnlockArgs),
+    /// Delete the records each job's retention lets go (also done by `jobguard recover`
+    /// once a day per job).
+    ///
+    /// A record goes once it started more than `retention` ago (default 90 days; `0` or
+    /// `infinity` keeps every record) and its slot is done; the job's newest success, its
+    /// newest slot and every attempt at a slot that is not done (failed, held, queued, cut
+    /// off, running) stay. Prints per job how many records it deleted of how many. Exit 0;
+    /// 69, 70 or 78 when a store or the job list cannot be used.
+    Prune(PruneArgs),
     /// Manage the stores of the job list.
     #[command(subcommand)]
     Store(StoreCommand),
@@ -296,6 +306,18 @@ pub struct ResolveArgs {
     pub config: ConfigArgs,
 }
 
+/// Arguments of `jobguard prune`.
+#[derive(Debug, Clone, Args)]
+pub struct PruneArgs {
+    /// Only this job (default: every job of the job list).
+    pub job: Option<String>,
+    /// Count what would be deleted; delete nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    #[command(flatten)]
+    pub config: ConfigArgs,
+}
+
 /// Arguments of `jobguard unlock`.
 #[derive(Debug, Clone, Args)]
 pub struct UnlockArgs {
@@ -420,6 +442,7 @@ pub fn main() -> ExitCode {
         Command::Audit(a) => audit::run(&a),
         Command::Metrics(a) => metrics::run(&a),
         Command::Unlock(a) => unlock::run(&a),
+        Command::Prune(a) => prune::run(&a),
         Command::Store(StoreCommand::Init(a)) => store::init(&a),
     };
     ExitCode::from(status)

@@ -96,6 +96,26 @@ pub fn run(args: &RecoverArgs) -> u8 {
                     status = e.exit_status();
                 }
             }
+            // Retention, once a day per job on this host (`crate::retention`).
+            if crate::retention::due(job, now) {
+                match crate::retention::prune_job(store.as_mut(), job, false) {
+                    Ok(p) => {
+                        if p.deleted > 0 {
+                            println!(
+                                "{}: deleted {} of {} records older than its retention",
+                                job.name, p.deleted, p.total
+                            );
+                        }
+                        if let Err(e) = crate::retention::pruned(&job.name, now) {
+                            eprintln!("jobguard: {}: cannot note the prune: {e}", job.name);
+                        }
+                    }
+                    Err(e) => {
+                        eprintln!("jobguard: {}: retention: {e}", job.name);
+                        status = e.exit_status();
+                    }
+                }
+            }
         }
     }
     if systemd && args.job.is_none() {

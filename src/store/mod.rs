@@ -410,4 +410,9 @@ pub trait Store: Send {
     /// Operator override: ends the job's lease now whoever holds it. Returns the lease
     /// that was ended, if one was unexpired.
     fn unlock(&mut self, job: &str) -> Result<Option<Lease>, StoreError>;
+
+    /// Deletes the records of `job` named in `run_ids`, except `running` ones (retention:
+    /// [`crate::retention`] chooses them); returns how many were deleted. Leases and
+    /// fencing-token counters are never deleted.
+    fn delete_runs(&mut self, job: &str, run_ids: &[String]) -> Result<usize, StoreError>;
 }

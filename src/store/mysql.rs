@@ -1112,6 +1112,27 @@ impl Store for MysqlStore {
         })
     }
 
+    fn delete_runs(&mut self, job: &str, run_ids: &[String]) -> Result<usize, StoreError> {
+        let mut statements = Vec::new();
+        for chunk in run_ids.chunks(500) {
+            let list: Vec<String> = chunk.iter().map(|id| lit(id)).collect();
+            statements.push(format!(
+                "DELETE FROM jobguard_run
+                 WHERE job = {} AND run_id IN ({}) AND outcome <> 'running'",
+                lit(job),
+                list.join(", ")
+            ));
+        }
+        self.with_schema("delete runs", |c| {
+            let mut n = 0;
+            for sql in &statements {
+                c.query_drop(sql)?;
+                n += usize::try_from(c.affected_rows()).unwrap_or(0);
+            }
+            Ok(n)
+        })
+    }
+
     fn unlock(&mut self, job: &str) -> Result<Option<Lease>, StoreError> {
         let sql = format!("CALL jobguard_unlock({}, {})", self.test_now(), lit(job));
         self.with_schema("unlock", |c| {

@@ -1317,6 +1317,21 @@ impl Store for PostgresStore {
         })
     }
 
+    fn delete_runs(&mut self, job: &str, run_ids: &[String]) -> Result<usize, StoreError> {
+        self.with_schema("delete runs", async |c| {
+            let n = c
+                .query_typed(
+                    "DELETE FROM jobguard_run
+                     WHERE job = $1 AND run_id = ANY($2) AND outcome <> 'running'
+                     RETURNING 1",
+                    &[(&job, Type::TEXT), (&run_ids, Type::TEXT_ARRAY)],
+                )
+                .await?
+                .len();
+            Ok(n)
+        })
+    }
+
     fn unlock(&mut self, job: &str) -> Result<Option<Lease>, StoreError> {
         let now = self.test_now();
         self.with_schema("unlock", async |c| {

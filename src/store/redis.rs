@@ -323,6 +323,29 @@ if n > 0 and resolution == 'queued' then redis.call('ZADD', p .. 'queued:' .. jo
 return n
 "#;
 
+const DELETE: &str = r#"
+local job = ARGV[2]
+local n = 0
+for i = 3, #ARGV do
+  local id = ARGV[i]
+  local rkey = p .. 'run:' .. id
+  local f = redis.call('HMGET', rkey, 'job', 'outcome', 'slot_usec')
+  if f[1] == job and f[2] and f[2] ~= 'running' then
+    redis.call('DEL', rkey)
+    redis.call('ZREM', p .. 'runs:' .. job, id)
+    local skey = p .. 'slot:' .. job .. ':' .. f[3]
+    redis.call('SREM', skey, id)
+    -- A slot with no record left is no longer recorded, as in the SQL stores.
+    if redis.call('SCARD', skey) == 0 then
+      redis.call('ZREM', p .. 'slots:' .. job, f[3])
+      redis.call('ZREM', p .. 'queued:' .. job, f[3])
+    end
+    n = n + 1
+  end
+end
+return n
+"#;
+
 const UNLOCK: &str = r#"
 local job = ARGV[3]
 local now = now_us(ARGV[2])
@@ -363,6 +386,7 @@ struct Scripts {
     interrupt: Script,
     resolve: Script,
     unlock: Script,
+    delete: Script,
     runs: Script,
     migrate: Script,
 }
@@ -378,6 +402,7 @@ impl Scripts {
             resolve: s(RESOLVE),
             migrate: s(MIGRATE),
             unlock: s(UNLOCK),
+            delete: s(DELETE),
             runs: s(RUNS),
         }
     }
@@ -987,6 +1012,23 @@ impl Store for RedisStore {
         lease_from(job, &fields)
             .map(Some)
             .map_err(|e| self.error("unlock", e))
+    }
+
+    fn delete_runs(&mut self, job: &str, run_ids: &[String]) -> Result<usize, StoreError> {
+        self.ready()?;
+        let mut n = 0;
+        for chunk in run_ids.chunks(500) {
+            let deleted: i64 = self.call("delete runs", |c, s, p| {
+                let mut call = s.delete.prepare_invoke();
+                call.arg(p).arg(job);
+                for id in chunk {
+                    call.arg(id);
+                }
+                Ok(call.invoke(c)?)
+            })?;
+            n += usize::try_from(deleted).unwrap_or(0);
+        }
+        Ok(n)
     }
 }
 

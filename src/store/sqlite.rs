@@ -959,6 +959,20 @@ impl Store for SqliteStore {
             Ok(ended)
         })
     }
+
+    fn delete_runs(&mut self, job: &str, run_ids: &[String]) -> Result<usize, StoreError> {
+        self.write("delete runs", |tx, _now| {
+            let mut n = 0;
+            for run_id in run_ids {
+                n += tx.execute(
+                    "DELETE FROM jobguard_run
+                     WHERE job = ?1 AND run_id = ?2 AND outcome <> 'running'",
+                    params![job, run_id],
+                )?;
+            }
+            Ok(n)
+        })
+    }
 }
 
 impl SqliteStore {

@@ -1,0 +1,72 @@
+//! `jobguard prune [JOB] [--dry-run]`: deletes the records that each job's `retention`
+//! lets go, now ([`crate::retention`] says which; `jobguard recover` does the same once a
+//! day per job). Prints, per job, how many records it deleted (or would) of how many.
+
+use std::collections::BTreeMap;
+
+use crate::cli::{PruneArgs, job_store_address, open_store};
+use crate::config::{self, ConfigSource};
+use crate::exit;
+use crate::retention;
+
+/// Runs `jobguard prune`; returns the exit status: 0, [`exit::CONFIG`] for an unknown job
+/// or a job list with errors, or the status of the last store error
+/// ([`crate::store::StoreError::exit_status`]).
+pub fn run(args: &PruneArgs) -> u8 {
+    let set = config::load(&ConfigSource::resolve(args.config.config.clone()));
+    let mut status = exit::OK;
+    for e in &set.errors {
+        eprintln!("jobguard: {e}");
+        status = exit::CONFIG;
+    }
+    if let Some(name) = &args.job
+        && !set.jobs.contains_key(name)
+    {
+        eprintln!("jobguard: no job named {name:?} in the job list");
+        return exit::CONFIG;
+    }
+    let mut by_store: BTreeMap<String, Vec<&crate::job::Job>> = BTreeMap::new();
+    for job in set.jobs.values() {
+        if args.job.as_ref().is_some_and(|n| *n != job.name) {
+            continue;
+        }
+        match job_store_address(job) {
+            Ok(address) => by_store.entry(address).or_default().push(job),
+            Err(code) => status = code,
+        }
+    }
+    let verb = if args.dry_run {
+        "would delete"
+    } else {
+        "deleted"
+    };
+    for (address, jobs) in by_store {
+        let mut store = match open_store(&address) {
+            Ok(s) => s,
+            Err(code) => {
+                status = code;
+                continue;
+            }
+        };
+        for job in jobs {
+            let Some(keep) = job.retention else {
+                println!("{}: retention infinity: every record is kept", job.name);
+                continue;
+            };
+            match retention::prune_job(store.as_mut(), job, args.dry_run) {
+                Ok(p) => println!(
+                    "{}: {verb} {} of {} records (retention {})",
+                    job.name,
+                    p.deleted,
+                    p.total,
+                    crate::timespan::TimeSpan::from_duration(keep)
+                ),
+                Err(e) => {
+                    eprintln!("jobguard: {}: {e}", job.name);
+                    status = e.exit_status();
+                }
+            }
+        }
+    }
+    status
+}

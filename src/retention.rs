@@ -1,0 +1,235 @@
+//! Retention: which ledger records `jobguard recover` and `jobguard prune` delete.
+//!
+//! A minutely job writes 525,600 records a year, and nothing else deletes them. A record
+//! is deleted once it started more than the job's `retention` ago (default 90 days,
+//! [`crate::job::DEFAULT_RETENTION`]; `0` or `infinity` keeps every record) and its slot
+//! is done: an attempt succeeded, or a person resolved it as done. Whatever their age,
+//! these are kept:
+//! - the job's newest success: `status` shows it as the last run, `metrics` as the time
+//!   of the last success;
+//! - every record of the job's newest recorded slot: a claim refuses a slot behind it, and
+//!   catch-up counts the elapses after it;
+//! - every attempt at a slot that is not done (failed, held, queued for a re-run, cut off
+//!   or running): it waits for a person or a re-run, and `status` keeps showing it.
+//!
+//! `jobguard audit` looks for missed slots only from now − `retention` on: before that,
+//! the records that showed a slot ran may be gone. The counters of `jobguard metrics`
+//! drop when records are deleted, which Prometheus reads as a counter reset.
+//!
+//! [`prunable`] chooses; [`prune_job`] reads a job's records and deletes what it chose
+//! ([`crate::store::Store::delete_runs`]). `jobguard prune` calls it for every job, and
+//! `jobguard recover` once a day per job ([`due`]).
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::job::Job;
+use crate::ledger::{Outcome, Run};
+use crate::store::rules::is_done;
+use crate::store::{RunQuery, Store, StoreError};
+
+/// How often `jobguard recover` prunes a job: once a day (µs).
+pub const RECOVER_PRUNE_EVERY_USEC: i64 = 86_400_000_000;
+
+/// What [`prune_job`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pruned {
+    /// Records deleted (with `dry_run`: that would be).
+    pub deleted: usize,
+    /// Records the job had before.
+    pub total: usize,
+}
+
+/// Deletes the job's records that its `retention` lets go ([`prunable`], judged by the
+/// store's clock); with `dry_run` only counts them.
+///
+/// # Errors
+/// Store errors.
+pub fn prune_job(store: &mut dyn Store, job: &Job, dry_run: bool) -> Result<Pruned, StoreError> {
+    if job.retention.is_none() {
+        return Ok(Pruned {
+            deleted: 0,
+            total: 0,
+        });
+    }
+    let runs = store.runs(&RunQuery {
+        job: Some(job.name.clone()),
+        ..RunQuery::default()
+    })?;
+    let now = store.now()?;
+    let ids = prunable(&runs, now, job.retention);
+    let deleted = if dry_run || ids.is_empty() {
+        ids.len()
+    } else {
+        store.delete_runs(&job.name, &ids)?
+    };
+    Ok(Pruned {
+        deleted,
+        total: runs.len(),
+    })
+}
+
+/// Where `jobguard recover` notes when it last pruned `job`.
+fn mark(job: &str) -> PathBuf {
+    crate::paths::state_dir().join("pruned").join(job)
+}
+
+/// Whether `jobguard recover` should prune `job` at `now` (µs since the epoch, this
+/// host's clock): it has a retention and was not pruned on this host in the last day.
+pub fn due(job: &Job, now: i64) -> bool {
+    job.retention.is_some()
+        && std::fs::read_to_string(mark(&job.name))
+            .ok()
+            .and_then(|t| t.trim().parse::<i64>().ok())
+            .is_none_or(|last| now.saturating_sub(last) >= RECOVER_PRUNE_EVERY_USEC || last > now)
+}
+
+/// Notes that `jobguard recover` pruned `job` at `now`.
+///
+/// # Errors
+/// The state directory cannot be written.
+pub fn pruned(job: &str, now: i64) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    let path = mark(job);
+    if let Some(dir) = path.parent() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+    }
+    std::fs::write(path, format!("{now}\n"))
+}
+
+/// The run ids of `runs` (every record of one job) that retention `retention` deletes at
+/// `now` (µs since the epoch, the store's clock): see the module documentation. `None`
+/// deletes nothing.
+pub fn prunable(runs: &[Run], now: i64, retention: Option<Duration>) -> Vec<String> {
+    let Some(retention) = retention else {
+        return Vec::new();
+    };
+    let keep_after = now.saturating_sub(i64::try_from(retention.as_micros()).unwrap_or(i64::MAX));
+    let done: BTreeSet<i64> = runs
+        .iter()
+        .filter(|r| is_done(r))
+        .map(|r| r.slot.usec)
+        .collect();
+    let newest_slot = runs.iter().map(|r| r.slot.usec).max();
+    let newest_success = runs
+        .iter()
+        .filter(|r| r.outcome == Outcome::Succeeded)
+        .max_by_key(|r| (r.started_at, r.fencing_token))
+        .map(|r| r.run_id.as_str());
+    runs.iter()
+        .filter(|r| {
+            r.started_at < keep_after
+                && r.outcome != Outcome::Running
+                && done.contains(&r.slot.usec)
+                && Some(r.slot.usec) != newest_slot
+                && Some(r.run_id.as_str()) != newest_success
+        })
+        .map(|r| r.run_id.clone())
+        .collect()
+}
+
+/// The earliest slot (µs since the epoch) whose records retention has surely kept at
+/// `now`: `now` − `retention`, or `None` when every record is kept. Missed slots are not
+/// looked for before it.
+pub fn kept_since(now: i64, retention: Option<Duration>) -> Option<i64> {
+    retention.map(|r| now.saturating_sub(i64::try_from(r.as_micros()).unwrap_or(i64::MAX)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::{Resolution, Slot};
+
+    const DAY: i64 = 86_400_000_000;
+    const NOW: i64 = 1_796_169_600_000_000;
+
+    fn run(id: &str, day: i64, outcome: Outcome, resolution: Option<Resolution>) -> Run {
+        let slot = NOW - day * DAY;
+        Run {
+            run_id: id.into(),
+            job: "j".into(),
+            slot: Slot {
+                usec: slot,
+                zone: "UTC".into(),
+            },
+            attempt: 1,
+            outcome,
+            reason: None,
+            exit_status: None,
+            forced: false,
+            trigger: "timer".into(),
+            host: "h".into(),
+            machine_id: "m".into(),
+            boot_id: "b".into(),
+            pid: 1,
+            pid_start: 1,
+            invocation_id: None,
+            started_at: slot + 1_000_000,
+            finished_at: Some(slot + 2_000_000),
+            fencing_token: 1000 - day,
+            report: Default::default(),
+            resolution,
+        }
+    }
+
+    #[test]
+    fn old_records_of_done_slots_go_and_everything_that_waits_stays() {
+        let runs = vec![
+            run("old-ok", 200, Outcome::Succeeded, None),
+            run("old-failed-then-ok", 150, Outcome::Failed, None),
+            run("old-ok-after-fail", 150, Outcome::Succeeded, None),
+            run("old-failed", 120, Outcome::Failed, None),
+            run(
+                "old-held",
+                110,
+                Outcome::Interrupted,
+                Some(Resolution::Held),
+            ),
+            run(
+                "old-queued",
+                105,
+                Outcome::Interrupted,
+                Some(Resolution::Queued),
+            ),
+            run(
+                "old-resolved-done",
+                100,
+                Outcome::Failed,
+                Some(Resolution::Done),
+            ),
+            run("recent-ok", 10, Outcome::Succeeded, None),
+        ];
+        let gone = prunable(&runs, NOW, Some(Duration::from_secs(90 * 86_400)));
+        assert_eq!(
+            gone,
+            vec![
+                "old-ok",
+                "old-failed-then-ok",
+                "old-ok-after-fail",
+                "old-resolved-done"
+            ]
+        );
+        assert!(prunable(&runs, NOW, None).is_empty());
+    }
+
+    #[test]
+    fn the_newest_success_and_the_newest_slot_stay_however_old() {
+        // A yearly job: its only records are old.
+        let runs = vec![
+            run("y1", 700, Outcome::Succeeded, None),
+            run("y2", 335, Outcome::Succeeded, None),
+        ];
+        let gone = prunable(&runs, NOW, Some(Duration::from_secs(90 * 86_400)));
+        assert_eq!(gone, vec!["y1"]);
+        // The newest slot failed and was resolved done: the older success stays too.
+        let runs = vec![
+            run("a", 400, Outcome::Succeeded, None),
+            run("b", 300, Outcome::Failed, Some(Resolution::Done)),
+        ];
+        assert!(prunable(&runs, NOW, Some(Duration::from_secs(86_400))).is_empty());
+    }
+}
