@@ -30,8 +30,10 @@
 //! `PrepareForSleep(false)` (resume) it is taken again. A command that ends while the
 //! machine is going to sleep is recorded `interrupted` with reason `sleep`.
 //!
-//! No system bus or no logind (a container without it, a minimal host) is one warning
-//! per process on stderr, never a failure.
+//! No system bus at all (no `DBUS_SYSTEM_BUS_ADDRESS`, no `/run/dbus/system_bus_socket`:
+//! a container or a minimal host) means no logind: nothing is tried and nothing is said.
+//! A system bus that cannot be reached, or one without logind, is one warning per process
+//! on stderr, never a failure.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::OnceLock;
@@ -272,6 +274,18 @@ fn watcher() -> Option<&'static Watcher> {
 /// queued re-run started after the announcement is cut by it too.
 static SHUTTING_DOWN: AtomicBool = AtomicBool::new(false);
 
+/// Whether this host has a system bus to reach logind on: `DBUS_SYSTEM_BUS_ADDRESS` is
+/// set, or the default socket `/run/dbus/system_bus_socket` (dbus-daemon(1), the D-Bus
+/// specification's well-known system bus address) exists. Without one (a container or a
+/// minimal host with no D-Bus) no logind runs to shut the host down or announce it, so
+/// there is nothing to inhibit or watch, and the connection is not even tried: no time
+/// spent, no warning.
+fn system_bus_present() -> bool {
+    std::env::var_os("DBUS_SYSTEM_BUS_ADDRESS").is_some_and(|v| !v.is_empty())
+        || std::path::Path::new("/run/dbus/system_bus_socket").exists()
+        || std::path::Path::new("/var/run/dbus/system_bus_socket").exists()
+}
+
 /// Prints the "no logind" warning once per process (stderr is the journal under systemd).
 fn warn_once(e: &LogindError) {
     static WARNED: AtomicBool = AtomicBool::new(false);
@@ -312,7 +326,7 @@ impl RunGuard {
             shutting_down: SHUTTING_DOWN.load(Ordering::Relaxed),
             sleeping: false,
         };
-        if mode.is_some() {
+        if mode.is_some() && system_bus_present() {
             // Watch first: a shutdown announced after the lock is taken is then seen.
             g.watcher = watcher();
             // After a shutdown was announced, a new lock would not hold it up anyway.

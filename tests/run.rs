@@ -2028,3 +2028,36 @@ fn an_unusable_record_exits_70_in_every_command() {
         assert_eq!(out.status.code(), Some(70), "{args:?}: {}", stderr(&out));
     }
 }
+
+/// Without a system bus (no DBUS_SYSTEM_BUS_ADDRESS, no /run/dbus/system_bus_socket) there
+/// is no logind to inhibit: a run says nothing about it. A system bus that is named but
+/// cannot be reached is still a warning.
+#[test]
+fn no_system_bus_means_no_logind_warning() {
+    let sb = Sandbox::new(&job("nobus", "true", ""));
+    let socket = [
+        "/run/dbus/system_bus_socket",
+        "/var/run/dbus/system_bus_socket",
+    ]
+    .iter()
+    .any(|p| std::path::Path::new(p).exists());
+    if !socket {
+        let out = sb
+            .cmd(&["run", "nobus", "--force"])
+            .env_remove("DBUS_SYSTEM_BUS_ADDRESS")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(!stderr(&out).contains("logind"), "{}", stderr(&out));
+    }
+    let out = sb
+        .cmd(&["run", "nobus", "--force"])
+        .env(
+            "DBUS_SYSTEM_BUS_ADDRESS",
+            format!("unix:path={}", sb.file("no-bus").display()),
+        )
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("warning: logind"), "{}", stderr(&out));
+}
