@@ -183,6 +183,8 @@ pub struct Scope {
     pub grace: i64,
     /// Look for missed slots only from this slot on: records of older slots may have been
     /// deleted by the job's retention ([`crate::retention::kept_since`]); `None`: no bound.
+    /// `audit` sets it; `status` and `recover` need not, as they look only after the
+    /// newest recorded slot, which retention never deletes.
     pub kept_since: Option<i64>,
     /// Look for missed slots only after the newest recorded slot (`status`, `recover`),
     /// not in the gaps between records (`audit`).

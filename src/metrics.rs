@@ -101,6 +101,9 @@ pub struct Collected {
     pub jobs: Vec<JobMetrics>,
     /// `job: what went wrong` for each job whose store could not be read.
     pub problems: Vec<String>,
+    /// The exit status of the last of those errors
+    /// ([`crate::store::StoreError::exit_status`]); 0 when there was none.
+    pub status: u8,
 }
 
 /// The interval of a job's schedule: the gap between its next two elapses after `now`
@@ -148,7 +151,7 @@ pub fn read_job(
         now,
         boot,
         grace: i64::try_from(audit::grace(job).as_micros()).unwrap_or(i64::MAX),
-        kept_since: crate::retention::kept_since(now, job.retention),
+        kept_since: None,
         missed_after_newest_only: true,
     };
     // A paused job expects no slot: none of its slots is missed (as in `status`).
@@ -192,26 +195,26 @@ pub fn read_job(
 /// is listed without ledger metrics and named in [`Collected::problems`].
 pub fn collect(set: &JobSet, now: i64, boot: i64) -> Collected {
     let mut out = Collected::default();
-    let mut stores: BTreeMap<String, Result<Box<dyn Store>, String>> = BTreeMap::new();
+    let mut stores: BTreeMap<String, Result<Box<dyn Store>, StoreError>> = BTreeMap::new();
     for job in set.jobs.values() {
         let ledger = job
             .store_address()
-            .map_err(|e| e.to_string())
+            .map_err(|e| (e.to_string(), crate::exit::CONFIG))
             .and_then(|address| {
                 let store = stores.entry(address.clone()).or_insert_with(|| {
-                    crate::store::open(&address)
-                        .and_then(|mut s| s.init().map(|()| s))
-                        .map_err(|e| e.to_string())
+                    crate::store::open(&address).and_then(|mut s| s.init().map(|()| s))
                 });
-                match store {
-                    Ok(s) => read_job(s.as_mut(), job, now, boot).map_err(|e| e.to_string()),
+                let read = match store {
+                    Ok(s) => read_job(s.as_mut(), job, now, boot),
                     Err(e) => Err(e.clone()),
-                }
+                };
+                read.map_err(|e| (e.to_string(), e.exit_status()))
             });
         let ledger = match ledger {
             Ok(l) => Some(l),
-            Err(e) => {
+            Err((e, status)) => {
                 out.problems.push(format!("{}: {e}", job.name));
+                out.status = status;
                 None
             }
         };

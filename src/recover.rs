@@ -702,7 +702,7 @@ pub fn missed_slots(
         now,
         boot,
         grace: i64::try_from(audit::grace(job).as_micros()).unwrap_or(i64::MAX),
-        kept_since: crate::retention::kept_since(now, job.retention),
+        kept_since: None,
         missed_after_newest_only: true,
     };
     Ok(

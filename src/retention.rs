@@ -1,12 +1,14 @@
 //! Retention: which ledger records `jobguard recover` and `jobguard prune` delete.
 //!
-//! A minutely job writes 525,600 records a year, and nothing else deletes them. A record
-//! is deleted once it started more than the job's `retention` ago (default 90 days,
-//! [`crate::job::DEFAULT_RETENTION`]; `0` or `infinity` keeps every record) and its slot
-//! is done: an attempt succeeded, or a person resolved it as done. Whatever their age,
-//! these are kept:
-//! - the job's newest success: `status` shows it as the last run, `metrics` as the time
-//!   of the last success;
+//! A minutely job writes 525,600 records a year, and nothing else deletes them. A slot's
+//! records are deleted, all of them, once every one started more than the job's
+//! `retention` ago (default 90 days, [`crate::job::DEFAULT_RETENTION`]; `0` or `infinity`
+//! keeps every record) and the slot is done: an attempt succeeded, or a person resolved
+//! it as done. A slot goes whole or not at all, so it never loses the record that made it
+//! done while a later attempt (a forced re-run) stays; the store re-checks this in the
+//! delete's own atomic step. Whatever their age, these are kept:
+//! - the slot of the job's newest success: `status` shows it as the last run, `metrics`
+//!   as the time of the last success;
 //! - every record of the job's newest recorded slot: a claim refuses a slot behind it, and
 //!   catch-up counts the elapses after it;
 //! - every attempt at a slot that is not done (failed, held, queued for a re-run, cut off
@@ -17,10 +19,10 @@
 //! drop when records are deleted, which Prometheus reads as a counter reset.
 //!
 //! [`prunable`] chooses; [`prune_job`] reads a job's records and deletes what it chose
-//! ([`crate::store::Store::delete_runs`]). `jobguard prune` calls it for every job, and
+//! ([`crate::store::Store::delete_slots`]). `jobguard prune` calls it for every job, and
 //! `jobguard recover` once a day per job ([`due`]).
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -58,11 +60,13 @@ pub fn prune_job(store: &mut dyn Store, job: &Job, dry_run: bool) -> Result<Prun
         ..RunQuery::default()
     })?;
     let now = store.now()?;
-    let ids = prunable(&runs, now, job.retention);
-    let deleted = if dry_run || ids.is_empty() {
-        ids.len()
+    let (slots, started_before) = prunable(&runs, now, job.retention);
+    let deleted = if dry_run || slots.is_empty() {
+        runs.iter()
+            .filter(|r| slots.binary_search(&r.slot.usec).is_ok())
+            .count()
     } else {
-        store.delete_runs(&job.name, &ids)?
+        store.delete_slots(&job.name, &slots, started_before)?
     };
     Ok(Pruned {
         deleted,
@@ -101,35 +105,36 @@ pub fn pruned(job: &str, now: i64) -> std::io::Result<()> {
     std::fs::write(path, format!("{now}\n"))
 }
 
-/// The run ids of `runs` (every record of one job) that retention `retention` deletes at
-/// `now` (µs since the epoch, the store's clock): see the module documentation. `None`
-/// deletes nothing.
-pub fn prunable(runs: &[Run], now: i64, retention: Option<Duration>) -> Vec<String> {
-    let Some(retention) = retention else {
-        return Vec::new();
+/// The slots (µs since the epoch) of `runs` (every record of one job) whose records
+/// retention `retention` deletes at `now` (µs, the store's clock), with the bound their
+/// records must have started before (`now` − `retention`): see the module
+/// documentation. A slot goes whole or not at all: it is done, every record of it started
+/// before the bound and none runs, and it is neither the newest recorded slot nor the slot
+/// of the newest success. `None` deletes nothing.
+pub fn prunable(runs: &[Run], now: i64, retention: Option<Duration>) -> (Vec<i64>, i64) {
+    let Some(keep_after) = kept_since(now, retention) else {
+        return (Vec::new(), i64::MIN);
     };
-    let keep_after = now.saturating_sub(i64::try_from(retention.as_micros()).unwrap_or(i64::MAX));
-    let done: BTreeSet<i64> = runs
-        .iter()
-        .filter(|r| is_done(r))
-        .map(|r| r.slot.usec)
-        .collect();
     let newest_slot = runs.iter().map(|r| r.slot.usec).max();
     let newest_success = runs
         .iter()
         .filter(|r| r.outcome == Outcome::Succeeded)
         .max_by_key(|r| (r.started_at, r.fencing_token))
-        .map(|r| r.run_id.as_str());
-    runs.iter()
-        .filter(|r| {
-            r.started_at < keep_after
-                && r.outcome != Outcome::Running
-                && done.contains(&r.slot.usec)
-                && Some(r.slot.usec) != newest_slot
-                && Some(r.run_id.as_str()) != newest_success
+        .map(|r| r.slot.usec);
+    let mut slots: BTreeMap<i64, (bool, bool)> = BTreeMap::new();
+    for r in runs {
+        let (done, keep) = slots.entry(r.slot.usec).or_default();
+        *done |= is_done(r);
+        *keep |= r.started_at >= keep_after || r.outcome == Outcome::Running;
+    }
+    let gone = slots
+        .into_iter()
+        .filter(|(slot, (done, keep))| {
+            *done && !*keep && Some(*slot) != newest_slot && Some(*slot) != newest_success
         })
-        .map(|r| r.run_id.clone())
-        .collect()
+        .map(|(slot, _)| slot)
+        .collect();
+    (gone, keep_after)
 }
 
 /// The earliest slot (µs since the epoch) whose records retention has surely kept at
@@ -176,12 +181,21 @@ mod tests {
         }
     }
 
+    fn days(slots: &[i64]) -> Vec<i64> {
+        slots.iter().map(|s| (NOW - s) / DAY).collect()
+    }
+
     #[test]
-    fn old_records_of_done_slots_go_and_everything_that_waits_stays() {
+    fn old_done_slots_go_whole_and_everything_that_waits_stays() {
+        let mut late = run("old-ok-then-forced-failure", 130, Outcome::Failed, None);
+        late.started_at = NOW - DAY;
+        late.forced = true;
         let runs = vec![
             run("old-ok", 200, Outcome::Succeeded, None),
             run("old-failed-then-ok", 150, Outcome::Failed, None),
             run("old-ok-after-fail", 150, Outcome::Succeeded, None),
+            run("old-ok-2", 130, Outcome::Succeeded, None),
+            late,
             run("old-failed", 120, Outcome::Failed, None),
             run(
                 "old-held",
@@ -203,17 +217,11 @@ mod tests {
             ),
             run("recent-ok", 10, Outcome::Succeeded, None),
         ];
-        let gone = prunable(&runs, NOW, Some(Duration::from_secs(90 * 86_400)));
-        assert_eq!(
-            gone,
-            vec![
-                "old-ok",
-                "old-failed-then-ok",
-                "old-ok-after-fail",
-                "old-resolved-done"
-            ]
-        );
-        assert!(prunable(&runs, NOW, None).is_empty());
+        let (gone, before) = prunable(&runs, NOW, Some(Duration::from_secs(90 * 86_400)));
+        // Day 130 stays whole: a forced re-run of it started yesterday.
+        assert_eq!(days(&gone), vec![200, 150, 100]);
+        assert_eq!(before, NOW - 90 * DAY);
+        assert!(prunable(&runs, NOW, None).0.is_empty());
     }
 
     #[test]
@@ -223,13 +231,17 @@ mod tests {
             run("y1", 700, Outcome::Succeeded, None),
             run("y2", 335, Outcome::Succeeded, None),
         ];
-        let gone = prunable(&runs, NOW, Some(Duration::from_secs(90 * 86_400)));
-        assert_eq!(gone, vec!["y1"]);
+        let (gone, _) = prunable(&runs, NOW, Some(Duration::from_secs(90 * 86_400)));
+        assert_eq!(days(&gone), vec![700]);
         // The newest slot failed and was resolved done: the older success stays too.
         let runs = vec![
             run("a", 400, Outcome::Succeeded, None),
             run("b", 300, Outcome::Failed, Some(Resolution::Done)),
         ];
-        assert!(prunable(&runs, NOW, Some(Duration::from_secs(86_400))).is_empty());
+        assert!(
+            prunable(&runs, NOW, Some(Duration::from_secs(86_400)))
+                .0
+                .is_empty()
+        );
     }
 }

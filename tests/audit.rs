@@ -559,6 +559,15 @@ fn sqlite_an_old_failed_slot_stays_flagged_after_250_later_runs() {
         metrics.contains("jobguard_job_needs_attention{job=\"old\"} 1"),
         "{metrics}"
     );
+    // A forced run of an even older slot, now among the newest records, does not hide it.
+    let older = format_usec(d - 300 * DAY);
+    let out = sb.run(&["run", "old", "--slot", &older, "--force"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (st, sv) = status_json(&sb);
+    assert_eq!(st.status.code(), Some(1), "{sv}");
+    let attention = sv["jobs"][0]["attention"].as_array().unwrap();
+    assert_eq!(attention.len(), 1, "{sv}");
+    assert_eq!(attention[0]["slot"], failed.as_str(), "{sv}");
 
     // Resolved, it is settled: nothing to attend to.
     let out = sb.run(&["resolve", "old", &failed, "--done"]);

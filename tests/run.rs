@@ -2022,6 +2022,7 @@ fn an_unusable_record_exits_70_in_every_command() {
         vec!["status"],
         vec!["audit", "bad"],
         vec!["resolve", "bad", slot.as_str(), "--done"],
+        vec!["metrics"],
         vec!["run", "bad"],
     ] {
         let out = sb.run(&args);

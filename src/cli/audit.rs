@@ -175,9 +175,10 @@ fn row(job: &str, f: &Finding) -> Vec<String> {
 }
 
 /// The records `status` and `metrics` judge for a job: its newest `recent` records, and
-/// every attempt at an older slot where an attempt failed, was cut off or still runs. A
+/// every attempt at each slot where an attempt failed, was cut off or still runs (and
+/// was not itself resolved as done) unless those records already show the slot done. A
 /// slot left failed or held stays something to attend to however many records came
-/// after it.
+/// after it, and a slot is judged on all its attempts.
 ///
 /// # Errors
 /// Store errors.
@@ -194,10 +195,12 @@ pub fn judged_records(
     if runs.len() < recent {
         return Ok(runs);
     }
-    let Some(oldest) = runs.iter().map(|r| r.slot.usec).min() else {
-        return Ok(runs);
-    };
-    let unsettled: std::collections::BTreeSet<i64> = store
+    let done: BTreeSet<i64> = runs
+        .iter()
+        .filter(|r| crate::store::rules::is_done(r))
+        .map(|r| r.slot.usec)
+        .collect();
+    let unsettled: BTreeSet<i64> = store
         .runs(&RunQuery {
             job: Some(job.to_string()),
             outcomes: vec![
@@ -209,15 +212,20 @@ pub fn judged_records(
             ..RunQuery::default()
         })?
         .iter()
+        .filter(|r| !crate::store::rules::is_done(r) && !done.contains(&r.slot.usec))
         .map(|r| r.slot.usec)
-        .filter(|s| *s < oldest)
         .collect();
+    let mut seen: BTreeSet<String> = runs.iter().map(|r| r.run_id.clone()).collect();
     for slot in unsettled {
-        runs.extend(store.runs(&RunQuery {
+        for run in store.runs(&RunQuery {
             job: Some(job.to_string()),
             slot: Some(slot),
             ..RunQuery::default()
-        })?);
+        })? {
+            if seen.insert(run.run_id.clone()) {
+                runs.push(run);
+            }
+        }
     }
     Ok(runs)
 }

@@ -3,11 +3,11 @@
 
 use crate::cli::MetricsArgs;
 use crate::config::{self, ConfigSource};
-use crate::exit;
 use crate::metrics;
 
-/// Runs `jobguard metrics`; returns [`exit::OK`], or [`exit::STORE_UNAVAILABLE`] when a
-/// job's store could not be read (the text is printed all the same).
+/// Runs `jobguard metrics`; returns 0, or the status of the last store error
+/// ([`crate::store::StoreError::exit_status`]: 69, 70 or 78) when a job's store could
+/// not be read (the text is printed all the same).
 pub fn run(args: &MetricsArgs) -> u8 {
     let set = config::load(&ConfigSource::resolve(args.config.config.clone()));
     let now = jiff::Timestamp::now().as_microsecond();
@@ -19,9 +19,5 @@ pub fn run(args: &MetricsArgs) -> u8 {
     for p in &collected.problems {
         eprintln!("jobguard: {p}");
     }
-    if collected.problems.is_empty() {
-        exit::OK
-    } else {
-        exit::STORE_UNAVAILABLE
-    }
+    collected.status
 }

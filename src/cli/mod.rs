@@ -107,12 +107,12 @@ pub enum Command {
     ///
     /// Per job: store_up, schedule interval, last success, last outcome, slot and
     /// duration, attempts and runs by outcome (counted over the whole ledger), missed,
-    /// held, failed and queued slots and orphaned runs (as status judges the newest 200
-    /// records), running runs and the lease holder by host, needs_attention (the rule of
+    /// held, failed and queued slots and orphaned runs (as status judges them: the newest 200
+    /// records and every slot not done), running runs and the lease holder by host, needs_attention (the rule of
     /// status and audit, without systemd's timers). `jobguard recover` writes the same
     /// text to `[metrics] textfile` of the job list on every pass (Debian's node_exporter
-    /// reads /var/lib/prometheus/node-exporter/*.prom). Exit 0; 69 when a job's store
-    /// cannot be read (the job is still listed, with jobguard_store_up 0).
+    /// reads /var/lib/prometheus/node-exporter/*.prom). Exit 0; 69, 70 or 78 when a job's
+    /// store cannot be used (the job is still listed, with jobguard_store_up 0).
     Metrics(MetricsArgs),
     /// End a job's lease now (for a holder known to be dead); a holder alive on this host
     /// needs --force.
@@ -120,8 +120,8 @@ pub enum Command {
     /// Delete the records each job's retention lets go (also done by `jobguard recover`
     /// once a day per job).
     ///
-    /// A record goes once it started more than `retention` ago (default 90 days; `0` or
-    /// `infinity` keeps every record) and its slot is done; the job's newest success, its
+    /// A slot that is done goes whole once all its records started more than `retention`
+    /// ago (default 90 days; `0` or `infinity` keeps every record); the job's newest success, its
     /// newest slot and every attempt at a slot that is not done (failed, held, queued, cut
     /// off, running) stay. Prints per job how many records it deleted of how many. Exit 0;
     /// 69, 70 or 78 when a store or the job list cannot be used.

@@ -146,7 +146,7 @@ fn job_status(
         now: now_usec,
         boot: crate::identity::boot_time_usec(),
         grace,
-        kept_since: crate::retention::kept_since(now_usec, job.retention),
+        kept_since: None,
         missed_after_newest_only: true,
     };
     // A paused job expects no slot: none of its slots is missed.

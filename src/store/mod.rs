@@ -96,7 +96,7 @@ fn not_built(address: &str, scheme: &str) -> StoreError {
 }
 
 /// A store failure. Contention is never an error: see [`Claim`].
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     /// The store could not be reached or answered with an I/O error; worth retrying.
     #[error("store {store} unavailable: {detail}")]
@@ -411,8 +411,16 @@ pub trait Store: Send {
     /// that was ended, if one was unexpired.
     fn unlock(&mut self, job: &str) -> Result<Option<Lease>, StoreError>;
 
-    /// Deletes the records of `job` named in `run_ids`, except `running` ones (retention:
-    /// [`crate::retention`] chooses them); returns how many were deleted. Leases and
+    /// Deletes every record of each of `slots` (µs since the epoch) of `job`, but only of
+    /// a slot none of whose records is `running` or started at or after `started_before`
+    /// (µs, store clock), judged in the same atomic step as the delete, so a claim that
+    /// adds an attempt meanwhile keeps its slot whole (retention: [`crate::retention`]
+    /// chooses the slots). Returns how many records were deleted. Leases and
     /// fencing-token counters are never deleted.
-    fn delete_runs(&mut self, job: &str, run_ids: &[String]) -> Result<usize, StoreError>;
+    fn delete_slots(
+        &mut self,
+        job: &str,
+        slots: &[i64],
+        started_before: i64,
+    ) -> Result<usize, StoreError>;
 }

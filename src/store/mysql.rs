@@ -1112,22 +1112,50 @@ impl Store for MysqlStore {
         })
     }
 
-    fn delete_runs(&mut self, job: &str, run_ids: &[String]) -> Result<usize, StoreError> {
+    fn delete_slots(
+        &mut self,
+        job: &str,
+        slots: &[i64],
+        started_before: i64,
+    ) -> Result<usize, StoreError> {
         let mut statements = Vec::new();
-        for chunk in run_ids.chunks(500) {
-            let list: Vec<String> = chunk.iter().map(|id| lit(id)).collect();
+        for chunk in slots.chunks(200) {
+            let list: Vec<String> = chunk.iter().map(i64::to_string).collect();
             statements.push(format!(
                 "DELETE FROM jobguard_run
-                 WHERE job = {} AND run_id IN ({}) AND outcome <> 'running'",
-                lit(job),
-                list.join(", ")
+                 WHERE job = {j} AND slot_usec IN ({list})
+                   AND slot_usec NOT IN (SELECT slot_usec FROM (
+                     SELECT slot_usec FROM jobguard_run
+                     WHERE job = {j} AND slot_usec IN ({list})
+                       AND (outcome = 'running' OR started_at >= {started_before})) AS busy)",
+                j = lit(job),
+                list = list.join(", ")
             ));
         }
+        let lock = format!(
+            "SELECT 1 FROM jobguard_lease WHERE job = {} FOR UPDATE",
+            lit(job)
+        );
         self.with_schema("delete runs", |c| {
             let mut n = 0;
             for sql in &statements {
-                c.query_drop(sql)?;
-                n += usize::try_from(c.affected_rows()).unwrap_or(0);
+                // The lease row is the job's lock (the claim takes it), so a claim that
+                // adds an attempt to one of these slots commits before or after.
+                c.query_drop("START TRANSACTION")?;
+                let done = (|| -> Result<usize, Fail> {
+                    c.query_drop(&lock)?;
+                    c.query_drop(sql)?;
+                    let n = usize::try_from(c.affected_rows()).unwrap_or(0);
+                    c.query_drop("COMMIT")?;
+                    Ok(n)
+                })();
+                match done {
+                    Ok(k) => n += k,
+                    Err(e) => {
+                        let _ = c.query_drop("ROLLBACK");
+                        return Err(e);
+                    }
+                }
             }
             Ok(n)
         })

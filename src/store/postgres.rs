@@ -1317,19 +1317,45 @@ impl Store for PostgresStore {
         })
     }
 
-    fn delete_runs(&mut self, job: &str, run_ids: &[String]) -> Result<usize, StoreError> {
-        self.with_schema("delete runs", async |c| {
-            let n = c
-                .query_typed(
-                    "DELETE FROM jobguard_run
-                     WHERE job = $1 AND run_id = ANY($2) AND outcome <> 'running'
-                     RETURNING 1",
-                    &[(&job, Type::TEXT), (&run_ids, Type::TEXT_ARRAY)],
+    fn delete_slots(
+        &mut self,
+        job: &str,
+        slots: &[i64],
+        started_before: i64,
+    ) -> Result<usize, StoreError> {
+        let mut n = 0;
+        for chunk in slots.chunks(200) {
+            n += self.with_schema("delete runs", async |c| {
+                // The lease row is the job's lock (the claim takes it): a claim that
+                // adds an attempt to one of these slots commits before the delete reads,
+                // or after it.
+                let tx = c.transaction().await?;
+                tx.query_typed(
+                    "SELECT 1 FROM jobguard_lease WHERE job = $1 FOR UPDATE",
+                    &[(&job, Type::TEXT)],
                 )
-                .await?
-                .len();
-            Ok(n)
-        })
+                .await?;
+                let n = tx
+                    .query_typed(
+                        "DELETE FROM jobguard_run r
+                         WHERE r.job = $1 AND r.slot_usec = ANY($2)
+                           AND NOT EXISTS (SELECT 1 FROM jobguard_run o
+                             WHERE o.job = $1 AND o.slot_usec = r.slot_usec
+                               AND (o.outcome = 'running' OR o.started_at >= $3))
+                         RETURNING 1",
+                        &[
+                            (&job, Type::TEXT),
+                            (&chunk, Type::INT8_ARRAY),
+                            (&started_before, Type::INT8),
+                        ],
+                    )
+                    .await?
+                    .len();
+                tx.commit().await?;
+                Ok(n)
+            })?;
+        }
+        Ok(n)
     }
 
     fn unlock(&mut self, job: &str) -> Result<Option<Lease>, StoreError> {

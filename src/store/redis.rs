@@ -324,23 +324,27 @@ return n
 "#;
 
 const DELETE: &str = r#"
-local job = ARGV[2]
+local job, before = ARGV[2], tonumber(ARGV[3])
 local n = 0
-for i = 3, #ARGV do
-  local id = ARGV[i]
-  local rkey = p .. 'run:' .. id
-  local f = redis.call('HMGET', rkey, 'job', 'outcome', 'slot_usec')
-  if f[1] == job and f[2] and f[2] ~= 'running' then
-    redis.call('DEL', rkey)
-    redis.call('ZREM', p .. 'runs:' .. job, id)
-    local skey = p .. 'slot:' .. job .. ':' .. f[3]
-    redis.call('SREM', skey, id)
-    -- A slot with no record left is no longer recorded, as in the SQL stores.
-    if redis.call('SCARD', skey) == 0 then
-      redis.call('ZREM', p .. 'slots:' .. job, f[3])
-      redis.call('ZREM', p .. 'queued:' .. job, f[3])
+for i = 4, #ARGV do
+  local slot = ARGV[i]
+  local skey = p .. 'slot:' .. job .. ':' .. slot
+  local ids = redis.call('SMEMBERS', skey)
+  local busy = false
+  for _, id in ipairs(ids) do
+    local f = redis.call('HMGET', p .. 'run:' .. id, 'outcome', 'started_at')
+    if f[1] == 'running' or tonumber(f[2]) >= before then busy = true end
+  end
+  if not busy and #ids > 0 then
+    for _, id in ipairs(ids) do
+      redis.call('DEL', p .. 'run:' .. id)
+      redis.call('ZREM', p .. 'runs:' .. job, id)
+      n = n + 1
     end
-    n = n + 1
+    redis.call('DEL', skey)
+    -- A slot with no record left is no longer recorded, as in the SQL stores.
+    redis.call('ZREM', p .. 'slots:' .. job, slot)
+    redis.call('ZREM', p .. 'queued:' .. job, slot)
   end
 end
 return n
@@ -1014,15 +1018,20 @@ impl Store for RedisStore {
             .map_err(|e| self.error("unlock", e))
     }
 
-    fn delete_runs(&mut self, job: &str, run_ids: &[String]) -> Result<usize, StoreError> {
+    fn delete_slots(
+        &mut self,
+        job: &str,
+        slots: &[i64],
+        started_before: i64,
+    ) -> Result<usize, StoreError> {
         self.ready()?;
         let mut n = 0;
-        for chunk in run_ids.chunks(500) {
+        for chunk in slots.chunks(200) {
             let deleted: i64 = self.call("delete runs", |c, s, p| {
                 let mut call = s.delete.prepare_invoke();
-                call.arg(p).arg(job);
-                for id in chunk {
-                    call.arg(id);
+                call.arg(p).arg(job).arg(started_before);
+                for slot in chunk {
+                    call.arg(slot);
                 }
                 Ok(call.invoke(c)?)
             })?;

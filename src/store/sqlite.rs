@@ -397,6 +397,17 @@ impl SqliteStore {
                     detail: format!("cannot switch to WAL: journal_mode is {mode}"),
                 });
             }
+            // No checkpoint when the connection closes: the last connection would
+            // otherwise checkpoint (syncing the WAL and the database) and delete the WAL,
+            // and the next run would create it again (syncing its directory). The WAL is
+            // checkpointed by size instead (`wal_autocheckpoint`, 1000 pages), inside some
+            // later commit. A run then syncs twice, at its claim and at its outcome
+            // (https://sqlite.org/c3ref/c_dbconfig_defensive.html, NO_CKPT_ON_CLOSE).
+            conn.set_db_config(
+                rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+                true,
+            )
+            .map_err(|e| store_error(describe, "set NO_CKPT_ON_CLOSE", e.into()))?;
         }
         let level = match options.synchronous {
             Synchronous::Full => "FULL",
@@ -960,18 +971,30 @@ impl Store for SqliteStore {
         })
     }
 
-    fn delete_runs(&mut self, job: &str, run_ids: &[String]) -> Result<usize, StoreError> {
-        self.write("delete runs", |tx, _now| {
-            let mut n = 0;
-            for run_id in run_ids {
-                n += tx.execute(
-                    "DELETE FROM jobguard_run
-                     WHERE job = ?1 AND run_id = ?2 AND outcome <> 'running'",
-                    params![job, run_id],
-                )?;
-            }
-            Ok(n)
-        })
+    fn delete_slots(
+        &mut self,
+        job: &str,
+        slots: &[i64],
+        started_before: i64,
+    ) -> Result<usize, StoreError> {
+        // A few hundred slots per transaction: claims wait for the write lock meanwhile.
+        let mut n = 0;
+        for chunk in slots.chunks(200) {
+            n += self.write("delete runs", |tx, _now| {
+                let mut n = 0;
+                for slot in chunk {
+                    n += tx.execute(
+                        "DELETE FROM jobguard_run WHERE job = ?1 AND slot_usec = ?2
+                           AND NOT EXISTS (SELECT 1 FROM jobguard_run o
+                             WHERE o.job = ?1 AND o.slot_usec = ?2
+                               AND (o.outcome = 'running' OR o.started_at >= ?3))",
+                        params![job, slot, started_before],
+                    )?;
+                }
+                Ok(n)
+            })?;
+        }
+        Ok(n)
     }
 }
 

@@ -83,7 +83,7 @@ macro_rules! conformance_suite {
             every_way_of_queueing_a_slot_is_seen_by_the_claim,
             a_rerun_is_not_queued_for_a_done_slot,
             a_kept_outcome_is_recorded_without_the_lease,
-            delete_runs_deletes_only_ended_records_of_the_job,
+            delete_slots_deletes_only_whole_settled_slots_of_the_job,
         );
     };
     (@cases required $fresh:path; $($case:ident),* $(,)?) => {
@@ -1345,46 +1345,53 @@ pub fn every_way_of_queueing_a_slot_is_seen_by_the_claim(env: &dyn Env) {
     );
 }
 
-/// Retention's primitive: `delete_runs` deletes the named ended records of the job, never
-/// a running one or another job's, and a slot left without records is no longer recorded
-/// (the newest recorded slot moves back); the lease and its token counter stay.
-pub fn delete_runs_deletes_only_ended_records_of_the_job(env: &dyn Env) {
+/// Retention's primitive: `delete_slots` deletes whole slots of the job whose records all
+/// started before the bound and none runs; never another job's records, a slot with a
+/// running or newer record, or the lease and its token counter; a slot left without
+/// records is no longer recorded (the newest recorded slot moves back).
+pub fn delete_slots_deletes_only_whole_settled_slots_of_the_job(env: &dyn Env) {
     let mut s = connect(env);
-    let (l1, _) = claimed(&mut *s, &request("sync", S1 - DAY_US, 1, 1, false));
+    let a = S1 - DAY_US;
+    let (l1, _) = claimed(&mut *s, &request("sync", a, 1, 1, false));
     s.finish(&l1, &rid(1), &finish(Outcome::Succeeded)).unwrap();
     let (l2, _) = claimed(&mut *s, &request("sync", S1, 1, 2, false));
     s.finish(&l2, &rid(2), &finish(Outcome::Failed)).unwrap();
-    let (l3, _) = claimed(&mut *s, &request("other", S1, 1, 3, false));
+    let (l3, _) = claimed(&mut *s, &request("sync", S1, 1, 3, true));
     s.finish(&l3, &rid(3), &finish(Outcome::Succeeded)).unwrap();
-    let (l4, _) = claimed(&mut *s, &request("sync", S3, 1, 4, true));
-    let ids = vec![rid(1), rid(2), rid(3), rid(4), "no-such-run".to_string()];
-    // rid(3) is another job's, rid(4) is running.
-    assert_eq!(s.delete_runs("sync", &ids).unwrap(), 2);
-    let left: Vec<String> = s
-        .runs(&RunQuery {
-            job: Some("sync".into()),
+    let (l4, _) = claimed(&mut *s, &request("other", S1, 1, 4, false));
+    s.finish(&l4, &rid(4), &finish(Outcome::Succeeded)).unwrap();
+    let (l5, r5) = claimed(&mut *s, &request("sync", S3, 1, 5, true));
+    env.advance(10_000_000);
+    let bound = s.now().unwrap();
+    env.advance(10_000_000);
+    // S2 has no record; S3's runs.
+    assert_eq!(s.delete_slots("sync", &[a, S1, S2, S3], bound).unwrap(), 3);
+    let left = |s: &mut dyn Store, job: &str| -> Vec<String> {
+        s.runs(&RunQuery {
+            job: Some(job.into()),
             ..RunQuery::default()
         })
         .unwrap()
         .into_iter()
         .map(|r| r.run_id)
-        .collect();
-    assert_eq!(left, vec![rid(4)]);
-    assert_eq!(
-        run_by_id(&mut *s, "other", &rid(3)).outcome,
-        Outcome::Succeeded
-    );
-    assert_eq!(s.delete_runs("sync", &[]).unwrap(), 0);
-    // The running record ends as usual; the token counter was not reset.
-    s.finish(&l4, &rid(4), &finish(Outcome::Succeeded)).unwrap();
-    assert_eq!(s.delete_runs("sync", &[rid(4)]).unwrap(), 1);
-    let (l5, r5) = claimed(&mut *s, &request("sync", S1, 1, 5, false));
-    assert!(l5.token > l4.token, "{} > {}", l5.token, l4.token);
-    assert_eq!(r5.attempt, 1, "the slot's deleted attempts are not counted");
-    // No slot is recorded any more but S1 (just claimed): a slot behind it is refused,
-    // one after it is not.
+        .collect()
+    };
+    assert_eq!(left(&mut *s, "sync"), vec![rid(5)]);
+    assert_eq!(left(&mut *s, "other"), vec![rid(4)]);
+    assert_eq!(s.delete_slots("sync", &[], bound).unwrap(), 0);
+    // S3 ends; a bound at its start keeps it, one after deletes it.
     s.finish(&l5, &rid(5), &finish(Outcome::Succeeded)).unwrap();
-    let mut later = request("sync", S1 + DAY_US, 1, 6, false);
+    assert_eq!(s.delete_slots("sync", &[S3], r5.started_at).unwrap(), 0);
+    let after = s.now().unwrap() + 1;
+    assert_eq!(s.delete_slots("sync", &[S3], after).unwrap(), 1);
+    assert!(left(&mut *s, "sync").is_empty());
+    // The token counter was not reset; the slot's deleted attempts are not counted.
+    let (l6, r6) = claimed(&mut *s, &request("sync", S1, 1, 6, false));
+    assert!(l6.token > l5.token, "{} > {}", l6.token, l5.token);
+    assert_eq!(r6.attempt, 1);
+    // Only S1 is recorded now: a later slot is not behind it.
+    s.finish(&l6, &rid(6), &finish(Outcome::Succeeded)).unwrap();
+    let mut later = request("sync", S1 + DAY_US, 1, 7, false);
     later.in_order = true;
     match s.claim(&later).unwrap() {
         Claim::Claimed { previous_slot, .. } => assert_eq!(previous_slot, Some(S1)),
