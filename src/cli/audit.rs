@@ -101,7 +101,13 @@ pub fn run(args: &AuditArgs) -> u8 {
             now,
             boot,
             grace: job.map_or(0, grace_usec),
-            kept_since: job.and_then(|j| crate::retention::kept_since(now, j.retention)),
+            // Retention judges by the store's clock, which may be ahead of this host's
+            // by up to the tolerance.
+            kept_since: job.and_then(|j| {
+                crate::retention::kept_since(now, j.retention).map(|k| {
+                    k.saturating_add(crate::store::rules::duration_usec(j.clock_tolerance))
+                })
+            }),
             missed_after_newest_only: false,
         };
         // A paused job expects no slot: like a removed one, it is audited without the slot
