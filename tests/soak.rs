@@ -81,6 +81,9 @@ const TAIL_SECS: u64 = 210;
 /// come before the shim kept the outcome: the shim reaps the command and writes the kept
 /// outcome to /run within milliseconds; 3 s allows for a loaded machine.
 const CUT_WINDOW_US: i64 = 3_000_000;
+/// How long after the soak notes a power cut or SIGKILL it may reach the host (the
+/// command that delivers it runs in the host).
+const EXEC_SLACK_US: i64 = 2_000_000;
 /// Slots elapsed this close to the check are not judged: their runs may still be going.
 const SETTLE_SECS: i64 = 30;
 /// Time the recovery timer needs to act on a change (it runs every minute).
@@ -1519,8 +1522,10 @@ fn check(soak: &Soak, truth: &Truth, begin: i64, last: i64) -> Report {
         let inherent = completed.len() >= 2
             && completed[0].status == 0
             && soak.cuts.iter().any(|(host, at)| {
+                // `at` is taken just before the kill is sent into the host, which can
+                // take up to EXEC_SLACK_US on a loaded machine.
                 *host == completed[0].host
-                    && completed[0].end <= *at
+                    && completed[0].end <= *at + EXEC_SLACK_US
                     && *at <= completed[0].end + CUT_WINDOW_US
             })
             && ledger_says(job, &completed[0].run_id).starts_with("ledger: interrupted");
