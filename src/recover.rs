@@ -154,34 +154,27 @@ fn lease_lapsed(store: &mut dyn Store, run: &Run) -> Result<Option<Lapsed>, Stor
     })
 }
 
-/// Where the first sightings of lapsed leases are kept.
-fn sightings_dir() -> std::path::PathBuf {
-    crate::paths::runtime_dir().join("suspect")
+/// Where the first sighting of run `run_id`'s lapsed lease is kept; `None` for a run id
+/// that is not a plain file name (run ids are 32 hex digits).
+fn sighting_path(run_id: &str) -> Option<std::path::PathBuf> {
+    (!run_id.is_empty() && run_id.bytes().all(|b| b.is_ascii_alphanumeric()))
+        .then(|| crate::paths::runtime_dir().join("suspect").join(run_id))
 }
 
 /// The store time (µs) this host first saw the lease of run `run_id` lapsed; records
 /// `now` when it had not (and then drops sightings older than a day). `None` when the
 /// runtime directory cannot keep it.
 fn first_sighting(run_id: &str, now: i64) -> Option<i64> {
-    use std::os::unix::fs::DirBuilderExt;
-    if run_id.is_empty() || !run_id.bytes().all(|b| b.is_ascii_alphanumeric()) {
-        return None;
-    }
-    let dir = sightings_dir();
-    let path = dir.join(run_id);
+    let path = sighting_path(run_id)?;
     if let Some(seen) = std::fs::read_to_string(&path)
         .ok()
         .and_then(|t| t.trim().parse::<i64>().ok())
     {
         return Some(seen);
     }
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&dir)
-        .ok()?;
+    write_mark(&path, now).ok()?;
     let day = std::time::Duration::from_secs(86_400);
-    for entry in std::fs::read_dir(&dir).ok()?.flatten() {
+    for entry in std::fs::read_dir(path.parent()?).ok()?.flatten() {
         let old = entry
             .metadata()
             .and_then(|m| m.modified())
@@ -190,14 +183,13 @@ fn first_sighting(run_id: &str, now: i64) -> Option<i64> {
             let _ = std::fs::remove_file(entry.path());
         }
     }
-    std::fs::write(&path, format!("{now}\n")).ok()?;
     Some(now)
 }
 
 /// Drops the sighting of run `run_id`, if any.
 fn forget_sighting(run_id: &str) {
-    if !run_id.is_empty() && run_id.bytes().all(|b| b.is_ascii_alphanumeric()) {
-        let _ = std::fs::remove_file(sightings_dir().join(run_id));
+    if let Some(path) = sighting_path(run_id) {
+        let _ = std::fs::remove_file(path);
     }
 }
 
@@ -779,7 +771,7 @@ pub fn report_missed(job: &Job, slots: &[i64]) -> Vec<i64> {
 }
 
 /// Writes `usec` to `path` (through a temporary file and a rename).
-fn write_mark(path: &Path, usec: i64) -> std::io::Result<()> {
+pub(crate) fn write_mark(path: &Path, usec: i64) -> std::io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
     if let Some(dir) = path.parent() {
         std::fs::DirBuilder::new()

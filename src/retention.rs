@@ -95,15 +95,7 @@ pub fn due(job: &Job, now: i64) -> bool {
 /// # Errors
 /// The state directory cannot be written.
 pub fn pruned(job: &str, now: i64) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    let path = mark(job);
-    if let Some(dir) = path.parent() {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)?;
-    }
-    std::fs::write(path, format!("{now}\n"))
+    crate::recover::write_mark(&mark(job), now)
 }
 
 /// The slots (µs since the epoch) of `runs` (every record of one job) whose records
