@@ -3,9 +3,10 @@
 //! [`audit_job`] is pure: it takes a job's records, its calendar (when the job is still in
 //! the job list), the set of `running` records whose holder is known to be gone, and the
 //! moments that bound the check, and returns [`Finding`]s. `jobguard audit` reads every
-//! record in its window; `jobguard status` and `jobguard recover` read the newest records
-//! and look for missed slots only after the newest recorded one
-//! ([`Scope::missed_after_newest_only`]). Reading the store, asking whether a holder lives
+//! record in its window; `jobguard status`, `metrics` and `recover` read the newest
+//! records and look for missed slots only where every record that could show the slot ran
+//! was read ([`read_back_to`], [`Scope::missed_after`]), in the gaps between records as
+//! well as after the newest. Reading the store, asking whether a holder lives
 //! and printing are left to the callers (`src/cli/audit.rs`, `src/cli/status.rs`,
 //! `src/cli/recover.rs`); [`needs_attention`] is the one rule for "something to look at"
 //! that they share.
@@ -138,8 +139,8 @@ pub fn needs_attention(f: &Finding) -> bool {
 }
 
 /// The findings `jobguard status` shows: held, failed and queued slots, running records
-/// whose holder is gone, and missed slots ([`Scope::missed_after_newest_only`] is the
-/// caller's to set). Duplicates, overlaps and tokens are `audit`'s: history, not news.
+/// whose holder is gone, and missed slots ([`Scope::missed_after`] is the caller's to
+/// set). Duplicates, overlaps and tokens are `audit`'s: history, not news.
 pub fn status_findings(
     runs: &[Run],
     calendar: Option<&CalendarSpec>,
@@ -182,13 +183,49 @@ pub struct Scope {
     /// The job's grace ([`grace`]), µs.
     pub grace: i64,
     /// Look for missed slots only from this slot on: records of older slots may have been
-    /// deleted by the job's retention ([`crate::retention::kept_since`]); `None`: no bound.
-    /// `audit` sets it; `status` and `recover` need not, as they look only after the
-    /// newest recorded slot, which retention never deletes.
+    /// deleted by the job's retention ([`retention_bound`]); `None`: no bound.
     pub kept_since: Option<i64>,
-    /// Look for missed slots only after the newest recorded slot (`status`, `recover`),
-    /// not in the gaps between records (`audit`).
-    pub missed_after_newest_only: bool,
+    /// Look for missed slots only after this slot (µs since the epoch): a record of an
+    /// older slot may exist that the caller did not read ([`read_back_to`]); `None`: the
+    /// caller read every record of the job in the window (`audit`).
+    pub missed_after: Option<i64>,
+}
+
+/// The slot (µs since the epoch) after which `newest_first`, a job's newest records by
+/// start as the store returns them, read with `limit`, holds every record that could show
+/// a slot ran: `None` when fewer than `limit` came back (that is every record). A record
+/// of slot S starts at S − `tolerance` or later (µs; a host's clock may be ahead of the
+/// store's by up to `clock_tolerance`, beyond which the claim refuses), so every slot
+/// after the oldest start read + `tolerance` would have its record among them.
+pub fn read_back_to(newest_first: &[Run], limit: usize, tolerance: i64) -> Option<i64> {
+    if newest_first.len() < limit {
+        return None;
+    }
+    let oldest = newest_first.iter().map(|r| r.started_at).min()?;
+    Some(oldest.saturating_add(tolerance))
+}
+
+/// The first slot (µs since the epoch) whose records `job`'s retention has surely kept at
+/// `now` ([`crate::retention::kept_since`]): retention judges by the store's clock, which
+/// may be ahead of this host's by up to `clock_tolerance`. `None`: every record is kept.
+pub fn retention_bound(job: &Job, now: i64) -> Option<i64> {
+    crate::retention::kept_since(now, job.retention)
+        .map(|k| k.saturating_add(crate::store::rules::duration_usec(job.clock_tolerance)))
+}
+
+/// The scope of a check of `job`'s newest records (`status`, `metrics`, `recover`) at
+/// `now` on a host booted at `boot` (µs since the epoch): missed slots are looked for
+/// after `read_back_to` ([`read_back_to`] of what was read) and the retention bound.
+pub fn recent_scope(job: &Job, now: i64, boot: i64, read_back_to: Option<i64>) -> Scope {
+    Scope {
+        since: None,
+        until: now,
+        now,
+        boot,
+        grace: i64::try_from(grace(job).as_micros()).unwrap_or(i64::MAX),
+        kept_since: retention_bound(job, now),
+        missed_after: read_back_to,
+    }
 }
 
 /// Whether `cut` was marked interrupted by another party (so its end is not known) and
@@ -426,7 +463,7 @@ fn slots(
         .copied()
         .filter(|s| *s <= scope.now)
         .collect();
-    let (Some(&first), Some(&newest)) = (recorded.first(), recorded.last()) else {
+    let Some(&first) = recorded.first() else {
         return;
     };
     // Due: older than now − grace, and only once the boot is older than the grace.
@@ -437,8 +474,8 @@ fn slots(
     let mut from = first
         .max(scope.since.unwrap_or(i64::MIN))
         .max(scope.kept_since.unwrap_or(i64::MIN));
-    if scope.missed_after_newest_only {
-        from = from.max(newest.saturating_add(1));
+    if let Some(after) = scope.missed_after {
+        from = from.max(after.saturating_add(1));
     }
     let to = scope.until.min(cutoff - 1);
     if to < from {
@@ -449,13 +486,16 @@ fn slots(
         .flatten()
         .filter_map(|r| decision(r).map(|(a, s)| (a, s, r.run_id.as_str())))
         .collect();
-    // A claim still running has not written its decision yet: the gap before it waits.
-    let pending: Vec<i64> = by_slot
-        .values()
-        .flatten()
-        .filter(|r| r.outcome == Outcome::Running && !orphans.contains(&r.run_id))
-        .map(|r| r.slot.usec)
-        .collect();
+    // A run in progress decides the gaps beside it: the one before it when its claim's
+    // catch-up decision is not written yet, the one after it when its shim runs the
+    // elapses that passed meanwhile once it ends (catch-up). Those gaps wait.
+    let live = |slot: Option<(&i64, &Vec<&Run>)>| {
+        slot.is_some_and(|(_, rs)| {
+            rs.iter()
+                .any(|r| r.outcome == Outcome::Running && !orphans.contains(&r.run_id))
+        })
+    };
+    let pending = |e: i64| live(by_slot.range(..e).next_back()) || live(by_slot.range(e..).next());
     let (elapses, more) = unrecorded_elapses(cal, &recorded, from, to);
     for e in elapses {
         if by_slot.contains_key(&e) {
@@ -474,7 +514,7 @@ fn slots(
             });
             continue;
         }
-        if pending.iter().any(|p| *p > e) {
+        if pending(e) {
             continue;
         }
         out.push(Finding {
@@ -572,7 +612,7 @@ mod tests {
             boot: T0 - 86_400_000_000,
             grace: 90_000_000,
             kept_since: None,
-            missed_after_newest_only: false,
+            missed_after: None,
         }
     }
 
@@ -656,10 +696,16 @@ mod tests {
                 .filter(|f| f.kind == FindingKind::PassedOver)
                 .all(|f| !needs_attention(f) && f.runs == vec!["c60".to_string()])
         );
-        // status and recover look only after the newest record: nothing there.
+        // status and recover look only where they read every record.
         let mut s = scope(76);
-        s.missed_after_newest_only = true;
-        assert!(audit_job(&runs, Some(&cal()), &BTreeSet::new(), &s).is_empty());
+        s.missed_after = Some(T0 + 72 * MIN);
+        assert_eq!(
+            kinds(&audit_job(&runs, Some(&cal()), &BTreeSet::new(), &s))
+                .into_iter()
+                .filter(|(k, _)| *k == "missed")
+                .collect::<Vec<_>>(),
+            vec![("missed", 73), ("missed", 74)]
+        );
         // --since and --until bound the slots compared.
         let mut s = scope(76);
         s.since = Some(T0 + 72 * MIN);
@@ -684,6 +730,42 @@ mod tests {
         assert_eq!(
             k.iter().filter(|(k, _)| *k == "missed").count(),
             10,
+            "{k:?}"
+        );
+    }
+
+    /// Issue 9: slots lost behind the newest record (a claim of a later slot put them
+    /// behind the ledger) are missed for `status` and `recover` too, as far back as they
+    /// read every record; a run in progress holds back only the gaps beside it.
+    #[test]
+    fn a_gap_behind_the_newest_record_is_missed_where_every_record_was_read() {
+        let mut runs = clean(30);
+        // Minutes 3..=5 and 10..=14 lost; 15..=29 ran, then 30 runs now, 31..=33 elapsed.
+        let lost = |m: i64| (3..6).contains(&m) || (10..15).contains(&m);
+        runs.retain(|r| !lost((r.slot.usec - T0) / MIN));
+        runs.push(run("r30", 30, Outcome::Running, 31));
+        // The newest 19 records by start (30, 29..=15, 9, 8, 7): from minute 7 on, every
+        // record was read.
+        let mut newest_first = runs.clone();
+        newest_first.sort_by_key(|r| std::cmp::Reverse(r.started_at));
+        newest_first.truncate(19);
+        let back = read_back_to(&newest_first, 19, 0);
+        assert_eq!(back, Some(T0 + 7 * MIN + 1_000_000));
+        assert_eq!(read_back_to(&newest_first, 20, 0), None);
+        let mut s = scope(35);
+        s.missed_after = back;
+        let f = audit_job(&newest_first, Some(&cal()), &BTreeSet::new(), &s);
+        // 10..=14 are missed (3..=5 are before what was read); 31..=33 wait for the run
+        // of 30, whose shim catches them up when it ends.
+        assert_eq!(
+            kinds(&f),
+            (10..15).map(|m| ("missed", m)).collect::<Vec<_>>()
+        );
+        // Its holder gone, the gap after it is missed as well.
+        let orphans: BTreeSet<String> = ["r30".to_string()].into();
+        let k = kinds(&audit_job(&newest_first, Some(&cal()), &orphans, &s));
+        assert!(
+            k.contains(&("missed", 33)) && k.contains(&("orphan_running", 30)),
             "{k:?}"
         );
     }

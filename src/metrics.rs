@@ -33,7 +33,7 @@ use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::Path;
 
-use crate::audit::{self, FindingKind, Scope};
+use crate::audit::{self, FindingKind};
 use crate::config::JobSet;
 use crate::job::Job;
 use crate::ledger::Outcome;
@@ -131,7 +131,7 @@ pub fn read_job(
     now: i64,
     boot: i64,
 ) -> Result<LedgerMetrics, StoreError> {
-    let recent = crate::cli::audit::judged_records(store, &job.name, RECENT)?;
+    let (recent, read_back_to) = crate::cli::audit::judged_records(store, job, RECENT)?;
     let last_success = store
         .runs(&RunQuery {
             job: Some(job.name.clone()),
@@ -145,15 +145,7 @@ pub fn read_job(
     let lease = store.lease(&job.name)?;
     let store_now = store.now()?;
     let orphans = crate::cli::audit::orphans(store, &recent)?;
-    let scope = Scope {
-        since: None,
-        until: now,
-        now,
-        boot,
-        grace: i64::try_from(audit::grace(job).as_micros()).unwrap_or(i64::MAX),
-        kept_since: None,
-        missed_after_newest_only: true,
-    };
+    let scope = audit::recent_scope(job, now, boot, read_back_to);
     // A paused job expects no slot: none of its slots is missed (as in `status`).
     let findings = audit::status_findings(
         &recent,

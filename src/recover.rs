@@ -34,7 +34,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use crate::audit::{self, FindingKind, Scope};
+use crate::audit::{self, FindingKind};
 use crate::identity;
 use crate::job::{Job, OnInterrupted};
 use crate::journal::{self, Event, Kind};
@@ -671,9 +671,9 @@ const RECENT: usize = 200;
 /// At most this many missed-slot events per job and pass; the rest are summed up in one.
 const MAX_MISSED_EVENTS: usize = 100;
 
-/// The job's slots that are *missed* ([`crate::audit`]) after its newest record: elapsed
-/// before `now` − the job's grace (and this host's `boot` + grace), µs since the epoch,
-/// oldest first. A job with no record has none.
+/// The job's slots that are *missed* ([`crate::audit`]) in the span its newest [`RECENT`]
+/// records cover and after them: elapsed before `now` − the job's grace (and this host's
+/// `boot` + grace), µs since the epoch, oldest first. A job with no record has none.
 ///
 /// # Errors
 /// Store errors reading the records.
@@ -688,15 +688,12 @@ pub fn missed_slots(
         limit: RECENT,
         ..RunQuery::default()
     })?;
-    let scope = Scope {
-        since: None,
-        until: now,
-        now,
-        boot,
-        grace: i64::try_from(audit::grace(job).as_micros()).unwrap_or(i64::MAX),
-        kept_since: None,
-        missed_after_newest_only: true,
-    };
+    let back = audit::read_back_to(
+        &recent,
+        RECENT,
+        crate::store::rules::duration_usec(job.clock_tolerance),
+    );
+    let scope = audit::recent_scope(job, now, boot, back);
     Ok(
         audit::audit_job(&recent, Some(&job.calendar), &BTreeSet::new(), &scope)
             .into_iter()

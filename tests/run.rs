@@ -2062,3 +2062,95 @@ fn no_system_bus_means_no_logind_warning() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stderr(&out).contains("warning: logind"), "{}", stderr(&out));
 }
+
+/// Issue 9: hosts that catch up at once run each missed slot once and lose none. Three
+/// "hosts" (one runtime and state directory each) share one SQLite store and fire two
+/// `catch_up = "all"` jobs and one `"latest"` job of every 2 seconds, each host one firing of a job after another
+/// as its timer would, while the slots of the last minute wait to be caught up. A firing
+/// whose catch-up found another holder at work used to claim its own later slot in the
+/// moment between two of that holder's slots; every slot the holder had not reached yet
+/// was then behind the ledger and never ran. Ground truth is each command's own list of
+/// the slots it ran: with "all", every elapse from the seeded slot to the newest one run
+/// appears exactly once; with "latest", none twice. `audit` finds nothing to attend to.
+#[test]
+fn hosts_catching_up_at_once_run_every_missed_slot_exactly_once() {
+    const JOBS: [&str; 3] = ["tick0", "tick1", "latest"];
+    let list: String = JOBS
+        .iter()
+        .map(|j| {
+            let policy = if *j == "latest" { "latest" } else { "all" };
+            format!(
+                "[jobs.{j}]\nschedule = \"*:*:0/2\"\ncatch_up = \"{policy}\"\n\
+                 command = [\"/bin/sh\", \"-c\", \"echo \\\"$JOBGUARD_SLOT\\\" >> \\\"$OUT\\\"\"]\n\
+                 environment = {{ OUT = \"@DIR@/{j}\" }}\n"
+            )
+        })
+        .collect();
+    let sb = Sandbox::new(&list);
+    let step = 2_000_000;
+    let seeded = now_usec() / step * step - 30 * step;
+    for j in JOBS {
+        let out = sb.run(&["run", j, "--slot", &slot_text(seeded)]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    let until = Instant::now() + Duration::from_secs(6);
+    let host = |name: &'static str, job: &'static str| {
+        let sb = &sb;
+        move || {
+            let mut firings = 0;
+            while Instant::now() < until {
+                let out = sb
+                    .cmd(&["run", job])
+                    .env("JOBGUARD_RUNTIME_DIR", sb.file(&format!("run-{name}")))
+                    .env("JOBGUARD_STATE_DIR", sb.file(&format!("state-{name}")))
+                    .env("TRIGGER_TIMER_REALTIME_USEC", FIRED)
+                    .output()
+                    .expect("run");
+                assert!(out.status.success(), "{name}: {}", stderr(&out));
+                firings += 1;
+            }
+            firings
+        }
+    };
+    let firings: Vec<usize> = std::thread::scope(|s| {
+        let hosts: Vec<_> = ["a", "b", "c"]
+            .into_iter()
+            .flat_map(|h| JOBS.map(|j| s.spawn(host(h, j))))
+            .collect();
+        hosts.into_iter().map(|h| h.join().expect("host")).collect()
+    });
+    let texts = |v: &[i64]| v.iter().map(|s| slot_text(*s)).collect::<Vec<_>>();
+    for j in JOBS {
+        // One last firing catches up what elapsed while the hosts stopped.
+        let out = timer_run(&sb, j);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let ran: Vec<i64> = sb
+            .read(j)
+            .lines()
+            .map(|l| l.parse::<jiff::Timestamp>().expect("a slot").as_microsecond())
+            .collect();
+        let newest = *ran.iter().max().expect("slots ran");
+        let mut sorted = ran.clone();
+        sorted.sort_unstable();
+        let want: Vec<i64> = if j == "latest" {
+            let mut once = sorted.clone();
+            once.dedup();
+            once
+        } else {
+            (seeded..=newest).step_by(step as usize).collect()
+        };
+        assert_eq!(
+            texts(&sorted),
+            texts(&want),
+            "{j}: each slot from the seeded one on ran exactly once ({firings:?} firings \
+             per host and job); ran in this order: {:?}",
+            texts(&ran)
+        );
+    }
+    let audit = sb.run(&["audit", "--json"]);
+    assert!(
+        audit.status.success(),
+        "audit finds nothing to attend to: {}",
+        support::stdout(&audit)
+    );
+}

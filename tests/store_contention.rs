@@ -411,3 +411,80 @@ fn mysql_an_outcome_kept_while_the_store_is_cut_off_is_recorded_later_not_rerun(
 fn redis_an_outcome_kept_while_the_store_is_cut_off_is_recorded_later_not_rerun() {
     outcome_kept_while_the_store_is_cut_off(Kind::Redis, "store_contention::kept_redis");
 }
+
+/// Issue 9: the store stops answering (a frozen proxy) just as the command ends, and the
+/// host loses power while the shim still waits for its first outcome write: `/run` (the
+/// runtime copy of the outcome) is gone with it. The outcome must already be kept in the
+/// state directory, so that once the host and the store are back, `jobguard recover`
+/// records it and the slot never runs again. It used to be kept there only once the first
+/// write had failed, which a store that does not answer makes wait for its time-out.
+fn outcome_kept_durably_while_the_first_write_hangs(kind: Kind, test: &str) {
+    let Some(ns) = Namespace::new(kind, test) else {
+        return;
+    };
+    let proxy = Proxy::start(kind.port());
+    let address = kind.address(&proxy.listen, &ns.name);
+    let sb = Sandbox::new(&format!(
+        "[jobs.cut]\nschedule = \"*-*-* 02:00:00 UTC\"\nstore = {address:?}\n\
+         lease_ttl = \"30s\"\nstore_wait = \"60s\"\n\
+         environment = {{ OUT = \"@DIR@/out\" }}\n\
+         command = [\"/bin/sh\", \"-c\", \"echo $JOBGUARD_SLOT >> $OUT; \
+         [ -e $OUT.first ] && exit 0; touch $OUT.first; \
+         while [ ! -e $OUT.go ]; do sleep 0.05; done; rm $OUT.go\"]\n"
+    ));
+    let slot = "2026-11-27T02:00:00Z";
+    let mut shim = sb
+        .cmd(&["run", "cut", "--slot", slot])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(wait_until(20, || sb.lines("out") > 0), "the command started");
+    proxy.freeze(true);
+    std::fs::write(sb.file("out.go"), "").unwrap();
+    assert!(
+        wait_until(20, || !sb.file("out.go").exists()),
+        "the command ended"
+    );
+    // The power cut, a few seconds after the command ended: the shim dies and /run with it.
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        shim.try_wait().unwrap().is_none(),
+        "the shim still waits for the store"
+    );
+    shim.kill().unwrap();
+    let _ = shim.wait();
+    std::fs::remove_dir_all(sb.file("run")).unwrap();
+    proxy.cut();
+    proxy.freeze(false);
+    let rec = sb.run(&["recover"]);
+    assert!(rec.status.success(), "{}", stderr(&rec));
+    assert!(stderr(&rec).contains("recorded late"), "{}", stderr(&rec));
+    let again = sb.run(&["run", "cut", "--slot", slot]);
+    assert!(
+        stderr(&again).contains("already succeeded"),
+        "{}",
+        stderr(&again)
+    );
+    assert!(sb.run(&["recover"]).status.success());
+    let h = sb.history("cut");
+    assert_eq!(h.len(), 1, "{h:?}");
+    assert_eq!(h[0]["outcome"], "succeeded", "{h:?}");
+    assert_eq!(sb.lines("out"), 1, "the slot ran once");
+}
+
+#[test]
+fn postgres_a_power_cut_while_the_first_outcome_write_hangs_loses_no_outcome() {
+    outcome_kept_durably_while_the_first_write_hangs(
+        Kind::Postgres,
+        "store_contention::durable_pg",
+    );
+}
+
+#[test]
+fn redis_a_power_cut_while_the_first_outcome_write_hangs_loses_no_outcome() {
+    outcome_kept_durably_while_the_first_write_hangs(
+        Kind::Redis,
+        "store_contention::durable_redis",
+    );
+}

@@ -101,14 +101,8 @@ pub fn run(args: &AuditArgs) -> u8 {
             now,
             boot,
             grace: job.map_or(0, grace_usec),
-            // Retention judges by the store's clock, which may be ahead of this host's
-            // by up to the tolerance.
-            kept_since: job.and_then(|j| {
-                crate::retention::kept_since(now, j.retention).map(|k| {
-                    k.saturating_add(crate::store::rules::duration_usec(j.clock_tolerance))
-                })
-            }),
-            missed_after_newest_only: false,
+            kept_since: job.and_then(|j| audit::retention_bound(j, now)),
+            missed_after: None,
         };
         // A paused job expects no slot: like a removed one, it is audited without the slot
         // checks (no slot is missed while it is paused).
@@ -184,22 +178,29 @@ fn row(job: &str, f: &Finding) -> Vec<String> {
 /// every attempt at each slot where an attempt failed, was cut off or still runs (and
 /// was not itself resolved as done) unless those records already show the slot done. A
 /// slot left failed or held stays something to attend to however many records came
-/// after it, and a slot is judged on all its attempts.
+/// after it, and a slot is judged on all its attempts. Also returns the slot after which
+/// every record of the job was read ([`audit::read_back_to`] of the newest `recent`).
 ///
 /// # Errors
 /// Store errors.
 pub fn judged_records(
     store: &mut dyn Store,
-    job: &str,
+    job: &Job,
     recent: usize,
-) -> Result<Vec<Run>, StoreError> {
+) -> Result<(Vec<Run>, Option<i64>), StoreError> {
+    let name = &job.name;
     let mut runs = store.runs(&RunQuery {
-        job: Some(job.to_string()),
+        job: Some(name.clone()),
         limit: recent,
         ..RunQuery::default()
     })?;
+    let back = audit::read_back_to(
+        &runs,
+        recent,
+        crate::store::rules::duration_usec(job.clock_tolerance),
+    );
     if runs.len() < recent {
-        return Ok(runs);
+        return Ok((runs, back));
     }
     let done: BTreeSet<i64> = runs
         .iter()
@@ -208,7 +209,7 @@ pub fn judged_records(
         .collect();
     let unsettled: BTreeSet<i64> = store
         .runs(&RunQuery {
-            job: Some(job.to_string()),
+            job: Some(name.clone()),
             outcomes: vec![
                 Outcome::Failed,
                 Outcome::Interrupted,
@@ -224,7 +225,7 @@ pub fn judged_records(
     let mut seen: BTreeSet<String> = runs.iter().map(|r| r.run_id.clone()).collect();
     for slot in unsettled {
         for run in store.runs(&RunQuery {
-            job: Some(job.to_string()),
+            job: Some(name.clone()),
             slot: Some(slot),
             ..RunQuery::default()
         })? {
@@ -233,7 +234,7 @@ pub fn judged_records(
             }
         }
     }
-    Ok(runs)
+    Ok((runs, back))
 }
 
 /// The run ids of `running` records whose holder is gone (looked at, never ended).

@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use crate::audit::{self, Finding, FindingKind, Scope};
+use crate::audit::{self, Finding, FindingKind};
 use crate::cli::{StatusArgs, job_store_address, view};
 use crate::config::{self, ConfigSource};
 use crate::exit;
@@ -119,7 +119,7 @@ fn job_status(
     now_usec: i64,
     units: Option<&JobUnits>,
 ) -> Result<JobStatus, crate::store::StoreError> {
-    let recent = crate::cli::audit::judged_records(store, &job.name, RECENT)?;
+    let (recent, read_back_to) = crate::cli::audit::judged_records(store, job, RECENT)?;
     let lease = store.lease(&job.name)?;
     let store_now = store.now()?;
     let live_lease = lease.filter(|l| l.expire_at > store_now);
@@ -139,16 +139,12 @@ fn job_status(
         .max_by_key(|r| (r.slot.usec, r.started_at));
     let running = recent.iter().find(|r| r.outcome == Outcome::Running);
     let orphans = crate::cli::audit::orphans(store, &recent)?;
-    let grace = i64::try_from(audit::grace(job).as_micros()).unwrap_or(i64::MAX);
-    let scope = Scope {
-        since: None,
-        until: now_usec,
-        now: now_usec,
-        boot: crate::identity::boot_time_usec(),
-        grace,
-        kept_since: None,
-        missed_after_newest_only: true,
-    };
+    let scope = audit::recent_scope(
+        job,
+        now_usec,
+        crate::identity::boot_time_usec(),
+        read_back_to,
+    );
     // A paused job expects no slot: none of its slots is missed.
     let calendar = job.enabled.then_some(&job.calendar);
     let all = audit::status_findings(&recent, calendar, &orphans, &scope);

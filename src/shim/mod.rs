@@ -182,11 +182,15 @@ pub fn run(job: &Job, req: &Request) -> u8 {
             return status;
         }
     }
-    // With catch_up = "all", the elapses since the newest recorded slot run first.
+    // With catch_up = "all", the elapses since the newest recorded slot run first. When
+    // another holder serves the job, this firing's slot is left to it too: claimed in a
+    // moment between two of that holder's catch-up slots, it would put every slot the
+    // holder has not reached yet behind the ledger, where no claim runs it. The holder
+    // runs the elapses that passed while it ran once it is done (below).
     if by_trigger && job.catch_up == CatchUp::All {
         match missed_before(job, store.as_mut(), &current.slot) {
             Ok(missed) => {
-                let (code, _) = run_catch_ups(
+                let (code, go_on) = run_catch_ups(
                     job,
                     store.as_mut(),
                     &mut lock,
@@ -195,6 +199,16 @@ pub fn run(job: &Job, req: &Request) -> u8 {
                     &missed,
                 );
                 note(code);
+                if !go_on {
+                    if !child::stop_requested() {
+                        eprintln!(
+                            "jobguard: {}: slot {} is left to the holder that is catching up",
+                            job.name,
+                            current.slot.rfc3339()
+                        );
+                    }
+                    return status;
+                }
             }
             Err(e) => return store_failed(job, &e),
         }
@@ -1169,6 +1183,25 @@ fn system_stopping() -> bool {
         .unwrap_or(false)
 }
 
+/// How long the first outcome write may go unanswered before the outcome is also kept in
+/// the state directory ([`finish_with_retry`]).
+const KEEP_DURABLY_AFTER: Duration = Duration::from_millis(500);
+
+/// Keeps `kept` in the state directory, fsynced ([`pending::keep`]); says why not on
+/// stderr. Returns whether it is kept.
+fn keep_durably(job: &str, kept: &pending::Kept) -> bool {
+    match pending::keep(&pending::state_dir(), kept, true) {
+        Ok(_) => true,
+        Err(e) => {
+            eprintln!(
+                "jobguard: {job}: cannot keep the outcome in {}: {e}",
+                pending::state_dir().display()
+            );
+            false
+        }
+    }
+}
+
 /// Writes the outcome, releases the lease and logs the finish event; returns the status
 /// to exit with: `code` (the ledger keeps the command's own), except that a 0 whose
 /// outcome could not be recorded becomes [`exit::STORE_UNAVAILABLE`] (the store could not
@@ -1284,8 +1317,10 @@ fn record(
 /// long) is waited out up to `store_wait`, while a store that is gone is given up when the
 /// lease would expire: past that, another host may take the slot anyway. After a stop
 /// signal (`systemctl stop`, a shutdown: the unit's stop time-out is short) renewals no
-/// longer extend the wait. After the first failure the outcome is also kept durably in
-/// the state directory.
+/// longer extend the wait. The outcome is also kept durably in the state directory once
+/// the first write has failed or has not answered within [`KEEP_DURABLY_AFTER`]: a store
+/// that does not answer at all (a partition) keeps the first write waiting for its
+/// time-out, and a power cut meanwhile takes the runtime copy with `/run`.
 fn finish_with_retry(
     job: &Job,
     store: &mut dyn Store,
@@ -1306,19 +1341,30 @@ fn finish_with_retry(
     let mut lease_held = true;
     let mut pause = Duration::from_millis(100);
     let mut failed_once = false;
+    let mut kept_durably = false;
     loop {
-        let result = store.finish(lease, &run.run_id, finish);
+        let result = if failed_once {
+            store.finish(lease, &run.run_id, finish)
+        } else {
+            let (done, waiting) = std::sync::mpsc::channel::<()>();
+            let (name, copy) = (job.name.clone(), kept.clone());
+            let keeper = std::thread::spawn(move || {
+                let late = waiting.recv_timeout(KEEP_DURABLY_AFTER)
+                    == Err(std::sync::mpsc::RecvTimeoutError::Timeout);
+                late && keep_durably(&name, &copy)
+            });
+            let result = store.finish(lease, &run.run_id, finish);
+            drop(done);
+            kept_durably = keeper.join().unwrap_or(false);
+            result
+        };
         let Err(e @ StoreError::Unavailable { .. }) = &result else {
             return result;
         };
         if !failed_once {
             failed_once = true;
-            if let Err(k) = pending::keep(&pending::state_dir(), kept, true) {
-                eprintln!(
-                    "jobguard: {}: cannot keep the outcome in {}: {k}",
-                    job.name,
-                    pending::state_dir().display()
-                );
+            if !kept_durably {
+                keep_durably(&job.name, kept);
             }
             eprintln!(
                 "jobguard: {}: recording the outcome failed: {e}; retrying for up to {} s",

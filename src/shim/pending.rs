@@ -13,10 +13,12 @@
 //!   tmpfs, in memory: it is not the file system that is full when the store's disk is,
 //!   and writing there costs no disk I/O on the normal path. It does not survive a reboot.
 //! - `<state dir>/pending/<run id>.json` (`/var/lib/jobguard/pending`, fsynced with its
-//!   directory) is written as well once the first store write has failed: it survives a
-//!   reboot (a shared store that is still down when the host restarts), but usually shares
-//!   the SQLite store's file system, so when that one is full this copy fails and the
-//!   runtime copy carries the outcome.
+//!   directory) is written as well once the first store write has failed or has not
+//!   answered within half a second (a store that does not answer at all keeps that write
+//!   waiting for its time-out, and a power cut meanwhile takes `/run` with it): it
+//!   survives a reboot (a shared store that is still down when the host restarts), but
+//!   usually shares the SQLite store's file system, so when that one is full this copy
+//!   fails and the runtime copy carries the outcome.
 //!
 //! Either copy is enough. A kept outcome names the store it belongs to
 //! ([`crate::store::Store::describe`], secrets masked) and is replayed only into that
