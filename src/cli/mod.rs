@@ -55,8 +55,9 @@ pub enum Command {
     /// when anything does.
     ///
     /// Needs attention: a slot not done whose latest attempt failed, is held, or waits for
-    /// its queued re-run; a running record whose holder is gone; a slot missed after the
-    /// newest record (elapsed more than the job's grace ago with no record); a timer that
+    /// its queued re-run; a running record whose holder is gone; a missed slot (elapsed
+    /// more than the job's grace ago with no record, after the newest record or between the
+    /// newest 200); a timer that
     /// is not waiting (unless masked). Exit 69 or 78 when a store or the job list cannot
     /// be read.
     Status(StatusArgs),

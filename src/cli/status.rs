@@ -10,7 +10,8 @@
 //! A job needs attention ([`crate::audit::needs_attention`], the rule `audit` uses) when a
 //! slot that is not done has its latest attempt `failed`, held for a person, or cut off and
 //! waiting for its queued re-run; when a `running` record's holder is gone; when a slot
-//! elapsed after the newest record, past the job's grace, with no record (*missed*); or
+//! elapsed past the job's grace with no record (*missed*), after the newest record or
+//! between the newest [`RECENT`] ones; or
 //! when systemd was read and the job's timer is not waiting for a next elapse (unless it
 //! is masked). `status` then exits [`exit::ATTENTION`] (1), so it serves as a monitoring
 //! check; a store or job list it cannot read gives its own status (69, 78) instead.
