@@ -39,6 +39,18 @@ pub const PASSED_OVER_AFTER: &str = "jobguard.passed_over_after";
 /// the interval is what counts).
 pub const PASSED_OVER_COUNT: &str = "jobguard.passed_over";
 
+/// Report key of the schedule a run's slot was an elapse of ([`schedule_fingerprint`]),
+/// written by the shim with every outcome. Gaps between records are judged only under the
+/// job's current schedule: an edited schedule's elapses are not compared with the records
+/// of the old one.
+pub const SCHEDULE: &str = "jobguard.schedule";
+
+/// The value of [`SCHEDULE`] for `cal`: its normalized form (as `systemd-analyze
+/// calendar` prints it) and its zone.
+pub fn schedule_fingerprint(cal: &CalendarSpec) -> String {
+    format!("{cal} ({})", cal.zone_name())
+}
+
 /// At most this many elapses of one job are compared with its ledger in one check.
 pub const MAX_ELAPSES: usize = 100_000;
 
@@ -197,20 +209,29 @@ pub struct Scope {
 /// of slot S starts at S − `tolerance` or later (µs; a host's clock may be ahead of the
 /// store's by up to `clock_tolerance`, beyond which the claim refuses), so every slot
 /// after the oldest start read + `tolerance` would have its record among them.
+///
+/// Never later than the newest slot read, so that a tolerance longer than the span of
+/// the records read does not turn the check off. A record of a future slot forced ahead
+/// (`run --slot F --force`) starts before its slot: callers confirm a missed slot before
+/// the newest record with the store ([`crate::cli::audit::confirm_missed`]).
 pub fn read_back_to(newest_first: &[Run], limit: usize, tolerance: i64) -> Option<i64> {
     if newest_first.len() < limit {
         return None;
     }
     let oldest = newest_first.iter().map(|r| r.started_at).min()?;
-    Some(oldest.saturating_add(tolerance))
+    let newest_slot = newest_first.iter().map(|r| r.slot.usec).max()?;
+    Some(oldest.saturating_add(tolerance).min(newest_slot))
 }
 
 /// The first slot (µs since the epoch) whose records `job`'s retention has surely kept at
-/// `now` ([`crate::retention::kept_since`]): retention judges by the store's clock, which
-/// may be ahead of this host's by up to `clock_tolerance`. `None`: every record is kept.
+/// `now` ([`crate::retention::kept_since`]): retention deletes by start, by the store's
+/// clock, which may be ahead of this host's by up to `clock_tolerance`, and a slot's
+/// record may start up to `clock_tolerance` before it; hence twice the tolerance. `None`:
+/// every record is kept.
 pub fn retention_bound(job: &Job, now: i64) -> Option<i64> {
+    let tolerance = crate::store::rules::duration_usec(job.clock_tolerance);
     crate::retention::kept_since(now, job.retention)
-        .map(|k| k.saturating_add(crate::store::rules::duration_usec(job.clock_tolerance)))
+        .map(|k| k.saturating_add(tolerance.saturating_mul(2)))
 }
 
 /// The scope of a check of `job`'s newest records (`status`, `metrics`, `recover`) at
@@ -496,9 +517,29 @@ fn slots(
         })
     };
     let pending = |e: i64| live(by_slot.range(..e).next_back()) || live(by_slot.range(e..).next());
+    // Gaps between records are judged from the oldest record made under the current
+    // schedule, after the newest made under another; before the first record made under
+    // it (an edited schedule, or records older than the key), only after the newest.
+    let fingerprint = schedule_fingerprint(cal);
+    let (mut oldest_current, mut newest_other) = (None::<i64>, None::<i64>);
+    for r in by_slot.values().flatten() {
+        match r.report.get(SCHEDULE) {
+            Some(f) if *f == fingerprint => {
+                oldest_current = Some(oldest_current.map_or(r.slot.usec, |o| o.min(r.slot.usec)));
+            }
+            Some(_) => {
+                newest_other = Some(newest_other.map_or(r.slot.usec, |n| n.max(r.slot.usec)))
+            }
+            None => {}
+        }
+    }
+    let gaps_from = oldest_current
+        .unwrap_or(i64::MAX)
+        .max(newest_other.map_or(i64::MIN, |n| n.saturating_add(1)));
+    let newest = recorded.last().copied().unwrap_or(i64::MIN);
     let (elapses, more) = unrecorded_elapses(cal, &recorded, from, to);
     for e in elapses {
-        if by_slot.contains_key(&e) {
+        if by_slot.contains_key(&e) || (e < newest && e < gaps_from) {
             continue;
         }
         if let Some((after, slot, run)) = decisions.iter().find(|(a, s, _)| *a < e && e < *s) {
@@ -592,7 +633,11 @@ mod tests {
             started_at: slot + 1_000_000,
             finished_at: (outcome != Outcome::Running).then_some(slot + 11_000_000),
             fencing_token: token,
-            report: Default::default(),
+            report: if outcome == Outcome::Running {
+                Default::default()
+            } else {
+                [(SCHEDULE.to_string(), schedule_fingerprint(&cal()))].into()
+            },
             resolution: None,
         }
     }
@@ -768,6 +813,39 @@ mod tests {
             k.contains(&("missed", 33)) && k.contains(&("orphan_running", 30)),
             "{k:?}"
         );
+    }
+
+    /// An edited schedule: the elapses of the new one between the records of the old
+    /// one are not missed; from the first record under the new one, gaps count again.
+    #[test]
+    fn gaps_are_judged_only_under_the_schedule_the_records_were_made_with() {
+        let mut runs = clean(40);
+        // Minutes 0..=19 ran under another schedule (every other minute, say), so minutes
+        // 1, 3, 5 ... have no record; minute 30 was lost under the current one.
+        runs.retain(|r| {
+            let m = (r.slot.usec - T0) / MIN;
+            (m >= 20 || m % 2 == 0) && m != 30
+        });
+        for r in runs.iter_mut().filter(|r| r.slot.usec < T0 + 20 * MIN) {
+            r.report
+                .insert(SCHEDULE.into(), "*-*-* *:00/2:00 (UTC)".into());
+        }
+        let f = audit_job(&runs, Some(&cal()), &BTreeSet::new(), &scope(40));
+        assert_eq!(kinds(&f), vec![("missed", 30)]);
+        // Records older than the key: gaps only from the first record that has it.
+        for r in runs.iter_mut() {
+            if r.slot.usec < T0 + 20 * MIN {
+                r.report.clear();
+            }
+        }
+        let f = audit_job(&runs, Some(&cal()), &BTreeSet::new(), &scope(40));
+        assert_eq!(kinds(&f), vec![("missed", 30)]);
+        // No record under the current schedule: only the slots after the newest count.
+        for r in runs.iter_mut() {
+            r.report.clear();
+        }
+        let f = audit_job(&runs, Some(&cal()), &BTreeSet::new(), &scope(43));
+        assert_eq!(kinds(&f), vec![("missed", 40), ("missed", 41)]);
     }
 
     #[test]

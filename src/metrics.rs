@@ -18,8 +18,8 @@
 //! - the last outcome and duration, the running records, and the missed, held, failed and
 //!   queued slots come from the newest [`RECENT`] records and the older slots an attempt
 //!   failed or was cut off in ([`crate::cli::audit::judged_records`]), judged by
-//!   [`audit::status_findings`] exactly as `jobguard status` judges them (missed slots only
-//!   after the newest record); `jobguard_job_needs_attention` is
+//!   [`audit::status_findings`] exactly as `jobguard status` judges them (missed slots
+//!   after the newest record and between the records read); `jobguard_job_needs_attention` is
 //!   [`audit::job_needs_attention`] of those findings. systemd's timers are not read here,
 //!   so a timer that is not waiting counts only in `jobguard status`;
 //! - the lease is the store's lease row, listed while unexpired by the store's clock.
@@ -147,12 +147,13 @@ pub fn read_job(
     let orphans = crate::cli::audit::orphans(store, &recent)?;
     let scope = audit::recent_scope(job, now, boot, read_back_to);
     // A paused job expects no slot: none of its slots is missed (as in `status`).
-    let findings = audit::status_findings(
+    let mut findings = audit::status_findings(
         &recent,
         job.enabled.then_some(&job.calendar),
         &orphans,
         &scope,
     );
+    crate::cli::audit::confirm_missed(store, &job.name, &recent, &mut findings)?;
     let count = |kind: FindingKind| findings.iter().filter(|f| f.kind == kind).count();
     let last = recent
         .iter()

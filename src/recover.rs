@@ -694,38 +694,44 @@ pub fn missed_slots(
         crate::store::rules::duration_usec(job.clock_tolerance),
     );
     let scope = audit::recent_scope(job, now, boot, back);
-    Ok(
-        audit::audit_job(&recent, Some(&job.calendar), &BTreeSet::new(), &scope)
-            .into_iter()
-            .filter(|f| f.kind == FindingKind::Missed && f.runs.is_empty())
-            .map(|f| f.slot)
-            .collect(),
-    )
+    let mut findings = audit::audit_job(&recent, Some(&job.calendar), &BTreeSet::new(), &scope);
+    crate::cli::audit::confirm_missed(store, &job.name, &recent, &mut findings)?;
+    Ok(findings
+        .into_iter()
+        .filter(|f| f.kind == FindingKind::Missed && f.runs.is_empty())
+        .map(|f| f.slot)
+        .collect())
 }
 
-/// The file that keeps the newest missed slot already reported for `job` (µs since the
-/// epoch): `<runtime dir>/missed/<job>`. In `/run`, so each boot reports a slot that is
-/// still missed once more.
+/// The file that keeps the missed slots of `job` already reported (µs since the epoch,
+/// one per line): `<runtime dir>/missed/<job>`. In `/run`, so each boot reports a slot
+/// that is still missed once more.
 fn missed_mark(job: &str) -> std::path::PathBuf {
     crate::paths::runtime_dir().join("missed").join(job)
 }
 
-/// Emits one `missed` journal event ([`Kind::Missed`]) for each of `slots` (oldest first)
-/// not reported before on this host since boot, and remembers the newest. Returns the
-/// slots newly reported.
+/// Emits one `missed` journal event ([`Kind::Missed`]) for each of `slots` (the job's
+/// missed slots now, oldest first) not reported before on this host since boot, and
+/// remembers them all: a slot that is no longer missed (it ran) is forgotten, and a gap
+/// found behind slots reported earlier is reported too. Returns the slots newly reported.
 pub fn report_missed(job: &Job, slots: &[i64]) -> Vec<i64> {
     let mark = missed_mark(&job.name);
-    let reported: Option<i64> = std::fs::read_to_string(&mark)
-        .ok()
-        .and_then(|t| t.trim().parse().ok());
+    let reported: BTreeSet<i64> = std::fs::read_to_string(&mark)
+        .map(|t| t.lines().filter_map(|l| l.trim().parse().ok()).collect())
+        .unwrap_or_default();
     let new: Vec<i64> = slots
         .iter()
         .copied()
-        .filter(|s| reported.is_none_or(|r| *s > r))
+        .filter(|s| !reported.contains(s))
         .collect();
-    let Some(&newest) = new.last() else {
+    if new.is_empty() {
+        if slots.len() != reported.len() {
+            // Some ran since: only the slots still missed are kept.
+            let _ = write_marks(&mark, slots);
+        }
         return new;
-    };
+    }
+    let newest = new[new.len() - 1];
     for &slot in new.iter().take(MAX_MISSED_EVENTS) {
         let mut ev = Event::new(
             Kind::Missed,
@@ -757,7 +763,7 @@ pub fn report_missed(job: &Job, slots: &[i64]) -> Vec<i64> {
         ev.reason = Some("missed".into());
         journal::emit(&ev);
     }
-    if let Err(e) = write_mark(&mark, newest) {
+    if let Err(e) = write_marks(&mark, slots) {
         eprintln!(
             "jobguard: {}: cannot remember the missed slots reported ({}): {e}",
             job.name,
@@ -769,6 +775,12 @@ pub fn report_missed(job: &Job, slots: &[i64]) -> Vec<i64> {
 
 /// Writes `usec` to `path` (through a temporary file and a rename).
 pub(crate) fn write_mark(path: &Path, usec: i64) -> std::io::Result<()> {
+    write_marks(path, &[usec])
+}
+
+/// Writes `usecs` to `path`, one per line (through `<path>.tmp` and a rename).
+fn write_marks(path: &Path, usecs: &[i64]) -> std::io::Result<()> {
+    use std::fmt::Write as _;
     use std::os::unix::fs::DirBuilderExt;
     if let Some(dir) = path.parent() {
         std::fs::DirBuilder::new()
@@ -776,8 +788,13 @@ pub(crate) fn write_mark(path: &Path, usec: i64) -> std::io::Result<()> {
             .mode(0o700)
             .create(dir)?;
     }
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, format!("{usec}\n"))?;
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let mut text = String::new();
+    for u in usecs {
+        let _ = writeln!(text, "{u}");
+    }
+    std::fs::write(&tmp, text)?;
     std::fs::rename(&tmp, path)
 }
 

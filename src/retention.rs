@@ -14,10 +14,12 @@
 //! - every attempt at a slot that is not done (failed, held, queued for a re-run, cut off
 //!   or running): it waits for a person or a re-run, and `status` keeps showing it.
 //!
-//! `jobguard audit` looks for missed slots only from now − `retention` + `clock_tolerance`
-//! on (retention judges by the store's clock, which may be ahead of the host's by up to
-//! the tolerance): before that, the records that showed a slot ran may be gone. The counters of `jobguard metrics`
-//! drop when records are deleted, which Prometheus reads as a counter reset.
+//! `jobguard audit`, `status`, `metrics` and `recover` look for missed slots only from
+//! now − `retention` + 2 × `clock_tolerance` on (retention judges by the store's clock,
+//! which may be ahead of the host's by up to the tolerance, and a slot's record may start
+//! up to the tolerance before it): before that, the records that showed a slot ran may be
+//! gone. The counters of `jobguard metrics` drop when records are deleted, which
+//! Prometheus reads as a counter reset.
 //!
 //! [`prunable`] chooses; [`prune_job`] reads a job's records and deletes what it chose
 //! ([`crate::store::Store::delete_slots`]). `jobguard prune` calls it for every job, and

@@ -689,3 +689,68 @@ fn sqlite_prune_deletes_old_records_of_done_slots_only() {
         stdout(&out)
     );
 }
+
+/// Issue 9: a slot missed between records (lost behind the ledger, or held back while a
+/// run beside it was in progress) is reported by `recover` even when newer missed slots
+/// were reported before it; `status` names it too. `recover` used to remember only the
+/// newest slot it had reported and never logged an older one.
+#[test]
+fn sqlite_a_gap_found_behind_slots_reported_before_is_reported_too() {
+    let d = today();
+    let day = |back: i64| format_usec(d - back * DAY);
+    let sb = Sandbox::new(&job(
+        "daily",
+        &format!(
+            "if [ \"$JOBGUARD_SLOT\" = \"{}\" ]; then touch @DIR@/started; \
+             while [ ! -e @DIR@/go ]; do sleep 0.05; done; fi",
+            day(4)
+        ),
+        &Backend::Sqlite,
+    ));
+    // Newest first, so that no run records a catch-up decision over a gap before it.
+    for back in [1, 3, 6] {
+        let out = sb.run(&["run", "daily", "--slot", &day(back)]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    // Day −4 runs (and waits); day −5, the gap before it, waits for its decision.
+    let live = sb
+        .cmd(&["run", "daily", "--slot", &day(4)])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(wait_until(20, || sb.file("started").exists()), "day −4 runs");
+    let missed_lines = |out: &Output| -> Vec<String> {
+        stderr(out)
+            .lines()
+            .filter(|l| l.contains("missed: slot "))
+            .map(str::to_string)
+            .collect()
+    };
+    let rec = sb.run(&["recover"]);
+    assert!(rec.status.success(), "{}", stderr(&rec));
+    let first = missed_lines(&rec);
+    assert!(first.iter().any(|l| l.contains(&day(2))), "{first:?}");
+    assert!(!first.iter().any(|l| l.contains(&day(5))), "{first:?}");
+    std::fs::write(sb.file("go"), "").unwrap();
+    let out = live.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    // Day −4 done: day −5 is missed now, older than every slot reported before.
+    let rec = sb.run(&["recover"]);
+    let second = missed_lines(&rec);
+    assert_eq!(second.len(), 1, "{}", stderr(&rec));
+    assert!(second[0].contains(&day(5)), "{second:?}");
+    let (_, sv) = status_json(&sb);
+    let missed: Vec<&str> = sv["jobs"][0]["missed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["slot"].as_str().unwrap())
+        .collect();
+    assert!(
+        missed.contains(&day(5).as_str()) && missed.contains(&day(2).as_str()),
+        "{sv}"
+    );
+    // Reported once.
+    assert!(missed_lines(&sb.run(&["recover"])).is_empty());
+}

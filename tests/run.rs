@@ -2127,7 +2127,11 @@ fn hosts_catching_up_at_once_run_every_missed_slot_exactly_once() {
         let ran: Vec<i64> = sb
             .read(j)
             .lines()
-            .map(|l| l.parse::<jiff::Timestamp>().expect("a slot").as_microsecond())
+            .map(|l| {
+                l.parse::<jiff::Timestamp>()
+                    .expect("a slot")
+                    .as_microsecond()
+            })
             .collect();
         let newest = *ran.iter().max().expect("slots ran");
         let mut sorted = ran.clone();

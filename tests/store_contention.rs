@@ -439,7 +439,10 @@ fn outcome_kept_durably_while_the_first_write_hangs(kind: Kind, test: &str) {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    assert!(wait_until(20, || sb.lines("out") > 0), "the command started");
+    assert!(
+        wait_until(20, || sb.lines("out") > 0),
+        "the command started"
+    );
     proxy.freeze(true);
     std::fs::write(sb.file("out.go"), "").unwrap();
     assert!(

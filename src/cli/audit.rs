@@ -237,6 +237,48 @@ pub fn judged_records(
     Ok((runs, back))
 }
 
+/// At most this many missed slots are confirmed with the store by [`confirm_missed`].
+const MAX_CONFIRM: usize = 100;
+
+/// Drops from `findings` (of `job`, judged on `runs`, a window of its newest records) the
+/// missed slots before the newest slot read that do have a record after all, asking the
+/// store about each (at most [`MAX_CONFIRM`]; the rest stay): a slot forced ahead
+/// (`run --slot F --force`) has a record that started before its slot, which the window
+/// ([`audit::read_back_to`]) may not reach.
+///
+/// # Errors
+/// Store errors.
+pub fn confirm_missed(
+    store: &mut dyn Store,
+    job: &str,
+    runs: &[Run],
+    findings: &mut Vec<Finding>,
+) -> Result<(), StoreError> {
+    let Some(newest) = runs.iter().map(|r| r.slot.usec).max() else {
+        return Ok(());
+    };
+    let gaps: Vec<i64> = findings
+        .iter()
+        .filter(|f| f.kind == audit::FindingKind::Missed && f.runs.is_empty() && f.slot < newest)
+        .map(|f| f.slot)
+        .take(MAX_CONFIRM)
+        .collect();
+    let mut recorded = BTreeSet::new();
+    for slot in gaps {
+        let found = store.runs(&RunQuery {
+            job: Some(job.to_string()),
+            slot: Some(slot),
+            limit: 1,
+            ..RunQuery::default()
+        })?;
+        if !found.is_empty() {
+            recorded.insert(slot);
+        }
+    }
+    findings.retain(|f| !(f.kind == audit::FindingKind::Missed && recorded.contains(&f.slot)));
+    Ok(())
+}
+
 /// The run ids of `running` records whose holder is gone (looked at, never ended).
 ///
 /// # Errors

@@ -185,8 +185,10 @@ pub fn run(job: &Job, req: &Request) -> u8 {
     // With catch_up = "all", the elapses since the newest recorded slot run first. When
     // another holder serves the job, this firing's slot is left to it too: claimed in a
     // moment between two of that holder's catch-up slots, it would put every slot the
-    // holder has not reached yet behind the ledger, where no claim runs it. The holder
-    // runs the elapses that passed while it ran once it is done (below).
+    // holder has not reached yet behind the ledger, where no claim runs it. A holder
+    // started by its timer runs the elapses that passed while it ran once it is done
+    // (below); after any other holder (a forced run, a re-run), the next firing's
+    // catch-up runs them.
     if by_trigger && job.catch_up == CatchUp::All {
         match missed_before(job, store.as_mut(), &current.slot) {
             Ok(missed) => {
@@ -202,7 +204,7 @@ pub fn run(job: &Job, req: &Request) -> u8 {
                 if !go_on {
                     if !child::stop_requested() {
                         eprintln!(
-                            "jobguard: {}: slot {} is left to the holder that is catching up",
+                            "jobguard: {}: slot {} is left to the lease's holder, or else to the next catch-up",
                             job.name,
                             current.slot.rfc3339()
                         );
@@ -911,6 +913,10 @@ fn run_slot(
     let ran = run.slot.usec;
     let mut decisions = std::collections::BTreeMap::new();
     PassedOver::record(passed_over, &mut decisions);
+    decisions.insert(
+        crate::audit::SCHEDULE.to_string(),
+        crate::audit::schedule_fingerprint(&job.calendar),
+    );
     if let Some(by) = attempt.forced_by {
         decisions.insert(rerun::FORCED_BY.to_string(), by.to_string());
     }
@@ -1346,16 +1352,23 @@ fn finish_with_retry(
         let result = if failed_once {
             store.finish(lease, &run.run_id, finish)
         } else {
+            // On success the join waits for a durable write already under way.
             let (done, waiting) = std::sync::mpsc::channel::<()>();
             let (name, copy) = (job.name.clone(), kept.clone());
-            let keeper = std::thread::spawn(move || {
+            let keeper = std::thread::Builder::new().spawn(move || {
                 let late = waiting.recv_timeout(KEEP_DURABLY_AFTER)
                     == Err(std::sync::mpsc::RecvTimeoutError::Timeout);
                 late && keep_durably(&name, &copy)
             });
+            // No thread to watch the write: keep the outcome durably first.
+            if keeper.is_err() {
+                kept_durably = keep_durably(&job.name, kept);
+            }
             let result = store.finish(lease, &run.run_id, finish);
             drop(done);
-            kept_durably = keeper.join().unwrap_or(false);
+            if let Ok(k) = keeper {
+                kept_durably = k.join().unwrap_or(false);
+            }
             result
         };
         let Err(e @ StoreError::Unavailable { .. }) = &result else {
