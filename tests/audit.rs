@@ -719,7 +719,10 @@ fn sqlite_a_gap_found_behind_slots_reported_before_is_reported_too() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    assert!(wait_until(20, || sb.file("started").exists()), "day −4 runs");
+    assert!(
+        wait_until(20, || sb.file("started").exists()),
+        "day −4 runs"
+    );
     let missed_lines = |out: &Output| -> Vec<String> {
         stderr(out)
             .lines()

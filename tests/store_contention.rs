@@ -336,31 +336,65 @@ fn postgres_a_cut_off_holders_command_ends_before_its_lease_can_expire() {
 /// `store_wait`: the run exits 69 with its success kept on this host; once the store is
 /// back, `jobguard recover` (first slot) or the next run (second slot) records it, and the
 /// slot never runs again. Ground truth: one line per execution in a file of the test's.
-fn outcome_kept_while_the_store_is_cut_off(kind: Kind, test: &str) {
-    let Some(ns) = Namespace::new(kind, test) else {
-        return;
-    };
+/// Job `cut` on `kind` behind a proxy the test can freeze, with `store_wait`: its
+/// command appends the slot to `out`, and the first execution of each slot then waits for
+/// the file `out.go` (and removes it).
+fn cut_off_job(kind: Kind, test: &str, store_wait: &str) -> Option<(Namespace, Proxy, Sandbox)> {
+    let ns = Namespace::new(kind, test)?;
     let proxy = Proxy::start(kind.port());
     let address = kind.address(&proxy.listen, &ns.name);
     let sb = Sandbox::new(&format!(
         "[jobs.cut]\nschedule = \"*-*-* 02:00:00 UTC\"\nstore = {address:?}\n\
-         lease_ttl = \"30s\"\nstore_wait = \"2s\"\n\
+         lease_ttl = \"30s\"\nstore_wait = \"{store_wait}\"\n\
          environment = {{ OUT = \"@DIR@/out\" }}\n\
          command = [\"/bin/sh\", \"-c\", \"echo $JOBGUARD_SLOT >> $OUT; \
+         [ -e $OUT.$JOBGUARD_SLOT ] && exit 0; touch $OUT.$JOBGUARD_SLOT; \
          while [ ! -e $OUT.go ]; do sleep 0.05; done; rm $OUT.go\"]\n"
     ));
+    Some((ns, proxy, sb))
+}
+
+/// `jobguard run cut --slot SLOT` started, once its command runs (the `n`th line of
+/// `out` is there).
+fn start_cut(sb: &Sandbox, slot: &str, n: usize) -> Child {
+    let shim = sb
+        .cmd(&["run", "cut", "--slot", slot])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_until(20, || sb.lines("out") > n),
+        "the command started"
+    );
+    shim
+}
+
+/// `next` (a recover pass or a run) recorded the kept outcome of `slot`; a run of the
+/// slot then skips it as done, and the slot has one record, succeeded.
+fn recorded_late_once(sb: &Sandbox, next: &std::process::Output, slot: &str) {
+    assert!(next.status.success(), "{}", stderr(next));
+    assert!(stderr(next).contains("recorded late"), "{}", stderr(next));
+    let again = sb.run(&["run", "cut", "--slot", slot]);
+    assert!(
+        stderr(&again).contains("already succeeded"),
+        "{}",
+        stderr(&again)
+    );
+    assert!(sb.run(&["recover"]).status.success());
+    let h = sb.history("cut");
+    let this: Vec<_> = h.iter().filter(|r| r["slot"] == slot).collect();
+    assert_eq!(this.len(), 1, "{h:?}");
+    assert_eq!(this[0]["outcome"], "succeeded", "{h:?}");
+}
+
+fn outcome_kept_while_the_store_is_cut_off(kind: Kind, test: &str) {
+    let Some((_ns, proxy, sb)) = cut_off_job(kind, test, "2s") else {
+        return;
+    };
     let slots = ["2026-11-27T02:00:00Z", "2026-11-28T02:00:00Z"];
     for (n, slot) in slots.iter().enumerate() {
-        let shim = sb
-            .cmd(&["run", "cut", "--slot", slot])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        assert!(
-            wait_until(20, || sb.lines("out") > n),
-            "the command started"
-        );
+        let shim = start_cut(&sb, slot, n);
         proxy.freeze(true);
         std::fs::write(sb.file("out.go"), "").unwrap();
         let out = shim.wait_with_output().unwrap();
@@ -376,19 +410,7 @@ fn outcome_kept_while_the_store_is_cut_off(kind: Kind, test: &str) {
         } else {
             sb.run(&["run", "cut", "--slot", slot])
         };
-        assert!(next.status.success(), "{}", stderr(&next));
-        assert!(stderr(&next).contains("recorded late"), "{}", stderr(&next));
-        let again = sb.run(&["run", "cut", "--slot", slot]);
-        assert!(
-            stderr(&again).contains("already succeeded"),
-            "{}",
-            stderr(&again)
-        );
-        assert!(sb.run(&["recover"]).status.success());
-        let h = sb.history("cut");
-        let this: Vec<_> = h.iter().filter(|r| r["slot"] == *slot).collect();
-        assert_eq!(this.len(), 1, "{h:?}");
-        assert_eq!(this[0]["outcome"], "succeeded", "{h:?}");
+        recorded_late_once(&sb, &next, slot);
     }
     assert_eq!(
         sb.read("out").lines().collect::<Vec<_>>(),
@@ -419,30 +441,11 @@ fn redis_an_outcome_kept_while_the_store_is_cut_off_is_recorded_later_not_rerun(
 /// records it and the slot never runs again. It used to be kept there only once the first
 /// write had failed, which a store that does not answer makes wait for its time-out.
 fn outcome_kept_durably_while_the_first_write_hangs(kind: Kind, test: &str) {
-    let Some(ns) = Namespace::new(kind, test) else {
+    let Some((_ns, proxy, sb)) = cut_off_job(kind, test, "60s") else {
         return;
     };
-    let proxy = Proxy::start(kind.port());
-    let address = kind.address(&proxy.listen, &ns.name);
-    let sb = Sandbox::new(&format!(
-        "[jobs.cut]\nschedule = \"*-*-* 02:00:00 UTC\"\nstore = {address:?}\n\
-         lease_ttl = \"30s\"\nstore_wait = \"60s\"\n\
-         environment = {{ OUT = \"@DIR@/out\" }}\n\
-         command = [\"/bin/sh\", \"-c\", \"echo $JOBGUARD_SLOT >> $OUT; \
-         [ -e $OUT.first ] && exit 0; touch $OUT.first; \
-         while [ ! -e $OUT.go ]; do sleep 0.05; done; rm $OUT.go\"]\n"
-    ));
     let slot = "2026-11-27T02:00:00Z";
-    let mut shim = sb
-        .cmd(&["run", "cut", "--slot", slot])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    assert!(
-        wait_until(20, || sb.lines("out") > 0),
-        "the command started"
-    );
+    let mut shim = start_cut(&sb, slot, 0);
     proxy.freeze(true);
     std::fs::write(sb.file("out.go"), "").unwrap();
     assert!(
@@ -461,18 +464,7 @@ fn outcome_kept_durably_while_the_first_write_hangs(kind: Kind, test: &str) {
     proxy.cut();
     proxy.freeze(false);
     let rec = sb.run(&["recover"]);
-    assert!(rec.status.success(), "{}", stderr(&rec));
-    assert!(stderr(&rec).contains("recorded late"), "{}", stderr(&rec));
-    let again = sb.run(&["run", "cut", "--slot", slot]);
-    assert!(
-        stderr(&again).contains("already succeeded"),
-        "{}",
-        stderr(&again)
-    );
-    assert!(sb.run(&["recover"]).status.success());
-    let h = sb.history("cut");
-    assert_eq!(h.len(), 1, "{h:?}");
-    assert_eq!(h[0]["outcome"], "succeeded", "{h:?}");
+    recorded_late_once(&sb, &rec, slot);
     assert_eq!(sb.lines("out"), 1, "the slot ran once");
 }
 
