@@ -13,12 +13,16 @@
 //!
 //! What counts as *missed*: an elapse of the schedule (systemd.time(7), the same engine
 //! the shim uses) that is older than now − [`grace`] and older than this host's boot +
-//! grace (a timer's `Persistent=` catch-up after a boot gets the same grace), at or after
-//! the job's first record, with no record at that slot and no catch-up decision covering
-//! it. A *catch-up decision* is what the shim records when it claims a slot while earlier
-//! elapses since the newest recorded slot never ran ("latest": only the newest of them
-//! runs): the run's report keeps [`PASSED_OVER_AFTER`], the slot before the gap, so every
-//! elapse strictly between it and the run's slot was passed over on purpose.
+//! grace (a timer's `Persistent=` catch-up after a boot gets the same grace), with no
+//! record at that slot and no catch-up decision covering it, and either after the job's
+//! newest record or between two records that the history grew through: a record of the
+//! earlier slot started before one of the later (a slot run by hand long after its time
+//! bounds no gap), both made under the job's current schedule ([`SCHEDULE`]), neither
+//! running, and within the job's retention. A *catch-up decision* is what the shim
+//! records when it claims a slot while earlier elapses since the newest recorded slot
+//! never ran ("latest": only the newest of them runs): the run's report keeps
+//! [`PASSED_OVER_AFTER`], the slot before the gap, so every elapse strictly between it and
+//! the run's slot was passed over on purpose.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -212,8 +216,9 @@ pub struct Scope {
 ///
 /// Never later than the newest slot read, so that a tolerance longer than the span of
 /// the records read does not turn the check off. A record of a future slot forced ahead
-/// (`run --slot F --force`) starts before its slot: callers confirm a missed slot before
-/// the newest record with the store ([`crate::cli::audit::confirm_missed`]).
+/// (`run --slot F --force`) starts before its slot, and a backfill's records start after
+/// newer slots' records: callers confirm missed slots with the store
+/// ([`crate::cli::audit::confirm_missed`]).
 pub fn read_back_to(newest_first: &[Run], limit: usize, tolerance: i64) -> Option<i64> {
     if newest_first.len() < limit {
         return None;
@@ -282,34 +287,6 @@ pub fn elapses_in(cal: &CalendarSpec, from: i64, to: i64, max: usize) -> (Vec<i6
             _ => return (out, false),
         }
     }
-}
-
-/// Elapses of `cal` in [`from`, `to`] that are not in `recorded` (sorted), at most
-/// [`MAX_ELAPSES`], and whether there were more. Walks only the gaps between recorded
-/// slots: a healthy history costs one calendar step per record.
-fn unrecorded_elapses(
-    cal: &CalendarSpec,
-    recorded: &[i64],
-    from: i64,
-    to: i64,
-) -> (Vec<i64>, bool) {
-    let mut out = Vec::new();
-    let mut cursor = from;
-    let inside = recorded.iter().copied().filter(|r| *r >= from && *r <= to);
-    for bound in inside.map(Some).chain(std::iter::once(None)) {
-        let hi = bound.map_or(to, |b| b - 1);
-        if hi >= cursor {
-            let (gap, more) = elapses_in(cal, cursor, hi, MAX_ELAPSES - out.len());
-            out.extend(gap);
-            if more {
-                return (out, true);
-            }
-        }
-        if let Some(b) = bound {
-            cursor = b + 1;
-        }
-    }
-    (out, false)
 }
 
 /// Checks one job's records (any order) against its schedule (`None`: a job no longer in
@@ -484,7 +461,7 @@ fn slots(
         .copied()
         .filter(|s| *s <= scope.now)
         .collect();
-    let Some(&first) = recorded.first() else {
+    let Some(&newest) = recorded.last() else {
         return;
     };
     // Due: older than now − grace, and only once the boot is older than the grace.
@@ -492,70 +469,127 @@ fn slots(
     if cutoff <= scope.boot {
         return;
     }
-    let mut from = first
-        .max(scope.since.unwrap_or(i64::MIN))
-        .max(scope.kept_since.unwrap_or(i64::MIN));
-    if let Some(after) = scope.missed_after {
-        from = from.max(after.saturating_add(1));
-    }
     let to = scope.until.min(cutoff - 1);
-    if to < from {
-        return;
-    }
+    let since = scope
+        .since
+        .unwrap_or(i64::MIN)
+        .max(scope.missed_after.map_or(i64::MIN, |a| a.saturating_add(1)));
     let decisions: Vec<(i64, i64, &str)> = by_slot
         .values()
         .flatten()
         .filter_map(|r| decision(r).map(|(a, s)| (a, s, r.run_id.as_str())))
         .collect();
+    let runs_of = |slot: i64| by_slot.get(&slot).map_or(&[][..], Vec::as_slice);
     // A run in progress decides the gaps beside it: the one before it when its claim's
     // catch-up decision is not written yet, the one after it when its shim runs the
     // elapses that passed meanwhile once it ends (catch-up). Those gaps wait.
-    let live = |slot: Option<(&i64, &Vec<&Run>)>| {
-        slot.is_some_and(|(_, rs)| {
-            rs.iter()
-                .any(|r| r.outcome == Outcome::Running && !orphans.contains(&r.run_id))
-        })
+    let live = |slot: i64| {
+        runs_of(slot)
+            .iter()
+            .any(|r| r.outcome == Outcome::Running && !orphans.contains(&r.run_id))
     };
-    let pending = |e: i64| live(by_slot.range(..e).next_back()) || live(by_slot.range(e..).next());
-    // Gaps between records are judged from the oldest record made under the current
-    // schedule, after the newest made under another; before the first record made under
-    // it (an edited schedule, or records older than the key), only after the newest.
+    let started = |slot: i64| runs_of(slot).iter().map(|r| r.started_at);
+    let mut budget = Budget::default();
+    // Between two records: judged under the schedule the records were made with, where
+    // the retention kept every record, and only where the history grew forward (a record
+    // of the earlier slot started before one of the later: a slot run by hand long after,
+    // or a backfill, bounds nothing).
+    let gaps_from = gaps_from(by_slot, cal).max(scope.kept_since.unwrap_or(i64::MIN));
+    for pair in recorded.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        let lo = a.saturating_add(1).max(since).max(gaps_from);
+        let hi = b.saturating_sub(1).min(to);
+        let forward = started(a).min() < started(b).max();
+        if lo > hi || live(a) || live(b) || !forward {
+            continue;
+        }
+        judge(cal, lo, hi, &decisions, &mut budget, out);
+    }
+    // After the newest record: what ran since then would be recorded after it.
+    let lo = newest.saturating_add(1).max(since);
+    if lo <= to && !live(newest) {
+        judge(cal, lo, to, &[], &mut budget, out);
+    }
+    if let Some(last) = budget.truncated {
+        out.push(Finding {
+            kind: FindingKind::Missed,
+            slot: last,
+            runs: Vec::new(),
+            detail: format!(
+                "more than {MAX_ELAPSES} elapses with no record; those after this one were not compared"
+            ),
+        });
+    }
+}
+
+/// How many elapses one check still lists: passed-over ones (information) and the rest
+/// (each a missed slot) are counted apart, so that a long gap passed over on purpose does
+/// not use up the comparison.
+#[derive(Default)]
+struct Budget {
+    passed_over: usize,
+    judged: usize,
+    /// The last elapse compared when the judged ones ran out.
+    truncated: Option<i64>,
+}
+
+/// The slot (µs since the epoch) from which gaps between records are judged: the oldest
+/// record made under the job's current schedule ([`SCHEDULE`]), after the newest made
+/// under another. A success or failure without the key was written before the key
+/// existed, and counts as another schedule's; a record another party ended (cut off,
+/// still running) has no report and counts for neither. `i64::MAX` when no record was
+/// made under the current schedule.
+fn gaps_from(by_slot: &BTreeMap<i64, Vec<&Run>>, cal: &CalendarSpec) -> i64 {
     let fingerprint = schedule_fingerprint(cal);
-    let (mut oldest_current, mut newest_other) = (None::<i64>, None::<i64>);
+    let (mut oldest_current, mut newest_other) = (i64::MAX, i64::MIN);
     for r in by_slot.values().flatten() {
+        let slot = r.slot.usec;
         match r.report.get(SCHEDULE) {
-            Some(f) if *f == fingerprint => {
-                oldest_current = Some(oldest_current.map_or(r.slot.usec, |o| o.min(r.slot.usec)));
-            }
-            Some(_) => {
-                newest_other = Some(newest_other.map_or(r.slot.usec, |n| n.max(r.slot.usec)))
+            Some(f) if *f == fingerprint => oldest_current = oldest_current.min(slot),
+            Some(_) => newest_other = newest_other.max(slot),
+            None if matches!(r.outcome, Outcome::Succeeded | Outcome::Failed) => {
+                newest_other = newest_other.max(slot);
             }
             None => {}
         }
     }
-    let gaps_from = oldest_current
-        .unwrap_or(i64::MAX)
-        .max(newest_other.map_or(i64::MIN, |n| n.saturating_add(1)));
-    let newest = recorded.last().copied().unwrap_or(i64::MIN);
-    let (elapses, more) = unrecorded_elapses(cal, &recorded, from, to);
+    oldest_current.max(newest_other.saturating_add(1))
+}
+
+/// Compares the elapses of `cal` in [`lo`, `hi`] (µs since the epoch, none of them
+/// recorded) with the catch-up `decisions` (slot before the gap, the deciding record's
+/// slot, its run id): passed over, or missed.
+fn judge(
+    cal: &CalendarSpec,
+    lo: i64,
+    hi: i64,
+    decisions: &[(i64, i64, &str)],
+    budget: &mut Budget,
+    out: &mut Vec<Finding>,
+) {
+    // A decision that covers the whole interval: list what it passed over, as far as the
+    // budget goes.
+    if let Some(&(after, slot, run)) = decisions.iter().find(|(a, s, _)| *a < lo && hi < *s) {
+        let (elapses, _) = elapses_in(cal, lo, hi, MAX_ELAPSES - budget.passed_over);
+        budget.passed_over += elapses.len();
+        out.extend(
+            elapses
+                .into_iter()
+                .map(|e| passed_over(e, after, slot, run)),
+        );
+        return;
+    }
+    if budget.truncated.is_some() {
+        return;
+    }
+    let (elapses, more) = elapses_in(cal, lo, hi, MAX_ELAPSES - budget.judged);
+    budget.judged += elapses.len();
+    if more {
+        budget.truncated = elapses.last().copied().or(Some(lo));
+    }
     for e in elapses {
-        if by_slot.contains_key(&e) || (e < newest && e < gaps_from) {
-            continue;
-        }
-        if let Some((after, slot, run)) = decisions.iter().find(|(a, s, _)| *a < e && e < *s) {
-            out.push(Finding {
-                kind: FindingKind::PassedOver,
-                slot: e,
-                runs: vec![run.to_string()],
-                detail: format!(
-                    "passed over by the catch-up run of slot {} (run {run}): the newest slot recorded before it was {}",
-                    format_usec(*slot),
-                    format_usec(*after)
-                ),
-            });
-            continue;
-        }
-        if pending(e) {
+        if let Some(&(after, slot, run)) = decisions.iter().find(|(a, s, _)| *a < e && e < *s) {
+            out.push(passed_over(e, after, slot, run));
             continue;
         }
         out.push(Finding {
@@ -568,15 +602,18 @@ fn slots(
             ),
         });
     }
-    if more {
-        out.push(Finding {
-            kind: FindingKind::Missed,
-            slot: to,
-            runs: Vec::new(),
-            detail: format!(
-                "more than {MAX_ELAPSES} elapses in the window; the rest were not compared"
-            ),
-        });
+}
+
+fn passed_over(e: i64, after: i64, slot: i64, run: &str) -> Finding {
+    Finding {
+        kind: FindingKind::PassedOver,
+        slot: e,
+        runs: vec![run.to_string()],
+        detail: format!(
+            "passed over by the catch-up run of slot {} (run {run}): the newest slot recorded before it was {}",
+            format_usec(slot),
+            format_usec(after)
+        ),
     }
 }
 
@@ -848,6 +885,72 @@ mod tests {
         assert_eq!(kinds(&f), vec![("missed", 40), ("missed", 41)]);
     }
 
+    /// A slot run by hand long after (a backfill) bounds no gap: the history did not grow
+    /// through it. A real gap between records made in order is missed.
+    #[test]
+    fn only_gaps_the_history_grew_through_are_missed() {
+        let mut runs = clean(20);
+        runs.retain(|r| (r.slot.usec - T0) / MIN != 15);
+        // Minute −100, run by hand after everything else: minutes −99..=−1 never were due.
+        let mut late = run("old", -100, Outcome::Succeeded, 99);
+        late.started_at = T0 + 20 * MIN;
+        runs.push(late);
+        let f = audit_job(&runs, Some(&cal()), &BTreeSet::new(), &scope(20));
+        assert_eq!(kinds(&f), vec![("missed", 15)]);
+    }
+
+    /// A gap passed over on purpose, longer than the comparison's budget, lists what the
+    /// budget allows as passed over and no missed slot; a real gap after it is still found.
+    #[test]
+    fn a_long_gap_passed_over_does_not_use_up_the_comparison() {
+        let long = MAX_ELAPSES as i64 + 10;
+        let mut runs = clean(2);
+        let mut catch_up = run("c", long, Outcome::Succeeded, 3);
+        catch_up
+            .report
+            .insert(PASSED_OVER_AFTER.into(), format_usec(T0 + MIN));
+        runs.push(catch_up);
+        runs.push(run("n", long + 1, Outcome::Succeeded, 4));
+        runs.push(run("m", long + 3, Outcome::Succeeded, 5));
+        let f = audit_job(&runs, Some(&cal()), &BTreeSet::new(), &scope(long + 4));
+        let missed: Vec<i64> = f
+            .iter()
+            .filter(|f| f.kind == FindingKind::Missed)
+            .map(|f| (f.slot - T0) / MIN)
+            .collect();
+        assert_eq!(missed, vec![long + 2]);
+        assert_eq!(
+            f.iter()
+                .filter(|f| f.kind == FindingKind::PassedOver)
+                .count(),
+            MAX_ELAPSES
+        );
+    }
+
+    /// A success or failure without [`SCHEDULE`] was written before the key existed: it
+    /// counts as another schedule's, so a forced re-run of an old slot under the current
+    /// one does not open the old records' gaps; a short retention bounds the gaps, not
+    /// the slots after the newest record.
+    #[test]
+    fn old_records_and_retention_bound_the_gaps_only() {
+        let mut runs = clean(10);
+        for r in runs.iter_mut() {
+            r.report.clear();
+        }
+        runs.retain(|r| (r.slot.usec - T0) / MIN != 4);
+        let mut forced = run("f", 2, Outcome::Succeeded, 11);
+        forced.forced = true;
+        forced.started_at = T0 + 10 * MIN;
+        runs.push(forced);
+        let mut s = scope(14);
+        let k = kinds(&audit_job(&runs, Some(&cal()), &BTreeSet::new(), &s));
+        assert_eq!(k, vec![("missed", 10), ("missed", 11), ("missed", 12)]);
+        // Retention kept only the last 3 minutes: the slots after the newest record count.
+        s.kept_since = Some(T0 + 11 * MIN);
+        let k = kinds(&audit_job(&runs, Some(&cal()), &BTreeSet::new(), &s));
+        assert_eq!(k, vec![("missed", 10), ("missed", 11), ("missed", 12)]);
+    }
+
     #[test]
     fn two_successes_are_a_duplicate_unless_the_later_was_forced() {
         let mut runs = clean(30);
@@ -975,9 +1078,6 @@ mod tests {
         assert_eq!(f.len(), 1440, "{:?}", &f[..3]);
         assert!(f.iter().all(|f| f.kind == FindingKind::Missed));
         assert_eq!((f[0].slot - T0) / MIN, 3 * 1440);
-        let (e, more) = unrecorded_elapses(&cal(), &[T0, T0 + 5 * MIN], T0, T0 + 10 * MIN);
-        assert_eq!(e.len(), 9);
-        assert!(!more);
     }
 
     #[test]

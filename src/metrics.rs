@@ -153,7 +153,7 @@ pub fn read_job(
         &orphans,
         &scope,
     );
-    crate::cli::audit::confirm_missed(store, &job.name, &recent, &mut findings)?;
+    crate::cli::audit::confirm_missed(store, &job.name, &mut findings)?;
     let count = |kind: FindingKind| findings.iter().filter(|f| f.kind == kind).count();
     let last = recent
         .iter()

@@ -695,7 +695,7 @@ pub fn missed_slots(
     );
     let scope = audit::recent_scope(job, now, boot, back);
     let mut findings = audit::audit_job(&recent, Some(&job.calendar), &BTreeSet::new(), &scope);
-    crate::cli::audit::confirm_missed(store, &job.name, &recent, &mut findings)?;
+    crate::cli::audit::confirm_missed(store, &job.name, &mut findings)?;
     Ok(findings
         .into_iter()
         .filter(|f| f.kind == FindingKind::Missed && f.runs.is_empty())

@@ -240,26 +240,22 @@ pub fn judged_records(
 /// At most this many missed slots are confirmed with the store by [`confirm_missed`].
 const MAX_CONFIRM: usize = 100;
 
-/// Drops from `findings` (of `job`, judged on `runs`, a window of its newest records) the
-/// missed slots before the newest slot read that do have a record after all, asking the
-/// store about each (at most [`MAX_CONFIRM`]; the rest stay): a slot forced ahead
-/// (`run --slot F --force`) has a record that started before its slot, which the window
-/// ([`audit::read_back_to`]) may not reach.
+/// Drops from `findings` (of `job`, judged on a window of its newest records) the missed
+/// slots that do have a record after all, asking the store about each (at most
+/// [`MAX_CONFIRM`]; the rest stay): a record outside the window can still belong to a slot
+/// inside it, when it started long before its slot (`run --slot F --force` of a future
+/// slot) or long before the records of older slots in the window (a backfill).
 ///
 /// # Errors
 /// Store errors.
 pub fn confirm_missed(
     store: &mut dyn Store,
     job: &str,
-    runs: &[Run],
     findings: &mut Vec<Finding>,
 ) -> Result<(), StoreError> {
-    let Some(newest) = runs.iter().map(|r| r.slot.usec).max() else {
-        return Ok(());
-    };
     let gaps: Vec<i64> = findings
         .iter()
-        .filter(|f| f.kind == audit::FindingKind::Missed && f.runs.is_empty() && f.slot < newest)
+        .filter(|f| f.kind == audit::FindingKind::Missed && f.runs.is_empty())
         .map(|f| f.slot)
         .take(MAX_CONFIRM)
         .collect();

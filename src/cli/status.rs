@@ -149,7 +149,7 @@ fn job_status(
     // A paused job expects no slot: none of its slots is missed.
     let calendar = job.enabled.then_some(&job.calendar);
     let mut all = audit::status_findings(&recent, calendar, &orphans, &scope);
-    crate::cli::audit::confirm_missed(store, &job.name, &recent, &mut all)?;
+    crate::cli::audit::confirm_missed(store, &job.name, &mut all)?;
     // Held, failed and queued slots are shown as their latest attempt.
     let mut attention: Vec<Run> = all
         .iter()
