@@ -44,6 +44,7 @@ fn waiting_job(name: &str, extra: &str) -> String {
          schedule = \"*-01-01 00:00:00 UTC\"\n\
          {extra}\n\
          command = ['/bin/sh', '-c', 'if [ -e /var/lib/{name}.first ]; then exit 0; fi; \
+         echo output of {name}; \
          ls -l /proc/$$/fd > /var/lib/{name}.fds; touch /var/lib/{name}.first; \
          while [ ! -e /run/{name}.release ]; do sleep 0.1; done']\n"
     )
@@ -229,6 +230,23 @@ fn a_run_holds_an_inhibitor_shows_its_status_and_the_catalog_explains_its_events
     assert!(
         !after.contains("jobguard hold-it"),
         "the lock outlived the run:\n{after}"
+    );
+
+    // The job's own output is in the journal under the job's name, apart from jobguard's
+    // events (issue 12).
+    let journal = |id: &str| {
+        c.exec_ok(&["journalctl", "--no-pager", "-o", "cat", "-t", id])
+            .unwrap_or_default()
+    };
+    assert!(
+        support::wait_until(10, || journal("hold-it").contains("output of hold-it")),
+        "journalctl -t hold-it:\n{}",
+        journal("hold-it")
+    );
+    let events = journal("jobguard");
+    assert!(
+        events.contains("finished slot") && !events.contains("output of hold-it"),
+        "journalctl -t jobguard:\n{events}"
     );
 
     // A start for the same slot is a skip, and says so in systemctl status.
