@@ -14,11 +14,11 @@
 //! What counts as *missed*: an elapse of the schedule (systemd.time(7), the same engine
 //! the shim uses) that is older than now − [`grace`] and older than this host's boot +
 //! grace (a timer's `Persistent=` catch-up after a boot gets the same grace), with no
-//! record at that slot and no catch-up decision covering it, and either after the job's
-//! newest record or between two records that the history grew through: a record of the
-//! earlier slot started before one of the later (a slot run by hand long after its time
-//! bounds no gap), both made under the job's current schedule ([`SCHEDULE`]), neither
-//! running, and within the job's retention. A *catch-up decision* is what the shim
+//! record at that slot and no catch-up decision covering it; after the job's newest
+//! record, or between two records made under the job's current schedule ([`SCHEDULE`]),
+//! neither of them running, within the job's retention, once the job had a history when
+//! it came due (a record of an earlier slot started before it: a slot run by hand long
+//! after its time, or a backfill, makes no elapse around it due). A *catch-up decision* is what the shim
 //! records when it claims a slot while earlier elapses since the newest recorded slot
 //! never ran ("latest": only the newest of them runs): the run's report keeps
 //! [`PASSED_OVER_AFTER`], the slot before the gap, so every elapse strictly between it and
@@ -49,10 +49,11 @@ pub const PASSED_OVER_COUNT: &str = "jobguard.passed_over";
 /// of the old one.
 pub const SCHEDULE: &str = "jobguard.schedule";
 
-/// The value of [`SCHEDULE`] for `cal`: its normalized form (as `systemd-analyze
-/// calendar` prints it) and its zone.
+/// The value of [`SCHEDULE`] for `cal`: its normalized form, as `systemd-analyze
+/// calendar` prints it, with the zone the schedule names (none: the host's local zone,
+/// whatever it is called there, so that `UTC` and `Etc/UTC` hosts agree).
 pub fn schedule_fingerprint(cal: &CalendarSpec) -> String {
-    format!("{cal} ({})", cal.zone_name())
+    cal.to_string()
 }
 
 /// At most this many elapses of one job are compared with its ledger in one check.
@@ -488,27 +489,50 @@ fn slots(
             .iter()
             .any(|r| r.outcome == Outcome::Running && !orphans.contains(&r.run_id))
     };
-    let started = |slot: i64| runs_of(slot).iter().map(|r| r.started_at);
     let mut budget = Budget::default();
-    // Between two records: judged under the schedule the records were made with, where
-    // the retention kept every record, and only where the history grew forward (a record
-    // of the earlier slot started before one of the later: a slot run by hand long after,
-    // or a backfill, bounds nothing).
+    // An elapse between records is judged only once the job had a history when it came
+    // due: a record of an earlier slot started before it. A slot run by hand long after
+    // its time, or a backfill, does not make the elapses around it due. A caller that
+    // read only the newest records (`missed_after`) knows older ones exist.
+    let mut history_since = if scope.missed_after.is_some() {
+        i64::MIN
+    } else {
+        i64::MAX
+    };
+    // Between two records: judged under the schedule the records were made with, and
+    // where the retention kept every record.
     let gaps_from = gaps_from(by_slot, cal).max(scope.kept_since.unwrap_or(i64::MIN));
     for pair in recorded.windows(2) {
         let (a, b) = (pair[0], pair[1]);
-        let lo = a.saturating_add(1).max(since).max(gaps_from);
+        history_since = runs_of(a)
+            .iter()
+            .map(|r| r.started_at)
+            .fold(history_since, i64::min);
+        let lo = a.saturating_add(1).max(since);
         let hi = b.saturating_sub(1).min(to);
-        let forward = started(a).min() < started(b).max();
-        if lo > hi || live(a) || live(b) || !forward {
+        if lo > hi || live(a) || live(b) {
             continue;
         }
-        judge(cal, lo, hi, &decisions, &mut budget, out);
+        // A gap a catch-up passed over is listed as such, whoever made its records.
+        let lo = if decisions.iter().any(|(d, s, _)| *d < lo && hi < *s) {
+            lo
+        } else {
+            lo.max(gaps_from).max(history_since.saturating_add(1))
+        };
+        if lo <= hi {
+            judge(cal, lo, hi, &decisions, &mut budget, out);
+        }
     }
-    // After the newest record: what ran since then would be recorded after it.
+    // After the newest record: what ran since then would be recorded after it, or at a
+    // slot a little ahead of now (a host's clock ahead within the tolerance), whose run
+    // may still be going and whose decision counts. Every elapse after it is due: the
+    // job has a history.
+    let ahead_live = by_slot
+        .range(newest.saturating_add(1)..)
+        .any(|(&slot, _)| live(slot));
     let lo = newest.saturating_add(1).max(since);
-    if lo <= to && !live(newest) {
-        judge(cal, lo, to, &[], &mut budget, out);
+    if lo <= to && !live(newest) && !ahead_live {
+        judge(cal, lo, to, &decisions, &mut budget, out);
     }
     if let Some(last) = budget.truncated {
         out.push(Finding {
@@ -949,6 +973,63 @@ mod tests {
         s.kept_since = Some(T0 + 11 * MIN);
         let k = kinds(&audit_job(&runs, Some(&cal()), &BTreeSet::new(), &s));
         assert_eq!(k, vec![("missed", 10), ("missed", 11), ("missed", 12)]);
+    }
+
+    /// Running one lost slot by hand later does not hide the rest of its gap, and a slot
+    /// forced ahead of time (its record started before the slots before it came due)
+    /// does not hide a loss just before it.
+    #[test]
+    fn a_late_or_early_record_hides_no_lost_slot_beside_it() {
+        let mut runs = clean(8);
+        // Minutes 8 and 9 lost; 10 forced at minute 9.5 (no decision), 11 on time; then
+        // minute 8 run by hand at minute 12.
+        let mut forced = run("f10", 10, Outcome::Succeeded, 20);
+        forced.forced = true;
+        forced.started_at = T0 + 9 * MIN + 30_000_000;
+        runs.push(forced);
+        runs.push(run("r11", 11, Outcome::Succeeded, 21));
+        let mut late = run("l8", 8, Outcome::Succeeded, 22);
+        late.started_at = T0 + 12 * MIN;
+        runs.push(late);
+        retoken(&mut runs);
+        let f = audit_job(&runs, Some(&cal()), &BTreeSet::new(), &scope(13));
+        assert_eq!(kinds(&f), vec![("missed", 9)]);
+        // Minute 15 forced at minute 12; 13 ran, 14 lost, 16 ran.
+        let mut runs = clean(14);
+        let mut ahead = run("a15", 15, Outcome::Succeeded, 30);
+        ahead.forced = true;
+        ahead.started_at = T0 + 12 * MIN;
+        runs.push(ahead);
+        runs.retain(|r| r.run_id != "r14");
+        runs.push(run("r16", 16, Outcome::Succeeded, 31));
+        retoken(&mut runs);
+        let f = audit_job(&runs, Some(&cal()), &BTreeSet::new(), &scope(18));
+        assert_eq!(kinds(&f), vec![("missed", 14)]);
+    }
+
+    /// A claim a little ahead of now (a host's clock ahead within the tolerance) that
+    /// passed slots over, or still runs, counts for the slots after the newest record
+    /// before now.
+    #[test]
+    fn a_record_slightly_ahead_of_now_counts_for_the_slots_before_it() {
+        let mut runs = clean(10);
+        let mut ahead = run("c15", 15, Outcome::Succeeded, 11);
+        ahead
+            .report
+            .insert(PASSED_OVER_AFTER.into(), format_usec(T0 + 9 * MIN));
+        runs.push(ahead.clone());
+        // Now is 20 s before minute 15.
+        let mut s = scope(15);
+        s.now -= 20_000_000;
+        s.until = s.now;
+        let k = kinds(&audit_job(&runs, Some(&cal()), &BTreeSet::new(), &s));
+        assert!(k.iter().all(|(k, _)| *k == "passed_over"), "{k:?}");
+        runs.pop();
+        ahead.report.clear();
+        ahead.outcome = Outcome::Running;
+        ahead.finished_at = None;
+        runs.push(ahead);
+        assert!(audit_job(&runs, Some(&cal()), &BTreeSet::new(), &s).is_empty());
     }
 
     #[test]
