@@ -56,18 +56,11 @@ pub struct Recovered {
 
 /// How long, in µs by the store's clock, another machine's `running` record must have
 /// been seen without its lease (expired, or granted to a later attempt) before this host
-/// calls its holder gone: 90 s.
-///
-/// A shim that cannot record its outcome as its command ends (the store stopped, or its
-/// host cut off from it) keeps the outcome and gives up when its lease would expire; its
-/// own host's next recovery pass records it ([`crate::shim::pending`]). Recovery passes run
-/// every minute, on the minute, on every host (`jobguard-recover.timer`), so a host that
-/// judged the record at the first pass that sees the lease gone would race that replay
-/// and re-run a slot that succeeded. Waiting 90 s from the first sighting lets one pass of
-/// the holder's host come first (60 s), with 30 s for passes that do not start at the
-/// same second. A holder cut off for longer than that is taken for gone: the job's
-/// `on_interrupted` decides, as after a power cut.
-pub const FOREIGN_GRACE_USEC: i64 = 90_000_000;
+/// calls its holder gone: the claim's grace ([`crate::store::rules::FOREIGN_GRACE_USEC`],
+/// 90 s, where the reason is), counted here from this host's first sighting. A holder cut
+/// off for longer than that is taken for gone: the job's `on_interrupted` decides, as
+/// after a power cut.
+pub use crate::store::rules::FOREIGN_GRACE_USEC;
 
 /// Why a `running` record's holder is gone, or `None` if it may still be alive.
 ///

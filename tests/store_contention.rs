@@ -483,3 +483,118 @@ fn redis_a_power_cut_while_the_first_outcome_write_hangs_loses_no_outcome() {
         "store_contention::durable_redis",
     );
 }
+
+/// Issue 9 (found by the hour-long soak): host A's command ends just as its store stops
+/// answering, and A's lease lapses while A keeps the outcome and tries to record it. Host
+/// B, another machine (its own `/etc/machine-id`), fires the same slot again and again
+/// meanwhile: it must leave the slot to A, whose outcome may be a success, rather than run
+/// it a second time. Once the store answers A again, A's recovery pass records the
+/// outcome, and B finds the slot done. Ground truth: the command's own line per execution.
+fn a_lapsed_holder_cut_off_with_its_outcome_keeps_its_slot(kind: Kind, test: &str) {
+    let Some(ns) = Namespace::new(kind, test) else {
+        return;
+    };
+    let proxy = Proxy::start(kind.port());
+    let truth = tempfile::tempdir().unwrap();
+    let out = truth.path().join("out");
+    let jobs = |address: &str| {
+        format!(
+            "[jobs.cut]\nschedule = \"*-*-* 02:00:00 UTC\"\nstore = {address:?}\n\
+             lease_ttl = \"3s\"\nkill_grace = \"0s\"\nstore_wait = \"60s\"\n\
+             environment = {{ OUT = \"{}\" }}\n\
+             command = [\"/bin/sh\", \"-c\", \"echo $JOBGUARD_SLOT >> $OUT; \
+             while [ ! -e $OUT.go ]; do sleep 0.05; done\"]\n",
+            out.display()
+        )
+    };
+    let a = Sandbox::new(&jobs(&kind.address(&proxy.listen, &ns.name)));
+    let b = Sandbox::new(&jobs(&ns.address()));
+    let slot = "2026-11-27T02:00:00Z";
+    let lines = || {
+        std::fs::read_to_string(&out)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    let mut shim = a
+        .cmd(&["run", "cut", "--slot", slot])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    if !wait_until(20, || lines() == 1) {
+        let _ = shim.kill();
+        panic!(
+            "A's command did not start: {}",
+            stderr(&shim.wait_with_output().unwrap())
+        );
+    }
+    proxy.freeze(true);
+    std::fs::write(truth.path().join("out.go"), "").unwrap();
+    let gave_up = shim.wait_with_output().unwrap();
+    assert_eq!(gave_up.status.code(), Some(69), "{}", stderr(&gave_up));
+    // A has given up at its lease's end; B fires the slot for several seconds past it.
+    let b_machine = "0123456789abcdef0123456789abcdef";
+    let until = std::time::Instant::now() + Duration::from_secs(8);
+    let mut tries = Vec::new();
+    while std::time::Instant::now() < until {
+        let fired = b
+            .cmd_on_machine(b_machine, &["run", "cut", "--slot", slot])
+            .output()
+            .unwrap();
+        assert_eq!(fired.status.code(), Some(0), "{}", stderr(&fired));
+        tries.push(stderr(&fired));
+        assert_eq!(
+            lines(),
+            1,
+            "B ran the slot while A held its outcome:\n{}",
+            tries.join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert!(
+        tries
+            .last()
+            .is_some_and(|t| t.contains("may still hold its outcome")),
+        "{tries:?}"
+    );
+    proxy.cut();
+    proxy.freeze(false);
+    let rec = a.run(&["recover"]);
+    assert!(rec.status.success(), "{}", stderr(&rec));
+    assert!(stderr(&rec).contains("recorded late"), "{}", stderr(&rec));
+    let again = b
+        .cmd_on_machine(b_machine, &["run", "cut", "--slot", slot])
+        .output()
+        .unwrap();
+    assert!(
+        stderr(&again).contains("already succeeded"),
+        "{}",
+        stderr(&again)
+    );
+    assert_eq!(lines(), 1, "the slot ran once");
+}
+
+#[test]
+fn postgres_a_lapsed_holder_cut_off_with_its_outcome_keeps_its_slot() {
+    a_lapsed_holder_cut_off_with_its_outcome_keeps_its_slot(
+        Kind::Postgres,
+        "store_contention::lapsed_pg",
+    );
+}
+
+#[test]
+fn mysql_a_lapsed_holder_cut_off_with_its_outcome_keeps_its_slot() {
+    a_lapsed_holder_cut_off_with_its_outcome_keeps_its_slot(
+        Kind::Mysql,
+        "store_contention::lapsed_my",
+    );
+}
+
+#[test]
+fn redis_a_lapsed_holder_cut_off_with_its_outcome_keeps_its_slot() {
+    a_lapsed_holder_cut_off_with_its_outcome_keeps_its_slot(
+        Kind::Redis,
+        "store_contention::lapsed_redis",
+    );
+}

@@ -430,6 +430,8 @@ impl Diff {
             1_000_000,
             30_000_000,
             61_000_000,
+            // The grace another machine waits after a lapsed lease (rules::FOREIGN_GRACE_USEC).
+            90_000_000,
             600_000_000,
             -5_000_000,
         ]);

@@ -848,24 +848,37 @@ fn run_slot(
             ));
         }
         Ok(Claim::Busy { lease, run }) => {
-            let running = run
-                .map(|r| format!(", {}", describe_run(&r)))
-                .unwrap_or_default();
-            return SlotResult {
-                busy: true,
-                ..skipped(skip(
-                    job,
-                    slot,
-                    Kind::SkippedLeaseHeld,
-                    "lease-held",
+            let host_now = req.clock.map_or(0, |c| c.host_now);
+            let why = match &run {
+                // The lease lapsed; its holder may still hold the run's outcome.
+                Some(r) if lease.expire_at <= host_now && r.outcome == Outcome::Running => {
                     format!(
-                        "slot {}: the lease is held by host {} (token {}) until {}{running}",
+                        "slot {}: the lease of host {} (token {}) lapsed at {} while {} may still hold its outcome, cut off from the store; other machines leave the slot to it until {}",
                         slot.rfc3339(),
                         lease.host,
                         lease.token,
-                        format_usec(lease.expire_at)
-                    ),
-                ))
+                        format_usec(lease.expire_at),
+                        describe_run(r),
+                        format_usec(
+                            lease
+                                .expire_at
+                                .saturating_add(store::rules::FOREIGN_GRACE_USEC)
+                        )
+                    )
+                }
+                _ => format!(
+                    "slot {}: the lease is held by host {} (token {}) until {}{}",
+                    slot.rfc3339(),
+                    lease.host,
+                    lease.token,
+                    format_usec(lease.expire_at),
+                    run.map(|r| format!(", {}", describe_run(&r)))
+                        .unwrap_or_default()
+                ),
+            };
+            return SlotResult {
+                busy: true,
+                ..skipped(skip(job, slot, Kind::SkippedLeaseHeld, "lease-held", why))
             };
         }
         Err(e) => return skipped(store_failed(job, &e)),

@@ -233,7 +233,9 @@ pub enum Claim {
         /// The held record.
         by: Run,
     },
-    /// Another holder's lease has not expired.
+    /// Another holder's lease has not expired, or lapsed less than
+    /// [`rules::FOREIGN_GRACE_USEC`] ago while its holder, on another machine, still has
+    /// the asked slot `running`.
     Busy {
         /// The lease that is in the way.
         lease: Lease,
@@ -316,7 +318,8 @@ pub trait Store: Send {
     ///    [`Claim::SlotHeld`] if an attempt at it is held;
     /// 4. with `req.in_order`, answer [`Claim::SlotBehind`] if a later slot is recorded;
     /// 5. answer [`Claim::Busy`] if another holder's lease is unexpired (by the store's
-    ///    clock);
+    ///    clock), or lapsed less than [`rules::FOREIGN_GRACE_USEC`] ago while the slot's
+    ///    record under it, made on another machine than `req.holder`'s, is `running`;
     /// 6. else grant the lease with a fencing token larger than every earlier one for the
     ///    job, insert a `running` record (attempt = earlier attempts at the slot + 1) and
     ///    mark queued or held earlier attempts of the slot as [`Resolution::Rerun`]; with

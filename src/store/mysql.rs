@@ -64,10 +64,10 @@ use crate::clock::Clock;
 use crate::lease::Lease;
 use crate::ledger::{Finish, Outcome, Resolution, Run};
 use crate::store::remote::{self, CALL_TIMEOUT, CONNECT_TIMEOUT, duration_usec};
-use crate::store::{Claim, ClaimRequest, Finished, RunQuery, Store, StoreError, address};
+use crate::store::{Claim, ClaimRequest, Finished, RunQuery, Store, StoreError, address, rules};
 
 /// The schema version this jobguard writes and understands (`jobguard_meta`).
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// The server's clock in µs since the epoch, independent of the session time zone.
 const SERVER_NOW: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
@@ -222,11 +222,15 @@ fn migration_1() -> Vec<String> {
     ]
 }
 
-/// Statements of migration 1 -> 2, each sent on its own: the claim also checks the host's
-/// clock, picks queued re-runs, refuses a slot behind the ledger and answers the previous
-/// slot, so that a run needs one call. Every step can be run again.
-fn migration_2() -> Vec<String> {
+/// Statements that make the claim procedure of this schema, each sent on its own (and
+/// safe to run again). Migration 1 -> 2 made the claim check the host's clock, pick queued
+/// re-runs, refuse a slot behind the ledger and answer the previous slot, so that a run
+/// needs one call. Migration 2 -> 3 made a lease that lapsed less than
+/// [`rules::FOREIGN_GRACE_USEC`] ago keep its slot from another machine while its holder's
+/// record of the slot is running.
+fn claim_procedure() -> Vec<String> {
     let now = format!("COALESCE(p_now, {SERVER_NOW})");
+    let grace = rules::FOREIGN_GRACE_USEC;
     vec![
         "DROP PROCEDURE IF EXISTS jobguard_claim".to_string(),
         format!(
@@ -348,8 +352,16 @@ fn migration_2() -> Vec<String> {
                        AND v_previous > v_slot THEN
                         SET v_kind = 'behind';
                     END IF;
-                    IF v_kind IS NULL AND v_holder <> '' AND v_expire > v_now
-                       AND v_holder <> p_holder THEN
+                    -- Another holder's lease, or one that lapsed a moment ago while its
+                    -- holder, on another machine, still has this slot running: the holder
+                    -- may be cut off with the outcome in hand.
+                    IF v_kind IS NULL AND v_holder <> '' AND v_holder <> p_holder
+                       AND (v_expire > v_now
+                            OR (v_expire + {grace} > v_now
+                                AND EXISTS (SELECT 1 FROM jobguard_run
+                                     WHERE job = p_job AND fencing_token = v_token
+                                       AND outcome = 'running' AND slot_usec = v_slot
+                                       AND machine_id <> p_machine))) THEN
                         SET v_kind = 'busy';
                         SELECT run_id INTO v_by FROM jobguard_run
                          WHERE job = p_job AND fencing_token = v_token
@@ -849,7 +861,9 @@ impl MysqlStore {
                              ON jobguard_run (job, resolution, slot_usec)",
                     )?;
                 }
-                for statement in migration_2() {
+            }
+            if version < 3 {
+                for statement in claim_procedure() {
                     conn.query_drop(statement)?;
                 }
             }

@@ -95,67 +95,17 @@ use crate::store::remote::{self, CALL_TIMEOUT, CONNECT_TIMEOUT, duration_usec};
 use crate::store::{Claim, ClaimRequest, Finished, RunQuery, Store, StoreError, address};
 
 /// The schema version this jobguard writes and understands (`jobguard_meta`).
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// The server's clock in µs, or the override a test passes (NULL in production).
 const NOW_US: &str =
     "COALESCE($1::bigint, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)";
 
-/// `MIGRATIONS[n]` takes the schema from version `n` to `n + 1`.
-const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
-    r#"
-CREATE TABLE jobguard_lease (
-    job          text   PRIMARY KEY,
-    holder       text   NOT NULL,      -- Holder::id(); '' once released
-    host         text   NOT NULL,
-    token        bigint NOT NULL,      -- fencing token of the latest grant
-    acquired_at  bigint NOT NULL,      -- µs since the epoch, server clock
-    expire_at    bigint NOT NULL       -- µs since the epoch; 0 once released
-);
-CREATE TABLE jobguard_run (
-    seq            bigint GENERATED ALWAYS AS IDENTITY,
-    run_id         text    PRIMARY KEY,
-    job            text    NOT NULL,
-    slot_usec      bigint  NOT NULL,
-    slot_zone      text    NOT NULL,
-    attempt        bigint  NOT NULL,
-    outcome        text    NOT NULL CHECK (outcome IN
-                       ('running', 'succeeded', 'failed', 'interrupted', 'lease_lost')),
-    reason         text,
-    exit_status    integer,
-    forced         boolean NOT NULL,
-    trigger_kind   text    NOT NULL,
-    host           text    NOT NULL,
-    machine_id     text    NOT NULL,
-    boot_id        text    NOT NULL,
-    pid            bigint  NOT NULL,
-    pid_start      bigint  NOT NULL,
-    invocation_id  text,
-    started_at     bigint  NOT NULL,
-    finished_at    bigint,
-    fencing_token  bigint  NOT NULL,
-    report         text    NOT NULL DEFAULT '{}',
-    resolution     text CHECK (resolution IS NULL OR resolution IN
-                       ('queued', 'held', 'rerun', 'done'))
-);
-CREATE UNIQUE INDEX jobguard_run_one_success
-    ON jobguard_run (job, slot_usec) WHERE outcome = 'succeeded' AND NOT forced;
-CREATE INDEX jobguard_run_slot ON jobguard_run (job, slot_usec);
-CREATE INDEX jobguard_run_history ON jobguard_run (job, started_at);
-CREATE INDEX jobguard_run_running ON jobguard_run (job) WHERE outcome = 'running';
-
-CREATE FUNCTION jobguard_now_us(p_now bigint) RETURNS bigint LANGUAGE sql VOLATILE AS
-$f$ SELECT COALESCE(p_now, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint) $f$;
--- jobguard_claim is created by migration 2 (it replaced the first version).
-"#,
-    r#"
--- 1 -> 2: the claim also checks the host's clock, picks queued re-runs, refuses a slot
--- behind the ledger and answers the previous slot, so a run needs one call.
-DROP FUNCTION IF EXISTS jobguard_claim(bigint, bigint, text, bigint, text, text, boolean, text, text,
-    text, text, text, text, bigint, bigint, bigint);
-CREATE INDEX jobguard_run_queued ON jobguard_run (job, slot_usec) WHERE resolution = 'queued';
-
-CREATE FUNCTION jobguard_claim(
+/// The text of the claim function after `CREATE` up to its lease check (migrations 2 and
+/// 3 differ only in that check).
+macro_rules! pg_claim_head {
+    () => {
+        r#" FUNCTION jobguard_claim(
     p_version bigint, p_now bigint, p_job text, p_slot bigint, p_zone text, p_run_id text,
     p_forced boolean, p_trigger text, p_invocation text, p_holder text, p_host text,
     p_machine text, p_boot text, p_pid bigint, p_pid_start bigint, p_ttl bigint,
@@ -266,9 +216,14 @@ BEGIN
                 NULL::bigint, NULL::bigint, NULL::text, v_previous, v_now;
             RETURN;
         END IF;
-        IF v_lease.holder <> '' AND v_lease.expire_at > v_now
-           AND v_lease.holder <> p_holder THEN
-            SELECT * INTO v_run FROM jobguard_run
+"#
+    };
+}
+
+/// The text of the claim function after its lease check.
+macro_rules! pg_claim_tail {
+    () => {
+        r#"            SELECT * INTO v_run FROM jobguard_run
              WHERE job = p_job AND fencing_token = v_lease.token
              ORDER BY started_at DESC, seq DESC LIMIT 1;
             v_found := FOUND;
@@ -303,7 +258,91 @@ BEGIN
         v_lease.acquired_at, v_lease.expire_at, to_jsonb(v_run)::text, v_previous, v_now;
 END
 $f$;
+"#
+    };
+}
+
+/// `MIGRATIONS[n]` takes the schema from version `n` to `n + 1`.
+const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
+    r#"
+CREATE TABLE jobguard_lease (
+    job          text   PRIMARY KEY,
+    holder       text   NOT NULL,      -- Holder::id(); '' once released
+    host         text   NOT NULL,
+    token        bigint NOT NULL,      -- fencing token of the latest grant
+    acquired_at  bigint NOT NULL,      -- µs since the epoch, server clock
+    expire_at    bigint NOT NULL       -- µs since the epoch; 0 once released
+);
+CREATE TABLE jobguard_run (
+    seq            bigint GENERATED ALWAYS AS IDENTITY,
+    run_id         text    PRIMARY KEY,
+    job            text    NOT NULL,
+    slot_usec      bigint  NOT NULL,
+    slot_zone      text    NOT NULL,
+    attempt        bigint  NOT NULL,
+    outcome        text    NOT NULL CHECK (outcome IN
+                       ('running', 'succeeded', 'failed', 'interrupted', 'lease_lost')),
+    reason         text,
+    exit_status    integer,
+    forced         boolean NOT NULL,
+    trigger_kind   text    NOT NULL,
+    host           text    NOT NULL,
+    machine_id     text    NOT NULL,
+    boot_id        text    NOT NULL,
+    pid            bigint  NOT NULL,
+    pid_start      bigint  NOT NULL,
+    invocation_id  text,
+    started_at     bigint  NOT NULL,
+    finished_at    bigint,
+    fencing_token  bigint  NOT NULL,
+    report         text    NOT NULL DEFAULT '{}',
+    resolution     text CHECK (resolution IS NULL OR resolution IN
+                       ('queued', 'held', 'rerun', 'done'))
+);
+CREATE UNIQUE INDEX jobguard_run_one_success
+    ON jobguard_run (job, slot_usec) WHERE outcome = 'succeeded' AND NOT forced;
+CREATE INDEX jobguard_run_slot ON jobguard_run (job, slot_usec);
+CREATE INDEX jobguard_run_history ON jobguard_run (job, started_at);
+CREATE INDEX jobguard_run_running ON jobguard_run (job) WHERE outcome = 'running';
+
+CREATE FUNCTION jobguard_now_us(p_now bigint) RETURNS bigint LANGUAGE sql VOLATILE AS
+$f$ SELECT COALESCE(p_now, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint) $f$;
+-- jobguard_claim is created by migration 2 (it replaced the first version).
 "#,
+    concat!(
+        r#"
+-- 1 -> 2: the claim also checks the host's clock, picks queued re-runs, refuses a slot
+-- behind the ledger and answers the previous slot, so a run needs one call.
+DROP FUNCTION IF EXISTS jobguard_claim(bigint, bigint, text, bigint, text, text, boolean, text, text,
+    text, text, text, text, bigint, bigint, bigint);
+CREATE INDEX jobguard_run_queued ON jobguard_run (job, slot_usec) WHERE resolution = 'queued';
+
+CREATE"#,
+        pg_claim_head!(),
+        r#"        IF v_lease.holder <> '' AND v_lease.expire_at > v_now
+           AND v_lease.holder <> p_holder THEN
+"#,
+        pg_claim_tail!()
+    ),
+    concat!(
+        r#"
+-- 2 -> 3: a lease that lapsed a moment ago still keeps its slot from another machine
+-- while its holder's record of the slot is running (rules::FOREIGN_GRACE_USEC).
+CREATE OR REPLACE"#,
+        pg_claim_head!(),
+        r#"        -- A lease that lapsed less than 90 s (rules::FOREIGN_GRACE_USEC) ago while its
+        -- holder, on another machine, still has this slot running: the holder may be cut
+        -- off with the outcome in hand.
+        IF v_lease.holder <> '' AND v_lease.holder <> p_holder
+           AND (v_lease.expire_at > v_now
+                OR (v_lease.expire_at + 90000000 > v_now
+                    AND EXISTS (SELECT 1 FROM jobguard_run
+                                 WHERE job = p_job AND fencing_token = v_lease.token
+                                   AND outcome = 'running' AND slot_usec = v_slot
+                                   AND machine_id <> p_machine))) THEN
+"#,
+        pg_claim_tail!()
+    ),
 ];
 
 /// libpq's TLS parameters that jobguard refuses: client certificates and their keys,
@@ -1445,6 +1484,17 @@ impl PostgresStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The claim function's grace is the rules' ([`crate::store::rules::FOREIGN_GRACE_USEC`]).
+    #[test]
+    fn the_claims_grace_is_the_rules_grace() {
+        let grace = format!(
+            "expire_at + {} > v_now",
+            crate::store::rules::FOREIGN_GRACE_USEC
+        );
+        assert!(MIGRATIONS[2].contains(&grace));
+        assert!(!MIGRATIONS[1].contains(&grace));
+    }
 
     fn plan(mode: Option<&str>, root: Option<&str>) -> (Mode, Check, bool) {
         let p = tls_plan(mode, root).unwrap_or_else(|e| panic!("{mode:?} {root:?}: {e}"));

@@ -54,7 +54,7 @@ use crate::clock::Clock;
 use crate::lease::Lease;
 use crate::ledger::{Finish, Outcome, Resolution, Run};
 use crate::store::remote::{self, CALL_TIMEOUT, CONNECT_TIMEOUT, duration_usec};
-use crate::store::{Claim, ClaimRequest, Finished, RunQuery, Store, StoreError, address};
+use crate::store::{Claim, ClaimRequest, Finished, RunQuery, Store, StoreError, address, rules};
 
 /// The schema (key layout) version this jobguard writes and understands (`P schema`).
 pub const SCHEMA_VERSION: i64 = 2;
@@ -168,7 +168,16 @@ if ARGV[22] == '1' and not picked and prev and tonumber(prev) > tonumber(slot) t
 end
 local lkey = p .. 'lease:' .. job
 local l = redis.call('HMGET', lkey, 'holder', 'host', 'token', 'acquired_at', 'expire_at', 'run_id')
-if l[1] and l[1] ~= '' and tonumber(l[5]) > now and l[1] ~= holder then
+-- A lease that lapsed less than ARGV[23] µs ago (rules::FOREIGN_GRACE_USEC) while its
+-- holder, on another machine, still has this slot running: the holder may be cut off with
+-- the outcome in hand.
+local function lapsed_holder_keeps_slot()
+  if not l[6] or tonumber(l[5]) + tonumber(ARGV[23]) <= now then return false end
+  local f = redis.call('HMGET', p .. 'run:' .. l[6], 'outcome', 'slot_usec', 'machine_id')
+  return f[1] == 'running' and tonumber(f[2]) == tonumber(slot) and f[3] ~= ARGV[14]
+end
+if l[1] and l[1] ~= '' and l[1] ~= holder
+   and (tonumber(l[5]) > now or lapsed_holder_keeps_slot()) then
   local run = {}
   if l[6] then run = redis.call('HGETALL', p .. 'run:' .. l[6]) end
   return {'busy', {l[1], l[2], l[3], l[4], l[5]}, run}
@@ -827,6 +836,7 @@ impl Store for RedisStore {
                     .arg(remote::tolerance_usec(req))
                     .arg(if req.queued_first { "1" } else { "0" })
                     .arg(if req.in_order { "1" } else { "0" })
+                    .arg(rules::FOREIGN_GRACE_USEC)
                     .invoke(c)?)
             })?;
         let data = |e: Fail| self.error("claim", e);

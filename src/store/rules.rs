@@ -25,7 +25,9 @@
 //! 3. unless forced, a done slot, then a held slot, is refused;
 //! 4. with [`ClaimRequest::in_order`] and no queued slot picked, a slot behind the newest
 //!    recorded slot (no later than the store's time plus the clock tolerance) is refused;
-//! 5. another holder's unexpired lease is refused;
+//! 5. another holder's unexpired lease is refused, and so is a lease that lapsed less than
+//!    [`FOREIGN_GRACE_USEC`] ago while its holder, on another machine, still has the asked
+//!    slot `running`;
 //! 6. the grant: a new lease with the next fencing token, a `running` record, and the
 //!    queued or held records of the slot (and, with `queued_first`, the queued records of
 //!    every done slot) marked [`Resolution::Rerun`].
@@ -36,6 +38,21 @@ use std::time::Duration;
 use crate::lease::Lease;
 use crate::ledger::{Finish, Outcome, Resolution, Run, Slot};
 use crate::store::{Claim, ClaimRequest, Finished};
+
+/// How long after a lease's expiry, µs by the store's clock, a holder on another machine
+/// still counts as alive when its record of the asked slot is still `running`: 90 s.
+///
+/// Such a holder may have ended its command and be cut off from the store with the outcome
+/// in hand: it keeps the outcome durably and gives up when its lease would expire, and its
+/// host's next recovery pass (every minute, on the minute, `jobguard-recover.timer`)
+/// records it. A claim of that slot from another machine in the meantime would run the
+/// slot a second time, so it is refused as [`Claim::Busy`] until the lease has been lapsed
+/// this long: one recovery pass of the holder's host (60 s) plus 30 s for passes that do
+/// not start at the same second. A holder cut off for longer is taken for gone, as
+/// `jobguard recover` takes it ([`crate::recover::holder_gone`]). A claim from the same
+/// machine needs no grace: its own shim replays a kept outcome before it claims, and its
+/// local lock keeps a second run of the job on that machine out while the first waits.
+pub const FOREIGN_GRACE_USEC: i64 = 90_000_000;
 
 /// The largest clock tolerance the rules use, µs: 1000 years. A larger `clock_tolerance`
 /// means "any difference" and would overflow the sum of the store's clock and the
@@ -304,6 +321,21 @@ pub fn claim(state: &ClaimState, req: &ClaimRequest) -> Result<ClaimDecision, Ru
         && !lease.holder.is_empty()
         && lease.expire_at > now
         && lease.holder != holder
+    {
+        return Ok(ClaimDecision::Refuse(Claim::Busy {
+            lease: lease.clone(),
+            run: state.lease_run.clone(),
+        }));
+    }
+    // 5b. The asked slot's attempt on another machine whose lease lapsed a moment ago: its
+    // holder may be cut off with the outcome in hand (see FOREIGN_GRACE_USEC).
+    if let (Some(lease), Some(run)) = (&state.lease, &state.lease_run)
+        && !lease.holder.is_empty()
+        && lease.holder != holder
+        && now < lease.expire_at.saturating_add(FOREIGN_GRACE_USEC)
+        && run.outcome == Outcome::Running
+        && run.slot.usec == slot.usec
+        && run.machine_id != req.holder.machine_id
     {
         return Ok(ClaimDecision::Refuse(Claim::Busy {
             lease: lease.clone(),

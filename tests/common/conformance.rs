@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use jobguard::lease::{Holder, Lease};
 use jobguard::ledger::{Finish, NewRun, Outcome, Resolution, Run, Slot};
+use jobguard::store::rules::FOREIGN_GRACE_USEC;
 use jobguard::store::{Claim, ClaimRequest, ClockCheck, Finished, RunQuery, Store, StoreError};
 
 /// The store clock at the start of every case: 2027-01-15T08:00:00Z.
@@ -18,6 +19,9 @@ pub const T0: i64 = 1_800_000_000_000_000;
 pub const TTL: Duration = Duration::from_secs(60);
 /// [`TTL`] in µs.
 pub const TTL_US: i64 = 60_000_000;
+/// µs after a grant when another machine may take its slot over while the grant's record
+/// is still `running`: the lease's end plus the grace (`rules::FOREIGN_GRACE_USEC`).
+pub const TAKEOVER_US: i64 = TTL_US + FOREIGN_GRACE_USEC;
 /// A slot: 2027-01-15T02:00:00Z.
 pub const S1: i64 = 1_799_978_400_000_000;
 /// The next day's slot.
@@ -257,7 +261,13 @@ pub fn acquire_contend_expire_takeover(env: &dyn Env) {
     // Still busy 1 µs before expiry.
     env.advance(TTL_US - 1);
     busy(&mut *b, &request("sync", S1, 2, 3, false));
-    // Expired at expire_at: taken over with a larger token.
+    // Expired at expire_at, but the holder, on another machine, may still hold the
+    // outcome of its run of the slot: busy for the grace more.
+    env.advance(1);
+    busy(&mut *b, &request("sync", S1, 2, 3, false));
+    env.advance(FOREIGN_GRACE_USEC - 1);
+    busy(&mut *b, &request("sync", S1, 2, 3, false));
+    // Then taken over with a larger token.
     env.advance(1);
     let (l2, r2) = claimed(&mut *b, &request("sync", S1, 2, 4, false));
     assert!(l2.token > l1.token, "{l2:?} after {l1:?}");
@@ -309,6 +319,7 @@ pub fn renew_extends_by_store_clock(env: &dyn Env) {
     // Expired: renewal is refused and changes nothing.
     assert_eq!(a.renew(&l1, TTL).unwrap(), None);
     assert_eq!(b.lease("sync").unwrap().unwrap().expire_at, T0 + 90_000_000);
+    env.advance(FOREIGN_GRACE_USEC);
     claimed(&mut *b, &request("sync", S1, 2, 3, false));
     assert_eq!(a.renew(&l1, TTL).unwrap(), None);
     // A lease value with the right token but another holder is not ours either.
@@ -335,7 +346,7 @@ pub fn token_grows_across_release_takeover_and_unlock(env: &dyn Env) {
 
     let (l, _) = claimed(&mut *s, &request("sync", S2, 2, 2, false));
     tokens.push(l.token);
-    env.advance(TTL_US);
+    env.advance(TAKEOVER_US);
     let (l, _) = claimed(&mut *s, &request("sync", S2, 3, 3, false));
     tokens.push(l.token);
     assert!(s.unlock("sync").unwrap().is_some());
@@ -374,7 +385,8 @@ pub fn stale_holder_changes_nothing(env: &dyn Env) {
     let row = b.lease("sync").unwrap().unwrap();
     assert_eq!(row, l1, "an expired holder must not touch the lease row");
 
-    // Taken over.
+    // Taken over (past the grace another machine waits).
+    env.advance(FOREIGN_GRACE_USEC);
     let (l2, _) = claimed(&mut *b, &request("sync", S1, 2, 2, false));
     assert_eq!(a.renew(&l1, TTL).unwrap(), None);
     assert_eq!(
@@ -409,7 +421,7 @@ pub fn lease_lost_needs_only_the_running_record(env: &dyn Env) {
     let mut a = connect(env);
     let mut b = connect(env);
     let (l1, _) = claimed(&mut *a, &request("sync", S1, 1, 1, false));
-    env.advance(TTL_US + 5);
+    env.advance(TAKEOVER_US + 5);
     let (l2, _) = claimed(&mut *b, &request("sync", S1, 2, 2, false));
 
     let done = a.finish(&l1, &rid(1), &finish(Outcome::LeaseLost)).unwrap();
@@ -423,7 +435,7 @@ pub fn lease_lost_needs_only_the_running_record(env: &dyn Env) {
     let r1 = run_by_id(&mut *a, "sync", &rid(1));
     assert_eq!(r1.outcome, Outcome::LeaseLost);
     assert_eq!(r1.reason.as_deref(), Some("renew"));
-    assert_eq!(r1.finished_at, Some(T0 + TTL_US + 5));
+    assert_eq!(r1.finished_at, Some(T0 + TAKEOVER_US + 5));
     assert_eq!(a.lease("sync").unwrap(), Some(l2));
     // Once recorded, it is no longer running: a second finish changes nothing.
     assert_eq!(
@@ -448,7 +460,7 @@ pub fn unique_success_per_slot(env: &dyn Env) {
     let mut b = connect(env);
     let mut c = connect(env);
     let (l1, _) = claimed(&mut *a, &request("sync", S1, 1, 1, false));
-    env.advance(TTL_US);
+    env.advance(TAKEOVER_US);
     let (l2, _) = claimed(&mut *b, &request("sync", S1, 2, 2, false));
     assert_eq!(
         b.finish(&l2, &rid(2), &finish(Outcome::Succeeded)).unwrap(),
@@ -774,7 +786,7 @@ pub fn interrupt_releases_only_the_matching_lease(env: &dyn Env) {
 
     // r2's holder vanished, its lease expired and holder 3 took over: interrupting r2
     // must not end holder 3's lease.
-    env.advance(TTL_US);
+    env.advance(TAKEOVER_US);
     let (l3, _) = claimed(&mut *s, &request("sync", S1, 3, 3, false));
     assert!(s.interrupt(&r2, "lease-expired", Resolution::Held).unwrap());
     assert_eq!(s.lease("sync").unwrap(), Some(l3));
@@ -1083,7 +1095,7 @@ pub fn queued_re_runs_come_first(env: &dyn Env) {
     // Slot a: holder 1 was cut off, holder 2 took over after expiry and succeeded; then
     // holder 1's record is interrupted and queued: queued, but done.
     let (_, r1) = claimed(&mut *s, &request("sync", a, 1, 1, false));
-    env.advance(TTL_US);
+    env.advance(TAKEOVER_US);
     let (l2, _) = claimed(&mut *s, &request("sync", a, 2, 2, false));
     s.finish(&l2, &rid(2), &finish(Outcome::Succeeded)).unwrap();
     assert!(
@@ -1133,7 +1145,7 @@ pub fn queued_re_runs_come_first(env: &dyn Env) {
     // held) waits for a person: the claim goes past it to the slot asked for.
     let d = a - DAY_US;
     let (_, r7) = claimed(&mut *s, &request("sync", d, 1, 7, false));
-    env.advance(TTL_US);
+    env.advance(TAKEOVER_US);
     let (_, r8) = claimed(&mut *s, &request("sync", d, 2, 8, false));
     assert!(s.interrupt(&r8, "boot", Resolution::Held).unwrap());
     assert!(
@@ -1257,9 +1269,9 @@ pub fn a_done_slot_with_a_held_record_settles_its_queued_one(env: &dyn Env) {
     // Slot d: three holders in turn (each after the lease before expired); the third,
     // forced, succeeds; then the first is found cut (queued), the second held.
     let (_, r1) = claimed(&mut *s, &request("sync", d, 1, 1, false));
-    env.advance(TTL_US);
+    env.advance(TAKEOVER_US);
     let (_, r2) = claimed(&mut *s, &request("sync", d, 2, 2, false));
-    env.advance(TTL_US);
+    env.advance(TAKEOVER_US);
     let (l3, _) = claimed(&mut *s, &request("sync", d, 3, 3, true));
     s.finish(&l3, &rid(3), &finish(Outcome::Succeeded)).unwrap();
     assert!(s.interrupt(&r2, "lease-expired", Resolution::Held).unwrap());

@@ -47,6 +47,28 @@ impl Sandbox {
         c
     }
 
+    /// [`Sandbox::cmd`] as if on another machine: run in a mount namespace of its own
+    /// (unshare(1), as root) where `/etc/machine-id` reads `machine_id`, so the store sees
+    /// another machine's holder and records. Nothing in `jobguard` is told.
+    pub fn cmd_on_machine(&self, machine_id: &str, args: &[&str]) -> Command {
+        let file = self.file("machine-id");
+        std::fs::write(&file, format!("{machine_id}\n")).expect("write machine-id");
+        let inner = self.cmd(args);
+        let mut c = Command::new("unshare");
+        c.args(["--mount", "--propagation", "private", "--", "/bin/sh", "-c"])
+            .arg("mount --bind \"$0\" /etc/machine-id && exec \"$@\"")
+            .arg(&file)
+            .arg(inner.get_program())
+            .args(inner.get_args());
+        for (key, value) in inner.get_envs() {
+            match value {
+                Some(v) => c.env(key, v),
+                None => c.env_remove(key),
+            };
+        }
+        c
+    }
+
     pub fn run(&self, args: &[&str]) -> Output {
         self.cmd(args).output().expect("run jobguard")
     }

@@ -14,6 +14,8 @@ const T0: i64 = 1_800_000_000_000_000;
 const HOUR: i64 = 3_600_000_000;
 const TTL: Duration = Duration::from_secs(60);
 const TTL_US: i64 = 60_000_000;
+/// When another machine may take a slot over from a holder whose lease lapsed.
+const TAKEOVER: i64 = TTL_US + FOREIGN_GRACE_USEC;
 
 fn holder(n: u32) -> Holder {
     Holder {
@@ -85,8 +87,59 @@ fn another_holder_is_busy_until_expiry_then_takes_over() {
         }
         other => panic!("{other:?}"),
     }
-    let g2 = granted(&mut m, &req(T0, 2, 3), T0 + TTL_US);
+    let g2 = granted(&mut m, &req(T0, 2, 3), T0 + TTL_US + FOREIGN_GRACE_USEC);
     assert_eq!((g2.lease.token, g2.run.attempt), (2, 2));
+}
+
+/// A holder on another machine whose lease lapsed while its record of the slot is still
+/// `running` may be cut off with the outcome in hand: the slot is busy for
+/// FOREIGN_GRACE_USEC more. Other slots, the same machine, an ended record and a lease
+/// unlocked by a person are not held back.
+#[test]
+fn a_lapsed_foreign_holders_running_slot_stays_busy_for_the_grace() {
+    let expiry = T0 + TTL_US;
+    let mut m = Memory::default();
+    let g1 = granted(&mut m, &req(T0, 1, 1), T0);
+    for at in [expiry, expiry + FOREIGN_GRACE_USEC - 1] {
+        match answer(&mut m, &req(T0, 2, 2), at) {
+            Claim::Busy { lease, run } => {
+                assert_eq!(lease, g1.lease);
+                assert_eq!(run.map(|r| r.run_id), Some(g1.run.run_id.clone()));
+            }
+            other => panic!("at expiry + {} µs: {other:?}", at - expiry),
+        }
+    }
+    // Forced too: the slot may have run already.
+    let mut forced = req(T0, 2, 2);
+    forced.run.forced = true;
+    assert!(matches!(
+        answer(&mut m, &forced, expiry),
+        Claim::Busy { .. }
+    ));
+    // Another slot of the job is not held back.
+    let mut other_slot = m.clone();
+    granted(&mut other_slot, &req(T0 + HOUR, 2, 3), expiry);
+    // The same machine (after a reboot: another boot, another process) replays its own
+    // kept outcome before it claims.
+    let mut rebooted = req(T0, 2, 4);
+    rebooted.holder.machine_id = holder(1).machine_id;
+    granted(&mut m.clone(), &rebooted, expiry);
+    // Once the record has ended, or a person unlocked the job, nothing waits.
+    let mut ended = m.clone();
+    ended
+        .finish(
+            &g1.lease,
+            &g1.run.run_id,
+            &end(Outcome::Failed, None),
+            true,
+            expiry,
+        )
+        .unwrap();
+    granted(&mut ended, &req(T0, 2, 5), expiry);
+    let mut unlocked = m.clone();
+    unlocked.unlock("j", expiry);
+    granted(&mut unlocked, &req(T0, 2, 6), expiry);
+    granted(&mut m, &req(T0, 2, 7), expiry + FOREIGN_GRACE_USEC);
 }
 
 #[test]
@@ -168,14 +221,14 @@ fn queued_slots_come_first_oldest_first_and_done_ones_settle() {
     // Slot a: an attempt is queued after a later attempt took over, and that attempt
     // succeeds: the slot is done with a queued record, which is settled, not re-run.
     let first = granted(&mut m, &req(a, 1, 1), T0);
-    let takeover = granted(&mut m, &req(a, 2, 2), T0 + TTL_US);
-    assert!(m.interrupt(&first.run, "boot", Resolution::Queued, T0 + TTL_US + 1));
+    let takeover = granted(&mut m, &req(a, 2, 2), T0 + TAKEOVER);
+    assert!(m.interrupt(&first.run, "boot", Resolution::Queued, T0 + TAKEOVER + 1));
     m.finish(
         &takeover.lease,
         &takeover.run.run_id,
         &end(Outcome::Succeeded, None),
         false,
-        T0 + TTL_US + 2,
+        T0 + TAKEOVER + 2,
     )
     .expect("finish");
     let mut ids = vec![first.run.run_id.clone()];
@@ -183,15 +236,15 @@ fn queued_slots_come_first_oldest_first_and_done_ones_settle() {
         let g = granted(
             &mut m,
             &req(s, 1, 10 + i as u32),
-            T0 + TTL_US + 3 + i as i64,
+            T0 + TAKEOVER + 3 + i as i64,
         );
-        assert!(m.interrupt(&g.run, "boot", Resolution::Queued, T0 + TTL_US + 10));
+        assert!(m.interrupt(&g.run, "boot", Resolution::Queued, T0 + TAKEOVER + 10));
         ids.push(g.run.run_id);
     }
     let mut r = req(T0, 2, 30);
     r.queued_first = true;
     r.in_order = true;
-    let g = granted(&mut m, &r, T0 + TTL_US + 30);
+    let g = granted(&mut m, &r, T0 + TAKEOVER + 30);
     assert_eq!(
         g.run.slot.usec, b,
         "the oldest queued slot that is not done"
@@ -265,7 +318,7 @@ fn a_retry_answers_the_first_grant_then_is_an_error() {
     }
     assert_eq!(m.runs.len(), 1);
     assert_eq!(
-        m.claim(&r, T0 + TTL_US).unwrap_err(),
+        m.claim(&r, T0 + TAKEOVER).unwrap_err(),
         RuleError::AlreadyRecorded {
             run_id: g.run.run_id.clone()
         }
@@ -276,18 +329,18 @@ fn a_retry_answers_the_first_grant_then_is_an_error() {
 fn finish_needs_the_lease_unless_lost_or_kept_and_one_success_per_slot() {
     let mut m = Memory::default();
     let g1 = granted(&mut m, &req(T0, 1, 1), T0);
-    let g2 = granted(&mut m, &req(T0, 2, 2), T0 + TTL_US);
+    let g2 = granted(&mut m, &req(T0, 2, 2), T0 + TAKEOVER);
     let ok = end(Outcome::Succeeded, None);
     // The first holder's lease is gone: a plain finish records nothing.
     assert_eq!(
-        m.finish(&g1.lease, &g1.run.run_id, &ok, false, T0 + TTL_US + 1),
+        m.finish(&g1.lease, &g1.run.run_id, &ok, false, T0 + TAKEOVER + 1),
         Ok(Finished {
             recorded: false,
             released: false
         })
     );
     assert_eq!(
-        m.finish(&g2.lease, &g2.run.run_id, &ok, false, T0 + TTL_US + 2),
+        m.finish(&g2.lease, &g2.run.run_id, &ok, false, T0 + TAKEOVER + 2),
         Ok(Finished {
             recorded: true,
             released: true
@@ -295,7 +348,7 @@ fn finish_needs_the_lease_unless_lost_or_kept_and_one_success_per_slot() {
     );
     // A kept success of the first attempt would be the slot's second.
     assert_eq!(
-        m.finish(&g1.lease, &g1.run.run_id, &ok, true, T0 + TTL_US + 3),
+        m.finish(&g1.lease, &g1.run.run_id, &ok, true, T0 + TAKEOVER + 3),
         Err(RuleError::SecondSuccess {
             by: g2.run.run_id.clone()
         })
@@ -306,7 +359,7 @@ fn finish_needs_the_lease_unless_lost_or_kept_and_one_success_per_slot() {
             &g1.run.run_id,
             &end(Outcome::LeaseLost, None),
             false,
-            T0 + TTL_US + 4
+            T0 + TAKEOVER + 4
         ),
         Ok(Finished {
             recorded: true,
@@ -371,12 +424,12 @@ fn resolve_queues_nothing_in_a_done_slot() {
 fn interrupt_releases_only_the_runs_own_grant() {
     let mut m = Memory::default();
     let g1 = granted(&mut m, &req(T0, 1, 1), T0);
-    let g2 = granted(&mut m, &req(T0, 2, 2), T0 + TTL_US);
-    assert!(m.interrupt(&g1.run, "boot", Resolution::Queued, T0 + TTL_US + 1));
+    let g2 = granted(&mut m, &req(T0, 2, 2), T0 + TAKEOVER);
+    assert!(m.interrupt(&g1.run, "boot", Resolution::Queued, T0 + TAKEOVER + 1));
     assert_eq!(m.lease("j"), Some(g2.lease.clone()));
-    assert!(m.interrupt(&g2.run, "boot", Resolution::Queued, T0 + TTL_US + 2));
+    assert!(m.interrupt(&g2.run, "boot", Resolution::Queued, T0 + TAKEOVER + 2));
     assert_eq!(m.lease("j"), None);
-    assert!(!m.interrupt(&g2.run, "boot", Resolution::Queued, T0 + TTL_US + 3));
+    assert!(!m.interrupt(&g2.run, "boot", Resolution::Queued, T0 + TAKEOVER + 3));
 }
 
 #[cfg(any(
@@ -481,6 +534,17 @@ proptest! {
                                     l.holder.is_empty() || l.expire_at <= now || l.holder == g.lease.holder,
                                     "granted over {l:?}"
                                 );
+                                // Never over another machine's attempt at the slot within
+                                // the grace after its lease.
+                                if let Some(held) = &state.lease_run
+                                    && !l.holder.is_empty()
+                                    && l.holder != g.lease.holder
+                                    && held.outcome == Outcome::Running
+                                    && held.slot.usec == g.run.slot.usec
+                                    && held.machine_id != g.run.machine_id
+                                {
+                                    prop_assert!(now >= l.expire_at + FOREIGN_GRACE_USEC, "granted over {held:?}");
+                                }
                             }
                             // Fencing tokens strictly increase, across releases and unlocks.
                             prop_assert!(g.lease.token > last_token);
@@ -522,8 +586,16 @@ proptest! {
                             if let Claim::SlotBehind { newest } = c {
                                 prop_assert!(in_order && newest > slot_usec(slot));
                             }
-                            if let Claim::Busy { lease, .. } = c {
-                                prop_assert!(lease.expire_at > now);
+                            // Busy: an unexpired lease, or one that lapsed within the grace
+                            // while another machine's attempt at the slot still runs.
+                            if let Claim::Busy { lease, run } = c {
+                                prop_assert!(
+                                    lease.expire_at > now
+                                        || (lease.expire_at + FOREIGN_GRACE_USEC > now
+                                            && run.is_some_and(|x| x.outcome == Outcome::Running
+                                                && x.machine_id != r.holder.machine_id)),
+                                    "busy by {lease:?}"
+                                );
                             }
                         }
                         ClaimDecision::Retried { .. } => prop_assert!(false, "no run id is reused"),
