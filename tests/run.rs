@@ -8,7 +8,7 @@ use std::process::Stdio;
 
 use std::time::{Duration, Instant};
 
-use support::{Sandbox, stderr, wait_until};
+use support::{Sandbox, stderr, stdout, wait_until};
 
 /// A timer's fire time (2026-11-29T02:03:00Z, µs): marks a run as timer-started. It
 /// does not pick the slot (systemd 252 keeps giving later firings the first one's).
@@ -656,7 +656,7 @@ fn status_lists_every_job_even_when_its_store_cannot_be_read() {
     std::fs::write(sb.file("state/jobguard.db"), vec![0xa5u8; 8192]).unwrap();
     let out = sb.run(&["status"]);
     assert_ne!(out.status.code(), Some(0), "{}", stderr(&out));
-    let text = support::stdout(&out);
+    let text = stdout(&out);
     assert!(!text.contains("no jobs"), "{text}");
     assert!(
         text.lines()
@@ -677,7 +677,7 @@ fn a_store_file_that_cannot_be_read_is_named_by_run_and_listed_by_status() {
     );
     let out = sb.run(&["status"]);
     assert_eq!(out.status.code(), Some(78), "{}", stderr(&out));
-    let text = support::stdout(&out);
+    let text = stdout(&out);
     assert!(
         text.lines()
             .any(|l| l.starts_with("nofile ") && l.contains("store unreadable")),
@@ -1469,6 +1469,28 @@ fn unlock_refuses_to_end_the_lease_of_a_run_alive_on_this_host() {
     let done = shim.wait_with_output().unwrap();
     assert_eq!(done.status.code(), Some(75), "{}", stderr(&done));
     assert_eq!(sb.history("alive")[0]["outcome"], "lease_lost");
+    // A lapsed lease (its shim killed) is released too, and unlock says so: a claim from
+    // another machine no longer waits for its holder.
+    let mut shim = sb
+        .cmd(&["run", "alive", "--slot", "2026-11-29T02:00:00Z"])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_until(10, || sb.read("out").contains("start 2026-11-29")),
+        "started"
+    );
+    shim.kill().unwrap();
+    shim.wait().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(3500));
+    let out = sb.run(&["unlock", "alive"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("released the lease") && stdout(&out).contains("expired"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(stdout(&sb.run(&["unlock", "alive"])).contains("no lease"));
 }
 
 #[test]

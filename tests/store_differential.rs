@@ -33,7 +33,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use jobguard::clock::{Clock, ManualClock};
-use jobguard::lease::Lease;
+use jobguard::lease::{Holder, Lease};
 use jobguard::ledger::{Finish, NewRun, Outcome, Resolution, Run, Slot};
 use jobguard::store::rules::{self, ClaimDecision, Memory, RuleError};
 use jobguard::store::{Claim, ClaimRequest, ClockCheck, RunQuery, Store, StoreError};
@@ -160,12 +160,26 @@ impl Diff {
         }
     }
 
+    /// One of five holders: three machines, machine 1 after a reboot (another boot and
+    /// process), and a host without a machine id; the claim's grace after a lapsed lease
+    /// tells them apart (`jobguard::store::rules::FOREIGN_GRACE_USEC`).
+    fn some_holder(&mut self) -> Holder {
+        let n = 1 + self.rng.below(5) as u32;
+        let mut h = holder(n);
+        match n {
+            4 => h.machine_id = holder(1).machine_id,
+            5 => h.machine_id = String::new(),
+            _ => {}
+        }
+        h
+    }
+
     fn claim_request(&mut self, now: i64) -> ClaimRequest {
         if !self.sent.is_empty() && self.rng.chance(15) {
             // A claim sent again, as it was; sometimes under another holder.
             let mut req = self.rng.pick(&self.sent);
             if self.rng.chance(20) {
-                req.holder = holder(1 + self.rng.below(3) as u32);
+                req.holder = self.some_holder();
             }
             return req;
         }
@@ -188,7 +202,7 @@ impl Diff {
                 trigger: self.rng.pick(&["timer", "manual"]).to_string(),
                 invocation_id: self.rng.chance(50).then(|| format!("inv{}", self.next_run)),
             },
-            holder(1 + self.rng.below(3) as u32),
+            self.some_holder(),
             TTL,
         );
         req.queued_first = self.rng.chance(50);

@@ -62,7 +62,19 @@ pub fn run(args: &UnlockArgs) -> u8 {
             exit::OK
         }
         Ok(None) => {
-            println!("{}: no unexpired lease", job.name);
+            match lease.filter(|l| !l.holder.is_empty()) {
+                // A lease that had lapsed is released too, so that a claim from another
+                // machine no longer waits for its holder (store::rules::FOREIGN_GRACE_USEC).
+                Some(l) => println!(
+                    "{}: released the lease of host {} (holder {}, token {}), which expired {}: other machines no longer wait for its holder to record an outcome",
+                    job.name,
+                    l.host,
+                    l.holder,
+                    l.token,
+                    format_usec(l.expire_at)
+                ),
+                None => println!("{}: no lease", job.name),
+            }
             exit::OK
         }
         Err(e) => {

@@ -361,7 +361,7 @@ fn claim_procedure() -> Vec<String> {
                                 AND EXISTS (SELECT 1 FROM jobguard_run
                                      WHERE job = p_job AND fencing_token = v_token
                                        AND outcome = 'running' AND slot_usec = v_slot
-                                       AND machine_id <> p_machine))) THEN
+                                       AND (machine_id <> p_machine OR p_machine = '')))) THEN
                         SET v_kind = 'busy';
                         SELECT run_id INTO v_by FROM jobguard_run
                          WHERE job = p_job AND fencing_token = v_token

@@ -339,7 +339,7 @@ CREATE OR REPLACE"#,
                     AND EXISTS (SELECT 1 FROM jobguard_run
                                  WHERE job = p_job AND fencing_token = v_lease.token
                                    AND outcome = 'running' AND slot_usec = v_slot
-                                   AND machine_id <> p_machine))) THEN
+                                   AND (machine_id <> p_machine OR p_machine = '')))) THEN
 "#,
         pg_claim_tail!()
     ),

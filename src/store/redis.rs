@@ -174,7 +174,8 @@ local l = redis.call('HMGET', lkey, 'holder', 'host', 'token', 'acquired_at', 'e
 local function lapsed_holder_keeps_slot()
   if not l[6] or tonumber(l[5]) + tonumber(ARGV[23]) <= now then return false end
   local f = redis.call('HMGET', p .. 'run:' .. l[6], 'outcome', 'slot_usec', 'machine_id')
-  return f[1] == 'running' and tonumber(f[2]) == tonumber(slot) and f[3] ~= ARGV[14]
+  return f[1] == 'running' and tonumber(f[2]) == tonumber(slot)
+    and (f[3] ~= ARGV[14] or ARGV[14] == '')
 end
 if l[1] and l[1] ~= '' and l[1] ~= holder
    and (tonumber(l[5]) > now or lapsed_holder_keeps_slot()) then

@@ -51,7 +51,9 @@ use crate::store::{Claim, ClaimRequest, Finished};
 /// not start at the same second. A holder cut off for longer is taken for gone, as
 /// `jobguard recover` takes it ([`crate::recover::holder_gone`]). A claim from the same
 /// machine needs no grace: its own shim replays a kept outcome before it claims, and its
-/// local lock keeps a second run of the job on that machine out while the first waits.
+/// local lock keeps a second run of the job on that machine out while the first waits. A
+/// claimer without a machine id (`/etc/machine-id` unreadable or empty) is taken for
+/// another machine.
 pub const FOREIGN_GRACE_USEC: i64 = 90_000_000;
 
 /// The largest clock tolerance the rules use, µs: 1000 years. A larger `clock_tolerance`
@@ -335,7 +337,7 @@ pub fn claim(state: &ClaimState, req: &ClaimRequest) -> Result<ClaimDecision, Ru
         && now < lease.expire_at.saturating_add(FOREIGN_GRACE_USEC)
         && run.outcome == Outcome::Running
         && run.slot.usec == slot.usec
-        && run.machine_id != req.holder.machine_id
+        && (run.machine_id != req.holder.machine_id || req.holder.machine_id.is_empty())
     {
         return Ok(ClaimDecision::Refuse(Claim::Busy {
             lease: lease.clone(),

@@ -63,6 +63,7 @@ macro_rules! conformance_suite {
     (@list $mode:ident $fresh:path) => {
         $crate::common::conformance::conformance_suite!(@cases $mode $fresh;
             acquire_contend_expire_takeover,
+            a_lapsed_holder_on_another_machine_keeps_its_running_slot_for_the_grace,
             own_unexpired_lease_can_be_claimed_again,
             renew_extends_by_store_clock,
             token_grows_across_release_takeover_and_unlock,
@@ -301,6 +302,49 @@ pub fn own_unexpired_lease_can_be_claimed_again(env: &dyn Env) {
         s.finish(&l2, &rid(2), &finish(Outcome::Succeeded)).unwrap(),
         RECORDED_AND_RELEASED
     );
+}
+
+/// After a lease lapsed, its holder may be cut off from the store with the outcome of its
+/// run in hand: for `FOREIGN_GRACE_USEC` after the lapse, its slot stays busy for another
+/// machine's claim, forced or not, and for a claimer without a machine id, while the
+/// record is `running`. The same machine after a reboot, another slot, and a claim after
+/// `unlock` are not held back.
+pub fn a_lapsed_holder_on_another_machine_keeps_its_running_slot_for_the_grace(env: &dyn Env) {
+    let mut s = connect(env);
+    let (l1, _) = claimed(&mut *s, &request("sync", S1, 1, 1, false));
+    env.advance(TTL_US);
+    let (in_way, its_run) = busy(&mut *s, &request("sync", S1, 2, 2, false));
+    assert_eq!(in_way, l1);
+    assert_eq!(its_run.map(|r| r.run_id), Some(rid(1)));
+    busy(&mut *s, &request("sync", S1, 2, 2, true));
+    let mut unknown = request("sync", S1, 2, 2, false);
+    unknown.holder.machine_id = String::new();
+    busy(&mut *s, &unknown);
+    // Two hosts without a machine id are not taken for one machine.
+    let mut blank = request("blank", S1, 1, 7, false);
+    blank.holder.machine_id = String::new();
+    claimed(&mut *s, &blank);
+    env.advance(FOREIGN_GRACE_USEC - 1);
+    busy(&mut *s, &request("sync", S1, 3, 2, false));
+    let mut blank = request("blank", S1, 2, 8, false);
+    blank.holder.machine_id = String::new();
+    busy(&mut *s, &blank);
+    // The same machine, rebooted: it records its own kept outcome before it claims.
+    let mut rebooted = request("sync", S1, 2, 2, false);
+    rebooted.holder.machine_id = holder(1).machine_id;
+    let (l2, r2) = claimed(&mut *s, &rebooted);
+    assert_eq!((l2.token, r2.attempt), (l1.token + 1, 2));
+
+    // Another slot is not held back; a person's unlock ends the wait.
+    let (l3, _) = claimed(&mut *s, &request("other", S1, 1, 3, false));
+    env.advance(TTL_US);
+    claimed(&mut *s, &request("other", S2, 2, 4, false));
+    let (l5, _) = claimed(&mut *s, &request("third", S1, 1, 5, false));
+    env.advance(TTL_US);
+    busy(&mut *s, &request("third", S1, 2, 6, false));
+    s.unlock("third").unwrap();
+    let (l6, _) = claimed(&mut *s, &request("third", S1, 2, 6, false));
+    assert!(l6.token > l5.token && l3.token > 0);
 }
 
 /// Renewal moves expiry to store-now + ttl, only for the current unexpired grant.

@@ -124,6 +124,13 @@ fn a_lapsed_foreign_holders_running_slot_stays_busy_for_the_grace() {
     let mut rebooted = req(T0, 2, 4);
     rebooted.holder.machine_id = holder(1).machine_id;
     granted(&mut m.clone(), &rebooted, expiry);
+    // A claimer that cannot tell its machine (no /etc/machine-id) is taken for another.
+    let mut unknown = req(T0, 2, 4);
+    unknown.holder.machine_id = String::new();
+    assert!(matches!(
+        answer(&mut m, &unknown, expiry),
+        Claim::Busy { .. }
+    ));
     // Once the record has ended, or a person unlocked the job, nothing waits.
     let mut ended = m.clone();
     ended
@@ -541,7 +548,7 @@ proptest! {
                                     && l.holder != g.lease.holder
                                     && held.outcome == Outcome::Running
                                     && held.slot.usec == g.run.slot.usec
-                                    && held.machine_id != g.run.machine_id
+                                    && (held.machine_id != g.run.machine_id || g.run.machine_id.is_empty())
                                 {
                                     prop_assert!(now >= l.expire_at + FOREIGN_GRACE_USEC, "granted over {held:?}");
                                 }
@@ -593,7 +600,8 @@ proptest! {
                                     lease.expire_at > now
                                         || (lease.expire_at + FOREIGN_GRACE_USEC > now
                                             && run.is_some_and(|x| x.outcome == Outcome::Running
-                                                && x.machine_id != r.holder.machine_id)),
+                                                && (x.machine_id != r.holder.machine_id
+                                                    || r.holder.machine_id.is_empty()))),
                                     "busy by {lease:?}"
                                 );
                             }
