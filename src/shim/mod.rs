@@ -850,6 +850,13 @@ fn run_slot(
         Ok(Claim::Busy { lease, run }) => {
             let host_now = req.clock.map_or(0, |c| c.host_now);
             let why = match &run {
+                // An attempt under an earlier lease: a recovery pass judges it.
+                Some(r) if r.fencing_token != lease.token => format!(
+                    "slot {}: {} is still running as far as the store knows, under a lease that has passed on since; it may still hold its outcome, so the slot waits until a recovery pass judges it ({} s after a pass first sees it without its lease)",
+                    slot.rfc3339(),
+                    describe_run(r),
+                    store::rules::FOREIGN_GRACE_USEC / 1_000_000
+                ),
                 // The lease lapsed; its holder may still hold the run's outcome.
                 Some(r) if lease.expire_at <= host_now && r.outcome == Outcome::Running => {
                     format!(

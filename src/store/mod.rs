@@ -235,7 +235,8 @@ pub enum Claim {
     },
     /// Another holder's lease has not expired, or lapsed less than
     /// [`rules::FOREIGN_GRACE_USEC`] ago while its holder, on another machine, still has
-    /// the asked slot `running`.
+    /// the asked slot `running`; or `run`, an attempt at the slot from another machine,
+    /// is still `running` under an earlier lease (`lease` is the job's lease row).
     Busy {
         /// The lease that is in the way.
         lease: Lease,
@@ -319,7 +320,9 @@ pub trait Store: Send {
     /// 4. with `req.in_order`, answer [`Claim::SlotBehind`] if a later slot is recorded;
     /// 5. answer [`Claim::Busy`] if another holder's lease is unexpired (by the store's
     ///    clock), or lapsed less than [`rules::FOREIGN_GRACE_USEC`] ago while the slot's
-    ///    record under it, made on another machine than `req.holder`'s, is `running`;
+    ///    record under it, made on another machine than `req.holder`'s, is `running`, or
+    ///    if the slot has a `running` record from another machine under an earlier lease
+    ///    (until `jobguard recover` marks it);
     /// 6. else grant the lease with a fencing token larger than every earlier one for the
     ///    job, insert a `running` record (attempt = earlier attempts at the slot + 1) and
     ///    mark queued or held earlier attempts of the slot as [`Resolution::Rerun`]; with

@@ -227,7 +227,8 @@ fn migration_1() -> Vec<String> {
 /// re-runs, refuse a slot behind the ledger and answer the previous slot, so that a run
 /// needs one call. Migration 2 -> 3 made a lease that lapsed less than
 /// [`rules::FOREIGN_GRACE_USEC`] ago keep its slot from another machine while its holder's
-/// record of the slot is running.
+/// record of the slot is running, and an attempt from another machine under an earlier
+/// lease keep it until judged.
 fn claim_procedure() -> Vec<String> {
     let now = format!("COALESCE(p_now, {SERVER_NOW})");
     let grace = rules::FOREIGN_GRACE_USEC;
@@ -366,6 +367,19 @@ fn claim_procedure() -> Vec<String> {
                         SELECT run_id INTO v_by FROM jobguard_run
                          WHERE job = p_job AND fencing_token = v_token
                          ORDER BY started_at DESC, seq DESC LIMIT 1;
+                    END IF;
+                    -- An earlier attempt at this slot on another machine, still running
+                    -- under a lease that has passed to a later grant since: when it lapsed
+                    -- is not known here, so the slot waits until a recovery pass judges it.
+                    IF v_kind IS NULL THEN
+                        SELECT run_id INTO v_by FROM jobguard_run
+                         WHERE job = p_job AND slot_usec = v_slot AND outcome = 'running'
+                           AND fencing_token <> v_token
+                           AND (machine_id <> p_machine OR p_machine = '')
+                         ORDER BY started_at DESC, seq DESC LIMIT 1;
+                        IF v_by IS NOT NULL THEN
+                            SET v_kind = 'busy';
+                        END IF;
                     END IF;
                     IF v_kind IS NOT NULL OR v_pass = 2 THEN
                         LEAVE passes;

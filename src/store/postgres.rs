@@ -220,8 +220,8 @@ BEGIN
     };
 }
 
-/// The text of the claim function after its lease check.
-macro_rules! pg_claim_tail {
+/// The text of the claim function that answers `busy` for the lease in the way.
+macro_rules! pg_claim_busy {
     () => {
         r#"            SELECT * INTO v_run FROM jobguard_run
              WHERE job = p_job AND fencing_token = v_lease.token
@@ -232,7 +232,14 @@ macro_rules! pg_claim_tail {
                 CASE WHEN v_found THEN to_jsonb(v_run)::text END, NULL::bigint, v_now;
             RETURN;
         END IF;
-    END LOOP;
+"#
+    };
+}
+
+/// The text of the claim function after its lease checks: the grant.
+macro_rules! pg_claim_tail {
+    () => {
+        r#"    END LOOP;
     UPDATE jobguard_lease SET holder = p_holder, host = p_host, token = v_lease.token + 1,
            acquired_at = v_now, expire_at = v_now + p_ttl
      WHERE job = p_job RETURNING * INTO v_lease;
@@ -322,12 +329,14 @@ CREATE"#,
         r#"        IF v_lease.holder <> '' AND v_lease.expire_at > v_now
            AND v_lease.holder <> p_holder THEN
 "#,
+        pg_claim_busy!(),
         pg_claim_tail!()
     ),
     concat!(
         r#"
 -- 2 -> 3: a lease that lapsed a moment ago still keeps its slot from another machine
--- while its holder's record of the slot is running (rules::FOREIGN_GRACE_USEC).
+-- while its holder's record of the slot is running (rules::FOREIGN_GRACE_USEC), and an
+-- attempt from another machine under an earlier lease keeps it until judged.
 CREATE OR REPLACE"#,
         pg_claim_head!(),
         r#"        -- A lease that lapsed less than 90 s (rules::FOREIGN_GRACE_USEC) ago while its
@@ -340,6 +349,22 @@ CREATE OR REPLACE"#,
                                  WHERE job = p_job AND fencing_token = v_lease.token
                                    AND outcome = 'running' AND slot_usec = v_slot
                                    AND (machine_id <> p_machine OR p_machine = '')))) THEN
+"#,
+        pg_claim_busy!(),
+        r#"        -- An earlier attempt at this slot on another machine, still running under a
+        -- lease that has passed to a later grant since: when it lapsed is not known here,
+        -- so the slot waits until a recovery pass judges the attempt.
+        SELECT * INTO v_run FROM jobguard_run
+         WHERE job = p_job AND slot_usec = v_slot AND outcome = 'running'
+           AND fencing_token <> v_lease.token
+           AND (machine_id <> p_machine OR p_machine = '')
+         ORDER BY started_at DESC, seq DESC LIMIT 1;
+        IF FOUND THEN
+            RETURN QUERY SELECT 'busy'::text, v_lease.holder, v_lease.host, v_lease.token,
+                v_lease.acquired_at, v_lease.expire_at, to_jsonb(v_run)::text,
+                NULL::bigint, v_now;
+            RETURN;
+        END IF;
 "#,
         pg_claim_tail!()
     ),

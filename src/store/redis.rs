@@ -183,6 +183,22 @@ if l[1] and l[1] ~= '' and l[1] ~= holder
   if l[6] then run = redis.call('HGETALL', p .. 'run:' .. l[6]) end
   return {'busy', {l[1], l[2], l[3], l[4], l[5]}, run}
 end
+-- An earlier attempt at this slot on another machine, still running under a lease that
+-- has passed to a later grant since: when it lapsed is not known here, so the slot waits
+-- until a recovery pass judges the attempt.
+local earlier, es, eq = nil, -1, -1
+for _, id in ipairs(ids) do
+  local f = redis.call('HMGET', p .. 'run:' .. id, 'outcome', 'fencing_token', 'machine_id',
+    'started_at', 'seq')
+  if f[1] == 'running' and f[2] ~= l[3] and (f[3] ~= ARGV[14] or ARGV[14] == '') then
+    local s, q = tonumber(f[4]) or 0, tonumber(f[5]) or 0
+    if s > es or (s == es and q > eq) then earlier, es, eq = id, s, q end
+  end
+end
+if earlier then
+  return {'busy', {l[1] or '', l[2] or '', l[3] or '0', l[4] or '0', l[5] or '0'},
+    redis.call('HGETALL', p .. 'run:' .. earlier)}
+end
 local token = redis.call('INCR', p .. 'token:' .. job)
 local expire = fmt(now + ttl)
 redis.call('HSET', lkey, 'holder', holder, 'host', host, 'token', token,

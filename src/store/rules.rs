@@ -27,7 +27,8 @@
 //!    recorded slot (no later than the store's time plus the clock tolerance) is refused;
 //! 5. another holder's unexpired lease is refused, and so is a lease that lapsed less than
 //!    [`FOREIGN_GRACE_USEC`] ago while its holder, on another machine, still has the asked
-//!    slot `running`;
+//!    slot `running`, and so is a slot with a `running` attempt from another machine under
+//!    an earlier lease (until a recovery pass judges it);
 //! 6. the grant: a new lease with the next fencing token, a `running` record, and the
 //!    queued or held records of the slot (and, with `queued_first`, the queued records of
 //!    every done slot) marked [`Resolution::Rerun`].
@@ -49,7 +50,9 @@ use crate::store::{Claim, ClaimRequest, Finished};
 /// slot a second time, so it is refused as [`Claim::Busy`] until the lease has been lapsed
 /// this long: one recovery pass of the holder's host (60 s) plus 30 s for passes that do
 /// not start at the same second. A holder cut off for longer is taken for gone, as
-/// `jobguard recover` takes it ([`crate::recover::holder_gone`]). A claim from the same
+/// `jobguard recover` takes it ([`crate::recover::holder_gone`]). Once a later grant has
+/// taken the lease on, when the attempt's lease lapsed is no longer known: its slot then
+/// waits until a recovery pass has judged the attempt ([`claim`], step 5). A claim from the same
 /// machine needs no grace: its own shim replays a kept outcome before it claims, and its
 /// local lock keeps a second run of the job on that machine out while the first waits. A
 /// claimer without a machine id (`/etc/machine-id` unreadable or empty) is taken for
@@ -342,6 +345,22 @@ pub fn claim(state: &ClaimState, req: &ClaimRequest) -> Result<ClaimDecision, Ru
         return Ok(ClaimDecision::Refuse(Claim::Busy {
             lease: lease.clone(),
             run: state.lease_run.clone(),
+        }));
+    }
+    // 5c. An earlier attempt at the slot on another machine, still running under a lease
+    // that has passed to a later grant since: when that lease lapsed is not known here, so
+    // the slot waits until a recovery pass judges the attempt.
+    if let Some(lease) = &state.lease
+        && let Some(earlier) = newest_by(runs, |r| {
+            (r.outcome == Outcome::Running
+                && r.fencing_token != lease.token
+                && (r.machine_id != req.holder.machine_id || req.holder.machine_id.is_empty()))
+            .then_some(0)
+        })
+    {
+        return Ok(ClaimDecision::Refuse(Claim::Busy {
+            lease: lease.clone(),
+            run: Some(earlier.clone()),
         }));
     }
     // 6. The grant.

@@ -308,7 +308,8 @@ pub fn own_unexpired_lease_can_be_claimed_again(env: &dyn Env) {
 /// run in hand: for `FOREIGN_GRACE_USEC` after the lapse, its slot stays busy for another
 /// machine's claim, forced or not, and for a claimer without a machine id, while the
 /// record is `running`. The same machine after a reboot, another slot, and a claim after
-/// `unlock` are not held back.
+/// `unlock` are not held back. Once a later grant took the lease on, the attempt keeps
+/// its slot from other machines until it is judged (`interrupt`).
 pub fn a_lapsed_holder_on_another_machine_keeps_its_running_slot_for_the_grace(env: &dyn Env) {
     let mut s = connect(env);
     let (l1, _) = claimed(&mut *s, &request("sync", S1, 1, 1, false));
@@ -335,10 +336,20 @@ pub fn a_lapsed_holder_on_another_machine_keeps_its_running_slot_for_the_grace(e
     let (l2, r2) = claimed(&mut *s, &rebooted);
     assert_eq!((l2.token, r2.attempt), (l1.token + 1, 2));
 
-    // Another slot is not held back; a person's unlock ends the wait.
-    let (l3, _) = claimed(&mut *s, &request("other", S1, 1, 3, false));
+    // Another slot is not held back. Once its grant took the lease on, the attempt at S1
+    // waits, from any other machine, for a recovery pass to judge it (interrupt).
+    let (l3, r3) = claimed(&mut *s, &request("other", S1, 1, 3, false));
     env.advance(TTL_US);
     claimed(&mut *s, &request("other", S2, 2, 4, false));
+    env.advance(TAKEOVER_US);
+    let (_, its_run) = busy(&mut *s, &request("other", S1, 3, 9, false));
+    assert_eq!(its_run.map(|r| r.run_id), Some(rid(3)));
+    assert!(
+        s.interrupt(&r3, "lease-expired", Resolution::Queued)
+            .unwrap()
+    );
+    claimed(&mut *s, &request("other", S1, 3, 9, false));
+    // A person's unlock ends the wait.
     let (l5, _) = claimed(&mut *s, &request("third", S1, 1, 5, false));
     env.advance(TTL_US);
     busy(&mut *s, &request("third", S1, 2, 6, false));
@@ -1316,7 +1327,11 @@ pub fn a_done_slot_with_a_held_record_settles_its_queued_one(env: &dyn Env) {
     env.advance(TAKEOVER_US);
     let (_, r2) = claimed(&mut *s, &request("sync", d, 2, 2, false));
     env.advance(TAKEOVER_US);
-    let (l3, _) = claimed(&mut *s, &request("sync", d, 3, 3, true));
+    // The third is the first one's machine, rebooted: the first attempt, still running
+    // under an earlier lease, would keep the slot from any other machine until judged.
+    let mut third = request("sync", d, 3, 3, true);
+    third.holder.machine_id = holder(1).machine_id;
+    let (l3, _) = claimed(&mut *s, &third);
     s.finish(&l3, &rid(3), &finish(Outcome::Succeeded)).unwrap();
     assert!(s.interrupt(&r2, "lease-expired", Resolution::Held).unwrap());
     assert!(

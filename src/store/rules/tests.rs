@@ -116,9 +116,21 @@ fn a_lapsed_foreign_holders_running_slot_stays_busy_for_the_grace() {
         answer(&mut m, &forced, expiry),
         Claim::Busy { .. }
     ));
-    // Another slot of the job is not held back.
+    // Another slot of the job is not held back. Once its grant took the lease on, the cut
+    // attempt's lapse is no longer known: its slot waits for a recovery pass to judge it,
+    // however long that takes, from any machine but its own.
     let mut other_slot = m.clone();
     granted(&mut other_slot, &req(T0 + HOUR, 2, 3), expiry);
+    let later = expiry + FOREIGN_GRACE_USEC + HOUR;
+    match answer(&mut other_slot, &req(T0, 3, 8), later) {
+        Claim::Busy { run, .. } => assert_eq!(run.map(|r| r.run_id), Some(g1.run.run_id.clone())),
+        other => panic!("{other:?}"),
+    }
+    let mut from_its_machine = req(T0, 3, 9);
+    from_its_machine.holder.machine_id = holder(1).machine_id;
+    granted(&mut other_slot.clone(), &from_its_machine, later);
+    assert!(other_slot.interrupt(&g1.run, "lease-expired", Resolution::Queued, later));
+    granted(&mut other_slot, &req(T0, 3, 10), later);
     // The same machine (after a reboot: another boot, another process) replays its own
     // kept outcome before it claims.
     let mut rebooted = req(T0, 2, 4);
@@ -552,6 +564,13 @@ proptest! {
                                 {
                                     prop_assert!(now >= l.expire_at + FOREIGN_GRACE_USEC, "granted over {held:?}");
                                 }
+                                // Never over another machine's attempt at the slot still
+                                // running under an earlier lease.
+                                prop_assert!(!before.slot_runs("j", g.run.slot.usec).iter().any(|x|
+                                    x.outcome == Outcome::Running
+                                        && x.fencing_token != l.token
+                                        && (x.machine_id != g.run.machine_id || g.run.machine_id.is_empty())),
+                                    "granted over an earlier attempt");
                             }
                             // Fencing tokens strictly increase, across releases and unlocks.
                             prop_assert!(g.lease.token > last_token);
@@ -596,12 +615,18 @@ proptest! {
                             // Busy: an unexpired lease, or one that lapsed within the grace
                             // while another machine's attempt at the slot still runs.
                             if let Claim::Busy { lease, run } = c {
+                                let foreign_running = run.as_ref().is_some_and(|x| {
+                                    x.outcome == Outcome::Running
+                                        && (x.machine_id != r.holder.machine_id
+                                            || r.holder.machine_id.is_empty())
+                                });
+                                let superseded =
+                                    run.as_ref().is_some_and(|x| x.fencing_token != lease.token);
                                 prop_assert!(
                                     lease.expire_at > now
-                                        || (lease.expire_at + FOREIGN_GRACE_USEC > now
-                                            && run.is_some_and(|x| x.outcome == Outcome::Running
-                                                && (x.machine_id != r.holder.machine_id
-                                                    || r.holder.machine_id.is_empty()))),
+                                        || (foreign_running
+                                            && (superseded
+                                                || lease.expire_at + FOREIGN_GRACE_USEC > now)),
                                     "busy by {lease:?}"
                                 );
                             }
