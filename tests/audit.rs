@@ -579,20 +579,7 @@ fn sqlite_an_old_failed_slot_stays_flagged_after_250_later_runs() {
 /// `jobguard ARGS` in `sb` with this host's wall clock moved by `offset` (libfaketime's
 /// `-f` syntax, e.g. `-200d`): records written then started that long ago.
 fn faked(sb: &Sandbox, offset: &str, args: &[&str]) -> std::process::Output {
-    let cmd = sb.cmd(args);
-    let mut faked = Command::new("faketime");
-    faked
-        .arg("-f")
-        .arg(offset)
-        .arg(cmd.get_program())
-        .args(cmd.get_args());
-    for (k, v) in cmd.get_envs() {
-        match v {
-            Some(v) => faked.env(k, v),
-            None => faked.env_remove(k),
-        };
-    }
-    faked
+    sb.cmd_under("faketime", &["-f", offset], args)
         .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
         .output()
         .expect("faketime")

@@ -53,11 +53,33 @@ impl Sandbox {
     pub fn cmd_on_machine(&self, machine_id: &str, args: &[&str]) -> Command {
         let file = self.file("machine-id");
         std::fs::write(&file, format!("{machine_id}\n")).expect("write machine-id");
+        let mut prefix: Vec<std::ffi::OsString> = [
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+            "/bin/sh",
+            "-c",
+            "mount --bind \"$0\" /etc/machine-id && exec \"$@\"",
+        ]
+        .iter()
+        .map(Into::into)
+        .collect();
+        prefix.push(file.into());
+        self.cmd_under("unshare", &prefix, args)
+    }
+
+    /// [`Sandbox::cmd`] run by `wrapper` (e.g. `faketime`, `unshare`): `wrapper PREFIX...
+    /// jobguard ARGS...`, with the sandbox's environment.
+    pub fn cmd_under<S: AsRef<std::ffi::OsStr>>(
+        &self,
+        wrapper: &str,
+        prefix: &[S],
+        args: &[&str],
+    ) -> Command {
         let inner = self.cmd(args);
-        let mut c = Command::new("unshare");
-        c.args(["--mount", "--propagation", "private", "--", "/bin/sh", "-c"])
-            .arg("mount --bind \"$0\" /etc/machine-id && exec \"$@\"")
-            .arg(&file)
+        let mut c = Command::new(wrapper);
+        c.args(prefix)
             .arg(inner.get_program())
             .args(inner.get_args());
         for (key, value) in inner.get_envs() {
