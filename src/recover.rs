@@ -223,7 +223,7 @@ pub fn recover_job(store: &mut dyn Store, job: &Job) -> Result<Recovered, StoreE
     let mut out = Recovered::default();
     // An outcome this host kept because the store could not take it ends its record
     // before anything here calls that record cut off.
-    crate::shim::pending::replay(store, job)?;
+    crate::shim::pending::replay(store, &job.name)?;
     let running = store.runs(&RunQuery {
         job: Some(job.name.clone()),
         outcomes: vec![Outcome::Running],
@@ -610,7 +610,9 @@ pub fn interrupt_removed(
 /// The `running` records in `store` of jobs not in `known` (the job list's jobs and the
 /// jobs its errors name) held on this machine by a holder that is gone (an earlier boot,
 /// or a process of this boot that no longer exists and left no process behind): marked
-/// interrupted by [`interrupt_removed`]. Records of other machines are theirs to judge.
+/// interrupted by [`interrupt_removed`], once the outcomes this host kept for those jobs
+/// are recorded ([`crate::shim::pending::replay`]; a record one of them ends is not cut).
+/// Records of other machines are theirs to judge.
 /// Returns the records marked.
 ///
 /// # Errors
@@ -625,8 +627,26 @@ pub fn recover_removed(
     })?;
     let me = identity::machine_id();
     let mut out = Vec::new();
+    let mut replayed = BTreeSet::new();
     for run in running {
         if known.contains(&run.job) || me.is_empty() || run.machine_id != me {
+            continue;
+        }
+        // An outcome this host kept for the run (the store could not take it as the run
+        // ended) ends the record first, as for a job still in the list.
+        if replayed.insert(run.job.clone()) {
+            crate::shim::pending::replay(store, &run.job)?;
+        }
+        if store
+            .runs(&RunQuery {
+                job: Some(run.job.clone()),
+                slot: Some(run.slot.usec),
+                outcomes: vec![Outcome::Running],
+                ..RunQuery::default()
+            })?
+            .iter()
+            .all(|r| r.run_id != run.run_id)
+        {
             continue;
         }
         let Some(reason) = holder_gone(store, &run)? else {

@@ -598,3 +598,74 @@ fn redis_a_lapsed_holder_cut_off_with_its_outcome_keeps_its_slot() {
         "store_contention::lapsed_redis",
     );
 }
+
+/// Found by the hour-long soak: a job removed from the job list while its last run's
+/// outcome waited on this host for the store (the store stopped as the command ended).
+/// `jobguard recover` marked the run's `running` record interrupted and held, as for a
+/// run cut off, though the command had succeeded and its outcome was kept here: the kept
+/// outcome must be recorded first, as for a job still in the list.
+fn a_removed_jobs_kept_outcome_is_recorded(kind: Kind, test: &str) {
+    let Some(ns) = Namespace::new(kind, test) else {
+        return;
+    };
+    let proxy = Proxy::start(kind.port());
+    let address = kind.address(&proxy.listen, &ns.name);
+    let keep = format!(
+        "[jobs.keep]\nschedule = \"*-*-* 03:00:00 UTC\"\nstore = {address:?}\ncommand = [\"/bin/true\"]\n"
+    );
+    let sb = Sandbox::new(&format!(
+        "[jobs.cut]\nschedule = \"*-*-* 02:00:00 UTC\"\nstore = {address:?}\n\
+         lease_ttl = \"30s\"\nstore_wait = \"2s\"\n\
+         environment = {{ OUT = \"@DIR@/out\" }}\n\
+         command = [\"/bin/sh\", \"-c\", \"echo $JOBGUARD_SLOT >> $OUT; \
+         while [ ! -e $OUT.go ]; do sleep 0.05; done\"]\n\n{keep}"
+    ));
+    let slot = "2026-11-27T02:00:00Z";
+    let shim = start_cut(&sb, slot, 0);
+    proxy.freeze(true);
+    std::fs::write(sb.file("out.go"), "").unwrap();
+    let out = shim.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(69), "{}", stderr(&out));
+    proxy.cut();
+    proxy.freeze(false);
+    // The job is removed from the job list; the other job keeps the store in it.
+    std::fs::write(
+        sb.file("jobs.toml"),
+        format!("[defaults]\nstore = \"sqlite://state/jobguard.db\"\n\n{keep}"),
+    )
+    .unwrap();
+    // The job list the generator reads (JOBGUARD_CONFIG, not --config): only against it
+    // does recover judge jobs removed.
+    let rec = std::process::Command::new(env!("CARGO_BIN_EXE_jobguard"))
+        .arg("recover")
+        .env("JOBGUARD_CONFIG", sb.file("jobs.toml"))
+        .env("JOBGUARD_RUNTIME_DIR", sb.file("run"))
+        .env("JOBGUARD_STATE_DIR", sb.file("state-dir"))
+        .env_remove("INVOCATION_ID")
+        .env_remove("NOTIFY_SOCKET")
+        .env_remove("JOURNAL_STREAM")
+        .output()
+        .unwrap();
+    assert!(rec.status.success(), "{}", stderr(&rec));
+    let h = sb.history("cut");
+    assert_eq!(h.len(), 1, "{h:?}");
+    assert_eq!(
+        h[0]["outcome"],
+        "succeeded",
+        "{h:?}\n{}\n{}",
+        stderr(&rec),
+        support::stdout(&rec)
+    );
+    assert!(h[0]["resolution"].is_null(), "{h:?}");
+    assert_eq!(sb.lines("out"), 1, "the slot ran once");
+}
+
+#[test]
+fn redis_a_removed_jobs_kept_outcome_is_recorded() {
+    a_removed_jobs_kept_outcome_is_recorded(Kind::Redis, "store_contention::removed_redis");
+}
+
+#[test]
+fn postgres_a_removed_jobs_kept_outcome_is_recorded() {
+    a_removed_jobs_kept_outcome_is_recorded(Kind::Postgres, "store_contention::removed_pg");
+}

@@ -133,7 +133,7 @@ pub fn run(job: &Job, req: &Request) -> u8 {
     };
     // Outcomes this host kept because the store could not take them are recorded before
     // anything is decided about their slots.
-    if let Err(e) = with_retry(job, || pending::replay(store.as_mut(), job)) {
+    if let Err(e) = with_retry(job, || pending::replay(store.as_mut(), &job.name)) {
         return store_failed(job, &e);
     }
 

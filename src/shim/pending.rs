@@ -39,7 +39,6 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::identity;
-use crate::job::Job;
 use crate::journal::{self, Event, Kind};
 use crate::lease::Lease;
 use crate::ledger::{Finish, Outcome, Resolution, Run, format_usec};
@@ -232,14 +231,15 @@ pub enum Settled {
     Dropped,
 }
 
-/// Records the kept outcomes of `job` in `store` ([`load`], then [`settle`] each).
-/// Returns how many the store has now.
+/// Records the kept outcomes of the job named `job` in `store` ([`load`], then [`settle`]
+/// each), whether or not the job is still in the job list. Returns how many the store
+/// has now.
 ///
 /// # Errors
 /// The store's; the outcome is then kept for the next try.
-pub fn replay(store: &mut dyn Store, job: &Job) -> Result<usize, StoreError> {
+pub fn replay(store: &mut dyn Store, job: &str) -> Result<usize, StoreError> {
     let mut n = 0;
-    for kept in load(&job.name, &store.describe()) {
+    for kept in load(job, &store.describe()) {
         if kept.writer_alive() {
             continue;
         }
