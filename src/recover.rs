@@ -626,27 +626,27 @@ pub fn recover_removed(
         ..RunQuery::default()
     })?;
     let me = identity::machine_id();
+    let mine = |run: &Run| !known.contains(&run.job) && !me.is_empty() && run.machine_id == me;
+    // Outcomes this host kept for those runs (the store could not take them as the runs
+    // ended) end their records first, as for jobs still in the list.
+    let removed: BTreeSet<String> = running
+        .iter()
+        .filter(|r| mine(r))
+        .map(|r| r.job.clone())
+        .collect();
+    if removed.is_empty() {
+        return Ok(Vec::new());
+    }
+    for job in &removed {
+        crate::shim::pending::replay(store, job)?;
+    }
+    let running = store.runs(&RunQuery {
+        outcomes: vec![Outcome::Running],
+        ..RunQuery::default()
+    })?;
     let mut out = Vec::new();
-    let mut replayed = BTreeSet::new();
     for run in running {
-        if known.contains(&run.job) || me.is_empty() || run.machine_id != me {
-            continue;
-        }
-        // An outcome this host kept for the run (the store could not take it as the run
-        // ended) ends the record first, as for a job still in the list.
-        if replayed.insert(run.job.clone()) {
-            crate::shim::pending::replay(store, &run.job)?;
-        }
-        if store
-            .runs(&RunQuery {
-                job: Some(run.job.clone()),
-                slot: Some(run.slot.usec),
-                outcomes: vec![Outcome::Running],
-                ..RunQuery::default()
-            })?
-            .iter()
-            .all(|r| r.run_id != run.run_id)
-        {
+        if !mine(&run) {
             continue;
         }
         let Some(reason) = holder_gone(store, &run)? else {

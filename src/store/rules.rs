@@ -340,7 +340,7 @@ pub fn claim(state: &ClaimState, req: &ClaimRequest) -> Result<ClaimDecision, Ru
         && now < lease.expire_at.saturating_add(FOREIGN_GRACE_USEC)
         && run.outcome == Outcome::Running
         && run.slot.usec == slot.usec
-        && (run.machine_id != req.holder.machine_id || req.holder.machine_id.is_empty())
+        && from_another_machine(run, req)
     {
         return Ok(ClaimDecision::Refuse(Claim::Busy {
             lease: lease.clone(),
@@ -354,7 +354,7 @@ pub fn claim(state: &ClaimState, req: &ClaimRequest) -> Result<ClaimDecision, Ru
         && let Some(earlier) = newest_by(runs, |r| {
             (r.outcome == Outcome::Running
                 && r.fencing_token != lease.token
-                && (r.machine_id != req.holder.machine_id || req.holder.machine_id.is_empty()))
+                && from_another_machine(r, req))
             .then_some(0)
         })
     {
@@ -421,6 +421,12 @@ pub fn claim(state: &ClaimState, req: &ClaimRequest) -> Result<ClaimDecision, Ru
         rerun,
         previous_slot: state.newest,
     }))
+}
+
+/// Whether `run` was recorded on another machine than `req`'s holder; a holder without a
+/// machine id counts as another machine ([`FOREIGN_GRACE_USEC`]).
+fn from_another_machine(run: &Run, req: &ClaimRequest) -> bool {
+    run.machine_id != req.holder.machine_id || req.holder.machine_id.is_empty()
 }
 
 /// Whether `row` (the job's lease row) is still the grant `lease` (same holder and token,
