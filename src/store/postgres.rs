@@ -102,7 +102,7 @@ const NOW_US: &str =
     "COALESCE($1::bigint, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)";
 
 /// The text of the claim function after `CREATE` up to its lease check (migrations 2 and
-/// 3 differ only in that check).
+/// 3 differ only in their lease checks).
 macro_rules! pg_claim_head {
     () => {
         r#" FUNCTION jobguard_claim(
