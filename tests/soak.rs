@@ -1762,11 +1762,29 @@ fn check(soak: &Soak, truth: &Truth, begin: i64, last: i64) -> Report {
                     && served.contains(&key)
                     && !cut_after_success(&key)
                 {
+                    let execs: Vec<String> = by_slot
+                        .get(&key)
+                        .map(|list| {
+                            list.iter()
+                                .map(|e| {
+                                    format!(
+                                        "{} on {} status {} ({})",
+                                        e.run_id,
+                                        e.host,
+                                        e.status,
+                                        ledger_says(&e.job, &e.run_id)
+                                    )
+                                })
+                                .collect()
+                        })
+                        .unwrap_or_default();
                     violations.push(format!(
-                        "jobguard audit lists {} slot {} as {}, but it ran and succeeded",
+                        "jobguard audit lists {} slot {} as {} ({}), but it ran and succeeded: {}",
                         f.job,
                         rfc3339(f.slot),
-                        f.kind
+                        f.kind,
+                        f.detail,
+                        execs.join("; ")
                     ));
                 }
                 if ["orphan_running", "token_backwards"].contains(&f.kind.as_str()) {
