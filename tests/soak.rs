@@ -147,6 +147,9 @@ enum StoreKind {
     Postgres,
     Mysql,
     Redis,
+    /// etcd (needs the cargo feature `store-etcd`: `cargo test --release --features
+    /// store-etcd --test soak`).
+    Etcd,
 }
 
 impl StoreKind {
@@ -155,8 +158,11 @@ impl StoreKind {
             Ok("sqlite") => StoreKind::Sqlite,
             Ok("mysql") | Ok("mariadb") => StoreKind::Mysql,
             Ok("redis") => StoreKind::Redis,
+            Ok("etcd") => StoreKind::Etcd,
             Ok("postgres") | Ok("postgresql") | Ok("") | Err(_) => StoreKind::Postgres,
-            Ok(other) => panic!("JOBGUARD_SOAK_STORE={other}: sqlite, postgres, mysql or redis"),
+            Ok(other) => {
+                panic!("JOBGUARD_SOAK_STORE={other}: sqlite, postgres, mysql, redis or etcd")
+            }
         }
     }
 
@@ -166,6 +172,7 @@ impl StoreKind {
             StoreKind::Postgres => "postgres",
             StoreKind::Mysql => "mysql",
             StoreKind::Redis => "redis",
+            StoreKind::Etcd => "etcd",
         }
     }
 
@@ -175,6 +182,7 @@ impl StoreKind {
             StoreKind::Postgres => &["setpriv"],
             StoreKind::Mysql => &["mariadb-install-db", "mariadbd", "mariadb"],
             StoreKind::Redis => &["redis-server", "redis-cli"],
+            StoreKind::Etcd => &["etcd", "etcdctl"],
         }
     }
 }
@@ -219,6 +227,8 @@ struct Server {
     kind: StoreKind,
     dir: tempfile::TempDir,
     port: u16,
+    /// etcd's peer port (a single-member cluster still listens for peers).
+    peer_port: u16,
     child: Option<Child>,
     /// (uid, gid) the server runs as (PostgreSQL refuses root).
     user: Option<(u32, u32)>,
@@ -234,6 +244,7 @@ impl Server {
             kind,
             dir,
             port: free_port(),
+            peer_port: free_port(),
             child: None,
             user: None,
         };
@@ -274,7 +285,7 @@ impl Server {
                         ]),
                 )?;
             }
-            StoreKind::Redis => {}
+            StoreKind::Redis | StoreKind::Etcd => {}
         }
         server.spawn()?;
         if kind == StoreKind::Mysql {
@@ -352,6 +363,19 @@ impl Server {
                     .args(["--save", "", "--daemonize", "no"]);
                 c
             }
+            StoreKind::Etcd => {
+                let client = format!("http://127.0.0.1:{port}");
+                let peer = format!("http://127.0.0.1:{}", self.peer_port);
+                let mut c = Command::new("etcd");
+                c.args(["--name", "soak", "--data-dir"])
+                    .arg(&data)
+                    .args(["--listen-client-urls", &client])
+                    .args(["--advertise-client-urls", &client])
+                    .args(["--listen-peer-urls", &peer])
+                    .args(["--initial-advertise-peer-urls", &peer])
+                    .args(["--initial-cluster", &format!("soak={peer}")]);
+                c
+            }
         };
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -390,6 +414,11 @@ impl Server {
             StoreKind::Redis => Command::new("redis-cli")
                 .args(["-h", "127.0.0.1", "-p", &port, "PING"])
                 .output(),
+            StoreKind::Etcd => Command::new("etcdctl")
+                .env("ETCDCTL_API", "3")
+                .args(["--endpoints", &format!("http://127.0.0.1:{port}")])
+                .args(["endpoint", "health"])
+                .output(),
         };
         out.is_ok_and(|o| o.status.success() && !String::from_utf8_lossy(&o.stdout).is_empty())
     }
@@ -403,6 +432,7 @@ impl Server {
             }
             StoreKind::Mysql => format!("mysql://root@127.0.0.1:{port}/soak"),
             StoreKind::Redis => format!("redis://127.0.0.1:{port}/0?prefix=soak:"),
+            StoreKind::Etcd => format!("etcd://127.0.0.1:{port}?prefix=soak/"),
         }
     }
 
@@ -1293,7 +1323,12 @@ fn every_slot_runs_once_under_faults() {
         "kill-job",
         "stop-job",
     ];
-    if kind == StoreKind::Sqlite {
+    if kind == StoreKind::Etcd {
+        // etcd has no clock to compare a host's with (its store reads the host's clock):
+        // a host whose clock is wrong runs the slots its clock gives, as cron would, so
+        // the soak keeps the hosts' clocks right and faults the rest.
+        kinds.extend(["store-stop", "store-freeze", "host-cutoff"]);
+    } else if kind == StoreKind::Sqlite {
         // One host whose clock is the store's too: nothing can tell that clock is wrong,
         // and jobguard follows it as cron would. Offsetting the shims alone (not the
         // timers) made slots run ten minutes early and left the elapses before them

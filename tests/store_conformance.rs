@@ -110,6 +110,7 @@ macro_rules! remote_store {
                     Kind::Postgres => "postgres://u:hunter2@127.0.0.1/test",
                     Kind::Mysql => "mysql://u:hunter2@127.0.0.1/test",
                     Kind::Redis => "redis://u:hunter2@127.0.0.1/0",
+                    Kind::Etcd => unreachable!(),
                 })
                 .unwrap();
                 assert!(!s.describe().contains("hunter2"), "{}", s.describe());
@@ -137,6 +138,41 @@ remote_store!(mysql, Kind::Mysql);
     feature = "store-redis"
 ))]
 remote_store!(redis, Kind::Redis);
+
+/// etcd: the same suite (time judged by the test's clock and the rows' `expire_at`), the
+/// outages, and what only etcd has: its leases, not a host's clock, decide whether a
+/// lease is held.
+#[cfg(feature = "store-etcd")]
+mod etcd {
+    use crate::common::remote::{self, Kind};
+
+    fn fresh(case: &str) -> Option<Box<dyn crate::common::conformance::Env>> {
+        remote::env(Kind::Etcd, &format!("etcd::{case}"))
+    }
+    crate::common::conformance::conformance_suite!(optional fresh);
+
+    #[test]
+    fn store_down_at_start_is_unavailable() {
+        remote::outage_at_start(Kind::Etcd);
+    }
+
+    #[test]
+    fn store_cut_off_during_a_run_is_unavailable_then_recovers() {
+        remote::outage_during_run(Kind::Etcd, "etcd::outage");
+    }
+
+    #[test]
+    fn describe_masks_the_password() {
+        let s = jobguard::store::open("etcd://u:hunter2@127.0.0.1:2379").unwrap();
+        assert!(!s.describe().contains("hunter2"), "{}", s.describe());
+        assert!(s.describe().contains("u:***@127.0.0.1"), "{}", s.describe());
+    }
+
+    #[test]
+    fn the_etcd_lease_decides_not_the_hosts_clocks() {
+        remote::etcd_lease_decides("etcd::lease_decides");
+    }
+}
 
 #[cfg(all(
     feature = "store-postgres",
@@ -285,7 +321,7 @@ fn addresses() {
     ));
 
     for (address, needle) in [
-        ("etcd://h:2379", "unknown store kind \"etcd\""),
+        ("zookeeper://h:2181", "unknown store kind \"zookeeper\""),
         ("jobguard.db", "no store kind"),
     ] {
         match jobguard::store::open(address) {

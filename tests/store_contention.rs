@@ -122,6 +122,12 @@ fn redis_32_racers_one_runs() {
     contend(Kind::Redis, "store_contention::redis");
 }
 
+#[cfg(feature = "store-etcd")]
+#[test]
+fn etcd_32_racers_one_runs() {
+    contend(Kind::Etcd, "store_contention::etcd");
+}
+
 /// The store commits a claim but its answer never arrives (the call times out while the
 /// claim waits for a row lock, and the server finishes it after the client gave up): the
 /// shim's retry gets the same grant back, confirms it with a renewal, and the slot runs
@@ -416,6 +422,86 @@ fn outcome_kept_while_the_store_is_cut_off(kind: Kind, test: &str) {
         sb.read("out").lines().collect::<Vec<_>>(),
         slots,
         "each slot ran once"
+    );
+}
+
+/// A shim that keeps an outcome (the store was cut off as the command ended) and goes on
+/// to its next catch-up slot once the store answers again records the kept outcome
+/// before it claims that slot. Until it does, no recovery pass can (the shim that kept it
+/// is alive), and after the 90 s grace another host's pass would mark the attempt cut
+/// off and the slot would run again, as a soak saw with a catch-up backlog.
+fn kept_outcome_is_recorded_before_the_next_catch_up_slot(kind: Kind, test: &str) {
+    let Some(ns) = Namespace::new(kind, test) else {
+        return;
+    };
+    let proxy = Proxy::start(kind.port());
+    let address = kind.address(&proxy.listen, &ns.name);
+    let sb = Sandbox::new(&format!(
+        "[jobs.cut]\nschedule = \"*:*:0/2\"\ncatch_up = \"all\"\nstore = {address:?}\n\
+         lease_ttl = \"6s\"\nkill_grace = \"1s\"\nstore_wait = \"60s\"\n\
+         environment = {{ OUT = \"@DIR@/out\" }}\n\
+         command = [\"/bin/sh\", \"-c\", \"echo $JOBGUARD_SLOT >> $OUT; \
+         if [ -e $OUT.hold ]; then while [ ! -e $OUT.go ]; do sleep 0.05; done; rm $OUT.go; fi\"]\n"
+    ));
+    // History: the current slot, then a few elapses pass unserved.
+    let first = sb.run(&["run", "cut"]);
+    assert!(first.status.success(), "{}", stderr(&first));
+    std::fs::write(sb.file("out.hold"), "").unwrap();
+    std::thread::sleep(Duration::from_secs(5));
+    let shim = sb
+        .cmd(&["run", "cut"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_until(20, || sb.lines("out") >= 2),
+        "the first catch-up slot started"
+    );
+    let kept_slot = sb.read("out").lines().nth(1).unwrap().to_string();
+    // Its command ends while the store is cut off: the outcome is kept.
+    proxy.freeze(true);
+    std::fs::write(sb.file("out.go"), "").unwrap();
+    // Past the finish's call and its retry, and the settling call after them (each up
+    // to 4 s): the shim then waits for the store to claim its next slot.
+    std::thread::sleep(Duration::from_secs(14));
+    proxy.cut();
+    proxy.freeze(false);
+    // The shim goes on with the next catch-up slot, whose command holds.
+    assert!(
+        wait_until(30, || sb.lines("out") >= 3),
+        "the next catch-up slot started"
+    );
+    let h = sb.history("cut");
+    let kept: Vec<_> = h
+        .iter()
+        .filter(|r| r["slot"] == kept_slot.as_str())
+        .collect();
+    assert_eq!(kept.len(), 1, "{h:#?}");
+    assert_eq!(
+        kept[0]["outcome"], "succeeded",
+        "the kept success is recorded before the next slot is claimed: {h:#?}"
+    );
+    std::fs::remove_file(sb.file("out.hold")).unwrap();
+    std::fs::write(sb.file("out.go"), "").unwrap();
+    let out = shim.wait_with_output().unwrap();
+    let lines: Vec<String> = sb.read("out").lines().map(str::to_string).collect();
+    let mut unique = lines.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(
+        unique.len(),
+        lines.len(),
+        "each slot ran once: {lines:?}\n{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn redis_a_kept_outcome_is_recorded_before_the_next_catch_up_slot() {
+    kept_outcome_is_recorded_before_the_next_catch_up_slot(
+        Kind::Redis,
+        "store_contention::kept_catch_up_redis",
     );
 }
 

@@ -615,4 +615,29 @@ mod remote {
     fn redis_agrees_with_the_rules() {
         remote(Kind::Redis, "redis", false);
     }
+
+    /// etcd decides with the rules themselves; this checks what it adds: the key
+    /// layout, the snapshot reads and the conditional writes.
+    #[cfg(feature = "store-etcd")]
+    #[test]
+    fn etcd_agrees_with_the_rules() {
+        let Some(ns) = Namespace::new(Kind::Etcd, "store_differential::etcd") else {
+            return;
+        };
+        let clock = ManualClock::new(T0);
+        let store: Box<dyn Store> = Kind::Etcd
+            .open(&ns.address(), Some(&clock))
+            .unwrap_or_else(|e: StoreError| panic!("open etcd: {e}"));
+        diff(
+            "etcd",
+            store,
+            clock,
+            Traits {
+                host_clock: true,
+                clock_before_retry: false,
+                unchanged_renewal_is_lost: false,
+            },
+        )
+        .run();
+    }
 }

@@ -655,6 +655,7 @@ fn tls_env(kind: Kind, test: &str) -> Option<Box<dyn Env>> {
         Kind::Redis => tls::redis(test)?,
         Kind::Mysql => tls::mariadb(test)?,
         Kind::Postgres => tls::postgres(test)?,
+        Kind::Etcd => tls::etcd(test)?,
     };
     let ns = namespace();
     if kind == Kind::Mysql {
@@ -687,6 +688,10 @@ impl TlsEnv {
                 "mysql://root@127.0.0.1:{}/{}?ssl-mode=VERIFY_IDENTITY&ssl-ca={ca}",
                 self.server.port, self.ns
             ),
+            Kind::Etcd => format!(
+                "etcds://127.0.0.1:{}?prefix={}/&ssl-ca={ca}",
+                self.server.port, self.ns
+            ),
         }
     }
 }
@@ -717,6 +722,10 @@ impl Env for TlsEnv {
                 "UPDATE {}.jobguard_meta SET value = {version} WHERE name = 'schema_version'",
                 self.ns
             )),
+            Kind::Etcd => {
+                self.server
+                    .etcdctl(&["put", &format!("{}/schema", self.ns), &version.to_string()]);
+            }
         }
     }
     fn current_schema_version(&self) -> i64 {
@@ -724,7 +733,14 @@ impl Env for TlsEnv {
             Kind::Redis => jobguard::store::redis::SCHEMA_VERSION,
             Kind::Postgres => jobguard::store::postgres::SCHEMA_VERSION,
             Kind::Mysql => jobguard::store::mysql::SCHEMA_VERSION,
+            #[cfg(feature = "store-etcd")]
+            Kind::Etcd => jobguard::store::etcd::SCHEMA_VERSION,
+            #[cfg(not(feature = "store-etcd"))]
+            Kind::Etcd => unreachable!("no etcd store in this build"),
         }
+    }
+    fn store_clock_is_host_clock(&self) -> bool {
+        self.kind == Kind::Etcd
     }
 }
 
@@ -743,6 +759,17 @@ mod mariadb_conformance {
         super::tls_env(
             crate::common::remote::Kind::Mysql,
             &format!("mariadb_tls::{case}"),
+        )
+    }
+    crate::common::conformance::conformance_suite!(optional fresh);
+}
+
+#[cfg(feature = "store-etcd")]
+mod etcd_conformance {
+    fn fresh(case: &str) -> Option<Box<dyn crate::common::conformance::Env>> {
+        super::tls_env(
+            crate::common::remote::Kind::Etcd,
+            &format!("etcd_tls::{case}"),
         )
     }
     crate::common::conformance::conformance_suite!(optional fresh);

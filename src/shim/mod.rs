@@ -752,6 +752,12 @@ fn run_slot(
     let answer = loop {
         sendings = 0;
         let answer = with_retry(job, || {
+            // An outcome this shim kept earlier in this invocation (the store was out when
+            // that command ended) is recorded before the next claim: while this shim
+            // lives no other process records it, and after the grace another host's
+            // recovery pass would take that attempt for cut off and run its slot again
+            // (rules::FOREIGN_GRACE_USEC). No store call when nothing is kept.
+            pending::replay(store, &job.name)?;
             // The host's time of this very call: it is compared with the store's inside it.
             req.clock = Some(ClockCheck {
                 host_now: crate::clock::Clock::now_usec(&crate::clock::SystemClock),

@@ -232,15 +232,15 @@ pub enum Settled {
 }
 
 /// Records the kept outcomes of the job named `job` in `store` ([`load`], then [`settle`]
-/// each), whether or not the job is still in the job list. Returns how many the store
-/// has now.
+/// each), whether or not the job is still in the job list, except those of another shim
+/// that still runs (it records its own). Returns how many the store has now.
 ///
 /// # Errors
 /// The store's; the outcome is then kept for the next try.
 pub fn replay(store: &mut dyn Store, job: &str) -> Result<usize, StoreError> {
     let mut n = 0;
     for kept in load(job, &store.describe()) {
-        if kept.writer_alive() {
+        if kept.writer_alive() && kept.pid != std::process::id() {
             continue;
         }
         if settle(store, &kept, true)? == Settled::Recorded {

@@ -32,6 +32,8 @@ pub enum StoreAddress {
     Mysql(String),
     /// A Redis address (`redis://`, or `rediss://` for TLS), as written.
     Redis(String),
+    /// An etcd v3 address (`etcd://`, or `etcds://` for TLS), as written.
+    Etcd(String),
     /// A kind jobguard knows of but that this build does not contain (e.g. `postgres`).
     NotBuilt {
         /// The scheme as written, e.g. `postgres`.
@@ -95,6 +97,7 @@ impl StoreAddress {
             "postgres" => Ok(StoreAddress::Postgres(owned)),
             "mysql" => Ok(StoreAddress::Mysql(owned)),
             "redis" => Ok(StoreAddress::Redis(owned)),
+            "etcd" => Ok(StoreAddress::Etcd(owned)),
             // A registry entry without a variant here: a build that lists a kind it
             // has no code for.
             other => Ok(StoreAddress::NotBuilt {

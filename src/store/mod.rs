@@ -1,7 +1,7 @@
 //! Stores: where leases and the run ledger live, behind one trait.
 //!
 //! The embedded default is SQLite ([`sqlite`]); shared stores for several hosts
-//! (PostgreSQL, MySQL/MariaDB, Redis, later etcd and ZooKeeper) implement the same
+//! (PostgreSQL, MySQL/MariaDB, Redis, etcd) implement the same
 //! [`Store`] trait, each in its own file behind a cargo feature.
 //!
 //! The trait is shaped around *atomic decisions* rather than rows, so that a key-value
@@ -16,6 +16,8 @@ use crate::lease::{Holder, Lease};
 use crate::ledger::{Finish, NewRun, Outcome, Resolution, Run};
 
 pub mod address;
+#[cfg(feature = "store-etcd")]
+pub mod etcd;
 #[cfg(feature = "store-mysql")]
 pub mod mysql;
 #[cfg(feature = "store-postgres")]
@@ -26,7 +28,8 @@ pub mod registry;
 #[cfg(any(
     feature = "store-postgres",
     feature = "store-mysql",
-    feature = "store-redis"
+    feature = "store-redis",
+    feature = "store-etcd"
 ))]
 pub mod remote;
 pub mod rules;
@@ -49,9 +52,8 @@ pub fn open(address: &str) -> Result<Box<dyn Store>, StoreError> {
 }
 
 /// Opens the store at `address`; stores without a clock of their own (SQLite, which is on
-/// this host) read time from `clock`. For tests that move time. The shared stores
-/// (PostgreSQL, MySQL/MariaDB, Redis) ignore `clock`: their server's clock judges every
-/// lease.
+/// this host, and etcd) read time from `clock`. For tests that move time. PostgreSQL,
+/// MySQL/MariaDB and Redis ignore `clock`: their server's clock judges every lease.
 ///
 /// # Errors
 /// As [`open`].
@@ -77,6 +79,14 @@ pub fn open_with_clock(address: &str, clock: Arc<dyn Clock>) -> Result<Box<dyn S
         StoreAddress::Mysql(a) => Ok(Box::new(mysql::MysqlStore::open(&a)?)),
         #[cfg(feature = "store-redis")]
         StoreAddress::Redis(a) => Ok(Box::new(redis::RedisStore::open(&a)?)),
+        #[cfg(feature = "store-etcd")]
+        StoreAddress::Etcd(a) => {
+            let mut store = etcd::EtcdStore::open(&a)?;
+            store.set_clock(clock);
+            Ok(Box::new(store))
+        }
+        #[cfg(not(feature = "store-etcd"))]
+        StoreAddress::Etcd(_) => Err(not_built(address, "etcd")),
         #[cfg(not(feature = "store-postgres"))]
         StoreAddress::Postgres(_) => Err(not_built(address, "postgres")),
         #[cfg(not(feature = "store-mysql"))]

@@ -68,6 +68,18 @@ pub const KINDS: &[StoreKind] = &[
         default_port: Some(6379),
         forms: &["redis://HOST:PORT/DB", "rediss://HOST:PORT/DB"],
     },
+    StoreKind {
+        name: "etcd",
+        schemes: &["etcd", "etcds"],
+        feature: "store-etcd",
+        built: cfg!(feature = "store-etcd"),
+        shared: true,
+        default_port: Some(2379),
+        forms: &[
+            "etcd://HOST:PORT[,HOST:PORT…]",
+            "etcds://HOST:PORT[,HOST:PORT…]",
+        ],
+    },
 ];
 
 /// The kind a scheme names (`PostgreSQL` finds `postgres`), built or not; `None` for a
@@ -129,7 +141,7 @@ mod tests {
 
     #[test]
     fn unknown_kinds_are_refused_and_not_listed() {
-        for scheme in ["etcd", "zookeeper", "mongodb", ""] {
+        for scheme in ["zookeeper", "mongodb", ""] {
             let why = unavailable(scheme).unwrap();
             assert!(why.contains("unknown store kind"), "{why}");
             assert!(!supported().contains(scheme) || scheme.is_empty(), "{why}");

@@ -211,7 +211,8 @@ pub(crate) fn take_params(address: &str, ours: &[&str]) -> (String, Vec<Option<S
     (rebuilt, values)
 }
 
-fn percent_decode(s: &str) -> String {
+/// `s` with `%XX` escapes decoded (invalid UTF-8 replaced).
+pub(crate) fn percent_decode(s: &str) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

@@ -32,6 +32,8 @@ pub enum Kind {
     Mysql,
     /// Redis on 127.0.0.1:6379, database 0.
     Redis,
+    /// etcd on 127.0.0.1:2379 (needs the cargo feature `store-etcd`).
+    Etcd,
 }
 
 impl Kind {
@@ -41,6 +43,7 @@ impl Kind {
             Kind::Postgres => 5432,
             Kind::Mysql => 3306,
             Kind::Redis => 6379,
+            Kind::Etcd => 2379,
         }
     }
 
@@ -50,6 +53,7 @@ impl Kind {
             Kind::Postgres => format!("postgres://root@{host_port}/test?schema={ns}"),
             Kind::Mysql => format!("mysql://root@{host_port}/{ns}"),
             Kind::Redis => format!("redis://{host_port}/0?prefix={ns}:"),
+            Kind::Etcd => format!("etcd://{host_port}?prefix={ns}/"),
         }
     }
 
@@ -78,6 +82,9 @@ impl Kind {
                         .args(chunk)
                         .output();
                 }
+            }
+            Kind::Etcd => {
+                let _ = etcdctl(&["del", "--prefix", &format!("{ns}/")]);
             }
         }
     }
@@ -110,6 +117,10 @@ impl Kind {
                     .expect("redis-cli");
                 assert!(out.status.success(), "{out:?}");
             }
+            Kind::Etcd => {
+                etcdctl(&["put", &format!("{ns}/schema"), &version.to_string()])
+                    .expect("etcdctl put");
+            }
         }
     }
 
@@ -118,6 +129,10 @@ impl Kind {
             Kind::Postgres => jobguard::store::postgres::SCHEMA_VERSION,
             Kind::Mysql => jobguard::store::mysql::SCHEMA_VERSION,
             Kind::Redis => jobguard::store::redis::SCHEMA_VERSION,
+            #[cfg(feature = "store-etcd")]
+            Kind::Etcd => jobguard::store::etcd::SCHEMA_VERSION,
+            #[cfg(not(feature = "store-etcd"))]
+            Kind::Etcd => panic!("this build has no etcd store (cargo feature store-etcd)"),
         }
     }
 
@@ -150,6 +165,19 @@ impl Kind {
                 }
                 Box::new(s)
             }
+            #[cfg(feature = "store-etcd")]
+            Kind::Etcd => {
+                let mut s = jobguard::store::etcd::EtcdStore::open(address)?;
+                if let Some(c) = clock {
+                    s.judge_time_by(c);
+                }
+                Box::new(s)
+            }
+            #[cfg(not(feature = "store-etcd"))]
+            Kind::Etcd => {
+                let _ = clock;
+                jobguard::store::open(address)?
+            }
         })
     }
 }
@@ -179,11 +207,27 @@ pub fn try_sql(kind: Kind, statement: &str) -> Result<(), String> {
         Kind::Mysql => Command::new("mariadb")
             .args(["-uroot", "-h127.0.0.1", "-e", statement])
             .output(),
-        Kind::Redis => panic!("no SQL on redis"),
+        Kind::Redis | Kind::Etcd => panic!("no SQL on {kind:?}"),
     }
     .expect("run the SQL client");
     if out.status.success() {
         Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// Runs `etcdctl` (API v3) against 127.0.0.1:2379; its standard output, or its error
+/// output on failure.
+pub fn etcdctl(args: &[&str]) -> Result<String, String> {
+    let out = Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .args(["--endpoints", "http://127.0.0.1:2379"])
+        .args(args)
+        .output()
+        .map_err(|e| format!("etcdctl: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
         Err(String::from_utf8_lossy(&out.stderr).into_owned())
     }
@@ -273,6 +317,10 @@ impl Env for RemoteEnv {
     }
     fn current_schema_version(&self) -> i64 {
         self.ns.kind.current_version()
+    }
+    fn store_clock_is_host_clock(&self) -> bool {
+        // etcd has no clock a client can read: "now" is the host's.
+        self.ns.kind == Kind::Etcd
     }
 }
 
@@ -452,6 +500,55 @@ pub fn server_clock_judges(kind: Kind, test: &str) {
     }
 }
 
+/// etcd: whether a lease is held is decided by the etcd lease its grant attached to the
+/// job's `alive` key, not by any host's clock. A host whose clock is an hour ahead finds
+/// a fresh lease held; once the holder stops renewing and etcd expires its lease, a host
+/// whose clock is an hour behind (by which the row's `expire_at` is still far off) takes
+/// it over, and the old holder's renewal is refused.
+pub fn etcd_lease_decides(test: &str) {
+    let Some(ns) = Namespace::new(Kind::Etcd, test) else {
+        return;
+    };
+    let hour = 3_600_000_000;
+    let ahead = Arc::new(ManualClock::new(now_us() + hour));
+    let behind = Arc::new(ManualClock::new(now_us() - hour));
+    let mut a = jobguard::store::open(&ns.address()).unwrap();
+    let mut b = jobguard::store::open_with_clock(&ns.address(), ahead).unwrap();
+    let mut c = jobguard::store::open_with_clock(&ns.address(), behind).unwrap();
+    let mut req = request("sync", T0, 1, 1, false);
+    req.ttl = Duration::from_secs(2);
+    let lease = match a.claim(&req).unwrap() {
+        Claim::Claimed { lease, .. } => lease,
+        other => panic!("expected Claimed, got {other:?}"),
+    };
+    // The same machine after a reboot: no grace for a lapsed lease (see
+    // server_clock_judges), so only the lease itself is in the way.
+    let other = |r: u32| {
+        let mut o = request("sync", T0, 2, r, false);
+        o.holder.machine_id = holder(1).machine_id;
+        o.ttl = Duration::from_secs(2);
+        o
+    };
+    assert!(
+        matches!(b.claim(&other(2)).unwrap(), Claim::Busy { .. }),
+        "a clock an hour ahead must not see the lease expired"
+    );
+    assert!(a.renew(&lease, Duration::from_secs(2)).unwrap().is_some());
+    let alive = format!("{}/alive/sync", ns.name);
+    super::wait_for(
+        "etcd to expire the holder's lease",
+        Duration::from_secs(15),
+        Duration::from_millis(200),
+        || Ok(etcdctl(&["get", &alive])?.trim().is_empty().then_some(())),
+    )
+    .unwrap();
+    match c.claim(&other(3)).unwrap() {
+        Claim::Claimed { lease: l2, .. } => assert!(l2.token > lease.token),
+        other => panic!("a clock an hour behind must see the expired lease: {other:?}"),
+    }
+    assert_eq!(a.renew(&lease, Duration::from_secs(2)).unwrap(), None);
+}
+
 /// A store that cannot be reached when a run starts answers `Unavailable` (not a hang,
 /// not another error), with the address's password masked.
 pub fn outage_at_start(kind: Kind) {
@@ -460,6 +557,7 @@ pub fn outage_at_start(kind: Kind) {
         Kind::Postgres => "postgres://root:hunter2@127.0.0.1:1/test".to_string(),
         Kind::Mysql => "mysql://root:hunter2@127.0.0.1:1/test".to_string(),
         Kind::Redis => "redis://:hunter2@127.0.0.1:1/0".to_string(),
+        Kind::Etcd => "etcd://root:hunter2@127.0.0.1:1".to_string(),
     };
     let mut s = jobguard::store::open(&address).expect("opening does not connect");
     let err = s.claim(&request("sync", T0, 1, 1, false)).unwrap_err();
@@ -634,6 +732,7 @@ fn downgrade_to_schema_1(kind: Kind, ns: &Namespace) {
             assert!(out.status.success(), "{out:?}");
             kind.set_version(n, 1);
         }
+        Kind::Etcd => panic!("etcd has had one key layout only"),
     }
 }
 

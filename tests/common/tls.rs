@@ -1,5 +1,5 @@
 //! Private TLS servers for the store TLS tests: a throwaway certificate authority and a
-//! server certificate made with `openssl`, and a Redis, MariaDB or PostgreSQL server of
+//! server certificate made with `openssl`, and a Redis, MariaDB, PostgreSQL or etcd server of
 //! this test process that speaks only TLS, on a free port of 127.0.0.1 and 127.0.0.2.
 //!
 //! The server certificate names `127.0.0.1` and `localhost` (subjectAltName), not
@@ -277,6 +277,64 @@ fn redis_cli_at(dir: &Path, port: u16, args: &[&str]) -> Result<String, String> 
     }
 }
 
+fn start_etcd() -> Result<Server, String> {
+    if let Some(why) = missing(&["openssl", "etcd", "etcdctl"]) {
+        return Err(why);
+    }
+    let started = Instant::now();
+    let dir = temp_dir("etcd")?;
+    make_certificates(&dir)?;
+    let port = free_port();
+    let peer = free_port();
+    let file = |name: &str| dir.join(name).display().to_string();
+    let args: Vec<String> = vec![
+        "--name".into(),
+        "jobguard-tls".into(),
+        "--data-dir".into(),
+        file("data"),
+        "--listen-client-urls".into(),
+        format!("https://127.0.0.1:{port},https://127.0.0.2:{port}"),
+        "--advertise-client-urls".into(),
+        format!("https://127.0.0.1:{port}"),
+        "--listen-peer-urls".into(),
+        format!("http://127.0.0.1:{peer}"),
+        "--initial-advertise-peer-urls".into(),
+        format!("http://127.0.0.1:{peer}"),
+        "--initial-cluster".into(),
+        format!("jobguard-tls=http://127.0.0.1:{peer}"),
+        "--cert-file".into(),
+        file("server.pem"),
+        "--key-file".into(),
+        file("server.key"),
+    ];
+    let watcher = watch(&dir, "etcd", &args)?;
+    wait_ready(&dir, Duration::from_secs(20), || {
+        etcdctl_at(&dir, port, &["endpoint", "health"]).is_ok()
+    })?;
+    Ok(Server {
+        port,
+        dir,
+        startup: started.elapsed(),
+        _watch: Mutex::new(watcher),
+    })
+}
+
+fn etcdctl_at(dir: &Path, port: u16, args: &[&str]) -> Result<String, String> {
+    let out = Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .arg("--cacert")
+        .arg(dir.join("ca.pem"))
+        .args(["--endpoints", &format!("https://127.0.0.1:{port}")])
+        .args(args)
+        .output()
+        .map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
 /// A user of the TLS MariaDB server with every privilege, besides root without password.
 pub const MARIADB_USER: &str = "jobguard";
 /// [`MARIADB_USER`]'s password: tests check that no message shows it.
@@ -348,6 +406,11 @@ impl Server {
         redis_cli_at(&self.dir, self.port, args).expect("redis-cli")
     }
 
+    /// Runs `etcdctl` over TLS against this (etcd) server.
+    pub fn etcdctl(&self, args: &[&str]) -> String {
+        etcdctl_at(&self.dir, self.port, args).expect("etcdctl")
+    }
+
     /// Runs one SQL statement as root over TLS against this (MariaDB) server.
     pub fn sql(&self, statement: &str) {
         if let Err(e) = mariadb_at(&self.dir, self.port, statement) {
@@ -375,6 +438,13 @@ fn shared(
 pub fn redis(test: &str) -> Option<&'static Server> {
     static CELL: OnceLock<Result<Server, String>> = OnceLock::new();
     shared(&CELL, start_redis, test)
+}
+
+/// The process's TLS-only etcd server, started on first use; `None` (after
+/// [`super::go_on`]) when it cannot run here.
+pub fn etcd(test: &str) -> Option<&'static Server> {
+    static CELL: OnceLock<Result<Server, String>> = OnceLock::new();
+    shared(&CELL, start_etcd, test)
 }
 
 /// The process's TLS-only MariaDB server (root without password, TLS required), started

@@ -91,7 +91,7 @@ CASES = [
     ("span-unit-only", BAD + 'timeout = "min"\n', True),
     ("span-huge", BAD + 'timeout = "99999999999999999999y"\n', True),
     # Stores.
-    ("store-etcd", BAD + 'store = "etcd://127.0.0.1:2379"\n', True),
+    ("store-etdc", BAD + 'store = "etdc://127.0.0.1:2379"\n', True),
     ("store-zookeeper", BAD + 'store = "zookeeper://127.0.0.1:2181/jobs"\n', True),
     ("store-mongodb", BAD + 'store = "mongodb://u@db/jobs"\n', True),
     ("store-consul", BAD + 'store = "consul://127.0.0.1:8500"\n', True),
@@ -154,7 +154,7 @@ CASES = [
     ("working-directory-empty", BAD + 'working_directory = ""\n', True),
     # Defaults every job inherits.
     ("bad-default-timeout", "[defaults]\ntimeout = \"soon\"\n\n[jobs.bad]\n" + BASE, False),
-    ("bad-default-store", "[defaults]\nstore = \"etcd://127.0.0.1:2379\"\n\n[jobs.bad]\n" + BASE, False),
+    ("bad-default-store", "[defaults]\nstore = \"consul://127.0.0.1:8500\"\n\n[jobs.bad]\n" + BASE, False),
     ("defaults-not-a-table", "defaults = \"none\"\n\n[jobs.bad]\n" + BASE + 'timeout = "x"\n', True),
     # Broken TOML: the whole file is skipped.
     ("truncated-string", "[jobs.bad]\nschedule = \"dai", False),

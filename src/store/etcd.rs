@@ -1,0 +1,1321 @@
+//! The etcd store: leases and the run ledger in etcd v3, decided by the pure rules of
+//! [`super::rules`] and applied in one transaction that compares a revision.
+//!
+//! Address: `etcd://[USER:PASSWORD@]HOST:PORT[,HOST:PORT…][?prefix=PREFIX]`, or
+//! `etcds://…` for TLS (the server's certificate must chain to a root of the system's
+//! trust store, or with `ssl-ca=PATH` to the PEM certificates in that file, and name the
+//! host). `prefix` (default `jobguard/`) starts every key, so several installations or
+//! test cases can share a cluster. With a user, the client authenticates with etcd's
+//! simple-token auth (`etcdctl --user`); the password may be percent-encoded.
+//!
+//! Key layout (P is the prefix; a slot and a token are 20 decimal digits, the slot offset
+//! by 2^63 so that keys sort as the numbers do):
+//! - `P schema`: the layout version.
+//! - `P lease/JOB`: the lease row as JSON (`holder host token acquired_at expire_at
+//!   etcd_lease run_key`); never deleted (a released row has an empty holder and
+//!   `expire_at` 0). Its token is the job's fencing-token counter. Every write to the
+//!   job's state rewrites it, so its `mod_revision` is the version of the whole job.
+//! - `P alive/JOB`: the holder's id, attached to an etcd lease of the lease's time to
+//!   live (see "Time" below).
+//! - `P run/JOB/SLOT/TOKEN`: one ledger record, as JSON with the SQL stores' column names;
+//!   every grant makes exactly one record, so the token orders a slot's records.
+//! - `P id/RUN_ID`: the key of that run's record.
+//! - `P queued/JOB/SLOT`: present while a record of the slot is resolved `queued`.
+//!
+//! Every operation reads the job's state at one revision (one transaction of range reads,
+//! and a second read at the same revision when it needs records it learnt of in the
+//! first), decides with the rules, and writes in one transaction that compares the
+//! `mod_revision` of `P lease/JOB` with the one it read. When another host wrote the job
+//! meanwhile, the comparison fails, nothing is written, and the operation starts again
+//! (at most [`RETRIES`] times; contention is rare: one job's hosts fire together once per
+//! slot).
+//!
+//! Time: etcd keeps no wall clock a client can read, so "now" is this host's clock (as
+//! for SQLite). Whether a lease is still held is not judged by any host's clock, though:
+//! a grant attaches `P alive/JOB` to an etcd lease with the job's `lease_ttl` (rounded up
+//! to whole seconds, etcd's unit), each renewal keeps it alive, and the cluster's leader
+//! deletes it when it expires. A row whose `alive` key is gone is expired for every host,
+//! whatever its `expire_at` says; a row whose `alive` key is there is held. etcd resets a
+//! lease's time to live when a new leader is elected (etcd-io/etcd#9888), so the key may
+//! outlive the time to live: that only makes other hosts wait longer. The holder never
+//! relies on the server to expire it on time: it stops its command by its own monotonic
+//! clock, [`crate::lease::FENCE_MARGIN`] before the lease could expire counted from the
+//! send time of its last confirmed renewal ([`crate::lease::fence_after`]), as with every
+//! store. The clock check of a claim ([`crate::store::ClaimRequest::clock`]) has no
+//! store clock to compare with and always passes: keep the hosts' clocks in step (NTP),
+//! as the slots themselves come from them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, PutOptions, SortOrder,
+    SortTarget, Txn, TxnOp, TxnOpResponse,
+};
+use serde_json::{Map, Value, json};
+
+use crate::clock::{Clock, SystemClock};
+use crate::lease::Lease;
+use crate::ledger::{Finish, Outcome, Resolution, Run};
+use crate::store::remote::{self, CALL_TIMEOUT, CONNECT_TIMEOUT};
+use crate::store::rules::{self, ClaimDecision};
+use crate::store::{Claim, ClaimRequest, Finished, RunQuery, Store, StoreError, address};
+
+/// The key layout version this jobguard writes and understands (`P schema`).
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// The key prefix when the address names none.
+pub const DEFAULT_PREFIX: &str = "jobguard/";
+
+/// How many times an operation starts again after another host changed the job between
+/// its read and its write, before it answers [`StoreError::Unavailable`].
+pub const RETRIES: u32 = 50;
+
+/// The longest time to live etcd grants a lease, s (`MaxLeaseTTL` of etcd's lessor).
+const MAX_ETCD_TTL_SECS: u64 = 9_000_000_000;
+
+/// The most operations this store puts in one transaction: etcd refuses more than 128
+/// (`--max-txn-ops`).
+const MAX_TXN_OPS: usize = 120;
+
+/// The most queued slots a claim reads (oldest first): the rules pick the oldest that is
+/// neither done nor held, and settle the done ones, so later claims get to the rest.
+const MAX_QUEUED_READ: usize = 60;
+
+/// The etcd store. One connection (a gRPC channel) driven by a runtime of its own.
+pub struct EtcdStore {
+    rt: tokio::runtime::Runtime,
+    endpoints: Vec<String>,
+    options: ConnectOptions,
+    client: Option<Client>,
+    describe: String,
+    prefix: String,
+    schema_ready: bool,
+    clock: Arc<dyn Clock>,
+    /// Set by [`EtcdStore::judge_time_by`]: the rows' `expire_at` alone decides, by this
+    /// clock, and the `alive` keys are not read.
+    judged: bool,
+}
+
+impl std::fmt::Debug for EtcdStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdStore")
+            .field("store", &self.describe)
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A failure inside one operation: the store could not be reached, answered with
+/// something unusable, or kept changing under us.
+enum Fail {
+    Etcd(etcd_client::Error),
+    Data(String),
+    Contended,
+}
+
+impl From<etcd_client::Error> for Fail {
+    fn from(e: etcd_client::Error) -> Self {
+        Fail::Etcd(e)
+    }
+}
+
+/// The job's lease row as this store keeps it.
+#[derive(Debug, Clone)]
+struct Row {
+    lease: Lease,
+    /// The etcd lease that `P alive/JOB` is attached to (0: none).
+    etcd_lease: i64,
+    /// The key of the record made by the row's grant.
+    run_key: String,
+}
+
+/// What one read of a job's state found.
+#[derive(Debug, Default)]
+struct Snapshot {
+    /// The revision the reads were made at.
+    revision: i64,
+    /// The `mod_revision` of `P lease/JOB` (0: absent).
+    row_revision: i64,
+    row: Option<Row>,
+    /// The holder id and etcd lease of `P alive/JOB`, if present.
+    alive: Option<(String, i64)>,
+}
+
+fn slot_part(usec: i64) -> String {
+    // Offset so that negative slots sort before positive ones, as numbers do.
+    format!("{:020}", (usec as u64) ^ (1 << 63))
+}
+
+fn token_part(token: i64) -> String {
+    format!("{:020}", token.max(0))
+}
+
+fn run_to_json(run: &Run) -> Result<String, String> {
+    let report = serde_json::to_string(&run.report).map_err(|e| e.to_string())?;
+    let mut o = Map::new();
+    o.insert("run_id".into(), json!(run.run_id));
+    o.insert("job".into(), json!(run.job));
+    o.insert("slot_usec".into(), json!(run.slot.usec));
+    o.insert("slot_zone".into(), json!(run.slot.zone));
+    o.insert("attempt".into(), json!(run.attempt));
+    o.insert("outcome".into(), json!(run.outcome.as_str()));
+    o.insert("reason".into(), json!(run.reason));
+    o.insert("exit_status".into(), json!(run.exit_status));
+    o.insert("forced".into(), json!(run.forced));
+    o.insert("trigger_kind".into(), json!(run.trigger));
+    o.insert("host".into(), json!(run.host));
+    o.insert("machine_id".into(), json!(run.machine_id));
+    o.insert("boot_id".into(), json!(run.boot_id));
+    o.insert("pid".into(), json!(run.pid));
+    o.insert("pid_start".into(), json!(run.pid_start));
+    o.insert("invocation_id".into(), json!(run.invocation_id));
+    o.insert("started_at".into(), json!(run.started_at));
+    o.insert("finished_at".into(), json!(run.finished_at));
+    o.insert("fencing_token".into(), json!(run.fencing_token));
+    o.insert("report".into(), json!(report));
+    o.insert(
+        "resolution".into(),
+        json!(run.resolution.map(|r| r.as_str())),
+    );
+    Ok(Value::Object(o).to_string())
+}
+
+fn row_to_json(row: &Row) -> String {
+    json!({
+        "holder": row.lease.holder,
+        "host": row.lease.host,
+        "token": row.lease.token,
+        "acquired_at": row.lease.acquired_at,
+        "expire_at": row.lease.expire_at,
+        "etcd_lease": row.etcd_lease,
+        "run_key": row.run_key,
+    })
+    .to_string()
+}
+
+fn row_from_json(job: &str, text: &[u8]) -> Result<Row, String> {
+    let v: Value = serde_json::from_slice(text).map_err(|e| format!("lease of {job}: {e}"))?;
+    let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    let n = |k: &str| -> Result<i64, String> {
+        v.get(k)
+            .and_then(Value::as_i64)
+            .ok_or_else(|| format!("lease of {job}: {k} missing"))
+    };
+    Ok(Row {
+        lease: Lease {
+            job: job.to_string(),
+            holder: s("holder"),
+            host: s("host"),
+            token: n("token")?,
+            acquired_at: n("acquired_at")?,
+            expire_at: n("expire_at")?,
+        },
+        etcd_lease: n("etcd_lease")?,
+        run_key: s("run_key"),
+    })
+}
+
+fn run_from_kv(kv: &KeyValue) -> Result<Run, String> {
+    let text = std::str::from_utf8(kv.value()).map_err(|e| format!("run record: {e}"))?;
+    remote::run_from_json(text)
+}
+
+/// The writes of one transaction, collected: later puts of one key replace earlier ones.
+#[derive(Default)]
+struct Writes {
+    puts: Vec<(String, String, i64)>,
+    deletes: Vec<String>,
+}
+
+impl Writes {
+    fn put(&mut self, key: String, value: String) {
+        self.put_leased(key, value, 0);
+    }
+    fn put_leased(&mut self, key: String, value: String, lease: i64) {
+        self.deletes.retain(|k| *k != key);
+        self.puts.retain(|(k, _, _)| *k != key);
+        self.puts.push((key, value, lease));
+    }
+    fn delete(&mut self, key: String) {
+        self.puts.retain(|(k, _, _)| *k != key);
+        if !self.deletes.contains(&key) {
+            self.deletes.push(key);
+        }
+    }
+    fn ops(&self) -> Vec<TxnOp> {
+        let mut ops: Vec<TxnOp> = self
+            .puts
+            .iter()
+            .map(|(k, v, lease)| {
+                let options = (*lease != 0).then(|| PutOptions::new().with_lease(*lease));
+                TxnOp::put(k.as_bytes(), v.as_bytes(), options)
+            })
+            .collect();
+        ops.extend(
+            self.deletes
+                .iter()
+                .map(|k| TxnOp::delete(k.as_bytes(), None)),
+        );
+        ops
+    }
+}
+
+impl EtcdStore {
+    /// Parses an `etcd://` or `etcds://` address (see the module docs). Connects lazily,
+    /// on first use.
+    ///
+    /// # Errors
+    /// [`StoreError::Address`] for an address without a host, with a bad port, prefix or
+    /// parameter, or `ssl-ca` on a plain `etcd://` address.
+    pub fn open(address: &str) -> Result<EtcdStore, StoreError> {
+        let describe = address::mask(address);
+        let bad = |detail: String| StoreError::Address {
+            address: describe.clone(),
+            detail,
+        };
+        let encoded = remote::encode_password(address);
+        if let Some(key) = remote::given_twice(&encoded, &[&["prefix"], &["ssl-ca", "ssl_ca"]]) {
+            return Err(bad(format!("{key} is given more than once")));
+        }
+        let (rest, ours) = remote::take_params(&encoded, &["prefix", "ssl-ca", "ssl_ca"]);
+        let mut ours = ours.into_iter();
+        let prefix = ours
+            .next()
+            .flatten()
+            .unwrap_or_else(|| DEFAULT_PREFIX.to_string());
+        if !prefix_ok(&prefix) {
+            return Err(bad(format!(
+                "prefix {prefix:?} is not plain (letters, digits, _:-./)"
+            )));
+        }
+        let ca = match (ours.next().flatten(), ours.next().flatten()) {
+            (Some(ca), _) | (None, Some(ca)) => Some(ca),
+            (None, None) => None,
+        };
+        if rest.contains('?') {
+            return Err(bad(format!(
+                "unknown parameter in {:?}; etcd addresses take prefix and ssl-ca",
+                rest.split_once('?').map_or("", |(_, q)| q)
+            )));
+        }
+        let (scheme, after) = rest
+            .split_once("://")
+            .ok_or_else(|| bad("etcd addresses start with etcd:// or etcds://".to_string()))?;
+        let tls = match scheme.to_ascii_lowercase().as_str() {
+            "etcd" => false,
+            "etcds" => true,
+            other => return Err(bad(format!("unknown scheme {other:?}"))),
+        };
+        let (userinfo, hosts) = match after.rsplit_once('@') {
+            Some((u, h)) => (Some(u), h),
+            None => (None, after),
+        };
+        let hosts = hosts.strip_suffix('/').unwrap_or(hosts);
+        if hosts.is_empty() {
+            return Err(bad("no host".to_string()));
+        }
+        let mut endpoints = Vec::new();
+        for host in hosts.split(',') {
+            if host.is_empty() || host.contains('/') {
+                return Err(bad(format!(
+                    "bad host {host:?} (HOST:PORT, comma-separated)"
+                )));
+            }
+            let port_of = |p: &str| {
+                p.parse::<u16>()
+                    .map_err(|_| bad(format!("bad port {p:?} in {host:?}")))
+            };
+            let with_port = match host.strip_prefix('[') {
+                // An IPv6 address: [ADDR] or [ADDR]:PORT.
+                Some(v6) => match v6.split_once(']') {
+                    Some((_, "")) => format!("{host}:2379"),
+                    Some((_, p)) if p.starts_with(':') => {
+                        port_of(&p[1..])?;
+                        host.to_string()
+                    }
+                    _ => return Err(bad(format!("bad host {host:?}"))),
+                },
+                None => match host.rsplit_once(':') {
+                    Some((h, p)) if !h.is_empty() && !h.contains(':') => {
+                        port_of(p)?;
+                        host.to_string()
+                    }
+                    Some(_) => return Err(bad(format!("bad host {host:?} (IPv6 goes in [])"))),
+                    None => format!("{host}:2379"),
+                },
+            };
+            let scheme = if tls { "https" } else { "http" };
+            endpoints.push(format!("{scheme}://{with_port}"));
+        }
+        let mut options = ConnectOptions::new()
+            .with_connect_timeout(CONNECT_TIMEOUT)
+            .with_timeout(CALL_TIMEOUT);
+        if let Some(info) = userinfo {
+            let (user, password) = info.split_once(':').unwrap_or((info, ""));
+            options = options.with_user(
+                remote::percent_decode(user),
+                remote::percent_decode(password),
+            );
+        }
+        if tls {
+            let mut config = etcd_client::TlsOptions::new();
+            config = match &ca {
+                Some(path) => {
+                    let pem = remote::read_ca_file("ssl-ca", path, true).map_err(&bad)?;
+                    config.ca_certificate(etcd_client::Certificate::from_pem(pem))
+                }
+                None => config.with_native_roots(),
+            };
+            options = options.with_tls(config);
+        } else if ca.is_some() {
+            return Err(bad("ssl-ca needs an etcds:// address".to_string()));
+        }
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| StoreError::Unavailable {
+                store: describe.clone(),
+                detail: format!("start the client's runtime: {e}"),
+            })?;
+        Ok(EtcdStore {
+            rt,
+            endpoints,
+            options,
+            client: None,
+            describe,
+            prefix,
+            schema_ready: false,
+            clock: Arc::new(SystemClock),
+            judged: false,
+        })
+    }
+
+    /// Reads "now" from `clock` instead of this host's clock (for tests that move time);
+    /// whether a lease is held is still decided by the `alive` keys.
+    pub fn set_clock(&mut self, clock: Arc<dyn Clock>) {
+        self.clock = clock;
+    }
+
+    /// Judges every lease by `clock` and the rows' `expire_at` alone, as the rules do,
+    /// instead of by the `alive` keys' etcd leases. Only for tests that move time (the
+    /// store conformance suite); jobguard itself never calls it.
+    #[doc(hidden)]
+    pub fn judge_time_by(&mut self, clock: Arc<dyn Clock>) {
+        self.clock = clock;
+        self.judged = true;
+    }
+
+    fn key(&self, rest: &str) -> String {
+        format!("{}{rest}", self.prefix)
+    }
+    fn lease_key(&self, job: &str) -> String {
+        self.key(&format!("lease/{job}"))
+    }
+    fn alive_key(&self, job: &str) -> String {
+        self.key(&format!("alive/{job}"))
+    }
+    fn slot_prefix(&self, job: &str, slot: i64) -> String {
+        self.key(&format!("run/{job}/{}/", slot_part(slot)))
+    }
+    fn run_key(&self, run: &Run) -> String {
+        format!(
+            "{}{}",
+            self.slot_prefix(&run.job, run.slot.usec),
+            token_part(run.fencing_token)
+        )
+    }
+    fn id_key(&self, run_id: &str) -> String {
+        self.key(&format!("id/{run_id}"))
+    }
+    fn queued_key(&self, job: &str, slot: i64) -> String {
+        self.key(&format!("queued/{job}/{}", slot_part(slot)))
+    }
+
+    fn error(&self, op: &str, fail: Fail) -> StoreError {
+        match fail {
+            Fail::Etcd(e) => StoreError::Unavailable {
+                store: self.describe.clone(),
+                detail: format!("{op}: {}", remote::chain(&e)),
+            },
+            Fail::Data(detail) => StoreError::Invalid {
+                store: self.describe.clone(),
+                detail: format!("{op}: {detail}"),
+            },
+            Fail::Contended => StoreError::Unavailable {
+                store: self.describe.clone(),
+                detail: format!("{op}: the job's state changed under {RETRIES} attempts in a row"),
+            },
+        }
+    }
+
+    fn connect(&mut self) -> Result<Client, StoreError> {
+        if let Some(c) = &self.client {
+            return Ok(c.clone());
+        }
+        let endpoints = self.endpoints.clone();
+        let options = self.options.clone();
+        let client = self
+            .rt
+            .block_on(async {
+                tokio::time::timeout(
+                    CONNECT_TIMEOUT + CALL_TIMEOUT,
+                    Client::connect(endpoints, Some(options)),
+                )
+                .await
+            })
+            .map_err(|_| StoreError::Unavailable {
+                store: self.describe.clone(),
+                detail: "connect: timed out".to_string(),
+            })?
+            .map_err(|e| StoreError::Unavailable {
+                store: self.describe.clone(),
+                detail: format!("connect: {}", remote::chain(&e)),
+            })?;
+        self.client = Some(client.clone());
+        Ok(client)
+    }
+
+    fn ready(&mut self) -> Result<Client, StoreError> {
+        if !self.schema_ready {
+            self.init()?;
+        }
+        self.connect()
+    }
+
+    /// Runs `f` on the runtime with a handle to the client, within [`CALL_TIMEOUT`]; a
+    /// failure of the connection drops it, so the next call connects again.
+    fn call<T>(
+        &mut self,
+        op: &str,
+        f: impl AsyncFnOnce(&mut Client) -> Result<T, Fail>,
+    ) -> Result<T, StoreError> {
+        let mut client = self.ready()?;
+        let result = self.rt.block_on(async {
+            tokio::time::timeout(CALL_TIMEOUT, f(&mut client))
+                .await
+                .unwrap_or_else(|_| Err(timed_out()))
+        });
+        if matches!(result, Err(Fail::Etcd(_))) {
+            self.client = None;
+        }
+        result.map_err(|e| self.error(op, e))
+    }
+
+    fn now_usec(&self) -> i64 {
+        self.clock.now_usec()
+    }
+}
+
+/// A key prefix jobguard accepts: 1 to 48 ASCII letters, digits and `_:-./`.
+fn prefix_ok(prefix: &str) -> bool {
+    !prefix.is_empty()
+        && prefix.len() <= 48
+        && prefix
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b':' | b'-' | b'.' | b'/'))
+}
+
+fn timed_out() -> Fail {
+    Fail::Etcd(etcd_client::Error::Internal(format!(
+        "no answer within {} s",
+        CALL_TIMEOUT.as_secs()
+    )))
+}
+
+/// The key just past every key that starts with `prefix`.
+fn prefix_end(prefix: &str) -> Vec<u8> {
+    let mut end = prefix.as_bytes().to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+fn get_kvs(resp: &TxnOpResponse) -> Vec<KeyValue> {
+    match resp {
+        TxnOpResponse::Get(g) => g.kvs().to_vec(),
+        _ => Vec::new(),
+    }
+}
+
+/// The state one operation reads, and the plumbing of read, decide, write.
+struct Job<'a> {
+    store: &'a EtcdStore,
+    client: &'a mut Client,
+    job: &'a str,
+    snapshot: Snapshot,
+    now: i64,
+}
+
+impl<'a> Job<'a> {
+    /// Reads the lease row and `alive` key of `job` and whatever `extra` asks, in one
+    /// transaction (one revision).
+    async fn read(
+        store: &'a EtcdStore,
+        client: &'a mut Client,
+        job: &'a str,
+        extra: Vec<TxnOp>,
+    ) -> Result<(Job<'a>, Vec<Vec<KeyValue>>), Fail> {
+        let mut ops = vec![
+            TxnOp::get(store.lease_key(job).as_bytes(), None),
+            TxnOp::get(store.alive_key(job).as_bytes(), None),
+        ];
+        ops.extend(extra);
+        let resp = client.txn(Txn::new().and_then(ops)).await?;
+        let revision = resp.header().map_or(0, |h| h.revision());
+        let mut results: Vec<Vec<KeyValue>> = resp.op_responses().iter().map(get_kvs).collect();
+        let rest = results.split_off(2);
+        let row_kv = results[0].first();
+        let row = row_kv
+            .map(|kv| row_from_json(job, kv.value()))
+            .transpose()
+            .map_err(Fail::Data)?;
+        let alive = results[1]
+            .first()
+            .map(|kv| (String::from_utf8_lossy(kv.value()).into_owned(), kv.lease()));
+        let snapshot = Snapshot {
+            revision,
+            row_revision: row_kv.map_or(0, KeyValue::mod_revision),
+            row,
+            alive,
+        };
+        let now = store.now_usec();
+        Ok((
+            Job {
+                store,
+                client,
+                job,
+                snapshot,
+                now,
+            },
+            rest,
+        ))
+    }
+
+    /// More reads at the snapshot's revision.
+    async fn read_more(&mut self, ops: Vec<TxnOp>) -> Result<Vec<Vec<KeyValue>>, Fail> {
+        if ops.is_empty() {
+            return Ok(Vec::new());
+        }
+        let resp = self.client.txn(Txn::new().and_then(ops)).await?;
+        Ok(resp.op_responses().iter().map(get_kvs).collect())
+    }
+
+    fn get_at(&self, key: String) -> TxnOp {
+        TxnOp::get(
+            key.into_bytes(),
+            Some(GetOptions::new().with_revision(self.snapshot.revision)),
+        )
+    }
+
+    fn range_at(&self, prefix: String) -> TxnOp {
+        let end = prefix_end(&prefix);
+        TxnOp::get(
+            prefix.into_bytes(),
+            Some(
+                GetOptions::new()
+                    .with_range(end)
+                    .with_revision(self.snapshot.revision),
+            ),
+        )
+    }
+
+    /// The lease row as the rules see it: with `alive` keys, held exactly while the
+    /// row's `alive` key (its holder, its etcd lease) is there.
+    fn lease(&self) -> Option<Lease> {
+        let row = self.snapshot.row.as_ref()?;
+        let mut lease = row.lease.clone();
+        if !self.store.judged && !lease.holder.is_empty() {
+            let alive = self
+                .snapshot
+                .alive
+                .as_ref()
+                .is_some_and(|(holder, id)| *holder == lease.holder && *id == row.etcd_lease);
+            lease.expire_at = if alive {
+                lease.expire_at.max(self.now.saturating_add(1))
+            } else {
+                lease.expire_at.min(self.now)
+            };
+        }
+        Some(lease)
+    }
+
+    /// Commits `writes` (with the lease row written, so the job's version moves) if the
+    /// job is unchanged since the read. False when it changed.
+    async fn commit(&mut self, mut writes: Writes, row: Option<Row>) -> Result<bool, Fail> {
+        let key = self.store.lease_key(self.job);
+        let row = row.or_else(|| self.snapshot.row.clone());
+        if let Some(row) = &row {
+            writes.put(key.clone(), row_to_json(row));
+        }
+        let guard = if self.snapshot.row_revision == 0 {
+            Compare::version(key.as_bytes(), CompareOp::Equal, 0)
+        } else {
+            Compare::mod_revision(key.as_bytes(), CompareOp::Equal, self.snapshot.row_revision)
+        };
+        let resp = self
+            .client
+            .txn(Txn::new().when(vec![guard]).and_then(writes.ops()))
+            .await?;
+        Ok(resp.succeeded())
+    }
+
+    /// The writes that record `run` (new or changed) and keep its slot's queued marker
+    /// true, given every record of the slot as it becomes.
+    fn put_runs(
+        &self,
+        writes: &mut Writes,
+        changed: &[Run],
+        slot_runs: &[Run],
+    ) -> Result<(), Fail> {
+        for run in changed {
+            writes.put(
+                self.store.run_key(run),
+                run_to_json(run).map_err(Fail::Data)?,
+            );
+        }
+        let mut slots: Vec<i64> = changed.iter().map(|r| r.slot.usec).collect();
+        slots.dedup();
+        for slot in slots {
+            let queued = slot_runs
+                .iter()
+                .filter(|r| r.slot.usec == slot)
+                .map(|r| changed.iter().find(|c| c.run_id == r.run_id).unwrap_or(r))
+                .chain(changed.iter().filter(|c| {
+                    c.slot.usec == slot && !slot_runs.iter().any(|r| r.run_id == c.run_id)
+                }))
+                .any(|r| r.resolution == Some(Resolution::Queued));
+            let key = self.store.queued_key(self.job, slot);
+            if queued {
+                writes.put(key, String::new());
+            } else {
+                writes.delete(key);
+            }
+        }
+        Ok(())
+    }
+}
+
+fn runs_of(kvs: &[KeyValue]) -> Result<Vec<Run>, Fail> {
+    kvs.iter()
+        .map(|kv| run_from_kv(kv).map_err(Fail::Data))
+        .collect()
+}
+
+/// The slot of a `P queued/JOB/SLOT` or `P run/JOB/SLOT/…` key.
+fn slot_of_key(key: &[u8], after: &str) -> Option<i64> {
+    let key = std::str::from_utf8(key).ok()?;
+    let rest = key.strip_prefix(after)?;
+    let digits = rest.get(..20)?;
+    let raw: u64 = digits.parse().ok()?;
+    Some((raw ^ (1 << 63)) as i64)
+}
+
+impl EtcdStore {
+    /// Runs `attempt` until it commits or answers without writing; `None` from it means
+    /// the job changed between read and write.
+    fn retrying<T>(
+        &mut self,
+        op: &str,
+        attempt: impl AsyncFn(&EtcdStore, &mut Client) -> Result<Option<T>, Fail>,
+    ) -> Result<T, StoreError> {
+        let mut client = self.ready()?;
+        let this: &EtcdStore = self;
+        let result = this.rt.block_on(async {
+            for _ in 0..RETRIES {
+                let once = tokio::time::timeout(CALL_TIMEOUT, attempt(this, &mut client)).await;
+                match once.unwrap_or_else(|_| Err(timed_out())) {
+                    Ok(Some(v)) => return Ok(v),
+                    Ok(None) => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+            Err(Fail::Contended)
+        });
+        if matches!(result, Err(Fail::Etcd(_))) {
+            self.client = None;
+        }
+        result.map_err(|e| self.error(op, e))
+    }
+
+    async fn claim_once(
+        &self,
+        client: &mut Client,
+        req: &ClaimRequest,
+    ) -> Result<Option<Claim>, Fail> {
+        let job = req.run.job.as_str();
+        let now = self.now_usec();
+        let bound = rules::newest_bound(now, req);
+        let runs_prefix = self.key(&format!("run/{job}/"));
+        let mut extra = vec![
+            // 0: the asked slot's records.
+            TxnOp::get(
+                self.slot_prefix(job, req.run.slot.usec).into_bytes(),
+                Some(GetOptions::new().with_prefix()),
+            ),
+            // 1: a record under the run id (a claim sent again).
+            TxnOp::get(self.id_key(&req.run.run_id).into_bytes(), None),
+            // 2: the newest recorded slot no later than the bound.
+            TxnOp::get(
+                runs_prefix.clone().into_bytes(),
+                Some(
+                    GetOptions::new()
+                        .with_range(
+                            self.slot_prefix(job, bound.saturating_add(1))
+                                .trim_end_matches('/')
+                                .as_bytes()
+                                .to_vec(),
+                        )
+                        .with_sort(SortTarget::Key, SortOrder::Descend)
+                        .with_limit(1)
+                        .with_keys_only(),
+                ),
+            ),
+        ];
+        if req.queued_first {
+            // 3: the slots with a queued record.
+            let queued = self.key(&format!("queued/{job}/"));
+            extra.push(TxnOp::get(
+                queued.into_bytes(),
+                Some(GetOptions::new().with_prefix().with_keys_only()),
+            ));
+        }
+        let (mut state_job, found) = Job::read(self, client, job, extra).await?;
+        state_job.now = now;
+        let mut slots = std::collections::BTreeMap::new();
+        slots.insert(req.run.slot.usec, runs_of(&found[0])?);
+        let newest = found[2]
+            .first()
+            .and_then(|kv| slot_of_key(kv.key(), &runs_prefix));
+        let mut more = Vec::new();
+        let id_kv = found[1].first();
+        if let Some(kv) = id_kv {
+            more.push(state_job.get_at(String::from_utf8_lossy(kv.value()).into_owned()));
+        }
+        let lease_run_key = state_job
+            .snapshot
+            .row
+            .as_ref()
+            .map(|r| r.run_key.clone())
+            .filter(|k| !k.is_empty());
+        if let Some(k) = &lease_run_key {
+            more.push(state_job.get_at(k.clone()));
+        }
+        let queued_prefix = self.key(&format!("queued/{job}/"));
+        let queued_slots: Vec<i64> = found
+            .get(3)
+            .map(|kvs| {
+                kvs.iter()
+                    .filter_map(|kv| slot_of_key(kv.key(), &queued_prefix))
+                    .filter(|s| *s != req.run.slot.usec)
+                    .take(MAX_QUEUED_READ)
+                    .collect()
+            })
+            .unwrap_or_default();
+        for s in &queued_slots {
+            more.push(state_job.range_at(self.slot_prefix(job, *s)));
+        }
+        let mut got = state_job.read_more(more).await?.into_iter();
+        let retried = match id_kv {
+            Some(_) => got
+                .next()
+                .and_then(|kvs| kvs.first().map(run_from_kv))
+                .transpose()
+                .map_err(Fail::Data)?,
+            None => None,
+        };
+        let lease_run = match lease_run_key {
+            Some(_) => got
+                .next()
+                .and_then(|kvs| kvs.first().map(run_from_kv))
+                .transpose()
+                .map_err(Fail::Data)?,
+            None => None,
+        };
+        for s in &queued_slots {
+            let kvs = got.next().unwrap_or_default();
+            slots.insert(*s, runs_of(&kvs)?);
+        }
+        let state = rules::ClaimState {
+            now,
+            lease: state_job.lease(),
+            retried,
+            slots,
+            newest,
+            lease_run,
+        };
+        // This store's clock is this host's: the clock check always passes.
+        let mut req = req.clone();
+        if let Some(check) = &mut req.clock {
+            check.host_now = now;
+        }
+        let decision = rules::claim(&state, &req).map_err(|e| Fail::Data(e.to_string()))?;
+        let ClaimDecision::Grant(grant) = &decision else {
+            return Ok(Some(decision.answer()));
+        };
+        // The etcd lease the holder keeps alive; whole seconds, at least 1.
+        let ttl_secs = (req.ttl.as_secs() + u64::from(req.ttl.subsec_nanos() > 0))
+            .clamp(1, MAX_ETCD_TTL_SECS) as i64;
+        let etcd_lease = state_job.client.lease_grant(ttl_secs, None).await?.id();
+        let mut writes = Writes::default();
+        let run_key = self.run_key(&grant.run);
+        let mut changed = vec![grant.run.clone()];
+        let all: Vec<Run> = state.slots.values().flatten().cloned().collect();
+        for r in &all {
+            if grant.rerun.contains(&r.run_id) {
+                changed.push(Run {
+                    resolution: Some(Resolution::Rerun),
+                    ..r.clone()
+                });
+            }
+        }
+        changed.sort_by_key(|r| r.slot.usec);
+        state_job.put_runs(&mut writes, &changed, &all)?;
+        writes.put(self.id_key(&grant.run.run_id), run_key.clone());
+        writes.put_leased(self.alive_key(job), grant.lease.holder.clone(), etcd_lease);
+        let row = Row {
+            lease: grant.lease.clone(),
+            etcd_lease,
+            run_key,
+        };
+        if state_job.commit(writes, Some(row)).await? {
+            Ok(Some(decision.answer()))
+        } else {
+            let _ = state_job.client.lease_revoke(etcd_lease).await;
+            Ok(None)
+        }
+    }
+
+    async fn end_once(
+        &self,
+        client: &mut Client,
+        job: &str,
+        run_id: &str,
+        decide: &dyn Fn(&rules::RunState<'_>) -> Result<rules::EndDecision, Fail>,
+    ) -> Result<Option<rules::EndDecision>, Fail> {
+        let (mut state_job, found) = Job::read(
+            self,
+            client,
+            job,
+            vec![TxnOp::get(self.id_key(run_id).into_bytes(), None)],
+        )
+        .await?;
+        let record_key = found[0]
+            .first()
+            .map(|kv| String::from_utf8_lossy(kv.value()).into_owned());
+        let (record, slot_runs) = match &record_key {
+            Some(key) => {
+                let slot_prefix = key
+                    .rsplit_once('/')
+                    .map_or(String::new(), |(p, _)| format!("{p}/"));
+                let got = state_job
+                    .read_more(vec![
+                        state_job.get_at(key.clone()),
+                        state_job.range_at(slot_prefix),
+                    ])
+                    .await?;
+                let record = got[0]
+                    .first()
+                    .map(run_from_kv)
+                    .transpose()
+                    .map_err(Fail::Data)?;
+                (record, runs_of(&got[1])?)
+            }
+            None => (None, Vec::new()),
+        };
+        // A record of another job is not this job's to change.
+        let record = record.filter(|r| r.job == job);
+        let lease = state_job.lease();
+        let state = rules::RunState {
+            now: state_job.now,
+            lease: lease.as_ref(),
+            record: record.as_ref(),
+            slot_runs: &slot_runs,
+        };
+        let decision = decide(&state)?;
+        if decision.record.is_none() && !decision.release {
+            return Ok(Some(decision));
+        }
+        let mut writes = Writes::default();
+        if let Some(new) = &decision.record {
+            state_job.put_runs(&mut writes, std::slice::from_ref(new), &slot_runs)?;
+        }
+        let mut row = state_job.snapshot.row.clone();
+        let mut revoke = None;
+        if decision.release
+            && let Some(r) = &mut row
+        {
+            r.lease = rules::released(&r.lease);
+            revoke = Some(r.etcd_lease).filter(|id| *id != 0);
+            r.etcd_lease = 0;
+            writes.delete(self.alive_key(job));
+        }
+        if !state_job.commit(writes, row).await? {
+            return Ok(None);
+        }
+        if let Some(id) = revoke {
+            let _ = state_job.client.lease_revoke(id).await;
+        }
+        Ok(Some(decision))
+    }
+
+    fn finish_as(
+        &mut self,
+        lease: &Lease,
+        run_id: &str,
+        finish: &Finish,
+        kept: bool,
+    ) -> Result<Finished, StoreError> {
+        super::finish_report_json(&self.describe, run_id, finish)?;
+        let decision = self.retrying("finish", async |store, client| {
+            store
+                .end_once(client, &lease.job, run_id, &|state| {
+                    rules::finish(state, lease, run_id, finish, kept)
+                        .map_err(|e| Fail::Data(e.to_string()))
+                })
+                .await
+        })?;
+        Ok(decision.finished())
+    }
+}
+
+impl Store for EtcdStore {
+    fn describe(&self) -> String {
+        self.describe.clone()
+    }
+
+    fn init(&mut self) -> Result<(), StoreError> {
+        let mut client = self.connect()?;
+        let key = self.key("schema");
+        let result = self.rt.block_on(async {
+            let txn = Txn::new()
+                .when(vec![Compare::version(key.as_bytes(), CompareOp::Equal, 0)])
+                .and_then(vec![TxnOp::put(
+                    key.as_bytes(),
+                    SCHEMA_VERSION.to_string().as_bytes(),
+                    None,
+                )])
+                .or_else(vec![TxnOp::get(key.as_bytes(), None)]);
+            tokio::time::timeout(CALL_TIMEOUT, client.txn(txn)).await
+        });
+        let resp = match result {
+            Err(_) => {
+                self.client = None;
+                return Err(self.error(
+                    "read the schema version",
+                    Fail::Etcd(etcd_client::Error::Internal("timed out".to_string())),
+                ));
+            }
+            Ok(Err(e)) => {
+                self.client = None;
+                return Err(self.error("read the schema version", Fail::Etcd(e)));
+            }
+            Ok(Ok(resp)) => resp,
+        };
+        if !resp.succeeded() {
+            let found = resp
+                .op_responses()
+                .iter()
+                .flat_map(get_kvs)
+                .next()
+                .map(|kv| String::from_utf8_lossy(kv.value()).into_owned())
+                .unwrap_or_default();
+            let version: i64 = found.trim().parse().map_err(|_| StoreError::Invalid {
+                store: self.describe.clone(),
+                detail: format!("schema version {found:?} is not a number"),
+            })?;
+            if version > SCHEMA_VERSION {
+                return Err(StoreError::Invalid {
+                    store: self.describe.clone(),
+                    detail: format!(
+                        "key layout version {version} is newer than this jobguard understands ({SCHEMA_VERSION}); upgrade jobguard"
+                    ),
+                });
+            }
+        }
+        self.schema_ready = true;
+        Ok(())
+    }
+
+    fn now(&mut self) -> Result<i64, StoreError> {
+        Ok(self.now_usec())
+    }
+
+    fn claim(&mut self, req: &ClaimRequest) -> Result<Claim, StoreError> {
+        self.retrying("claim", async |store, client| {
+            store.claim_once(client, req).await
+        })
+    }
+
+    fn renew(&mut self, lease: &Lease, ttl: Duration) -> Result<Option<i64>, StoreError> {
+        let job = lease.job.clone();
+        self.retrying("renew", async |store, client| {
+            let (mut state_job, _) = Job::read(store, client, &job, Vec::new()).await?;
+            let row_lease = state_job.lease();
+            let Some(expire_at) = rules::renew(state_job.now, row_lease.as_ref(), lease, ttl)
+            else {
+                return Ok(Some(None));
+            };
+            let Some(mut row) = state_job.snapshot.row.clone() else {
+                return Ok(Some(None));
+            };
+            if !store.judged {
+                // Keep the etcd lease alive first: when it is gone, so is the lease.
+                let (mut keeper, mut stream) =
+                    state_job.client.lease_keep_alive(row.etcd_lease).await?;
+                keeper.keep_alive().await?;
+                let alive = stream.message().await?.is_some_and(|r| r.ttl() > 0);
+                if !alive {
+                    return Ok(Some(None));
+                }
+            }
+            row.lease.expire_at = expire_at;
+            if state_job.commit(Writes::default(), Some(row)).await? {
+                Ok(Some(Some(expire_at)))
+            } else {
+                Ok(None)
+            }
+        })
+    }
+
+    fn finish(
+        &mut self,
+        lease: &Lease,
+        run_id: &str,
+        finish: &Finish,
+    ) -> Result<Finished, StoreError> {
+        self.finish_as(lease, run_id, finish, false)
+    }
+
+    fn finish_kept(
+        &mut self,
+        lease: &Lease,
+        run_id: &str,
+        finish: &Finish,
+    ) -> Result<Finished, StoreError> {
+        self.finish_as(lease, run_id, finish, true)
+    }
+
+    fn interrupt(
+        &mut self,
+        run: &Run,
+        reason: &str,
+        resolution: Resolution,
+    ) -> Result<bool, StoreError> {
+        let decision = self.retrying("interrupt", async |store, client| {
+            store
+                .end_once(client, &run.job, &run.run_id, &|state| {
+                    Ok(rules::interrupt(state, run, reason, resolution))
+                })
+                .await
+        })?;
+        Ok(decision.record.is_some())
+    }
+
+    fn lease(&mut self, job: &str) -> Result<Option<Lease>, StoreError> {
+        self.retrying("read lease", async |store, client| {
+            let (state_job, _) = Job::read(store, client, job, Vec::new()).await?;
+            Ok(Some(state_job.lease().filter(|l| !l.holder.is_empty())))
+        })
+    }
+
+    fn runs(&mut self, query: &RunQuery) -> Result<Vec<Run>, StoreError> {
+        let prefix = match (&query.job, query.slot) {
+            (Some(job), Some(slot)) => self.slot_prefix(job, slot),
+            (Some(job), None) => self.key(&format!("run/{job}/")),
+            (None, _) => self.key("run/"),
+        };
+        let mut runs = self.call("read runs", async |client| {
+            let resp = client
+                .get(prefix.as_bytes(), Some(GetOptions::new().with_prefix()))
+                .await?;
+            runs_of(resp.kvs())
+        })?;
+        runs.retain(|r| {
+            (query.outcomes.is_empty() || query.outcomes.contains(&r.outcome))
+                && (query.resolutions.is_empty()
+                    || r.resolution.is_some_and(|x| query.resolutions.contains(&x)))
+        });
+        // Newest first; a job's records started in the same µs, latest recorded first.
+        runs.sort_by(|a, b| {
+            (b.started_at, b.fencing_token, &b.job).cmp(&(a.started_at, a.fencing_token, &a.job))
+        });
+        if query.limit > 0 {
+            runs.truncate(query.limit);
+        }
+        Ok(runs)
+    }
+
+    fn resolve(
+        &mut self,
+        job: &str,
+        slot: i64,
+        resolution: Resolution,
+    ) -> Result<usize, StoreError> {
+        self.retrying("resolve", async |store, client| {
+            let (mut state_job, found) = Job::read(
+                store,
+                client,
+                job,
+                vec![TxnOp::get(
+                    store.slot_prefix(job, slot).into_bytes(),
+                    Some(GetOptions::new().with_prefix()),
+                )],
+            )
+            .await?;
+            let slot_runs = runs_of(&found[0])?;
+            let ids = rules::resolve(&slot_runs, resolution);
+            if ids.is_empty() {
+                return Ok(Some(0));
+            }
+            let changed: Vec<Run> = slot_runs
+                .iter()
+                .filter(|r| ids.contains(&r.run_id))
+                .map(|r| Run {
+                    resolution: Some(resolution),
+                    ..r.clone()
+                })
+                .collect();
+            let mut writes = Writes::default();
+            state_job.put_runs(&mut writes, &changed, &slot_runs)?;
+            Ok(state_job.commit(writes, None).await?.then_some(ids.len()))
+        })
+    }
+
+    fn unlock(&mut self, job: &str) -> Result<Option<Lease>, StoreError> {
+        self.retrying("unlock", async |store, client| {
+            let (mut state_job, _) = Job::read(store, client, job, Vec::new()).await?;
+            let (ended, release) = rules::unlock(state_job.now, state_job.lease().as_ref());
+            let Some(mut row) = state_job.snapshot.row.clone().filter(|_| release) else {
+                return Ok(Some(ended));
+            };
+            let revoke = row.etcd_lease;
+            row.lease = rules::released(&row.lease);
+            row.etcd_lease = 0;
+            let mut writes = Writes::default();
+            writes.delete(store.alive_key(job));
+            if !state_job.commit(writes, Some(row)).await? {
+                return Ok(None);
+            }
+            if revoke != 0 {
+                let _ = state_job.client.lease_revoke(revoke).await;
+            }
+            Ok(Some(ended))
+        })
+    }
+
+    fn delete_slots(
+        &mut self,
+        job: &str,
+        slots: &[i64],
+        started_before: i64,
+    ) -> Result<usize, StoreError> {
+        // A transaction holds at most 128 operations (etcd's --max-txn-ops default): a
+        // few slots per transaction, and a slot whose deletes would not fit waits for the
+        // next one.
+        let mut n = 0;
+        let mut rest: &[i64] = slots;
+        while !rest.is_empty() {
+            let chunk: Vec<i64> = rest.iter().take(10).copied().collect();
+            let (deleted, done) = self.retrying("delete runs", async |store, client| {
+                let reads = chunk
+                    .iter()
+                    .map(|s| {
+                        TxnOp::get(
+                            store.slot_prefix(job, *s).into_bytes(),
+                            Some(GetOptions::new().with_prefix()),
+                        )
+                    })
+                    .collect();
+                let (mut state_job, found) = Job::read(store, client, job, reads).await?;
+                let mut writes = Writes::default();
+                let (mut n, mut done) = (0, 0);
+                for (slot, kvs) in chunk.iter().zip(&found) {
+                    let runs = runs_of(kvs)?;
+                    let ops = writes.puts.len() + writes.deletes.len() + 2 * runs.len() + 2;
+                    if ops > MAX_TXN_OPS && done > 0 {
+                        break;
+                    }
+                    done += 1;
+                    if runs
+                        .iter()
+                        .any(|r| r.outcome == Outcome::Running || r.started_at >= started_before)
+                    {
+                        continue;
+                    }
+                    for r in &runs {
+                        writes.delete(store.run_key(r));
+                        writes.delete(store.id_key(&r.run_id));
+                    }
+                    writes.delete(store.queued_key(job, *slot));
+                    n += runs.len();
+                }
+                if n == 0 {
+                    return Ok(Some((0, done)));
+                }
+                Ok(state_job.commit(writes, None).await?.then_some((n, done)))
+            })?;
+            n += deleted;
+            rest = &rest[done.max(1)..];
+        }
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slot_keys_sort_as_numbers() {
+        let slots = [i64::MIN, -5, -1, 0, 1, 1_700_000_000_000_000, i64::MAX];
+        let keys: Vec<String> = slots.iter().map(|s| slot_part(*s)).collect();
+        let mut sorted = keys.clone();
+        sorted.sort();
+        assert_eq!(keys, sorted);
+        for s in slots {
+            let key = format!("p/{}", slot_part(s));
+            assert_eq!(slot_of_key(key.as_bytes(), "p/"), Some(s));
+        }
+    }
+
+    #[test]
+    fn prefix_end_bounds_the_prefix() {
+        assert_eq!(prefix_end("a/"), b"a0".to_vec());
+        assert_eq!(prefix_end("a\u{7f}"), b"a\x80".to_vec());
+    }
+
+    #[test]
+    fn addresses() {
+        for good in [
+            "etcd://127.0.0.1:2379",
+            "etcd://h1:2379,h2:2379,h3",
+            "etcd://user:p%40ss@h:2379?prefix=ci/a:",
+            "etcd://[::1]:2379",
+        ] {
+            EtcdStore::open(good).unwrap_or_else(|e| panic!("{good}: {e}"));
+        }
+        for (bad, why) in [
+            ("etcd://", "no host"),
+            ("etcd://h:99999", "bad port"),
+            ("etcd://h:2379?prefix=a b", "not plain"),
+            (
+                "etcd://h:2379?ssl-ca=/etc/ssl/certs/ca-certificates.crt",
+                "etcds://",
+            ),
+            ("etcd://h:2379?sslmode=require", "unknown parameter"),
+            ("etcd://h:2379?prefix=a&prefix=b", "more than once"),
+        ] {
+            let e = EtcdStore::open(bad).unwrap_err().to_string();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+        let e = EtcdStore::open("etcd://u:secret@h:1?prefix=a b")
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains("secret"), "{e}");
+    }
+}
