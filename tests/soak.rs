@@ -417,7 +417,8 @@ impl Server {
             StoreKind::Etcd => Command::new("etcdctl")
                 .env("ETCDCTL_API", "3")
                 .args(["--endpoints", &format!("http://127.0.0.1:{port}")])
-                .args(["endpoint", "health"])
+                // `endpoint health` answers on stderr; `endpoint status` on stdout.
+                .args(["endpoint", "status"])
                 .output(),
         };
         out.is_ok_and(|o| o.status.success() && !String::from_utf8_lossy(&o.stdout).is_empty())
