@@ -483,25 +483,6 @@ impl EtcdStore {
         self.connect()
     }
 
-    /// Runs `f` on the runtime with a handle to the client, within [`CALL_TIMEOUT`]; a
-    /// failure of the connection drops it, so the next call connects again.
-    fn call<T>(
-        &mut self,
-        op: &str,
-        f: impl AsyncFnOnce(&mut Client) -> Result<T, Fail>,
-    ) -> Result<T, StoreError> {
-        let mut client = self.ready()?;
-        let result = self.rt.block_on(async {
-            tokio::time::timeout(CALL_TIMEOUT, f(&mut client))
-                .await
-                .unwrap_or_else(|_| Err(timed_out()))
-        });
-        if matches!(result, Err(Fail::Etcd(_))) {
-            self.client = None;
-        }
-        result.map_err(|e| self.error(op, e))
-    }
-
     fn now_usec(&self) -> i64 {
         self.clock.now_usec()
     }
@@ -716,8 +697,10 @@ fn slot_of_key(key: &[u8], after: &str) -> Option<i64> {
 }
 
 impl EtcdStore {
-    /// Runs `attempt` until it commits or answers without writing; `None` from it means
-    /// the job changed between read and write.
+    /// Runs `attempt` on the runtime with a handle to the client, each try within
+    /// [`CALL_TIMEOUT`], until it commits or answers without writing (`None` from it means
+    /// the job changed between read and write; at most [`RETRIES`] tries). A failure of
+    /// the connection drops it, so the next call connects again.
     fn retrying<T>(
         &mut self,
         op: &str,
@@ -1129,11 +1112,12 @@ impl Store for EtcdStore {
             (Some(job), None) => self.key(&format!("run/{job}/")),
             (None, _) => self.key("run/"),
         };
-        let mut runs = self.call("read runs", async |client| {
+        // One read, which never conflicts: its attempt always answers.
+        let mut runs = self.retrying("read runs", async |_, client| {
             let resp = client
                 .get(prefix.as_bytes(), Some(GetOptions::new().with_prefix()))
                 .await?;
-            runs_of(resp.kvs())
+            runs_of(resp.kvs()).map(Some)
         })?;
         runs.retain(|r| {
             (query.outcomes.is_empty() || query.outcomes.contains(&r.outcome))
