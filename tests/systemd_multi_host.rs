@@ -1,6 +1,8 @@
 //! Several hosts, one run per slot (issue 3): three containers booted with systemd share
-//! one PostgreSQL store on this machine, each through a TCP proxy of its own (`socat`),
-//! with the same job list. The store address comes from a root-only `store_file`.
+//! one store on this machine, each through a TCP proxy of its own (`socat`), with the same
+//! job list. The store address comes from a root-only `store_file`. Every case runs on
+//! PostgreSQL and, in a build with the cargo feature `store-etcd`, on etcd: a module per
+//! case, a test per store (`power_cut_of_the_running_host_another_host_finishes_the_slot::etcd`).
 //!
 //! - the same slot fired on all three at once: one run, two skips;
 //! - a power cut of the host that runs store-sync: another host finishes the slot after the
@@ -14,8 +16,9 @@
 //!   again.
 //!
 //! Needs root, systemd-nspawn, socat, psql and PostgreSQL on 127.0.0.1:5432 (trust
-//! auth); skipped with a `SKIPPED` line otherwise, failed in CI. Run just these with
-//! `cargo test --test systemd_multi_host -- --nocapture`.
+//! auth; the store-sync example writes its orders there whatever the store), and for the
+//! etcd cases etcd on 127.0.0.1:2379; skipped with a `SKIPPED` line otherwise, failed in
+//! CI. Run just these with `cargo test --test systemd_multi_host -- --nocapture`.
 #![cfg(feature = "store-postgres")]
 
 mod common;
@@ -29,9 +32,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::container::{self, Container};
 use common::host::*;
+use common::remote::{Kind, Namespace};
 use serde_json::Value;
 
-/// A private PostgreSQL database for one test, dropped at the end.
+/// A private PostgreSQL database for one test (the store-sync example's orders), dropped
+/// at the end.
 struct Database {
     name: String,
 }
@@ -62,15 +67,15 @@ impl Drop for Database {
     }
 }
 
-/// A TCP proxy from 127.0.0.1:`port` to PostgreSQL, in a process group of its own so that
-/// freezing it freezes every connection it forked.
+/// A TCP proxy from 127.0.0.1:`port` to the store's server, in a process group of its own
+/// so that freezing it freezes every connection it forked.
 struct Proxy {
     child: Child,
     port: u16,
 }
 
 impl Proxy {
-    fn start() -> Proxy {
+    fn start(target_port: u16) -> Proxy {
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free port")
@@ -79,7 +84,7 @@ impl Proxy {
             .args([
                 "socat",
                 &format!("TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr"),
-                "TCP:127.0.0.1:5432",
+                &format!("TCP:127.0.0.1:{target_port}"),
             ])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -165,15 +170,20 @@ struct Cluster {
 
 fn cluster(
     tag: &str,
-    db: &Database,
+    store: &Namespace,
     jobs_toml: &str,
     extra: impl Fn(common::container::Options) -> common::container::Options,
 ) -> Cluster {
     let mut hosts = Vec::new();
     let mut proxies = Vec::new();
     for i in 1..=3 {
-        let proxy = Proxy::start();
-        let url = format!("postgres://postgres@127.0.0.1:{}/{}\n", proxy.port, db.name);
+        let proxy = Proxy::start(store.kind.port());
+        let url = format!(
+            "{}\n",
+            store
+                .kind
+                .address(&format!("127.0.0.1:{}", proxy.port), &store.name)
+        );
         let opts = extra(jobguard_options(jobs_toml).file("/etc/jobguard/store.url", url));
         let c = boot(&format!("{tag}{i}"), &opts);
         c.exec_ok(&["chmod", "0600", "/etc/jobguard/store.url"])
@@ -223,14 +233,40 @@ log end
 """]
 "#;
 
-#[test]
-fn the_same_slot_fired_on_three_hosts_runs_once() {
-    let test = "the_same_slot_fired_on_three_hosts_runs_once";
-    if !common::go_on(test, prerequisites()) {
-        return;
+/// A test per store for `case`, in a module named after it.
+macro_rules! on_each_store {
+    ($case:ident) => {
+        mod $case {
+            #[test]
+            fn postgres() {
+                super::$case(super::Kind::Postgres)
+            }
+
+            #[cfg(feature = "store-etcd")]
+            #[test]
+            fn etcd() {
+                super::$case(super::Kind::Etcd)
+            }
+        }
+    };
+}
+
+/// The store the hosts share, in a namespace of its own; `None` when the case is skipped.
+fn shared_store(kind: Kind, case: &str, more: Option<String>) -> Option<Namespace> {
+    let test = format!("{case}::{}", format!("{kind:?}").to_lowercase());
+    if !common::go_on(&test, prerequisites().or(more)) {
+        return None;
     }
-    let db = Database::create("once");
-    let cl = cluster("once", &db, LOGGING_JOB, |o| o);
+    Namespace::new(kind, &test)
+}
+
+on_each_store!(the_same_slot_fired_on_three_hosts_runs_once);
+fn the_same_slot_fired_on_three_hosts_runs_once(kind: Kind) {
+    let Some(store) = shared_store(kind, "the_same_slot_fired_on_three_hosts_runs_once", None)
+    else {
+        return;
+    };
+    let cl = cluster("once", &store, LOGGING_JOB, |o| o);
     std::thread::scope(|s| {
         for c in &cl.hosts {
             s.spawn(move || {
@@ -268,12 +304,15 @@ fn the_same_slot_fired_on_three_hosts_runs_once() {
     assert_eq!(skips, 2, "the two other hosts skipped with a reason");
 }
 
-#[test]
-fn power_cut_of_the_running_host_another_host_finishes_the_slot() {
-    let test = "power_cut_of_the_running_host_another_host_finishes_the_slot";
-    if !common::go_on(test, prerequisites().or_else(psycopg2)) {
+on_each_store!(power_cut_of_the_running_host_another_host_finishes_the_slot);
+fn power_cut_of_the_running_host_another_host_finishes_the_slot(kind: Kind) {
+    let Some(store) = shared_store(
+        kind,
+        "power_cut_of_the_running_host_another_host_finishes_the_slot",
+        psycopg2(),
+    ) else {
         return;
-    }
+    };
     let db = Database::create("cut");
     let jobs = format!(
         r#"
@@ -290,7 +329,7 @@ environment = {{ STORE_SYNC_DB = "postgresql://postgres@127.0.0.1:5432/{}", STOR
 "#,
         db.name
     );
-    let mut cl = cluster("cut", &db, &jobs, |o| {
+    let mut cl = cluster("cut", &store, &jobs, |o| {
         o.copy(
             Path::new(EXAMPLE).join("sync.py"),
             "/srv/store-sync/sync.py",
@@ -408,18 +447,20 @@ environment = {{ STORE_SYNC_DB = "postgresql://postgres@127.0.0.1:5432/{}", STOR
     );
 }
 
-#[test]
-fn a_host_cut_off_from_the_store_stops_before_another_takes_over() {
-    let test = "a_host_cut_off_from_the_store_stops_before_another_takes_over";
-    if !common::go_on(test, prerequisites()) {
+on_each_store!(a_host_cut_off_from_the_store_stops_before_another_takes_over);
+fn a_host_cut_off_from_the_store_stops_before_another_takes_over(kind: Kind) {
+    let Some(store) = shared_store(
+        kind,
+        "a_host_cut_off_from_the_store_stops_before_another_takes_over",
+        None,
+    ) else {
         return;
-    }
-    let db = Database::create("part");
+    };
     let jobs = LOGGING_JOB.replace(
         "kill_grace = \"3s\"",
         "kill_grace = \"3s\"\nenvironment = { FIRST_SECONDS = \"300\" }",
     );
-    let cl = cluster("part", &db, &jobs, |o| o);
+    let cl = cluster("part", &store, &jobs, |o| o);
     let (h1, proxy1) = (&cl.hosts[0], &cl.proxies[0]);
     h1.exec_ok(&["systemctl", "start", "--no-block", "jobguard@sync.service"])
         .expect("start");
@@ -496,20 +537,19 @@ fn a_host_cut_off_from_the_store_stops_before_another_takes_over() {
     );
 }
 
-#[test]
-fn a_host_cut_off_as_its_job_ends_records_the_success_and_no_host_runs_it_again() {
+on_each_store!(a_host_cut_off_as_its_job_ends_records_the_success_and_no_host_runs_it_again);
+fn a_host_cut_off_as_its_job_ends_records_the_success_and_no_host_runs_it_again(kind: Kind) {
     let test = "a_host_cut_off_as_its_job_ends_records_the_success_and_no_host_runs_it_again";
-    if !common::go_on(test, prerequisites()) {
+    let Some(store) = shared_store(kind, test, None) else {
         return;
-    }
-    let db = Database::create("kept");
+    };
     let jobs = LOGGING_JOB
         .replace("lease_ttl = \"30s\"", "lease_ttl = \"12s\"")
         .replace(
             "kill_grace = \"3s\"",
             "kill_grace = \"3s\"\nenvironment = { FIRST_SECONDS = \"4\" }",
         );
-    let cl = cluster("kept", &db, &jobs, |o| o);
+    let cl = cluster("kept", &store, &jobs, |o| o);
     let (h1, proxy1) = (&cl.hosts[0], &cl.proxies[0]);
     h1.exec_ok(&["systemctl", "start", "--no-block", "jobguard@sync.service"])
         .expect("start");
