@@ -1,5 +1,6 @@
-//! Lease decision latency per shared store (PostgreSQL, MariaDB, Redis on 127.0.0.1), and
-//! the round trips a decision costs.
+//! Lease decision latency per shared store (PostgreSQL, MariaDB, Redis and, in a build with
+//! the cargo feature `store-etcd`, etcd on 127.0.0.1), and the round trips a decision
+//! costs.
 //!
 //! For each store, in a fresh namespace:
 //! - warm: `claim` (the lease, the done/held check and the `running` record: the whole
@@ -13,8 +14,8 @@
 //!   client's request flights (a flight is a run of client bytes after the server spoke);
 //!   reported for connect and for one warm claim.
 //!
-//! Run: `cargo bench --bench store_latency` (optional: `BENCH_RUNS=N`, default 500;
-//! `BENCH_STORES=postgres,mysql,redis`; `BENCH_PG_SSLMODE=disable` for PostgreSQL without
+//! Run: `cargo bench --bench store_latency [--features store-etcd]` (optional:
+//! `BENCH_RUNS=N`, default 500; `BENCH_STORES=postgres,mysql,redis,etcd`; `BENCH_PG_SSLMODE=disable` for PostgreSQL without
 //! TLS, whose default `prefer` encrypts when the server offers TLS). Servers that are not
 //! reachable are skipped.
 
@@ -164,6 +165,7 @@ fn address(kind: &str, port: u16, ns: &str) -> String {
             format!("postgres://root@127.0.0.1:{port}/test?schema={ns}{sslmode}")
         }
         "mysql" => format!("mysql://root@127.0.0.1:{port}/{ns}"),
+        "etcd" => format!("etcd://127.0.0.1:{port}?prefix={ns}/"),
         _ => format!("redis://127.0.0.1:{port}/0?prefix={ns}:"),
     }
 }
@@ -295,6 +297,10 @@ fn bench(kind: &str, port: u16, runs: u64) {
     match kind {
         "postgres" => admin(kind, &format!("DROP SCHEMA {ns} CASCADE")),
         "mysql" => admin(kind, &format!("DROP DATABASE {ns}")),
+        "etcd" => admin(
+            kind,
+            &format!("ETCDCTL_API=3 etcdctl del --prefix '{ns}/' >/dev/null"),
+        ),
         _ => admin(
             kind,
             &format!("redis-cli --scan --pattern '{ns}:*' | xargs -r redis-cli DEL >/dev/null"),
@@ -307,12 +313,18 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(500);
-    let stores = std::env::var("BENCH_STORES").unwrap_or("postgres,mysql,redis".into());
+    let every = if cfg!(feature = "store-etcd") {
+        "postgres,mysql,redis,etcd"
+    } else {
+        "postgres,mysql,redis"
+    };
+    let stores = std::env::var("BENCH_STORES").unwrap_or(every.into());
     for kind in stores.split(',') {
         let port = match kind {
             "postgres" => 5432,
             "mysql" => 3306,
             "redis" => 6379,
+            "etcd" => 2379,
             other => panic!("unknown store {other}"),
         };
         bench(kind, port, runs);
