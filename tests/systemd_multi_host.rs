@@ -313,7 +313,8 @@ fn power_cut_of_the_running_host_another_host_finishes_the_slot(kind: Kind) {
     ) else {
         return;
     };
-    let db = Database::create("cut");
+    // The store's name is in the database's: the cases of both stores run at once.
+    let db = Database::create(&format!("cut_{}", format!("{kind:?}").to_lowercase()));
     let jobs = format!(
         r#"
 [defaults]
