@@ -15,9 +15,9 @@
 //!   reported for connect and for one warm claim.
 //!
 //! Run: `cargo bench --bench store_latency [--features store-etcd]` (optional:
-//! `BENCH_RUNS=N`, default 500; `BENCH_STORES=postgres,mysql,redis,etcd`; `BENCH_PG_SSLMODE=disable` for PostgreSQL without
-//! TLS, whose default `prefer` encrypts when the server offers TLS). Servers that are not
-//! reachable are skipped.
+//! `BENCH_RUNS=N`, default 500; `BENCH_STORES=postgres,mysql,redis,etcd`;
+//! `BENCH_PG_SSLMODE=disable` for PostgreSQL without TLS, whose default `prefer` encrypts
+//! when the server offers TLS). Servers that are not reachable are skipped.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};

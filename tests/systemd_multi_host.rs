@@ -251,9 +251,14 @@ macro_rules! on_each_store {
     };
 }
 
+/// The store's name in the tests' names: `postgres`, `etcd`.
+fn store_name(kind: Kind) -> String {
+    format!("{kind:?}").to_lowercase()
+}
+
 /// The store the hosts share, in a namespace of its own; `None` when the case is skipped.
 fn shared_store(kind: Kind, case: &str, more: Option<String>) -> Option<Namespace> {
-    let test = format!("{case}::{}", format!("{kind:?}").to_lowercase());
+    let test = format!("{case}::{}", store_name(kind));
     if !common::go_on(&test, prerequisites().or(more)) {
         return None;
     }
@@ -314,7 +319,7 @@ fn power_cut_of_the_running_host_another_host_finishes_the_slot(kind: Kind) {
         return;
     };
     // The store's name is in the database's: the cases of both stores run at once.
-    let db = Database::create(&format!("cut_{}", format!("{kind:?}").to_lowercase()));
+    let db = Database::create(&format!("cut_{}", store_name(kind)));
     let jobs = format!(
         r#"
 [defaults]
