@@ -1,6 +1,6 @@
 //! Lease decision latency per shared store (PostgreSQL, MariaDB, Redis and, in a build with
-//! the cargo feature `store-etcd`, etcd on 127.0.0.1), and the round trips a decision
-//! costs.
+//! the cargo feature `store-etcd` or `store-zookeeper`, etcd or ZooKeeper on 127.0.0.1),
+//! and the round trips a decision costs.
 //!
 //! For each store, in a fresh namespace:
 //! - warm: `claim` (the lease, the done/held check and the `running` record: the whole
@@ -14,8 +14,8 @@
 //!   client's request flights (a flight is a run of client bytes after the server spoke);
 //!   reported for connect and for one warm claim.
 //!
-//! Run: `cargo bench --bench store_latency [--features store-etcd]` (optional:
-//! `BENCH_RUNS=N`, default 500; `BENCH_STORES=postgres,mysql,redis,etcd`;
+//! Run: `cargo bench --bench store_latency [--features store-etcd,store-zookeeper]`
+//! (optional: `BENCH_RUNS=N`, default 500; `BENCH_STORES=postgres,mysql,redis,etcd,zookeeper`;
 //! `BENCH_PG_SSLMODE=disable` for PostgreSQL without TLS, whose default `prefer` encrypts
 //! when the server offers TLS). Servers that are not reachable are skipped.
 
@@ -166,6 +166,7 @@ fn address(kind: &str, port: u16, ns: &str) -> String {
         }
         "mysql" => format!("mysql://root@127.0.0.1:{port}/{ns}"),
         "etcd" => format!("etcd://127.0.0.1:{port}?prefix={ns}/"),
+        "zookeeper" => format!("zookeeper://127.0.0.1:{port}/{ns}"),
         _ => format!("redis://127.0.0.1:{port}/0?prefix={ns}:"),
     }
 }
@@ -301,6 +302,12 @@ fn bench(kind: &str, port: u16, runs: u64) {
             kind,
             &format!("ETCDCTL_API=3 etcdctl del --prefix '{ns}/' >/dev/null"),
         ),
+        "zookeeper" => admin(
+            kind,
+            &format!(
+                "/usr/share/zookeeper/bin/zkCli.sh -server 127.0.0.1:2181 deleteall /{ns} >/dev/null 2>&1"
+            ),
+        ),
         _ => admin(
             kind,
             &format!("redis-cli --scan --pattern '{ns}:*' | xargs -r redis-cli DEL >/dev/null"),
@@ -313,18 +320,21 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(500);
-    let every = if cfg!(feature = "store-etcd") {
-        "postgres,mysql,redis,etcd"
-    } else {
-        "postgres,mysql,redis"
-    };
-    let stores = std::env::var("BENCH_STORES").unwrap_or(every.into());
+    let mut every = vec!["postgres", "mysql", "redis"];
+    if cfg!(feature = "store-etcd") {
+        every.push("etcd");
+    }
+    if cfg!(feature = "store-zookeeper") {
+        every.push("zookeeper");
+    }
+    let stores = std::env::var("BENCH_STORES").unwrap_or(every.join(","));
     for kind in stores.split(',') {
         let port = match kind {
             "postgres" => 5432,
             "mysql" => 3306,
             "redis" => 6379,
             "etcd" => 2379,
+            "zookeeper" => 2181,
             other => panic!("unknown store {other}"),
         };
         bench(kind, port, runs);

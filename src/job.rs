@@ -317,6 +317,34 @@ impl Job {
         self.positions.get(key).or_else(|| self.positions.get(""))
     }
 
+    /// What decides the job's slots, as hosts that share a store compare it
+    /// ([`crate::store::ScheduleDecl`]): the schedule's normalized form (as
+    /// `systemd-analyze calendar` prints it, so `daily` and `*-*-* 00:00:00` agree) and the
+    /// zone its times are in (the host's own zone when the schedule names none).
+    pub fn schedule_fingerprint(&self) -> String {
+        let normal = self.calendar.to_string();
+        let zone = self.calendar.zone_name();
+        if normal.ends_with(&format!(" {zone}")) {
+            normal
+        } else {
+            format!("{normal} {zone}")
+        }
+    }
+
+    /// When the job's schedule was defined on this host: the modification time of the
+    /// file that states it (its `schedule` key, or the job's table), µs since the epoch;
+    /// 0 when it cannot be read (a job not read from a file).
+    pub fn schedule_defined_at(&self) -> i64 {
+        let file = self
+            .position("schedule")
+            .map_or(self.source.as_path(), |p| p.file.as_path());
+        std::fs::metadata(file)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+    }
+
     /// The store address: [`Job::store`]; or the first line of [`Job::store_file`] that
     /// is neither empty nor a `#` comment, trimmed; or, by the same rule, the text of
     /// credential [`Job::store_credential`], read from the first place of

@@ -33,6 +33,9 @@ pub enum Kind {
     SkippedOutOfOrder,
     /// Not run: this host's clock and the store's differ by more than `clock_tolerance`.
     ClockSkew,
+    /// Skipped: the job runs by another schedule, defined later on another host
+    /// ([`crate::store::Store::declare_schedule`]).
+    SkippedScheduleDiffers,
     /// Skipped: the store could not be reached (`on_store_unavailable = "skip"`).
     SkippedStoreUnavailable,
     /// The command exited 0.
@@ -65,6 +68,7 @@ impl Kind {
             | Kind::SkippedLockHeld
             | Kind::SkippedLeaseHeld
             | Kind::SkippedOutOfOrder
+            | Kind::SkippedScheduleDiffers
             | Kind::SkippedStoreUnavailable => "skip",
             Kind::ClockSkew => "clock-skew",
             Kind::Finished | Kind::Failed => "finish",
@@ -88,6 +92,7 @@ impl Kind {
             Kind::SkippedStoreUnavailable => "af13661a32ea4be5a7fa8388a542caf1",
             Kind::ClockSkew => "320502f7a8c647ad8401ed61ec6e9466",
             Kind::SkippedOutOfOrder => "659e35ec95284ab8a34cf1f5e99c6772",
+            Kind::SkippedScheduleDiffers => "8aa591b865fb4e6c995b95e505e44440",
             Kind::Finished => "9fb9749e319e40488204b6f156681d66",
             Kind::Failed => "70cff139d72b466dbe7c37818c4b50ba",
             Kind::Interrupted => "690bc128ba2840dcae86cd7463875f5e",
@@ -107,6 +112,7 @@ impl Kind {
             | Kind::Missed
             | Kind::MetricsNotWritten
             | Kind::SkippedStoreUnavailable
+            | Kind::SkippedScheduleDiffers
             | Kind::SkippedOutOfOrder => Level::WARN,
             _ => Level::INFO,
         }

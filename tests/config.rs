@@ -989,13 +989,14 @@ fn a_malformed_store_address_does_not_show_its_password() {
 }
 
 /// Issue 10, defect 3: `etcd://` and `zookeeper://` passed validation though no build
-/// could open them, so every run exited 78 (etcd has a store since, behind a feature). Only the kinds this build opens are accepted,
-/// and the message lists those, not others.
+/// could open them, so every run exited 78 (both have a store since, behind a feature).
+/// Only the kinds this build opens are accepted, and the message lists those, not
+/// others.
 #[test]
 fn a_store_kind_this_build_cannot_open_is_refused_where_it_is_written() {
     for address in [
         "consul://127.0.0.1:8500",
-        "zookeeper://127.0.0.1:2181/jobs",
+        "mongodb://127.0.0.1:27017/jobs",
         "CONSUL://h",
     ] {
         let d = Dir::new();
@@ -1018,7 +1019,7 @@ fn a_store_kind_this_build_cannot_open_is_refused_where_it_is_written() {
             .expect("the kinds it opens")
             .1;
         assert!(
-            !listed.contains("consul") && !listed.contains("zookeeper"),
+            !listed.contains("consul") && !listed.contains("mongodb"),
             "{e}"
         );
         assert!(!set.jobs.contains_key("a") && set.jobs.contains_key("ok"));

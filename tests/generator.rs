@@ -672,7 +672,7 @@ fn a_job_whose_store_kind_cannot_be_opened_gets_no_unit() {
         input.path().join("jobs.toml"),
         "[jobs.good]\nschedule = \"daily\"\ncommand = [\"/bin/true\"]\n\n\
          [jobs.on-consul]\nschedule = \"daily\"\ncommand = [\"/bin/true\"]\nstore = \"consul://127.0.0.1:8500\"\n\n\
-         [jobs.on-zk]\nschedule = \"daily\"\ncommand = [\"/bin/true\"]\nstore = \"zookeeper://127.0.0.1:2181\"\n\n\
+         [jobs.on-mongo]\nschedule = \"daily\"\ncommand = [\"/bin/true\"]\nstore = \"mongodb://127.0.0.1:27017\"\n\n\
          [jobs.never]\nschedule = \"*-02-30\"\ncommand = [\"/bin/true\"]\n",
     )
     .expect("write");
@@ -680,7 +680,7 @@ fn a_job_whose_store_kind_cannot_be_opened_gets_no_unit() {
     let o = generator(input.path(), &[out.path()]);
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(0), "{stderr}");
-    for (bad, line) in [("on-consul", 8), ("on-zk", 13), ("never", 16)] {
+    for (bad, line) in [("on-consul", 8), ("on-mongo", 13), ("never", 16)] {
         assert!(
             stderr.contains(&format!("jobs.toml:{line}:"))
                 && stderr.contains(&format!("skipping job {bad}\n")),

@@ -98,6 +98,7 @@ const FRAGMENTS: &[&str] = &[
     "lease_ttl = \"1s\"\n",
     "kill_grace = \"infinity\"\n",
     "store = \"etcd://h:2379\"\n",
+    "store = \"zookeeper://u:pw@h1,h2/jobs\"\n",
     "store = \"redis://:pw@h/0\"\n",
     "store = \"sqlite://\"\n",
     "store = \"mongodb://u:p@h/db\"\n",
@@ -563,6 +564,7 @@ fn secret_address() -> impl Strategy<Value = (String, String)> {
         "redis",
         "rediss",
         "etcd",
+        "zookeeper",
         "sqlite",
     ]);
     (scheme, password(), 0u8..7).prop_map(|(scheme, pw, form)| {

@@ -2180,3 +2180,87 @@ fn hosts_catching_up_at_once_run_every_missed_slot_exactly_once() {
         support::stdout(&audit)
     );
 }
+
+/// Issue 11, "one job, two schedules": during a rolling change of the job list, two hosts
+/// sharing one store run the job by different schedules (02:00 on host A, 03:00 on host
+/// B, whose file is newer). Without a rule each runs "its" slot, so every day of the
+/// change runs twice. The newest definition wins: from B's first firing, only B's slots
+/// run and A skips with `schedule-differs`; when A's file is written again (now newer),
+/// A takes the job back at its next firing and B skips. Two job lists with runtime
+/// directories of their own play the hosts; libfaketime moves the clock from day to day.
+#[test]
+fn two_hosts_with_different_schedules_run_each_day_once_by_the_newest_definition() {
+    let faketime = std::process::Command::new("sh")
+        .args(["-c", "command -v faketime"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !faketime {
+        assert!(std::env::var_os("CI").is_none(), "faketime is missing");
+        eprintln!("SKIPPED: faketime not found");
+        return;
+    }
+    let shared = tempfile::tempdir().expect("tempdir");
+    let db = shared.path().join("jobguard.db");
+    let out = shared.path().join("ran");
+    let host = |at: &str| {
+        Sandbox::new(&format!(
+            "[jobs.sync]\nschedule = \"*-*-* {at} UTC\"\nstore = \"sqlite://{}\"\n\
+             command = [\"/bin/sh\", \"-c\", \"echo $JOBGUARD_SLOT >> {}\"]\n",
+            db.display(),
+            out.display()
+        ))
+    };
+    let (a, b) = (host("02:00:00"), host("03:00:00"));
+    let set_mtime = |sb: &Sandbox, when: &str| {
+        let t = jiff::Timestamp::strptime("%Y-%m-%d %H:%M:%S %z", format!("{when} +0000"))
+            .expect("time");
+        let t = std::time::UNIX_EPOCH + Duration::from_secs(t.as_second() as u64);
+        std::fs::File::options()
+            .write(true)
+            .open(sb.file("jobs.toml"))
+            .and_then(|f| f.set_modified(t))
+            .expect("set mtime");
+    };
+    set_mtime(&a, "2027-02-01 00:00:00");
+    set_mtime(&b, "2027-02-15 00:00:00");
+    let fire = |sb: &Sandbox, at: &str| {
+        let o = sb
+            .cmd_under("faketime", &["-f", &format!("@{at}")], &["run", "sync"])
+            .env("TZ", "UTC")
+            .env("TRIGGER_TIMER_REALTIME_USEC", FIRED)
+            .output()
+            .expect("run");
+        assert_eq!(o.status.code(), Some(0), "{at}: {}", stderr(&o));
+        stderr(&o)
+    };
+    fire(&a, "2027-03-01 02:00:30");
+    fire(&b, "2027-03-01 03:00:30");
+    let skipped = fire(&a, "2027-03-02 02:00:30");
+    assert!(
+        skipped.contains("schedule-differs") || skipped.contains("runs by the schedule"),
+        "{skipped}"
+    );
+    assert!(
+        skipped.contains("03:00:00"),
+        "names the winning schedule: {skipped}"
+    );
+    fire(&b, "2027-03-02 03:00:30");
+    // A's job list written again: now the newest definition.
+    set_mtime(&a, "2027-03-02 12:00:00");
+    fire(&a, "2027-03-03 02:00:30");
+    let skipped = fire(&b, "2027-03-03 03:00:30");
+    assert!(skipped.contains("runs by the schedule"), "{skipped}");
+    let ran = std::fs::read_to_string(&out).unwrap_or_default();
+    assert_eq!(
+        ran.lines().collect::<Vec<_>>(),
+        [
+            // The day of the change runs by both (as one host's own edit from 02:00 to
+            // 03:00 at 02:30 would); every later day once.
+            "2027-03-01T02:00:00Z",
+            "2027-03-01T03:00:00Z",
+            "2027-03-02T03:00:00Z",
+            "2027-03-03T02:00:00Z",
+        ],
+        "{ran}"
+    );
+}

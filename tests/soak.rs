@@ -153,6 +153,8 @@ enum StoreKind {
     /// etcd (needs the cargo feature `store-etcd`: `cargo test --release --features
     /// store-etcd --test soak`).
     Etcd,
+    /// ZooKeeper (needs the cargo feature `store-zookeeper`, and Debian's `zookeeper`).
+    ZooKeeper,
 }
 
 impl StoreKind {
@@ -162,9 +164,12 @@ impl StoreKind {
             Ok("mysql") | Ok("mariadb") => StoreKind::Mysql,
             Ok("redis") => StoreKind::Redis,
             Ok("etcd") => StoreKind::Etcd,
+            Ok("zookeeper") => StoreKind::ZooKeeper,
             Ok("postgres") | Ok("postgresql") | Ok("") | Err(_) => StoreKind::Postgres,
             Ok(other) => {
-                panic!("JOBGUARD_SOAK_STORE={other}: sqlite, postgres, mysql, redis or etcd")
+                panic!(
+                    "JOBGUARD_SOAK_STORE={other}: sqlite, postgres, mysql, redis, etcd or zookeeper"
+                )
             }
         }
     }
@@ -176,6 +181,7 @@ impl StoreKind {
             StoreKind::Mysql => "mysql",
             StoreKind::Redis => "redis",
             StoreKind::Etcd => "etcd",
+            StoreKind::ZooKeeper => "zookeeper",
         }
     }
 
@@ -186,8 +192,20 @@ impl StoreKind {
             StoreKind::Mysql => &["mariadb-install-db", "mariadbd", "mariadb"],
             StoreKind::Redis => &["redis-server", "redis-cli"],
             StoreKind::Etcd => &["etcd", "etcdctl"],
+            StoreKind::ZooKeeper => &["java"],
         }
     }
+}
+
+/// Whether a ZooKeeper server on `port` answers its `ruok` with `imok`.
+fn zk_answers(port: u16) -> bool {
+    use std::io::Read;
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let mut answer = String::new();
+    s.write_all(b"ruok").is_ok() && s.read_to_string(&mut answer).is_ok() && answer == "imok"
 }
 
 fn free_port() -> u16 {
@@ -289,6 +307,17 @@ impl Server {
                 )?;
             }
             StoreKind::Redis | StoreKind::Etcd => {}
+            StoreKind::ZooKeeper => {
+                std::fs::create_dir_all(&data).map_err(|e| e.to_string())?;
+                let config = format!(
+                    "tickTime=2000\ndataDir={}\nclientPort={}\nclientPortAddress=127.0.0.1\n\
+                     admin.enableServer=false\n4lw.commands.whitelist=ruok\nmaxClientCnxns=0\n",
+                    data.display(),
+                    server.port
+                );
+                std::fs::write(server.dir.path().join("zoo.cfg"), config)
+                    .map_err(|e| e.to_string())?;
+            }
         }
         server.spawn()?;
         if kind == StoreKind::Mysql {
@@ -379,6 +408,15 @@ impl Server {
                     .args(["--initial-cluster", &format!("soak={peer}")]);
                 c
             }
+            StoreKind::ZooKeeper => {
+                let mut c = Command::new("java");
+                c.arg("-Xmx256m")
+                    .arg(format!("-Dzookeeper.log.dir={}", dir.display()))
+                    .args(["-cp", "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar"])
+                    .arg("org.apache.zookeeper.server.ZooKeeperServerMain")
+                    .arg(dir.join("zoo.cfg"));
+                c
+            }
         };
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -423,6 +461,9 @@ impl Server {
                 // `endpoint health` answers on stderr; `endpoint status` on stdout.
                 .args(["endpoint", "status"])
                 .output(),
+            StoreKind::ZooKeeper => {
+                return zk_answers(self.port);
+            }
         };
         out.is_ok_and(|o| o.status.success() && !String::from_utf8_lossy(&o.stdout).is_empty())
     }
@@ -437,6 +478,7 @@ impl Server {
             StoreKind::Mysql => format!("mysql://root@127.0.0.1:{port}/soak"),
             StoreKind::Redis => format!("redis://127.0.0.1:{port}/0?prefix=soak:"),
             StoreKind::Etcd => format!("etcd://127.0.0.1:{port}?prefix=soak/"),
+            StoreKind::ZooKeeper => format!("zookeeper://127.0.0.1:{port}/soak"),
         }
     }
 

@@ -128,6 +128,12 @@ fn etcd_32_racers_one_runs() {
     contend(Kind::Etcd, "store_contention::etcd");
 }
 
+#[cfg(feature = "store-zookeeper")]
+#[test]
+fn zookeeper_32_racers_one_runs() {
+    contend(Kind::ZooKeeper, "store_contention::zookeeper");
+}
+
 /// The store commits a claim but its answer never arrives (the call times out while the
 /// claim waits for a row lock, and the server finishes it after the client gave up): the
 /// shim's retry gets the same grant back, confirms it with a renewal, and the slot runs

@@ -640,4 +640,29 @@ mod remote {
         )
         .run();
     }
+
+    /// ZooKeeper decides with the rules too; this checks its node layout, its reads and
+    /// its versioned `multi` writes.
+    #[cfg(feature = "store-zookeeper")]
+    #[test]
+    fn zookeeper_agrees_with_the_rules() {
+        let Some(ns) = Namespace::new(Kind::ZooKeeper, "store_differential::zookeeper") else {
+            return;
+        };
+        let clock = ManualClock::new(T0);
+        let store: Box<dyn Store> = Kind::ZooKeeper
+            .open(&ns.address(), Some(&clock))
+            .unwrap_or_else(|e: StoreError| panic!("open zookeeper: {e}"));
+        diff(
+            "zookeeper",
+            store,
+            clock,
+            Traits {
+                host_clock: false,
+                clock_before_retry: false,
+                unchanged_renewal_is_lost: false,
+            },
+        )
+        .run();
+    }
 }

@@ -656,6 +656,7 @@ fn tls_env(kind: Kind, test: &str) -> Option<Box<dyn Env>> {
         Kind::Mysql => tls::mariadb(test)?,
         Kind::Postgres => tls::postgres(test)?,
         Kind::Etcd => tls::etcd(test)?,
+        Kind::ZooKeeper => unreachable!("the ZooKeeper store is built without TLS"),
     };
     let ns = namespace();
     if kind == Kind::Mysql {
@@ -692,6 +693,7 @@ impl TlsEnv {
                 "etcds://127.0.0.1:{}?prefix={}/&ssl-ca={ca}",
                 self.server.port, self.ns
             ),
+            Kind::ZooKeeper => unreachable!("the ZooKeeper store is built without TLS"),
         }
     }
 }
@@ -726,6 +728,7 @@ impl Env for TlsEnv {
                 self.server
                     .etcdctl(&["put", &format!("{}/schema", self.ns), &version.to_string()]);
             }
+            Kind::ZooKeeper => unreachable!("the ZooKeeper store is built without TLS"),
         }
     }
     fn current_schema_version(&self) -> i64 {
@@ -737,6 +740,7 @@ impl Env for TlsEnv {
             Kind::Etcd => jobguard::store::etcd::SCHEMA_VERSION,
             #[cfg(not(feature = "store-etcd"))]
             Kind::Etcd => unreachable!("no etcd store in this build"),
+            Kind::ZooKeeper => unreachable!("the ZooKeeper store is built without TLS"),
         }
     }
     fn store_clock_is_host_clock(&self) -> bool {

@@ -439,6 +439,7 @@ fn all_kinds() -> Vec<jobguard::journal::Kind> {
         Kind::SkippedLockHeld,
         Kind::SkippedLeaseHeld,
         Kind::SkippedOutOfOrder,
+        Kind::SkippedScheduleDiffers,
         Kind::SkippedStoreUnavailable,
         Kind::Finished,
         Kind::Failed,
@@ -458,6 +459,7 @@ fn all_kinds() -> Vec<jobguard::journal::Kind> {
             | Kind::SkippedLockHeld
             | Kind::SkippedLeaseHeld
             | Kind::SkippedOutOfOrder
+            | Kind::SkippedScheduleDiffers
             | Kind::SkippedStoreUnavailable
             | Kind::Finished
             | Kind::Failed

@@ -1,8 +1,9 @@
 //! Several hosts, one run per slot (issue 3): three containers booted with systemd share
 //! one store on this machine, each through a TCP proxy of its own (`socat`), with the same
 //! job list. The store address comes from a root-only `store_file`. Every case runs on
-//! PostgreSQL and, in a build with the cargo feature `store-etcd`, on etcd: a module per
-//! case, a test per store (`power_cut_of_the_running_host_another_host_finishes_the_slot::etcd`).
+//! PostgreSQL and, in a build with the cargo feature `store-etcd` or `store-zookeeper`, on
+//! etcd or ZooKeeper: a module per case, a test per store
+//! (`power_cut_of_the_running_host_another_host_finishes_the_slot::etcd`).
 //!
 //! - the same slot fired on all three at once: one run, two skips;
 //! - a power cut of the host that runs store-sync: another host finishes the slot after the
@@ -17,7 +18,8 @@
 //!
 //! Needs root, systemd-nspawn, socat, psql and PostgreSQL on 127.0.0.1:5432 (trust
 //! auth; the store-sync example writes its orders there whatever the store), and for the
-//! etcd cases etcd on 127.0.0.1:2379; skipped with a `SKIPPED` line otherwise, failed in
+//! etcd cases etcd on 127.0.0.1:2379, for the ZooKeeper ones ZooKeeper on 127.0.0.1:2181;
+//! skipped with a `SKIPPED` line otherwise, failed in
 //! CI. Run just these with `cargo test --test systemd_multi_host -- --nocapture`.
 #![cfg(feature = "store-postgres")]
 
@@ -247,11 +249,17 @@ macro_rules! on_each_store {
             fn etcd() {
                 super::$case(super::Kind::Etcd)
             }
+
+            #[cfg(feature = "store-zookeeper")]
+            #[test]
+            fn zookeeper() {
+                super::$case(super::Kind::ZooKeeper)
+            }
         }
     };
 }
 
-/// The store's name in the tests' names: `postgres`, `etcd`.
+/// The store's name in the tests' names: `postgres`, `etcd`, `zookeeper`.
 fn store_name(kind: Kind) -> String {
     format!("{kind:?}").to_lowercase()
 }

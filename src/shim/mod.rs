@@ -47,7 +47,7 @@ use crate::ledger::{Finish, NewRun, Outcome, Resolution, Run, Slot, format_usec}
 use crate::lock::{JobLock, LockAttempt};
 use crate::logind;
 use crate::paths;
-use crate::store::{self, Claim, ClaimRequest, ClockCheck, Store, StoreError};
+use crate::store::{self, Claim, ClaimRequest, ClockCheck, ScheduleDecl, Store, StoreError};
 
 /// What the caller asks of one `jobguard run`.
 #[derive(Debug, Clone, Default)]
@@ -161,6 +161,9 @@ pub fn run(job: &Job, req: &Request) -> u8 {
 
     let holder = identity::current_holder();
     if req.queued_only {
+        if let Some(code) = other_schedule(job, store.as_mut(), &holder, &current.slot) {
+            return code;
+        }
         return run_queued(job, store.as_mut(), &mut lock, &holder, account.as_ref());
     }
 
@@ -179,6 +182,10 @@ pub fn run(job: &Job, req: &Request) -> u8 {
         let (code, took) = run_requested(job, store.as_mut(), &mut lock, &holder, account.as_ref());
         note(code);
         if took && current.trigger != "timer" {
+            return status;
+        }
+        if let Some(code) = other_schedule(job, store.as_mut(), &holder, &current.slot) {
+            note(code);
             return status;
         }
     }
@@ -697,6 +704,44 @@ fn describe_run(r: &Run) -> String {
         r.attempt,
         r.host,
         format_usec(r.finished_at.unwrap_or(r.started_at))
+    )
+}
+
+/// Declares the schedule this host runs the job by ([`Store::declare_schedule`]). Slots
+/// come from the host's schedule: when another host that shares the store runs the job by
+/// a newer definition, this one runs no slot of its own (a person's `--slot`, `--force`
+/// and `jobguard rerun` still run). `None` to go on; else the exit status of the skip, or
+/// of the store's failure.
+fn other_schedule(job: &Job, store: &mut dyn Store, holder: &Holder, slot: &Slot) -> Option<u8> {
+    let mine = job.schedule_fingerprint();
+    let decl = ScheduleDecl {
+        job: job.name.clone(),
+        fingerprint: mine.clone(),
+        defined_at: job.schedule_defined_at(),
+        host: holder.host.clone(),
+    };
+    match with_retry(job, || store.declare_schedule(&decl)) {
+        Ok(wins) if wins.fingerprint != mine => Some(schedule_differs(job, slot, &wins)),
+        Ok(_) => None,
+        Err(e) => Some(store_failed(job, &e)),
+    }
+}
+
+/// Reports a skip because the job runs by `wins`, another host's newer schedule.
+fn schedule_differs(job: &Job, slot: &Slot, wins: &ScheduleDecl) -> u8 {
+    skip(
+        job,
+        slot,
+        Kind::SkippedScheduleDiffers,
+        "schedule-differs",
+        format!(
+            "the job runs by the schedule {:?} of host {} (defined {}), not this host's {:?} (defined {}): the newest definition wins; install the same job list on every host",
+            wins.fingerprint,
+            wins.host,
+            format_usec(wins.defined_at),
+            job.schedule_fingerprint(),
+            format_usec(job.schedule_defined_at())
+        ),
     )
 }
 

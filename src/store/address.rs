@@ -34,6 +34,8 @@ pub enum StoreAddress {
     Redis(String),
     /// An etcd v3 address (`etcd://`, or `etcds://` for TLS), as written.
     Etcd(String),
+    /// A ZooKeeper address (`zookeeper://`), as written.
+    ZooKeeper(String),
     /// A kind jobguard knows of but that this build does not contain (e.g. `postgres`).
     NotBuilt {
         /// The scheme as written, e.g. `postgres`.
@@ -98,6 +100,7 @@ impl StoreAddress {
             "mysql" => Ok(StoreAddress::Mysql(owned)),
             "redis" => Ok(StoreAddress::Redis(owned)),
             "etcd" => Ok(StoreAddress::Etcd(owned)),
+            "zookeeper" => Ok(StoreAddress::ZooKeeper(owned)),
             // A registry entry without a variant here: a build that lists a kind it
             // has no code for.
             other => Ok(StoreAddress::NotBuilt {

@@ -52,14 +52,16 @@ use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, PutOptions, SortOrder,
     SortTarget, Txn, TxnOp, TxnOpResponse,
 };
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use crate::clock::{Clock, SystemClock};
 use crate::lease::Lease;
 use crate::ledger::{Finish, Outcome, Resolution, Run};
-use crate::store::remote::{self, CALL_TIMEOUT, CONNECT_TIMEOUT};
+use crate::store::remote::{self, CALL_TIMEOUT, CONNECT_TIMEOUT, run_to_json, slot_part};
 use crate::store::rules::{self, ClaimDecision};
-use crate::store::{Claim, ClaimRequest, Finished, RunQuery, Store, StoreError, address};
+use crate::store::{
+    Claim, ClaimRequest, Finished, RunQuery, ScheduleDecl, Store, StoreError, address,
+};
 
 /// The key layout version this jobguard writes and understands (`P schema`).
 pub const SCHEMA_VERSION: i64 = 1;
@@ -142,43 +144,9 @@ struct Snapshot {
     alive: Option<(String, i64)>,
 }
 
-fn slot_part(usec: i64) -> String {
-    // Offset so that negative slots sort before positive ones, as numbers do.
-    format!("{:020}", (usec as u64) ^ (1 << 63))
-}
-
+/// A fencing token as a key part: 20 decimal digits.
 fn token_part(token: i64) -> String {
     format!("{:020}", token.max(0))
-}
-
-fn run_to_json(run: &Run) -> Result<String, String> {
-    let report = serde_json::to_string(&run.report).map_err(|e| e.to_string())?;
-    let mut o = Map::new();
-    o.insert("run_id".into(), json!(run.run_id));
-    o.insert("job".into(), json!(run.job));
-    o.insert("slot_usec".into(), json!(run.slot.usec));
-    o.insert("slot_zone".into(), json!(run.slot.zone));
-    o.insert("attempt".into(), json!(run.attempt));
-    o.insert("outcome".into(), json!(run.outcome.as_str()));
-    o.insert("reason".into(), json!(run.reason));
-    o.insert("exit_status".into(), json!(run.exit_status));
-    o.insert("forced".into(), json!(run.forced));
-    o.insert("trigger_kind".into(), json!(run.trigger));
-    o.insert("host".into(), json!(run.host));
-    o.insert("machine_id".into(), json!(run.machine_id));
-    o.insert("boot_id".into(), json!(run.boot_id));
-    o.insert("pid".into(), json!(run.pid));
-    o.insert("pid_start".into(), json!(run.pid_start));
-    o.insert("invocation_id".into(), json!(run.invocation_id));
-    o.insert("started_at".into(), json!(run.started_at));
-    o.insert("finished_at".into(), json!(run.finished_at));
-    o.insert("fencing_token".into(), json!(run.fencing_token));
-    o.insert("report".into(), json!(report));
-    o.insert(
-        "resolution".into(),
-        json!(run.resolution.map(|r| r.as_str())),
-    );
-    Ok(Value::Object(o).to_string())
 }
 
 fn row_to_json(row: &Row) -> String {
@@ -690,10 +658,7 @@ fn runs_of(kvs: &[KeyValue]) -> Result<Vec<Run>, Fail> {
 /// The slot of a `P queued/JOB/SLOT` or `P run/JOB/SLOT/…` key.
 fn slot_of_key(key: &[u8], after: &str) -> Option<i64> {
     let key = std::str::from_utf8(key).ok()?;
-    let rest = key.strip_prefix(after)?;
-    let digits = rest.get(..20)?;
-    let raw: u64 = digits.parse().ok()?;
-    Some((raw ^ (1 << 63)) as i64)
+    remote::slot_from_part(key.strip_prefix(after)?.get(..20)?)
 }
 
 impl EtcdStore {
@@ -1167,6 +1132,41 @@ impl Store for EtcdStore {
             let mut writes = Writes::default();
             state_job.put_runs(&mut writes, &changed, &slot_runs)?;
             Ok(state_job.commit(writes, None).await?.then_some(ids.len()))
+        })
+    }
+
+    fn read_schedule(&mut self, job: &str) -> Result<Option<ScheduleDecl>, StoreError> {
+        let key = self.key(&format!("schedule/{job}"));
+        self.retrying("read the schedule", async |_, client| {
+            let resp = client.get(key.as_bytes(), None).await?;
+            resp.kvs()
+                .first()
+                .map(|kv| remote::schedule_from_json(job, kv.value()).map_err(Fail::Data))
+                .transpose()
+                .map(Some)
+        })
+    }
+
+    fn swap_schedule(
+        &mut self,
+        expected: Option<&ScheduleDecl>,
+        new: &ScheduleDecl,
+    ) -> Result<bool, StoreError> {
+        let key = self.key(&format!("schedule/{}", new.job));
+        let guard = match expected {
+            None => Compare::version(key.as_bytes(), CompareOp::Equal, 0),
+            Some(e) => Compare::value(
+                key.as_bytes(),
+                CompareOp::Equal,
+                remote::schedule_to_json(e).as_bytes(),
+            ),
+        };
+        let value = remote::schedule_to_json(new);
+        self.retrying("declare the schedule", async |_, client| {
+            let txn = Txn::new()
+                .when(vec![guard.clone()])
+                .and_then(vec![TxnOp::put(key.as_bytes(), value.as_bytes(), None)]);
+            Ok(Some(client.txn(txn).await?.succeeded()))
         })
     }
 

@@ -1,7 +1,7 @@
 //! Stores: where leases and the run ledger live, behind one trait.
 //!
 //! The embedded default is SQLite ([`sqlite`]); shared stores for several hosts
-//! (PostgreSQL, MySQL/MariaDB, Redis, etcd) implement the same
+//! (PostgreSQL, MySQL/MariaDB, Redis, etcd, ZooKeeper) implement the same
 //! [`Store`] trait, each in its own file behind a cargo feature.
 //!
 //! The trait is shaped around *atomic decisions* rather than rows, so that a key-value
@@ -29,12 +29,15 @@ pub mod registry;
     feature = "store-postgres",
     feature = "store-mysql",
     feature = "store-redis",
-    feature = "store-etcd"
+    feature = "store-etcd",
+    feature = "store-zookeeper"
 ))]
 pub mod remote;
 pub mod rules;
 #[cfg(feature = "store-sqlite")]
 pub mod sqlite;
+#[cfg(feature = "store-zookeeper")]
+pub mod zookeeper;
 
 use std::sync::Arc;
 
@@ -53,7 +56,8 @@ pub fn open(address: &str) -> Result<Box<dyn Store>, StoreError> {
 
 /// Opens the store at `address`; stores without a clock of their own (SQLite, which is on
 /// this host, and etcd) read time from `clock`. For tests that move time. PostgreSQL,
-/// MySQL/MariaDB and Redis ignore `clock`: their server's clock judges every lease.
+/// MySQL/MariaDB, Redis and ZooKeeper ignore `clock`: their server's clock judges every
+/// lease.
 ///
 /// # Errors
 /// As [`open`].
@@ -87,6 +91,10 @@ pub fn open_with_clock(address: &str, clock: Arc<dyn Clock>) -> Result<Box<dyn S
         }
         #[cfg(not(feature = "store-etcd"))]
         StoreAddress::Etcd(_) => Err(not_built(address, "etcd")),
+        #[cfg(feature = "store-zookeeper")]
+        StoreAddress::ZooKeeper(a) => Ok(Box::new(zookeeper::ZooKeeperStore::open(&a)?)),
+        #[cfg(not(feature = "store-zookeeper"))]
+        StoreAddress::ZooKeeper(_) => Err(not_built(address, "zookeeper")),
         #[cfg(not(feature = "store-postgres"))]
         StoreAddress::Postgres(_) => Err(not_built(address, "postgres")),
         #[cfg(not(feature = "store-mysql"))]
@@ -289,6 +297,24 @@ pub struct Finished {
     pub released: bool,
 }
 
+/// The schedule a host runs a job by, as it declares it to the store
+/// ([`Store::declare_schedule`]): during a rolling change of the job list, hosts can run
+/// one job by different schedules, and each would run "its" slots.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduleDecl {
+    /// The job.
+    pub job: String,
+    /// What decides the job's slots: the schedule's normalized form (as
+    /// `systemd-analyze calendar` prints it) and the zone its times are in
+    /// ([`crate::job::Job::schedule_fingerprint`]).
+    pub fingerprint: String,
+    /// When the declaring host's definition was written: the modification time of the
+    /// file that states the job's schedule, µs since the Unix epoch.
+    pub defined_at: i64,
+    /// The declaring host's name, for messages.
+    pub host: String,
+}
+
 /// Which records [`Store::runs`] returns, newest first.
 #[derive(Debug, Clone, Default)]
 pub struct RunQuery {
@@ -422,6 +448,50 @@ pub trait Store: Send {
         slot: i64,
         resolution: Resolution,
     ) -> Result<usize, StoreError>;
+
+    /// Declares the schedule this host runs `decl.job` by, and answers the schedule the
+    /// job runs by, as the store holds it after the declaration. The rule
+    /// ([`rules::declare_schedule`]): the newest definition wins, by `defined_at`, then by
+    /// fingerprint; a declaration of the recorded fingerprint with a later `defined_at`
+    /// moves the time on. A host whose fingerprint is not the answer's runs no slot by its
+    /// own schedule (the shim skips with `schedule-differs`).
+    ///
+    /// Built on [`Store::read_schedule`] and [`Store::swap_schedule`]: read, decide,
+    /// swap if unchanged, at most [`rules::SCHEDULE_TRIES`] times.
+    ///
+    /// # Errors
+    /// As the two primitives; [`StoreError::Unavailable`] when the record kept changing.
+    fn declare_schedule(&mut self, decl: &ScheduleDecl) -> Result<ScheduleDecl, StoreError> {
+        for _ in 0..rules::SCHEDULE_TRIES {
+            let current = self.read_schedule(&decl.job)?;
+            let Some(write) = rules::declare_schedule(current.as_ref(), decl) else {
+                return Ok(current.unwrap_or_else(|| decl.clone()));
+            };
+            if self.swap_schedule(current.as_ref(), &write)? {
+                return Ok(write);
+            }
+        }
+        Err(StoreError::Unavailable {
+            store: self.describe(),
+            detail: format!(
+                "declare the schedule of {}: the record changed under {} attempts in a row",
+                decl.job,
+                rules::SCHEDULE_TRIES
+            ),
+        })
+    }
+
+    /// The schedule the store holds for `job` ([`Store::declare_schedule`]); `None` when
+    /// no host has declared one (or the store predates declarations).
+    fn read_schedule(&mut self, job: &str) -> Result<Option<ScheduleDecl>, StoreError>;
+
+    /// Replaces the schedule held for `new.job` with `new` if it is still `expected`
+    /// (`None`: none held), atomically; false when it was not.
+    fn swap_schedule(
+        &mut self,
+        expected: Option<&ScheduleDecl>,
+        new: &ScheduleDecl,
+    ) -> Result<bool, StoreError>;
 
     /// Operator override: ends the job's lease now whoever holds it. Returns the lease
     /// that was ended, if one was unexpired.

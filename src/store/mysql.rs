@@ -64,7 +64,9 @@ use crate::clock::Clock;
 use crate::lease::Lease;
 use crate::ledger::{Finish, Outcome, Resolution, Run};
 use crate::store::remote::{self, CALL_TIMEOUT, CONNECT_TIMEOUT, duration_usec};
-use crate::store::{Claim, ClaimRequest, Finished, RunQuery, Store, StoreError, address, rules};
+use crate::store::{
+    Claim, ClaimRequest, Finished, RunQuery, ScheduleDecl, Store, StoreError, address, rules,
+};
 
 /// The schema version this jobguard writes and understands (`jobguard_meta`).
 pub const SCHEMA_VERSION: i64 = 3;
@@ -1065,6 +1067,73 @@ impl Store for MysqlStore {
             let row: Option<Row> = c.query_first(&sql)?;
             row.map(|r| lease_from(job, &row_object(&r), ""))
                 .transpose()
+        })
+    }
+
+    fn read_schedule(&mut self, job: &str) -> Result<Option<ScheduleDecl>, StoreError> {
+        self.ready()?;
+        let sql = format!(
+            "SELECT fingerprint, defined_at, host FROM jobguard_schedule WHERE job = {}",
+            lit(job)
+        );
+        self.with_schema("read the schedule", |c| {
+            let row: Option<(String, i64, String)> = match c.query_first(&sql) {
+                Ok(row) => row,
+                // The table comes with the first declaration (no schema version for it: a
+                // jobguard that does not know it leaves it alone). 1146: no such table.
+                Err(mysql::Error::MySqlError(e)) if e.code == 1146 => None,
+                Err(e) => return Err(e.into()),
+            };
+            Ok(row.map(|(fingerprint, defined_at, host)| ScheduleDecl {
+                job: job.to_string(),
+                fingerprint,
+                defined_at,
+                host,
+            }))
+        })
+    }
+
+    fn swap_schedule(
+        &mut self,
+        expected: Option<&ScheduleDecl>,
+        new: &ScheduleDecl,
+    ) -> Result<bool, StoreError> {
+        self.ready()?;
+        let write = match expected {
+            None => format!(
+                "INSERT INTO jobguard_schedule (job, fingerprint, defined_at, host)
+                 VALUES ({}, {}, {}, {})",
+                lit(&new.job),
+                lit(&new.fingerprint),
+                new.defined_at,
+                lit(&new.host)
+            ),
+            Some(e) => format!(
+                "UPDATE jobguard_schedule SET fingerprint = {}, defined_at = {}, host = {}
+                 WHERE job = {} AND fingerprint = {} AND defined_at = {}",
+                lit(&new.fingerprint),
+                new.defined_at,
+                lit(&new.host),
+                lit(&new.job),
+                lit(&e.fingerprint),
+                e.defined_at
+            ),
+        };
+        self.with_schema("declare the schedule", |c| {
+            c.query_drop(
+                "CREATE TABLE IF NOT EXISTS jobguard_schedule (
+                    job         VARCHAR(255) NOT NULL PRIMARY KEY,
+                    fingerprint VARCHAR(1024) NOT NULL,
+                    defined_at  BIGINT NOT NULL,
+                    host        VARCHAR(255) NOT NULL
+                ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin",
+            )?;
+            match c.query_drop(&write) {
+                Ok(()) => Ok(c.affected_rows() == 1),
+                // 1062: another host inserted first.
+                Err(mysql::Error::MySqlError(e)) if e.code == 1062 => Ok(false),
+                Err(e) => Err(e.into()),
+            }
         })
     }
 

@@ -92,7 +92,9 @@ use crate::clock::Clock;
 use crate::lease::Lease;
 use crate::ledger::{Finish, Outcome, Resolution, Run};
 use crate::store::remote::{self, CALL_TIMEOUT, CONNECT_TIMEOUT, duration_usec};
-use crate::store::{Claim, ClaimRequest, Finished, RunQuery, Store, StoreError, address};
+use crate::store::{
+    Claim, ClaimRequest, Finished, RunQuery, ScheduleDecl, Store, StoreError, address,
+};
 
 /// The schema version this jobguard writes and understands (`jobguard_meta`).
 pub const SCHEMA_VERSION: i64 = 3;
@@ -1296,6 +1298,94 @@ impl Store for PostgresStore {
                 )
                 .await?;
             rows.first().map(|r| lease_from(job, r, 0)).transpose()
+        })
+    }
+
+    fn read_schedule(&mut self, job: &str) -> Result<Option<ScheduleDecl>, StoreError> {
+        self.ready()?;
+        self.with_schema("read the schedule", async |c| {
+            let rows = match c
+                .query_typed(
+                    "SELECT fingerprint, defined_at, host FROM jobguard_schedule WHERE job = $1",
+                    &[(&job, Type::TEXT)],
+                )
+                .await
+            {
+                Ok(rows) => rows,
+                // The table comes with the first declaration (no schema version for it: a
+                // jobguard that does not know it leaves it alone).
+                Err(e) if e.code() == Some(&SqlState::UNDEFINED_TABLE) => return Ok(None),
+                Err(e) => return Err(e.into()),
+            };
+            rows.first()
+                .map(|r| {
+                    Ok(ScheduleDecl {
+                        job: job.to_string(),
+                        fingerprint: r.try_get(0)?,
+                        defined_at: r.try_get(1)?,
+                        host: r.try_get(2)?,
+                    })
+                })
+                .transpose()
+        })
+    }
+
+    fn swap_schedule(
+        &mut self,
+        expected: Option<&ScheduleDecl>,
+        new: &ScheduleDecl,
+    ) -> Result<bool, StoreError> {
+        self.ready()?;
+        self.with_schema("declare the schedule", async |c| {
+            // Two sessions creating the table at once: one of them may fail on the
+            // catalog's unique index; the table is there either way.
+            match c
+                .batch_execute(
+                    "CREATE TABLE IF NOT EXISTS jobguard_schedule (
+                        job text PRIMARY KEY, fingerprint text NOT NULL,
+                        defined_at bigint NOT NULL, host text NOT NULL)",
+                )
+                .await
+            {
+                Err(e)
+                    if e.code() != Some(&SqlState::UNIQUE_VIOLATION)
+                        && e.code() != Some(&SqlState::DUPLICATE_TABLE) =>
+                {
+                    return Err(e.into());
+                }
+                _ => {}
+            }
+            let rows = match expected {
+                None => {
+                    c.query_typed(
+                        "INSERT INTO jobguard_schedule (job, fingerprint, defined_at, host)
+                         VALUES ($1, $2, $3, $4) ON CONFLICT (job) DO NOTHING RETURNING 1",
+                        &[
+                            (&new.job, Type::TEXT),
+                            (&new.fingerprint, Type::TEXT),
+                            (&new.defined_at, Type::INT8),
+                            (&new.host, Type::TEXT),
+                        ],
+                    )
+                    .await?
+                }
+                Some(e) => {
+                    c.query_typed(
+                        "UPDATE jobguard_schedule SET fingerprint = $2, defined_at = $3, host = $4
+                         WHERE job = $1 AND fingerprint = $5 AND defined_at = $6 RETURNING 1",
+                        &[
+                            (&new.job, Type::TEXT),
+                            (&new.fingerprint, Type::TEXT),
+                            (&new.defined_at, Type::INT8),
+                            (&new.host, Type::TEXT),
+                            (&e.fingerprint, Type::TEXT),
+                            (&e.defined_at, Type::INT8),
+                        ],
+                    )
+                    .await?
+                }
+            };
+            Ok(rows.len() == 1)
         })
     }
 

@@ -54,7 +54,9 @@ use crate::clock::Clock;
 use crate::lease::Lease;
 use crate::ledger::{Finish, Outcome, Resolution, Run};
 use crate::store::remote::{self, CALL_TIMEOUT, CONNECT_TIMEOUT, duration_usec};
-use crate::store::{Claim, ClaimRequest, Finished, RunQuery, Store, StoreError, address, rules};
+use crate::store::{
+    Claim, ClaimRequest, Finished, RunQuery, ScheduleDecl, Store, StoreError, address, rules,
+};
 
 /// The schema (key layout) version this jobguard writes and understands (`P schema`).
 pub const SCHEMA_VERSION: i64 = 2;
@@ -407,6 +409,19 @@ local out = {}
 for _, id in ipairs(ids) do table.insert(out, redis.call('HGETALL', p .. 'run:' .. id)) end
 return out
 "#;
+
+/// Replaces the schedule hash `KEYS[1]` with ARGV[3..5] if it still holds the fingerprint
+/// ARGV[1] and time ARGV[2] (ARGV[1] empty: if there is none); 1 if replaced, else 0.
+const SWAP_SCHEDULE: &str = r"
+local cur = redis.call('HMGET', KEYS[1], 'fingerprint', 'defined_at')
+if ARGV[1] == '' then
+  if cur[1] then return 0 end
+elseif cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2] then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'fingerprint', ARGV[3], 'defined_at', ARGV[4], 'host', ARGV[5])
+return 1
+";
 
 /// The Lua scripts, compiled once per process.
 struct Scripts {
@@ -975,6 +990,56 @@ impl Store for RedisStore {
         lease_from(job, &fields)
             .map(Some)
             .map_err(|e| self.error("read lease", e))
+    }
+
+    fn read_schedule(&mut self, job: &str) -> Result<Option<ScheduleDecl>, StoreError> {
+        self.ready()?;
+        let fields: Vec<Option<String>> = self.call("read the schedule", |c, _, p| {
+            Ok(redis::cmd("HMGET")
+                .arg(format!("{p}schedule:{job}"))
+                .arg(&["fingerprint", "defined_at", "host"])
+                .query(c)?)
+        })?;
+        let [Some(fingerprint), Some(defined_at), host] =
+            <[Option<String>; 3]>::try_from(fields)
+                .map_err(|_| self.error("read the schedule", Fail::Data("3 fields".into())))?
+        else {
+            return Ok(None);
+        };
+        let defined_at = defined_at.parse().map_err(|_| {
+            self.error(
+                "read the schedule",
+                Fail::Data(format!("defined_at {defined_at:?}")),
+            )
+        })?;
+        Ok(Some(ScheduleDecl {
+            job: job.to_string(),
+            fingerprint,
+            defined_at,
+            host: host.unwrap_or_default(),
+        }))
+    }
+
+    fn swap_schedule(
+        &mut self,
+        expected: Option<&ScheduleDecl>,
+        new: &ScheduleDecl,
+    ) -> Result<bool, StoreError> {
+        self.ready()?;
+        let (fp, at) = expected.map_or((String::new(), String::new()), |e| {
+            (e.fingerprint.clone(), e.defined_at.to_string())
+        });
+        let swapped: i64 = self.call("declare the schedule", |c, _, p| {
+            Ok(redis::Script::new(SWAP_SCHEDULE)
+                .key(format!("{p}schedule:{}", new.job))
+                .arg(&fp)
+                .arg(&at)
+                .arg(&new.fingerprint)
+                .arg(new.defined_at)
+                .arg(&new.host)
+                .invoke(c)?)
+        })?;
+        Ok(swapped == 1)
     }
 
     fn runs(&mut self, query: &RunQuery) -> Result<Vec<Run>, StoreError> {

@@ -80,6 +80,15 @@ pub const KINDS: &[StoreKind] = &[
             "etcds://HOST:PORT[,HOST:PORT…]",
         ],
     },
+    StoreKind {
+        name: "zookeeper",
+        schemes: &["zookeeper"],
+        feature: "store-zookeeper",
+        built: cfg!(feature = "store-zookeeper"),
+        shared: true,
+        default_port: Some(2181),
+        forms: &["zookeeper://HOST:PORT[,HOST:PORT…][/PATH]"],
+    },
 ];
 
 /// The kind a scheme names (`PostgreSQL` finds `postgres`), built or not; `None` for a
@@ -141,7 +150,7 @@ mod tests {
 
     #[test]
     fn unknown_kinds_are_refused_and_not_listed() {
-        for scheme in ["zookeeper", "mongodb", ""] {
+        for scheme in ["consul", "mongodb", ""] {
             let why = unavailable(scheme).unwrap();
             assert!(why.contains("unknown store kind"), "{why}");
             assert!(!supported().contains(scheme) || scheme.is_empty(), "{why}");

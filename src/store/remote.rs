@@ -8,6 +8,8 @@
 use std::time::Duration;
 
 use serde_json::Value;
+#[cfg(any(feature = "store-etcd", feature = "store-zookeeper"))]
+use serde_json::{Map, json};
 
 use crate::ledger::{Outcome, Resolution, Run, Slot};
 
@@ -153,6 +155,84 @@ pub(crate) fn run_from_object(object: &serde_json::Map<String, Value>) -> Result
         resolution,
         run_id: run_id.clone(),
     })
+}
+
+/// A slot as a key part: 20 decimal digits, offset by 2^63 so that keys sort as the
+/// slots (µs since the epoch, negative ones too) do.
+#[cfg(any(feature = "store-etcd", feature = "store-zookeeper"))]
+pub(crate) fn slot_part(usec: i64) -> String {
+    // Offset so that negative slots sort before positive ones, as numbers do.
+    format!("{:020}", (usec as u64) ^ (1 << 63))
+}
+
+/// A ledger record as JSON with the SQL stores' column names (read back by
+/// [`run_from_json`]).
+#[cfg(any(feature = "store-etcd", feature = "store-zookeeper"))]
+pub(crate) fn run_to_json(run: &Run) -> Result<String, String> {
+    let report = serde_json::to_string(&run.report).map_err(|e| e.to_string())?;
+    let mut o = Map::new();
+    o.insert("run_id".into(), json!(run.run_id));
+    o.insert("job".into(), json!(run.job));
+    o.insert("slot_usec".into(), json!(run.slot.usec));
+    o.insert("slot_zone".into(), json!(run.slot.zone));
+    o.insert("attempt".into(), json!(run.attempt));
+    o.insert("outcome".into(), json!(run.outcome.as_str()));
+    o.insert("reason".into(), json!(run.reason));
+    o.insert("exit_status".into(), json!(run.exit_status));
+    o.insert("forced".into(), json!(run.forced));
+    o.insert("trigger_kind".into(), json!(run.trigger));
+    o.insert("host".into(), json!(run.host));
+    o.insert("machine_id".into(), json!(run.machine_id));
+    o.insert("boot_id".into(), json!(run.boot_id));
+    o.insert("pid".into(), json!(run.pid));
+    o.insert("pid_start".into(), json!(run.pid_start));
+    o.insert("invocation_id".into(), json!(run.invocation_id));
+    o.insert("started_at".into(), json!(run.started_at));
+    o.insert("finished_at".into(), json!(run.finished_at));
+    o.insert("fencing_token".into(), json!(run.fencing_token));
+    o.insert("report".into(), json!(report));
+    o.insert(
+        "resolution".into(),
+        json!(run.resolution.map(|r| r.as_str())),
+    );
+    Ok(Value::Object(o).to_string())
+}
+
+/// A schedule declaration as the key-value stores keep it: JSON with the keys in one
+/// order (serde_json's map is sorted), so that equal declarations are equal bytes.
+#[cfg(any(feature = "store-etcd", feature = "store-zookeeper"))]
+pub(crate) fn schedule_to_json(d: &crate::store::ScheduleDecl) -> String {
+    json!({"fingerprint": d.fingerprint, "defined_at": d.defined_at, "host": d.host}).to_string()
+}
+
+/// A schedule declaration of `job` written by [`schedule_to_json`].
+#[cfg(any(feature = "store-etcd", feature = "store-zookeeper"))]
+pub(crate) fn schedule_from_json(
+    job: &str,
+    text: &[u8],
+) -> Result<crate::store::ScheduleDecl, String> {
+    let v: Value = serde_json::from_slice(text).map_err(|e| format!("schedule of {job}: {e}"))?;
+    let s = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
+    Ok(crate::store::ScheduleDecl {
+        job: job.to_string(),
+        fingerprint: s("fingerprint")
+            .ok_or_else(|| format!("schedule of {job}: no fingerprint"))?,
+        defined_at: v
+            .get("defined_at")
+            .and_then(Value::as_i64)
+            .ok_or_else(|| format!("schedule of {job}: no defined_at"))?,
+        host: s("host").unwrap_or_default(),
+    })
+}
+
+/// The slot of a key part made by [`slot_part`]; `None` for anything else.
+#[cfg(any(feature = "store-etcd", feature = "store-zookeeper"))]
+pub(crate) fn slot_from_part(part: &str) -> Option<i64> {
+    if part.len() != 20 || !part.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let raw: u64 = part.parse().ok()?;
+    Some((raw ^ (1 << 63)) as i64)
 }
 
 /// [`run_from_object`] on JSON text.

@@ -38,7 +38,7 @@ use std::time::Duration;
 
 use crate::lease::Lease;
 use crate::ledger::{Finish, Outcome, Resolution, Run, Slot};
-use crate::store::{Claim, ClaimRequest, Finished};
+use crate::store::{Claim, ClaimRequest, Finished, ScheduleDecl};
 
 /// How long after a lease's expiry, µs by the store's clock, a holder on another machine
 /// still counts as alive when its record of the asked slot is still `running`: 90 s.
@@ -58,6 +58,35 @@ use crate::store::{Claim, ClaimRequest, Finished};
 /// claimer without a machine id (`/etc/machine-id` unreadable or empty) is taken for
 /// another machine.
 pub const FOREIGN_GRACE_USEC: i64 = 90_000_000;
+
+/// How many times [`crate::store::Store::declare_schedule`] reads and swaps before it
+/// gives up: another host would have to declare between every read and swap.
+pub const SCHEDULE_TRIES: u32 = 10;
+
+/// What to write when a host declares `asked` and the store holds `current`
+/// ([`crate::store::Store::declare_schedule`]); `None`: nothing, `current` stands.
+///
+/// The newest definition wins: `asked` replaces a record of another fingerprint when its
+/// `(defined_at, fingerprint)` is greater (the fingerprint only breaks a tie, so that every
+/// host agrees), and a record of the same fingerprint when its `defined_at` is later (so
+/// that a later change back to the other schedule is newer than every host's copy of
+/// this one). From the first declaration that wins, only the winning schedule's hosts
+/// run the job's slots; a host still on an older definition skips until its job list is
+/// updated, and a host whose definition is newer takes the job over at its next firing.
+pub fn declare_schedule(
+    current: Option<&ScheduleDecl>,
+    asked: &ScheduleDecl,
+) -> Option<ScheduleDecl> {
+    let Some(c) = current else {
+        return Some(asked.clone());
+    };
+    let newer = if c.fingerprint == asked.fingerprint {
+        asked.defined_at > c.defined_at
+    } else {
+        (asked.defined_at, &asked.fingerprint) > (c.defined_at, &c.fingerprint)
+    };
+    newer.then(|| asked.clone())
+}
 
 /// The largest clock tolerance the rules use, µs: 1000 years. A larger `clock_tolerance`
 /// means "any difference" and would overflow the sum of the store's clock and the

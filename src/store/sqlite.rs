@@ -42,7 +42,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::lease::Lease;
 use crate::ledger::{Finish, Outcome, Resolution, Run, Slot};
 use crate::store::rules::{self, ClaimDecision};
-use crate::store::{Claim, ClaimRequest, Finished, RunQuery, Store, StoreError};
+use crate::store::{Claim, ClaimRequest, Finished, RunQuery, ScheduleDecl, Store, StoreError};
 
 /// The schema version this jobguard writes and understands (`PRAGMA user_version`).
 pub const SCHEMA_VERSION: i64 = 2;
@@ -957,6 +957,72 @@ impl Store for SqliteStore {
                 )?;
             }
             Ok(changed.len())
+        })
+    }
+
+    fn read_schedule(&mut self, job: &str) -> Result<Option<ScheduleDecl>, StoreError> {
+        self.ready()?;
+        let read = || -> Result<Option<ScheduleDecl>, Fail> {
+            // The table comes with the first declaration (no schema version for it: a
+            // jobguard that does not know it leaves it alone).
+            let exists = self
+                .conn
+                .prepare_cached(
+                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'jobguard_schedule'",
+                )?
+                .exists([])?;
+            if !exists {
+                return Ok(None);
+            }
+            Ok(self
+                .conn
+                .prepare_cached(
+                    "SELECT fingerprint, defined_at, host FROM jobguard_schedule WHERE job = ?1",
+                )?
+                .query_row([job], |r| {
+                    Ok(ScheduleDecl {
+                        job: job.to_string(),
+                        fingerprint: r.get(0)?,
+                        defined_at: r.get(1)?,
+                        host: r.get(2)?,
+                    })
+                })
+                .optional()?)
+        };
+        read().map_err(|e| store_error(&self.describe, "read the schedule", e))
+    }
+
+    fn swap_schedule(
+        &mut self,
+        expected: Option<&ScheduleDecl>,
+        new: &ScheduleDecl,
+    ) -> Result<bool, StoreError> {
+        self.write("declare the schedule", |tx, _now| {
+            tx.execute_batch(
+                "CREATE TABLE IF NOT EXISTS jobguard_schedule (
+                    job TEXT PRIMARY KEY, fingerprint TEXT NOT NULL,
+                    defined_at INTEGER NOT NULL, host TEXT NOT NULL)",
+            )?;
+            let n = match expected {
+                None => tx.execute(
+                    "INSERT INTO jobguard_schedule (job, fingerprint, defined_at, host)
+                     VALUES (?1, ?2, ?3, ?4) ON CONFLICT (job) DO NOTHING",
+                    params![new.job, new.fingerprint, new.defined_at, new.host],
+                )?,
+                Some(e) => tx.execute(
+                    "UPDATE jobguard_schedule SET fingerprint = ?2, defined_at = ?3, host = ?4
+                     WHERE job = ?1 AND fingerprint = ?5 AND defined_at = ?6",
+                    params![
+                        new.job,
+                        new.fingerprint,
+                        new.defined_at,
+                        new.host,
+                        e.fingerprint,
+                        e.defined_at
+                    ],
+                )?,
+            };
+            Ok(n == 1)
         })
     }
 

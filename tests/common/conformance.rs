@@ -89,6 +89,7 @@ macro_rules! conformance_suite {
             a_rerun_is_not_queued_for_a_done_slot,
             a_kept_outcome_is_recorded_without_the_lease,
             delete_slots_deletes_only_whole_settled_slots_of_the_job,
+            schedules_are_declared_and_swapped_only_if_unchanged,
         );
     };
     (@cases required $fresh:path; $($case:ident),* $(,)?) => {
@@ -874,6 +875,45 @@ pub fn unlock_ends_any_lease(env: &dyn Env) {
         "an expired lease is not reported"
     );
     claimed(&mut *a, &request("sync", S1, 1, 3, false));
+}
+
+/// The schedule a job runs by: nothing until declared; a swap happens only while the
+/// record is what the caller read (two hosts racing: one wins); the newest definition
+/// wins through `declare_schedule` on any connection; jobs are apart.
+pub fn schedules_are_declared_and_swapped_only_if_unchanged(env: &dyn Env) {
+    use jobguard::store::ScheduleDecl;
+    let decl = |fp: &str, at: i64, host: &str| ScheduleDecl {
+        job: "sync".into(),
+        fingerprint: fp.into(),
+        defined_at: at,
+        host: host.into(),
+    };
+    let mut a = connect(env);
+    let mut b = connect(env);
+    assert_eq!(a.read_schedule("sync").unwrap(), None);
+    let old = decl("*-*-* 02:00:00 UTC", T0, "a");
+    let new = decl("*-*-* 03:00:00 Europe/Berlin", T0 + 1, "b");
+    assert!(a.swap_schedule(None, &old).unwrap());
+    assert!(
+        !b.swap_schedule(None, &new).unwrap(),
+        "a second first write"
+    );
+    assert_eq!(b.read_schedule("sync").unwrap(), Some(old.clone()));
+    assert!(
+        !b.swap_schedule(Some(&new), &old).unwrap(),
+        "not what is held"
+    );
+    assert!(b.swap_schedule(Some(&old), &new).unwrap());
+    assert!(!a.swap_schedule(Some(&old), &old).unwrap(), "a lost race");
+    assert_eq!(a.read_schedule("sync").unwrap(), Some(new.clone()));
+    // The rule, through either connection: an older definition does not win.
+    assert_eq!(a.declare_schedule(&old).unwrap(), new);
+    let back = decl("*-*-* 02:00:00 UTC", T0 + 2, "a");
+    assert_eq!(a.declare_schedule(&back).unwrap(), back);
+    assert_eq!(b.declare_schedule(&new).unwrap(), back);
+    assert_eq!(b.read_schedule("other").unwrap(), None);
+    // A fresh connection reads what is there.
+    assert_eq!(connect(env).read_schedule("sync").unwrap(), Some(back));
 }
 
 /// Every field of a record comes back as written.

@@ -34,6 +34,8 @@ pub enum Kind {
     Redis,
     /// etcd on 127.0.0.1:2379 (needs the cargo feature `store-etcd`).
     Etcd,
+    /// ZooKeeper on 127.0.0.1:2181 (needs the cargo feature `store-zookeeper`).
+    ZooKeeper,
 }
 
 impl Kind {
@@ -44,6 +46,7 @@ impl Kind {
             Kind::Mysql => 3306,
             Kind::Redis => 6379,
             Kind::Etcd => 2379,
+            Kind::ZooKeeper => 2181,
         }
     }
 
@@ -54,6 +57,7 @@ impl Kind {
             Kind::Mysql => format!("mysql://root@{host_port}/{ns}"),
             Kind::Redis => format!("redis://{host_port}/0?prefix={ns}:"),
             Kind::Etcd => format!("etcd://{host_port}?prefix={ns}/"),
+            Kind::ZooKeeper => format!("zookeeper://{host_port}/{ns}"),
         }
     }
 
@@ -85,6 +89,9 @@ impl Kind {
             }
             Kind::Etcd => {
                 let _ = etcdctl(&["del", "--prefix", &format!("{ns}/")]);
+            }
+            Kind::ZooKeeper => {
+                let _ = zkcli(&["deleteall", &format!("/{ns}")]);
             }
         }
     }
@@ -121,6 +128,10 @@ impl Kind {
                 etcdctl(&["put", &format!("{ns}/schema"), &version.to_string()])
                     .expect("etcdctl put");
             }
+            Kind::ZooKeeper => {
+                zkcli(&["set", &format!("/{ns}/schema"), &version.to_string()])
+                    .expect("zkCli.sh set");
+            }
         }
     }
 
@@ -133,6 +144,12 @@ impl Kind {
             Kind::Etcd => jobguard::store::etcd::SCHEMA_VERSION,
             #[cfg(not(feature = "store-etcd"))]
             Kind::Etcd => panic!("this build has no etcd store (cargo feature store-etcd)"),
+            #[cfg(feature = "store-zookeeper")]
+            Kind::ZooKeeper => jobguard::store::zookeeper::SCHEMA_VERSION,
+            #[cfg(not(feature = "store-zookeeper"))]
+            Kind::ZooKeeper => {
+                panic!("this build has no ZooKeeper store (cargo feature store-zookeeper)")
+            }
         }
     }
 
@@ -173,8 +190,16 @@ impl Kind {
                 }
                 Box::new(s)
             }
-            #[cfg(not(feature = "store-etcd"))]
-            Kind::Etcd => {
+            #[cfg(feature = "store-zookeeper")]
+            Kind::ZooKeeper => {
+                let mut s = jobguard::store::zookeeper::ZooKeeperStore::open(address)?;
+                if let Some(c) = clock {
+                    s.judge_time_by(c);
+                }
+                Box::new(s)
+            }
+            #[cfg(not(all(feature = "store-etcd", feature = "store-zookeeper")))]
+            _ => {
                 let _ = clock;
                 jobguard::store::open(address)?
             }
@@ -207,7 +232,7 @@ pub fn try_sql(kind: Kind, statement: &str) -> Result<(), String> {
         Kind::Mysql => Command::new("mariadb")
             .args(["-uroot", "-h127.0.0.1", "-e", statement])
             .output(),
-        Kind::Redis | Kind::Etcd => panic!("no SQL on {kind:?}"),
+        Kind::Redis | Kind::Etcd | Kind::ZooKeeper => panic!("no SQL on {kind:?}"),
     }
     .expect("run the SQL client");
     if out.status.success() {
@@ -230,6 +255,30 @@ pub fn etcdctl(args: &[&str]) -> Result<String, String> {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
         Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// Runs ZooKeeper's `zkCli.sh` against 127.0.0.1:2181 with one command; its output, or
+/// its error output when the command failed (zkCli.sh exits 0 either way, so its output
+/// is searched for the server's error names).
+pub fn zkcli(args: &[&str]) -> Result<String, String> {
+    let out = Command::new("/usr/share/zookeeper/bin/zkCli.sh")
+        .args(["-server", "127.0.0.1:2181"])
+        .args(args)
+        .output()
+        .map_err(|e| format!("zkCli.sh: {e}"))?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let failed = ["Node does not exist", "Exception", "Command not found"]
+        .iter()
+        .any(|e| text.contains(e));
+    if out.status.success() && !failed {
+        Ok(text)
+    } else {
+        Err(text)
     }
 }
 
@@ -558,6 +607,7 @@ pub fn outage_at_start(kind: Kind) {
         Kind::Mysql => "mysql://root:hunter2@127.0.0.1:1/test".to_string(),
         Kind::Redis => "redis://:hunter2@127.0.0.1:1/0".to_string(),
         Kind::Etcd => "etcd://root:hunter2@127.0.0.1:1".to_string(),
+        Kind::ZooKeeper => "zookeeper://root:hunter2@127.0.0.1:1".to_string(),
     };
     let mut s = jobguard::store::open(&address).expect("opening does not connect");
     let err = s.claim(&request("sync", T0, 1, 1, false)).unwrap_err();
@@ -732,7 +782,7 @@ fn downgrade_to_schema_1(kind: Kind, ns: &Namespace) {
             assert!(out.status.success(), "{out:?}");
             kind.set_version(n, 1);
         }
-        Kind::Etcd => panic!("etcd has had one key layout only"),
+        Kind::Etcd | Kind::ZooKeeper => panic!("{kind:?} has had one layout only"),
     }
 }
 

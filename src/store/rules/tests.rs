@@ -697,3 +697,79 @@ proptest! {
         prop_assert_eq!(skew, offset.abs() > tolerance);
     }
 }
+
+fn decl(fingerprint: &str, defined_at: i64, host: &str) -> ScheduleDecl {
+    ScheduleDecl {
+        job: "sync".into(),
+        fingerprint: fingerprint.into(),
+        defined_at,
+        host: host.into(),
+    }
+}
+
+/// Applies `asked` to `current` as a store does: the record after the declaration.
+fn declared(current: Option<ScheduleDecl>, asked: &ScheduleDecl) -> ScheduleDecl {
+    match declare_schedule(current.as_ref(), asked) {
+        Some(w) => w,
+        None => current.unwrap_or_else(|| asked.clone()),
+    }
+}
+
+#[test]
+fn the_newest_schedule_definition_wins() {
+    let old = decl("*-*-* 02:00:00 UTC", T0, "a");
+    let new = decl("*-*-* 03:00:00 UTC", T0 + HOUR, "b");
+    // Nothing recorded: the first declaration is written.
+    assert_eq!(declare_schedule(None, &old), Some(old.clone()));
+    // A newer definition replaces an older one; an older one never replaces a newer one.
+    assert_eq!(declare_schedule(Some(&old), &new), Some(new.clone()));
+    assert_eq!(declare_schedule(Some(&new), &old), None);
+    // The same fingerprint: only a later time is written (the host and time move on).
+    let copy = decl("*-*-* 03:00:00 UTC", T0 + 2 * HOUR, "c");
+    assert_eq!(declare_schedule(Some(&new), &copy), Some(copy.clone()));
+    assert_eq!(declare_schedule(Some(&copy), &new), None);
+    // Going back to the old schedule later is a newer definition than every copy.
+    let back = decl("*-*-* 02:00:00 UTC", T0 + 3 * HOUR, "a");
+    assert_eq!(declare_schedule(Some(&copy), &back), Some(back.clone()));
+    // A tie in time is broken by the fingerprint, the same way for every host.
+    let x = decl("x", T0, "a");
+    let y = decl("y", T0, "b");
+    assert_eq!(declare_schedule(Some(&x), &y), Some(y.clone()));
+    assert_eq!(declare_schedule(Some(&y), &x), None);
+}
+
+proptest! {
+    /// Whatever order hosts declare in, the record ends as the greatest declaration by
+    /// (defined_at, fingerprint), so every host agrees on the winner once each declared.
+    #[test]
+    fn declarations_in_any_order_agree(
+        decls in prop::collection::vec((0u8..3, 0i64..4), 1..8),
+        seed in any::<u64>(),
+    ) {
+        let all: Vec<ScheduleDecl> = decls
+            .iter()
+            .enumerate()
+            .map(|(i, (f, t))| decl(&format!("f{f}"), T0 + t, &format!("h{i}")))
+            .collect();
+        let best = all
+            .iter()
+            .max_by(|a, b| (a.defined_at, &a.fingerprint).cmp(&(b.defined_at, &b.fingerprint)))
+            .expect("at least one")
+            .clone();
+        let mut order: Vec<usize> = (0..all.len()).collect();
+        let mut s = seed;
+        for i in (1..order.len()).rev() {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            order.swap(i, (s >> 33) as usize % (i + 1));
+        }
+        let mut record = None;
+        for i in order {
+            record = Some(declared(record, &all[i]));
+        }
+        let record = record.expect("declared");
+        prop_assert_eq!(
+            (&record.fingerprint, record.defined_at),
+            (&best.fingerprint, best.defined_at)
+        );
+    }
+}

@@ -1,0 +1,1299 @@
+//! The ZooKeeper store: leases and the run ledger in ZooKeeper znodes, decided by the pure
+//! rules of [`super::rules`] and applied in one `multi` whose first operation checks the
+//! version of the job's lease node.
+//!
+//! Address: `zookeeper://[USER:PASSWORD@]HOST[:PORT][,HOST[:PORT]…][/PATH]`: the servers of
+//! one ensemble (port 2181 by default) and the node under which everything lives
+//! (`/jobguard` by default; 1 to 8 plain segments of letters, digits and `_:-.`), so that
+//! several installations or test cases can share an ensemble. With a user, the session
+//! authenticates with ZooKeeper's `digest` scheme (`addauth digest USER:PASSWORD`) and
+//! every node jobguard creates carries the ACL `auth` with all permissions (only sessions
+//! authenticated as that user can read or change it); without one, the nodes are open to
+//! every client (`world:anyone`). The password may be percent-encoded. TLS is not built
+//! in: reach a remote ensemble over a network you trust, or through a TLS tunnel.
+//!
+//! Node layout (P is the path; a slot is 20 decimal digits, offset by 2^63 so that names
+//! sort as the numbers do):
+//! - `P/schema`: the layout version.
+//! - `P/clock`: written by every operation to read the ensemble's time (below).
+//! - `P/lease/JOB`: the lease row as JSON (`holder host token acquired_at expire_at
+//!   run_id run_slot newest`); never deleted (a released row has an empty holder and
+//!   `expire_at` 0). Its token is the job's fencing-token counter, `newest` the newest
+//!   slot with a record. Every write to the job's state sets it, so its version is the
+//!   version of the whole job: a `multi` that starts by setting it at the version read
+//!   writes nothing when another host wrote the job in between.
+//! - `P/run/JOB/SLOT`: the slot's records, a JSON array in grant order, each with the SQL
+//!   stores' column names.
+//! - `P/id/RUN_ID`: `JOB/SLOT`, where the run's record is.
+//! - `P/queued/JOB/SLOT`: present while a record of the slot is resolved `queued`.
+//! - `P/schedule/JOB`: the schedule the job runs by
+//!   ([`crate::store::Store::declare_schedule`]), as JSON; swapped at the version read.
+//!
+//! Each operation reads the ensemble's time, reads the job's state (one `multi` read, and a
+//! second for the records the first pointed at), decides with the rules, and writes in one
+//! `multi`. When the job changed meanwhile, nothing is written and the operation starts
+//! again (at most [`RETRIES`] times).
+//!
+//! Time: "now" is the modification time ZooKeeper stamps on `P/clock` when the operation
+//! writes it (`Stat.mtime`, ms since the epoch by the clock of the ensemble's leader, which
+//! stamps every transaction), so a lease is judged by the store's clock, as with
+//! PostgreSQL, and the claim's clock check compares the host with it.
+//!
+//! The lease is judged by its `expire_at` alone, not by an ephemeral node. An ephemeral
+//! node ends with its session, and the server grants a session time-out of its own
+//! choosing, 2 to 20 ticks (4 to 40 s by default), whatever the client asks. When that is
+//! shorter than `lease_ttl`, a holder cut off from the ensemble would see its node deleted
+//! and the job taken over while it still runs its command within its lease; when it is as
+//! long, the node ends no sooner than `expire_at` passes. Either way it adds no safe
+//! speed, so the holder fences itself by its own monotonic clock, as with every store
+//! ([`crate::lease::fence_after`]), and the others wait for `expire_at` by the leader's
+//! clock. No state lives in the session: a session the server expired (an idle host, a
+//! long pause) is replaced by a new one on the next call.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use zookeeper_client::{Acls, Client, CreateMode, MultiReadResult, MultiWriteError};
+
+use crate::clock::Clock;
+use crate::lease::Lease;
+use crate::ledger::{Finish, Outcome, Resolution, Run};
+use crate::store::remote::{self, CALL_TIMEOUT, CONNECT_TIMEOUT, run_to_json, slot_part};
+use crate::store::rules::{self, ClaimDecision};
+use crate::store::{
+    Claim, ClaimRequest, Finished, RunQuery, ScheduleDecl, Store, StoreError, address,
+};
+
+/// The node layout version this jobguard writes and understands (`P/schema`).
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// The path when the address names none.
+pub const DEFAULT_PATH: &str = "/jobguard";
+
+/// How many times an operation starts again after another host changed the job between
+/// its read and its write, before it answers [`StoreError::Unavailable`].
+pub const RETRIES: u32 = 50;
+
+/// The session time-out jobguard asks for. The server grants it limited to its
+/// `minSessionTimeout`..`maxSessionTimeout` (2 to 20 ticks); no state depends on it.
+const SESSION_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The most queued slots a claim reads (oldest first), as the etcd store.
+const MAX_QUEUED_READ: usize = 60;
+
+/// The most operations in one `multi` read, well within ZooKeeper's 1 MiB packet limit
+/// (`jute.maxbuffer`) for records of a few hundred bytes.
+const READ_BATCH: usize = 200;
+
+/// The ZooKeeper store: one session, driven by a runtime of its own (one worker thread).
+pub struct ZooKeeperStore {
+    rt: tokio::runtime::Runtime,
+    cluster: String,
+    /// `USER:PASSWORD` for the digest scheme.
+    digest: Option<String>,
+    client: Option<Client>,
+    describe: String,
+    path: String,
+    schema_ready: bool,
+    /// Set by [`ZooKeeperStore::judge_time_by`]: "now" comes from this clock.
+    judged: Option<Arc<dyn Clock>>,
+}
+
+impl std::fmt::Debug for ZooKeeperStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZooKeeperStore")
+            .field("store", &self.describe)
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A failure inside one operation: the store could not be reached or refused a request,
+/// or answered with something unusable.
+enum Fail {
+    Zk(zookeeper_client::Error),
+    Data(String),
+    Contended,
+}
+
+impl From<zookeeper_client::Error> for Fail {
+    fn from(e: zookeeper_client::Error) -> Self {
+        Fail::Zk(e)
+    }
+}
+
+/// The job's lease row as this store keeps it.
+#[derive(Debug, Clone)]
+struct Row {
+    lease: Lease,
+    /// The run id and slot of the record made by the row's grant (empty: none).
+    run_id: String,
+    run_slot: i64,
+    /// The newest slot with a record, if any.
+    newest: Option<i64>,
+}
+
+fn row_to_json(row: &Row) -> String {
+    json!({
+        "holder": row.lease.holder,
+        "host": row.lease.host,
+        "token": row.lease.token,
+        "acquired_at": row.lease.acquired_at,
+        "expire_at": row.lease.expire_at,
+        "run_id": row.run_id,
+        "run_slot": row.run_slot,
+        "newest": row.newest,
+    })
+    .to_string()
+}
+
+fn row_from_json(job: &str, text: &[u8]) -> Result<Row, String> {
+    let v: Value = serde_json::from_slice(text).map_err(|e| format!("lease of {job}: {e}"))?;
+    let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    let n = |k: &str| -> Result<i64, String> {
+        v.get(k)
+            .and_then(Value::as_i64)
+            .ok_or_else(|| format!("lease of {job}: {k} missing"))
+    };
+    Ok(Row {
+        lease: Lease {
+            job: job.to_string(),
+            holder: s("holder"),
+            host: s("host"),
+            token: n("token")?,
+            acquired_at: n("acquired_at")?,
+            expire_at: n("expire_at")?,
+        },
+        run_id: s("run_id"),
+        run_slot: n("run_slot")?,
+        newest: v.get("newest").and_then(Value::as_i64),
+    })
+}
+
+fn runs_from_json(text: &[u8]) -> Result<Vec<Run>, Fail> {
+    let v: Vec<Value> =
+        serde_json::from_slice(text).map_err(|e| Fail::Data(format!("run records: {e}")))?;
+    v.iter()
+        .map(|r| match r {
+            Value::Object(o) => remote::run_from_object(o).map_err(Fail::Data),
+            _ => Err(Fail::Data("run record is not an object".to_string())),
+        })
+        .collect()
+}
+
+fn runs_to_json(runs: &[Run]) -> Result<Vec<u8>, Fail> {
+    let parts: Vec<String> = runs
+        .iter()
+        .map(run_to_json)
+        .collect::<Result<_, _>>()
+        .map_err(Fail::Data)?;
+    Ok(format!("[{}]", parts.join(",")).into_bytes())
+}
+
+/// The data of a `multi` read's answer: `None` for a node that does not exist.
+fn data_of(result: MultiReadResult) -> Result<Option<Vec<u8>>, Fail> {
+    match result {
+        MultiReadResult::Data { data, .. } => Ok(Some(data)),
+        MultiReadResult::Error {
+            err: zookeeper_client::Error::NoNode,
+        } => Ok(None),
+        MultiReadResult::Error { err } => Err(Fail::Zk(err)),
+        other => Err(Fail::Data(format!("unexpected answer {other:?}"))),
+    }
+}
+
+/// The children of a `multi` read's answer: empty for a node that does not exist.
+fn children_of(result: MultiReadResult) -> Result<Vec<String>, Fail> {
+    match result {
+        MultiReadResult::Children { children } => Ok(children),
+        MultiReadResult::Error {
+            err: zookeeper_client::Error::NoNode,
+        } => Ok(Vec::new()),
+        MultiReadResult::Error { err } => Err(Fail::Zk(err)),
+        other => Err(Fail::Data(format!("unexpected answer {other:?}"))),
+    }
+}
+
+/// A path segment or path jobguard accepts: plain ASCII, no `.` or `..` segment.
+fn path_ok(path: &str) -> bool {
+    let segments: Vec<&str> = path.strip_prefix('/').unwrap_or("").split('/').collect();
+    path.starts_with('/')
+        && (1..=8).contains(&segments.len())
+        && segments.iter().all(|s| {
+            !s.is_empty()
+                && *s != "."
+                && *s != ".."
+                && s.len() <= 48
+                && s.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b':' | b'-' | b'.'))
+        })
+}
+
+impl ZooKeeperStore {
+    /// Parses a `zookeeper://` address (see the module docs). Connects lazily, on first
+    /// use.
+    ///
+    /// # Errors
+    /// [`StoreError::Address`] for an address without a host, with a bad port or path, or
+    /// with a query parameter (none is known).
+    pub fn open(address: &str) -> Result<ZooKeeperStore, StoreError> {
+        let describe = address::mask(address);
+        let bad = |detail: String| StoreError::Address {
+            address: describe.clone(),
+            detail,
+        };
+        let encoded = remote::encode_password(address);
+        if let Some((_, query)) = encoded.split_once('?') {
+            return Err(bad(format!(
+                "unknown parameter in {query:?}; zookeeper addresses take none (the path names the node)"
+            )));
+        }
+        let (scheme, after) = encoded
+            .split_once("://")
+            .ok_or_else(|| bad("zookeeper addresses start with zookeeper://".to_string()))?;
+        if !scheme.eq_ignore_ascii_case("zookeeper") {
+            return Err(bad(format!("unknown scheme {scheme:?}")));
+        }
+        let (userinfo, rest) = match after.rsplit_once('@') {
+            Some((u, h)) => (Some(u), h),
+            None => (None, after),
+        };
+        let (hosts, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, ""),
+        };
+        let path = match path.trim_end_matches('/') {
+            "" => DEFAULT_PATH.to_string(),
+            p => p.to_string(),
+        };
+        if !path_ok(&path) {
+            return Err(bad(format!(
+                "path {path:?} is not plain (1 to 8 segments of letters, digits, _:-.)"
+            )));
+        }
+        if hosts.is_empty() {
+            return Err(bad("no host".to_string()));
+        }
+        let mut servers = Vec::new();
+        for host in hosts.split(',') {
+            let port_of = |p: &str| {
+                p.parse::<u16>()
+                    .map_err(|_| bad(format!("bad port {p:?} in {host:?}")))
+            };
+            let with_port = match host.strip_prefix('[') {
+                Some(v6) => match v6.split_once(']') {
+                    Some((_, "")) => format!("{host}:2181"),
+                    Some((_, p)) if p.starts_with(':') => {
+                        port_of(&p[1..])?;
+                        host.to_string()
+                    }
+                    _ => return Err(bad(format!("bad host {host:?}"))),
+                },
+                None => match host.rsplit_once(':') {
+                    _ if host.is_empty() => return Err(bad("empty host".to_string())),
+                    Some((h, p)) if !h.is_empty() && !h.contains(':') => {
+                        port_of(p)?;
+                        host.to_string()
+                    }
+                    Some(_) => return Err(bad(format!("bad host {host:?} (IPv6 goes in [])"))),
+                    None => format!("{host}:2181"),
+                },
+            };
+            servers.push(with_port);
+        }
+        let digest = userinfo.map(|info| {
+            let (user, password) = info.split_once(':').unwrap_or((info, ""));
+            format!(
+                "{}:{}",
+                remote::percent_decode(user),
+                remote::percent_decode(password)
+            )
+        });
+        // A worker thread of its own drives the session between calls (its pings, the
+        // server's answers), so the session does not look dead when a call comes after
+        // a quiet while.
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .map_err(|e| StoreError::Unavailable {
+                store: describe.clone(),
+                detail: format!("start the client's runtime: {e}"),
+            })?;
+        Ok(ZooKeeperStore {
+            rt,
+            cluster: servers.join(","),
+            digest,
+            client: None,
+            describe,
+            path,
+            schema_ready: false,
+            judged: None,
+        })
+    }
+
+    /// Reads "now" from `clock` instead of the ensemble's clock, and judges every lease by
+    /// it. Only for tests that move time (the store conformance suite); jobguard itself
+    /// never calls it.
+    #[doc(hidden)]
+    pub fn judge_time_by(&mut self, clock: Arc<dyn Clock>) {
+        self.judged = Some(clock);
+    }
+
+    fn node(&self, rest: &str) -> String {
+        format!("{}/{rest}", self.path)
+    }
+    fn lease_node(&self, job: &str) -> String {
+        self.node(&format!("lease/{job}"))
+    }
+    fn slot_node(&self, job: &str, slot: i64) -> String {
+        self.node(&format!("run/{job}/{}", slot_part(slot)))
+    }
+    fn id_node(&self, run_id: &str) -> String {
+        self.node(&format!("id/{run_id}"))
+    }
+    fn queued_node(&self, job: &str, slot: i64) -> String {
+        self.node(&format!("queued/{job}/{}", slot_part(slot)))
+    }
+
+    fn acls(&self) -> Acls<'static> {
+        if self.digest.is_some() {
+            Acls::creator_all()
+        } else {
+            Acls::anyone_all()
+        }
+    }
+
+    fn error(&self, op: &str, fail: Fail) -> StoreError {
+        match fail {
+            Fail::Zk(e) => StoreError::Unavailable {
+                store: self.describe.clone(),
+                detail: format!("{op}: {}", remote::chain(&e)),
+            },
+            Fail::Data(detail) => StoreError::Invalid {
+                store: self.describe.clone(),
+                detail: format!("{op}: {detail}"),
+            },
+            Fail::Contended => StoreError::Unavailable {
+                store: self.describe.clone(),
+                detail: format!("{op}: the job's state changed under {RETRIES} attempts in a row"),
+            },
+        }
+    }
+
+    fn connect(&mut self) -> Result<Client, StoreError> {
+        if let Some(c) = &self.client {
+            return Ok(c.clone());
+        }
+        let mut connector = Client::connector()
+            .with_session_timeout(SESSION_TIMEOUT)
+            .with_connection_timeout(CONNECT_TIMEOUT)
+            .with_fail_eagerly();
+        if let Some(d) = &self.digest {
+            connector = connector.with_auth("digest", d.as_bytes());
+        }
+        let cluster = self.cluster.clone();
+        let client = self
+            .rt
+            .block_on(async {
+                tokio::time::timeout(CONNECT_TIMEOUT + CALL_TIMEOUT, connector.connect(&cluster))
+                    .await
+            })
+            .map_err(|_| StoreError::Unavailable {
+                store: self.describe.clone(),
+                detail: "connect: timed out".to_string(),
+            })?
+            .map_err(|e| StoreError::Unavailable {
+                store: self.describe.clone(),
+                detail: format!("connect: {}", remote::chain(&e)),
+            })?;
+        self.client = Some(client.clone());
+        Ok(client)
+    }
+
+    /// Runs `attempt` on the runtime, each try within [`CALL_TIMEOUT`], until it commits or
+    /// answers without writing (`None` means the job changed between read and write; at
+    /// most [`RETRIES`] tries). After a failure of the session (expired, closed, no
+    /// answer) a new session is opened once and the operation starts again: nothing
+    /// jobguard keeps lives in a session, and an operation whose answer was lost is
+    /// decided again from what the store then holds (a claim finds its own record by its
+    /// run id).
+    fn retrying<T>(
+        &mut self,
+        op: &str,
+        attempt: impl AsyncFn(&ZooKeeperStore, &Client) -> Result<Option<T>, Fail>,
+    ) -> Result<T, StoreError> {
+        if !self.schema_ready {
+            self.init()?;
+        }
+        let mut reconnected = false;
+        loop {
+            let client = self.connect()?;
+            let this: &ZooKeeperStore = self;
+            let result = this.rt.block_on(async {
+                for _ in 0..RETRIES {
+                    let once = tokio::time::timeout(CALL_TIMEOUT, attempt(this, &client)).await;
+                    match once.unwrap_or(Err(Fail::Zk(zookeeper_client::Error::Timeout))) {
+                        Ok(Some(v)) => return Ok(v),
+                        Ok(None) => continue,
+                        Err(e) => return Err(e),
+                    }
+                }
+                Err(Fail::Contended)
+            });
+            match result {
+                // The session failed (expired, closed, a connection that stopped
+                // answering): one new session and one more try.
+                Err(Fail::Zk(e)) => {
+                    self.client = None;
+                    if !reconnected {
+                        reconnected = true;
+                        continue;
+                    }
+                    return Err(self.error(op, Fail::Zk(e)));
+                }
+                other => return other.map_err(|e| self.error(op, e)),
+            }
+        }
+    }
+
+    /// The store's time, µs since the epoch: the leader's stamp on a write of `P/clock`
+    /// (ms), or the test clock of [`ZooKeeperStore::judge_time_by`].
+    async fn now_on(&self, client: &Client) -> Result<i64, Fail> {
+        if let Some(clock) = &self.judged {
+            return Ok(clock.now_usec());
+        }
+        let stat = client.set_data(&self.node("clock"), b"", None).await?;
+        Ok(stat.mtime.saturating_mul(1000))
+    }
+
+    /// Commits `writes` after setting the lease row to `row` at the version read (or
+    /// creating it, with the job's directories, when there was none). False when the job
+    /// changed since the read.
+    async fn commit(
+        &self,
+        client: &Client,
+        snap: &Snapshot,
+        row: &Row,
+        writes: &[Write],
+    ) -> Result<bool, Fail> {
+        let acls = self.acls();
+        let options = CreateMode::Persistent.with_acls(acls);
+        let mut multi = client.new_multi_writer();
+        let lease = self.lease_node(&snap.job);
+        let row_json = row_to_json(row);
+        match snap.version {
+            Some(v) => multi.add_set_data(&lease, row_json.as_bytes(), Some(v))?,
+            None => {
+                multi.add_create(&lease, row_json.as_bytes(), &options)?;
+                multi.add_create(&self.node(&format!("run/{}", snap.job)), b"", &options)?;
+                multi.add_create(&self.node(&format!("queued/{}", snap.job)), b"", &options)?;
+            }
+        }
+        for w in writes {
+            match w {
+                Write::Create(path, data) => multi.add_create(path, data, &options)?,
+                Write::Set(path, data) => multi.add_set_data(path, data, None)?,
+                Write::Delete(path) => multi.add_delete(path, None)?,
+            }
+        }
+        match multi.commit().await {
+            Ok(_) => Ok(true),
+            Err(MultiWriteError::OperationFailed {
+                index: 0,
+                source: zookeeper_client::Error::BadVersion | zookeeper_client::Error::NodeExists,
+            }) => Ok(false),
+            Err(MultiWriteError::OperationFailed { index, source }) => Err(Fail::Data(format!(
+                "write {index} of {}: {source}",
+                writes.len() + 1
+            ))),
+            Err(MultiWriteError::RequestFailed { source }) => Err(Fail::Zk(source)),
+        }
+    }
+
+    /// Reads the lease row of `job` and the store's time.
+    async fn read_row(&self, client: &Client, job: &str) -> Result<Snapshot, Fail> {
+        let now = self.now_on(client).await?;
+        let mut reader = client.new_multi_reader();
+        reader.add_get_data(&self.lease_node(job))?;
+        let mut got = reader.commit().await?.into_iter();
+        self.snapshot(job, now, got.next())
+    }
+
+    fn snapshot(
+        &self,
+        job: &str,
+        now: i64,
+        lease: Option<MultiReadResult>,
+    ) -> Result<Snapshot, Fail> {
+        let (row, version) = match lease {
+            Some(MultiReadResult::Data { data, stat }) => (
+                Some(row_from_json(job, &data).map_err(Fail::Data)?),
+                Some(stat.version),
+            ),
+            Some(other) => {
+                data_of(other)?;
+                (None, None)
+            }
+            None => (None, None),
+        };
+        Ok(Snapshot {
+            job: job.to_string(),
+            now,
+            row,
+            version,
+        })
+    }
+
+    /// Reads the record arrays of `slots` of `job` (missing ones as empty), in batches.
+    async fn read_slots(
+        &self,
+        client: &Client,
+        job: &str,
+        slots: &[i64],
+    ) -> Result<Vec<Option<Vec<Run>>>, Fail> {
+        let mut out = Vec::with_capacity(slots.len());
+        for chunk in slots.chunks(READ_BATCH) {
+            let mut reader = client.new_multi_reader();
+            for s in chunk {
+                reader.add_get_data(&self.slot_node(job, *s))?;
+            }
+            for r in reader.commit().await? {
+                out.push(data_of(r)?.map(|d| runs_from_json(&d)).transpose()?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The writes that set the records of one slot to `runs` (creating its node when
+    /// `existed` is false) and keep its queued marker true, given whether any record was
+    /// queued before.
+    fn slot_writes(
+        &self,
+        job: &str,
+        slot: i64,
+        before: &[Run],
+        runs: &[Run],
+        existed: bool,
+    ) -> Result<Vec<Write>, Fail> {
+        let data = runs_to_json(runs)?;
+        let node = self.slot_node(job, slot);
+        let mut w = vec![if existed {
+            Write::Set(node, data)
+        } else {
+            Write::Create(node, data)
+        }];
+        let was = before
+            .iter()
+            .any(|r| r.resolution == Some(Resolution::Queued));
+        let is = runs
+            .iter()
+            .any(|r| r.resolution == Some(Resolution::Queued));
+        if is && !was {
+            w.push(Write::Create(self.queued_node(job, slot), Vec::new()));
+        } else if was && !is {
+            w.push(Write::Delete(self.queued_node(job, slot)));
+        }
+        Ok(w)
+    }
+
+    async fn claim_once(&self, client: &Client, req: &ClaimRequest) -> Result<Option<Claim>, Fail> {
+        let job = req.run.job.as_str();
+        let now = self.now_on(client).await?;
+        let bound = rules::newest_bound(now, req);
+        let mut reader = client.new_multi_reader();
+        reader.add_get_data(&self.lease_node(job))?;
+        reader.add_get_data(&self.slot_node(job, req.run.slot.usec))?;
+        reader.add_get_data(&self.id_node(&req.run.run_id))?;
+        if req.queued_first {
+            reader.add_get_children(&self.node(&format!("queued/{job}")))?;
+        }
+        let mut got = reader.commit().await?.into_iter();
+        let snap = self.snapshot(job, now, got.next())?;
+        let asked = got.next().map(data_of).transpose()?.flatten();
+        let asked_existed = asked.is_some();
+        let asked_runs = asked
+            .map(|d| runs_from_json(&d))
+            .transpose()?
+            .unwrap_or_default();
+        let id_at = got
+            .next()
+            .map(data_of)
+            .transpose()?
+            .flatten()
+            .map(|d| String::from_utf8_lossy(&d).into_owned());
+        let queued_slots: Vec<i64> = match got.next() {
+            Some(r) => {
+                let mut v: Vec<i64> = children_of(r)?
+                    .iter()
+                    .filter_map(|c| remote::slot_from_part(c))
+                    .filter(|s| *s != req.run.slot.usec)
+                    .collect();
+                v.sort_unstable();
+                v.truncate(MAX_QUEUED_READ);
+                v
+            }
+            None => Vec::new(),
+        };
+        // The slots whose records the decision needs besides the asked one: a retried
+        // claim's, the lease's grant's, and the queued ones.
+        let slot_of_id = |at: &str| {
+            at.rsplit_once('/')
+                .and_then(|(_, s)| remote::slot_from_part(s))
+        };
+        let retried_slot = id_at.as_deref().and_then(slot_of_id);
+        let lease_slot = snap
+            .row
+            .as_ref()
+            .filter(|r| !r.run_id.is_empty())
+            .map(|r| r.run_slot);
+        let mut others: Vec<i64> = queued_slots.clone();
+        others.extend(retried_slot);
+        others.extend(lease_slot);
+        others.retain(|s| *s != req.run.slot.usec);
+        others.sort_unstable();
+        others.dedup();
+        let read = self.read_slots(client, job, &others).await?;
+        let mut slots = std::collections::BTreeMap::new();
+        slots.insert(req.run.slot.usec, asked_runs);
+        let mut existing: std::collections::BTreeSet<i64> = others
+            .iter()
+            .zip(&read)
+            .filter(|(_, r)| r.is_some())
+            .map(|(s, _)| *s)
+            .collect();
+        if asked_existed {
+            existing.insert(req.run.slot.usec);
+        }
+        let lookup: std::collections::BTreeMap<i64, Vec<Run>> = others
+            .iter()
+            .copied()
+            .zip(read.into_iter().map(Option::unwrap_or_default))
+            .collect();
+        for s in &queued_slots {
+            slots.insert(*s, lookup.get(s).cloned().unwrap_or_default());
+        }
+        let find = |slot: Option<i64>, run_id: &str| -> Option<Run> {
+            let slot = slot?;
+            let runs = if slot == req.run.slot.usec {
+                slots.get(&slot)?
+            } else {
+                lookup.get(&slot)?
+            };
+            runs.iter()
+                .find(|r| r.run_id == run_id && r.job == job)
+                .cloned()
+        };
+        let retried = find(retried_slot, &req.run.run_id);
+        let lease_run = snap.row.as_ref().and_then(|r| find(lease_slot, &r.run_id));
+        let newest = match snap.row.as_ref().and_then(|r| r.newest) {
+            Some(n) if n <= bound => Some(n),
+            None => None,
+            // A slot ahead of the bound was recorded (forced, or by a clock that was
+            // ahead): find the newest within it.
+            Some(_) => client
+                .list_children(&self.node(&format!("run/{job}")))
+                .await
+                .or_else(|e| match e {
+                    zookeeper_client::Error::NoNode => Ok(Vec::new()),
+                    e => Err(e),
+                })?
+                .iter()
+                .filter_map(|c| remote::slot_from_part(c))
+                .filter(|s| *s <= bound)
+                .max(),
+        };
+        let state = rules::ClaimState {
+            now,
+            lease: snap.row.as_ref().map(|r| r.lease.clone()),
+            retried,
+            slots,
+            newest,
+            lease_run,
+        };
+        let decision = rules::claim(&state, req).map_err(|e| Fail::Data(e.to_string()))?;
+        let ClaimDecision::Grant(grant) = &decision else {
+            return Ok(Some(decision.answer()));
+        };
+        let mut by_slot: std::collections::BTreeMap<i64, Vec<Run>> =
+            std::collections::BTreeMap::new();
+        for (slot, runs) in &state.slots {
+            let changed: Vec<Run> = runs
+                .iter()
+                .map(|r| {
+                    if grant.rerun.contains(&r.run_id) {
+                        Run {
+                            resolution: Some(Resolution::Rerun),
+                            ..r.clone()
+                        }
+                    } else {
+                        r.clone()
+                    }
+                })
+                .collect();
+            by_slot.insert(*slot, changed);
+        }
+        by_slot
+            .entry(grant.run.slot.usec)
+            .or_default()
+            .push(grant.run.clone());
+        let mut writes = Vec::new();
+        for (slot, runs) in &by_slot {
+            let before = state.slots.get(slot).map_or(&[][..], Vec::as_slice);
+            let touched = *slot == grant.run.slot.usec
+                || before.iter().any(|r| grant.rerun.contains(&r.run_id));
+            if touched {
+                writes.extend(self.slot_writes(
+                    job,
+                    *slot,
+                    before,
+                    runs,
+                    existing.contains(slot),
+                )?);
+            }
+        }
+        writes.push(Write::Create(
+            self.id_node(&grant.run.run_id),
+            format!("{job}/{}", slot_part(grant.run.slot.usec)).into_bytes(),
+        ));
+        let row = Row {
+            lease: grant.lease.clone(),
+            run_id: grant.run.run_id.clone(),
+            run_slot: grant.run.slot.usec,
+            newest: Some(
+                snap.row
+                    .as_ref()
+                    .and_then(|r| r.newest)
+                    .map_or(grant.run.slot.usec, |n| n.max(grant.run.slot.usec)),
+            ),
+        };
+        Ok(self
+            .commit(client, &snap, &row, &writes)
+            .await?
+            .then(|| decision.answer()))
+    }
+
+    async fn end_once(
+        &self,
+        client: &Client,
+        job: &str,
+        run_id: &str,
+        decide: &dyn Fn(&rules::RunState<'_>) -> Result<rules::EndDecision, Fail>,
+    ) -> Result<Option<rules::EndDecision>, Fail> {
+        let now = self.now_on(client).await?;
+        let mut reader = client.new_multi_reader();
+        reader.add_get_data(&self.lease_node(job))?;
+        reader.add_get_data(&self.id_node(run_id))?;
+        let mut got = reader.commit().await?.into_iter();
+        let snap = self.snapshot(job, now, got.next())?;
+        let at = got
+            .next()
+            .map(data_of)
+            .transpose()?
+            .flatten()
+            .map(|d| String::from_utf8_lossy(&d).into_owned());
+        // `JOB/SLOT`: a record of another job is not this job's to change.
+        let slot = at.as_deref().and_then(|a| {
+            let (j, s) = a.rsplit_once('/')?;
+            (j == job).then_some(())?;
+            remote::slot_from_part(s)
+        });
+        let slot_runs = match slot {
+            Some(s) => self
+                .read_slots(client, job, &[s])
+                .await?
+                .pop()
+                .flatten()
+                .unwrap_or_default(),
+            None => Vec::new(),
+        };
+        let record = slot_runs.iter().find(|r| r.run_id == run_id).cloned();
+        let lease = snap.row.as_ref().map(|r| r.lease.clone());
+        let state = rules::RunState {
+            now,
+            lease: lease.as_ref(),
+            record: record.as_ref(),
+            slot_runs: &slot_runs,
+        };
+        let decision = decide(&state)?;
+        if decision.record.is_none() && !decision.release {
+            return Ok(Some(decision));
+        }
+        let Some(mut row) = snap.row.clone() else {
+            return Ok(Some(decision));
+        };
+        let mut writes = Vec::new();
+        if let (Some(new), Some(slot)) = (&decision.record, slot) {
+            let runs: Vec<Run> = slot_runs
+                .iter()
+                .map(|r| {
+                    if r.run_id == new.run_id {
+                        new.clone()
+                    } else {
+                        r.clone()
+                    }
+                })
+                .collect();
+            writes = self.slot_writes(job, slot, &slot_runs, &runs, true)?;
+        }
+        if decision.release {
+            row.lease = rules::released(&row.lease);
+        }
+        Ok(self
+            .commit(client, &snap, &row, &writes)
+            .await?
+            .then_some(decision))
+    }
+
+    fn finish_as(
+        &mut self,
+        lease: &Lease,
+        run_id: &str,
+        finish: &Finish,
+        kept: bool,
+    ) -> Result<Finished, StoreError> {
+        super::finish_report_json(&self.describe, run_id, finish)?;
+        let decision = self.retrying("finish", async |store, client| {
+            store
+                .end_once(client, &lease.job, run_id, &|state| {
+                    rules::finish(state, lease, run_id, finish, kept)
+                        .map_err(|e| Fail::Data(e.to_string()))
+                })
+                .await
+        })?;
+        Ok(decision.finished())
+    }
+
+    /// Every slot of `job` with records, oldest first.
+    async fn slots_of(&self, client: &Client, job: &str) -> Result<Vec<i64>, Fail> {
+        let mut slots: Vec<i64> = match client
+            .list_children(&self.node(&format!("run/{job}")))
+            .await
+        {
+            Ok(c) => c.iter().filter_map(|c| remote::slot_from_part(c)).collect(),
+            Err(zookeeper_client::Error::NoNode) => Vec::new(),
+            Err(e) => return Err(Fail::Zk(e)),
+        };
+        slots.sort_unstable();
+        Ok(slots)
+    }
+}
+
+/// One write of a `multi`, after the lease row's.
+enum Write {
+    Create(String, Vec<u8>),
+    Set(String, Vec<u8>),
+    Delete(String),
+}
+
+/// What one read of a job's lease row found.
+struct Snapshot {
+    job: String,
+    /// The store's time, µs since the epoch.
+    now: i64,
+    row: Option<Row>,
+    /// The lease node's version (`None`: no node).
+    version: Option<i32>,
+}
+
+impl Store for ZooKeeperStore {
+    fn describe(&self) -> String {
+        self.describe.clone()
+    }
+
+    fn init(&mut self) -> Result<(), StoreError> {
+        let client = self.connect()?;
+        let options = CreateMode::Persistent.with_acls(self.acls());
+        let schema = self.node("schema");
+        let dirs: Vec<String> = ["clock", "lease", "run", "id", "queued", "schedule"]
+            .iter()
+            .map(|d| self.node(d))
+            .collect();
+        let result = self.rt.block_on(async {
+            tokio::time::timeout(CALL_TIMEOUT, async {
+                client.mkdir(&self.path, &options).await?;
+                for d in &dirs {
+                    match client.create(d, b"", &options).await {
+                        Ok(_) | Err(zookeeper_client::Error::NodeExists) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                match client
+                    .create(&schema, SCHEMA_VERSION.to_string().as_bytes(), &options)
+                    .await
+                {
+                    Ok(_) => Ok(SCHEMA_VERSION.to_string().into_bytes()),
+                    Err(zookeeper_client::Error::NodeExists) => {
+                        client.get_data(&schema).await.map(|(d, _)| d)
+                    }
+                    Err(e) => Err(e),
+                }
+            })
+            .await
+            .unwrap_or(Err(zookeeper_client::Error::Timeout))
+        });
+        let found = match result {
+            Ok(found) => found,
+            Err(e) => {
+                self.client = None;
+                return Err(self.error("read the schema version", Fail::Zk(e)));
+            }
+        };
+        let found = String::from_utf8_lossy(&found).into_owned();
+        let version: i64 = found.trim().parse().map_err(|_| StoreError::Invalid {
+            store: self.describe.clone(),
+            detail: format!("schema version {found:?} is not a number"),
+        })?;
+        if version > SCHEMA_VERSION {
+            return Err(StoreError::Invalid {
+                store: self.describe.clone(),
+                detail: format!(
+                    "node layout version {version} is newer than this jobguard understands ({SCHEMA_VERSION}); upgrade jobguard"
+                ),
+            });
+        }
+        self.schema_ready = true;
+        Ok(())
+    }
+
+    fn now(&mut self) -> Result<i64, StoreError> {
+        self.retrying("read the time", async |store, client| {
+            store.now_on(client).await.map(Some)
+        })
+    }
+
+    fn claim(&mut self, req: &ClaimRequest) -> Result<Claim, StoreError> {
+        self.retrying("claim", async |store, client| {
+            store.claim_once(client, req).await
+        })
+    }
+
+    fn renew(&mut self, lease: &Lease, ttl: Duration) -> Result<Option<i64>, StoreError> {
+        let job = lease.job.clone();
+        self.retrying("renew", async |store, client| {
+            let snap = store.read_row(client, &job).await?;
+            let Some(mut row) = snap.row.clone() else {
+                return Ok(Some(None));
+            };
+            let Some(expire_at) = rules::renew(snap.now, Some(&row.lease), lease, ttl) else {
+                return Ok(Some(None));
+            };
+            row.lease.expire_at = expire_at;
+            Ok(store
+                .commit(client, &snap, &row, &[])
+                .await?
+                .then_some(Some(expire_at)))
+        })
+    }
+
+    fn finish(
+        &mut self,
+        lease: &Lease,
+        run_id: &str,
+        finish: &Finish,
+    ) -> Result<Finished, StoreError> {
+        self.finish_as(lease, run_id, finish, false)
+    }
+
+    fn finish_kept(
+        &mut self,
+        lease: &Lease,
+        run_id: &str,
+        finish: &Finish,
+    ) -> Result<Finished, StoreError> {
+        self.finish_as(lease, run_id, finish, true)
+    }
+
+    fn interrupt(
+        &mut self,
+        run: &Run,
+        reason: &str,
+        resolution: Resolution,
+    ) -> Result<bool, StoreError> {
+        let decision = self.retrying("interrupt", async |store, client| {
+            store
+                .end_once(client, &run.job, &run.run_id, &|state| {
+                    Ok(rules::interrupt(state, run, reason, resolution))
+                })
+                .await
+        })?;
+        Ok(decision.record.is_some())
+    }
+
+    fn lease(&mut self, job: &str) -> Result<Option<Lease>, StoreError> {
+        self.retrying("read lease", async |store, client| {
+            let mut reader = client.new_multi_reader();
+            reader.add_get_data(&store.lease_node(job))?;
+            let got = reader.commit().await?.into_iter().next();
+            let snap = store.snapshot(job, 0, got)?;
+            Ok(Some(
+                snap.row.map(|r| r.lease).filter(|l| !l.holder.is_empty()),
+            ))
+        })
+    }
+
+    fn runs(&mut self, query: &RunQuery) -> Result<Vec<Run>, StoreError> {
+        let mut runs = self.retrying("read runs", async |store, client| {
+            let jobs = match &query.job {
+                Some(job) => vec![job.clone()],
+                None => match client.list_children(&store.node("run")).await {
+                    Ok(c) => c,
+                    Err(zookeeper_client::Error::NoNode) => Vec::new(),
+                    Err(e) => return Err(Fail::Zk(e)),
+                },
+            };
+            let mut runs = Vec::new();
+            for job in &jobs {
+                let slots = match query.slot {
+                    Some(s) => vec![s],
+                    None => store.slots_of(client, job).await?,
+                };
+                for r in store.read_slots(client, job, &slots).await? {
+                    runs.extend(r.unwrap_or_default());
+                }
+            }
+            Ok(Some(runs))
+        })?;
+        runs.retain(|r| {
+            (query.outcomes.is_empty() || query.outcomes.contains(&r.outcome))
+                && (query.resolutions.is_empty()
+                    || r.resolution.is_some_and(|x| query.resolutions.contains(&x)))
+        });
+        // Newest first; a job's records started in the same µs, latest recorded first.
+        runs.sort_by(|a, b| {
+            (b.started_at, b.fencing_token, &b.job).cmp(&(a.started_at, a.fencing_token, &a.job))
+        });
+        if query.limit > 0 {
+            runs.truncate(query.limit);
+        }
+        Ok(runs)
+    }
+
+    fn resolve(
+        &mut self,
+        job: &str,
+        slot: i64,
+        resolution: Resolution,
+    ) -> Result<usize, StoreError> {
+        self.retrying("resolve", async |store, client| {
+            let snap = store.read_row(client, job).await?;
+            let Some(row) = snap.row.clone() else {
+                return Ok(Some(0));
+            };
+            let slot_runs = store
+                .read_slots(client, job, &[slot])
+                .await?
+                .pop()
+                .flatten()
+                .unwrap_or_default();
+            let ids = rules::resolve(&slot_runs, resolution);
+            if ids.is_empty() {
+                return Ok(Some(0));
+            }
+            let runs: Vec<Run> = slot_runs
+                .iter()
+                .map(|r| {
+                    if ids.contains(&r.run_id) {
+                        Run {
+                            resolution: Some(resolution),
+                            ..r.clone()
+                        }
+                    } else {
+                        r.clone()
+                    }
+                })
+                .collect();
+            let writes = store.slot_writes(job, slot, &slot_runs, &runs, true)?;
+            Ok(store
+                .commit(client, &snap, &row, &writes)
+                .await?
+                .then_some(ids.len()))
+        })
+    }
+
+    fn read_schedule(&mut self, job: &str) -> Result<Option<ScheduleDecl>, StoreError> {
+        let node = self.node(&format!("schedule/{job}"));
+        self.retrying("read the schedule", async |_, client| {
+            match client.get_data(&node).await {
+                Ok((data, _)) => remote::schedule_from_json(job, &data)
+                    .map(|d| Some(Some(d)))
+                    .map_err(Fail::Data),
+                Err(zookeeper_client::Error::NoNode) => Ok(Some(None)),
+                Err(e) => Err(Fail::Zk(e)),
+            }
+        })
+    }
+
+    fn swap_schedule(
+        &mut self,
+        expected: Option<&ScheduleDecl>,
+        new: &ScheduleDecl,
+    ) -> Result<bool, StoreError> {
+        let node = self.node(&format!("schedule/{}", new.job));
+        let value = remote::schedule_to_json(new);
+        self.retrying("declare the schedule", async |store, client| {
+            let Some(e) = expected else {
+                let options = CreateMode::Persistent.with_acls(store.acls());
+                return match client.create(&node, value.as_bytes(), &options).await {
+                    Ok(_) => Ok(Some(true)),
+                    Err(zookeeper_client::Error::NodeExists) => Ok(Some(false)),
+                    Err(e) => Err(Fail::Zk(e)),
+                };
+            };
+            let (data, stat) = match client.get_data(&node).await {
+                Ok(got) => got,
+                Err(zookeeper_client::Error::NoNode) => return Ok(Some(false)),
+                Err(e) => return Err(Fail::Zk(e)),
+            };
+            if remote::schedule_from_json(&new.job, &data).map_err(Fail::Data)? != *e {
+                return Ok(Some(false));
+            }
+            match client
+                .set_data(&node, value.as_bytes(), Some(stat.version))
+                .await
+            {
+                Ok(_) => Ok(Some(true)),
+                Err(zookeeper_client::Error::BadVersion) => Ok(Some(false)),
+                Err(e) => Err(Fail::Zk(e)),
+            }
+        })
+    }
+
+    fn unlock(&mut self, job: &str) -> Result<Option<Lease>, StoreError> {
+        self.retrying("unlock", async |store, client| {
+            let snap = store.read_row(client, job).await?;
+            let lease = snap.row.as_ref().map(|r| r.lease.clone());
+            let (ended, release) = rules::unlock(snap.now, lease.as_ref());
+            let Some(mut row) = snap.row.clone().filter(|_| release) else {
+                return Ok(Some(ended));
+            };
+            row.lease = rules::released(&row.lease);
+            Ok(store
+                .commit(client, &snap, &row, &[])
+                .await?
+                .then_some(ended))
+        })
+    }
+
+    fn delete_slots(
+        &mut self,
+        job: &str,
+        slots: &[i64],
+        started_before: i64,
+    ) -> Result<usize, StoreError> {
+        // A few slots per `multi`, well within ZooKeeper's 1 MiB request limit.
+        let mut n = 0;
+        for chunk in slots.chunks(20) {
+            n += self.retrying("delete runs", async |store, client| {
+                let snap = store.read_row(client, job).await?;
+                let Some(mut row) = snap.row.clone() else {
+                    return Ok(Some(0));
+                };
+                let found = store.read_slots(client, job, chunk).await?;
+                let mut writes = Vec::new();
+                let mut n = 0;
+                let mut gone = Vec::new();
+                for (slot, runs) in chunk.iter().zip(found) {
+                    let Some(runs) = runs else { continue };
+                    if runs
+                        .iter()
+                        .any(|r| r.outcome == Outcome::Running || r.started_at >= started_before)
+                    {
+                        continue;
+                    }
+                    for r in &runs {
+                        writes.push(Write::Delete(store.id_node(&r.run_id)));
+                    }
+                    if runs
+                        .iter()
+                        .any(|r| r.resolution == Some(Resolution::Queued))
+                    {
+                        writes.push(Write::Delete(store.queued_node(job, *slot)));
+                    }
+                    writes.push(Write::Delete(store.slot_node(job, *slot)));
+                    n += runs.len();
+                    gone.push(*slot);
+                }
+                if gone.is_empty() {
+                    return Ok(Some(0));
+                }
+                if row.newest.is_some_and(|s| gone.contains(&s)) {
+                    row.newest = store
+                        .slots_of(client, job)
+                        .await?
+                        .into_iter()
+                        .filter(|s| !gone.contains(s))
+                        .max();
+                }
+                Ok(store
+                    .commit(client, &snap, &row, &writes)
+                    .await?
+                    .then_some(n))
+            })?;
+        }
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses() {
+        for (good, cluster, path) in [
+            ("zookeeper://127.0.0.1:2181", "127.0.0.1:2181", DEFAULT_PATH),
+            (
+                "zookeeper://h1,h2:2182,h3/ci/a",
+                "h1:2181,h2:2182,h3:2181",
+                "/ci/a",
+            ),
+            ("zookeeper://user:p%40ss@h/x/", "h:2181", "/x"),
+            ("zookeeper://[::1]:2181", "[::1]:2181", DEFAULT_PATH),
+        ] {
+            let s = ZooKeeperStore::open(good).unwrap_or_else(|e| panic!("{good}: {e}"));
+            assert_eq!(
+                (s.cluster.as_str(), s.path.as_str()),
+                (cluster, path),
+                "{good}"
+            );
+        }
+        let s = ZooKeeperStore::open("zookeeper://user:p%40ss@h").unwrap();
+        assert_eq!(s.digest.as_deref(), Some("user:p@ss"));
+        for (bad, why) in [
+            ("zookeeper://", "no host"),
+            ("zookeeper://h:99999", "bad port"),
+            ("zookeeper://h/a b", "not plain"),
+            ("zookeeper://h/a/../b", "not plain"),
+            ("zookeeper://h?ssl=1", "unknown parameter"),
+            ("zookeeper://h1,,h2", "empty host"),
+        ] {
+            let e = ZooKeeperStore::open(bad).unwrap_err().to_string();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+        let e = ZooKeeperStore::open("zookeeper://u:secret@h/a b")
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains("secret"), "{e}");
+    }
+
+    #[test]
+    fn rows_read_back() {
+        let row = Row {
+            lease: Lease {
+                job: "j".into(),
+                holder: "h".into(),
+                host: "host".into(),
+                token: 7,
+                acquired_at: 1,
+                expire_at: 2,
+            },
+            run_id: "r".into(),
+            run_slot: -5,
+            newest: Some(9),
+        };
+        let back = row_from_json("j", row_to_json(&row).as_bytes()).unwrap();
+        assert_eq!(format!("{row:?}"), format!("{back:?}"));
+    }
+}
