@@ -1078,25 +1078,13 @@ impl Store for EtcdStore {
             (None, _) => self.key("run/"),
         };
         // One read, which never conflicts: its attempt always answers.
-        let mut runs = self.retrying("read runs", async |_, client| {
+        let runs = self.retrying("read runs", async |_, client| {
             let resp = client
                 .get(prefix.as_bytes(), Some(GetOptions::new().with_prefix()))
                 .await?;
             runs_of(resp.kvs()).map(Some)
         })?;
-        runs.retain(|r| {
-            (query.outcomes.is_empty() || query.outcomes.contains(&r.outcome))
-                && (query.resolutions.is_empty()
-                    || r.resolution.is_some_and(|x| query.resolutions.contains(&x)))
-        });
-        // Newest first; a job's records started in the same µs, latest recorded first.
-        runs.sort_by(|a, b| {
-            (b.started_at, b.fencing_token, &b.job).cmp(&(a.started_at, a.fencing_token, &a.job))
-        });
-        if query.limit > 0 {
-            runs.truncate(query.limit);
-        }
-        Ok(runs)
+        Ok(remote::select(runs, query))
     }
 
     fn resolve(

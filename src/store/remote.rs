@@ -225,6 +225,27 @@ pub(crate) fn schedule_from_json(
     })
 }
 
+/// The records of `runs` that `query` asks for (its outcomes and resolutions), newest
+/// first as [`crate::store::Store::runs`] answers (records of one job started in the
+/// same µs: the latest recorded, by fencing token, first), at most `query.limit`. For the
+/// key-value stores, which read the records and filter them here.
+#[cfg(any(feature = "store-etcd", feature = "store-zookeeper"))]
+pub(crate) fn select(mut runs: Vec<Run>, query: &crate::store::RunQuery) -> Vec<Run> {
+    runs.retain(|r| {
+        (query.outcomes.is_empty() || query.outcomes.contains(&r.outcome))
+            && (query.resolutions.is_empty()
+                || r.resolution.is_some_and(|x| query.resolutions.contains(&x)))
+    });
+    // Newest first; a job's records started in the same µs, latest recorded first.
+    runs.sort_by(|a, b| {
+        (b.started_at, b.fencing_token, &b.job).cmp(&(a.started_at, a.fencing_token, &a.job))
+    });
+    if query.limit > 0 {
+        runs.truncate(query.limit);
+    }
+    runs
+}
+
 /// The slot of a key part made by [`slot_part`]; `None` for anything else.
 #[cfg(any(feature = "store-etcd", feature = "store-zookeeper"))]
 pub(crate) fn slot_from_part(part: &str) -> Option<i64> {

@@ -1034,7 +1034,7 @@ impl Store for ZooKeeperStore {
     }
 
     fn runs(&mut self, query: &RunQuery) -> Result<Vec<Run>, StoreError> {
-        let mut runs = self.retrying("read runs", async |store, client| {
+        let runs = self.retrying("read runs", async |store, client| {
             let jobs = match &query.job {
                 Some(job) => vec![job.clone()],
                 None => match client.list_children(&store.node("run")).await {
@@ -1055,19 +1055,7 @@ impl Store for ZooKeeperStore {
             }
             Ok(Some(runs))
         })?;
-        runs.retain(|r| {
-            (query.outcomes.is_empty() || query.outcomes.contains(&r.outcome))
-                && (query.resolutions.is_empty()
-                    || r.resolution.is_some_and(|x| query.resolutions.contains(&x)))
-        });
-        // Newest first; a job's records started in the same µs, latest recorded first.
-        runs.sort_by(|a, b| {
-            (b.started_at, b.fencing_token, &b.job).cmp(&(a.started_at, a.fencing_token, &a.job))
-        });
-        if query.limit > 0 {
-            runs.truncate(query.limit);
-        }
-        Ok(runs)
+        Ok(remote::select(runs, query))
     }
 
     fn resolve(
