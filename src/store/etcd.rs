@@ -830,12 +830,12 @@ impl EtcdStore {
             etcd_lease,
             run_key,
         };
-        if state_job.commit(writes, Some(row)).await? {
-            Ok(Some(decision.answer()))
-        } else {
-            let _ = state_job.client.lease_revoke(etcd_lease).await;
-            Ok(None)
-        }
+        // The etcd lease of a lost race is left to expire with nothing attached to it:
+        // revoking it would be one more write through Raft for every loser of a race.
+        Ok(state_job
+            .commit(writes, Some(row))
+            .await?
+            .then(|| decision.answer()))
     }
 
     async fn end_once(

@@ -96,6 +96,9 @@ pub struct ZooKeeperStore {
     describe: String,
     path: String,
     schema_ready: bool,
+    /// The store's time read by the current operation ([`ZooKeeperStore::now_on`]): one
+    /// write of `P/clock` per operation, not per try.
+    call_now: std::cell::Cell<Option<i64>>,
     /// Set by [`ZooKeeperStore::judge_time_by`]: "now" comes from this clock.
     judged: Option<Arc<dyn Clock>>,
 }
@@ -329,6 +332,7 @@ impl ZooKeeperStore {
             describe,
             path,
             schema_ready: false,
+            call_now: std::cell::Cell::new(None),
             judged: None,
         })
     }
@@ -428,6 +432,7 @@ impl ZooKeeperStore {
             self.init()?;
         }
         let mut reconnected = false;
+        self.call_now.set(None);
         loop {
             let client = self.connect()?;
             let this: &ZooKeeperStore = self;
@@ -459,13 +464,25 @@ impl ZooKeeperStore {
     }
 
     /// The store's time, µs since the epoch: the leader's stamp on a write of `P/clock`
-    /// (ms), or the test clock of [`ZooKeeperStore::judge_time_by`].
+    /// (ms), or the test clock of [`ZooKeeperStore::judge_time_by`]. Read once per
+    /// operation ([`ZooKeeperStore::retrying`]): a try that lost a race to another host
+    /// decides again with the same time, which is still no earlier than the call began, so
+    /// a grant's `expire_at` is never later than the caller's own count from its send
+    /// time (the store's clock and the host's agree within the clock tolerance), and 32
+    /// hosts racing for one slot write the clock 32 times, not once per try.
     async fn now_on(&self, client: &Client) -> Result<i64, Fail> {
-        if let Some(clock) = &self.judged {
-            return Ok(clock.now_usec());
+        if let Some(now) = self.call_now.get() {
+            return Ok(now);
         }
-        let stat = client.set_data(&self.node("clock"), b"", None).await?;
-        Ok(stat.mtime.saturating_mul(1000))
+        let now = match &self.judged {
+            Some(clock) => clock.now_usec(),
+            None => {
+                let stat = client.set_data(&self.node("clock"), b"", None).await?;
+                stat.mtime.saturating_mul(1000)
+            }
+        };
+        self.call_now.set(Some(now));
+        Ok(now)
     }
 
     /// Commits `writes` after setting the lease row to `row` at the version read (or
