@@ -280,8 +280,9 @@ pub fn host_warnings(job: &Job) -> Vec<(&'static str, String)> {
         ));
     }
     #[cfg(feature = "store-redis")]
-    if let Ok(crate::store::address::StoreAddress::Redis(a)) =
+    if let Ok(crate::store::address::StoreAddress::Shared { kind, address: a }) =
         crate::store::address::StoreAddress::parse(&address)
+        && kind.name == "redis"
     {
         // An address that cannot be opened is already a problem of its own.
         if let Ok(mut store) = crate::store::redis::RedisStore::open(&a) {

@@ -6,12 +6,11 @@
 //! that is still relative here is relative to the current directory.
 //!
 //! Forms: `sqlite:///ABSOLUTE/PATH.db`, `sqlite://RELATIVE/PATH.db`, `sqlite::memory:` (a
-//! private in-memory store, for tests), `postgres://…`/`postgresql://…`,
-//! `mysql://…`/`mariadb://…` and `redis://…`/`rediss://…` (TLS). Each remote kind lives behind a cargo
-//! feature (`store-postgres`, `store-mysql`, `store-redis`, all on by default); a build
-//! without one recognises its addresses and answers "not built in". Which schemes name
-//! which kind, and which kinds are built, is [`crate::store::registry`]. The remote
-//! addresses are parsed further by their backends.
+//! private in-memory store, for tests), and the shared kinds' forms. Each shared kind lives
+//! behind a cargo feature; a build without one recognises its addresses and answers "not
+//! built in". Which schemes name which kind, which kinds are built and how each is opened
+//! is [`crate::store::registry`]; the shared addresses are parsed further by their
+//! backends.
 
 use std::path::PathBuf;
 
@@ -26,16 +25,13 @@ pub enum StoreAddress {
     SqliteFile(PathBuf),
     /// A private in-memory SQLite store (`sqlite::memory:`); gone when closed.
     SqliteMemory,
-    /// A PostgreSQL address (`postgres://` or `postgresql://`), as written.
-    Postgres(String),
-    /// A MySQL or MariaDB address (`mysql://` or `mariadb://`), as written.
-    Mysql(String),
-    /// A Redis address (`redis://`, or `rediss://` for TLS), as written.
-    Redis(String),
-    /// An etcd v3 address (`etcd://`, or `etcds://` for TLS), as written.
-    Etcd(String),
-    /// A ZooKeeper address (`zookeeper://`), as written.
-    ZooKeeper(String),
+    /// An address of a shared store kind this build contains, as written.
+    Shared {
+        /// The kind, from [`registry::KINDS`].
+        kind: &'static registry::StoreKind,
+        /// The address as written.
+        address: String,
+    },
     /// A kind jobguard knows of but that this build does not contain (e.g. `postgres`).
     NotBuilt {
         /// The scheme as written, e.g. `postgres`.
@@ -96,15 +92,9 @@ impl StoreAddress {
                 }
                 Ok(StoreAddress::SqliteFile(PathBuf::from(path)))
             }
-            "postgres" => Ok(StoreAddress::Postgres(owned)),
-            "mysql" => Ok(StoreAddress::Mysql(owned)),
-            "redis" => Ok(StoreAddress::Redis(owned)),
-            "etcd" => Ok(StoreAddress::Etcd(owned)),
-            "zookeeper" => Ok(StoreAddress::ZooKeeper(owned)),
-            // A registry entry without a variant here: a build that lists a kind it
-            // has no code for.
-            other => Ok(StoreAddress::NotBuilt {
-                scheme: other.to_string(),
+            _ => Ok(StoreAddress::Shared {
+                kind,
+                address: owned,
             }),
         }
     }
@@ -323,12 +313,18 @@ mod tests {
         #[cfg(feature = "store-postgres")]
         assert_eq!(
             StoreAddress::parse("postgres://h/db").unwrap(),
-            StoreAddress::Postgres("postgres://h/db".into())
+            StoreAddress::Shared {
+                kind: registry::by_scheme("postgres").unwrap(),
+                address: "postgres://h/db".into()
+            }
         );
         #[cfg(feature = "store-redis")]
         assert_eq!(
             StoreAddress::parse("rediss://h/0#insecure").unwrap(),
-            StoreAddress::Redis("rediss://h/0#insecure".into())
+            StoreAddress::Shared {
+                kind: registry::by_scheme("redis").unwrap(),
+                address: "rediss://h/0#insecure".into()
+            }
         );
     }
 

@@ -931,6 +931,19 @@ impl EtcdStore {
     }
 }
 
+/// Opens the store at `address` for [`crate::store::registry`]; "now" comes from `clock` (this store has no clock of its own).
+///
+/// # Errors
+/// As [`EtcdStore::open`].
+pub(crate) fn open_boxed(
+    address: &str,
+    clock: std::sync::Arc<dyn crate::clock::Clock>,
+) -> Result<Box<dyn Store>, StoreError> {
+    let mut store = EtcdStore::open(address)?;
+    store.set_clock(clock);
+    Ok(Box::new(store))
+}
+
 impl Store for EtcdStore {
     fn describe(&self) -> String {
         self.describe.clone()

@@ -62,8 +62,7 @@ pub fn open(address: &str) -> Result<Box<dyn Store>, StoreError> {
 /// # Errors
 /// As [`open`].
 pub fn open_with_clock(address: &str, clock: Arc<dyn Clock>) -> Result<Box<dyn Store>, StoreError> {
-    let parsed = StoreAddress::parse(address)?;
-    match parsed {
+    match StoreAddress::parse(address)? {
         #[cfg(feature = "store-sqlite")]
         StoreAddress::SqliteFile(path) => Ok(Box::new(sqlite::SqliteStore::open_with(
             &path,
@@ -77,30 +76,10 @@ pub fn open_with_clock(address: &str, clock: Arc<dyn Clock>) -> Result<Box<dyn S
             let _ = clock;
             Err(not_built(address, "sqlite"))
         }
-        #[cfg(feature = "store-postgres")]
-        StoreAddress::Postgres(a) => Ok(Box::new(postgres::PostgresStore::open(&a)?)),
-        #[cfg(feature = "store-mysql")]
-        StoreAddress::Mysql(a) => Ok(Box::new(mysql::MysqlStore::open(&a)?)),
-        #[cfg(feature = "store-redis")]
-        StoreAddress::Redis(a) => Ok(Box::new(redis::RedisStore::open(&a)?)),
-        #[cfg(feature = "store-etcd")]
-        StoreAddress::Etcd(a) => {
-            let mut store = etcd::EtcdStore::open(&a)?;
-            store.set_clock(clock);
-            Ok(Box::new(store))
-        }
-        #[cfg(not(feature = "store-etcd"))]
-        StoreAddress::Etcd(_) => Err(not_built(address, "etcd")),
-        #[cfg(feature = "store-zookeeper")]
-        StoreAddress::ZooKeeper(a) => Ok(Box::new(zookeeper::ZooKeeperStore::open(&a)?)),
-        #[cfg(not(feature = "store-zookeeper"))]
-        StoreAddress::ZooKeeper(_) => Err(not_built(address, "zookeeper")),
-        #[cfg(not(feature = "store-postgres"))]
-        StoreAddress::Postgres(_) => Err(not_built(address, "postgres")),
-        #[cfg(not(feature = "store-mysql"))]
-        StoreAddress::Mysql(_) => Err(not_built(address, "mysql")),
-        #[cfg(not(feature = "store-redis"))]
-        StoreAddress::Redis(_) => Err(not_built(address, "redis")),
+        StoreAddress::Shared { kind, address: a } => match kind.open {
+            Some(open) => open(&a, clock),
+            None => Err(not_built(address, kind.name)),
+        },
         StoreAddress::NotBuilt { scheme } => Err(not_built(address, &scheme)),
     }
 }

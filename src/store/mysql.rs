@@ -903,6 +903,18 @@ impl MysqlStore {
     }
 }
 
+/// Opens the store at `address` for [`crate::store::registry`]; `clock` is not used: the server's clock judges.
+///
+/// # Errors
+/// As [`MysqlStore::open`].
+pub(crate) fn open_boxed(
+    address: &str,
+    clock: std::sync::Arc<dyn crate::clock::Clock>,
+) -> Result<Box<dyn Store>, StoreError> {
+    let _ = clock;
+    Ok(Box::new(MysqlStore::open(address)?))
+}
+
 impl Store for MysqlStore {
     fn describe(&self) -> String {
         self.describe.clone()

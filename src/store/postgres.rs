@@ -1078,6 +1078,18 @@ fn run_from(json: Option<String>) -> Result<Option<Run>, Fail> {
         .transpose()
 }
 
+/// Opens the store at `address` for [`crate::store::registry`]; `clock` is not used: the server's clock judges.
+///
+/// # Errors
+/// As [`PostgresStore::open`].
+pub(crate) fn open_boxed(
+    address: &str,
+    clock: std::sync::Arc<dyn crate::clock::Clock>,
+) -> Result<Box<dyn Store>, StoreError> {
+    let _ = clock;
+    Ok(Box::new(PostgresStore::open(address)?))
+}
+
 impl Store for PostgresStore {
     fn describe(&self) -> String {
         self.describe.clone()

@@ -6,11 +6,32 @@
 //! address parser ([`crate::store::address`]), the job-list loader (which refuses a
 //! kind this build cannot open, with file:line:column), `jobguard check`, a job's
 //! network dependency ([`crate::job::Job::needs_network`]) and the generator (which
-//! skips such a job). Opening is left to [`crate::store::open`]. A new store is one
-//! entry here plus its backend file.
+//! skips such a job), and [`crate::store::open`], which opens a shared kind with its
+//! entry's [`StoreKind::open`]. A new store is its backend file (with an `open_boxed`
+//! function), its cargo feature, its `mod` line in `store/mod.rs`, and an entry here.
+
+use std::sync::Arc;
+
+use crate::clock::Clock;
+use crate::store::{Store, StoreError};
+
+/// Opens a store of one kind: the address as written, and the clock that stores without a
+/// clock of their own read "now" from ([`crate::store::open_with_clock`]).
+pub type Opener = fn(&str, Arc<dyn Clock>) -> Result<Box<dyn Store>, StoreError>;
+
+/// The opener of a shared kind when its cargo feature is built, else `None`.
+macro_rules! opener {
+    ($feature:literal, $module:ident) => {{
+        #[cfg(feature = $feature)]
+        let open: Option<Opener> = Some(super::$module::open_boxed);
+        #[cfg(not(feature = $feature))]
+        let open: Option<Opener> = None;
+        open
+    }};
+}
 
 /// One kind of store.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub struct StoreKind {
     /// Short name, as in messages (`postgres`).
     pub name: &'static str,
@@ -28,7 +49,19 @@ pub struct StoreKind {
     pub default_port: Option<u16>,
     /// The address forms, for messages (`postgres://USER@HOST/DB`).
     pub forms: &'static [&'static str],
+    /// How a shared kind is opened, when this build contains it (`None` for SQLite, which
+    /// [`crate::store::open`] opens itself, and for a kind left out of the build).
+    pub open: Option<Opener>,
 }
+
+/// Kinds are one per name ([`KINDS`]).
+impl PartialEq for StoreKind {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+
+impl Eq for StoreKind {}
 
 /// Every store kind jobguard has code for, in the order messages list them.
 pub const KINDS: &[StoreKind] = &[
@@ -40,6 +73,7 @@ pub const KINDS: &[StoreKind] = &[
         shared: false,
         default_port: None,
         forms: &["sqlite:///PATH", "sqlite::memory:"],
+        open: None,
     },
     StoreKind {
         name: "postgres",
@@ -49,6 +83,7 @@ pub const KINDS: &[StoreKind] = &[
         shared: true,
         default_port: Some(5432),
         forms: &["postgres://USER@HOST/DB"],
+        open: opener!("store-postgres", postgres),
     },
     StoreKind {
         name: "mysql",
@@ -58,6 +93,7 @@ pub const KINDS: &[StoreKind] = &[
         shared: true,
         default_port: Some(3306),
         forms: &["mysql://USER@HOST/DB"],
+        open: opener!("store-mysql", mysql),
     },
     StoreKind {
         name: "redis",
@@ -67,6 +103,7 @@ pub const KINDS: &[StoreKind] = &[
         shared: true,
         default_port: Some(6379),
         forms: &["redis://HOST:PORT/DB", "rediss://HOST:PORT/DB"],
+        open: opener!("store-redis", redis),
     },
     StoreKind {
         name: "etcd",
@@ -79,6 +116,7 @@ pub const KINDS: &[StoreKind] = &[
             "etcd://HOST:PORT[,HOST:PORT…]",
             "etcds://HOST:PORT[,HOST:PORT…]",
         ],
+        open: opener!("store-etcd", etcd),
     },
     StoreKind {
         name: "zookeeper",
@@ -88,6 +126,7 @@ pub const KINDS: &[StoreKind] = &[
         shared: true,
         default_port: Some(2181),
         forms: &["zookeeper://HOST:PORT[,HOST:PORT…][/PATH]"],
+        open: opener!("store-zookeeper", zookeeper),
     },
 ];
 
@@ -154,6 +193,13 @@ mod tests {
             let why = unavailable(scheme).unwrap();
             assert!(why.contains("unknown store kind"), "{why}");
             assert!(!supported().contains(scheme) || scheme.is_empty(), "{why}");
+        }
+    }
+
+    #[test]
+    fn every_shared_kind_this_build_contains_can_be_opened() {
+        for k in KINDS.iter().filter(|k| k.shared) {
+            assert_eq!(k.built, k.open.is_some(), "{}", k.name);
         }
     }
 

@@ -914,6 +914,18 @@ struct Snapshot {
     version: Option<i32>,
 }
 
+/// Opens the store at `address` for [`crate::store::registry`]; `clock` is not used: the server's clock judges.
+///
+/// # Errors
+/// As [`ZooKeeperStore::open`].
+pub(crate) fn open_boxed(
+    address: &str,
+    clock: std::sync::Arc<dyn crate::clock::Clock>,
+) -> Result<Box<dyn Store>, StoreError> {
+    let _ = clock;
+    Ok(Box::new(ZooKeeperStore::open(address)?))
+}
+
 impl Store for ZooKeeperStore {
     fn describe(&self) -> String {
         self.describe.clone()
