@@ -182,6 +182,61 @@ mod zookeeper {
         assert!(until.is_some(), "{until:?}");
     }
 
+    /// With a user in the address, the session authenticates with the digest scheme and
+    /// every node jobguard creates is that user's alone: the same user on another
+    /// connection works with it, another user (or none) is refused, and the password
+    /// is not shown.
+    #[test]
+    fn digest_auth_keeps_the_nodes_to_their_user() {
+        use jobguard::store::{Claim, StoreError};
+        let Some(ns) = remote::Namespace::new(Kind::ZooKeeper, "zookeeper::digest") else {
+            return;
+        };
+        let at = |userinfo: &str| format!("zookeeper://{userinfo}127.0.0.1:2181/{}", ns.name);
+        let req = |id| {
+            crate::common::conformance::request(
+                "sync",
+                crate::common::conformance::T0,
+                id,
+                id,
+                false,
+            )
+        };
+        let mut owner = jobguard::store::open(&at("jobs:s%40cret@")).unwrap();
+        assert!(matches!(
+            owner.claim(&req(1)).unwrap(),
+            Claim::Claimed { .. }
+        ));
+        let mut again = jobguard::store::open(&at("jobs:s%40cret@")).unwrap();
+        assert!(matches!(again.claim(&req(2)).unwrap(), Claim::Busy { .. }));
+        for userinfo in ["jobs:wrong@", "other:s%40cret@", ""] {
+            let mut s = jobguard::store::open(&at(userinfo)).unwrap();
+            let e = s.claim(&req(3)).unwrap_err();
+            assert!(
+                matches!(e, StoreError::Unavailable { .. }),
+                "{userinfo}: {e}"
+            );
+            assert!(!e.to_string().contains("s@cret"), "{e}");
+        }
+        // Only the owner may remove the nodes: zkCli.sh reads its commands from stdin.
+        let mut cli = std::process::Command::new("/usr/share/zookeeper/bin/zkCli.sh")
+            .args(["-server", "127.0.0.1:2181"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("zkCli.sh");
+        if let Some(mut stdin) = cli.stdin.take() {
+            use std::io::Write;
+            let _ = writeln!(
+                stdin,
+                "addauth digest jobs:s@cret\ndeleteall /{}\nquit",
+                ns.name
+            );
+        }
+        let _ = cli.wait();
+    }
+
     #[test]
     fn describe_masks_the_password() {
         let s = jobguard::store::open("zookeeper://u:hunter2@127.0.0.1:2181/x").unwrap();
