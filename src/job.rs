@@ -345,6 +345,34 @@ impl Job {
             .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
     }
 
+    /// How long, µs, a host's declaration of this schedule holds without a refresh
+    /// ([`crate::store::ScheduleDecl::horizon`]): twice the longest gap between the
+    /// schedule's elapses around `now_usec` (the previous one and the next eight, so a
+    /// weekday schedule counts its weekend), and at least 10 minutes, so that clocks a
+    /// little apart and a firing delayed by `RandomizedDelaySec=` do not end it early.
+    pub fn schedule_horizon(&self, now_usec: i64) -> i64 {
+        const LEAST: i64 = 600_000_000;
+        let Ok(mut at) = jiff::Timestamp::from_microsecond(now_usec) else {
+            return LEAST;
+        };
+        let mut previous = self.calendar.previous_elapse(at);
+        let mut longest = 0i64;
+        for _ in 0..8 {
+            let Some(next) = self.calendar.next_elapse(at) else {
+                break;
+            };
+            if let Some(p) = previous {
+                longest = longest.max(next.as_microsecond() - p.as_microsecond());
+            }
+            previous = Some(next);
+            at = next;
+        }
+        let delay = self
+            .randomized_delay
+            .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
+        longest.saturating_mul(2).saturating_add(delay).max(LEAST)
+    }
+
     /// The store address: [`Job::store`]; or the first line of [`Job::store_file`] that
     /// is neither empty nor a `#` comment, trimmed; or, by the same rule, the text of
     /// credential [`Job::store_credential`], read from the first place of

@@ -2186,17 +2186,23 @@ fn hosts_catching_up_at_once_run_every_missed_slot_exactly_once() {
 /// B, whose file is newer). Without a rule each runs "its" slot, so every day of the
 /// change runs twice. The newest definition wins: from B's first firing, only B's slots
 /// run and A skips with `schedule-differs`; when A's file is written again (now newer),
-/// A takes the job back at its next firing and B skips. Two job lists with runtime
-/// directories of their own play the hosts; libfaketime moves the clock from day to day.
+/// A takes the job back at its next firing and B skips. When A stops firing (retired), B
+/// takes the job over once A's schedule has gone a whole horizon without A; and a host's
+/// own later declaration replaces its earlier one even from an older file (a restored
+/// backup). Two job lists with runtime directories of their own play the hosts;
+/// libfaketime moves the clock from day to day.
 #[test]
 fn two_hosts_with_different_schedules_run_each_day_once_by_the_newest_definition() {
     let faketime = std::process::Command::new("sh")
         .args(["-c", "command -v faketime"])
         .output()
         .is_ok_and(|o| o.status.success());
-    if !faketime {
-        assert!(std::env::var_os("CI").is_none(), "faketime is missing");
-        eprintln!("SKIPPED: faketime not found");
+    if !faketime || !nix::unistd::geteuid().is_root() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "needs faketime and root (unshare)"
+        );
+        eprintln!("SKIPPED: needs faketime and root (unshare)");
         return;
     }
     let shared = tempfile::tempdir().expect("tempdir");
@@ -2223,9 +2229,36 @@ fn two_hosts_with_different_schedules_run_each_day_once_by_the_newest_definition
     };
     set_mtime(&a, "2027-02-01 00:00:00");
     set_mtime(&b, "2027-02-15 00:00:00");
+    // Each host has a machine id of its own: `/etc/machine-id` bound over in a mount
+    // namespace (unshare(1), as root), then libfaketime for the day.
     let fire = |sb: &Sandbox, at: &str| {
+        let id = if sb.path() == a.path() {
+            "0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a"
+        } else {
+            "0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b"
+        };
+        let file = sb.file("machine-id");
+        std::fs::write(&file, format!("{id}\n")).expect("write machine-id");
+        let file = file.display().to_string();
+        let when = format!("@{at}");
         let o = sb
-            .cmd_under("faketime", &["-f", &format!("@{at}")], &["run", "sync"])
+            .cmd_under(
+                "unshare",
+                &[
+                    "--mount",
+                    "--propagation",
+                    "private",
+                    "--",
+                    "/bin/sh",
+                    "-c",
+                    "mount --bind \"$0\" /etc/machine-id && exec \"$@\"",
+                    &file,
+                    "faketime",
+                    "-f",
+                    &when,
+                ],
+                &["run", "sync"],
+            )
             .env("TZ", "UTC")
             .env("TRIGGER_TIMER_REALTIME_USEC", FIRED)
             .output()
@@ -2250,6 +2283,17 @@ fn two_hosts_with_different_schedules_run_each_day_once_by_the_newest_definition
     fire(&a, "2027-03-03 02:00:30");
     let skipped = fire(&b, "2027-03-03 03:00:30");
     assert!(skipped.contains("runs by the schedule"), "{skipped}");
+    // Host A is retired. Within the winning schedule's horizon (twice its day) B still
+    // skips; after it, B takes the job over instead of skipping for ever.
+    let skipped = fire(&b, "2027-03-04 03:00:30");
+    assert!(skipped.contains("runs by the schedule"), "{skipped}");
+    fire(&b, "2027-03-06 03:00:30");
+    // B's job list is put back from a backup: another schedule, in a file with an older
+    // time. A host's own declaration gives way to its next one, so it runs by it.
+    let text = std::fs::read_to_string(b.file("jobs.toml")).expect("read");
+    std::fs::write(b.file("jobs.toml"), text.replace("03:00:00", "02:30:00")).expect("write");
+    set_mtime(&b, "2027-01-01 00:00:00");
+    fire(&b, "2027-03-07 02:30:30");
     let ran = std::fs::read_to_string(&out).unwrap_or_default();
     assert_eq!(
         ran.lines().collect::<Vec<_>>(),
@@ -2260,6 +2304,8 @@ fn two_hosts_with_different_schedules_run_each_day_once_by_the_newest_definition
             "2027-03-01T03:00:00Z",
             "2027-03-02T03:00:00Z",
             "2027-03-03T02:00:00Z",
+            "2027-03-06T03:00:00Z",
+            "2027-03-07T02:30:00Z",
         ],
         "{ran}"
     );

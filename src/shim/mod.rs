@@ -184,7 +184,11 @@ pub fn run(job: &Job, req: &Request) -> u8 {
         if took && current.trigger != "timer" {
             return status;
         }
-        if let Some(code) = other_schedule(job, store.as_mut(), &holder, &current.slot) {
+        // Only the timer's own start declares: a person's `jobguard run JOB` from a shell
+        // (whose TZ may differ from the service's) runs the slot it computes, as asked.
+        if current.trigger == "timer"
+            && let Some(code) = other_schedule(job, store.as_mut(), &holder, &current.slot)
+        {
             note(code);
             return status;
         }
@@ -707,18 +711,22 @@ fn describe_run(r: &Run) -> String {
     )
 }
 
-/// Declares the schedule this host runs the job by ([`Store::declare_schedule`]). Slots
-/// come from the host's schedule: when another host that shares the store runs the job by
-/// a newer definition, this one runs no slot of its own (a person's `--slot`, `--force`
-/// and `jobguard rerun` still run). `None` to go on; else the exit status of the skip, or
+/// Declares the schedule this host runs the job by ([`Store::declare_schedule`]), for a
+/// start by the job's timer or by a recovery pass. Slots come from the host's schedule:
+/// when another host that shares the store runs the job by a newer definition, this one
+/// runs no slot of its own (a person's `jobguard run`, `--slot`, `--force` and `jobguard
+/// rerun` still run). `None` to go on; else the exit status of the skip, or
 /// of the store's failure.
 fn other_schedule(job: &Job, store: &mut dyn Store, holder: &Holder, slot: &Slot) -> Option<u8> {
     let mine = job.schedule_fingerprint();
+    let now = crate::clock::Clock::now_usec(&crate::clock::SystemClock);
     let decl = ScheduleDecl {
         job: job.name.clone(),
         fingerprint: mine.clone(),
         defined_at: job.schedule_defined_at(),
-        host: holder.host.clone(),
+        host: format!("{} {}", holder.host, holder.machine_id),
+        seen_at: now,
+        horizon: job.schedule_horizon(now),
     };
     match with_retry(job, || store.declare_schedule(&decl)) {
         Ok(wins) if wins.fingerprint != mine => Some(schedule_differs(job, slot, &wins)),
@@ -735,12 +743,14 @@ fn schedule_differs(job: &Job, slot: &Slot, wins: &ScheduleDecl) -> u8 {
         Kind::SkippedScheduleDiffers,
         "schedule-differs",
         format!(
-            "the job runs by the schedule {:?} of host {} (defined {}), not this host's {:?} (defined {}): the newest definition wins; install the same job list on every host",
+            "the job runs by the schedule {:?} of host {} (defined {}, last declared {}), not this host's {:?} (defined {}): the newest definition wins while its hosts fire (until {} without them); install the same job list on every host",
             wins.fingerprint,
             wins.host,
             format_usec(wins.defined_at),
+            format_usec(wins.seen_at),
             job.schedule_fingerprint(),
-            format_usec(job.schedule_defined_at())
+            format_usec(job.schedule_defined_at()),
+            format_usec(wins.seen_at.saturating_add(wins.horizon))
         ),
     )
 }

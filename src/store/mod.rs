@@ -290,8 +290,16 @@ pub struct ScheduleDecl {
     /// When the declaring host's definition was written: the modification time of the
     /// file that states the job's schedule, µs since the Unix epoch.
     pub defined_at: i64,
-    /// The declaring host's name, for messages.
+    /// The declaring host: its machine id (`/etc/machine-id`) and name, `ID HOST`. A
+    /// host's declaration replaces its own earlier one whatever their times.
     pub host: String,
+    /// When a host of this schedule last declared it, µs since the epoch by that host's
+    /// clock: the hosts that run by a schedule refresh it as they fire.
+    pub seen_at: i64,
+    /// How long, µs, the schedule holds without a refresh before a host with another one
+    /// takes the job over ([`crate::job::Job::schedule_horizon`]): twice the longest gap
+    /// between its elapses, at least 10 minutes.
+    pub horizon: i64,
 }
 
 /// Which records [`Store::runs`] returns, newest first.

@@ -1085,23 +1085,28 @@ impl Store for MysqlStore {
     fn read_schedule(&mut self, job: &str) -> Result<Option<ScheduleDecl>, StoreError> {
         self.ready()?;
         let sql = format!(
-            "SELECT fingerprint, defined_at, host FROM jobguard_schedule WHERE job = {}",
+            "SELECT fingerprint, defined_at, host, seen_at, horizon FROM jobguard_schedule
+             WHERE job = {}",
             lit(job)
         );
         self.with_schema("read the schedule", |c| {
-            let row: Option<(String, i64, String)> = match c.query_first(&sql) {
+            let row: Option<(String, i64, String, i64, i64)> = match c.query_first(&sql) {
                 Ok(row) => row,
                 // The table comes with the first declaration (no schema version for it: a
                 // jobguard that does not know it leaves it alone). 1146: no such table.
                 Err(mysql::Error::MySqlError(e)) if e.code == 1146 => None,
                 Err(e) => return Err(e.into()),
             };
-            Ok(row.map(|(fingerprint, defined_at, host)| ScheduleDecl {
-                job: job.to_string(),
-                fingerprint,
-                defined_at,
-                host,
-            }))
+            Ok(row.map(
+                |(fingerprint, defined_at, host, seen_at, horizon)| ScheduleDecl {
+                    job: job.to_string(),
+                    fingerprint,
+                    defined_at,
+                    host,
+                    seen_at,
+                    horizon,
+                },
+            ))
         })
     }
 
@@ -1113,22 +1118,28 @@ impl Store for MysqlStore {
         self.ready()?;
         let write = match expected {
             None => format!(
-                "INSERT INTO jobguard_schedule (job, fingerprint, defined_at, host)
-                 VALUES ({}, {}, {}, {})",
+                "INSERT INTO jobguard_schedule (job, fingerprint, defined_at, host, seen_at, horizon)
+                 VALUES ({}, {}, {}, {}, {}, {})",
                 lit(&new.job),
-                lit(&new.fingerprint),
-                new.defined_at,
-                lit(&new.host)
-            ),
-            Some(e) => format!(
-                "UPDATE jobguard_schedule SET fingerprint = {}, defined_at = {}, host = {}
-                 WHERE job = {} AND fingerprint = {} AND defined_at = {}",
                 lit(&new.fingerprint),
                 new.defined_at,
                 lit(&new.host),
+                new.seen_at,
+                new.horizon
+            ),
+            Some(e) => format!(
+                "UPDATE jobguard_schedule SET fingerprint = {}, defined_at = {}, host = {},
+                   seen_at = {}, horizon = {}
+                 WHERE job = {} AND fingerprint = {} AND defined_at = {} AND seen_at = {}",
+                lit(&new.fingerprint),
+                new.defined_at,
+                lit(&new.host),
+                new.seen_at,
+                new.horizon,
                 lit(&new.job),
                 lit(&e.fingerprint),
-                e.defined_at
+                e.defined_at,
+                e.seen_at
             ),
         };
         self.with_schema("declare the schedule", |c| {
@@ -1137,7 +1148,9 @@ impl Store for MysqlStore {
                     job         VARCHAR(255) NOT NULL PRIMARY KEY,
                     fingerprint VARCHAR(1024) NOT NULL,
                     defined_at  BIGINT NOT NULL,
-                    host        VARCHAR(255) NOT NULL
+                    host        VARCHAR(255) NOT NULL,
+                    seen_at     BIGINT NOT NULL,
+                    horizon     BIGINT NOT NULL
                 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin",
             )?;
             match c.query_drop(&write) {

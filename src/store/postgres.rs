@@ -1318,7 +1318,8 @@ impl Store for PostgresStore {
         self.with_schema("read the schedule", async |c| {
             let rows = match c
                 .query_typed(
-                    "SELECT fingerprint, defined_at, host FROM jobguard_schedule WHERE job = $1",
+                    "SELECT fingerprint, defined_at, host, seen_at, horizon FROM jobguard_schedule
+                     WHERE job = $1",
                     &[(&job, Type::TEXT)],
                 )
                 .await
@@ -1336,6 +1337,8 @@ impl Store for PostgresStore {
                         fingerprint: r.try_get(0)?,
                         defined_at: r.try_get(1)?,
                         host: r.try_get(2)?,
+                        seen_at: r.try_get(3)?,
+                        horizon: r.try_get(4)?,
                     })
                 })
                 .transpose()
@@ -1355,7 +1358,8 @@ impl Store for PostgresStore {
                 .batch_execute(
                     "CREATE TABLE IF NOT EXISTS jobguard_schedule (
                         job text PRIMARY KEY, fingerprint text NOT NULL,
-                        defined_at bigint NOT NULL, host text NOT NULL)",
+                        defined_at bigint NOT NULL, host text NOT NULL,
+                        seen_at bigint NOT NULL, horizon bigint NOT NULL)",
                 )
                 .await
             {
@@ -1367,37 +1371,36 @@ impl Store for PostgresStore {
                 }
                 _ => {}
             }
-            let rows = match expected {
+            let mut values: Vec<(&(dyn tokio_postgres::types::ToSql + Sync), Type)> = vec![
+                (&new.job, Type::TEXT),
+                (&new.fingerprint, Type::TEXT),
+                (&new.defined_at, Type::INT8),
+                (&new.host, Type::TEXT),
+                (&new.seen_at, Type::INT8),
+                (&new.horizon, Type::INT8),
+            ];
+            let sql = match expected {
                 None => {
-                    c.query_typed(
-                        "INSERT INTO jobguard_schedule (job, fingerprint, defined_at, host)
-                         VALUES ($1, $2, $3, $4) ON CONFLICT (job) DO NOTHING RETURNING 1",
-                        &[
-                            (&new.job, Type::TEXT),
-                            (&new.fingerprint, Type::TEXT),
-                            (&new.defined_at, Type::INT8),
-                            (&new.host, Type::TEXT),
-                        ],
-                    )
-                    .await?
+                    "INSERT INTO jobguard_schedule
+                       (job, fingerprint, defined_at, host, seen_at, horizon)
+                     VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (job) DO NOTHING RETURNING 1"
                 }
                 Some(e) => {
-                    c.query_typed(
-                        "UPDATE jobguard_schedule SET fingerprint = $2, defined_at = $3, host = $4
-                         WHERE job = $1 AND fingerprint = $5 AND defined_at = $6 RETURNING 1",
-                        &[
-                            (&new.job, Type::TEXT),
-                            (&new.fingerprint, Type::TEXT),
-                            (&new.defined_at, Type::INT8),
-                            (&new.host, Type::TEXT),
-                            (&e.fingerprint, Type::TEXT),
-                            (&e.defined_at, Type::INT8),
-                        ],
-                    )
-                    .await?
+                    values.extend([
+                        (
+                            &e.fingerprint as &(dyn tokio_postgres::types::ToSql + Sync),
+                            Type::TEXT,
+                        ),
+                        (&e.defined_at, Type::INT8),
+                        (&e.seen_at, Type::INT8),
+                    ]);
+                    "UPDATE jobguard_schedule SET fingerprint = $2, defined_at = $3, host = $4,
+                       seen_at = $5, horizon = $6
+                     WHERE job = $1 AND fingerprint = $7 AND defined_at = $8 AND seen_at = $9
+                     RETURNING 1"
                 }
             };
-            Ok(rows.len() == 1)
+            Ok(c.query_typed(sql, &values).await?.len() == 1)
         })
     }
 

@@ -410,16 +410,18 @@ for _, id in ipairs(ids) do table.insert(out, redis.call('HGETALL', p .. 'run:' 
 return out
 "#;
 
-/// Replaces the schedule hash `KEYS[1]` with ARGV[3..5] if it still holds the fingerprint
-/// ARGV[1] and time ARGV[2] (ARGV[1] empty: if there is none); 1 if replaced, else 0.
+/// Replaces the schedule hash `KEYS[1]` with ARGV[4..8] if it still holds the fingerprint
+/// ARGV[1], time ARGV[2] and last declaration ARGV[3] (ARGV[1] empty: if there is none);
+/// 1 if replaced, else 0.
 const SWAP_SCHEDULE: &str = r"
-local cur = redis.call('HMGET', KEYS[1], 'fingerprint', 'defined_at')
+local cur = redis.call('HMGET', KEYS[1], 'fingerprint', 'defined_at', 'seen_at')
 if ARGV[1] == '' then
   if cur[1] then return 0 end
-elseif cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2] then
+elseif cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2] or cur[3] ~= ARGV[3] then
   return 0
 end
-redis.call('HSET', KEYS[1], 'fingerprint', ARGV[3], 'defined_at', ARGV[4], 'host', ARGV[5])
+redis.call('HSET', KEYS[1], 'fingerprint', ARGV[4], 'defined_at', ARGV[5], 'host', ARGV[6],
+  'seen_at', ARGV[7], 'horizon', ARGV[8])
 return 1
 ";
 
@@ -1009,26 +1011,26 @@ impl Store for RedisStore {
         let fields: Vec<Option<String>> = self.call("read the schedule", |c, _, p| {
             Ok(redis::cmd("HMGET")
                 .arg(format!("{p}schedule:{job}"))
-                .arg(&["fingerprint", "defined_at", "host"])
+                .arg(&["fingerprint", "defined_at", "host", "seen_at", "horizon"])
                 .query(c)?)
         })?;
-        let [Some(fingerprint), Some(defined_at), host] =
-            <[Option<String>; 3]>::try_from(fields)
-                .map_err(|_| self.error("read the schedule", Fail::Data("3 fields".into())))?
+        let bad = |what: String| self.error("read the schedule", Fail::Data(what));
+        let [Some(fingerprint), Some(defined_at), host, seen_at, horizon] =
+            <[Option<String>; 5]>::try_from(fields).map_err(|_| bad("5 fields".into()))?
         else {
             return Ok(None);
         };
-        let defined_at = defined_at.parse().map_err(|_| {
-            self.error(
-                "read the schedule",
-                Fail::Data(format!("defined_at {defined_at:?}")),
-            )
-        })?;
+        let number = |name: &str, v: Option<String>| -> Result<i64, StoreError> {
+            let v = v.unwrap_or_default();
+            v.parse().map_err(|_| bad(format!("{name} {v:?}")))
+        };
         Ok(Some(ScheduleDecl {
             job: job.to_string(),
             fingerprint,
-            defined_at,
+            defined_at: number("defined_at", Some(defined_at))?,
             host: host.unwrap_or_default(),
+            seen_at: number("seen_at", seen_at)?,
+            horizon: number("horizon", horizon)?,
         }))
     }
 
@@ -1038,17 +1040,24 @@ impl Store for RedisStore {
         new: &ScheduleDecl,
     ) -> Result<bool, StoreError> {
         self.ready()?;
-        let (fp, at) = expected.map_or((String::new(), String::new()), |e| {
-            (e.fingerprint.clone(), e.defined_at.to_string())
+        let (fp, at, seen) = expected.map_or((String::new(), String::new(), String::new()), |e| {
+            (
+                e.fingerprint.clone(),
+                e.defined_at.to_string(),
+                e.seen_at.to_string(),
+            )
         });
         let swapped: i64 = self.call("declare the schedule", |c, _, p| {
             Ok(redis::Script::new(SWAP_SCHEDULE)
                 .key(format!("{p}schedule:{}", new.job))
                 .arg(&fp)
                 .arg(&at)
+                .arg(&seen)
                 .arg(&new.fingerprint)
                 .arg(new.defined_at)
                 .arg(&new.host)
+                .arg(new.seen_at)
+                .arg(new.horizon)
                 .invoke(c)?)
         })?;
         Ok(swapped == 1)

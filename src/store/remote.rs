@@ -202,7 +202,14 @@ pub(crate) fn run_to_json(run: &Run) -> Result<String, String> {
 /// order (serde_json's map is sorted), so that equal declarations are equal bytes.
 #[cfg(any(feature = "store-etcd", feature = "store-zookeeper"))]
 pub(crate) fn schedule_to_json(d: &crate::store::ScheduleDecl) -> String {
-    json!({"fingerprint": d.fingerprint, "defined_at": d.defined_at, "host": d.host}).to_string()
+    json!({
+        "fingerprint": d.fingerprint,
+        "defined_at": d.defined_at,
+        "host": d.host,
+        "seen_at": d.seen_at,
+        "horizon": d.horizon,
+    })
+    .to_string()
 }
 
 /// A schedule declaration of `job` written by [`schedule_to_json`].
@@ -212,16 +219,20 @@ pub(crate) fn schedule_from_json(
     text: &[u8],
 ) -> Result<crate::store::ScheduleDecl, String> {
     let v: Value = serde_json::from_slice(text).map_err(|e| format!("schedule of {job}: {e}"))?;
-    let s = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
+    let number = |k: &str| {
+        v.get(k)
+            .and_then(Value::as_i64)
+            .ok_or_else(|| format!("schedule of {job}: no {k}"))
+    };
+    let text = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
     Ok(crate::store::ScheduleDecl {
         job: job.to_string(),
-        fingerprint: s("fingerprint")
+        fingerprint: text("fingerprint")
             .ok_or_else(|| format!("schedule of {job}: no fingerprint"))?,
-        defined_at: v
-            .get("defined_at")
-            .and_then(Value::as_i64)
-            .ok_or_else(|| format!("schedule of {job}: no defined_at"))?,
-        host: s("host").unwrap_or_default(),
+        defined_at: number("defined_at")?,
+        host: text("host").unwrap_or_default(),
+        seen_at: number("seen_at")?,
+        horizon: number("horizon")?,
     })
 }
 

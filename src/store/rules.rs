@@ -63,16 +63,26 @@ pub const FOREIGN_GRACE_USEC: i64 = 90_000_000;
 /// gives up: another host would have to declare between every read and swap.
 pub const SCHEDULE_TRIES: u32 = 10;
 
-/// What to write when a host declares `asked` and the store holds `current`
-/// ([`crate::store::Store::declare_schedule`]); `None`: nothing, `current` stands.
+/// What to write when a host declares `asked` (with `seen_at` its clock's now) and the
+/// store holds `current` ([`crate::store::Store::declare_schedule`]); `None`: nothing,
+/// `current` stands.
 ///
-/// The newest definition wins: `asked` replaces a record of another fingerprint when its
-/// `(defined_at, fingerprint)` is greater (the fingerprint only breaks a tie, so that every
-/// host agrees), and a record of the same fingerprint when its `defined_at` is later (so
-/// that a later change back to the other schedule is newer than every host's copy of
-/// this one). From the first declaration that wins, only the winning schedule's hosts
-/// run the job's slots; a host still on an older definition skips until its job list is
-/// updated, and a host whose definition is newer takes the job over at its next firing.
+/// The newest definition wins, while its hosts keep firing:
+/// - `asked` replaces a record of another fingerprint when its `(defined_at,
+///   fingerprint)` is greater (the fingerprint only breaks a tie, so that every host
+///   agrees); when the record is the asking host's own (it changed its mind, even to a
+///   file with an older time, such as a restored backup); or when no host has refreshed
+///   the record for its `horizon` (the hosts of that schedule are gone, or no longer run
+///   the job);
+/// - a declaration of the recorded fingerprint refreshes it: a later `defined_at` is
+///   kept (so that a later change back to the other schedule is newer than every host's
+///   copy of this one), and `seen_at` is written again once a quarter of the horizon
+///   has passed, so that the hosts of a live schedule write it a few times per horizon,
+///   not at every firing.
+///
+/// From the first declaration that wins, only the winning schedule's hosts run the job's
+/// slots; a host still on an older definition skips until its job list is updated, or
+/// until the winning hosts have not fired for the winning schedule's horizon.
 pub fn declare_schedule(
     current: Option<&ScheduleDecl>,
     asked: &ScheduleDecl,
@@ -80,12 +90,16 @@ pub fn declare_schedule(
     let Some(c) = current else {
         return Some(asked.clone());
     };
-    let newer = if c.fingerprint == asked.fingerprint {
-        asked.defined_at > c.defined_at
-    } else {
-        (asked.defined_at, &asked.fingerprint) > (c.defined_at, &c.fingerprint)
-    };
-    newer.then(|| asked.clone())
+    let stale = asked.seen_at.saturating_sub(c.seen_at) > c.horizon;
+    if c.fingerprint == asked.fingerprint {
+        let refresh = asked.seen_at.saturating_sub(c.seen_at) > c.horizon / 4;
+        return (asked.defined_at > c.defined_at || refresh || stale).then(|| ScheduleDecl {
+            defined_at: asked.defined_at.max(c.defined_at),
+            ..asked.clone()
+        });
+    }
+    let newer = (asked.defined_at, &asked.fingerprint) > (c.defined_at, &c.fingerprint);
+    (newer || c.host == asked.host || stale).then(|| asked.clone())
 }
 
 /// The largest clock tolerance the rules use, µs: 1000 years. A larger `clock_tolerance`

@@ -977,7 +977,8 @@ impl Store for SqliteStore {
             Ok(self
                 .conn
                 .prepare_cached(
-                    "SELECT fingerprint, defined_at, host FROM jobguard_schedule WHERE job = ?1",
+                    "SELECT fingerprint, defined_at, host, seen_at, horizon FROM jobguard_schedule
+                     WHERE job = ?1",
                 )?
                 .query_row([job], |r| {
                     Ok(ScheduleDecl {
@@ -985,6 +986,8 @@ impl Store for SqliteStore {
                         fingerprint: r.get(0)?,
                         defined_at: r.get(1)?,
                         host: r.get(2)?,
+                        seen_at: r.get(3)?,
+                        horizon: r.get(4)?,
                     })
                 })
                 .optional()?)
@@ -1000,25 +1003,38 @@ impl Store for SqliteStore {
         self.write("declare the schedule", |tx, _now| {
             tx.execute_batch(
                 "CREATE TABLE IF NOT EXISTS jobguard_schedule (
-                    job TEXT PRIMARY KEY, fingerprint TEXT NOT NULL,
-                    defined_at INTEGER NOT NULL, host TEXT NOT NULL)",
+                    job TEXT PRIMARY KEY, fingerprint TEXT NOT NULL, defined_at INTEGER NOT NULL,
+                    host TEXT NOT NULL, seen_at INTEGER NOT NULL, horizon INTEGER NOT NULL)",
             )?;
+            let values = params![
+                new.job,
+                new.fingerprint,
+                new.defined_at,
+                new.host,
+                new.seen_at,
+                new.horizon
+            ];
             let n = match expected {
                 None => tx.execute(
-                    "INSERT INTO jobguard_schedule (job, fingerprint, defined_at, host)
-                     VALUES (?1, ?2, ?3, ?4) ON CONFLICT (job) DO NOTHING",
-                    params![new.job, new.fingerprint, new.defined_at, new.host],
+                    "INSERT INTO jobguard_schedule
+                       (job, fingerprint, defined_at, host, seen_at, horizon)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (job) DO NOTHING",
+                    values,
                 )?,
                 Some(e) => tx.execute(
-                    "UPDATE jobguard_schedule SET fingerprint = ?2, defined_at = ?3, host = ?4
-                     WHERE job = ?1 AND fingerprint = ?5 AND defined_at = ?6",
+                    "UPDATE jobguard_schedule SET fingerprint = ?2, defined_at = ?3, host = ?4,
+                       seen_at = ?5, horizon = ?6
+                     WHERE job = ?1 AND fingerprint = ?7 AND defined_at = ?8 AND seen_at = ?9",
                     params![
                         new.job,
                         new.fingerprint,
                         new.defined_at,
                         new.host,
+                        new.seen_at,
+                        new.horizon,
                         e.fingerprint,
-                        e.defined_at
+                        e.defined_at,
+                        e.seen_at
                     ],
                 )?,
             };

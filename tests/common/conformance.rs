@@ -887,6 +887,8 @@ pub fn schedules_are_declared_and_swapped_only_if_unchanged(env: &dyn Env) {
         fingerprint: fp.into(),
         defined_at: at,
         host: host.into(),
+        seen_at: T0,
+        horizon: 86_400_000_000,
     };
     let mut a = connect(env);
     let mut b = connect(env);
@@ -912,6 +914,17 @@ pub fn schedules_are_declared_and_swapped_only_if_unchanged(env: &dyn Env) {
     assert_eq!(a.declare_schedule(&back).unwrap(), back);
     assert_eq!(b.declare_schedule(&new).unwrap(), back);
     assert_eq!(b.read_schedule("other").unwrap(), None);
+    // A refresh moves `seen_at`: a swap that read the record before it does not go through.
+    let fresh = ScheduleDecl {
+        seen_at: T0 + 60_000_000,
+        ..back.clone()
+    };
+    assert!(a.swap_schedule(Some(&back), &fresh).unwrap());
+    assert!(
+        !b.swap_schedule(Some(&back), &new).unwrap(),
+        "read before the refresh"
+    );
+    let back = fresh;
     // A fresh connection reads what is there.
     assert_eq!(connect(env).read_schedule("sync").unwrap(), Some(back));
 }

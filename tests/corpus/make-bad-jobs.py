@@ -92,7 +92,7 @@ CASES = [
     ("span-huge", BAD + 'timeout = "99999999999999999999y"\n', True),
     # Stores.
     ("store-etdc", BAD + 'store = "etdc://127.0.0.1:2379"\n', True),
-    ("store-zookeeper", BAD + 'store = "zookeeper://127.0.0.1:2181/jobs"\n', True),
+    ("store-memcached", BAD + 'store = "memcached://127.0.0.1:11211"\n', True),
     ("store-mongodb", BAD + 'store = "mongodb://u@db/jobs"\n', True),
     ("store-consul", BAD + 'store = "consul://127.0.0.1:8500"\n', True),
     ("store-sqlite-no-path", BAD + 'store = "sqlite://"\n', True),

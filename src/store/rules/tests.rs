@@ -704,7 +704,13 @@ fn decl(fingerprint: &str, defined_at: i64, host: &str) -> ScheduleDecl {
         fingerprint: fingerprint.into(),
         defined_at,
         host: host.into(),
+        seen_at: T0,
+        horizon: 2 * 86_400_000_000,
     }
+}
+
+fn seen(d: ScheduleDecl, at: i64) -> ScheduleDecl {
+    ScheduleDecl { seen_at: at, ..d }
 }
 
 /// Applies `asked` to `current` as a store does: the record after the declaration.
@@ -736,6 +742,63 @@ fn the_newest_schedule_definition_wins() {
     let y = decl("y", T0, "b");
     assert_eq!(declare_schedule(Some(&x), &y), Some(y.clone()));
     assert_eq!(declare_schedule(Some(&y), &x), None);
+}
+
+/// A host's declaration replaces its own earlier one, even from a file with an older
+/// time (a restored backup): otherwise the host would lose to itself for good.
+#[test]
+fn a_host_replaces_its_own_declaration() {
+    let edited = decl("*-*-* 03:00:00 UTC", T0 + HOUR, "a");
+    let restored = decl("*-*-* 02:00:00 UTC", T0, "a");
+    assert_eq!(
+        declare_schedule(Some(&edited), &restored),
+        Some(restored.clone())
+    );
+    // Another host with the restored (older) file still loses to a newer one.
+    let b = decl("*-*-* 02:00:00 UTC", T0, "b");
+    assert_eq!(declare_schedule(Some(&edited), &b), None);
+}
+
+/// The winning schedule holds while its hosts keep firing: its hosts refresh it a few
+/// times per horizon (not at every firing), and once nobody has for a whole horizon, a
+/// host with another schedule takes the job over instead of skipping for ever.
+#[test]
+fn a_schedule_whose_hosts_stopped_declaring_is_taken_over() {
+    let day = 86_400_000_000;
+    let winner = decl("*-*-* 03:00:00 UTC", T0 + HOUR, "b");
+    let loser = decl("*-*-* 02:00:00 UTC", T0, "a");
+    // Within the horizon (2 days): the older definition loses.
+    assert_eq!(
+        declare_schedule(Some(&winner), &seen(loser.clone(), T0 + day)),
+        None
+    );
+    // The winner's hosts refresh: not at a firing an hour later, but after a quarter of
+    // the horizon.
+    assert_eq!(
+        declare_schedule(Some(&winner), &seen(winner.clone(), T0 + HOUR)),
+        None
+    );
+    let refreshed = seen(winner.clone(), T0 + day);
+    assert_eq!(
+        declare_schedule(Some(&winner), &refreshed),
+        Some(refreshed.clone())
+    );
+    assert_eq!(
+        declare_schedule(Some(&refreshed), &seen(loser.clone(), T0 + 2 * day)),
+        None
+    );
+    // Nobody refreshed it for more than its horizon: the other schedule takes over.
+    let late = seen(loser.clone(), T0 + 3 * day + 1);
+    assert_eq!(
+        declare_schedule(Some(&refreshed), &late),
+        Some(late.clone())
+    );
+    // A refresh keeps the later of the two definition times.
+    let copy = seen(decl("*-*-* 03:00:00 UTC", T0, "c"), T0 + 2 * day);
+    assert_eq!(
+        declare_schedule(Some(&winner), &copy).map(|d| (d.defined_at, d.host)),
+        Some((T0 + HOUR, "c".to_string()))
+    );
 }
 
 proptest! {
