@@ -729,14 +729,15 @@ fn other_schedule(job: &Job, store: &mut dyn Store, holder: &Holder, slot: &Slot
         horizon: job.schedule_horizon(now),
     };
     match with_retry(job, || store.declare_schedule(&decl)) {
-        Ok(wins) if wins.fingerprint != mine => Some(schedule_differs(job, slot, &wins)),
+        Ok(wins) if wins.fingerprint != mine => Some(schedule_differs(job, slot, &decl, &wins)),
         Ok(_) => None,
         Err(e) => Some(store_failed(job, &e)),
     }
 }
 
-/// Reports a skip because the job runs by `wins`, another host's newer schedule.
-fn schedule_differs(job: &Job, slot: &Slot, wins: &ScheduleDecl) -> u8 {
+/// Reports a skip because the job runs by `wins`, another host's newer schedule, not by
+/// `mine`, this host's declaration.
+fn schedule_differs(job: &Job, slot: &Slot, mine: &ScheduleDecl, wins: &ScheduleDecl) -> u8 {
     skip(
         job,
         slot,
@@ -748,8 +749,8 @@ fn schedule_differs(job: &Job, slot: &Slot, wins: &ScheduleDecl) -> u8 {
             wins.host,
             format_usec(wins.defined_at),
             format_usec(wins.seen_at),
-            job.schedule_fingerprint(),
-            format_usec(job.schedule_defined_at()),
+            mine.fingerprint,
+            format_usec(mine.defined_at),
             format_usec(wins.seen_at.saturating_add(wins.horizon))
         ),
     )

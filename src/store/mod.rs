@@ -290,7 +290,7 @@ pub struct ScheduleDecl {
     /// When the declaring host's definition was written: the modification time of the
     /// file that states the job's schedule, µs since the Unix epoch.
     pub defined_at: i64,
-    /// The declaring host: its machine id (`/etc/machine-id`) and name, `ID HOST`. A
+    /// The declaring host: its name and machine id (`/etc/machine-id`), `HOST ID`. A
     /// host's declaration replaces its own earlier one whatever their times.
     pub host: String,
     /// When a host of this schedule last declared it, µs since the epoch by that host's
@@ -437,11 +437,11 @@ pub trait Store: Send {
     ) -> Result<usize, StoreError>;
 
     /// Declares the schedule this host runs `decl.job` by, and answers the schedule the
-    /// job runs by, as the store holds it after the declaration. The rule
-    /// ([`rules::declare_schedule`]): the newest definition wins, by `defined_at`, then by
-    /// fingerprint; a declaration of the recorded fingerprint with a later `defined_at`
-    /// moves the time on. A host whose fingerprint is not the answer's runs no slot by its
-    /// own schedule (the shim skips with `schedule-differs`).
+    /// job runs by, as the store holds it after the declaration. The rule is
+    /// [`rules::declare_schedule`]: the newest definition wins while its hosts keep
+    /// declaring it, and a host's declaration replaces its own earlier one. A host whose
+    /// fingerprint is not the answer's runs no slot by its own schedule (the shim skips
+    /// with `schedule-differs`).
     ///
     /// Built on [`Store::read_schedule`] and [`Store::swap_schedule`]: read, decide,
     /// swap if unchanged, at most [`rules::SCHEDULE_TRIES`] times.
