@@ -761,3 +761,130 @@ fn redis_a_removed_jobs_kept_outcome_is_recorded() {
 fn postgres_a_removed_jobs_kept_outcome_is_recorded() {
     a_removed_jobs_kept_outcome_is_recorded(Kind::Postgres, "store_contention::removed_pg");
 }
+
+/// A mixed fleet on PostgreSQL: hosts of the previous version claim by calling the
+/// schema's PL/pgSQL `jobguard_claim` (as they do: schema 3 is unchanged), hosts of this
+/// version decide with the rules in the client and write only if the lease row's `xmin`
+/// is the one they read. Four of each race for each slot, all released at one instant by
+/// the server's clock (`pg_sleep_until` for the old ones, a sleep until the same wall
+/// time for the new ones), round after round: exactly one grant per slot, whoever wins.
+#[test]
+fn postgres_hosts_on_the_previous_claim_and_on_this_one_never_both_grant() {
+    use jobguard::ledger::{NewRun, Slot};
+    use jobguard::store::{Claim, ClaimRequest};
+    use std::time::{SystemTime, UNIX_EPOCH};
+
+    let Some(ns) = Namespace::new(Kind::Postgres, "contention::mixed_fleet") else {
+        return;
+    };
+    let unix_us = || {
+        i64::try_from(
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap()
+                .as_micros(),
+        )
+        .unwrap()
+    };
+    jobguard::store::open(&ns.address())
+        .unwrap()
+        .init()
+        .unwrap();
+    let (mut old_wins, mut new_wins) = (0, 0);
+    for round in 0..24_i64 {
+        let slot = unix_us() - unix_us() % 1_000_000 + round;
+        // Far enough ahead for every racer to be connected and waiting.
+        let at = unix_us() + 700_000;
+        let old: Vec<_> = (0..4)
+            .map(|i| {
+                let sql = format!(
+                    "SET search_path = {ns}; \
+                     SELECT pg_sleep_until(to_timestamp({at} / 1000000.0)); \
+                     SELECT o_kind FROM jobguard_claim(3, NULL, 'race', {slot}, 'UTC', \
+                       'old-{round}-{i}', false, 'timer', NULL, 'old-host-{i}:1:1', \
+                       'old-host-{i}', 'm-old-{i}', 'b-old-{i}', 1, 1, 300000000, NULL, NULL, \
+                       true, true)",
+                    ns = ns.name
+                );
+                std::process::Command::new("psql")
+                    .args(["-h", "127.0.0.1", "-d", "test", "-v", "ON_ERROR_STOP=1"])
+                    .args(["-tAqc", &sql])
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .expect("psql")
+            })
+            .collect();
+        let new: Vec<_> = (0..4u32)
+            .map(|i| {
+                let address = ns.address();
+                std::thread::spawn(move || {
+                    let mut store = jobguard::store::open(&address).unwrap();
+                    store.init().unwrap();
+                    let req = ClaimRequest {
+                        queued_first: true,
+                        in_order: true,
+                        ..ClaimRequest::new(
+                            NewRun {
+                                run_id: format!("new-{round}-{i}"),
+                                job: "race".into(),
+                                slot: Slot {
+                                    usec: slot,
+                                    zone: "UTC".into(),
+                                },
+                                forced: false,
+                                trigger: "timer".into(),
+                                invocation_id: None,
+                            },
+                            jobguard::lease::Holder {
+                                host: format!("new-host-{i}"),
+                                machine_id: format!("m-new-{i}"),
+                                boot_id: format!("b-new-{i}"),
+                                pid: 1,
+                                pid_start: 1,
+                            },
+                            Duration::from_secs(300),
+                        )
+                    };
+                    let wait = at - unix_us();
+                    if wait > 0 {
+                        std::thread::sleep(Duration::from_micros(wait.unsigned_abs()));
+                    }
+                    store.claim(&req).unwrap()
+                })
+            })
+            .collect();
+        let mut granted = Vec::new();
+        for (i, child) in old.into_iter().enumerate() {
+            let out = child.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let text = String::from_utf8_lossy(&out.stdout);
+            let kind = text.lines().rfind(|l| !l.is_empty()).unwrap_or("");
+            assert!(matches!(kind, "claimed" | "busy"), "old host {i}: {text:?}");
+            if kind == "claimed" {
+                granted.push(format!("old host {i}"));
+                old_wins += 1;
+            }
+        }
+        for (i, t) in new.into_iter().enumerate() {
+            match t.join().unwrap() {
+                Claim::Claimed { .. } => {
+                    granted.push(format!("new host {i}"));
+                    new_wins += 1;
+                }
+                Claim::Busy { .. } => {}
+                other => panic!("new host {i}: {other:?}"),
+            }
+        }
+        assert_eq!(granted.len(), 1, "round {round}: granted to {granted:?}");
+        jobguard::store::open(&ns.address())
+            .unwrap()
+            .unlock("race")
+            .unwrap();
+    }
+    eprintln!("mixed fleet: 24 slots, won by old hosts {old_wins}, new hosts {new_wins}");
+}

@@ -62,15 +62,21 @@
 //! non-forced `succeeded` row per (job, slot)). All times are `bigint` µs since the epoch
 //! by the *server's* clock (`clock_timestamp()`), read inside the statement that decides.
 //!
-//! Round trips: [`Store::claim`] is one call of the PL/pgSQL function `jobguard_claim`,
-//! which checks the schema version, the slot and the lease, first without locking (a
-//! losing claim answers at once), then with the job's lease row locked (`SELECT … FOR
-//! UPDATE`) before it grants the lease and inserts the `running` record, all in the
-//! single transaction of that statement. Statements are sent with `query_typed` (parse, bind
-//! and execute in one message flight), so a claim is one round trip after connecting;
-//! on a store that has no schema yet, the tool creates it (under an advisory lock, so
-//! hosts starting together do not race) and asks again. `renew`, `finish`, `interrupt`
-//! and `unlock` are single statements (data-modifying CTEs).
+//! The claim is decided by [`rules::claim`], as on every store: one statement reads the
+//! job's state (the schema version, the server's time, the lease row with its `xmin`, the
+//! records the rules need) in one snapshot; a refusal is answered from it, and a grant is
+//! one more statement whose first part updates the lease row only if its `xmin` is still
+//! the one read (every write to the row, by any jobguard version, makes a new row version
+//! with a new `xmin`), and whose other parts (the `running` record, the re-run records)
+//! happen only if that update did. A claim that lost that race reads and decides again.
+//! So a granted claim is two round trips and a refused one is one. Older jobguards (schema
+//! 2 and 3 are unchanged) call the PL/pgSQL function `jobguard_claim`, which decides the
+//! same rules on the server with the row locked by `SELECT … FOR UPDATE`: the row lock
+//! orders its writes and this store's, so a host of either kind sees the other's grant.
+//! Statements are sent with `query_typed` (parse, bind and execute in one message flight);
+//! on a store that has no schema yet, or an older one, the tool creates or migrates it
+//! (under an advisory lock, so hosts starting together do not race) and asks again.
+//! `renew`, `finish`, `interrupt` and `unlock` are single statements (data-modifying CTEs).
 //!
 //! Every call has a deadline ([`remote::CALL_TIMEOUT`], connect [`remote::CONNECT_TIMEOUT`]);
 //! the client is `tokio-postgres` driven by a private current-thread runtime, because the
@@ -84,7 +90,7 @@ use std::time::Duration;
 
 use tokio_postgres::config::SslMode;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::types::Type;
 use tokio_postgres::{Client, Row};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
@@ -92,6 +98,7 @@ use crate::clock::Clock;
 use crate::lease::Lease;
 use crate::ledger::{Finish, Outcome, Resolution, Run};
 use crate::store::remote::{self, CALL_TIMEOUT, CONNECT_TIMEOUT, duration_usec};
+use crate::store::rules::{self, ClaimDecision};
 use crate::store::{
     Claim, ClaimRequest, Finished, RunQuery, ScheduleDecl, Store, StoreError, address,
 };
@@ -750,6 +757,10 @@ enum Fail {
     /// A second connection attempt failed (`sslmode=allow`, `prefer`) after the first,
     /// whose message this holds.
     After(String, Box<Fail>),
+    /// The store's schema is older than [`SCHEMA_VERSION`]: migrate, then ask again.
+    Older,
+    /// The store's schema has this version, newer than [`SCHEMA_VERSION`].
+    Newer(i64),
 }
 
 impl From<tokio_postgres::Error> for Fail {
@@ -758,14 +769,16 @@ impl From<tokio_postgres::Error> for Fail {
     }
 }
 
-/// True for errors that mean "the schema is not there yet": the first use of a store.
+/// True for errors that mean "the schema is not there yet" (the first use of a store) or
+/// "the schema is older" (the first use after an upgrade).
 fn missing_schema(e: &Fail) -> bool {
-    matches!(e, Fail::Pg(e) if matches!(
-        e.code(),
-        Some(c) if *c == SqlState::UNDEFINED_FUNCTION
-            || *c == SqlState::UNDEFINED_TABLE
-            || *c == SqlState::INVALID_SCHEMA_NAME
-    ))
+    matches!(e, Fail::Older)
+        || matches!(e, Fail::Pg(e) if matches!(
+            e.code(),
+            Some(c) if *c == SqlState::UNDEFINED_FUNCTION
+                || *c == SqlState::UNDEFINED_TABLE
+                || *c == SqlState::INVALID_SCHEMA_NAME
+        ))
 }
 
 impl PostgresStore {
@@ -872,6 +885,11 @@ impl PostgresStore {
                 store,
                 detail: format!("{op}: {detail}"),
             },
+            Fail::Older => StoreError::Invalid {
+                store,
+                detail: format!("{op}: the schema is still older after migrating it"),
+            },
+            Fail::Newer(version) => self.newer_schema(version),
             Fail::After(first, then) => {
                 // `op: first; then second`, the second attempt's error kind.
                 let both = |detail: String| {
@@ -1078,6 +1096,155 @@ fn run_from(json: Option<String>) -> Result<Option<Run>, Fail> {
         .transpose()
 }
 
+/// How often a claim reads and decides again after the lease row changed between its read
+/// and its write (another host's claim, renewal or finish won the race).
+const CLAIM_TRIES: usize = 100;
+
+/// [`rules::ClaimState`] and the version of the job's lease row it was read at (the row's
+/// `xmin`: every write to the row, by any jobguard version, makes a new one), `None`
+/// while the job has no lease row.
+struct PgClaimState {
+    claim: rules::ClaimState,
+    version: Option<String>,
+}
+
+/// Reads, in one statement (one snapshot), what [`rules::claim`] decides `req` on: the
+/// server's time, the schema version, the lease row and its version, the record of a claim
+/// sent again, the records of the asked slot (and of queued slots with `queued_first`), the
+/// newest slot within [`rules::newest_bound`], and the record that holds the lease's token.
+async fn read_claim_state(
+    c: &mut Client,
+    now: Option<i64>,
+    req: &ClaimRequest,
+) -> Result<PgClaimState, Fail> {
+    let job = &req.run.job;
+    let tolerance = rules::tolerance_usec(req);
+    let rows = c
+        .query_typed(
+            &format!(
+                "WITH t AS (SELECT {NOW_US} AS now)
+                 SELECT t.now,
+                   (SELECT value FROM jobguard_meta WHERE key = 'schema_version'),
+                   l.xmin::text, l.holder, l.host, l.token, l.acquired_at, l.expire_at,
+                   (SELECT to_jsonb(r)::text FROM jobguard_run r WHERE r.run_id = $3),
+                   (SELECT jsonb_agg(to_jsonb(r) ORDER BY r.seq)::text FROM jobguard_run r
+                     WHERE r.job = $2 AND (r.slot_usec = $4 OR ($5 AND r.slot_usec IN (
+                       SELECT q.slot_usec FROM jobguard_run q
+                        WHERE q.job = $2 AND q.resolution = 'queued')))),
+                   (SELECT max(r.slot_usec) FROM jobguard_run r
+                     WHERE r.job = $2 AND r.slot_usec <= t.now + $6),
+                   (SELECT to_jsonb(r)::text FROM jobguard_run r
+                     WHERE r.job = $2 AND r.fencing_token = l.token AND l.holder <> ''
+                     ORDER BY r.started_at DESC, r.seq DESC LIMIT 1)
+                 FROM t LEFT JOIN jobguard_lease l ON l.job = $2"
+            ),
+            &[
+                (&now, Type::INT8),
+                (job, Type::TEXT),
+                (&req.run.run_id, Type::TEXT),
+                (&req.run.slot.usec, Type::INT8),
+                (&req.queued_first, Type::BOOL),
+                (&tolerance, Type::INT8),
+            ],
+        )
+        .await?;
+    let row = rows
+        .first()
+        .ok_or_else(|| Fail::Data("the claim's read answered nothing".to_string()))?;
+    match row.try_get::<_, Option<i64>>(1)? {
+        Some(v) if v > SCHEMA_VERSION => return Err(Fail::Newer(v)),
+        Some(v) if v == SCHEMA_VERSION => {}
+        _ => return Err(Fail::Older),
+    }
+    let version: Option<String> = row.try_get(2)?;
+    let lease = match version {
+        Some(_) => Some(lease_from(job, row, 3)?),
+        None => None,
+    };
+    let mut slots: std::collections::BTreeMap<i64, Vec<Run>> = std::collections::BTreeMap::new();
+    if let Some(json) = row.try_get::<_, Option<String>>(9)? {
+        let records: Vec<serde_json::Map<String, serde_json::Value>> =
+            serde_json::from_str(&json).map_err(|e| Fail::Data(format!("records: {e}")))?;
+        for object in &records {
+            let run = remote::run_from_object(object).map_err(Fail::Data)?;
+            slots.entry(run.slot.usec).or_default().push(run);
+        }
+    }
+    Ok(PgClaimState {
+        claim: rules::ClaimState {
+            now: row.try_get(0)?,
+            lease,
+            retried: run_from(row.try_get(8)?)?,
+            slots,
+            newest: row.try_get(10)?,
+            lease_run: run_from(row.try_get(11)?)?,
+        },
+        version,
+    })
+}
+
+/// Writes `grant` in one statement if the job's lease row is still at `version`: the new
+/// lease, the records it re-runs and its `running` record. False, with nothing written,
+/// when the row changed since it was read. The update of the lease row comes first and
+/// gates the rest; its row lock orders this write against every other write to the job's
+/// lease row, including those of `jobguard_claim` (schema 2 and 3), which older jobguards
+/// call and which lock the row with `SELECT … FOR UPDATE` before deciding.
+async fn write_grant(c: &mut Client, version: &str, grant: &rules::Grant) -> Result<bool, Fail> {
+    let (lease, run) = (&grant.lease, &grant.run);
+    let pid = i64::from(run.pid);
+    let pid_start = i64::try_from(run.pid_start)
+        .map_err(|_| Fail::Data(format!("pid_start {} out of range", run.pid_start)))?;
+    let rows = c
+        .query_typed(
+            "WITH l AS (
+               UPDATE jobguard_lease SET holder = $3, host = $4, token = $5,
+                 acquired_at = $6, expire_at = $7
+               WHERE job = $1 AND xmin::text = $2
+               RETURNING 1),
+             rerun AS (
+               UPDATE jobguard_run SET resolution = 'rerun'
+               WHERE run_id = ANY($8) AND EXISTS (SELECT 1 FROM l)
+               RETURNING 1),
+             ins AS (
+               INSERT INTO jobguard_run (run_id, job, slot_usec, slot_zone, attempt, outcome,
+                   forced, trigger_kind, host, machine_id, boot_id, pid, pid_start,
+                   invocation_id, started_at, fencing_token)
+               SELECT $9, $1, $10, $11, $12, 'running', $13, $14, $15, $16, $17, $18, $19,
+                   $20, $21, $5
+               WHERE EXISTS (SELECT 1 FROM l)
+               RETURNING 1)
+             SELECT count(*) FROM l",
+            &[
+                (&lease.job, Type::TEXT),
+                (&version, Type::TEXT),
+                (&lease.holder, Type::TEXT),
+                (&lease.host, Type::TEXT),
+                (&lease.token, Type::INT8),
+                (&lease.acquired_at, Type::INT8),
+                (&lease.expire_at, Type::INT8),
+                (&grant.rerun, Type::TEXT_ARRAY),
+                (&run.run_id, Type::TEXT),
+                (&run.slot.usec, Type::INT8),
+                (&run.slot.zone, Type::TEXT),
+                (&run.attempt, Type::INT8),
+                (&run.forced, Type::BOOL),
+                (&run.trigger, Type::TEXT),
+                (&run.host, Type::TEXT),
+                (&run.machine_id, Type::TEXT),
+                (&run.boot_id, Type::TEXT),
+                (&pid, Type::INT8),
+                (&pid_start, Type::INT8),
+                (&run.invocation_id, Type::TEXT),
+                (&run.started_at, Type::INT8),
+            ],
+        )
+        .await?;
+    let row = rows
+        .first()
+        .ok_or_else(|| Fail::Data("the claim's write answered nothing".to_string()))?;
+    Ok(row.try_get::<_, i64>(0)? == 1)
+}
+
 /// Opens the store at `address` for [`crate::store::registry`]; `clock` is not used: the server's clock judges.
 ///
 /// # Errors
@@ -1141,74 +1308,35 @@ impl Store for PostgresStore {
 
     fn claim(&mut self, req: &ClaimRequest) -> Result<Claim, StoreError> {
         let now = self.test_now();
-        let new = &req.run;
-        let holder = req.holder.id();
-        let ttl = duration_usec(req.ttl);
-        let pid = i64::from(req.holder.pid);
-        let pid_start = i64::try_from(req.holder.pid_start).unwrap_or(i64::MAX);
-        let job = new.job.clone();
-        let host_now = req.clock.map(|c| c.host_now);
-        let tolerance = remote::tolerance_usec(req);
         self.with_schema("claim", async |c| {
-            let params: [(&(dyn ToSql + Sync), Type); 20] = [
-                (&SCHEMA_VERSION, Type::INT8),
-                (&now, Type::INT8),
-                (&new.job, Type::TEXT),
-                (&new.slot.usec, Type::INT8),
-                (&new.slot.zone, Type::TEXT),
-                (&new.run_id, Type::TEXT),
-                (&new.forced, Type::BOOL),
-                (&new.trigger, Type::TEXT),
-                (&new.invocation_id, Type::TEXT),
-                (&holder, Type::TEXT),
-                (&req.holder.host, Type::TEXT),
-                (&req.holder.machine_id, Type::TEXT),
-                (&req.holder.boot_id, Type::TEXT),
-                (&pid, Type::INT8),
-                (&pid_start, Type::INT8),
-                (&ttl, Type::INT8),
-                (&host_now, Type::INT8),
-                (&tolerance, Type::INT8),
-                (&req.queued_first, Type::BOOL),
-                (&req.in_order, Type::BOOL),
-            ];
-            let rows = c
-                .query_typed(
-                    "SELECT * FROM jobguard_claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10,
-                                                  $11, $12, $13, $14, $15, $16, $17, $18,
-                                                  $19, $20)",
-                    &params,
-                )
-                .await?;
-            let row = rows
-                .first()
-                .ok_or_else(|| Fail::Data("jobguard_claim answered nothing".to_string()))?;
-            let kind: String = row.try_get(0)?;
-            let run = run_from(row.try_get(6)?)?;
-            let need_run =
-                |run: Option<Run>| run.ok_or_else(|| Fail::Data(format!("{kind}: no record")));
-            let previous: Option<i64> = row.try_get(7)?;
-            Ok(match kind.as_str() {
-                "skew" => Claim::ClockSkew {
-                    store_now: row.try_get(8)?,
-                },
-                "behind" => Claim::SlotBehind {
-                    newest: previous
-                        .ok_or_else(|| Fail::Data("behind: no newest slot".to_string()))?,
-                },
-                "done" => Claim::SlotDone { by: need_run(run)? },
-                "held" => Claim::SlotHeld { by: need_run(run)? },
-                "busy" => Claim::Busy {
-                    lease: lease_from(&job, row, 1)?,
-                    run,
-                },
-                "claimed" => Claim::Claimed {
-                    lease: lease_from(&job, row, 1)?,
-                    run: need_run(run)?,
-                    previous_slot: previous,
-                },
-                other => return Err(Fail::Data(format!("unknown answer {other:?}"))),
-            })
+            // Read, decide with the rules, write only if the lease row is the version that
+            // was read; a claim that lost that race reads and decides again.
+            for _ in 0..CLAIM_TRIES {
+                let state = read_claim_state(c, now, req).await?;
+
+                let decision =
+                    rules::claim(&state.claim, req).map_err(|e| Fail::Data(e.to_string()))?;
+                let ClaimDecision::Grant(grant) = &decision else {
+                    return Ok(decision.answer());
+                };
+                let Some(version) = &state.version else {
+                    // The job's first grant: its lease row (the token counter) first.
+                    c.execute_typed(
+                        "INSERT INTO jobguard_lease (job, holder, host, token, acquired_at,
+                             expire_at) VALUES ($1, '', '', 0, 0, 0)
+                         ON CONFLICT (job) DO NOTHING",
+                        &[(&req.run.job, Type::TEXT)],
+                    )
+                    .await?;
+                    continue;
+                };
+                if write_grant(c, version, grant).await? {
+                    return Ok(decision.answer());
+                }
+            }
+            Err(Fail::Data(format!(
+                "claim: the lease row changed under {CLAIM_TRIES} tries in a row"
+            )))
         })
     }
 
