@@ -14,7 +14,7 @@
 mod common;
 mod support;
 
-use std::process::{Child, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::remote::{Kind, Namespace, Proxy};
@@ -762,19 +762,19 @@ fn postgres_a_removed_jobs_kept_outcome_is_recorded() {
     a_removed_jobs_kept_outcome_is_recorded(Kind::Postgres, "store_contention::removed_pg");
 }
 
-/// A mixed fleet on PostgreSQL: hosts of the previous version claim by calling the
-/// schema's PL/pgSQL `jobguard_claim` (as they do: schema 3 is unchanged), hosts of this
-/// version decide with the rules in the client and write only if the lease row's `xmin`
-/// is the one they read. Four of each race for each slot, all released at one instant by
-/// the server's clock (`pg_sleep_until` for the old ones, a sleep until the same wall
-/// time for the new ones), round after round: exactly one grant per slot, whoever wins.
-#[test]
-fn postgres_hosts_on_the_previous_claim_and_on_this_one_never_both_grant() {
+/// A mixed fleet: hosts of the previous version claim by calling the schema's
+/// `jobguard_claim` (PL/pgSQL, or MySQL's procedure; schema 3 is unchanged), hosts of this
+/// version decide with the rules in the client and write only if the lease row is the
+/// version they read. Four of each race for each slot, all released at one instant (the
+/// old ones sleep in the server until it, the new ones in the test), round after round:
+/// exactly one grant per slot, whoever wins. `old_claim(sql_schema, at, slot, name)` is
+/// the command line of an old host's claim, printing the answer's kind last.
+fn mixed_fleet(kind: Kind, test: &str, old_claim: fn(&str, i64, i64, &str, u32) -> Command) {
     use jobguard::ledger::{NewRun, Slot};
     use jobguard::store::{Claim, ClaimRequest};
     use std::time::{SystemTime, UNIX_EPOCH};
 
-    let Some(ns) = Namespace::new(Kind::Postgres, "contention::mixed_fleet") else {
+    let Some(ns) = Namespace::new(kind, test) else {
         return;
     };
     let unix_us = || {
@@ -797,18 +797,7 @@ fn postgres_hosts_on_the_previous_claim_and_on_this_one_never_both_grant() {
         let at = unix_us() + 700_000;
         let old: Vec<_> = (0..4)
             .map(|i| {
-                let sql = format!(
-                    "SET search_path = {ns}; \
-                     SELECT pg_sleep_until(to_timestamp({at} / 1000000.0)); \
-                     SELECT o_kind FROM jobguard_claim(3, NULL, 'race', {slot}, 'UTC', \
-                       'old-{round}-{i}', false, 'timer', NULL, 'old-host-{i}:1:1', \
-                       'old-host-{i}', 'm-old-{i}', 'b-old-{i}', 1, 1, 300000000, NULL, NULL, \
-                       true, true)",
-                    ns = ns.name
-                );
-                std::process::Command::new("psql")
-                    .args(["-h", "127.0.0.1", "-d", "test", "-v", "ON_ERROR_STOP=1"])
-                    .args(["-tAqc", &sql])
+                old_claim(&ns.name, at, slot, &format!("old-{round}-{i}"), i)
                     .stdout(Stdio::piped())
                     .stderr(Stdio::piped())
                     .spawn()
@@ -863,9 +852,16 @@ fn postgres_hosts_on_the_previous_claim_and_on_this_one_never_both_grant() {
                 String::from_utf8_lossy(&out.stderr)
             );
             let text = String::from_utf8_lossy(&out.stdout);
-            let kind = text.lines().rfind(|l| !l.is_empty()).unwrap_or("");
-            assert!(matches!(kind, "claimed" | "busy"), "old host {i}: {text:?}");
-            if kind == "claimed" {
+            let answer = text
+                .lines()
+                .rfind(|l| !l.is_empty())
+                .and_then(|l| l.split('\t').next())
+                .unwrap_or("");
+            assert!(
+                matches!(answer, "claimed" | "busy"),
+                "old host {i}: {text:?}"
+            );
+            if answer == "claimed" {
                 granted.push(format!("old host {i}"));
                 old_wins += 1;
             }
@@ -887,4 +883,44 @@ fn postgres_hosts_on_the_previous_claim_and_on_this_one_never_both_grant() {
             .unwrap();
     }
     eprintln!("mixed fleet: 24 slots, won by old hosts {old_wins}, new hosts {new_wins}");
+}
+
+#[test]
+fn postgres_hosts_on_the_previous_claim_and_on_this_one_never_both_grant() {
+    mixed_fleet(
+        Kind::Postgres,
+        "contention::mixed_fleet",
+        |ns, at, slot, run, i| {
+            let sql = format!(
+                "SET search_path = {ns}; \
+             SELECT pg_sleep_until(to_timestamp({at} / 1000000.0)); \
+             SELECT o_kind FROM jobguard_claim(3, NULL, 'race', {slot}, 'UTC', '{run}', \
+               false, 'timer', NULL, 'old-host-{i}:1:1', 'old-host-{i}', 'm-old-{i}', \
+               'b-old-{i}', 1, 1, 300000000, NULL, NULL, true, true)"
+            );
+            let mut cmd = Command::new("psql");
+            cmd.args(["-h", "127.0.0.1", "-d", "test", "-v", "ON_ERROR_STOP=1"])
+                .args(["-tAqc", &sql]);
+            cmd
+        },
+    );
+}
+
+#[test]
+fn mysql_hosts_on_the_previous_claim_and_on_this_one_never_both_grant() {
+    mixed_fleet(
+        Kind::Mysql,
+        "contention::mixed_fleet",
+        |ns, at, slot, run, i| {
+            let sql = format!(
+                "DO SLEEP(GREATEST(0, {at} / 1000000.0 - UNIX_TIMESTAMP(NOW(6)))); \
+             CALL jobguard_claim(3, NULL, 'race', {slot}, 'UTC', '{run}', 0, 'timer', NULL, \
+               'old-host-{i}:1:1', 'old-host-{i}', 'm-old-{i}', 'b-old-{i}', 1, 1, \
+               300000000, NULL, NULL, 1, 1)"
+            );
+            let mut cmd = Command::new("mariadb");
+            cmd.args(["-uroot", "-h127.0.0.1", "-N", "-B", ns, "-e", &sql]);
+            cmd
+        },
+    );
 }

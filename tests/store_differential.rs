@@ -10,11 +10,6 @@
 //! `JOBGUARD_DIFF_STEPS=N` sets its length (default 400). A disagreement fails with the
 //! seed, the step and every call so far.
 //!
-//! Known disagreement, accepted and counted (see `jobguard::store::rules::claim`):
-//! PostgreSQL and MySQL check the host's clock before they recognise a claim sent again,
-//! so a resent claim whose host time is now out of tolerance gets `ClockSkew` there, where
-//! the rules (and SQLite and Redis) answer the first grant again or the error.
-//!
 //! Known disagreement, accepted and counted: MySQL answers a renewal at the very µs that
 //! would leave `expire_at` unchanged (the grant's µs, same time to live) as lost, because
 //! its procedure counts changed rows (`ROW_COUNT()`); the rules renew.
@@ -35,7 +30,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use jobguard::clock::{Clock, ManualClock};
 use jobguard::lease::{Holder, Lease};
 use jobguard::ledger::{Finish, NewRun, Outcome, Resolution, Run, Slot};
-use jobguard::store::rules::{self, ClaimDecision, Memory, RuleError};
+use jobguard::store::rules::{ClaimDecision, Memory, RuleError};
 use jobguard::store::{Claim, ClaimRequest, ClockCheck, RunQuery, Store, StoreError};
 
 use common::conformance::{T0, holder};
@@ -105,8 +100,6 @@ struct Traits {
     /// The store reads this host's clock (SQLite): it does not compare clocks, so the rules
     /// see the host's time equal to the store's.
     host_clock: bool,
-    /// The clock check comes before a resent claim is recognised (MySQL).
-    clock_before_retry: bool,
     /// A renewal that would leave `expire_at` as it is answers "lost" (MySQL: its
     /// procedure reads `ROW_COUNT()`, which counts changed rows, not matched ones).
     unchanged_renewal_is_lost: bool,
@@ -247,22 +240,12 @@ impl Diff {
         {
             c.host_now = now;
         }
-        let skewed = for_rules.clock.is_some_and(|c| {
-            (i128::from(now) - i128::from(c.host_now)).abs()
-                > i128::from(rules::tolerance_usec(&for_rules))
-        });
         let resent = self.mirror.claim_state(&for_rules, now).retried.is_some();
-        let strict = std::env::var_os("JOBGUARD_DIFF_STRICT").is_some();
-        let expected: Result<Claim, String> =
-            if self.traits.clock_before_retry && resent && skewed && !strict {
-                self.known += 1;
-                Ok(Claim::ClockSkew { store_now: now })
-            } else {
-                self.mirror
-                    .claim(&for_rules, now)
-                    .map(|d: ClaimDecision| d.answer())
-                    .map_err(|e: RuleError| e.to_string())
-            };
+        let expected: Result<Claim, String> = self
+            .mirror
+            .claim(&for_rules, now)
+            .map(|d: ClaimDecision| d.answer())
+            .map_err(|e: RuleError| e.to_string());
         let actual = self.store.claim(&req).map_err(|e| e.to_string());
         if let Err(e) = &actual
             && expected.is_ok()
@@ -562,7 +545,6 @@ fn sqlite_agrees_with_the_rules() {
         clock,
         Traits {
             host_clock: true,
-            clock_before_retry: false,
             unchanged_renewal_is_lost: false,
         },
     )
@@ -578,7 +560,7 @@ mod remote {
     use super::*;
     use common::remote::{Kind, Namespace};
 
-    fn remote(kind: Kind, name: &'static str, clock_before_retry: bool) {
+    fn remote(kind: Kind, name: &'static str) {
         let unchanged_renewal_is_lost = kind == Kind::Mysql;
         let Some(ns) = Namespace::new(kind, &format!("store_differential::{name}")) else {
             return;
@@ -593,7 +575,6 @@ mod remote {
             clock,
             Traits {
                 host_clock: false,
-                clock_before_retry,
                 unchanged_renewal_is_lost,
             },
         )
@@ -603,17 +584,17 @@ mod remote {
 
     #[test]
     fn postgres_agrees_with_the_rules() {
-        remote(Kind::Postgres, "postgres", false);
+        remote(Kind::Postgres, "postgres");
     }
 
     #[test]
     fn mysql_agrees_with_the_rules() {
-        remote(Kind::Mysql, "mysql", true);
+        remote(Kind::Mysql, "mysql");
     }
 
     #[test]
     fn redis_agrees_with_the_rules() {
-        remote(Kind::Redis, "redis", false);
+        remote(Kind::Redis, "redis");
     }
 
     /// etcd decides with the rules themselves; this checks what it adds: the key
@@ -634,7 +615,6 @@ mod remote {
             clock,
             Traits {
                 host_clock: true,
-                clock_before_retry: false,
                 unchanged_renewal_is_lost: false,
             },
         )
@@ -659,7 +639,6 @@ mod remote {
             clock,
             Traits {
                 host_clock: false,
-                clock_before_retry: false,
                 unchanged_renewal_is_lost: false,
             },
         )

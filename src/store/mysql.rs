@@ -39,14 +39,22 @@
 //! clock: `TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6))`, which does not
 //! depend on the session's time zone.
 //!
-//! Round trips: every decision is one `CALL` of a stored procedure (`jobguard_claim`,
-//! `jobguard_renew`, `jobguard_finish`, `jobguard_interrupt`, `jobguard_unlock`) that
+//! The claim is decided by [`rules::claim`], as on every store: one `SELECT` reads the
+//! job's state (the server's time, the schema version, the lease row, the records the
+//! rules need) in one consistent read; a refusal is answered from it (one round trip), and
+//! a grant is one transaction whose first statement updates the lease row only if every
+//! column is still as read, then inserts the `running` record and marks the re-run
+//! records (four round trips in all). A claim that lost that race reads and decides
+//! again. Older jobguards (schema 2 and 3 are unchanged) call the procedure
+//! `jobguard_claim`, which decides the same rules on the server with the row locked by
+//! `SELECT … FOR UPDATE`: the row lock orders its writes and this store's.
+//!
+//! Renew, finish, interrupt and unlock are each one `CALL` of a stored procedure
+//! (`jobguard_renew`, `jobguard_finish`, `jobguard_interrupt`, `jobguard_unlock`) that
 //! runs one READ COMMITTED transaction: it locks the job's lease row (`SELECT … FOR
-//! UPDATE`), reads the server's clock, decides and writes. `jobguard_claim` first decides
-//! without locking, so that losing claims (done, held, busy) answer at once. Values are sent as literals
+//! UPDATE`), reads the server's clock, decides and writes. Values are sent as literals
 //! in the text protocol (strings as hex literals, so nothing needs escaping), which
-//! avoids the extra prepare round trip of server-side prepared statements; a claim is one
-//! round trip after connecting. Connecting does not ask the server for its settings
+//! avoids the extra prepare round trip of server-side prepared statements. Connecting does not ask the server for its settings
 //! (`max_allowed_packet` is given). On a database without the schema, the tool creates it
 //! under `GET_LOCK` (hosts starting together do not race) and asks again.
 //!
@@ -67,6 +75,7 @@ use crate::store::remote::{self, CALL_TIMEOUT, CONNECT_TIMEOUT, duration_usec};
 use crate::store::{
     Claim, ClaimRequest, Finished, RunQuery, ScheduleDecl, Store, StoreError, address, rules,
 };
+use rules::ClaimDecision;
 
 /// The schema version this jobguard writes and understands (`jobguard_meta`).
 pub const SCHEMA_VERSION: i64 = 3;
@@ -519,6 +528,10 @@ impl std::fmt::Debug for MysqlStore {
 enum Fail {
     My(mysql::Error),
     Data(String),
+    /// The store's schema is older than [`SCHEMA_VERSION`]: migrate, then ask again.
+    Older,
+    /// The store's schema has this version, newer than [`SCHEMA_VERSION`].
+    Newer(i64),
 }
 
 impl From<mysql::Error> for Fail {
@@ -527,11 +540,12 @@ impl From<mysql::Error> for Fail {
     }
 }
 
-/// Server error codes that mean "the schema is not there yet, or is older": no such table
-/// (1146) or procedure (1305), or a procedure of an older schema that takes other
-/// arguments (1318).
+/// Errors that mean "the schema is not there yet, or is older": an older schema version
+/// read, no such table (1146) or procedure (1305), or a procedure of an older schema that
+/// takes other arguments (1318).
 fn missing_schema(e: &Fail) -> bool {
-    matches!(e, Fail::My(mysql::Error::MySqlError(e)) if e.code == 1146 || e.code == 1305 || e.code == 1318)
+    matches!(e, Fail::Older)
+        || matches!(e, Fail::My(mysql::Error::MySqlError(e)) if e.code == 1146 || e.code == 1305 || e.code == 1318)
 }
 
 /// A string as a hex literal: safe in any SQL text, whatever it contains.
@@ -713,6 +727,11 @@ impl MysqlStore {
                 store,
                 detail: format!("{op}: {detail}"),
             },
+            Fail::Older => StoreError::Invalid {
+                store,
+                detail: format!("{op}: the schema is still older after migrating it"),
+            },
+            Fail::Newer(version) => self.newer_schema(version),
             // Unknown database (1049), refused login (1045): the address is wrong.
             Fail::My(mysql::Error::MySqlError(e)) if matches!(e.code, 1045 | 1049) => {
                 StoreError::Address {
@@ -903,6 +922,170 @@ impl MysqlStore {
     }
 }
 
+/// How often a claim reads and decides again after the lease row changed between its read
+/// and its write (another host's claim, renewal or finish won the race).
+const CLAIM_TRIES: usize = 100;
+
+/// The one statement that reads what [`rules::claim`] decides `req` on, in one consistent
+/// read (InnoDB gives a statement one read view): a row per record that matters (the
+/// record of a claim sent again, the asked slot's, with `queued_first` every queued
+/// slot's, and those carrying the lease row's token), each with the server's time, the
+/// schema version, the lease row and the newest slot within [`rules::newest_bound`]; one
+/// row with no record when none matters. `now` is the test clock's literal or `NULL`.
+fn claim_read_sql(now: &str, req: &ClaimRequest) -> String {
+    let job = lit(&req.run.job);
+    let run_id = lit(&req.run.run_id);
+    let slot = req.run.slot.usec;
+    let slots = format!(
+        "r.job = {job} AND (r.slot_usec = {slot} OR ({qf} AND r.slot_usec IN (
+             SELECT q.slot_usec FROM jobguard_run q
+              WHERE q.job = {job} AND q.resolution = 'queued')))",
+        qf = i32::from(req.queued_first)
+    );
+    let lease_run = "r.job = s.job AND s.lease_holder <> '' AND r.fencing_token = s.lease_token";
+    format!(
+        "SELECT s.store_now, s.schema_version, s.lease_found, s.lease_holder, s.lease_host,
+                s.lease_token, s.lease_acquired, s.lease_expire, s.newest,
+                r.run_id = {run_id} AS is_retried, {slots} AS in_slots,
+                {lease_run} AS is_lease, r.seq, {RUN_COLUMNS}
+         FROM (SELECT t.now AS store_now, {job} AS job,
+                 (SELECT value FROM jobguard_meta WHERE name = 'schema_version')
+                   AS schema_version,
+                 l.job IS NOT NULL AS lease_found, l.holder AS lease_holder,
+                 l.host AS lease_host, l.token AS lease_token,
+                 l.acquired_at AS lease_acquired, l.expire_at AS lease_expire,
+                 (SELECT MAX(n.slot_usec) FROM jobguard_run n
+                   WHERE n.job = {job} AND n.slot_usec <= t.now + {tolerance}) AS newest
+               FROM (SELECT COALESCE({now}, {SERVER_NOW}) AS now) t
+               LEFT JOIN jobguard_lease l ON l.job = {job}) s
+         LEFT JOIN jobguard_run r ON r.run_id = {run_id} OR ({slots}) OR ({lease_run})
+         ORDER BY r.seq",
+        tolerance = rules::tolerance_usec(req),
+    )
+}
+
+/// [`rules::ClaimState`] from the rows of [`claim_read_sql`].
+///
+/// # Errors
+/// [`Fail::Newer`] for a schema newer than this jobguard's, [`Fail::Older`] for an older
+/// one (migrate and ask again), [`Fail::Data`] for rows that make no sense.
+fn claim_state(job: &str, run_id: &str, rows: &[Row]) -> Result<rules::ClaimState, Fail> {
+    let first = rows
+        .first()
+        .map(row_object)
+        .ok_or_else(|| Fail::Data("the claim's read answered nothing".to_string()))?;
+    match get_int(&first, "schema_version") {
+        Some(v) if v > SCHEMA_VERSION => return Err(Fail::Newer(v)),
+        Some(v) if v == SCHEMA_VERSION => {}
+        _ => return Err(Fail::Older),
+    }
+    let mut state = rules::ClaimState {
+        now: get_int(&first, "store_now")
+            .ok_or_else(|| Fail::Data("the claim's read has no time".to_string()))?,
+        lease: if get_int(&first, "lease_found") == Some(1) {
+            Some(lease_from(job, &first, "lease_")?)
+        } else {
+            None
+        },
+        newest: get_int(&first, "newest"),
+        ..rules::ClaimState::default()
+    };
+    let mut lease_run: Option<(i64, i64, Run)> = None;
+    for row in rows {
+        let object = row_object(row);
+        if object.get("run_id").is_none_or(serde_json::Value::is_null) {
+            continue;
+        }
+        let run = remote::run_from_object(&object).map_err(Fail::Data)?;
+        if run.run_id == run_id {
+            state.retried = Some(run.clone());
+        }
+        if get_int(&object, "in_slots") == Some(1) {
+            state
+                .slots
+                .entry(run.slot.usec)
+                .or_default()
+                .push(run.clone());
+        }
+        // The newest record carrying the lease's token: latest `started_at`, then latest
+        // recorded.
+        let seq = get_int(&object, "seq").unwrap_or(0);
+        if get_int(&object, "is_lease") == Some(1)
+            && lease_run
+                .as_ref()
+                .is_none_or(|(s, q, _)| (run.started_at, seq) >= (*s, *q))
+        {
+            lease_run = Some((run.started_at, seq, run));
+        }
+    }
+    state.lease_run = lease_run.map(|(_, _, run)| run);
+    Ok(state)
+}
+
+/// Writes `grant` if the job's lease row is still `read` (every column: the token only
+/// grows and a renewal only moves `expire_at` later, so a row that changed never looks
+/// unchanged): the new lease, the records it re-runs and its `running` record, in one
+/// transaction. False, with nothing written, when the row changed since it was read. The
+/// update of the lease row comes first; its row lock orders this write against every other
+/// write to the job's lease row, including those of the procedure `jobguard_claim`
+/// (schema 2 and 3), which older jobguards call and which locks the row with
+/// `SELECT … FOR UPDATE` before deciding.
+fn write_grant(c: &mut Conn, read: &Lease, grant: &rules::Grant) -> Result<bool, Fail> {
+    let (lease, run) = (&grant.lease, &grant.run);
+    let mut tx = c.start_transaction(mysql::TxOpts::default())?;
+    tx.query_drop(format!(
+        "UPDATE jobguard_lease SET holder = {}, host = {}, token = {}, acquired_at = {},
+             expire_at = {}
+         WHERE job = {} AND holder = {} AND host = {} AND token = {} AND acquired_at = {}
+           AND expire_at = {}",
+        lit(&lease.holder),
+        lit(&lease.host),
+        lease.token,
+        lease.acquired_at,
+        lease.expire_at,
+        lit(&lease.job),
+        lit(&read.holder),
+        lit(&read.host),
+        read.token,
+        read.acquired_at,
+        read.expire_at,
+    ))?;
+    if tx.affected_rows() != 1 {
+        tx.rollback()?;
+        return Ok(false);
+    }
+    if !grant.rerun.is_empty() {
+        let ids: Vec<String> = grant.rerun.iter().map(|id| lit(id)).collect();
+        tx.query_drop(format!(
+            "UPDATE jobguard_run SET resolution = 'rerun' WHERE run_id IN ({})",
+            ids.join(", ")
+        ))?;
+    }
+    tx.query_drop(format!(
+        "INSERT INTO jobguard_run (run_id, job, slot_usec, slot_zone, attempt, outcome, forced,
+             trigger_kind, host, machine_id, boot_id, pid, pid_start, invocation_id,
+             started_at, fencing_token, report)
+         VALUES ({}, {}, {}, {}, {}, 'running', {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, '{{}}')",
+        lit(&run.run_id),
+        lit(&run.job),
+        run.slot.usec,
+        lit(&run.slot.zone),
+        run.attempt,
+        i32::from(run.forced),
+        lit(&run.trigger),
+        lit(&run.host),
+        lit(&run.machine_id),
+        lit(&run.boot_id),
+        run.pid,
+        run.pid_start,
+        lit_opt(run.invocation_id.as_deref()),
+        run.started_at,
+        run.fencing_token,
+    ))?;
+    tx.commit()?;
+    Ok(true)
+}
+
 /// Opens the store at `address` for [`crate::store::registry`]; `clock` is not used: the server's clock judges.
 ///
 /// # Errors
@@ -950,65 +1133,34 @@ impl Store for MysqlStore {
     }
 
     fn claim(&mut self, req: &ClaimRequest) -> Result<Claim, StoreError> {
-        let new = &req.run;
-        let sql = format!(
-            "CALL jobguard_claim({SCHEMA_VERSION}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {})",
-            self.test_now(),
-            lit(&new.job),
-            new.slot.usec,
-            lit(&new.slot.zone),
-            lit(&new.run_id),
-            i32::from(new.forced),
-            lit(&new.trigger),
-            lit_opt(new.invocation_id.as_deref()),
-            lit(&req.holder.id()),
-            lit(&req.holder.host),
-            lit(&req.holder.machine_id),
-            lit(&req.holder.boot_id),
-            req.holder.pid,
-            req.holder.pid_start,
-            duration_usec(req.ttl),
-            req.clock
-                .map_or_else(|| "NULL".to_string(), |c| c.host_now.to_string()),
-            remote::tolerance_usec(req),
-            i32::from(req.queued_first),
-            i32::from(req.in_order),
-        );
-        let job = new.job.clone();
+        let read = claim_read_sql(&self.test_now(), req);
         self.with_schema("claim", |c| {
-            let object = Self::call_proc(c, &sql)?
-                .ok_or_else(|| Fail::Data("jobguard_claim answered nothing".to_string()))?;
-            let kind = get_text(&object, "kind");
-            let run = if object.get("run_id").is_some_and(|v| !v.is_null()) {
-                Some(remote::run_from_object(&object).map_err(Fail::Data)?)
-            } else {
-                None
-            };
-            let need_run =
-                |run: Option<Run>| run.ok_or_else(|| Fail::Data(format!("{kind}: no record")));
-            let previous = get_int(&object, "previous_slot");
-            Ok(match kind.as_str() {
-                "skew" => Claim::ClockSkew {
-                    store_now: get_int(&object, "store_now")
-                        .ok_or_else(|| Fail::Data("skew: no store time".to_string()))?,
-                },
-                "behind" => Claim::SlotBehind {
-                    newest: previous
-                        .ok_or_else(|| Fail::Data("behind: no newest slot".to_string()))?,
-                },
-                "done" => Claim::SlotDone { by: need_run(run)? },
-                "held" => Claim::SlotHeld { by: need_run(run)? },
-                "busy" => Claim::Busy {
-                    lease: lease_from(&job, &object, "lease_")?,
-                    run,
-                },
-                "claimed" => Claim::Claimed {
-                    lease: lease_from(&job, &object, "lease_")?,
-                    run: need_run(run)?,
-                    previous_slot: previous,
-                },
-                other => return Err(Fail::Data(format!("unknown answer {other:?}"))),
-            })
+            // Read, decide with the rules, write only if the lease row is as it was read;
+            // a claim that lost that race reads and decides again.
+            for _ in 0..CLAIM_TRIES {
+                let rows: Vec<Row> = c.query(&read)?;
+                let state = claim_state(&req.run.job, &req.run.run_id, &rows)?;
+                let decision = rules::claim(&state, req).map_err(|e| Fail::Data(e.to_string()))?;
+                let ClaimDecision::Grant(grant) = &decision else {
+                    return Ok(decision.answer());
+                };
+                let Some(read_lease) = &state.lease else {
+                    // The job's first grant: its lease row (the token counter) first.
+                    c.query_drop(format!(
+                        "INSERT IGNORE INTO jobguard_lease
+                             (job, holder, host, token, acquired_at, expire_at)
+                         VALUES ({}, '', '', 0, 0, 0)",
+                        lit(&req.run.job)
+                    ))?;
+                    continue;
+                };
+                if write_grant(c, read_lease, grant)? {
+                    return Ok(decision.answer());
+                }
+            }
+            Err(Fail::Data(format!(
+                "claim: the lease row changed under {CLAIM_TRIES} tries in a row"
+            )))
         })
     }
 
