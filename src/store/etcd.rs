@@ -28,7 +28,10 @@
 //! `mod_revision` of `P lease/JOB` with the one it read. When another host wrote the job
 //! meanwhile, the comparison fails, nothing is written, and the operation starts again
 //! (at most [`RETRIES`] times; contention is rare: one job's hosts fire together once per
-//! slot).
+//! slot). The ledger's readers (`runs`: history, audit, catch-up, retention) read in
+//! pages of 64 records at one revision: one gRPC response must fit the client's message
+//! limit, and a job's history need not. A reader of a job's newest records asks the
+//! server for the `limit` records created last (sorted by their create revision).
 //!
 //! Time: etcd keeps no wall clock a client can read, so "now" is this host's clock (as
 //! for SQLite). Whether a lease is still held is not judged by any host's clock, though:
@@ -49,8 +52,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, PutOptions, SortOrder,
-    SortTarget, Txn, TxnOp, TxnOpResponse,
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, KvClient, PutOptions,
+    SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
 };
 use serde_json::{Value, json};
 
@@ -79,6 +82,17 @@ const MAX_ETCD_TTL_SECS: u64 = 9_000_000_000;
 /// The most operations this store puts in one transaction: etcd refuses more than 128
 /// (`--max-txn-ops`).
 const MAX_TXN_OPS: usize = 120;
+
+/// The most records one page of [`range_all`] asks for. A record holds a report of at
+/// most 64 KiB (`MAX_REPORT_BYTES`), which JSON escaping makes at most about four times
+/// larger (a quote is escaped in the report and again in the record): 64 such records
+/// are below 17 MiB, well within [`MAX_RESPONSE_BYTES`].
+const PAGE_KEYS: i64 = 64;
+
+/// The largest response the client decodes, bytes. gRPC's default, 4 MiB, is passed by a
+/// few dozen records with large reports: a page of [`range_all`], or a claim's read of up
+/// to [`MAX_QUEUED_READ`] queued slots.
+const MAX_RESPONSE_BYTES: usize = 64 << 20;
 
 /// The most queued slots a claim reads (oldest first): the rules pick the oldest that is
 /// neither done nor held, and settle the done ones, so later claims get to the rest.
@@ -514,7 +528,7 @@ impl<'a> Job<'a> {
             TxnOp::get(store.alive_key(job).as_bytes(), None),
         ];
         ops.extend(extra);
-        let resp = client.txn(Txn::new().and_then(ops)).await?;
+        let resp = reader(client).txn(Txn::new().and_then(ops)).await?;
         let revision = resp.header().map_or(0, |h| h.revision());
         let mut results: Vec<Vec<KeyValue>> = resp.op_responses().iter().map(get_kvs).collect();
         let rest = results.split_off(2);
@@ -550,7 +564,7 @@ impl<'a> Job<'a> {
         if ops.is_empty() {
             return Ok(Vec::new());
         }
-        let resp = self.client.txn(Txn::new().and_then(ops)).await?;
+        let resp = reader(self.client).txn(Txn::new().and_then(ops)).await?;
         Ok(resp.op_responses().iter().map(get_kvs).collect())
     }
 
@@ -653,6 +667,51 @@ fn runs_of(kvs: &[KeyValue]) -> Result<Vec<Run>, Fail> {
     kvs.iter()
         .map(|kv| run_from_kv(kv).map_err(Fail::Data))
         .collect()
+}
+
+/// The key-value API of `client`, taking responses up to [`MAX_RESPONSE_BYTES`].
+fn reader(client: &Client) -> KvClient {
+    client
+        .kv_client()
+        .max_decoding_message_size(MAX_RESPONSE_BYTES)
+}
+
+/// Every key-value under `prefix`, oldest key first, read in pages of [`PAGE_KEYS`] at
+/// the revision of the first page, so the whole answer is one consistent view however
+/// large the history is (one response of etcd's gRPC API must fit the client's message
+/// limit; a job's records together need not).
+///
+/// # Errors
+/// etcd's, including the first page's revision compacted away before a later page.
+async fn range_all(client: &Client, prefix: &str) -> Result<Vec<KeyValue>, Fail> {
+    let mut kv = reader(client);
+    let end = prefix_end(prefix);
+    let mut from = prefix.as_bytes().to_vec();
+    let mut revision = 0;
+    let mut all = Vec::new();
+    loop {
+        let mut options = GetOptions::new()
+            .with_range(end.clone())
+            .with_limit(PAGE_KEYS);
+        if revision > 0 {
+            options = options.with_revision(revision);
+        }
+        let mut resp = kv.get(from.clone(), Some(options)).await?;
+        if revision == 0 {
+            revision = resp.header().map_or(0, |h| h.revision());
+        }
+        let more = resp.more();
+        let page = resp.take_kvs();
+        let Some(last) = page.last() else { break };
+        // The next page starts just after this page's last key.
+        from = last.key().to_vec();
+        from.push(0);
+        all.extend(page);
+        if !more {
+            break;
+        }
+    }
+    Ok(all)
 }
 
 /// The slot of a `P queued/JOB/SLOT` or `P run/JOB/SLOT/…` key.
@@ -1090,12 +1149,28 @@ impl Store for EtcdStore {
             (Some(job), None) => self.key(&format!("run/{job}/")),
             (None, _) => self.key("run/"),
         };
-        // One read, which never conflicts: its attempt always answers.
+        // A job's newest records: every record is created by a grant and never moved, so
+        // the `limit` created last (by revision, sorted by the server) are the newest;
+        // only when a filter leaves fewer is the whole history read.
+        if query.job.is_some() && query.slot.is_none() && query.limit > 0 {
+            let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
+            let newest = self.retrying("read runs", async |_, client| {
+                let options = GetOptions::new()
+                    .with_prefix()
+                    .with_sort(SortTarget::Create, SortOrder::Descend)
+                    .with_limit(limit);
+                let resp = reader(client).get(prefix.as_bytes(), Some(options)).await?;
+                Ok(Some((runs_of(resp.kvs())?, resp.more())))
+            })?;
+            let (runs, more) = newest;
+            let runs = remote::select(runs, query);
+            if runs.len() == query.limit || !more {
+                return Ok(runs);
+            }
+        }
+        // Reads in pages at one revision, which never conflict: an attempt always answers.
         let runs = self.retrying("read runs", async |_, client| {
-            let resp = client
-                .get(prefix.as_bytes(), Some(GetOptions::new().with_prefix()))
-                .await?;
-            runs_of(resp.kvs()).map(Some)
+            runs_of(&range_all(client, &prefix).await?).map(Some)
         })?;
         Ok(remote::select(runs, query))
     }

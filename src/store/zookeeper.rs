@@ -17,11 +17,14 @@
 //! - `P/schema`: the layout version.
 //! - `P/clock`: written by every operation to read the ensemble's time (below).
 //! - `P/lease/JOB`: the lease row as JSON (`holder host token acquired_at expire_at
-//!   run_id run_slot newest`); never deleted (a released row has an empty holder and
-//!   `expire_at` 0). Its token is the job's fencing-token counter, `newest` the newest
-//!   slot with a record. Every write to the job's state sets it, so its version is the
-//!   version of the whole job: a `multi` that starts by setting it at the version read
-//!   writes nothing when another host wrote the job in between.
+//!   run_id run_slot newest recent`); never deleted (a released row has an empty holder
+//!   and `expire_at` 0). Its token is the job's fencing-token counter, `newest` the newest
+//!   slot with a record, `recent` the slots of the last 256 grants, so that a reader of
+//!   the newest records (`recover` every minute, catch-up, `audit`) reads those slots and
+//!   not the job's whole history (ZooKeeper has no ordered range reads). Every write to
+//!   the job's state sets it, so its version is the version of the whole job: a `multi`
+//!   that starts by setting it at the version read writes nothing when another host
+//!   wrote the job in between.
 //! - `P/run/JOB/SLOT`: the slot's records, a JSON array in grant order, each with the SQL
 //!   stores' column names.
 //! - `P/id/RUN_ID`: `JOB/SLOT`, where the run's record is.
@@ -86,6 +89,11 @@ const MAX_QUEUED_READ: usize = 60;
 /// (`jute.maxbuffer`) for records of a few hundred bytes.
 const READ_BATCH: usize = 200;
 
+/// How many of a job's latest grants its lease row lists ([`Row::recent`]): a reader of
+/// at most this many newest records (`recover` reads 200 every minute) reads their slots
+/// only, not every slot the job ever had.
+const RECENT_GRANTS: usize = 256;
+
 /// The ZooKeeper store: one session, driven by a runtime of its own (one worker thread).
 pub struct ZooKeeperStore {
     rt: tokio::runtime::Runtime,
@@ -135,6 +143,10 @@ struct Row {
     run_slot: i64,
     /// The newest slot with a record, if any.
     newest: Option<i64>,
+    /// The slots of the job's last [`RECENT_GRANTS`] grants, newest first (a slot once
+    /// per grant), kept by every grant since the row's first; `None` for a row written by
+    /// a jobguard that did not keep it (its readers then read the whole history).
+    recent: Option<Vec<i64>>,
 }
 
 fn row_to_json(row: &Row) -> String {
@@ -147,6 +159,7 @@ fn row_to_json(row: &Row) -> String {
         "run_id": row.run_id,
         "run_slot": row.run_slot,
         "newest": row.newest,
+        "recent": row.recent,
     })
     .to_string()
 }
@@ -171,6 +184,10 @@ fn row_from_json(job: &str, text: &[u8]) -> Result<Row, String> {
         run_id: s("run_id"),
         run_slot: n("run_slot")?,
         newest: v.get("newest").and_then(Value::as_i64),
+        recent: v
+            .get("recent")
+            .and_then(Value::as_array)
+            .and_then(|a| a.iter().map(Value::as_i64).collect::<Option<Vec<i64>>>()),
     })
 }
 
@@ -784,6 +801,17 @@ impl ZooKeeperStore {
                     .and_then(|r| r.newest)
                     .map_or(grant.run.slot.usec, |n| n.max(grant.run.slot.usec)),
             ),
+            // A row kept without the list stays without it: the list must hold every
+            // grant since it began.
+            recent: match &snap.row {
+                None => Some(vec![grant.run.slot.usec]),
+                Some(r) => r.recent.as_ref().map(|list| {
+                    std::iter::once(grant.run.slot.usec)
+                        .chain(list.iter().copied())
+                        .take(RECENT_GRANTS)
+                        .collect()
+                }),
+            },
         };
         Ok(self
             .commit(client, &snap, &row, &writes)
@@ -880,6 +908,34 @@ impl ZooKeeperStore {
                 .await
         })?;
         Ok(decision.finished())
+    }
+
+    /// The records of the job's last grants, as many as its lease row lists
+    /// ([`Row::recent`]), read from their slots alone; `None` when the row keeps no list or
+    /// a listed slot is gone (retention deleted it), so that only the whole history tells.
+    async fn newest_runs(&self, client: &Client, job: &str) -> Result<Option<Vec<Run>>, Fail> {
+        let mut reader = client.new_multi_reader();
+        reader.add_get_data(&self.lease_node(job))?;
+        let Some(data) = data_of(reader.commit().await?.remove(0))? else {
+            return Ok(None);
+        };
+        let row = row_from_json(job, &data).map_err(Fail::Data)?;
+        let Some(list) = row.recent else {
+            return Ok(None);
+        };
+        let mut slots = list.clone();
+        slots.sort_unstable();
+        slots.dedup();
+        let mut runs = Vec::new();
+        for found in self.read_slots(client, job, &slots).await? {
+            let Some(found) = found else { return Ok(None) };
+            runs.extend(found);
+        }
+        // The listed grants' records are the newest `list.len()` of the job; the slots'
+        // older attempts are left out, as records of grants before the list.
+        runs.sort_by_key(|r| std::cmp::Reverse((r.started_at, r.fencing_token)));
+        runs.truncate(list.len());
+        Ok(Some(runs))
     }
 
     /// Every slot of `job` with records, oldest first.
@@ -1063,6 +1119,17 @@ impl Store for ZooKeeperStore {
     }
 
     fn runs(&mut self, query: &RunQuery) -> Result<Vec<Run>, StoreError> {
+        if let (Some(job), None, 1..=RECENT_GRANTS) = (&query.job, query.slot, query.limit) {
+            let newest = self.retrying("read runs", async |store, client| {
+                store.newest_runs(client, job).await.map(Some)
+            })?;
+            if let Some(newest) = newest {
+                let runs = remote::select(newest, query);
+                if runs.len() == query.limit {
+                    return Ok(runs);
+                }
+            }
+        }
         let runs = self.retrying("read runs", async |store, client| {
             let jobs = match &query.job {
                 Some(job) => vec![job.clone()],
@@ -1309,6 +1376,13 @@ mod tests {
             run_id: "r".into(),
             run_slot: -5,
             newest: Some(9),
+            recent: Some(vec![9, -5, 9]),
+        };
+        let back = row_from_json("j", row_to_json(&row).as_bytes()).unwrap();
+        assert_eq!(format!("{row:?}"), format!("{back:?}"));
+        let row = Row {
+            recent: None,
+            ..row
         };
         let back = row_from_json("j", row_to_json(&row).as_bytes()).unwrap();
         assert_eq!(format!("{row:?}"), format!("{back:?}"));

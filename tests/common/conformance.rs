@@ -90,6 +90,8 @@ macro_rules! conformance_suite {
             a_kept_outcome_is_recorded_without_the_lease,
             delete_slots_deletes_only_whole_settled_slots_of_the_job,
             schedules_are_declared_and_swapped_only_if_unchanged,
+            a_long_history_of_large_reports_reads_back,
+            the_newest_records_of_a_long_history_are_the_last_started,
         );
     };
     (@cases required $fresh:path; $($case:ident),* $(,)?) => {
@@ -1522,3 +1524,181 @@ pub fn delete_slots_deletes_only_whole_settled_slots_of_the_job(env: &dyn Env) {
         other => panic!("expected Claimed, got {other:?}"),
     }
 }
+
+/// A minutely job's long history, each run with a report at the shim's limit
+/// (`MAX_REPORT_BYTES`, 64 KiB), half of the slots failed and queued for a re-run: the
+/// records together are far larger than one message of a store's protocol (etcd's gRPC
+/// client takes 4 MiB by default), and every reader still answers: the newest records
+/// with a limit (catch-up, `audit`, `history`), all of them (retention, `status`), the
+/// queued ones, the claim that reads the queued slots first, and the next claim in order.
+pub fn a_long_history_of_large_reports_reads_back(env: &dyn Env) {
+    const SLOTS: u32 = 120;
+    const MINUTE: i64 = 60_000_000;
+    let mut s = connect(env);
+    let report: BTreeMap<String, String> = [
+        // Quotes and backslashes: escaped once more by every layer that quotes JSON.
+        ("out".to_string(), "\"\\ line of output\n".repeat(3_000)),
+        ("rows".to_string(), "2990".to_string()),
+    ]
+    .into_iter()
+    .collect();
+    assert!(serde_json::to_string(&report).unwrap().len() > 60_000);
+    let slot = |n: u32| S1 + i64::from(n) * MINUTE;
+    for n in 1..=SLOTS {
+        env.advance(1_000_000);
+        let (l, _) = claimed(&mut *s, &request("minutely", slot(n), 1, n, false));
+        let outcome = if n % 2 == 0 {
+            Outcome::Failed
+        } else {
+            Outcome::Succeeded
+        };
+        let done = s
+            .finish(
+                &l,
+                &rid(n),
+                &Finish {
+                    report: report.clone(),
+                    ..finish(outcome)
+                },
+            )
+            .unwrap();
+        assert!(done.recorded, "slot {n}: {done:?}");
+        if outcome == Outcome::Failed {
+            assert_eq!(
+                s.resolve("minutely", slot(n), Resolution::Queued).unwrap(),
+                1
+            );
+        }
+    }
+    let newest = s
+        .runs(&RunQuery {
+            job: Some("minutely".into()),
+            limit: 20,
+            ..RunQuery::default()
+        })
+        .expect("the 20 newest records");
+    let want: Vec<String> = (SLOTS - 19..=SLOTS).rev().map(rid).collect();
+    assert_eq!(
+        newest.iter().map(|r| r.run_id.clone()).collect::<Vec<_>>(),
+        want
+    );
+    assert!(newest.iter().all(|r| r.report == report));
+    let all = s
+        .runs(&RunQuery {
+            job: Some("minutely".into()),
+            ..RunQuery::default()
+        })
+        .expect("every record of the job");
+    assert_eq!(all.len(), SLOTS as usize);
+    let every_job = s.runs(&RunQuery::default()).expect("every record");
+    assert_eq!(every_job.len(), SLOTS as usize);
+    let queued = s
+        .runs(&RunQuery {
+            job: Some("minutely".into()),
+            resolutions: vec![Resolution::Queued],
+            ..RunQuery::default()
+        })
+        .expect("the queued records");
+    assert_eq!(queued.len(), SLOTS as usize / 2);
+    // The next firing reads the queued slots first and takes the oldest.
+    env.advance(1_000_000);
+    let next = slot(SLOTS + 1);
+    let mut req = request("minutely", next, 1, SLOTS + 1, false);
+    req.queued_first = true;
+    req.in_order = true;
+    let (l, r) = claimed(&mut *s, &req);
+    assert_eq!(r.slot.usec, slot(2), "the oldest queued slot first");
+    s.finish(&l, &rid(SLOTS + 1), &finish(Outcome::Succeeded))
+        .unwrap();
+    // The newest records are the ones started last, whatever their slot.
+    let newest = s
+        .runs(&RunQuery {
+            job: Some("minutely".into()),
+            limit: 3,
+            ..RunQuery::default()
+        })
+        .expect("the 3 newest records");
+    assert_eq!(
+        newest.iter().map(|r| r.run_id.clone()).collect::<Vec<_>>(),
+        vec![rid(SLOTS + 1), rid(SLOTS), rid(SLOTS - 1)]
+    );
+    let newest_failed = s
+        .runs(&RunQuery {
+            job: Some("minutely".into()),
+            outcomes: vec![Outcome::Failed],
+            limit: 2,
+            ..RunQuery::default()
+        })
+        .expect("the 2 newest failed records");
+    assert_eq!(
+        newest_failed
+            .iter()
+            .map(|r| r.run_id.clone())
+            .collect::<Vec<_>>(),
+        vec![rid(SLOTS), rid(SLOTS - 2)]
+    );
+    // Its own slot, in order after the newest recorded one.
+    env.advance(1_000_000);
+    let mut req = request("minutely", next, 1, SLOTS + 2, false);
+    req.in_order = true;
+    let (_, r, previous) = claimed_after(&mut *s, &req);
+    assert_eq!((r.slot.usec, previous), (next, Some(slot(SLOTS))));
+    // Retention deletes the old settled slots in one call.
+    let old: Vec<i64> = (1..=SLOTS / 2).map(slot).collect();
+    let bound = s.now().unwrap();
+    assert!(s.delete_slots("minutely", &old, bound).unwrap() >= old.len() / 2);
+}
+
+/// The newest records of a job with more grants than a store may list in its lease row
+/// (the ZooKeeper store lists its last 256): with and without a filter, before and after
+/// the list's end, and a filter whose newest match is older than every listed grant,
+/// while a listed slot also holds an older attempt that matches it. The ground truth is
+/// this case's own log of its grants.
+pub fn the_newest_records_of_a_long_history_are_the_last_started(env: &dyn Env) {
+    let mut s = connect(env);
+    let (a, c, d) = (S1, S2, S3);
+    // (slot, outcome) of grant n = index + 1: one failure on C, 99 failures on A, then
+    // 300 successes on C and D.
+    let mut plan = vec![(c, Outcome::Failed)];
+    plan.extend((0..99).map(|_| (a, Outcome::Failed)));
+    plan.extend((0..300).map(|i| (if i % 2 == 0 { c } else { d }, Outcome::Succeeded)));
+    for (i, (slot, outcome)) in plan.iter().enumerate() {
+        let n = u32::try_from(i).unwrap() + 1;
+        env.advance(1_000_000);
+        let (l, _) = claimed(&mut *s, &request("busy", *slot, 1, n, true));
+        s.finish(&l, &rid(n), &finish(*outcome)).unwrap();
+    }
+    let expect = |outcome: Option<Outcome>, limit: usize| -> Vec<String> {
+        (1..=plan.len())
+            .rev()
+            .filter(|n| outcome.is_none_or(|o| plan[n - 1].1 == o))
+            .take(limit)
+            .map(|n| rid(u32::try_from(n).unwrap()))
+            .collect()
+    };
+    for (outcome, limit) in [
+        (None, 1),
+        (None, 20),
+        (None, 200),
+        (None, 256),
+        (None, 257),
+        (Some(Outcome::Succeeded), 5),
+        (Some(Outcome::Failed), 1),
+        (Some(Outcome::Failed), 3),
+        (Some(Outcome::Failed), 100),
+    ] {
+        let got: Vec<String> = s
+            .runs(&RunQuery {
+                job: Some("busy".into()),
+                outcomes: outcome.into_iter().collect(),
+                limit,
+                ..RunQuery::default()
+            })
+            .unwrap()
+            .into_iter()
+            .map(|r| r.run_id)
+            .collect();
+        assert_eq!(got, expect(outcome, limit), "{outcome:?}, limit {limit}");
+    }
+}
+
