@@ -343,6 +343,19 @@ schedule = "*-*-* 03:00:00"
 command = ["/bin/sh", "-c", "echo \"$JOBGUARD_IDEMPOTENCY_KEY\" >> /var/tmp/hello.out"]
 "#;
 
+/// A job list with one job on each store kind that is not in every build: the packaged
+/// jobguard must open them all (`check` refuses a kind its build left out).
+const EVERY_KIND: &str = r#"[jobs.on-etcd]
+schedule = "*-*-* 03:00:00"
+command = ["/bin/true"]
+store = "etcd://127.0.0.1:2379"
+
+[jobs.on-zookeeper]
+schedule = "*-*-* 03:00:00"
+command = ["/bin/true"]
+store = "zookeeper://127.0.0.1:2181/jobguard"
+"#;
+
 /// A copy of `deb` with version `VERSION-2` and one more line in the shipped jobs.toml,
 /// so that the upgrade meets an operator's edit of a conffile the package changed.
 fn newer_deb(deb: &Path, dir: &Path) -> PathBuf {
@@ -430,6 +443,12 @@ fn deb_installs_runs_upgrades_and_goes_away_on_a_booted_system() {
         "journalctl --list-catalog 34ff0b1f3dbf41c6ace7495ab7b45f37",
     );
     assert!(catalog.contains("jobguard"), "catalog: {catalog}");
+
+    // Every store kind of the registry is built in, etcd's and ZooKeeper's included.
+    c.write_file("/root/every-kind.toml", EVERY_KIND)
+        .expect("write job list");
+    let every = sh(&c, "jobguard check --config /root/every-kind.toml 2>&1");
+    assert!(every.contains("2 valid jobs"), "{every}");
 
     // man, and the completions load.
     let page = sh(&c, "MANWIDTH=100 man -P cat jobguard 2>&1");
