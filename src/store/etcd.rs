@@ -17,8 +17,14 @@
 //!   job's state rewrites it, so its `mod_revision` is the version of the whole job.
 //! - `P alive/JOB`: the holder's id, attached to an etcd lease of the lease's time to
 //!   live (see "Time" below).
-//! - `P run/JOB/SLOT/TOKEN`: one ledger record, as JSON with the SQL stores' column names;
-//!   every grant makes exactly one record, so the token orders a slot's records.
+//! - `P run/JOB/SLOT/TOKEN`: one ledger record, as JSON with the SQL stores' column names
+//!   but no report; every grant makes exactly one record, so the token orders a slot's
+//!   records.
+//! - `P run/JOB/SLOT/TOKEN/report`: that record's report (JSON, up to 64 KiB), created with
+//!   the record and written again only when the report changes. Kept apart, a change of
+//!   resolution rewrites a few hundred bytes, and a transaction that settles many records
+//!   of large reports (re-queuing a slot, a re-run's claim) stays within etcd's request
+//!   limit (`--max-request-bytes`, 1.5 MiB by default).
 //! - `P id/RUN_ID`: the key of that run's record.
 //! - `P queued/JOB/SLOT`: present while a record of the slot is resolved `queued`.
 //!
@@ -198,9 +204,20 @@ fn row_from_json(job: &str, text: &[u8]) -> Result<Row, String> {
     })
 }
 
-fn run_from_kv(kv: &KeyValue) -> Result<Run, String> {
-    let text = std::str::from_utf8(kv.value()).map_err(|e| format!("run record: {e}"))?;
-    remote::run_from_json(text)
+/// The suffix of a record's report key.
+const REPORT: &[u8] = b"/report";
+
+/// A record without its report: the value of its key.
+fn record_json(run: &Run) -> Result<String, Fail> {
+    run_to_json(&Run {
+        report: Default::default(),
+        ..run.clone()
+    })
+    .map_err(Fail::Data)
+}
+
+fn report_json(run: &Run) -> Result<String, Fail> {
+    serde_json::to_string(&run.report).map_err(|e| Fail::Data(format!("run report: {e}")))
 }
 
 /// The writes of one transaction, collected: later puts of one key replace earlier ones.
@@ -407,6 +424,9 @@ impl EtcdStore {
             token_part(run.fencing_token)
         )
     }
+    fn report_key(&self, run: &Run) -> String {
+        format!("{}/report", self.run_key(run))
+    }
     fn id_key(&self, run_id: &str) -> String {
         self.key(&format!("id/{run_id}"))
     }
@@ -568,10 +588,16 @@ impl<'a> Job<'a> {
         Ok(resp.op_responses().iter().map(get_kvs).collect())
     }
 
-    fn get_at(&self, key: String) -> TxnOp {
+    /// The record at `key` with its report (a token is 20 digits: no other record's key
+    /// starts with this one).
+    fn record_at(&self, key: String) -> TxnOp {
         TxnOp::get(
             key.into_bytes(),
-            Some(GetOptions::new().with_revision(self.snapshot.revision)),
+            Some(
+                GetOptions::new()
+                    .with_prefix()
+                    .with_revision(self.snapshot.revision),
+            ),
         )
     }
 
@@ -627,8 +653,9 @@ impl<'a> Job<'a> {
         Ok(resp.succeeded())
     }
 
-    /// The writes that record `run` (new or changed) and keep its slot's queued marker
-    /// true, given every record of the slot as it becomes.
+    /// The writes that record `changed` (new or changed records; a report only when new
+    /// or changed) and keep each slot's queued marker true, given the slots' records as
+    /// they were read (`slot_runs`).
     fn put_runs(
         &self,
         writes: &mut Writes,
@@ -636,10 +663,11 @@ impl<'a> Job<'a> {
         slot_runs: &[Run],
     ) -> Result<(), Fail> {
         for run in changed {
-            writes.put(
-                self.store.run_key(run),
-                run_to_json(run).map_err(Fail::Data)?,
-            );
+            writes.put(self.store.run_key(run), record_json(run)?);
+            let before = slot_runs.iter().find(|r| r.run_id == run.run_id);
+            if before.is_none_or(|b| b.report != run.report) {
+                writes.put(self.store.report_key(run), report_json(run)?);
+            }
         }
         let mut slots: Vec<i64> = changed.iter().map(|r| r.slot.usec).collect();
         slots.dedup();
@@ -663,9 +691,49 @@ impl<'a> Job<'a> {
     }
 }
 
+/// The records among `kvs` (record keys and report keys, in any order), each with its
+/// report when its report key is among them, in the order of their keys.
 fn runs_of(kvs: &[KeyValue]) -> Result<Vec<Run>, Fail> {
+    let text = |kv: &KeyValue| {
+        std::str::from_utf8(kv.value())
+            .map(str::to_string)
+            .map_err(|e| Fail::Data(format!("run record: {e}")))
+    };
+    let mut reports = std::collections::HashMap::new();
+    for kv in kvs.iter().filter(|kv| kv.key().ends_with(REPORT)) {
+        reports.insert(&kv.key()[..kv.key().len() - REPORT.len()], kv);
+    }
+    let mut records: Vec<&KeyValue> = kvs
+        .iter()
+        .filter(|kv| !kv.key().ends_with(REPORT))
+        .collect();
+    records.sort_by(|a, b| a.key().cmp(b.key()));
+    records
+        .into_iter()
+        .map(|kv| {
+            let mut run = remote::run_from_json(&text(kv)?).map_err(Fail::Data)?;
+            if let Some(report) = reports.get(kv.key()) {
+                run.report = serde_json::from_str(&text(report)?)
+                    .map_err(|e| Fail::Data(format!("run report: {e}")))?;
+            }
+            Ok(run)
+        })
+        .collect()
+}
+
+/// The records of `kvs` whose report key is there too, and those reports: a read cut
+/// short by a limit may hold a record without its report, or a report without its record.
+fn whole_records(kvs: &[KeyValue]) -> Vec<KeyValue> {
+    let keys: std::collections::HashSet<&[u8]> = kvs.iter().map(KeyValue::key).collect();
     kvs.iter()
-        .map(|kv| run_from_kv(kv).map_err(Fail::Data))
+        .filter(|kv| {
+            let key = kv.key();
+            match key.strip_suffix(REPORT) {
+                Some(record) => keys.contains(record),
+                None => keys.contains(&[key, REPORT].concat()[..]),
+            }
+        })
+        .cloned()
         .collect()
 }
 
@@ -801,7 +869,7 @@ impl EtcdStore {
         let mut more = Vec::new();
         let id_kv = found[1].first();
         if let Some(kv) = id_kv {
-            more.push(state_job.get_at(String::from_utf8_lossy(kv.value()).into_owned()));
+            more.push(state_job.record_at(String::from_utf8_lossy(kv.value()).into_owned()));
         }
         let lease_run_key = state_job
             .snapshot
@@ -810,7 +878,7 @@ impl EtcdStore {
             .map(|r| r.run_key.clone())
             .filter(|k| !k.is_empty());
         if let Some(k) = &lease_run_key {
-            more.push(state_job.get_at(k.clone()));
+            more.push(state_job.record_at(k.clone()));
         }
         let queued_prefix = self.key(&format!("queued/{job}/"));
         let queued_slots: Vec<i64> = found
@@ -828,19 +896,11 @@ impl EtcdStore {
         }
         let mut got = state_job.read_more(more).await?.into_iter();
         let retried = match id_kv {
-            Some(_) => got
-                .next()
-                .and_then(|kvs| kvs.first().map(run_from_kv))
-                .transpose()
-                .map_err(Fail::Data)?,
+            Some(_) => runs_of(&got.next().unwrap_or_default())?.pop(),
             None => None,
         };
         let lease_run = match lease_run_key {
-            Some(_) => got
-                .next()
-                .and_then(|kvs| kvs.first().map(run_from_kv))
-                .transpose()
-                .map_err(Fail::Data)?,
+            Some(_) => runs_of(&got.next().unwrap_or_default())?.pop(),
             None => None,
         };
         for s in &queued_slots {
@@ -921,16 +981,11 @@ impl EtcdStore {
                     .map_or(String::new(), |(p, _)| format!("{p}/"));
                 let got = state_job
                     .read_more(vec![
-                        state_job.get_at(key.clone()),
+                        state_job.record_at(key.clone()),
                         state_job.range_at(slot_prefix),
                     ])
                     .await?;
-                let record = got[0]
-                    .first()
-                    .map(run_from_kv)
-                    .transpose()
-                    .map_err(Fail::Data)?;
-                (record, runs_of(&got[1])?)
+                (runs_of(&got[0])?.pop(), runs_of(&got[1])?)
             }
             None => (None, Vec::new()),
         };
@@ -1151,16 +1206,17 @@ impl Store for EtcdStore {
         };
         // A job's newest records: every record is created by a grant and never moved, so
         // the `limit` created last (by revision, sorted by the server) are the newest;
-        // only when a filter leaves fewer is the whole history read.
+        // each comes with its report key, created in the same transaction (twice as many
+        // keys). Only when a filter leaves fewer is the whole history read.
         if query.job.is_some() && query.slot.is_none() && query.limit > 0 {
             let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
             let newest = self.retrying("read runs", async |_, client| {
                 let options = GetOptions::new()
                     .with_prefix()
                     .with_sort(SortTarget::Create, SortOrder::Descend)
-                    .with_limit(limit);
+                    .with_limit(limit.saturating_mul(2));
                 let resp = reader(client).get(prefix.as_bytes(), Some(options)).await?;
-                Ok(Some((runs_of(resp.kvs())?, resp.more())))
+                Ok(Some((runs_of(&whole_records(resp.kvs()))?, resp.more())))
             })?;
             let (runs, more) = newest;
             let runs = remote::select(runs, query);
@@ -1296,7 +1352,7 @@ impl Store for EtcdStore {
                 let (mut n, mut done) = (0, 0);
                 for (slot, kvs) in chunk.iter().zip(&found) {
                     let runs = runs_of(kvs)?;
-                    let ops = writes.puts.len() + writes.deletes.len() + 2 * runs.len() + 2;
+                    let ops = writes.puts.len() + writes.deletes.len() + 3 * runs.len() + 2;
                     if ops > MAX_TXN_OPS && done > 0 {
                         break;
                     }
@@ -1309,6 +1365,7 @@ impl Store for EtcdStore {
                     }
                     for r in &runs {
                         writes.delete(store.run_key(r));
+                        writes.delete(store.report_key(r));
                         writes.delete(store.id_key(&r.run_id));
                     }
                     writes.delete(store.queued_key(job, *slot));

@@ -25,8 +25,13 @@
 //!   the job's state sets it, so its version is the version of the whole job: a `multi`
 //!   that starts by setting it at the version read writes nothing when another host
 //!   wrote the job in between.
-//! - `P/run/JOB/SLOT`: the slot's records, a JSON array in grant order, each with the SQL
-//!   stores' column names.
+//! - `P/run/JOB/SLOT`: a slot with records (no data). Its children `TOKEN` (the fencing
+//!   token of the grant, 20 digits) are its records in grant order, each a JSON object
+//!   with the SQL stores' column names but no report; a record's report (up to 64 KiB of
+//!   JSON) is its child `report`, written when the record is created and when the report
+//!   changes. One node per record, and the report apart, keep every node and every
+//!   `multi` within ZooKeeper's packet limit (`jute.maxbuffer`, 1 MiB by default) however
+//!   often a slot is run again, and a change of resolution rewrites a few hundred bytes.
 //! - `P/id/RUN_ID`: `JOB/SLOT`, where the run's record is.
 //! - `P/queued/JOB/SLOT`: present while a record of the slot is resolved `queued`.
 //! - `P/schedule/JOB`: the schedule the job runs by
@@ -85,8 +90,9 @@ const SESSION_TIMEOUT: Duration = Duration::from_secs(30);
 /// The most queued slots a claim reads (oldest first), as the etcd store.
 const MAX_QUEUED_READ: usize = 60;
 
-/// The most operations in one `multi` read, well within ZooKeeper's 1 MiB packet limit
-/// (`jute.maxbuffer`) for records of a few hundred bytes.
+/// The most operations in one `multi` read: its request (paths) is well within
+/// ZooKeeper's 1 MiB packet limit (`jute.maxbuffer`), which the server applies to what it
+/// receives, not to what it answers.
 const READ_BATCH: usize = 200;
 
 /// How many of a job's latest grants its lease row lists ([`Row::recent`]): a reader of
@@ -191,24 +197,35 @@ fn row_from_json(job: &str, text: &[u8]) -> Result<Row, String> {
     })
 }
 
-fn runs_from_json(text: &[u8]) -> Result<Vec<Run>, Fail> {
-    let v: Vec<Value> =
-        serde_json::from_slice(text).map_err(|e| Fail::Data(format!("run records: {e}")))?;
-    v.iter()
-        .map(|r| match r {
-            Value::Object(o) => remote::run_from_object(o).map_err(Fail::Data),
-            _ => Err(Fail::Data("run record is not an object".to_string())),
-        })
-        .collect()
+/// A record node's data: the record without its report (kept in the record's `report`
+/// node), so that a change of resolution rewrites a few hundred bytes.
+fn record_to_json(run: &Run) -> Result<Vec<u8>, Fail> {
+    let bare = Run {
+        report: Default::default(),
+        ..run.clone()
+    };
+    run_to_json(&bare)
+        .map(String::into_bytes)
+        .map_err(Fail::Data)
 }
 
-fn runs_to_json(runs: &[Run]) -> Result<Vec<u8>, Fail> {
-    let parts: Vec<String> = runs
-        .iter()
-        .map(run_to_json)
-        .collect::<Result<_, _>>()
-        .map_err(Fail::Data)?;
-    Ok(format!("[{}]", parts.join(",")).into_bytes())
+fn report_to_json(run: &Run) -> Result<Vec<u8>, Fail> {
+    serde_json::to_vec(&run.report).map_err(|e| Fail::Data(format!("run report: {e}")))
+}
+
+/// A record from its node's data and its report node's (`None`: no report node).
+fn record_from_json(record: &[u8], report: Option<&[u8]>) -> Result<Run, Fail> {
+    let v: Value =
+        serde_json::from_slice(record).map_err(|e| Fail::Data(format!("run record: {e}")))?;
+    let Value::Object(o) = v else {
+        return Err(Fail::Data("run record is not an object".to_string()));
+    };
+    let mut run = remote::run_from_object(&o).map_err(Fail::Data)?;
+    if let Some(report) = report {
+        run.report =
+            serde_json::from_slice(report).map_err(|e| Fail::Data(format!("run report: {e}")))?;
+    }
+    Ok(run)
 }
 
 /// The data of a `multi` read's answer: `None` for a node that does not exist.
@@ -370,6 +387,14 @@ impl ZooKeeperStore {
     }
     fn slot_node(&self, job: &str, slot: i64) -> String {
         self.node(&format!("run/{job}/{}", slot_part(slot)))
+    }
+    /// The node of the record granted with fencing token `token` (20 digits, so that names
+    /// sort in grant order).
+    fn record_node(&self, job: &str, slot: i64, token: i64) -> String {
+        format!("{}/{token:020}", self.slot_node(job, slot))
+    }
+    fn report_node(&self, job: &str, slot: i64, token: i64) -> String {
+        format!("{}/report", self.record_node(job, slot, token))
     }
     fn id_node(&self, run_id: &str) -> String {
         self.node(&format!("id/{run_id}"))
@@ -580,29 +605,69 @@ impl ZooKeeperStore {
         })
     }
 
-    /// Reads the record arrays of `slots` of `job` (missing ones as empty), in batches.
+    /// Reads the records of `slots` of `job` in grant order (`None` for a slot with no
+    /// node), in batches: the slots' children, then each record with its report.
     async fn read_slots(
         &self,
         client: &Client,
         job: &str,
         slots: &[i64],
     ) -> Result<Vec<Option<Vec<Run>>>, Fail> {
-        let mut out = Vec::with_capacity(slots.len());
+        let mut listed: Vec<Option<Vec<i64>>> = Vec::with_capacity(slots.len());
         for chunk in slots.chunks(READ_BATCH) {
             let mut reader = client.new_multi_reader();
             for s in chunk {
-                reader.add_get_data(&self.slot_node(job, *s))?;
+                reader.add_get_children(&self.slot_node(job, *s))?;
             }
             for r in reader.commit().await? {
-                out.push(data_of(r)?.map(|d| runs_from_json(&d)).transpose()?);
+                listed.push(match r {
+                    MultiReadResult::Error {
+                        err: zookeeper_client::Error::NoNode,
+                    } => None,
+                    r => {
+                        let mut tokens: Vec<i64> = children_of(r)?
+                            .iter()
+                            .map(|c| c.parse::<i64>())
+                            .collect::<Result<_, _>>()
+                            .map_err(|e| Fail::Data(format!("record node name: {e}")))?;
+                        tokens.sort_unstable();
+                        Some(tokens)
+                    }
+                });
             }
         }
-        Ok(out)
+        let records: Vec<(i64, i64)> = slots
+            .iter()
+            .zip(&listed)
+            .flat_map(|(s, t)| t.iter().flatten().map(|t| (*s, *t)))
+            .collect();
+        let mut runs = std::collections::BTreeMap::new();
+        for chunk in records.chunks(READ_BATCH / 2) {
+            let mut reader = client.new_multi_reader();
+            for (s, t) in chunk {
+                reader.add_get_data(&self.record_node(job, *s, *t))?;
+                reader.add_get_data(&self.report_node(job, *s, *t))?;
+            }
+            let mut got = reader.commit().await?.into_iter();
+            for key in chunk {
+                let record = got.next().map(data_of).transpose()?.flatten();
+                let report = got.next().map(data_of).transpose()?.flatten();
+                // A record deleted since its slot's children were listed is gone.
+                if let Some(record) = record {
+                    runs.insert(*key, record_from_json(&record, report.as_deref())?);
+                }
+            }
+        }
+        Ok(slots
+            .iter()
+            .zip(listed)
+            .map(|(s, t)| t.map(|t| t.iter().filter_map(|t| runs.remove(&(*s, *t))).collect()))
+            .collect())
     }
 
-    /// The writes that set the records of one slot to `runs` (creating its node when
-    /// `existed` is false) and keep its queued marker true, given whether any record was
-    /// queued before.
+    /// The writes that turn the records of one slot from `before` into `runs` (creating
+    /// its node when `existed` is false): a new record's node and report node, a changed
+    /// record's node, a changed report's node, and its queued marker, kept true.
     fn slot_writes(
         &self,
         job: &str,
@@ -611,13 +676,34 @@ impl ZooKeeperStore {
         runs: &[Run],
         existed: bool,
     ) -> Result<Vec<Write>, Fail> {
-        let data = runs_to_json(runs)?;
-        let node = self.slot_node(job, slot);
-        let mut w = vec![if existed {
-            Write::Set(node, data)
-        } else {
-            Write::Create(node, data)
-        }];
+        let mut w = Vec::new();
+        if !existed {
+            w.push(Write::Create(self.slot_node(job, slot), Vec::new()));
+        }
+        for run in runs {
+            let token = run.fencing_token;
+            let record = record_to_json(run)?;
+            match before.iter().find(|b| b.run_id == run.run_id) {
+                None => {
+                    w.push(Write::Create(self.record_node(job, slot, token), record));
+                    w.push(Write::Create(
+                        self.report_node(job, slot, token),
+                        report_to_json(run)?,
+                    ));
+                }
+                Some(b) => {
+                    if record_to_json(b)? != record {
+                        w.push(Write::Set(self.record_node(job, slot, token), record));
+                    }
+                    if b.report != run.report {
+                        w.push(Write::Set(
+                            self.report_node(job, slot, token),
+                            report_to_json(run)?,
+                        ));
+                    }
+                }
+            }
+        }
         let was = before
             .iter()
             .any(|r| r.resolution == Some(Resolution::Queued));
@@ -638,19 +724,12 @@ impl ZooKeeperStore {
         let bound = rules::newest_bound(now, req);
         let mut reader = client.new_multi_reader();
         reader.add_get_data(&self.lease_node(job))?;
-        reader.add_get_data(&self.slot_node(job, req.run.slot.usec))?;
         reader.add_get_data(&self.id_node(&req.run.run_id))?;
         if req.queued_first {
             reader.add_get_children(&self.node(&format!("queued/{job}")))?;
         }
         let mut got = reader.commit().await?.into_iter();
         let snap = self.snapshot(job, now, got.next())?;
-        let asked = got.next().map(data_of).transpose()?.flatten();
-        let asked_existed = asked.is_some();
-        let asked_runs = asked
-            .map(|d| runs_from_json(&d))
-            .transpose()?
-            .unwrap_or_default();
         let id_at = got
             .next()
             .map(data_of)
@@ -688,7 +767,16 @@ impl ZooKeeperStore {
         others.retain(|s| *s != req.run.slot.usec);
         others.sort_unstable();
         others.dedup();
-        let read = self.read_slots(client, job, &others).await?;
+        let mut read = self
+            .read_slots(
+                client,
+                job,
+                &[&[req.run.slot.usec][..], &others[..]].concat(),
+            )
+            .await?;
+        let asked = read.remove(0);
+        let asked_existed = asked.is_some();
+        let asked_runs = asked.unwrap_or_default();
         let mut slots = std::collections::BTreeMap::new();
         slots.insert(req.run.slot.usec, asked_runs);
         let mut existing: std::collections::BTreeSet<i64> = others
@@ -1288,6 +1376,9 @@ impl Store for ZooKeeperStore {
                     }
                     for r in &runs {
                         writes.push(Write::Delete(store.id_node(&r.run_id)));
+                        let token = r.fencing_token;
+                        writes.push(Write::Delete(store.report_node(job, *slot, token)));
+                        writes.push(Write::Delete(store.record_node(job, *slot, token)));
                     }
                     if runs
                         .iter()

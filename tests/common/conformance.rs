@@ -92,6 +92,7 @@ macro_rules! conformance_suite {
             schedules_are_declared_and_swapped_only_if_unchanged,
             a_long_history_of_large_reports_reads_back,
             the_newest_records_of_a_long_history_are_the_last_started,
+            one_slot_keeps_every_attempt_of_a_large_report,
         );
     };
     (@cases required $fresh:path; $($case:ident),* $(,)?) => {
@@ -1702,3 +1703,95 @@ pub fn the_newest_records_of_a_long_history_are_the_last_started(env: &dyn Env) 
     }
 }
 
+/// One slot run again and again (`jobguard run --force`, then a queued re-run), each
+/// attempt with a report at the shim's limit (`MAX_REPORT_BYTES`, 64 KiB): the slot's
+/// records together are far larger than one value or request of a store's protocol
+/// (ZooKeeper's `jute.maxbuffer` and etcd's request limit are about 1 MiB), and every
+/// attempt is still granted, finished, re-queued, re-run and read back.
+pub fn one_slot_keeps_every_attempt_of_a_large_report(env: &dyn Env) {
+    const ATTEMPTS: u32 = 30;
+    let mut s = connect(env);
+    let report: BTreeMap<String, String> =
+        [("out".to_string(), "\"\\ line of output\n".repeat(3_000))]
+            .into_iter()
+            .collect();
+    assert!(serde_json::to_string(&report).unwrap().len() > 60_000);
+    for n in 1..=ATTEMPTS {
+        env.advance(1_000_000);
+        let (l, r) = claimed(&mut *s, &request("again", S1, 1, n, n > 1));
+        assert_eq!(r.slot.usec, S1);
+        let done = s
+            .finish(
+                &l,
+                &rid(n),
+                &Finish {
+                    report: report.clone(),
+                    ..finish(Outcome::Failed)
+                },
+            )
+            .unwrap_or_else(|e| panic!("finish attempt {n}: {e}"));
+        assert!(done.recorded, "attempt {n}: {done:?}");
+    }
+    // Every failed attempt is queued, and the re-run settles them all in its claim.
+    assert_eq!(
+        s.resolve("again", S1, Resolution::Queued).unwrap(),
+        ATTEMPTS as usize
+    );
+    // The next firing takes the queued slot first: its records are rewritten.
+    env.advance(1_000_000);
+    let mut req = request("again", S2, 1, ATTEMPTS + 1, false);
+    req.queued_first = true;
+    let (l, r) = claimed(&mut *s, &req);
+    assert_eq!(r.slot.usec, S1, "the queued slot first");
+    s.finish(
+        &l,
+        &rid(ATTEMPTS + 1),
+        &Finish {
+            report: report.clone(),
+            ..finish(Outcome::Succeeded)
+        },
+    )
+    .unwrap();
+    let slot = s
+        .runs(&RunQuery {
+            job: Some("again".into()),
+            slot: Some(S1),
+            ..RunQuery::default()
+        })
+        .expect("the slot's records");
+    let mut ids: Vec<String> = slot.iter().map(|r| r.run_id.clone()).collect();
+    ids.sort();
+    let mut want: Vec<String> = (1..=ATTEMPTS + 1).map(rid).collect();
+    want.sort();
+    assert_eq!(ids, want);
+    assert!(slot.iter().all(|r| r.report == report));
+    for r in &slot {
+        let want = (r.run_id != rid(ATTEMPTS + 1)).then_some(Resolution::Rerun);
+        assert_eq!(r.resolution, want, "{}", r.run_id);
+    }
+    let newest = s
+        .runs(&RunQuery {
+            job: Some("again".into()),
+            limit: 2,
+            ..RunQuery::default()
+        })
+        .unwrap();
+    assert_eq!(
+        newest.iter().map(|r| r.run_id.clone()).collect::<Vec<_>>(),
+        vec![rid(ATTEMPTS + 1), rid(ATTEMPTS)]
+    );
+    // Retention deletes the whole slot.
+    let bound = s.now().unwrap() + 1;
+    assert_eq!(
+        s.delete_slots("again", &[S1], bound).unwrap(),
+        ATTEMPTS as usize + 1
+    );
+    assert!(
+        s.runs(&RunQuery {
+            job: Some("again".into()),
+            ..RunQuery::default()
+        })
+        .unwrap()
+        .is_empty()
+    );
+}
