@@ -814,6 +814,130 @@ fn mysql_migration_cut_short_is_completed() {
     assert!(s.unlock("j").unwrap().is_some());
 }
 
+/// A deployment whose database administrator creates the schema (an `init` as the owner)
+/// and gives the hosts' user only data rights (no CREATE): every host operation works as
+/// that user, including the schedule declaration of every run.
+#[cfg(all(
+    feature = "store-postgres",
+    feature = "store-mysql",
+    feature = "store-redis"
+))]
+fn a_user_with_data_rights_only_runs_jobs(kind: common::remote::Kind, test: &str) {
+    use common::remote::{Kind, Namespace, sql};
+    use jobguard::store::ScheduleDecl;
+    let Some(ns) = Namespace::new(kind, test) else {
+        return;
+    };
+    let user = format!("{}_rt", ns.name);
+    let decl = |host: &str, seen_at: i64| ScheduleDecl {
+        job: "j".into(),
+        fingerprint: "*-*-* 02:00:00 Europe/Berlin".into(),
+        defined_at: 1,
+        host: host.into(),
+        seen_at,
+        horizon: 86_400_000_000,
+    };
+    let mut owner = jobguard::store::open(&ns.address()).unwrap();
+    owner.init().unwrap();
+    let (address, grants, revoke) = match kind {
+        Kind::Postgres => (
+            format!("postgres://{user}@127.0.0.1:5432/test?schema={}", ns.name),
+            format!(
+                "CREATE ROLE {user} LOGIN; GRANT USAGE ON SCHEMA {n} TO {user};
+                 GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {n} TO {user};
+                 GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA {n} TO {user};
+                 ALTER DEFAULT PRIVILEGES IN SCHEMA {n}
+                   GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO {user}",
+                n = ns.name
+            ),
+            format!("DROP OWNED BY {user}; DROP ROLE {user}"),
+        ),
+        Kind::Mysql => (
+            format!("mysql://{user}@127.0.0.1:3306/{}", ns.name),
+            format!(
+                "CREATE USER '{user}'@'localhost', '{user}'@'%';
+                 GRANT SELECT, INSERT, UPDATE, DELETE, EXECUTE ON {n}.* TO '{user}'@'localhost';
+                 GRANT SELECT, INSERT, UPDATE, DELETE, EXECUTE ON {n}.* TO '{user}'@'%'",
+                n = ns.name
+            ),
+            format!("DROP USER '{user}'@'localhost', '{user}'@'%'"),
+        ),
+        other => panic!("no users on {other:?}"),
+    };
+    sql(kind, &grants);
+    let result = std::panic::catch_unwind(|| {
+        let mut s = jobguard::store::open(&address).unwrap();
+        s.init().expect("init as the data user");
+        // The first declaration of a job, then another host's refresh of it (a quarter
+        // of its horizon later: an update of the row).
+        assert_eq!(
+            s.declare_schedule(&decl("a", 10)).expect("declare"),
+            decl("a", 10)
+        );
+        let later = 10 + 86_400_000_000 / 4 + 1;
+        assert_eq!(
+            s.declare_schedule(&decl("b", later))
+                .expect("declare again"),
+            decl("b", later)
+        );
+        let (lease, _) = claimed(&mut *s, &request("j", S1, 1, 1, false));
+        assert!(
+            s.renew(&lease, std::time::Duration::from_secs(60))
+                .unwrap()
+                .is_some()
+        );
+        let done = s
+            .finish(
+                &lease,
+                &common::conformance::rid(1),
+                &jobguard::ledger::Finish {
+                    outcome: jobguard::ledger::Outcome::Succeeded,
+                    reason: None,
+                    exit_status: Some(0),
+                    report: Default::default(),
+                    resolution: None,
+                },
+            )
+            .expect("finish");
+        assert!(done.recorded);
+        let (lease, _) = claimed(&mut *s, &request("j", S2, 1, 2, false));
+        assert!(s.unlock("j").unwrap().is_some(), "{lease:?}");
+        assert_eq!(
+            s.runs(&jobguard::store::RunQuery {
+                job: Some("j".into()),
+                ..Default::default()
+            })
+            .unwrap()
+            .len(),
+            2
+        );
+    });
+    sql(kind, &revoke);
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+}
+
+#[cfg(all(
+    feature = "store-postgres",
+    feature = "store-mysql",
+    feature = "store-redis"
+))]
+#[test]
+fn postgres_a_user_with_data_rights_only_runs_jobs() {
+    a_user_with_data_rights_only_runs_jobs(common::remote::Kind::Postgres, "postgres::data_user");
+}
+
+#[cfg(all(
+    feature = "store-postgres",
+    feature = "store-mysql",
+    feature = "store-redis"
+))]
+#[test]
+fn mysql_a_user_with_data_rights_only_runs_jobs() {
+    a_user_with_data_rights_only_runs_jobs(common::remote::Kind::Mysql, "mysql::data_user");
+}
+
 /// Redis, upgrading while a host of schema 1 is still running a job: its run was claimed
 /// before the migration, and its end is written by the finish script of schema 1, which
 /// queues the slot without adding it to `queued:JOB` (schema 1 had no such index). The

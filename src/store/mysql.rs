@@ -902,6 +902,7 @@ impl MysqlStore {
                     conn.query_drop(statement)?;
                 }
             }
+            conn.query_drop(SCHEDULE_TABLE)?;
             conn.query_drop(format!(
                 "INSERT INTO jobguard_meta (name, value) VALUES ('schema_version', {SCHEMA_VERSION})
                  ON DUPLICATE KEY UPDATE value = VALUES(value)"
@@ -921,6 +922,18 @@ impl MysqlStore {
         Ok(row.as_ref().map(row_object))
     }
 }
+
+/// The table of declared schedules ([`Store::declare_schedule`]). It has no schema
+/// version of its own (a jobguard that does not know it leaves it alone): a new database
+/// gets it with its migration, an older one with its first declaration.
+const SCHEDULE_TABLE: &str = "CREATE TABLE IF NOT EXISTS jobguard_schedule (
+    job         VARCHAR(255) NOT NULL PRIMARY KEY,
+    fingerprint VARCHAR(1024) NOT NULL,
+    defined_at  BIGINT NOT NULL,
+    host        VARCHAR(255) NOT NULL,
+    seen_at     BIGINT NOT NULL,
+    horizon     BIGINT NOT NULL
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin";
 
 /// How often a claim reads and decides again after the lease row changed between its read
 /// and its write (another host's claim, renewal or finish won the race).
@@ -1295,21 +1308,23 @@ impl Store for MysqlStore {
             ),
         };
         self.with_schema("declare the schedule", |c| {
-            c.query_drop(
-                "CREATE TABLE IF NOT EXISTS jobguard_schedule (
-                    job         VARCHAR(255) NOT NULL PRIMARY KEY,
-                    fingerprint VARCHAR(1024) NOT NULL,
-                    defined_at  BIGINT NOT NULL,
-                    host        VARCHAR(255) NOT NULL,
-                    seen_at     BIGINT NOT NULL,
-                    horizon     BIGINT NOT NULL
-                ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin",
-            )?;
-            match c.query_drop(&write) {
-                Ok(()) => Ok(c.affected_rows() == 1),
-                // 1062: another host inserted first.
-                Err(mysql::Error::MySqlError(e)) if e.code == 1062 => Ok(false),
-                Err(e) => Err(e.into()),
+            let mut created = false;
+            loop {
+                return match c.query_drop(&write) {
+                    Ok(()) => Ok(c.affected_rows() == 1),
+                    // 1062: another host inserted first.
+                    Err(mysql::Error::MySqlError(e)) if e.code == 1062 => Ok(false),
+                    // 1146: no such table. It exists unless no host has declared a schedule
+                    // in this database since it was made by a jobguard before schedules:
+                    // creating it takes the CREATE privilege, which a host's user need not
+                    // have once it exists.
+                    Err(mysql::Error::MySqlError(e)) if e.code == 1146 && !created => {
+                        c.query_drop(SCHEDULE_TABLE)?;
+                        created = true;
+                        continue;
+                    }
+                    Err(e) => Err(e.into()),
+                };
             }
         })
     }

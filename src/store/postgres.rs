@@ -1010,6 +1010,7 @@ impl PostgresStore {
         for migration in MIGRATIONS.iter().skip(from) {
             tx.batch_execute(migration).await?;
         }
+        tx.batch_execute(SCHEDULE_TABLE).await?;
         tx.query_typed(
             "INSERT INTO jobguard_meta (key, value) VALUES ('schema_version', $1)
              ON CONFLICT (key) DO UPDATE SET value = excluded.value",
@@ -1094,6 +1095,32 @@ fn lease_from(job: &str, row: &Row, first: usize) -> Result<Lease, Fail> {
 fn run_from(json: Option<String>) -> Result<Option<Run>, Fail> {
     json.map(|j| remote::run_from_json(&j).map_err(Fail::Data))
         .transpose()
+}
+
+/// The table of declared schedules ([`Store::declare_schedule`]). It has no schema
+/// version of its own (a jobguard that does not know it leaves it alone): a new schema
+/// gets it with its migration, an older one with its first declaration.
+const SCHEDULE_TABLE: &str = "CREATE TABLE IF NOT EXISTS jobguard_schedule (
+    job text PRIMARY KEY, fingerprint text NOT NULL,
+    defined_at bigint NOT NULL, host text NOT NULL,
+    seen_at bigint NOT NULL, horizon bigint NOT NULL)";
+
+/// Creates the schedule table if it is missing.
+///
+/// # Errors
+/// The server's: without the right to create in the schema (SQLSTATE 42501).
+async fn create_schedule_table(c: &Client) -> Result<(), Fail> {
+    // Two sessions creating the table at once: one of them may fail on the catalog's
+    // unique index; the table is there either way.
+    match c.batch_execute(SCHEDULE_TABLE).await {
+        Err(e)
+            if e.code() != Some(&SqlState::UNIQUE_VIOLATION)
+                && e.code() != Some(&SqlState::DUPLICATE_TABLE) =>
+        {
+            Err(e.into())
+        }
+        _ => Ok(()),
+    }
 }
 
 /// How often a claim reads and decides again after the lease row changed between its read
@@ -1480,25 +1507,6 @@ impl Store for PostgresStore {
     ) -> Result<bool, StoreError> {
         self.ready()?;
         self.with_schema("declare the schedule", async |c| {
-            // Two sessions creating the table at once: one of them may fail on the
-            // catalog's unique index; the table is there either way.
-            match c
-                .batch_execute(
-                    "CREATE TABLE IF NOT EXISTS jobguard_schedule (
-                        job text PRIMARY KEY, fingerprint text NOT NULL,
-                        defined_at bigint NOT NULL, host text NOT NULL,
-                        seen_at bigint NOT NULL, horizon bigint NOT NULL)",
-                )
-                .await
-            {
-                Err(e)
-                    if e.code() != Some(&SqlState::UNIQUE_VIOLATION)
-                        && e.code() != Some(&SqlState::DUPLICATE_TABLE) =>
-                {
-                    return Err(e.into());
-                }
-                _ => {}
-            }
             let mut values: Vec<(&(dyn tokio_postgres::types::ToSql + Sync), Type)> = vec![
                 (&new.job, Type::TEXT),
                 (&new.fingerprint, Type::TEXT),
@@ -1528,7 +1536,16 @@ impl Store for PostgresStore {
                      RETURNING 1"
                 }
             };
-            Ok(c.query_typed(sql, &values).await?.len() == 1)
+            // The table exists unless no host has declared a schedule in this schema since
+            // it was made by a jobguard before schedules: creating it takes the right to
+            // create in the schema, which a host's user need not have once it exists.
+            match c.query_typed(sql, &values).await {
+                Err(e) if e.code() == Some(&SqlState::UNDEFINED_TABLE) => {
+                    create_schedule_table(c).await?;
+                    Ok(c.query_typed(sql, &values).await?.len() == 1)
+                }
+                got => Ok(got?.len() == 1),
+            }
         })
     }
 
