@@ -639,6 +639,121 @@ fn postgres_tls_address_errors() {
 }
 
 // ---------------------------------------------------------------------------------------
+// ZooKeeper
+
+fn zookeeper_address(server: &Server, host: &str, ns: &str, ca: &str) -> String {
+    format!("zookeepers://{host}:{}/{ns}?ssl-ca={ca}", server.port)
+}
+
+/// Sets the data of node `path` on the TLS ZooKeeper server, with the client the store
+/// uses (the Java `zkCli.sh` of Debian's package lacks Netty's codec for TLS).
+#[cfg(feature = "store-zookeeper")]
+fn zookeeper_set(server: &Server, path: &str, data: &[u8]) {
+    let ca = std::fs::read_to_string(server.ca()).expect("the CA");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    rt.block_on(async {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let tls = zookeeper_client::TlsOptions::new()
+            .with_pem_ca(&ca)
+            .expect("the CA");
+        let client = zookeeper_client::Client::connector()
+            .with_tls(tls)
+            .secure_connect(&format!("127.0.0.1:{}", server.port))
+            .await
+            .expect("connect over TLS");
+        client.set_data(path, data, None).await.expect("set_data");
+    });
+}
+
+#[cfg(feature = "store-zookeeper")]
+#[test]
+fn zookeeper_claim_over_tls_checked_against_the_private_ca() {
+    let Some(server) = tls::zookeeper("zookeeper_tls::verified") else {
+        return;
+    };
+    eprintln!("TLS ZooKeeper ready in {:?}", server.startup);
+    let ca = server.ca().display().to_string();
+    expect_claimed(&zookeeper_address(server, "127.0.0.1", &namespace(), &ca));
+    // The name in the certificate works as well.
+    expect_claimed(&zookeeper_address(server, "localhost", &namespace(), &ca));
+}
+
+#[cfg(feature = "store-zookeeper")]
+#[test]
+fn zookeeper_certificate_of_an_unknown_ca_is_refused() {
+    let Some(server) = tls::zookeeper("zookeeper_tls::system_roots") else {
+        return;
+    };
+    // The system's roots do not hold the private CA.
+    let address = format!("zookeepers://u:hunter2@127.0.0.1:{}/x", server.port);
+    let err = expect_refused(&address, "certificate");
+    assert!(matches!(err, StoreError::Unavailable { .. }), "{err}");
+    assert!(err.to_string().contains("UnknownIssuer"), "{err}");
+    assert!(err.to_string().contains("u:***@127.0.0.1"), "{err}");
+}
+
+#[cfg(feature = "store-zookeeper")]
+#[test]
+fn zookeeper_wrong_host_name_is_refused() {
+    let Some(server) = tls::zookeeper("zookeeper_tls::wrong_name") else {
+        return;
+    };
+    let ca = server.ca().display().to_string();
+    let err = expect_refused(
+        &zookeeper_address(server, "127.0.0.2", &namespace(), &ca),
+        "certificate",
+    );
+    assert!(matches!(err, StoreError::Unavailable { .. }), "{err}");
+    assert!(
+        err.to_string().contains("not valid for name"),
+        "a name error: {err}"
+    );
+}
+
+#[cfg(feature = "store-zookeeper")]
+#[test]
+fn zookeeper_plain_client_against_tls_only_server_fails_at_once() {
+    let Some(server) = tls::zookeeper("zookeeper_tls::plain_client") else {
+        return;
+    };
+    let address = format!("zookeeper://u:hunter2@127.0.0.1:{}/x", server.port);
+    let (result, took) = claim_at(&address);
+    let err = result.expect_err("a plain client was served by a TLS-only server");
+    assert!(matches!(err, StoreError::Unavailable { .. }), "{err}");
+    assert!(!err.to_string().contains("hunter2"), "{err}");
+    assert!(took < QUICK, "took {took:?}: {err}");
+}
+
+#[cfg(feature = "store-zookeeper")]
+#[test]
+fn zookeeper_tls_address_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let not_pem = dir.path().join("not.pem");
+    std::fs::write(&not_pem, "hello\n").unwrap();
+    expect_address_error(
+        "zookeepers://u:hunter2@127.0.0.1/x?ssl-ca=/nonexistent/ca.pem",
+        "ssl-ca /nonexistent/ca.pem",
+    );
+    expect_address_error(
+        &format!(
+            "zookeepers://u:hunter2@127.0.0.1/x?ssl-ca={}",
+            not_pem.display()
+        ),
+        "no PEM certificate",
+    );
+    expect_address_error(
+        &format!(
+            "zookeeper://u:hunter2@127.0.0.1/x?ssl-ca={}",
+            not_pem.display()
+        ),
+        "needs a zookeepers://",
+    );
+}
+
+// ---------------------------------------------------------------------------------------
 // The conformance suite over TLS
 
 /// A conformance env on a private TLS server: a fresh namespace, reached with the
@@ -656,7 +771,7 @@ fn tls_env(kind: Kind, test: &str) -> Option<Box<dyn Env>> {
         Kind::Mysql => tls::mariadb(test)?,
         Kind::Postgres => tls::postgres(test)?,
         Kind::Etcd => tls::etcd(test)?,
-        Kind::ZooKeeper => unreachable!("the ZooKeeper store is built without TLS"),
+        Kind::ZooKeeper => tls::zookeeper(test)?,
     };
     let ns = namespace();
     if kind == Kind::Mysql {
@@ -693,7 +808,7 @@ impl TlsEnv {
                 "etcds://127.0.0.1:{}?prefix={}/&ssl-ca={ca}",
                 self.server.port, self.ns
             ),
-            Kind::ZooKeeper => unreachable!("the ZooKeeper store is built without TLS"),
+            Kind::ZooKeeper => zookeeper_address(self.server, "127.0.0.1", &self.ns, &ca),
         }
     }
 }
@@ -728,7 +843,14 @@ impl Env for TlsEnv {
                 self.server
                     .etcdctl(&["put", &format!("{}/schema", self.ns), &version.to_string()]);
             }
-            Kind::ZooKeeper => unreachable!("the ZooKeeper store is built without TLS"),
+            #[cfg(feature = "store-zookeeper")]
+            Kind::ZooKeeper => zookeeper_set(
+                self.server,
+                &format!("/{}/schema", self.ns),
+                version.to_string().as_bytes(),
+            ),
+            #[cfg(not(feature = "store-zookeeper"))]
+            Kind::ZooKeeper => unreachable!("no ZooKeeper store in this build"),
         }
     }
     fn current_schema_version(&self) -> i64 {
@@ -740,7 +862,10 @@ impl Env for TlsEnv {
             Kind::Etcd => jobguard::store::etcd::SCHEMA_VERSION,
             #[cfg(not(feature = "store-etcd"))]
             Kind::Etcd => unreachable!("no etcd store in this build"),
-            Kind::ZooKeeper => unreachable!("the ZooKeeper store is built without TLS"),
+            #[cfg(feature = "store-zookeeper")]
+            Kind::ZooKeeper => jobguard::store::zookeeper::SCHEMA_VERSION,
+            #[cfg(not(feature = "store-zookeeper"))]
+            Kind::ZooKeeper => unreachable!("no ZooKeeper store in this build"),
         }
     }
     fn store_clock_is_host_clock(&self) -> bool {
@@ -774,6 +899,17 @@ mod etcd_conformance {
         super::tls_env(
             crate::common::remote::Kind::Etcd,
             &format!("etcd_tls::{case}"),
+        )
+    }
+    crate::common::conformance::conformance_suite!(optional fresh);
+}
+
+#[cfg(feature = "store-zookeeper")]
+mod zookeeper_conformance {
+    fn fresh(case: &str) -> Option<Box<dyn crate::common::conformance::Env>> {
+        super::tls_env(
+            crate::common::remote::Kind::ZooKeeper,
+            &format!("zookeeper_tls::{case}"),
         )
     }
     crate::common::conformance::conformance_suite!(optional fresh);

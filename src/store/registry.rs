@@ -120,12 +120,15 @@ pub const KINDS: &[StoreKind] = &[
     },
     StoreKind {
         name: "zookeeper",
-        schemes: &["zookeeper"],
+        schemes: &["zookeeper", "zookeepers"],
         feature: "store-zookeeper",
         built: cfg!(feature = "store-zookeeper"),
         shared: true,
         default_port: Some(2181),
-        forms: &["zookeeper://HOST:PORT[,HOST:PORT…][/PATH]"],
+        forms: &[
+            "zookeeper://HOST:PORT[,HOST:PORT…][/PATH]",
+            "zookeepers://HOST:PORT[,HOST:PORT…][/PATH][?ssl-ca=PATH]",
+        ],
         open: opener!("store-zookeeper", zookeeper),
     },
 ];

@@ -9,8 +9,13 @@
 //! authenticates with ZooKeeper's `digest` scheme (`addauth digest USER:PASSWORD`) and
 //! every node jobguard creates carries the ACL `auth` with all permissions (only sessions
 //! authenticated as that user can read or change it); without one, the nodes are open to
-//! every client (`world:anyone`). The password may be percent-encoded. TLS is not built
-//! in: reach a remote ensemble over a network you trust, or through a TLS tunnel.
+//! every client (`world:anyone`). The password may be percent-encoded.
+//!
+//! TLS: `zookeepers://…` speaks TLS to every server (ZooKeeper's `secureClientPort`, served
+//! by its Netty connection factory). The server's certificate must chain to a root of the
+//! system's trust-store file (found as OpenSSL finds it: `/etc/ssl/certs/ca-certificates.crt`
+//! on Debian, or `SSL_CERT_FILE`), or with `ssl-ca=PATH` to the PEM certificates in that
+//! file, and name the host it was reached by.
 //!
 //! Node layout (P is the path; a slot is 20 decimal digits, offset by 2^63 so that names
 //! sort as the numbers do):
@@ -106,6 +111,8 @@ pub struct ZooKeeperStore {
     cluster: String,
     /// `USER:PASSWORD` for the digest scheme.
     digest: Option<String>,
+    /// `zookeepers://`: the PEM certificates the servers' certificates must chain to.
+    tls: Option<String>,
     client: Option<Client>,
     describe: String,
     path: String,
@@ -252,6 +259,55 @@ fn children_of(result: MultiReadResult) -> Result<Vec<String>, Fail> {
     }
 }
 
+/// The system's trust-store file as OpenSSL finds it (`SSL_CERT_FILE`, else the
+/// distribution's bundle: `/etc/ssl/certs/ca-certificates.crt` on Debian).
+///
+/// # Errors
+/// No such file, or one that cannot be read.
+fn system_roots() -> Result<Vec<u8>, String> {
+    let file = openssl_probe::probe()
+        .cert_file
+        .filter(|f| std::fs::metadata(f).is_ok_and(|m| m.is_file()))
+        .ok_or_else(|| {
+            "no system trust-store file (install ca-certificates, or give ssl-ca=PATH)".to_string()
+        })?;
+    std::fs::read(&file).map_err(|e| format!("{}: {e}", file.display()))
+}
+
+/// Why a TLS handshake with the server at `host_port` (`HOST:PORT`, `[V6]:PORT`) fails
+/// when its certificate is checked against `pem`, as the client checks it: an untrusted
+/// issuer, a name that does not match, no TLS at all. `None` when the handshake succeeds
+/// or the server cannot be reached (the client's own error says so).
+fn tls_diagnosis(host_port: &str, pem: &str) -> Option<String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName};
+    use std::net::ToSocketAddrs;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(pem.as_bytes()).flatten() {
+        let _ = roots.add(cert);
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .ok()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let (host, _) = host_port.rsplit_once(':')?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let name = ServerName::try_from(host.to_string()).ok()?;
+    let mut conn = rustls::ClientConnection::new(Arc::new(config), name).ok()?;
+    let addr = host_port.to_socket_addrs().ok()?.next()?;
+    let mut sock = std::net::TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).ok()?;
+    sock.set_read_timeout(Some(CONNECT_TIMEOUT)).ok()?;
+    sock.set_write_timeout(Some(CONNECT_TIMEOUT)).ok()?;
+    while conn.is_handshaking() {
+        if let Err(e) = conn.complete_io(&mut sock) {
+            return Some(e.to_string());
+        }
+    }
+    None
+}
+
 /// A path segment or path jobguard accepts: plain ASCII, no `.` or `..` segment.
 fn path_ok(path: &str) -> bool {
     let segments: Vec<&str> = path.strip_prefix('/').unwrap_or("").split('/').collect();
@@ -272,8 +328,9 @@ impl ZooKeeperStore {
     /// use.
     ///
     /// # Errors
-    /// [`StoreError::Address`] for an address without a host, with a bad port or path, or
-    /// with a query parameter (none is known).
+    /// [`StoreError::Address`] for an address without a host, with a bad port, path or
+    /// parameter, `ssl-ca` on a plain `zookeeper://` address, or a trust file that cannot
+    /// be read (`ssl-ca`, or the system's when none is given).
     pub fn open(address: &str) -> Result<ZooKeeperStore, StoreError> {
         let describe = address::mask(address);
         let bad = |detail: String| StoreError::Address {
@@ -281,17 +338,36 @@ impl ZooKeeperStore {
             detail,
         };
         let encoded = remote::encode_password(address);
+        if let Some(key) = remote::given_twice(&encoded, &[&["ssl-ca", "ssl_ca"]]) {
+            return Err(bad(format!("{key} is given more than once")));
+        }
+        let (encoded, ours) = remote::take_params(&encoded, &["ssl-ca", "ssl_ca"]);
+        let ca = ours.into_iter().flatten().next();
         if let Some((_, query)) = encoded.split_once('?') {
             return Err(bad(format!(
-                "unknown parameter in {query:?}; zookeeper addresses take none (the path names the node)"
+                "unknown parameter in {query:?}; zookeeper addresses take ssl-ca (the path names the node)"
             )));
         }
-        let (scheme, after) = encoded
-            .split_once("://")
-            .ok_or_else(|| bad("zookeeper addresses start with zookeeper://".to_string()))?;
-        if !scheme.eq_ignore_ascii_case("zookeeper") {
-            return Err(bad(format!("unknown scheme {scheme:?}")));
-        }
+        let (scheme, after) = encoded.split_once("://").ok_or_else(|| {
+            bad("zookeeper addresses start with zookeeper:// or zookeepers://".to_string())
+        })?;
+        let tls = match scheme.to_ascii_lowercase().as_str() {
+            "zookeeper" => false,
+            "zookeepers" => true,
+            _ => return Err(bad(format!("unknown scheme {scheme:?}"))),
+        };
+        let tls = match (tls, ca) {
+            (false, Some(_)) => {
+                return Err(bad("ssl-ca needs a zookeepers:// address".to_string()));
+            }
+            (false, None) => None,
+            (true, Some(path)) => Some(remote::read_ca_file("ssl-ca", &path, true).map_err(&bad)?),
+            (true, None) => Some(system_roots().map_err(&bad)?),
+        };
+        let tls = tls
+            .map(String::from_utf8)
+            .transpose()
+            .map_err(|_| bad("ssl-ca: the file is not PEM text".to_string()))?;
         let (userinfo, rest) = match after.rsplit_once('@') {
             Some((u, h)) => (Some(u), h),
             None => (None, after),
@@ -362,6 +438,7 @@ impl ZooKeeperStore {
             rt,
             cluster: servers.join(","),
             digest,
+            tls,
             client: None,
             describe,
             path,
@@ -439,20 +516,49 @@ impl ZooKeeperStore {
         if let Some(d) = &self.digest {
             connector = connector.with_auth("digest", d.as_bytes());
         }
+        if let Some(pem) = &self.tls {
+            // The client builds its TLS configuration with the process's default provider;
+            // jobguard's is ring, as for PostgreSQL (a second call finds it installed).
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            let options = zookeeper_client::TlsOptions::new()
+                .with_pem_ca(pem)
+                .map_err(|e| StoreError::Address {
+                    address: self.describe.clone(),
+                    detail: format!("ssl-ca: {}", remote::chain(&e)),
+                })?;
+            connector = connector.with_tls(options);
+        }
         let cluster = self.cluster.clone();
+        let secure = self.tls.is_some();
         let client = self
             .rt
             .block_on(async {
-                tokio::time::timeout(CONNECT_TIMEOUT + CALL_TIMEOUT, connector.connect(&cluster))
-                    .await
+                let connecting = async {
+                    if secure {
+                        connector.secure_connect(&cluster).await
+                    } else {
+                        connector.connect(&cluster).await
+                    }
+                };
+                tokio::time::timeout(CONNECT_TIMEOUT + CALL_TIMEOUT, connecting).await
             })
             .map_err(|_| StoreError::Unavailable {
                 store: self.describe.clone(),
                 detail: "connect: timed out".to_string(),
             })?
-            .map_err(|e| StoreError::Unavailable {
-                store: self.describe.clone(),
-                detail: format!("connect: {}", remote::chain(&e)),
+            .map_err(|e| {
+                // The client answers a failed handshake with "no available hosts" only.
+                let why = self.tls.as_deref().and_then(|pem| {
+                    let first = self.cluster.split(',').next()?;
+                    tls_diagnosis(first, pem)
+                });
+                StoreError::Unavailable {
+                    store: self.describe.clone(),
+                    detail: match why {
+                        Some(why) => format!("connect: {}: tls: {why}", remote::chain(&e)),
+                        None => format!("connect: {}", remote::chain(&e)),
+                    },
+                }
             })?;
         self.client = Some(client.clone());
         Ok(client)
@@ -1436,12 +1542,33 @@ mod tests {
         }
         let s = ZooKeeperStore::open("zookeeper://user:p%40ss@h").unwrap();
         assert_eq!(s.digest.as_deref(), Some("user:p@ss"));
+        assert!(s.tls.is_none());
+        let s = ZooKeeperStore::open("zookeepers://h1,h2:2281/x").unwrap();
+        assert_eq!(
+            (s.cluster.as_str(), s.path.as_str()),
+            ("h1:2181,h2:2281", "/x")
+        );
+        assert!(
+            s.tls
+                .as_deref()
+                .is_some_and(|p| p.contains("BEGIN CERTIFICATE"))
+        );
         for (bad, why) in [
             ("zookeeper://", "no host"),
             ("zookeeper://h:99999", "bad port"),
             ("zookeeper://h/a b", "not plain"),
             ("zookeeper://h/a/../b", "not plain"),
             ("zookeeper://h?ssl=1", "unknown parameter"),
+            (
+                "zookeeper://h?ssl-ca=/etc/ssl/certs/ca-certificates.crt",
+                "zookeepers://",
+            ),
+            ("zookeepers://h?ssl-ca=relative.pem", "absolute"),
+            (
+                "zookeepers://h?ssl-ca=/a.pem&ssl_ca=/b.pem",
+                "more than once",
+            ),
+            ("zookeeperx://h", "unknown scheme"),
             ("zookeeper://h1,,h2", "empty host"),
         ] {
             let e = ZooKeeperStore::open(bad).unwrap_err().to_string();

@@ -335,6 +335,75 @@ fn etcdctl_at(dir: &Path, port: u16, args: &[&str]) -> Result<String, String> {
     }
 }
 
+/// The Java classes of Debian's ZooKeeper server with TLS: its jar needs Netty's codec,
+/// which `zkServer.sh`'s class path leaves out.
+const ZOOKEEPER_CLASSES: &str =
+    "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar:/usr/share/java/netty-codec.jar";
+
+fn start_zookeeper() -> Result<Server, String> {
+    if let Some(why) = missing(&["openssl", "java"]) {
+        return Err(why);
+    }
+    for jar in [
+        "/usr/share/java/zookeeper.jar",
+        "/usr/share/java/netty-codec.jar",
+    ] {
+        if !Path::new(jar).is_file() {
+            return Err(format!("not installed: {jar}"));
+        }
+    }
+    let started = Instant::now();
+    let dir = temp_dir("zookeeper")?;
+    make_certificates(&dir)?;
+    let file = |name: &str| dir.join(name).display().to_string();
+    // ZooKeeper reads a PEM key store: the key, then the certificate.
+    let key = std::fs::read_to_string(dir.join("server.key")).map_err(|e| e.to_string())?;
+    let cert = std::fs::read_to_string(dir.join("server.pem")).map_err(|e| e.to_string())?;
+    std::fs::write(dir.join("keystore.pem"), format!("{key}{cert}")).map_err(|e| e.to_string())?;
+    std::fs::create_dir(dir.join("data")).map_err(|e| e.to_string())?;
+    let port = free_port();
+    // TLS only (no clientPort), on every address: 127.0.0.2 serves the wrong-name case.
+    let config = [
+        "tickTime=2000".to_string(),
+        format!("dataDir={}", file("data")),
+        format!("secureClientPort={port}"),
+        "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory".to_string(),
+        format!("ssl.keyStore.location={}", file("keystore.pem")),
+        "ssl.keyStore.type=PEM".to_string(),
+        format!("ssl.trustStore.location={}", file("ca.pem")),
+        "ssl.trustStore.type=PEM".to_string(),
+        "ssl.clientAuth=none".to_string(),
+        "admin.enableServer=false".to_string(),
+        "maxClientCnxns=0".to_string(),
+    ];
+    std::fs::write(dir.join("zoo.cfg"), config.join("\n") + "\n").map_err(|e| e.to_string())?;
+    let args: Vec<String> = vec![
+        "-Xmx256m".into(),
+        format!("-Dzookeeper.log.dir={}", dir.display()),
+        "-cp".into(),
+        ZOOKEEPER_CLASSES.into(),
+        "org.apache.zookeeper.server.ZooKeeperServerMain".into(),
+        file("zoo.cfg"),
+    ];
+    let watcher = watch(&dir, "java", &args)?;
+    wait_ready(&dir, Duration::from_secs(30), || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    })?;
+    Ok(Server {
+        port,
+        dir,
+        startup: started.elapsed(),
+        _watch: Mutex::new(watcher),
+    })
+}
+
+/// The process's TLS-only ZooKeeper server, started on first use; `None` (after
+/// [`super::go_on`]) when it cannot run here.
+pub fn zookeeper(test: &str) -> Option<&'static Server> {
+    static CELL: OnceLock<Result<Server, String>> = OnceLock::new();
+    shared(&CELL, start_zookeeper, test)
+}
+
 /// A user of the TLS MariaDB server with every privilege, besides root without password.
 pub const MARIADB_USER: &str = "jobguard";
 /// [`MARIADB_USER`]'s password: tests check that no message shows it.
