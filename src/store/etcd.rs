@@ -268,6 +268,7 @@ impl EtcdStore {
     /// [`StoreError::Address`] for an address without a host, with a bad port, prefix or
     /// parameter, or `ssl-ca` on a plain `etcd://` address.
     pub fn open(address: &str) -> Result<EtcdStore, StoreError> {
+        super::tls_provider();
         let describe = address::mask(address);
         let bad = |detail: String| StoreError::Address {
             address: describe.clone(),

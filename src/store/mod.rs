@@ -497,3 +497,17 @@ pub trait Store: Send {
         started_before: i64,
     ) -> Result<usize, StoreError>;
 }
+
+/// Makes ring the process's rustls crypto provider, once, before any store speaks TLS.
+///
+/// rustls chooses a provider from its cargo features only when exactly one is built in;
+/// the ZooKeeper client's rustls brings aws-lc-rs beside the ring of the other stores,
+/// and then a client that asks rustls for the default (the Redis client, the ZooKeeper
+/// client) panics ("Could not automatically determine the process-level CryptoProvider").
+/// Every remote store's `open` calls this; a second call finds ring installed.
+pub(crate) fn tls_provider() {
+    #[cfg(any(feature = "store-postgres", feature = "store-zookeeper"))]
+    {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}

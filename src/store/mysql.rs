@@ -637,6 +637,7 @@ impl MysqlStore {
     /// read or comes with a mode that checks no certificate, or the address uses the
     /// client's own TLS parameters (see the module documentation).
     pub fn open(address: &str) -> Result<MysqlStore, StoreError> {
+        super::tls_provider();
         let describe = address::mask(address);
         let address = &remote::encode_password(address);
         let bad = |detail: String| StoreError::Address {

@@ -536,6 +536,7 @@ impl RedisStore {
     /// names a file without a readable PEM certificate or comes without `rediss://` or
     /// with `#insecure`.
     pub fn open(address: &str) -> Result<RedisStore, StoreError> {
+        super::tls_provider();
         let describe = address::mask(address);
         let address = &remote::encode_password(address);
         let bad = |detail: String| StoreError::Address {

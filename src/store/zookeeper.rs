@@ -332,6 +332,7 @@ impl ZooKeeperStore {
     /// parameter, `ssl-ca` on a plain `zookeeper://` address, or a trust file that cannot
     /// be read (`ssl-ca`, or the system's when none is given).
     pub fn open(address: &str) -> Result<ZooKeeperStore, StoreError> {
+        super::tls_provider();
         let describe = address::mask(address);
         let bad = |detail: String| StoreError::Address {
             address: describe.clone(),
@@ -517,9 +518,8 @@ impl ZooKeeperStore {
             connector = connector.with_auth("digest", d.as_bytes());
         }
         if let Some(pem) = &self.tls {
-            // The client builds its TLS configuration with the process's default provider;
-            // jobguard's is ring, as for PostgreSQL (a second call finds it installed).
-            let _ = rustls::crypto::ring::default_provider().install_default();
+            // The client builds its TLS configuration with the process's default provider,
+            // which `open` made ring ([`super::tls_provider`]).
             let options = zookeeper_client::TlsOptions::new()
                 .with_pem_ca(pem)
                 .map_err(|e| StoreError::Address {
