@@ -890,13 +890,7 @@ fn a_user_with_data_rights_only_runs_jobs(kind: common::remote::Kind, test: &str
             .finish(
                 &lease,
                 &common::conformance::rid(1),
-                &jobguard::ledger::Finish {
-                    outcome: jobguard::ledger::Outcome::Succeeded,
-                    reason: None,
-                    exit_status: Some(0),
-                    report: Default::default(),
-                    resolution: None,
-                },
+                &common::conformance::finish(jobguard::ledger::Outcome::Succeeded),
             )
             .expect("finish");
         assert!(done.recorded);

@@ -66,7 +66,7 @@ use serde_json::{Value, json};
 use crate::clock::{Clock, SystemClock};
 use crate::lease::Lease;
 use crate::ledger::{Finish, Outcome, Resolution, Run};
-use crate::store::remote::{self, CALL_TIMEOUT, CONNECT_TIMEOUT, run_to_json, slot_part};
+use crate::store::remote::{self, CALL_TIMEOUT, CONNECT_TIMEOUT, slot_part};
 use crate::store::rules::{self, ClaimDecision};
 use crate::store::{
     Claim, ClaimRequest, Finished, RunQuery, ScheduleDecl, Store, StoreError, address,
@@ -206,19 +206,6 @@ fn row_from_json(job: &str, text: &[u8]) -> Result<Row, String> {
 
 /// The suffix of a record's report key.
 const REPORT: &[u8] = b"/report";
-
-/// A record without its report: the value of its key.
-fn record_json(run: &Run) -> Result<String, Fail> {
-    run_to_json(&Run {
-        report: Default::default(),
-        ..run.clone()
-    })
-    .map_err(Fail::Data)
-}
-
-fn report_json(run: &Run) -> Result<String, Fail> {
-    serde_json::to_string(&run.report).map_err(|e| Fail::Data(format!("run report: {e}")))
-}
 
 /// The writes of one transaction, collected: later puts of one key replace earlier ones.
 #[derive(Default)]
@@ -664,10 +651,16 @@ impl<'a> Job<'a> {
         slot_runs: &[Run],
     ) -> Result<(), Fail> {
         for run in changed {
-            writes.put(self.store.run_key(run), record_json(run)?);
+            writes.put(
+                self.store.run_key(run),
+                remote::bare_run_to_json(run).map_err(Fail::Data)?,
+            );
             let before = slot_runs.iter().find(|r| r.run_id == run.run_id);
             if before.is_none_or(|b| b.report != run.report) {
-                writes.put(self.store.report_key(run), report_json(run)?);
+                writes.put(
+                    self.store.report_key(run),
+                    remote::report_to_json(run).map_err(Fail::Data)?,
+                );
             }
         }
         let mut slots: Vec<i64> = changed.iter().map(|r| r.slot.usec).collect();
@@ -695,14 +688,9 @@ impl<'a> Job<'a> {
 /// The records among `kvs` (record keys and report keys, in any order), each with its
 /// report when its report key is among them, in the order of their keys.
 fn runs_of(kvs: &[KeyValue]) -> Result<Vec<Run>, Fail> {
-    let text = |kv: &KeyValue| {
-        std::str::from_utf8(kv.value())
-            .map(str::to_string)
-            .map_err(|e| Fail::Data(format!("run record: {e}")))
-    };
     let mut reports = std::collections::HashMap::new();
     for kv in kvs.iter().filter(|kv| kv.key().ends_with(REPORT)) {
-        reports.insert(&kv.key()[..kv.key().len() - REPORT.len()], kv);
+        reports.insert(&kv.key()[..kv.key().len() - REPORT.len()], kv.value());
     }
     let mut records: Vec<&KeyValue> = kvs
         .iter()
@@ -712,12 +700,7 @@ fn runs_of(kvs: &[KeyValue]) -> Result<Vec<Run>, Fail> {
     records
         .into_iter()
         .map(|kv| {
-            let mut run = remote::run_from_json(&text(kv)?).map_err(Fail::Data)?;
-            if let Some(report) = reports.get(kv.key()) {
-                run.report = serde_json::from_str(&text(report)?)
-                    .map_err(|e| Fail::Data(format!("run report: {e}")))?;
-            }
-            Ok(run)
+            remote::run_with_report(kv.value(), reports.get(kv.key()).copied()).map_err(Fail::Data)
         })
         .collect()
 }

@@ -487,11 +487,8 @@ const CLIENT_TLS_PARAMS: &[&str] = &[
 /// system's trust-store file as found by `openssl-probe` (as rustls-native-certs does).
 fn ssl_opts(mode: SslMode, ca: Option<&str>) -> Option<SslOpts> {
     let roots = || {
-        ca.map(std::path::PathBuf::from).or_else(|| {
-            openssl_probe::probe()
-                .cert_file
-                .filter(|f| std::fs::metadata(f).is_ok_and(|m| m.is_file()))
-        })
+        ca.map(std::path::PathBuf::from)
+            .or_else(remote::system_trust_file)
     };
     let opts = SslOpts::default();
     match mode {

@@ -279,6 +279,45 @@ pub(crate) fn run_from_json(json: &str) -> Result<Run, String> {
     }
 }
 
+/// A record without its report, as JSON ([`run_to_json`] with an empty report): the
+/// stores that keep a record's report apart (etcd, ZooKeeper) write this as the record,
+/// so a change of resolution rewrites a few hundred bytes.
+#[cfg(any(feature = "store-etcd", feature = "store-zookeeper"))]
+pub(crate) fn bare_run_to_json(run: &Run) -> Result<String, String> {
+    run_to_json(&Run {
+        report: Default::default(),
+        ..run.clone()
+    })
+}
+
+/// A record's report as JSON, kept apart from [`bare_run_to_json`].
+#[cfg(any(feature = "store-etcd", feature = "store-zookeeper"))]
+pub(crate) fn report_to_json(run: &Run) -> Result<String, String> {
+    serde_json::to_string(&run.report).map_err(|e| format!("run report: {e}"))
+}
+
+/// A record from a [`bare_run_to_json`] text and its [`report_to_json`] text (`None`: no
+/// report kept, the record's own).
+#[cfg(any(feature = "store-etcd", feature = "store-zookeeper"))]
+pub(crate) fn run_with_report(record: &[u8], report: Option<&[u8]>) -> Result<Run, String> {
+    let text = std::str::from_utf8(record).map_err(|e| format!("run record: {e}"))?;
+    let mut run = run_from_json(text)?;
+    if let Some(report) = report {
+        run.report = serde_json::from_slice(report).map_err(|e| format!("run report: {e}"))?;
+    }
+    Ok(run)
+}
+
+/// The system's trust-store file as OpenSSL (and rustls-native-certs) finds it:
+/// `SSL_CERT_FILE`, else the distribution's bundle (`/etc/ssl/certs/ca-certificates.crt`
+/// on Debian); `None` when there is no such file.
+#[cfg(any(feature = "store-mysql", feature = "store-zookeeper"))]
+pub(crate) fn system_trust_file() -> Option<std::path::PathBuf> {
+    openssl_probe::probe()
+        .cert_file
+        .filter(|f| std::fs::metadata(f).is_ok_and(|m| m.is_file()))
+}
+
 /// The first of `groups` (spellings of one parameter) that the address's query gives
 /// more than once, named by its first spelling: `ssl-mode=A&ssl_mode=B` has no one
 /// meaning, so the stores refuse it rather than pick one.

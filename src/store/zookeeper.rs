@@ -72,7 +72,7 @@ use zookeeper_client::{Acls, Client, CreateMode, MultiReadResult, MultiWriteErro
 use crate::clock::Clock;
 use crate::lease::Lease;
 use crate::ledger::{Finish, Outcome, Resolution, Run};
-use crate::store::remote::{self, CALL_TIMEOUT, CONNECT_TIMEOUT, run_to_json, slot_part};
+use crate::store::remote::{self, CALL_TIMEOUT, CONNECT_TIMEOUT, slot_part};
 use crate::store::rules::{self, ClaimDecision};
 use crate::store::{
     Claim, ClaimRequest, Finished, RunQuery, ScheduleDecl, Store, StoreError, address,
@@ -205,34 +205,17 @@ fn row_from_json(job: &str, text: &[u8]) -> Result<Row, String> {
 }
 
 /// A record node's data: the record without its report (kept in the record's `report`
-/// node), so that a change of resolution rewrites a few hundred bytes.
+/// node).
 fn record_to_json(run: &Run) -> Result<Vec<u8>, Fail> {
-    let bare = Run {
-        report: Default::default(),
-        ..run.clone()
-    };
-    run_to_json(&bare)
+    remote::bare_run_to_json(run)
         .map(String::into_bytes)
         .map_err(Fail::Data)
 }
 
 fn report_to_json(run: &Run) -> Result<Vec<u8>, Fail> {
-    serde_json::to_vec(&run.report).map_err(|e| Fail::Data(format!("run report: {e}")))
-}
-
-/// A record from its node's data and its report node's (`None`: no report node).
-fn record_from_json(record: &[u8], report: Option<&[u8]>) -> Result<Run, Fail> {
-    let v: Value =
-        serde_json::from_slice(record).map_err(|e| Fail::Data(format!("run record: {e}")))?;
-    let Value::Object(o) = v else {
-        return Err(Fail::Data("run record is not an object".to_string()));
-    };
-    let mut run = remote::run_from_object(&o).map_err(Fail::Data)?;
-    if let Some(report) = report {
-        run.report =
-            serde_json::from_slice(report).map_err(|e| Fail::Data(format!("run report: {e}")))?;
-    }
-    Ok(run)
+    remote::report_to_json(run)
+        .map(String::into_bytes)
+        .map_err(Fail::Data)
 }
 
 /// The data of a `multi` read's answer: `None` for a node that does not exist.
@@ -259,18 +242,14 @@ fn children_of(result: MultiReadResult) -> Result<Vec<String>, Fail> {
     }
 }
 
-/// The system's trust-store file as OpenSSL finds it (`SSL_CERT_FILE`, else the
-/// distribution's bundle: `/etc/ssl/certs/ca-certificates.crt` on Debian).
+/// The contents of the system's trust-store file ([`remote::system_trust_file`]).
 ///
 /// # Errors
 /// No such file, or one that cannot be read.
 fn system_roots() -> Result<Vec<u8>, String> {
-    let file = openssl_probe::probe()
-        .cert_file
-        .filter(|f| std::fs::metadata(f).is_ok_and(|m| m.is_file()))
-        .ok_or_else(|| {
-            "no system trust-store file (install ca-certificates, or give ssl-ca=PATH)".to_string()
-        })?;
+    let file = remote::system_trust_file().ok_or_else(|| {
+        "no system trust-store file (install ca-certificates, or give ssl-ca=PATH)".to_string()
+    })?;
     std::fs::read(&file).map_err(|e| format!("{}: {e}", file.display()))
 }
 
@@ -760,7 +739,10 @@ impl ZooKeeperStore {
                 let report = got.next().map(data_of).transpose()?.flatten();
                 // A record deleted since its slot's children were listed is gone.
                 if let Some(record) = record {
-                    runs.insert(*key, record_from_json(&record, report.as_deref())?);
+                    runs.insert(
+                        *key,
+                        remote::run_with_report(&record, report.as_deref()).map_err(Fail::Data)?,
+                    );
                 }
             }
         }

@@ -186,7 +186,8 @@ pub fn busy(s: &mut dyn Store, req: &ClaimRequest) -> (Lease, Option<Run>) {
     }
 }
 
-fn finish(outcome: Outcome) -> Finish {
+/// The end of a run with `outcome`, as the shim reports it (exit status 0 or 1, no report).
+pub fn finish(outcome: Outcome) -> Finish {
     Finish {
         outcome,
         reason: match outcome {
