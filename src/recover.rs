@@ -538,7 +538,7 @@ pub fn timers_to_stop(show: &str, keep: &BTreeSet<String>) -> Vec<String> {
 /// Stops the loaded `jobguard@*.timer` units whose job is paused or no longer in the job
 /// list ([`timers_to_stop`]); the services are not touched (stopping a timer does not stop
 /// the unit it triggers, systemd.timer(5)), so a run in progress goes on. Each timer
-/// stopped is remembered ([`stopped_mark`]) so that [`arm_timers`] starts it again once
+/// stopped is remembered (`stopped_mark`) so that [`arm_timers`] starts it again once
 /// its job is enabled. Returns the timers stopped.
 ///
 /// # Errors
@@ -684,7 +684,7 @@ const RECENT: usize = 200;
 /// At most this many missed-slot events per job and pass; the rest are summed up in one.
 const MAX_MISSED_EVENTS: usize = 100;
 
-/// The job's slots that are *missed* ([`crate::audit`]) in the span its newest [`RECENT`]
+/// The job's slots that are *missed* ([`crate::audit`]) in the span its newest `RECENT`
 /// records cover and after them: elapsed before `now` − the job's grace (and this host's
 /// `boot` + grace), µs since the epoch, oldest first. A job with no record has none.
 ///

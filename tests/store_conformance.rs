@@ -297,6 +297,11 @@ mod etcd {
     fn the_etcd_lease_decides_not_the_hosts_clocks() {
         remote::etcd_lease_decides("etcd::lease_decides");
     }
+
+    #[test]
+    fn reads_outlive_a_compaction_of_the_keyspace() {
+        remote::etcd_reads_outlive_compaction("etcd::compaction");
+    }
 }
 
 #[cfg(all(

@@ -242,7 +242,7 @@ const MAX_CONFIRM: usize = 100;
 
 /// Drops from `findings` (of `job`, judged on a window of its newest records) the missed
 /// slots that do have a record after all, asking the store about each (at most
-/// [`MAX_CONFIRM`]; the rest stay): a record outside the window can still belong to a slot
+/// `MAX_CONFIRM`; the rest stay): a record outside the window can still belong to a slot
 /// inside it, when it started long before its slot (`run --slot F --force` of a future
 /// slot) or long before the records of older slots in the window (a backfill).
 ///

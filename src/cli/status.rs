@@ -11,7 +11,7 @@
 //! slot that is not done has its latest attempt `failed`, held for a person, or cut off and
 //! waiting for its queued re-run; when a `running` record's holder is gone; when a slot
 //! elapsed past the job's grace with no record (*missed*), after the newest record or
-//! between the newest [`RECENT`] ones; or
+//! between the newest `RECENT` ones; or
 //! when systemd was read and the job's timer is not waiting for a next elapse (unless it
 //! is masked). `status` then exits [`exit::ATTENTION`] (1), so it serves as a monitoring
 //! check; a store or job list it cannot read gives its own status (69, 78) instead.

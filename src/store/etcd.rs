@@ -37,7 +37,16 @@
 //! slot). The ledger's readers (`runs`: history, audit, catch-up, retention) read in
 //! pages of 64 records at one revision: one gRPC response must fit the client's message
 //! limit, and a job's history need not. A reader of a job's newest records asks the
-//! server for the `limit` records created last (sorted by their create revision).
+//! server for the `limit` records created last (sorted by their create revision). A try
+//! that reads at a revision the keyspace was compacted past meanwhile has written
+//! nothing and starts again at the current revision.
+//!
+//! A transaction holds at most 128 operations (`--max-txn-ops`), and one slot may hold
+//! hundreds of records: a claim that would settle more of them than fit marks the ones
+//! [`rules::settle_ahead`] picks first, in transactions of their own; `resolve` and
+//! retention ([`Store::delete_slots`]) work through such a slot in parts, each a
+//! transaction on the job as read, in an order that keeps the slot's state until the
+//! last part (see each).
 //!
 //! Time: etcd keeps no wall clock a client can read, so "now" is this host's clock (as
 //! for SQLite). Whether a lease is still held is not judged by any host's clock, though:
@@ -228,6 +237,15 @@ impl Writes {
         if !self.deletes.contains(&key) {
             self.deletes.push(key);
         }
+    }
+    /// How many operations the transaction holds, without the lease row's put.
+    fn len(&self) -> usize {
+        self.puts.len() + self.deletes.len()
+    }
+    /// Drops any write of `key`.
+    fn forget(&mut self, key: &str) {
+        self.puts.retain(|(k, _, _)| k != key);
+        self.deletes.retain(|k| k != key);
     }
     fn ops(&self) -> Vec<TxnOp> {
         let mut ops: Vec<TxnOp> = self
@@ -685,6 +703,53 @@ impl<'a> Job<'a> {
     }
 }
 
+/// What one try of an operation that may take several transactions did.
+enum Step<T> {
+    /// It ended with this answer.
+    Answer(T),
+    /// The job changed between its read and its write: nothing was written.
+    Changed,
+    /// It wrote a part of its work: read again and go on.
+    Progress,
+}
+
+impl Job<'_> {
+    /// Marks the records [`rules::settle_ahead`] picks for `grant` as re-run, as many as
+    /// one transaction holds, if the job is unchanged since the read: a grant that would
+    /// settle more records than one transaction holds comes after one or more of these.
+    async fn settle_ahead(
+        &mut self,
+        state: &rules::ClaimState,
+        grant: &rules::Grant,
+        all: &[Run],
+    ) -> Result<Step<Claim>, Fail> {
+        let mut part: Vec<Run> = Vec::new();
+        let mut slots = std::collections::BTreeSet::new();
+        for run in rules::settle_ahead(state, grant) {
+            // A record and, the first time, its slot's queued marker; and the lease row.
+            let more = 1 + usize::from(!slots.contains(&run.slot.usec));
+            if part.len() + slots.len() + more + 1 > MAX_TXN_OPS {
+                break;
+            }
+            slots.insert(run.slot.usec);
+            part.push(run);
+        }
+        if part.is_empty() {
+            return Err(Fail::Data(format!(
+                "claim of {}: the grant does not fit in one transaction",
+                self.job
+            )));
+        }
+        let mut writes = Writes::default();
+        self.put_runs(&mut writes, &part, all)?;
+        Ok(if self.commit(writes, None).await? {
+            Step::Progress
+        } else {
+            Step::Changed
+        })
+    }
+}
+
 /// The records among `kvs` (record keys and report keys, in any order), each with its
 /// report when its report key is among them, in the order of their keys.
 fn runs_of(kvs: &[KeyValue]) -> Result<Vec<Run>, Fail> {
@@ -766,6 +831,14 @@ async fn range_all(client: &Client, prefix: &str) -> Result<Vec<KeyValue>, Fail>
     Ok(all)
 }
 
+/// Whether `e` refuses a read at a revision the keyspace was compacted past (etcd's
+/// `ErrCompacted`, gRPC status OUT_OF_RANGE, "mvcc: required revision has been
+/// compacted").
+fn compacted(e: &etcd_client::Error) -> bool {
+    matches!(e, etcd_client::Error::GRpcStatus(s)
+        if s.message().contains("required revision has been compacted"))
+}
+
 /// The slot of a `P queued/JOB/SLOT` or `P run/JOB/SLOT/…` key.
 fn slot_of_key(key: &[u8], after: &str) -> Option<i64> {
     let key = std::str::from_utf8(key).ok()?;
@@ -790,6 +863,10 @@ impl EtcdStore {
                 match once.unwrap_or_else(|_| Err(timed_out())) {
                     Ok(Some(v)) => return Ok(v),
                     Ok(None) => continue,
+                    // A read at the try's first revision after the keyspace was compacted
+                    // past it (`etcdctl compact`, the server's auto-compaction): the try
+                    // wrote nothing; it starts again at the current revision.
+                    Err(Fail::Etcd(e)) if compacted(&e) => continue,
                     Err(e) => return Err(e),
                 }
             }
@@ -805,7 +882,7 @@ impl EtcdStore {
         &self,
         client: &mut Client,
         req: &ClaimRequest,
-    ) -> Result<Option<Claim>, Fail> {
+    ) -> Result<Step<Claim>, Fail> {
         let job = req.run.job.as_str();
         let now = self.now_usec();
         let bound = rules::newest_bound(now, req);
@@ -906,16 +983,12 @@ impl EtcdStore {
         }
         let decision = rules::claim(&state, &req).map_err(|e| Fail::Data(e.to_string()))?;
         let ClaimDecision::Grant(grant) = &decision else {
-            return Ok(Some(decision.answer()));
+            return Ok(Step::Answer(decision.answer()));
         };
-        // The etcd lease the holder keeps alive; whole seconds, at least 1.
-        let ttl_secs = (req.ttl.as_secs() + u64::from(req.ttl.subsec_nanos() > 0))
-            .clamp(1, MAX_ETCD_TTL_SECS) as i64;
-        let etcd_lease = state_job.client.lease_grant(ttl_secs, None).await?.id();
+        let all: Vec<Run> = state.slots.values().flatten().cloned().collect();
         let mut writes = Writes::default();
         let run_key = self.run_key(&grant.run);
         let mut changed = vec![grant.run.clone()];
-        let all: Vec<Run> = state.slots.values().flatten().cloned().collect();
         for r in &all {
             if grant.rerun.contains(&r.run_id) {
                 changed.push(Run {
@@ -926,6 +999,14 @@ impl EtcdStore {
         }
         changed.sort_by_key(|r| r.slot.usec);
         state_job.put_runs(&mut writes, &changed, &all)?;
+        // With its run id, alive key and lease row, the grant must fit in one transaction.
+        if writes.len() + 3 > MAX_TXN_OPS {
+            return state_job.settle_ahead(&state, grant, &all).await;
+        }
+        // The etcd lease the holder keeps alive; whole seconds, at least 1.
+        let ttl_secs = (req.ttl.as_secs() + u64::from(req.ttl.subsec_nanos() > 0))
+            .clamp(1, MAX_ETCD_TTL_SECS) as i64;
+        let etcd_lease = state_job.client.lease_grant(ttl_secs, None).await?.id();
         writes.put(self.id_key(&grant.run.run_id), run_key.clone());
         writes.put_leased(self.alive_key(job), grant.lease.holder.clone(), etcd_lease);
         let row = Row {
@@ -935,10 +1016,11 @@ impl EtcdStore {
         };
         // The etcd lease of a lost race is left to expire with nothing attached to it:
         // revoking it would be one more write through Raft for every loser of a race.
-        Ok(state_job
-            .commit(writes, Some(row))
-            .await?
-            .then(|| decision.answer()))
+        Ok(if state_job.commit(writes, Some(row)).await? {
+            Step::Answer(decision.answer())
+        } else {
+            Step::Changed
+        })
     }
 
     async fn end_once(
@@ -1106,7 +1188,13 @@ impl Store for EtcdStore {
 
     fn claim(&mut self, req: &ClaimRequest) -> Result<Claim, StoreError> {
         self.retrying("claim", async |store, client| {
-            store.claim_once(client, req).await
+            loop {
+                match store.claim_once(client, req).await? {
+                    Step::Answer(claim) => return Ok(Some(claim)),
+                    Step::Changed => return Ok(None),
+                    Step::Progress => {}
+                }
+            }
         })
     }
 
@@ -1221,34 +1309,81 @@ impl Store for EtcdStore {
         slot: i64,
         resolution: Resolution,
     ) -> Result<usize, StoreError> {
-        self.retrying("resolve", async |store, client| {
-            let (mut state_job, found) = Job::read(
-                store,
-                client,
-                job,
-                vec![TxnOp::get(
-                    store.slot_prefix(job, slot).into_bytes(),
-                    Some(GetOptions::new().with_prefix()),
-                )],
-            )
-            .await?;
-            let slot_runs = runs_of(&found[0])?;
-            let ids = rules::resolve(&slot_runs, resolution);
-            if ids.is_empty() {
-                return Ok(Some(0));
+        // A transaction holds at most MAX_TXN_OPS operations: a slot with more records to
+        // change is resolved in parts, each a transaction on the job as read. Held records
+        // change last and, when queueing, the slot's queued marker (which a queued-first
+        // claim looks for) comes with the last part, so until then the slot is neither
+        // taken as queued nor freed from a hold. A grant of the slot between parts (its own
+        // firing, a forced run) settles what it finds; the resolve ends there.
+        let queued_key = self.queued_key(job, slot);
+        let mut total = 0;
+        let mut known: Option<Vec<String>> = None;
+        loop {
+            let known_now = known.clone();
+            let (n, seen) = self.retrying("resolve", async |store, client| {
+                let (mut state_job, found) = Job::read(
+                    store,
+                    client,
+                    job,
+                    vec![
+                        TxnOp::get(
+                            store.slot_prefix(job, slot).into_bytes(),
+                            Some(GetOptions::new().with_prefix()),
+                        ),
+                        TxnOp::get(queued_key.as_bytes(), None),
+                    ],
+                )
+                .await?;
+                let slot_runs = runs_of(&found[0])?;
+                if known_now
+                    .as_ref()
+                    .is_some_and(|k| slot_runs.iter().any(|r| !k.contains(&r.run_id)))
+                {
+                    return Ok(Some((0, None)));
+                }
+                let ids = rules::resolve(&slot_runs, resolution);
+                let mut writes = Writes::default();
+                let mut before: Vec<&Run> = slot_runs
+                    .iter()
+                    .filter(|r| ids.contains(&r.run_id))
+                    .collect();
+                before.sort_by_key(|r| r.resolution == Some(Resolution::Held));
+                let last = before.len() + 2 <= MAX_TXN_OPS;
+                before.truncate(MAX_TXN_OPS - 2);
+                let changed: Vec<Run> = before
+                    .into_iter()
+                    .map(|r| Run {
+                        resolution: Some(resolution),
+                        ..r.clone()
+                    })
+                    .collect();
+                if changed.is_empty() {
+                    // The marker of a resolve that stopped before its last part.
+                    let queued = slot_runs
+                        .iter()
+                        .any(|r| r.resolution == Some(Resolution::Queued));
+                    if !queued || !found[1].is_empty() {
+                        return Ok(Some((0, None)));
+                    }
+                    writes.put(queued_key.clone(), String::new());
+                } else {
+                    state_job.put_runs(&mut writes, &changed, &slot_runs)?;
+                    if !last && resolution == Resolution::Queued {
+                        writes.forget(&queued_key);
+                    }
+                }
+                let seen = (!last).then(|| slot_runs.iter().map(|r| r.run_id.clone()).collect());
+                Ok(state_job
+                    .commit(writes, None)
+                    .await?
+                    .then_some((changed.len(), seen)))
+            })?;
+            total += n;
+            match seen {
+                Some(seen) => known = Some(known.unwrap_or(seen)),
+                None => return Ok(total),
             }
-            let changed: Vec<Run> = slot_runs
-                .iter()
-                .filter(|r| ids.contains(&r.run_id))
-                .map(|r| Run {
-                    resolution: Some(resolution),
-                    ..r.clone()
-                })
-                .collect();
-            let mut writes = Writes::default();
-            state_job.put_runs(&mut writes, &changed, &slot_runs)?;
-            Ok(state_job.commit(writes, None).await?.then_some(ids.len()))
-        })
+        }
     }
 
     fn read_schedule(&mut self, job: &str) -> Result<Option<ScheduleDecl>, StoreError> {
@@ -1314,9 +1449,9 @@ impl Store for EtcdStore {
         slots: &[i64],
         started_before: i64,
     ) -> Result<usize, StoreError> {
-        // A transaction holds at most 128 operations (etcd's --max-txn-ops default): a
-        // few slots per transaction, and a slot whose deletes would not fit waits for the
-        // next one.
+        // A transaction holds at most MAX_TXN_OPS operations: a few slots per transaction,
+        // and a slot whose records do not fit is deleted in parts, its records that make it
+        // done last (until then it stays done) and its queued marker with the last.
         let mut n = 0;
         let mut rest: &[i64] = slots;
         while !rest.is_empty() {
@@ -1335,25 +1470,29 @@ impl Store for EtcdStore {
                 let mut writes = Writes::default();
                 let (mut n, mut done) = (0, 0);
                 for (slot, kvs) in chunk.iter().zip(&found) {
-                    let runs = runs_of(kvs)?;
-                    let ops = writes.puts.len() + writes.deletes.len() + 3 * runs.len() + 2;
-                    if ops > MAX_TXN_OPS && done > 0 {
-                        break;
-                    }
-                    done += 1;
+                    let mut runs = runs_of(kvs)?;
                     if runs
                         .iter()
                         .any(|r| r.outcome == Outcome::Running || r.started_at >= started_before)
                     {
+                        done += 1;
                         continue;
                     }
-                    for r in &runs {
+                    // Three keys per record, the marker and the lease row.
+                    let room = (MAX_TXN_OPS - 1).saturating_sub(writes.len() + 1) / 3;
+                    let whole = runs.len() <= room;
+                    runs.sort_by_key(rules::is_done);
+                    for r in runs.iter().take(room) {
                         writes.delete(store.run_key(r));
                         writes.delete(store.report_key(r));
                         writes.delete(store.id_key(&r.run_id));
                     }
+                    n += runs.len().min(room);
+                    if !whole {
+                        break;
+                    }
                     writes.delete(store.queued_key(job, *slot));
-                    n += runs.len();
+                    done += 1;
                 }
                 if n == 0 {
                     return Ok(Some((0, done)));
@@ -1361,7 +1500,7 @@ impl Store for EtcdStore {
                 Ok(state_job.commit(writes, None).await?.then_some((n, done)))
             })?;
             n += deleted;
-            rest = &rest[done.max(1)..];
+            rest = &rest[done..];
         }
         Ok(n)
     }

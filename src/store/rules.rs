@@ -466,6 +466,34 @@ pub fn claim(state: &ClaimState, req: &ClaimRequest) -> Result<ClaimDecision, Ru
     }))
 }
 
+/// The records of `grant.rerun` a store may mark [`Resolution::Rerun`] ahead of the grant,
+/// in an atomic write of their own, when the grant with all of them would not fit in one
+/// (etcd: 128 operations per transaction, `--max-txn-ops`): every one but the newest
+/// queued and the newest held record of the granted slot. Those two keep the granted slot
+/// as it was (queued, held) until the grant settles them, and a done slot stays done
+/// whatever happens to its queued records; so settling these ahead changes no slot's state
+/// and, decided again on the state they leave, the same claim is granted the same slot
+/// with only the rest to settle. Returned as the records will read, oldest slot first.
+pub fn settle_ahead(state: &ClaimState, grant: &Grant) -> Vec<Run> {
+    let granted = grant.run.slot.usec;
+    let runs: &[Run] = state.slots.get(&granted).map_or(&[], Vec::as_slice);
+    let keep: Vec<&str> = [Resolution::Queued, Resolution::Held]
+        .into_iter()
+        .filter_map(|x| newest_by(runs, |r| (r.resolution == Some(x)).then_some(0)))
+        .map(|r| r.run_id.as_str())
+        .collect();
+    state
+        .slots
+        .values()
+        .flatten()
+        .filter(|r| grant.rerun.contains(&r.run_id) && !keep.contains(&r.run_id.as_str()))
+        .map(|r| Run {
+            resolution: Some(Resolution::Rerun),
+            ..r.clone()
+        })
+        .collect()
+}
+
 /// Whether `run` was recorded on another machine than `req`'s holder; a holder without a
 /// machine id counts as another machine ([`FOREIGN_GRACE_USEC`]).
 fn from_another_machine(run: &Run, req: &ClaimRequest) -> bool {

@@ -22,11 +22,11 @@
 //! - `P/schema`: the layout version.
 //! - `P/clock`: written by every operation to read the ensemble's time (below).
 //! - `P/lease/JOB`: the lease row as JSON (`holder host token acquired_at expire_at
-//!   run_id run_slot newest recent`); never deleted (a released row has an empty holder
+//!   run_id run_slot newest grants`); never deleted (a released row has an empty holder
 //!   and `expire_at` 0). Its token is the job's fencing-token counter, `newest` the newest
-//!   slot with a record, `recent` the slots of the last 256 grants, so that a reader of
-//!   the newest records (`recover` every minute, catch-up, `audit`) reads those slots and
-//!   not the job's whole history (ZooKeeper has no ordered range reads). Every write to
+//!   slot with a record, `grants` the slot and token of each of the last 256 grants, so
+//!   that a reader of the newest records (`recover` every minute, catch-up, `audit`) reads
+//!   those records and not the job's whole history (ZooKeeper has no ordered range reads). Every write to
 //!   the job's state sets it, so its version is the version of the whole job: a `multi`
 //!   that starts by setting it at the version read writes nothing when another host
 //!   wrote the job in between.
@@ -100,8 +100,8 @@ const MAX_QUEUED_READ: usize = 60;
 /// receives, not to what it answers.
 const READ_BATCH: usize = 200;
 
-/// How many of a job's latest grants its lease row lists ([`Row::recent`]): a reader of
-/// at most this many newest records (`recover` reads 200 every minute) reads their slots
+/// How many of a job's latest grants its lease row lists ([`Row::grants`]): a reader of
+/// at most this many newest records (`recover` reads 200 every minute) reads those records
 /// only, not every slot the job ever had.
 const RECENT_GRANTS: usize = 256;
 
@@ -156,10 +156,11 @@ struct Row {
     run_slot: i64,
     /// The newest slot with a record, if any.
     newest: Option<i64>,
-    /// The slots of the job's last [`RECENT_GRANTS`] grants, newest first (a slot once
-    /// per grant), kept by every grant since the row's first; `None` for a row written by
-    /// a jobguard that did not keep it (its readers then read the whole history).
-    recent: Option<Vec<i64>>,
+    /// The slot and fencing token of each of the job's last [`RECENT_GRANTS`] grants,
+    /// newest first: every grant from the oldest listed on is listed, so a record not
+    /// listed is older (by token) than every listed one. A grant on a row without the list
+    /// (written by a jobguard that did not keep it) starts it.
+    grants: Vec<(i64, i64)>,
 }
 
 fn row_to_json(row: &Row) -> String {
@@ -172,7 +173,7 @@ fn row_to_json(row: &Row) -> String {
         "run_id": row.run_id,
         "run_slot": row.run_slot,
         "newest": row.newest,
-        "recent": row.recent,
+        "grants": row.grants,
     })
     .to_string()
 }
@@ -197,10 +198,15 @@ fn row_from_json(job: &str, text: &[u8]) -> Result<Row, String> {
         run_id: s("run_id"),
         run_slot: n("run_slot")?,
         newest: v.get("newest").and_then(Value::as_i64),
-        recent: v
-            .get("recent")
+        grants: v
+            .get("grants")
             .and_then(Value::as_array)
-            .and_then(|a| a.iter().map(Value::as_i64).collect::<Option<Vec<i64>>>()),
+            .and_then(|a| {
+                a.iter()
+                    .map(|g| Some((g.get(0)?.as_i64()?, g.get(1)?.as_i64()?)))
+                    .collect::<Option<Vec<(i64, i64)>>>()
+            })
+            .unwrap_or_default(),
     })
 }
 
@@ -726,26 +732,12 @@ impl ZooKeeperStore {
             .zip(&listed)
             .flat_map(|(s, t)| t.iter().flatten().map(|t| (*s, *t)))
             .collect();
-        let mut runs = std::collections::BTreeMap::new();
-        for chunk in records.chunks(READ_BATCH / 2) {
-            let mut reader = client.new_multi_reader();
-            for (s, t) in chunk {
-                reader.add_get_data(&self.record_node(job, *s, *t))?;
-                reader.add_get_data(&self.report_node(job, *s, *t))?;
-            }
-            let mut got = reader.commit().await?.into_iter();
-            for key in chunk {
-                let record = got.next().map(data_of).transpose()?.flatten();
-                let report = got.next().map(data_of).transpose()?.flatten();
-                // A record deleted since its slot's children were listed is gone.
-                if let Some(record) = record {
-                    runs.insert(
-                        *key,
-                        remote::run_with_report(&record, report.as_deref()).map_err(Fail::Data)?,
-                    );
-                }
-            }
-        }
+        let mut runs: std::collections::BTreeMap<(i64, i64), Run> = records
+            .iter()
+            .copied()
+            .zip(self.read_records(client, job, &records).await?)
+            .filter_map(|(key, run)| Some((key, run?)))
+            .collect();
         Ok(slots
             .iter()
             .zip(listed)
@@ -977,17 +969,10 @@ impl ZooKeeperStore {
                     .and_then(|r| r.newest)
                     .map_or(grant.run.slot.usec, |n| n.max(grant.run.slot.usec)),
             ),
-            // A row kept without the list stays without it: the list must hold every
-            // grant since it began.
-            recent: match &snap.row {
-                None => Some(vec![grant.run.slot.usec]),
-                Some(r) => r.recent.as_ref().map(|list| {
-                    std::iter::once(grant.run.slot.usec)
-                        .chain(list.iter().copied())
-                        .take(RECENT_GRANTS)
-                        .collect()
-                }),
-            },
+            grants: std::iter::once((grant.run.slot.usec, grant.lease.token))
+                .chain(snap.row.iter().flat_map(|r| r.grants.iter().copied()))
+                .take(RECENT_GRANTS)
+                .collect(),
         };
         Ok(self
             .commit(client, &snap, &row, &writes)
@@ -1086,9 +1071,10 @@ impl ZooKeeperStore {
         Ok(decision.finished())
     }
 
-    /// The records of the job's last grants, as many as its lease row lists
-    /// ([`Row::recent`]), read from their slots alone; `None` when the row keeps no list or
-    /// a listed slot is gone (retention deleted it), so that only the whole history tells.
+    /// The records of the job's last grants that are still there (retention may have
+    /// deleted some), as many as its lease row lists ([`Row::grants`]), read by their
+    /// nodes alone: every record not among them is older than each of them. `None` when
+    /// the job has no lease row.
     async fn newest_runs(&self, client: &Client, job: &str) -> Result<Option<Vec<Run>>, Fail> {
         let mut reader = client.new_multi_reader();
         reader.add_get_data(&self.lease_node(job))?;
@@ -1096,22 +1082,38 @@ impl ZooKeeperStore {
             return Ok(None);
         };
         let row = row_from_json(job, &data).map_err(Fail::Data)?;
-        let Some(list) = row.recent else {
-            return Ok(None);
-        };
-        let mut slots = list.clone();
-        slots.sort_unstable();
-        slots.dedup();
-        let mut runs = Vec::new();
-        for found in self.read_slots(client, job, &slots).await? {
-            let Some(found) = found else { return Ok(None) };
-            runs.extend(found);
+        let runs = self.read_records(client, job, &row.grants).await?;
+        Ok(Some(runs.into_iter().flatten().collect()))
+    }
+
+    /// The records of `job` at `(slot, token)` each with its report, in batches; `None`
+    /// for a record that is not there (deleted since it was listed).
+    async fn read_records(
+        &self,
+        client: &Client,
+        job: &str,
+        records: &[(i64, i64)],
+    ) -> Result<Vec<Option<Run>>, Fail> {
+        let mut runs = Vec::with_capacity(records.len());
+        for chunk in records.chunks(READ_BATCH / 2) {
+            let mut reader = client.new_multi_reader();
+            for (slot, token) in chunk {
+                reader.add_get_data(&self.record_node(job, *slot, *token))?;
+                reader.add_get_data(&self.report_node(job, *slot, *token))?;
+            }
+            let mut got = reader.commit().await?.into_iter();
+            for _ in chunk {
+                let record = got.next().map(data_of).transpose()?.flatten();
+                let report = got.next().map(data_of).transpose()?.flatten();
+                runs.push(
+                    record
+                        .map(|r| remote::run_with_report(&r, report.as_deref()))
+                        .transpose()
+                        .map_err(Fail::Data)?,
+                );
+            }
         }
-        // The listed grants' records are the newest `list.len()` of the job; the slots'
-        // older attempts are left out, as records of grants before the list.
-        runs.sort_by_key(|r| std::cmp::Reverse((r.started_at, r.fencing_token)));
-        runs.truncate(list.len());
-        Ok(Some(runs))
+        Ok(runs)
     }
 
     /// Every slot of `job` with records, oldest first.
@@ -1576,12 +1578,12 @@ mod tests {
             run_id: "r".into(),
             run_slot: -5,
             newest: Some(9),
-            recent: Some(vec![9, -5, 9]),
+            grants: vec![(9, 3), (-5, 2), (9, 1)],
         };
         let back = row_from_json("j", row_to_json(&row).as_bytes()).unwrap();
         assert_eq!(format!("{row:?}"), format!("{back:?}"));
         let row = Row {
-            recent: None,
+            grants: Vec::new(),
             ..row
         };
         let back = row_from_json("j", row_to_json(&row).as_bytes()).unwrap();

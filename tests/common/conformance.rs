@@ -93,6 +93,7 @@ macro_rules! conformance_suite {
             a_long_history_of_large_reports_reads_back,
             the_newest_records_of_a_long_history_are_the_last_started,
             one_slot_keeps_every_attempt_of_a_large_report,
+            a_slot_of_hundreds_of_attempts_is_queued_rerun_once_and_deleted,
         );
     };
     (@cases required $fresh:path; $($case:ident),* $(,)?) => {
@@ -1664,44 +1665,75 @@ pub fn the_newest_records_of_a_long_history_are_the_last_started(env: &dyn Env) 
     let mut plan = vec![(c, Outcome::Failed)];
     plan.extend((0..99).map(|_| (a, Outcome::Failed)));
     plan.extend((0..300).map(|i| (if i % 2 == 0 { c } else { d }, Outcome::Succeeded)));
-    for (i, (slot, outcome)) in plan.iter().enumerate() {
-        let n = u32::try_from(i).unwrap() + 1;
+    let grant = |s: &mut dyn Store, n: usize, (slot, outcome): (i64, Outcome)| {
+        let n = u32::try_from(n).unwrap();
         env.advance(1_000_000);
-        let (l, _) = claimed(&mut *s, &request("busy", *slot, 1, n, true));
-        s.finish(&l, &rid(n), &finish(*outcome)).unwrap();
-    }
-    let expect = |outcome: Option<Outcome>, limit: usize| -> Vec<String> {
-        (1..=plan.len())
-            .rev()
-            .filter(|n| outcome.is_none_or(|o| plan[n - 1].1 == o))
-            .take(limit)
-            .map(|n| rid(u32::try_from(n).unwrap()))
-            .collect()
+        let (l, _) = claimed(s, &request("busy", slot, 1, n, true));
+        s.finish(&l, &rid(n), &finish(outcome)).unwrap();
     };
-    for (outcome, limit) in [
-        (None, 1),
-        (None, 20),
-        (None, 200),
-        (None, 256),
-        (None, 257),
-        (Some(Outcome::Succeeded), 5),
-        (Some(Outcome::Failed), 1),
-        (Some(Outcome::Failed), 3),
-        (Some(Outcome::Failed), 100),
-    ] {
-        let got: Vec<String> = s
-            .runs(&RunQuery {
-                job: Some("busy".into()),
-                outcomes: outcome.into_iter().collect(),
-                limit,
-                ..RunQuery::default()
-            })
-            .unwrap()
-            .into_iter()
-            .map(|r| r.run_id)
-            .collect();
-        assert_eq!(got, expect(outcome, limit), "{outcome:?}, limit {limit}");
+    for (i, step) in plan.iter().enumerate() {
+        grant(&mut *s, i + 1, *step);
     }
+    let check = |s: &mut dyn Store, plan: &[(i64, Outcome)], deleted: &[i64], when: &str| {
+        let expect = |outcome: Option<Outcome>, limit: usize| -> Vec<String> {
+            (1..=plan.len())
+                .rev()
+                .filter(|n| !deleted.contains(&plan[n - 1].0))
+                .filter(|n| outcome.is_none_or(|o| plan[n - 1].1 == o))
+                .take(limit)
+                .map(|n| rid(u32::try_from(n).unwrap()))
+                .collect()
+        };
+        for (outcome, limit) in [
+            (None, 1),
+            (None, 20),
+            (None, 200),
+            (None, 256),
+            (None, 257),
+            (Some(Outcome::Succeeded), 5),
+            (Some(Outcome::Failed), 1),
+            (Some(Outcome::Failed), 3),
+            (Some(Outcome::Failed), 100),
+        ] {
+            let got: Vec<String> = s
+                .runs(&RunQuery {
+                    job: Some("busy".into()),
+                    outcomes: outcome.into_iter().collect(),
+                    limit,
+                    ..RunQuery::default()
+                })
+                .unwrap()
+                .into_iter()
+                .map(|r| r.run_id)
+                .collect();
+            assert_eq!(
+                got,
+                expect(outcome, limit),
+                "{when}: {outcome:?}, limit {limit}"
+            );
+        }
+    };
+    check(&mut *s, &plan, &[], "after 400 grants");
+    // Retention deletes slot D, whose grants are all among the newest, and D is run
+    // again: the newest records are now that grant, then C's and A's.
+    let bound = s.now().unwrap() + 1;
+    assert_eq!(s.delete_slots("busy", &[d], bound).unwrap(), 150);
+    let deleted = plan.len();
+    plan.push((d, Outcome::Succeeded));
+    grant(&mut *s, deleted + 1, plan[deleted]);
+    // D's grants before the new one are gone: they count as grants of a slot no grant has.
+    let mut shown = plan.clone();
+    for step in &mut shown[..deleted] {
+        if step.0 == d {
+            step.0 = i64::MIN;
+        }
+    }
+    check(
+        &mut *s,
+        &shown,
+        &[i64::MIN],
+        "after D was deleted and run again",
+    );
 }
 
 /// One slot run again and again (`jobguard run --force`, then a queued re-run), each
@@ -1794,5 +1826,116 @@ pub fn one_slot_keeps_every_attempt_of_a_large_report(env: &dyn Env) {
         })
         .unwrap()
         .is_empty()
+    );
+}
+
+/// One slot with hundreds of failed attempts (a job that failed every minute all day,
+/// each a `run --force` of the same slot, or re-queued failures): queueing them all, the
+/// re-run that settles them all in its claim, a forced run of the slot held instead, and
+/// retention deleting the slot each touch every record at once. A store that caps what
+/// one atomic write holds (etcd: 128 operations, `--max-txn-ops`) must still do each, and
+/// the slot must be re-run once: not again after the re-run, not lost.
+pub fn a_slot_of_hundreds_of_attempts_is_queued_rerun_once_and_deleted(env: &dyn Env) {
+    const ATTEMPTS: u32 = 200;
+    let mut s = connect(env);
+    // Run ids are unique across jobs: the held job's are numbered from 1001.
+    for (job, base) in [("queued", 0), ("held", 1000)] {
+        for n in 1..=ATTEMPTS {
+            env.advance(1_000);
+            let (l, _) = claimed(&mut *s, &request(job, S1, 1, base + n, n > 1));
+            let done = s
+                .finish(&l, &rid(base + n), &finish(Outcome::Failed))
+                .unwrap_or_else(|e| panic!("{job}: finish attempt {n}: {e}"));
+            assert!(done.recorded, "{job}: attempt {n}: {done:?}");
+        }
+    }
+    // Queued: every attempt in one resolve, then one re-run, taken first.
+    assert_eq!(
+        s.resolve("queued", S1, Resolution::Queued).unwrap(),
+        ATTEMPTS as usize
+    );
+    let slot_runs = |s: &mut dyn Store, job: &str| {
+        s.runs(&RunQuery {
+            job: Some(job.into()),
+            slot: Some(S1),
+            ..RunQuery::default()
+        })
+        .expect("the slot's records")
+    };
+    assert!(
+        slot_runs(&mut *s, "queued")
+            .iter()
+            .all(|r| r.resolution == Some(Resolution::Queued))
+    );
+    env.advance(1_000_000);
+    let mut req = request("queued", S2, 1, ATTEMPTS + 1, false);
+    req.queued_first = true;
+    let (l, r) = claimed(&mut *s, &req);
+    assert_eq!(r.slot.usec, S1, "the queued slot first");
+    // Before the re-run ends, the next firing does not take the slot again.
+    env.advance(1_000_000);
+    let mut again = request("queued", S2, 2, ATTEMPTS + 2, false);
+    again.queued_first = true;
+    match s.claim(&again).unwrap() {
+        Claim::Busy { .. } => {}
+        other => panic!("a second claim during the re-run: {other:?}"),
+    }
+    s.finish(&l, &rid(ATTEMPTS + 1), &finish(Outcome::Succeeded))
+        .unwrap();
+    for r in slot_runs(&mut *s, "queued") {
+        let want = (r.run_id != rid(ATTEMPTS + 1)).then_some(Resolution::Rerun);
+        assert_eq!(r.resolution, want, "{}", r.run_id);
+    }
+    // The firing after it runs its own slot: the queued slot ran once.
+    env.advance(1_000_000);
+    let mut next = request("queued", S3, 1, ATTEMPTS + 3, false);
+    next.queued_first = true;
+    let (l, r) = claimed(&mut *s, &next);
+    assert_eq!(r.slot.usec, S3, "the queued slot is not run again");
+    s.finish(&l, &rid(ATTEMPTS + 3), &finish(Outcome::Succeeded))
+        .unwrap();
+    // Held: every attempt held, then a forced run of the slot settles them all.
+    assert_eq!(
+        s.resolve("held", S1, Resolution::Held).unwrap(),
+        ATTEMPTS as usize
+    );
+    env.advance(1_000_000);
+    match s
+        .claim(&request("held", S1, 1, 1000 + ATTEMPTS + 1, false))
+        .unwrap()
+    {
+        Claim::SlotHeld { .. } => {}
+        other => panic!("an unforced claim of the held slot: {other:?}"),
+    }
+    let (l, r) = claimed(&mut *s, &request("held", S1, 1, 1000 + ATTEMPTS + 2, true));
+    assert_eq!(r.slot.usec, S1);
+    s.finish(&l, &rid(1000 + ATTEMPTS + 2), &finish(Outcome::Succeeded))
+        .unwrap();
+    for r in slot_runs(&mut *s, "held") {
+        let want = (r.run_id != rid(1000 + ATTEMPTS + 2)).then_some(Resolution::Rerun);
+        assert_eq!(r.resolution, want, "{}", r.run_id);
+    }
+    // Retention deletes each whole slot.
+    let bound = s.now().unwrap() + 1;
+    assert_eq!(
+        s.delete_slots("queued", &[S1], bound).unwrap(),
+        ATTEMPTS as usize + 1
+    );
+    assert_eq!(
+        s.delete_slots("held", &[S1], bound).unwrap(),
+        ATTEMPTS as usize + 1
+    );
+    for job in ["queued", "held"] {
+        assert!(slot_runs(&mut *s, job).is_empty(), "{job}");
+    }
+    let left = s
+        .runs(&RunQuery {
+            job: Some("queued".into()),
+            ..RunQuery::default()
+        })
+        .unwrap();
+    assert_eq!(
+        left.iter().map(|r| r.slot.usec).collect::<Vec<_>>(),
+        vec![S3]
     );
 }

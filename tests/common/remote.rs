@@ -19,9 +19,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use jobguard::clock::ManualClock;
-use jobguard::store::{Claim, Store, StoreError};
+use jobguard::store::{Claim, RunQuery, Store, StoreError};
 
-use super::conformance::{Env, T0, holder, request};
+use super::conformance::{Env, T0, finish, holder, request, rid};
 
 /// A kind of shared store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -547,6 +547,76 @@ pub fn server_clock_judges(kind: Kind, test: &str) {
         }
         other => panic!("expected a takeover, got {other:?}"),
     }
+}
+
+/// etcd: an operator compacts the keyspace (`etcdctl compact $(current revision)`, as
+/// maintenance scripts do before `defrag`) while hosts read long histories and claim.
+/// A read at a revision that was compacted meanwhile (a history's later pages, a claim's
+/// second read) starts again at the current revision: every read answers in full, every
+/// claim is answered.
+pub fn etcd_reads_outlive_compaction(test: &str) {
+    let Some(ns) = Namespace::new(Kind::Etcd, test) else {
+        return;
+    };
+    const GRANTS: u32 = 600;
+    let mut s = jobguard::store::open(&ns.address()).unwrap();
+    s.init().unwrap();
+    for n in 1..=GRANTS {
+        let slot = T0 + i64::from(n) * 60_000_000;
+        let mut req = request("sync", slot, 1, n, false);
+        req.queued_first = true;
+        let lease = match s.claim(&req).unwrap() {
+            Claim::Claimed { lease, .. } => lease,
+            other => panic!("grant {n}: {other:?}"),
+        };
+        s.finish(&lease, &rid(n), &finish(jobguard::ledger::Outcome::Failed))
+            .unwrap();
+        if n % 3 == 0 {
+            s.resolve("sync", slot, jobguard::ledger::Resolution::Held)
+                .unwrap();
+        }
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let tick = format!("{}/tick", ns.name);
+    // Four compactors, so that one compacts within the few milliseconds of a read.
+    let compactors: Vec<_> = (0..4)
+        .map(|_| {
+            let stop = stop.clone();
+            let tick = tick.clone();
+            std::thread::spawn(move || {
+                let mut compactions = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let out = etcdctl(&["put", &tick, "x", "-w", "json"]).expect("put");
+                    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+                    let revision = v["header"]["revision"].as_i64().expect("revision");
+                    // Another compactor may have compacted past it: that is an error.
+                    if etcdctl(&["compact", &revision.to_string()]).is_ok() {
+                        compactions += 1;
+                    }
+                }
+                compactions
+            })
+        })
+        .collect();
+    let all = RunQuery {
+        job: Some("sync".into()),
+        ..RunQuery::default()
+    };
+    for i in 0..60 {
+        let runs = s.runs(&all).unwrap_or_else(|e| panic!("read {i}: {e}"));
+        assert_eq!(runs.len(), GRANTS as usize, "read {i}");
+        let n = GRANTS + 1 + i;
+        // A held slot: refused after the claim's reads.
+        let mut req = request("sync", T0 + 3 * 60_000_000, 2, n, false);
+        req.queued_first = true;
+        match s.claim(&req).unwrap_or_else(|e| panic!("claim {i}: {e}")) {
+            Claim::SlotHeld { .. } => {}
+            other => panic!("claim {i}: {other:?}"),
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let compactions: u32 = compactors.into_iter().map(|c| c.join().unwrap()).sum();
+    assert!(compactions > 10, "only {compactions} compactions ran");
 }
 
 /// etcd: whether a lease is held is decided by the etcd lease its grant attached to the

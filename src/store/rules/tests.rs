@@ -547,6 +547,30 @@ proptest! {
                     let decision = m.claim(&r, now).expect("fresh run ids never fail");
                     match decision {
                         ClaimDecision::Grant(g) => {
+                            // Settling records ahead of the grant changes no decision: the
+                            // same slot is granted with only the kept records to settle.
+                            let ahead = settle_ahead(&state, &g);
+                            let mut settled = state.clone();
+                            for runs in settled.slots.values_mut() {
+                                for run in runs.iter_mut() {
+                                    if let Some(a) = ahead.iter().find(|a| a.run_id == run.run_id) {
+                                        *run = a.clone();
+                                    }
+                                }
+                            }
+                            match claim(&settled, &r).expect("decided once") {
+                                ClaimDecision::Grant(again) => {
+                                    prop_assert_eq!(&again.run.slot, &g.run.slot);
+                                    prop_assert_eq!(&again.lease, &g.lease);
+                                    prop_assert!(again.rerun.len() <= 2, "{:?}", again.rerun);
+                                    let mut all: Vec<&String> = ahead.iter().map(|a| &a.run_id).chain(&again.rerun).collect();
+                                    all.sort();
+                                    let mut want: Vec<&String> = g.rerun.iter().collect();
+                                    want.sort();
+                                    prop_assert_eq!(all, want);
+                                }
+                                other => prop_assert!(false, "settled ahead, then {other:?}"),
+                            }
                             // Never two unexpired holders: the row was free, expired or ours.
                             if let Some(l) = &state.lease {
                                 prop_assert!(
