@@ -242,11 +242,6 @@ impl Writes {
     fn len(&self) -> usize {
         self.puts.len() + self.deletes.len()
     }
-    /// Drops any write of `key`.
-    fn forget(&mut self, key: &str) {
-        self.puts.retain(|(k, _, _)| k != key);
-        self.deletes.retain(|k| k != key);
-    }
     fn ops(&self) -> Vec<TxnOp> {
         let mut ops: Vec<TxnOp> = self
             .puts
@@ -1310,12 +1305,13 @@ impl Store for EtcdStore {
         resolution: Resolution,
     ) -> Result<usize, StoreError> {
         // A transaction holds at most MAX_TXN_OPS operations: a slot with more records to
-        // change is resolved in parts, each a transaction on the job as read. Held records
-        // change last and, when queueing, the slot's queued marker (which a queued-first
-        // claim looks for) comes with the last part, so until then the slot is neither
-        // taken as queued nor freed from a hold. A grant of the slot between parts (its own
-        // firing, a forced run) settles what it finds; the resolve ends there.
-        let queued_key = self.queued_key(job, slot);
+        // change is resolved in parts, each a transaction on the job as read that keeps the
+        // slot's queued marker true, so a resolve cut short (an error, a crash) leaves no
+        // queued record that a queued-first claim cannot find. Held records change last:
+        // until then a held slot stays held. A grant of the slot between parts (its own
+        // firing, a forced run, a queued-first claim) settles what it finds queued, and the
+        // resolve ends there: the slot is being run again, and queueing the rest after it
+        // would run it once more.
         let mut total = 0;
         let mut known: Option<Vec<String>> = None;
         loop {
@@ -1325,13 +1321,10 @@ impl Store for EtcdStore {
                     store,
                     client,
                     job,
-                    vec![
-                        TxnOp::get(
-                            store.slot_prefix(job, slot).into_bytes(),
-                            Some(GetOptions::new().with_prefix()),
-                        ),
-                        TxnOp::get(queued_key.as_bytes(), None),
-                    ],
+                    vec![TxnOp::get(
+                        store.slot_prefix(job, slot).into_bytes(),
+                        Some(GetOptions::new().with_prefix()),
+                    )],
                 )
                 .await?;
                 let slot_runs = runs_of(&found[0])?;
@@ -1358,20 +1351,9 @@ impl Store for EtcdStore {
                     })
                     .collect();
                 if changed.is_empty() {
-                    // The marker of a resolve that stopped before its last part.
-                    let queued = slot_runs
-                        .iter()
-                        .any(|r| r.resolution == Some(Resolution::Queued));
-                    if !queued || !found[1].is_empty() {
-                        return Ok(Some((0, None)));
-                    }
-                    writes.put(queued_key.clone(), String::new());
-                } else {
-                    state_job.put_runs(&mut writes, &changed, &slot_runs)?;
-                    if !last && resolution == Resolution::Queued {
-                        writes.forget(&queued_key);
-                    }
+                    return Ok(Some((0, None)));
                 }
+                state_job.put_runs(&mut writes, &changed, &slot_runs)?;
                 let seen = (!last).then(|| slot_runs.iter().map(|r| r.run_id.clone()).collect());
                 Ok(state_job
                     .commit(writes, None)
@@ -1453,7 +1435,8 @@ impl Store for EtcdStore {
         // and a slot whose records do not fit is deleted in parts, its records that make it
         // done last (until then it stays done) and its queued marker with the last.
         let mut n = 0;
-        let mut rest: &[i64] = slots;
+        let slots = remote::distinct_slots(slots);
+        let mut rest: &[i64] = &slots;
         while !rest.is_empty() {
             let chunk: Vec<i64> = rest.iter().take(10).copied().collect();
             let (deleted, done) = self.retrying("delete runs", async |store, client| {

@@ -257,6 +257,16 @@ pub(crate) fn select(mut runs: Vec<Run>, query: &crate::store::RunQuery) -> Vec<
     runs
 }
 
+/// `slots` sorted, each once: a slot listed twice to [`crate::store::Store::delete_slots`]
+/// is deleted (and counted) once.
+#[cfg(any(feature = "store-etcd", feature = "store-zookeeper"))]
+pub(crate) fn distinct_slots(slots: &[i64]) -> Vec<i64> {
+    let mut slots = slots.to_vec();
+    slots.sort_unstable();
+    slots.dedup();
+    slots
+}
+
 /// The slot of a key part made by [`slot_part`]; `None` for anything else.
 #[cfg(any(feature = "store-etcd", feature = "store-zookeeper"))]
 pub(crate) fn slot_from_part(part: &str) -> Option<i64> {

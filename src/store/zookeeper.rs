@@ -1446,7 +1446,7 @@ impl Store for ZooKeeperStore {
     ) -> Result<usize, StoreError> {
         // A few slots per `multi`, well within ZooKeeper's 1 MiB request limit.
         let mut n = 0;
-        for chunk in slots.chunks(20) {
+        for chunk in remote::distinct_slots(slots).chunks(20) {
             n += self.retrying("delete runs", async |store, client| {
                 let snap = store.read_row(client, job).await?;
                 let Some(mut row) = snap.row.clone() else {
