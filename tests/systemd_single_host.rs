@@ -1466,6 +1466,23 @@ fn rerun_runs_the_slot_as_the_jobs_own_unit_even_while_it_runs() {
         || Ok((prop(&c, "jobguard@nightly.service", "ActiveState") == "active").then_some(())),
     )
     .expect("active");
+    // An active unit may not have taken the request yet: a request made before it does is
+    // run in the same pass, oldest slot first. Wait for the re-run's record.
+    common::wait_for(
+        "the re-run to be claimed",
+        Duration::from_secs(20),
+        Duration::from_millis(100),
+        || {
+            let rows = history(&c, "nightly").map_err(|e| e.to_string())?;
+            Ok((rows
+                .iter()
+                .filter(|r| field(r, "trigger") == "rerun")
+                .count()
+                >= 2)
+                .then_some(()))
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}: {:#?}", history(&c, "nightly")));
     let out = c
         .exec_ok(&["jobguard", "rerun", "nightly", other])
         .expect("rerun");
