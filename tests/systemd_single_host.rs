@@ -1457,51 +1457,28 @@ fn rerun_runs_the_slot_as_the_jobs_own_unit_even_while_it_runs() {
     let other = "2026-11-28T02:00:00Z";
     c.exec_ok(&["jobguard", "run", "nightly", "--slot", other])
         .expect("run other");
-    c.exec_ok(&["jobguard", "rerun", "nightly", slot])
-        .expect("rerun");
-    common::wait_for(
-        "the unit to run",
-        Duration::from_secs(20),
-        Duration::from_millis(100),
-        || Ok((prop(&c, "jobguard@nightly.service", "ActiveState") == "active").then_some(())),
-    )
-    .expect("active");
-    // An active unit may not have taken the request yet: a request made before it does is
-    // run in the same pass, oldest slot first. Wait for the re-run's record.
-    common::wait_for(
-        "the re-run to be claimed",
-        Duration::from_secs(20),
-        Duration::from_millis(100),
-        || {
+    let wait_reruns = |what: &str, n: usize, within: Duration| {
+        common::wait_for(what, within, Duration::from_millis(100), || {
             let rows = history(&c, "nightly").map_err(|e| e.to_string())?;
             Ok((rows
                 .iter()
                 .filter(|r| field(r, "trigger") == "rerun")
                 .count()
-                >= 2)
+                >= n)
                 .then_some(()))
-        },
-    )
-    .unwrap_or_else(|e| panic!("{e}: {:#?}", history(&c, "nightly")));
+        })
+        .unwrap_or_else(|e| panic!("{e}: {:#?}", history(&c, "nightly")));
+    };
+    c.exec_ok(&["jobguard", "rerun", "nightly", slot])
+        .expect("rerun");
+    // The unit runs once it has claimed the re-run. An active unit that has not taken the
+    // request yet would run a request made now in the same pass, oldest slot first.
+    wait_reruns("the re-run to be claimed", 2, Duration::from_secs(20));
     let out = c
         .exec_ok(&["jobguard", "rerun", "nightly", other])
         .expect("rerun");
     assert!(out.contains("is running"), "{out}");
-    common::wait_for(
-        "both re-runs",
-        Duration::from_secs(60),
-        Duration::from_millis(500),
-        || {
-            let rows = history(&c, "nightly").map_err(|e| e.to_string())?;
-            Ok((rows
-                .iter()
-                .filter(|r| field(r, "trigger") == "rerun")
-                .count()
-                >= 3)
-                .then_some(()))
-        },
-    )
-    .unwrap_or_else(|e| panic!("{e}: {:#?}", history(&c, "nightly")));
+    wait_reruns("both re-runs", 3, Duration::from_secs(60));
     wait_unit_done(&c, "jobguard@nightly.service", Duration::from_secs(60));
     let rows = history(&c, "nightly").expect("history");
     let reruns: Vec<String> = rows

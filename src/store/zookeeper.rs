@@ -26,10 +26,10 @@
 //!   and `expire_at` 0). Its token is the job's fencing-token counter, `newest` the newest
 //!   slot with a record, `grants` the slot and token of each of the last 256 grants, so
 //!   that a reader of the newest records (`recover` every minute, catch-up, `audit`) reads
-//!   those records and not the job's whole history (ZooKeeper has no ordered range reads). Every write to
-//!   the job's state sets it, so its version is the version of the whole job: a `multi`
-//!   that starts by setting it at the version read writes nothing when another host
-//!   wrote the job in between.
+//!   those records and not the job's whole history (ZooKeeper has no ordered range reads).
+//!   Every write to the job's state sets it, so its version is the version of the whole
+//!   job: a `multi` that starts by setting it at the version read writes nothing when
+//!   another host wrote the job in between.
 //! - `P/run/JOB/SLOT`: a slot with records (no data). Its children `TOKEN` (the fencing
 //!   token of the grant, 20 digits) are its records in grant order, each a JSON object
 //!   with the SQL stores' column names but no report; a record's report (up to 64 KiB of
