@@ -35,11 +35,13 @@
 //! meanwhile, the comparison fails, nothing is written, and the operation starts again
 //! (at most [`RETRIES`] times; contention is rare: one job's hosts fire together once per
 //! slot). The ledger's readers (`runs`: history, audit, catch-up, retention) read in
-//! pages of 64 records at one revision: one gRPC response must fit the client's message
-//! limit, and a job's history need not. A reader of a job's newest records asks the
-//! server for the `limit` records created last (sorted by their create revision). A try
-//! that reads at a revision the keyspace was compacted past meanwhile has written
-//! nothing and starts again at the current revision.
+//! pages of 64 records: one gRPC response must fit the client's message limit, and a
+//! job's history need not. The pages are read at one revision until the keyspace is
+//! compacted past it; the rest is then read at the current revision, each record whole.
+//! A reader of a job's newest records asks the server for the `limit` records created
+//! last (sorted by their create revision). A decision's try that reads at a revision the
+//! keyspace was compacted past meanwhile has written nothing and starts again at the
+//! current revision.
 //!
 //! A transaction holds at most 128 operations (`--max-txn-ops`), and one slot may hold
 //! hundreds of records: a claim that would settle more of them than fit marks the ones
@@ -788,19 +790,27 @@ fn reader(client: &Client) -> KvClient {
         .max_decoding_message_size(MAX_RESPONSE_BYTES)
 }
 
-/// Every key-value under `prefix`, oldest key first, read in pages of [`PAGE_KEYS`] at
-/// the revision of the first page, so the whole answer is one consistent view however
-/// large the history is (one response of etcd's gRPC API must fit the client's message
-/// limit; a job's records together need not).
+/// Every key-value under `prefix`, oldest key first, read in pages of [`PAGE_KEYS`] (one
+/// response of etcd's gRPC API must fit the client's message limit; a job's records
+/// together need not).
+///
+/// The pages are read at the revision of the first page. When the keyspace is compacted
+/// past that revision before the last page (`etcdctl compact`, the server's
+/// auto-compaction), the rest is read at the then current revision instead of starting
+/// over, so a long history is read to its end however often the server compacts. Each
+/// record is still read whole: a record and its report (adjacent keys) always come from one
+/// revision. A history read needs each record as it was at one instant, not the whole
+/// history at one instant: a record created or deleted (retention) between pages is listed
+/// or not, as a read a moment earlier or later would have.
 ///
 /// # Errors
-/// etcd's, including the first page's revision compacted away before a later page.
+/// etcd's.
 async fn range_all(client: &Client, prefix: &str) -> Result<Vec<KeyValue>, Fail> {
     let mut kv = reader(client);
     let end = prefix_end(prefix);
     let mut from = prefix.as_bytes().to_vec();
     let mut revision = 0;
-    let mut all = Vec::new();
+    let mut all: Vec<KeyValue> = Vec::new();
     loop {
         let mut options = GetOptions::new()
             .with_range(end.clone())
@@ -808,7 +818,20 @@ async fn range_all(client: &Client, prefix: &str) -> Result<Vec<KeyValue>, Fail>
         if revision > 0 {
             options = options.with_revision(revision);
         }
-        let mut resp = kv.get(from.clone(), Some(options)).await?;
+        let mut resp = match kv.get(from.clone(), Some(options)).await {
+            Ok(resp) => resp,
+            Err(e) if revision > 0 && compacted(&e) => {
+                // Go on at the current revision, from the last record read: if its report
+                // is on the page that failed, the record is read again with it.
+                if all.last().is_some_and(|kv| !kv.key().ends_with(REPORT)) {
+                    let record = all.pop().expect("a last key-value");
+                    from = record.key().to_vec();
+                }
+                revision = 0;
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
         if revision == 0 {
             revision = resp.header().map_or(0, |h| h.revision());
         }
@@ -1291,7 +1314,7 @@ impl Store for EtcdStore {
                 return Ok(runs);
             }
         }
-        // Reads in pages at one revision, which never conflict: an attempt always answers.
+        // Reads in pages, which never conflict: an attempt always answers.
         let runs = self.retrying("read runs", async |_, client| {
             runs_of(&range_all(client, &prefix).await?).map(Some)
         })?;
