@@ -5,7 +5,8 @@
 //!
 //! Cron tables are read as crontab(5) describes them: the system tables (`/etc/crontab`,
 //! `/etc/cron.d/*`) have a user field after the five time fields (or after an `@daily`
-//! style keyword); the user tables in `/var/spool/cron/crontabs/` do not. Blank lines,
+//! style keyword); the user tables (`/var/spool/cron/crontabs/USER` on Debian,
+//! `/var/spool/cron/USER` with cronie on RHEL and Fedora) do not. Blank lines,
 //! comments and `NAME=value` lines are skipped. Files under `/etc/cron.d` whose names
 //! cron ignores (with a dot, or not made of `[A-Za-z0-9_-]`) are skipped too.
 //!
@@ -106,9 +107,12 @@ pub fn cron_tables(root: &Path) -> Vec<(PathBuf, bool)> {
             && n.bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
     };
+    // Debian's cron keeps the user tables in /var/spool/cron/crontabs, cronie (RHEL,
+    // Fedora) in /var/spool/cron itself (where Debian has only that directory).
     for (dir, system) in [
         (root.join("etc/cron.d"), true),
         (root.join("var/spool/cron/crontabs"), false),
+        (root.join("var/spool/cron"), false),
     ] {
         let Ok(entries) = std::fs::read_dir(&dir) else {
             continue;
@@ -255,6 +259,11 @@ mod tests {
             "var/spool/cron/crontabs/alice",
             "30 3 * * * /usr/bin/php /data/sync.php > /dev/null\n",
         );
+        // cronie (RHEL, Fedora): the user tables lie in /var/spool/cron itself.
+        w(
+            "var/spool/cron/bob",
+            "MAILTO=bob\n45 4 * * 1 /usr/bin/php /data/sync.php\n",
+        );
         let cal = crate::calendar::CalendarSpec::parse("daily").expect("calendar");
         let job = Job::new(
             "sync",
@@ -273,7 +282,11 @@ mod tests {
             .collect();
         assert_eq!(
             places,
-            ["/etc/cron.d/sync:2", "/var/spool/cron/crontabs/alice:1"]
+            [
+                "/etc/cron.d/sync:2",
+                "/var/spool/cron/crontabs/alice:1",
+                "/var/spool/cron/bob:2"
+            ]
         );
     }
 }

@@ -155,10 +155,11 @@ pub fn read_kill_settings(jobs: &[&str]) -> Result<Vec<KillSettings>, SystemdErr
 /// activates.
 pub type OtherTimer = (String, Vec<Vec<String>>);
 
-/// The active timers that are not jobguard's (not `jobguard@*` nor `jobguard-*`), each
-/// with the `ExecStart=` command lines (argv) of the unit it activates
-/// (org.freedesktop.systemd1(5): `Manager.ListUnitsByPatterns`, `Timer.Unit`,
-/// `Service.ExecStart`).
+/// The timers that are not jobguard's (not `jobguard@*` nor `jobguard-*`) and are active
+/// or enabled (an enabled timer not started yet runs from the next boot on), each with
+/// the `ExecStart=` command lines (argv) of the unit it activates
+/// (org.freedesktop.systemd1(5): `Manager.ListUnitsByPatterns`,
+/// `Manager.ListUnitFilesByPatterns`, `Timer.Unit`, `Service.ExecStart`).
 ///
 /// # Errors
 /// [`SystemdError::Bus`] when the system bus or systemd cannot be reached, or a call
@@ -185,24 +186,44 @@ pub fn read_other_timers() -> Result<Vec<OtherTimer>, SystemdError> {
             .method_timeout(CALL_TIMEOUT)
             .build()
             .await?;
-        let reply = conn
-            .call_method(
+        let manager = async |method: &str, states: &[&str]| {
+            conn.call_method(
                 Some("org.freedesktop.systemd1"),
                 "/org/freedesktop/systemd1",
                 Some("org.freedesktop.systemd1.Manager"),
-                "ListUnitsByPatterns",
-                &(vec!["active"], vec!["*.timer"]),
+                method,
+                &(states, vec!["*.timer"]),
             )
-            .await?;
-        let rows: Vec<Row> = reply.body().deserialize()?;
+            .await
+        };
+        let active: Vec<Row> = manager("ListUnitsByPatterns", &["active"])
+            .await?
+            .body()
+            .deserialize()?;
+        // Unit files: (path, state); a template (`name@.timer`) is no timer of its own.
+        let enabled: Vec<(String, String)> =
+            manager("ListUnitFilesByPatterns", &["enabled", "enabled-runtime"])
+                .await?
+                .body()
+                .deserialize()?;
+        let mut names: Vec<String> = active.into_iter().map(|row| row.0).collect();
+        names.extend(enabled.into_iter().filter_map(|(path, _)| {
+            let name = path.rsplit('/').next()?;
+            (!name.ends_with("@.timer")).then(|| name.to_string())
+        }));
+        names.sort();
+        names.dedup();
         let mut out = Vec::new();
-        for row in rows {
-            let name = row.0;
+        for name in names {
             if name.starts_with("jobguard@") || name.starts_with("jobguard-") {
                 continue;
             }
+            let (state, timer) = unit(&conn, &name).await?;
+            if state.load_state != "loaded" {
+                continue;
+            }
             let target = String::try_from(
-                get(&conn, &row.6, "org.freedesktop.systemd1.Timer", "Unit").await?,
+                get(&conn, &timer, "org.freedesktop.systemd1.Timer", "Unit").await?,
             )?;
             let (svc, path) = unit(&conn, &target).await?;
             if svc.load_state != "loaded" || !target.ends_with(".service") {

@@ -1491,7 +1491,8 @@ fn rerun_runs_the_slot_as_the_jobs_own_unit_even_while_it_runs() {
 
 /// Issue 12, two schedulers: `jobguard check` warns when a job's command is also run by
 /// cron (a line of /etc/cron.d, which systemd-cron also turns into a timer of its own) or
-/// by another active systemd timer, naming each place; warnings leave the exit status 0.
+/// by another systemd timer, active or enabled, naming each place; warnings leave the exit
+/// status 0.
 #[test]
 fn check_warns_when_cron_or_another_timer_also_runs_a_jobs_command() {
     let test = "check_warns_when_cron_or_another_timer_also_runs_a_jobs_command";
@@ -1513,10 +1514,22 @@ fn check_warns_when_cron_or_another_timer_also_runs_a_jobs_command() {
         .file(
             "/etc/systemd/system/export.timer",
             "[Timer]\nOnCalendar=daily\n",
+        )
+        // Enabled but not started yet (`systemctl enable` without `--now`): it runs from
+        // the next boot on.
+        .file(
+            "/etc/systemd/system/report.service",
+            "[Service]\nExecStart=/usr/bin/env sync-orders-nightly --report\n",
+        )
+        .file(
+            "/etc/systemd/system/report.timer",
+            "[Timer]\nOnCalendar=weekly\n[Install]\nWantedBy=timers.target\n",
         );
     let c = boot("schedulers", &opts);
     c.exec_ok(&["systemctl", "start", "export.timer"])
         .expect("start export.timer");
+    c.exec_ok(&["systemctl", "enable", "report.timer"])
+        .expect("enable report.timer");
     let out = c.exec(&["jobguard", "check"]).expect("check");
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(0), "warnings only: {err}");
@@ -1532,6 +1545,12 @@ fn check_warns_when_cron_or_another_timer_also_runs_a_jobs_command() {
             .iter()
             .any(|l| l.contains("jobs.sync.command") && l.contains("export.timer")),
         "{err}"
+    );
+    assert!(
+        warnings
+            .iter()
+            .any(|l| l.contains("jobs.sync.command") && l.contains("report.timer")),
+        "an enabled timer that is not active yet: {err}"
     );
     assert!(!err.contains("jobs.other.command: warning"), "{err}");
 }
