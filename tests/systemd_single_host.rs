@@ -1609,3 +1609,67 @@ fn a_failed_run_is_mailed_with_its_journal_through_sendmail() {
         "jobguard's finish event: {mail}"
     );
 }
+
+/// Issue 12, cron's MAILTO for every run: `on_success = "jobguard-mail@%i.service"` mails
+/// a run that succeeded, and not a start that ran nothing. A skip (here: the slot is done
+/// already) also exits 0, so OnSuccess= starts the mail unit; it finds no run in that
+/// invocation and sends nothing.
+#[test]
+fn a_skip_is_not_mailed_as_a_success() {
+    let test = "a_skip_is_not_mailed_as_a_success";
+    if !ready(test) {
+        return;
+    }
+    let jobs = "[jobs.good]\nschedule = \"*-*-* 02:00:00 UTC\"\n\
+                on_success = \"jobguard-mail@%i.service\"\n\
+                command = [\"/bin/sh\", \"-c\", \"echo the-job-did-its-work\"]\n";
+    let opts = jobguard_options(jobs)
+        .executable(
+            "/usr/sbin/sendmail",
+            "#!/bin/sh\n[ \"$1\" = -t ] || exit 64\nn=$(ls /var/lib/mail | wc -l)\ncat > /var/lib/mail/.tmp && mv /var/lib/mail/.tmp /var/lib/mail/$n\n",
+        )
+        .dir("/var/lib/mail");
+    let c = boot("mail-success", &opts);
+    // The mail unit's finished runs (its own journal lines, one per start).
+    let mail_runs = || {
+        c.exec(&[
+            "journalctl",
+            "--no-pager",
+            "-o",
+            "cat",
+            "_PID=1",
+            "UNIT=jobguard-mail@good.service",
+        ])
+        .map(|o| text(&o).lines().filter(|l| l.starts_with("Finished")).count())
+        .unwrap_or(0)
+    };
+    for (n, what) in [(1, "the run"), (2, "the skip")] {
+        c.exec_ok(&["systemctl", "start", "jobguard@good.service"])
+            .expect("start");
+        common::wait_for(what, Duration::from_secs(60), Duration::from_millis(250), || {
+            Ok((mail_runs() >= n).then_some(()))
+        })
+        .unwrap_or_else(|e| {
+            let j = c
+                .exec(&["journalctl", "--no-pager", "-n", "60"])
+                .map(|o| text(&o))
+                .unwrap_or_default();
+            panic!("{e}\n{j}")
+        });
+    }
+    let outcomes = c
+        .exec(&["jobguard", "history", "good"])
+        .map(|o| text(&o))
+        .unwrap_or_default();
+    let mails = c
+        .exec(&["sh", "-c", "ls /var/lib/mail"])
+        .map(|o| text(&o))
+        .unwrap_or_default();
+    assert_eq!(mails.split_whitespace().collect::<Vec<_>>(), ["0"], "{outcomes}");
+    let mail = c
+        .exec(&["cat", "/var/lib/mail/0"])
+        .map(|o| text(&o))
+        .unwrap_or_default();
+    assert!(mail.contains("] jobguard@good.service: success"), "{mail}");
+    assert!(mail.contains("the-job-did-its-work"), "{mail}");
+}

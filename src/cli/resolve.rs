@@ -53,7 +53,7 @@ pub fn run(args: &ResolveArgs) -> u8 {
             // Nothing is left to re-run: the store queues nothing in a done slot.
             Ok(Some(by)) => {
                 println!(
-                    "{} slot {} is done ({}): nothing to re-run; `jobguard run {} --slot {} --force` runs it again",
+                    "{} slot {} is done ({}): nothing to re-run; `jobguard rerun {} {}` runs it again",
                     job.name,
                     format_usec(slot),
                     by,
