@@ -1487,6 +1487,19 @@ fn rerun_runs_the_slot_as_the_jobs_own_unit_even_while_it_runs() {
         .map(|r| field(r, "slot"))
         .collect();
     assert_eq!(reruns, [other, slot, slot], "newest first: {rows:#?}");
+    // A user who is not root cannot ask the system unit (its requests are root's, in
+    // /run/jobguard/rerun): refused with 77 and the way that works, nothing queued.
+    let out = c
+        .exec(&[
+            "runuser", "-u", "nobody", "--", "jobguard", "rerun", "nightly", slot,
+        ])
+        .expect("rerun as nobody");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(77), "{err}{}", text(&out));
+    assert!(err.contains("sudo jobguard rerun nightly"), "{err}");
+    std::thread::sleep(Duration::from_secs(2));
+    let after = history(&c, "nightly").expect("history");
+    assert_eq!(after, rows, "nothing more ran");
 }
 
 /// Issue 12, two schedulers: `jobguard check` warns when a job's command is also run by
@@ -1640,15 +1653,23 @@ fn a_skip_is_not_mailed_as_a_success() {
             "_PID=1",
             "UNIT=jobguard-mail@good.service",
         ])
-        .map(|o| text(&o).lines().filter(|l| l.starts_with("Finished")).count())
+        .map(|o| {
+            text(&o)
+                .lines()
+                .filter(|l| l.starts_with("Finished"))
+                .count()
+        })
         .unwrap_or(0)
     };
     for (n, what) in [(1, "the run"), (2, "the skip")] {
         c.exec_ok(&["systemctl", "start", "jobguard@good.service"])
             .expect("start");
-        common::wait_for(what, Duration::from_secs(60), Duration::from_millis(250), || {
-            Ok((mail_runs() >= n).then_some(()))
-        })
+        common::wait_for(
+            what,
+            Duration::from_secs(60),
+            Duration::from_millis(250),
+            || Ok((mail_runs() >= n).then_some(())),
+        )
         .unwrap_or_else(|e| {
             let j = c
                 .exec(&["journalctl", "--no-pager", "-n", "60"])
@@ -1665,7 +1686,11 @@ fn a_skip_is_not_mailed_as_a_success() {
         .exec(&["sh", "-c", "ls /var/lib/mail"])
         .map(|o| text(&o))
         .unwrap_or_default();
-    assert_eq!(mails.split_whitespace().collect::<Vec<_>>(), ["0"], "{outcomes}");
+    assert_eq!(
+        mails.split_whitespace().collect::<Vec<_>>(),
+        ["0"],
+        "{outcomes}"
+    );
     let mail = c
         .exec(&["cat", "/var/lib/mail/0"])
         .map(|o| text(&o))

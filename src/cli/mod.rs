@@ -87,7 +87,8 @@ pub enum Command {
     /// Under systemd, with the default job list: asks the job's shim to run the slot
     /// (a request file in /run/jobguard/rerun) and starts jobguard@JOB.service, so the run
     /// gets the unit's user, limits, journal and OnFailure= like a timer run; a unit that
-    /// is running takes the request when its run ends. Otherwise runs it here, like
+    /// is running takes the request when its run ends (root only: exit 77 for another
+    /// user). Otherwise runs it here, like
     /// `jobguard run JOB --slot SLOT --force`. The record is forced, with trigger rerun
     /// and the report key jobguard.forced_by naming who asked. SLOT defaults to the
     /// latest elapse. Exit 0 when started (under systemd) or the run's status.

@@ -1,5 +1,6 @@
 //! `jobguard rerun JOB [SLOT]`: run a slot again, forced, as the job's own unit under
-//! systemd ([`crate::shim::rerun`]), else in this process.
+//! systemd ([`crate::shim::rerun`]; root only: exit 77 for another user), else in this
+//! process.
 
 use crate::cli::{RerunArgs, find_job};
 use crate::exit;
@@ -31,6 +32,18 @@ pub fn run(args: &RerunArgs) -> u8 {
     let by = who();
     // The unit runs the default job list: another list runs here.
     if crate::recover::under_systemd() && args.config.config.is_none() {
+        // The system unit takes root's requests (/run/jobguard/rerun) only, and only root
+        // (or whom polkit allows) starts it: another user's request would wait unseen.
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!(
+                "jobguard: {}: a re-run under systemd is a request to the system unit jobguard@{}.service, which needs root: sudo jobguard rerun {} {}",
+                job.name,
+                job.name,
+                job.name,
+                slot.rfc3339()
+            );
+            return exit::NO_PERMISSION;
+        }
         if let Err(e) = shim::rerun::request(&job.name, slot.usec, &by) {
             eprintln!("jobguard: {}: {e}", job.name);
             return exit::OS_ERROR;
