@@ -22,7 +22,8 @@
 //! records when it claims a slot while earlier elapses since the newest recorded slot
 //! never ran ("latest": only the newest of them runs): the run's report keeps
 //! [`PASSED_OVER_AFTER`], the slot before the gap, so every elapse strictly between it and
-//! the run's slot was passed over on purpose.
+//! the run's slot was passed over on purpose. Those are listed as soon as the decision
+//! is recorded: the grace holds back only elapses that may still run.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -465,11 +466,10 @@ fn slots(
     let Some(&newest) = recorded.last() else {
         return;
     };
-    // Due: older than now − grace, and only once the boot is older than the grace.
+    // Due: older than now − grace, and only once the boot is older than the grace. A gap
+    // that a catch-up decision covers is a recorded fact, listed at once.
     let cutoff = scope.now - scope.grace;
-    if cutoff <= scope.boot {
-        return;
-    }
+    let due = cutoff > scope.boot;
     let to = scope.until.min(cutoff - 1);
     let since = scope
         .since
@@ -509,16 +509,17 @@ fn slots(
             .map(|r| r.started_at)
             .fold(history_since, i64::min);
         let lo = a.saturating_add(1).max(since);
-        let hi = b.saturating_sub(1).min(to);
-        if lo > hi || live(a) || live(b) {
+        // A gap a catch-up passed over is listed as such, whoever made its records.
+        let whole = b.saturating_sub(1).min(scope.until);
+        if lo <= whole && decisions.iter().any(|(d, s, _)| *d < lo && whole < *s) {
+            judge(cal, lo, whole, &decisions, &mut budget, out);
             continue;
         }
-        // A gap a catch-up passed over is listed as such, whoever made its records.
-        let lo = if decisions.iter().any(|(d, s, _)| *d < lo && hi < *s) {
-            lo
-        } else {
-            lo.max(gaps_from).max(history_since.saturating_add(1))
-        };
+        let hi = b.saturating_sub(1).min(to);
+        if !due || lo > hi || live(a) || live(b) {
+            continue;
+        }
+        let lo = lo.max(gaps_from).max(history_since.saturating_add(1));
         if lo <= hi {
             judge(cal, lo, hi, &decisions, &mut budget, out);
         }
@@ -531,7 +532,7 @@ fn slots(
         .range(newest.saturating_add(1)..)
         .any(|(&slot, _)| live(slot));
     let lo = newest.saturating_add(1).max(since);
-    if lo <= to && !live(newest) && !ahead_live {
+    if due && lo <= to && !live(newest) && !ahead_live {
         judge(cal, lo, to, &decisions, &mut budget, out);
     }
     if let Some(last) = budget.truncated {
@@ -765,6 +766,31 @@ mod tests {
         assert!(audit_job(&runs, Some(&cal()), &BTreeSet::new(), &s).is_empty());
         // A job no longer in the job list has no schedule to compare.
         assert!(audit_job(&runs, None, &BTreeSet::new(), &scope(105)).is_empty());
+    }
+
+    #[test]
+    fn a_gap_passed_over_is_listed_at_once_after_a_boot() {
+        // Minutes 0..50 ran, the host was off, and at boot the catch-up ran minute 60
+        // ("latest"), recording that it passed over 50..=59. Audit right after the boot
+        // (within the grace, which holds back only what may still run) lists them.
+        let mut runs = clean(50);
+        let mut catch_up = run("c60", 60, Outcome::Succeeded, 51);
+        catch_up
+            .report
+            .insert(PASSED_OVER_AFTER.into(), format_usec(T0 + 49 * MIN));
+        runs.push(catch_up);
+        let mut s = scope(60);
+        s.now = T0 + 60 * MIN + 10_000_000;
+        s.until = s.now;
+        s.boot = T0 + 60 * MIN - 5_000_000;
+        let f = audit_job(&runs, Some(&cal()), &BTreeSet::new(), &s);
+        assert_eq!(
+            kinds(&f),
+            (50..60).map(|m| ("passed_over", m)).collect::<Vec<_>>()
+        );
+        // Long after the boot, the same.
+        let f = audit_job(&runs, Some(&cal()), &BTreeSet::new(), &scope(60));
+        assert_eq!(f.len(), 10, "{f:?}");
     }
 
     #[test]

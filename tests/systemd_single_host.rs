@@ -1294,8 +1294,8 @@ fn every_firing_of_a_frequent_timer_runs_its_own_slot_across_reload_and_reboot()
 
 /// Issue 12, catch-up: a host powered off for several slots, then booted. The timer's
 /// `Persistent=` fires once at boot; with `catch_up = "all"` every slot of the outage runs
-/// once, oldest first, each with its own slot, and with `"latest"` one runs and the run
-/// records the others as passed over.
+/// once, oldest first, each with its own slot, and with `"latest"` one runs, the run
+/// records the others as passed over, and `audit` names each of them.
 #[test]
 fn after_downtime_all_runs_every_missed_slot_once_and_latest_passes_them_over() {
     let test = "after_downtime_all_runs_every_missed_slot_once_and_latest_passes_them_over";
@@ -1409,6 +1409,28 @@ fn after_downtime_all_runs_every_missed_slot_once_and_latest_passes_them_over() 
         passed >= 3,
         "the outage's older slots are passed over: {decision:#?}"
     );
+    // audit names each of them, against the schedule: every elapse between the last run
+    // before the outage and the first after it is passed over, not missed, and being
+    // passed over needs no one (exit 0).
+    let out = c
+        .exec(&["jobguard", "audit", "newest", "--json"])
+        .expect("audit");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let audit: Value = serde_json::from_str(&text(&out)).expect("audit's JSON");
+    let findings = audit["jobs"][0]["findings"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let named: Vec<i64> = findings
+        .iter()
+        .filter(|f| f["kind"] == "passed_over")
+        .filter_map(|f| f["slot_usec"].as_i64())
+        .map(|us| us / 1_000_000)
+        .collect();
+    let skipped: Vec<i64> = (newest_before / EVERY + 1..first_after / EVERY)
+        .map(|s| s * EVERY)
+        .collect();
+    assert_eq!(named, skipped, "audit: {}", text(&out));
 }
 
 /// Issue 12: `jobguard rerun JOB SLOT` under systemd runs the slot as the job's own unit
