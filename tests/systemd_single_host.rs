@@ -1295,7 +1295,8 @@ fn every_firing_of_a_frequent_timer_runs_its_own_slot_across_reload_and_reboot()
 /// Issue 12, catch-up: a host powered off for several slots, then booted. The timer's
 /// `Persistent=` fires once at boot; with `catch_up = "all"` every slot of the outage runs
 /// once, oldest first, each with its own slot, and with `"latest"` one runs, the run
-/// records the others as passed over, and `audit` names each of them.
+/// records the others as passed over, and `audit` names each of them; with `"none"`
+/// nothing runs at the boot and the next firing passes over the whole outage.
 #[test]
 fn after_downtime_all_runs_every_missed_slot_once_and_latest_passes_them_over() {
     let test = "after_downtime_all_runs_every_missed_slot_once_and_latest_passes_them_over";
@@ -1309,7 +1310,12 @@ fn after_downtime_all_runs_every_missed_slot_once_and_latest_passes_them_over() 
              command = [\"/bin/sh\", \"-c\", \"echo \\\"$JOBGUARD_SLOT\\\" >> /var/lib/cu/{name}\"]\n"
         )
     };
-    let jobs = format!("{}{}", job("every", "all"), job("newest", "latest"));
+    let jobs = format!(
+        "{}{}{}",
+        job("every", "all"),
+        job("newest", "latest"),
+        job("now", "none")
+    );
     let opts = jobguard_options(&jobs).dir("/var/lib/cu");
     let mut c = boot("catchup", &opts);
     let read = |c: &Container, name: &str| -> Vec<i64> {
@@ -1332,10 +1338,12 @@ fn after_downtime_all_runs_every_missed_slot_once_and_latest_passes_them_over() 
     };
     wait(&c, "every", 2, "2 runs of every before the outage");
     wait(&c, "newest", 2, "2 runs of newest before the outage");
+    wait(&c, "now", 2, "2 runs of now before the outage");
     // Read while the host is up (nothing runs between now and the poweroff but a firing
     // that lands in between, which only makes the outage start later).
     let last_before = *read(&c, "every").last().expect("a run before");
     let newest_before = *read(&c, "newest").last().expect("a run before");
+    let now_before = *read(&c, "now").last().expect("a run before");
     c.poweroff().expect("poweroff");
     // Four or five elapses pass while the host is off.
     std::thread::sleep(Duration::from_secs(22));
@@ -1430,6 +1438,45 @@ fn after_downtime_all_runs_every_missed_slot_once_and_latest_passes_them_over() 
     let skipped: Vec<i64> = (newest_before / EVERY + 1..first_after / EVERY)
         .map(|s| s * EVERY)
         .collect();
+    assert_eq!(named, skipped, "audit: {}", text(&out));
+
+    // none: nothing runs at the boot; the first firing after it runs its own slot and
+    // passes over every elapse of the outage, which audit names.
+    common::wait_for(
+        "a firing of now after the boot",
+        Duration::from_secs(90),
+        Duration::from_millis(500),
+        || Ok(read(&c, "now").iter().any(|&s| s > booted).then_some(())),
+    )
+    .unwrap_or_else(|e| panic!("{e}: {:?}", read(&c, "now")));
+    let ran = read(&c, "now");
+    let first_after = ran
+        .iter()
+        .copied()
+        .find(|&s| s > now_before)
+        .expect("a run after the boot");
+    assert!(
+        first_after > booted,
+        "none ran no slot that elapsed before the boot: {ran:?}"
+    );
+    let out = c
+        .exec(&["jobguard", "audit", "now", "--json"])
+        .expect("audit");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let audit: Value = serde_json::from_str(&text(&out)).expect("audit's JSON");
+    let named: Vec<i64> = audit["jobs"][0]["findings"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .filter(|f| f["kind"] == "passed_over")
+        .filter_map(|f| f["slot_usec"].as_i64())
+        .map(|us| us / 1_000_000)
+        .collect();
+    let skipped: Vec<i64> = (now_before / EVERY + 1..first_after / EVERY)
+        .map(|s| s * EVERY)
+        .collect();
+    assert!(skipped.len() >= 4, "the outage: {skipped:?}");
     assert_eq!(named, skipped, "audit: {}", text(&out));
 }
 
