@@ -2025,6 +2025,71 @@ fn rerun_runs_a_done_slot_again_forced_and_names_who_asked() {
     assert!(stderr(&out).contains("not an elapse"), "{}", stderr(&out));
 }
 
+/// `rerun` runs a failed slot and a held slot again, as it does a done one: a held slot
+/// refuses every trigger but a forced one (a person's), and the re-run settles it.
+#[test]
+fn rerun_runs_a_failed_slot_and_a_held_slot() {
+    // Fails until the file `ok` exists.
+    let sb = Sandbox::new(&job(
+        "flaky",
+        "echo \"$JOBGUARD_SLOT\" >> \"$OUT\"; test -e \"$OK\"",
+        "environment = { OUT = \"@DIR@/out\", OK = \"@DIR@/ok\" }",
+    ));
+    let (failed, held) = (slot_days_ago(2), slot_days_ago(1));
+    for s in [&failed, &held] {
+        let out = sb.run(&["run", "flaky", "--slot", s]);
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    }
+    // The second slot's failure held for a person (as a re-run cut off again is).
+    let edited = std::process::Command::new("sqlite3")
+        .arg(sb.file("state/jobguard.db"))
+        .arg(format!(
+            "UPDATE jobguard_run SET resolution = 'held' WHERE slot_usec = {}",
+            held.parse::<jiff::Timestamp>().unwrap().as_microsecond()
+        ))
+        .status()
+        .expect("sqlite3");
+    assert!(edited.success());
+    let out = sb.run(&["run", "flaky", "--slot", &held]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "a held slot is a skip: {}",
+        stderr(&out)
+    );
+    assert!(stderr(&out).contains("held"), "{}", stderr(&out));
+    std::fs::write(sb.file("ok"), "").expect("ok");
+    for s in [&failed, &held] {
+        let out = sb.run(&["rerun", "flaky", s]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    assert_eq!(
+        sb.read("out").lines().collect::<Vec<_>>(),
+        [&failed, &held, &failed, &held]
+    );
+    let h = sb.history("flaky");
+    let outcomes: Vec<(&str, &str)> = h
+        .iter()
+        .map(|r| (r["slot"].as_str().unwrap(), r["outcome"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            (held.as_str(), "succeeded"),
+            (failed.as_str(), "succeeded"),
+            (held.as_str(), "failed"),
+            (failed.as_str(), "failed")
+        ],
+        "{h:#?}"
+    );
+    // Both slots are done now: a trigger of either is a skip.
+    for s in [&failed, &held] {
+        let out = sb.run(&["run", "flaky", "--slot", s]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    assert_eq!(sb.read("out").lines().count(), 4);
+}
+
 /// A store that answers with something jobguard cannot use (here a record whose report is
 /// not JSON) gives one exit status, 70, in every command that reads it.
 #[test]
