@@ -90,7 +90,9 @@ pub fn run(args: &ConfigArgs) -> u8 {
             Ok(timers) => elsewhere.extend(timers),
             // Off systemd there are no timers to compare; on it, say what was not checked.
             Err(e) if crate::recover::under_systemd() => {
-                eprintln!("jobguard: warning: the other timers of this host were not compared: {e}");
+                eprintln!(
+                    "jobguard: warning: the other timers of this host were not compared: {e}"
+                );
             }
             Err(_) => {}
         }

@@ -28,10 +28,11 @@
 //! - `P id/RUN_ID`: the key of that run's record.
 //! - `P queued/JOB/SLOT`: present while a record of the slot is resolved `queued`.
 //!
-//! Every operation reads the job's state at one revision (one transaction of range reads,
-//! and a second read at the same revision when it needs records it learnt of in the
-//! first), decides with the rules, and writes in one transaction that compares the
-//! `mod_revision` of `P lease/JOB` with the one it read. When another host wrote the job
+//! Every operation reads the job's state in one transaction of range reads (and a
+//! second one, when it needs records it learnt of in the first, that answers only while
+//! the lease row is as the first read it), decides with the rules, and writes in one
+//! transaction that compares the `mod_revision` of `P lease/JOB` with the one it read.
+//! When another host wrote the job
 //! meanwhile, the comparison fails, nothing is written, and the operation starts again
 //! (at most [`RETRIES`] times; contention is rare: one job's hosts fire together once per
 //! slot). The ledger's readers (`runs`: history, audit, catch-up, retention) read in
@@ -39,9 +40,8 @@
 //! job's history need not. The pages are read at one revision until the keyspace is
 //! compacted past it; the rest is then read at the current revision, each record whole.
 //! A reader of a job's newest records asks the server for the `limit` records created
-//! last (sorted by their create revision). A decision's try that reads at a revision the
-//! keyspace was compacted past meanwhile has written nothing and starts again at the
-//! current revision.
+//! last (sorted by their create revision). No decision reads at a past revision, so none
+//! depends on what compaction keeps.
 //!
 //! A transaction holds at most 128 operations (`--max-txn-ops`), and one slot may hold
 //! hundreds of records: a claim that would settle more of them than fit marks the ones
@@ -145,6 +145,9 @@ enum Fail {
     Etcd(etcd_client::Error),
     Data(String),
     Contended,
+    /// The job changed between an operation's first read and a later one: the try starts
+    /// again.
+    Changed,
 }
 
 impl From<etcd_client::Error> for Fail {
@@ -166,8 +169,6 @@ struct Row {
 /// What one read of a job's state found.
 #[derive(Debug, Default)]
 struct Snapshot {
-    /// The revision the reads were made at.
-    revision: i64,
     /// The `mod_revision` of `P lease/JOB` (0: absent).
     row_revision: i64,
     row: Option<Row>,
@@ -447,7 +448,7 @@ impl EtcdStore {
                 store: self.describe.clone(),
                 detail: format!("{op}: {detail}"),
             },
-            Fail::Contended => StoreError::Unavailable {
+            Fail::Contended | Fail::Changed => StoreError::Unavailable {
                 store: self.describe.clone(),
                 detail: format!("{op}: the job's state changed under {RETRIES} attempts in a row"),
             },
@@ -552,7 +553,6 @@ impl<'a> Job<'a> {
         ];
         ops.extend(extra);
         let resp = reader(client).txn(Txn::new().and_then(ops)).await?;
-        let revision = resp.header().map_or(0, |h| h.revision());
         let mut results: Vec<Vec<KeyValue>> = resp.op_responses().iter().map(get_kvs).collect();
         let rest = results.split_off(2);
         let row_kv = results[0].first();
@@ -564,7 +564,6 @@ impl<'a> Job<'a> {
             .first()
             .map(|kv| (String::from_utf8_lossy(kv.value()).into_owned(), kv.lease()));
         let snapshot = Snapshot {
-            revision,
             row_revision: row_kv.map_or(0, KeyValue::mod_revision),
             row,
             alive,
@@ -582,38 +581,47 @@ impl<'a> Job<'a> {
         ))
     }
 
-    /// More reads at the snapshot's revision.
+    /// More reads, of the job as the snapshot saw it: made at the current revision in a
+    /// transaction that compares the lease row's `mod_revision` with the snapshot's (every
+    /// write to the job's state rewrites the row), so they answer only while nothing
+    /// changed. A read pinned at the snapshot's revision instead would fail once the
+    /// keyspace was compacted past it, as often as the server compacts.
+    ///
+    /// # Errors
+    /// [`Fail::Changed`] when the job changed since the snapshot; etcd's.
     async fn read_more(&mut self, ops: Vec<TxnOp>) -> Result<Vec<Vec<KeyValue>>, Fail> {
         if ops.is_empty() {
             return Ok(Vec::new());
         }
-        let resp = reader(self.client).txn(Txn::new().and_then(ops)).await?;
+        let resp = reader(self.client)
+            .txn(Txn::new().when(vec![self.unchanged()]).and_then(ops))
+            .await?;
+        if !resp.succeeded() {
+            return Err(Fail::Changed);
+        }
         Ok(resp.op_responses().iter().map(get_kvs).collect())
+    }
+
+    /// The comparison that holds while the job is as the snapshot read it: its lease row
+    /// has the same `mod_revision`, or is still absent.
+    fn unchanged(&self) -> Compare {
+        let key = self.store.lease_key(self.job);
+        if self.snapshot.row_revision == 0 {
+            Compare::version(key.as_bytes(), CompareOp::Equal, 0)
+        } else {
+            Compare::mod_revision(key.as_bytes(), CompareOp::Equal, self.snapshot.row_revision)
+        }
     }
 
     /// The record at `key` with its report (a token is 20 digits: no other record's key
     /// starts with this one).
     fn record_at(&self, key: String) -> TxnOp {
-        TxnOp::get(
-            key.into_bytes(),
-            Some(
-                GetOptions::new()
-                    .with_prefix()
-                    .with_revision(self.snapshot.revision),
-            ),
-        )
+        TxnOp::get(key.into_bytes(), Some(GetOptions::new().with_prefix()))
     }
 
     fn range_at(&self, prefix: String) -> TxnOp {
         let end = prefix_end(&prefix);
-        TxnOp::get(
-            prefix.into_bytes(),
-            Some(
-                GetOptions::new()
-                    .with_range(end)
-                    .with_revision(self.snapshot.revision),
-            ),
-        )
+        TxnOp::get(prefix.into_bytes(), Some(GetOptions::new().with_range(end)))
     }
 
     /// The lease row as the rules see it: with `alive` keys, held exactly while the
@@ -644,11 +652,7 @@ impl<'a> Job<'a> {
         if let Some(row) = &row {
             writes.put(key.clone(), row_to_json(row));
         }
-        let guard = if self.snapshot.row_revision == 0 {
-            Compare::version(key.as_bytes(), CompareOp::Equal, 0)
-        } else {
-            Compare::mod_revision(key.as_bytes(), CompareOp::Equal, self.snapshot.row_revision)
-        };
+        let guard = self.unchanged();
         let resp = self
             .client
             .txn(Txn::new().when(vec![guard]).and_then(writes.ops()))
@@ -885,6 +889,8 @@ impl EtcdStore {
                     // past it (`etcdctl compact`, the server's auto-compaction): the try
                     // wrote nothing; it starts again at the current revision.
                     Err(Fail::Etcd(e)) if compacted(&e) => continue,
+                    // The job changed between the try's reads: it starts again.
+                    Err(Fail::Changed) => continue,
                     Err(e) => return Err(e),
                 }
             }
