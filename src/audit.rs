@@ -768,17 +768,24 @@ mod tests {
         assert!(audit_job(&runs, None, &BTreeSet::new(), &scope(105)).is_empty());
     }
 
-    #[test]
-    fn a_gap_passed_over_is_listed_at_once_after_a_boot() {
-        // Minutes 0..50 ran, the host was off, and at boot the catch-up ran minute 60
-        // ("latest"), recording that it passed over 50..=59. Audit right after the boot
-        // (within the grace, which holds back only what may still run) lists them.
+    /// Minutes 0..50 ran, 50..=59 never ran, and minute 60 ran as a catch-up that recorded
+    /// its decision (it passed over everything after minute 49).
+    fn caught_up_at_60() -> Vec<Run> {
         let mut runs = clean(50);
         let mut catch_up = run("c60", 60, Outcome::Succeeded, 51);
         catch_up
             .report
             .insert(PASSED_OVER_AFTER.into(), format_usec(T0 + 49 * MIN));
         runs.push(catch_up);
+        runs
+    }
+
+    #[test]
+    fn a_gap_passed_over_is_listed_at_once_after_a_boot() {
+        // The host was off over minutes 50..=59, and at boot the catch-up ran minute 60
+        // ("latest"). Audit right after the boot (within the grace, which holds back only
+        // what may still run) lists the ten passed over.
+        let runs = caught_up_at_60();
         let mut s = scope(60);
         s.now = T0 + 60 * MIN + 10_000_000;
         s.until = s.now;
@@ -795,13 +802,7 @@ mod tests {
 
     #[test]
     fn a_gap_is_passed_over_when_a_catch_up_decision_covers_it_and_missed_otherwise() {
-        let mut runs = clean(50);
-        // Minutes 50..=59 never ran; minute 60 ran as a catch-up that recorded its decision.
-        let mut catch_up = run("c60", 60, Outcome::Succeeded, 51);
-        catch_up
-            .report
-            .insert(PASSED_OVER_AFTER.into(), format_usec(T0 + 49 * MIN));
-        runs.push(catch_up);
+        let mut runs = caught_up_at_60();
         // Minutes 61..=69 ran; 70..=74 never ran and 75 ran with no decision (forced).
         for m in 61..70 {
             runs.push(run(&format!("r{m}"), m, Outcome::Succeeded, m));

@@ -1637,10 +1637,38 @@ fn check_warns_when_cron_or_another_timer_also_runs_a_jobs_command() {
     assert!(!err.contains("jobs.other.command: warning"), "{err}");
 }
 
+/// The options of a host with `jobs` and a stand-in for sendmail (the machine has no
+/// MTA) that keeps each message it is given in /var/lib/mail/N, N = 0, 1, … (`sendmail
+/// -t` reads the recipients from the headers).
+fn mail_options(jobs: &str) -> container::Options {
+    jobguard_options(jobs)
+        .executable(
+            "/usr/sbin/sendmail",
+            "#!/bin/sh\n[ \"$1\" = -t ] || exit 64\nn=$(ls /var/lib/mail | wc -l)\n\
+             cat > /var/lib/mail/.tmp && mv /var/lib/mail/.tmp /var/lib/mail/$n\n",
+        )
+        .dir("/var/lib/mail")
+}
+
+/// Waits up to a minute for `what` to hold on `c`; panics with the end of the journal.
+fn wait_mail(c: &Container, what: &str, ready: impl Fn() -> Option<String>) -> String {
+    common::wait_for(
+        what,
+        Duration::from_secs(60),
+        Duration::from_millis(250),
+        || Ok(ready()),
+    )
+    .unwrap_or_else(|e| {
+        let j = c
+            .exec(&["journalctl", "--no-pager", "-n", "60"])
+            .map(|o| text(&o))
+            .unwrap_or_default();
+        panic!("{e}\n{j}")
+    })
+}
+
 /// Issue 12, cron's MAILTO: `on_failure = "jobguard-mail@%i.service"` mails the failed
-/// run's journal (jobguard's events and the job's own output) through sendmail. The
-/// machine has no MTA, so /usr/sbin/sendmail here is a stand-in that keeps the message
-/// it is given (`sendmail -t` reads the recipients from the headers).
+/// run's journal (jobguard's events and the job's own output) through sendmail.
 #[test]
 fn a_failed_run_is_mailed_with_its_journal_through_sendmail() {
     let test = "a_failed_run_is_mailed_with_its_journal_through_sendmail";
@@ -1650,32 +1678,14 @@ fn a_failed_run_is_mailed_with_its_journal_through_sendmail() {
     let jobs = "[jobs.bad]\nschedule = \"*-*-* 02:00:00 UTC\"\n\
                 on_failure = \"jobguard-mail@%i.service\"\n\
                 command = [\"/bin/sh\", \"-c\", \"echo the-job-says-hello; exit 3\"]\n";
-    let opts = jobguard_options(jobs)
-        .executable(
-            "/usr/sbin/sendmail",
-            "#!/bin/sh\n[ \"$1\" = -t ] || exit 64\ncat > /var/lib/mail/out.tmp && mv /var/lib/mail/out.tmp /var/lib/mail/out\n",
-        )
-        .dir("/var/lib/mail");
-    let c = boot("mail", &opts);
+    let c = boot("mail", &mail_options(jobs));
     c.exec_ok(&["systemctl", "start", "jobguard@bad.service"])
         .expect("start");
-    let mail = common::wait_for(
-        "the mail",
-        Duration::from_secs(60),
-        Duration::from_millis(250),
-        || {
-            Ok(c.exec(&["cat", "/var/lib/mail/out"])
-                .ok()
-                .filter(|o| o.status.success())
-                .map(|o| text(&o)))
-        },
-    )
-    .unwrap_or_else(|e| {
-        let j = c
-            .exec(&["journalctl", "--no-pager", "-n", "40"])
+    let mail = wait_mail(&c, "the mail", || {
+        c.exec(&["cat", "/var/lib/mail/0"])
+            .ok()
+            .filter(|o| o.status.success())
             .map(|o| text(&o))
-            .unwrap_or_default();
-        panic!("{e}\n{j}")
     });
     assert!(mail.starts_with("To: root\n"), "{mail}");
     assert!(
@@ -1705,14 +1715,8 @@ fn a_skip_is_not_mailed_as_a_success() {
     let jobs = "[jobs.good]\nschedule = \"*-*-* 02:00:00 UTC\"\n\
                 on_success = \"jobguard-mail@%i.service\"\n\
                 command = [\"/bin/sh\", \"-c\", \"echo the-job-did-its-work\"]\n";
-    let opts = jobguard_options(jobs)
-        .executable(
-            "/usr/sbin/sendmail",
-            "#!/bin/sh\n[ \"$1\" = -t ] || exit 64\nn=$(ls /var/lib/mail | wc -l)\ncat > /var/lib/mail/.tmp && mv /var/lib/mail/.tmp /var/lib/mail/$n\n",
-        )
-        .dir("/var/lib/mail");
-    let c = boot("mail-success", &opts);
-    // The mail unit's finished runs (its own journal lines, one per start).
+    let c = boot("mail-success", &mail_options(jobs));
+    // The mail unit's finished runs (systemd's own journal lines, one per start).
     let mail_runs = || {
         c.exec(&[
             "journalctl",
@@ -1733,19 +1737,7 @@ fn a_skip_is_not_mailed_as_a_success() {
     for (n, what) in [(1, "the run"), (2, "the skip")] {
         c.exec_ok(&["systemctl", "start", "jobguard@good.service"])
             .expect("start");
-        common::wait_for(
-            what,
-            Duration::from_secs(60),
-            Duration::from_millis(250),
-            || Ok((mail_runs() >= n).then_some(())),
-        )
-        .unwrap_or_else(|e| {
-            let j = c
-                .exec(&["journalctl", "--no-pager", "-n", "60"])
-                .map(|o| text(&o))
-                .unwrap_or_default();
-            panic!("{e}\n{j}")
-        });
+        wait_mail(&c, what, || (mail_runs() >= n).then(String::new));
     }
     let outcomes = c
         .exec(&["jobguard", "history", "good"])
