@@ -1569,6 +1569,42 @@ fn rerun_runs_the_slot_as_the_jobs_own_unit_even_while_it_runs() {
     std::thread::sleep(Duration::from_secs(2));
     let after = history(&c, "nightly").expect("history");
     assert_eq!(after, rows, "nothing more ran");
+    // A user's own job list (JOBGUARD_CONFIG, as --config) is no system unit's: its re-run
+    // runs in the user's shell.
+    let mine = "[jobs.mine]\nschedule = \"*-*-* 02:00:00 UTC\"\n\
+                store = \"sqlite:///tmp/mine/ledger.db\"\n\
+                command = [\"/bin/sh\", \"-c\", \"echo \\\"$JOBGUARD_SLOT\\\" >> /tmp/mine/out\"]\n";
+    c.exec_ok(&["install", "-d", "-o", "nobody", "/tmp/mine"])
+        .expect("mkdir");
+    c.exec_ok(&[
+        "sh",
+        "-c",
+        &format!("cat > /tmp/mine/jobs.toml <<'EOF'\n{mine}EOF"),
+    ])
+    .expect("job list");
+    let out = c
+        .exec(&[
+            "runuser",
+            "-u",
+            "nobody",
+            "--",
+            "env",
+            "JOBGUARD_CONFIG=/tmp/mine/jobs.toml",
+            "jobguard",
+            "rerun",
+            "mine",
+            slot,
+        ])
+        .expect("rerun of a user's own job");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&out.stderr),
+        text(&out)
+    );
+    let ran = c.exec_ok(&["cat", "/tmp/mine/out"]).expect("out");
+    assert_eq!(ran.trim(), slot);
 }
 
 /// Issue 12, two schedulers: `jobguard check` warns when a job's command is also run by
@@ -1703,9 +1739,10 @@ fn a_failed_run_is_mailed_with_its_journal_through_sendmail() {
 }
 
 /// Issue 12, cron's MAILTO for every run: `on_success = "jobguard-mail@%i.service"` mails
-/// a run that succeeded, and not a start that ran nothing. A skip (here: the slot is done
-/// already) also exits 0, so OnSuccess= starts the mail unit; it finds no run in that
-/// invocation and sends nothing.
+/// a run that succeeded, and not a routine skip. A skip (here: the slot is done already)
+/// also exits 0, so OnSuccess= starts the mail unit; it finds no run in that invocation
+/// and sends nothing. A skip that warns (the store cannot be reached, with
+/// `on_store_unavailable = "skip"`) is mailed.
 #[test]
 fn a_skip_is_not_mailed_as_a_success() {
     let test = "a_skip_is_not_mailed_as_a_success";
@@ -1714,7 +1751,12 @@ fn a_skip_is_not_mailed_as_a_success() {
     }
     let jobs = "[jobs.good]\nschedule = \"*-*-* 02:00:00 UTC\"\n\
                 on_success = \"jobguard-mail@%i.service\"\n\
-                command = [\"/bin/sh\", \"-c\", \"echo the-job-did-its-work\"]\n";
+                command = [\"/bin/sh\", \"-c\", \"echo the-job-did-its-work\"]\n\n\
+                [jobs.nostore]\nschedule = \"*-*-* 02:00:00 UTC\"\n\
+                store = \"postgres://root@127.0.0.1:9/none\"\n\
+                store_wait = \"1s\"\non_store_unavailable = \"skip\"\n\
+                on_success = \"jobguard-mail@%i.service\"\n\
+                command = [\"/bin/true\"]\n";
     let c = boot("mail-success", &mail_options(jobs));
     // The mail unit's finished runs (systemd's own journal lines, one per start).
     let mail_runs = || {
@@ -1758,4 +1800,17 @@ fn a_skip_is_not_mailed_as_a_success() {
         .unwrap_or_default();
     assert!(mail.contains("] jobguard@good.service: success"), "{mail}");
     assert!(mail.contains("the-job-did-its-work"), "{mail}");
+    c.exec_ok(&["systemctl", "start", "jobguard@nostore.service"])
+        .expect("start nostore");
+    let mail = wait_mail(&c, "the mail of the store's skip", || {
+        c.exec(&["cat", "/var/lib/mail/1"])
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| text(&o))
+    });
+    assert!(
+        mail.contains("] jobguard@nostore.service: success"),
+        "{mail}"
+    );
+    assert!(mail.contains("skip"), "{mail}");
 }

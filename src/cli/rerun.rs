@@ -30,8 +30,11 @@ pub fn run(args: &RerunArgs) -> u8 {
         return exit::USAGE;
     }
     let by = who();
-    // The unit runs the default job list: another list runs here.
-    if crate::recover::under_systemd() && args.config.config.is_none() {
+    // The unit runs the default job list: another list (`--config`, `JOBGUARD_CONFIG`)
+    // runs here.
+    let default_list = crate::config::ConfigSource::resolve(args.config.config.clone())
+        == crate::config::ConfigSource::Default;
+    if crate::recover::under_systemd() && default_list {
         // The system unit takes root's requests (/run/jobguard/rerun) only, and only root
         // (or whom polkit allows) starts it: another user's request would wait unseen.
         if !nix::unistd::geteuid().is_root() {
