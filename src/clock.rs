@@ -46,3 +46,35 @@ impl Clock for ManualClock {
         self.0.load(Ordering::SeqCst)
     }
 }
+
+/// Whether a store's time proves this host's clock apart from it by more than `tolerance`
+/// (µs), given when the call that read it was sent and answered by this host's clock (µs
+/// since the epoch). The store read its time somewhere between the two, so with clocks
+/// that agree within the tolerance it lies in [`sent` − `tolerance`, `answered` +
+/// `tolerance`]; only a time outside proves skew. A refusal judged against `sent` alone
+/// (the claim's [`crate::store::ClockCheck`]) can come from a call that spent longer than
+/// the tolerance in flight (a loaded host or server, a slow network).
+pub fn skew_proven(sent: i64, answered: i64, store_now: i64, tolerance: i64) -> bool {
+    store_now < sent.saturating_sub(tolerance) || store_now > answered.saturating_add(tolerance)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::skew_proven;
+
+    const S: i64 = 1_000_000;
+
+    #[test]
+    fn a_slow_answer_proves_no_skew_and_a_time_outside_the_call_does() {
+        let sent = 1_800_000_000 * S;
+        // Answered 2.7 s after it was sent, the store's time read 2.7 s in: clocks agree.
+        assert!(!skew_proven(sent, sent + 2_700_000, sent + 2_700_000, S));
+        // Within the tolerance on either side of the call.
+        assert!(!skew_proven(sent, sent + 10_000, sent - S, S));
+        assert!(!skew_proven(sent, sent + 10_000, sent + 10_000 + S, S));
+        // Outside: the host is ahead of the store, or behind it.
+        assert!(skew_proven(sent, sent + 10_000, sent - S - 1, S));
+        assert!(skew_proven(sent, sent + 10_000, sent + 10_000 + S + 1, S));
+        assert!(skew_proven(sent, sent + 2_700_000, sent + 5 * S, S));
+    }
+}

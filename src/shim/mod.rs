@@ -602,6 +602,10 @@ fn with_retry<T>(job: &Job, mut f: impl FnMut() -> Result<T, StoreError>) -> Res
     }
 }
 
+/// How many times a claim refused for a clock skew that its own round trip does not
+/// prove ([`crate::clock::skew_proven`]) is sent again before the refusal stands.
+const SKEW_RECHECKS: u32 = 3;
+
 fn store_failed(job: &Job, e: &StoreError) -> u8 {
     let skip = matches!(e, StoreError::Unavailable { .. })
         && job.on_store_unavailable == OnStoreUnavailable::Skip;
@@ -805,6 +809,7 @@ fn run_slot(
     let mut claimed_at = Instant::now();
     let mut sendings: u32;
     let mut holder_ended = false;
+    let mut skew_rechecks = 0;
     let answer = loop {
         sendings = 0;
         let answer = with_retry(job, || {
@@ -834,6 +839,21 @@ fn run_slot(
         {
             holder_ended = true;
             continue;
+        }
+        // The store judged the clocks against the host's time before the call: a call that
+        // spent longer than the tolerance in flight makes agreeing clocks look apart. A
+        // refusal whose store time lies within the call's whole span (± the tolerance)
+        // proves nothing, and the claim is sent again (nothing was written).
+        if let Ok(Claim::ClockSkew { store_now }) = &answer
+            && let Some(check) = req.clock
+            && skew_rechecks < SKEW_RECHECKS
+        {
+            let took = i64::try_from(claimed_at.elapsed().as_micros()).unwrap_or(i64::MAX);
+            let answered = check.host_now.saturating_add(took);
+            if !crate::clock::skew_proven(check.host_now, answered, *store_now, tolerance) {
+                skew_rechecks += 1;
+                continue;
+            }
         }
         break answer;
     };
