@@ -1420,25 +1420,33 @@ fn after_downtime_all_runs_every_missed_slot_once_and_latest_passes_them_over() 
     // audit names each of them, against the schedule: every elapse between the last run
     // before the outage and the first after it is passed over, not missed, and being
     // passed over needs no one (exit 0).
-    let out = c
-        .exec(&["jobguard", "audit", "newest", "--json"])
-        .expect("audit");
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let audit: Value = serde_json::from_str(&text(&out)).expect("audit's JSON");
-    let findings = audit["jobs"][0]["findings"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    let named: Vec<i64> = findings
-        .iter()
-        .filter(|f| f["kind"] == "passed_over")
-        .filter_map(|f| f["slot_usec"].as_i64())
-        .map(|us| us / 1_000_000)
-        .collect();
-    let skipped: Vec<i64> = (newest_before / EVERY + 1..first_after / EVERY)
-        .map(|s| s * EVERY)
-        .collect();
-    assert_eq!(named, skipped, "audit: {}", text(&out));
+    // `jobguard audit JOB --json`, which must exit 0: its output, and the slots (s) it
+    // names passed over.
+    let passed_over = |job: &str| -> (String, Vec<i64>) {
+        let out = c
+            .exec(&["jobguard", "audit", job, "--json"])
+            .expect("audit");
+        let out_text = text(&out);
+        assert_eq!(out.status.code(), Some(0), "{out_text}");
+        let audit: Value = serde_json::from_str(&out_text).expect("audit's JSON");
+        let named = audit["jobs"][0]["findings"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|f| f["kind"] == "passed_over")
+            .filter_map(|f| f["slot_usec"].as_i64())
+            .map(|us| us / 1_000_000)
+            .collect();
+        (out_text, named)
+    };
+    // The elapses strictly between two slots (s).
+    let between = |after: i64, before: i64| -> Vec<i64> {
+        (after / EVERY + 1..before / EVERY)
+            .map(|s| s * EVERY)
+            .collect()
+    };
+    let (out, named) = passed_over("newest");
+    assert_eq!(named, between(newest_before, first_after), "audit: {out}");
 
     // none: nothing runs at the boot; the first firing after it runs its own slot and
     // passes over every elapse of the outage, which audit names.
@@ -1459,25 +1467,10 @@ fn after_downtime_all_runs_every_missed_slot_once_and_latest_passes_them_over() 
         first_after > booted,
         "none ran no slot that elapsed before the boot: {ran:?}"
     );
-    let out = c
-        .exec(&["jobguard", "audit", "now", "--json"])
-        .expect("audit");
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let audit: Value = serde_json::from_str(&text(&out)).expect("audit's JSON");
-    let named: Vec<i64> = audit["jobs"][0]["findings"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .iter()
-        .filter(|f| f["kind"] == "passed_over")
-        .filter_map(|f| f["slot_usec"].as_i64())
-        .map(|us| us / 1_000_000)
-        .collect();
-    let skipped: Vec<i64> = (now_before / EVERY + 1..first_after / EVERY)
-        .map(|s| s * EVERY)
-        .collect();
+    let (out, named) = passed_over("now");
+    let skipped = between(now_before, first_after);
     assert!(skipped.len() >= 4, "the outage: {skipped:?}");
-    assert_eq!(named, skipped, "audit: {}", text(&out));
+    assert_eq!(named, skipped, "audit: {out}");
 }
 
 /// Issue 12: `jobguard rerun JOB SLOT` under systemd runs the slot as the job's own unit
