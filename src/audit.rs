@@ -86,7 +86,8 @@ pub enum FindingKind {
     DuplicateSuccess,
     /// Two attempts at one slot whose [started, finished] intervals overlap. An attempt
     /// that another party marked `interrupted` has no end of its own (its `finished_at`
-    /// is when it was marked), so it is not compared with an attempt granted a higher
+    /// is the latest it can have run, [`crate::store::rules::cut_end`], up to its lease's
+    /// expiry), so it is not compared with an attempt granted a higher
     /// fencing token: that grant was made after its lease had expired by the store's
     /// clock, when its shim had stopped the command (self-fencing).
     Overlap,

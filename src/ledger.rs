@@ -173,7 +173,8 @@ pub struct Run {
     pub invocation_id: Option<String>,
     /// µs since the epoch, store clock.
     pub started_at: i64,
-    /// µs since the epoch, store clock; `None` while running.
+    /// µs since the epoch, store clock; `None` while running. For a run found cut
+    /// (`interrupted`), the latest it can have run ([`crate::store::rules::cut_end`]).
     pub finished_at: Option<i64>,
     /// Fencing token of the lease the run held.
     pub fencing_token: i64,

@@ -374,6 +374,65 @@ fn killing_the_shim_kills_the_command_and_recover_reruns_the_slot() {
     assert_eq!(sb.history("crash").len(), 2);
 }
 
+/// A run cut off and found long after (its host was off) keeps its own time as its
+/// duration in `status` and `history`: it ended at the latest when its lease expired, not
+/// when recover found it.
+#[test]
+fn a_cut_runs_duration_is_its_own_time_not_the_downtime() {
+    let sb = Sandbox::new(&job(
+        "cut",
+        "echo $$ >> \"$OUT\"; sleep 60",
+        "lease_ttl = \"3s\"\nkill_grace = \"1s\"\non_interrupted = \"hold\"\n\
+         environment = { OUT = \"@DIR@/out\" }",
+    ));
+    let begun = Instant::now();
+    let mut child = sb
+        .cmd(&["run", "cut"])
+        .env("TRIGGER_TIMER_REALTIME_USEC", FIRED)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_until(10, || sb.lines("out") > 0),
+        "the command started"
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // At most this long the run can have lived: until the kill, plus its lease's rest.
+    let alive = begun.elapsed() + Duration::from_secs(3);
+    // The "downtime": the cut is found well after the lease expired.
+    std::thread::sleep(Duration::from_secs(10));
+    let rec = sb
+        .cmd(&["recover"])
+        .env_remove("TRIGGER_TIMER_REALTIME_USEC")
+        .output()
+        .unwrap();
+    assert!(rec.status.success(), "{}", stderr(&rec));
+    let found = begun.elapsed();
+    let h = sb.history("cut");
+    assert_eq!(h[0]["outcome"], "interrupted", "{h:?}");
+    let took = h[0]["duration_usec"].as_i64().expect("a duration");
+    assert!(
+        took >= 1_000_000 && u128::try_from(took).unwrap() <= alive.as_micros(),
+        "the run lived 1 s to {alive:?}, found cut after {found:?}; recorded {took} µs"
+    );
+    let st = sb.cmd(&["status", "--json"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
+    assert_eq!(
+        v["jobs"][0]["last"]["duration_usec"].as_i64(),
+        Some(took),
+        "{v}"
+    );
+    let table = stdout(&sb.cmd(&["status"]).output().unwrap());
+    let mut lines = table.lines();
+    let header = lines.next().unwrap_or_default();
+    let row = lines.next().unwrap_or_default();
+    let col = header.find("DURATION").unwrap_or_else(|| panic!("{table}"));
+    let cell = row[col..].split_whitespace().next().unwrap_or_default();
+    assert!(cell.ends_with('s') && cell.len() <= 4, "{table}");
+}
+
 #[test]
 fn explicit_slot_must_be_an_elapse() {
     let sb = Sandbox::new(&job("s", "true", ""));

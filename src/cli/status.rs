@@ -1,5 +1,7 @@
 //! `jobguard status [--json]`: every job with its schedule, next elapse, last slot and
-//! outcome, a running run's holder, and the runs that need attention.
+//! outcome, the last run's DURATION (its own time: a run found cut is not charged the
+//! downtime until it was found, see [`crate::store::rules::cut_end`]), a running run's
+//! holder, and the runs that need attention.
 //!
 //! What systemd knows is joined in when it can be read ([`crate::systemd_dbus`]): each
 //! timer's next elapse (`NextElapseUSecRealtime`, which then is the NEXT column) and last
@@ -221,6 +223,8 @@ fn job_status(
         next.map(format_usec).unwrap_or_else(|| "-".into()),
         paused_text(job, state_text(units)),
         last_text,
+        last.and_then(view::duration_usec)
+            .map_or_else(|| "-".into(), view::span),
         running_text,
         (attention.len() + findings.len() + usize::from(idle == Some(true))).to_string(),
     ];
@@ -254,6 +258,7 @@ fn unreadable_row(job: &Job, now_usec: i64) -> Vec<String> {
         job.schedule.clone(),
         next.unwrap_or_else(|| "-".into()),
         paused_text(job, "? (store unreadable)".into()),
+        "?".into(),
         "?".into(),
         "?".into(),
         "?".into(),
@@ -376,6 +381,7 @@ pub fn run(args: &StatusArgs) -> u8 {
                     "NEXT",
                     "STATE",
                     "LAST",
+                    "DURATION",
                     "RUNNING",
                     "ATTENTION"
                 ],

@@ -30,11 +30,20 @@ pub fn run_json(r: &Run) -> Value {
         "started_at_usec": r.started_at,
         "finished_at": r.finished_at.map(format_usec),
         "finished_at_usec": r.finished_at,
+        "duration_usec": duration_usec(r),
         "fencing_token": r.fencing_token,
         "report": r.report,
         "resolution": r.resolution.map(|x| x.as_str()),
         "idempotency_key": r.slot.idempotency_key(&r.job),
     })
+}
+
+/// How long a finished run took, in µs: from its start to its end, both by the store's
+/// clock. A run found cut ends at the latest it can have run
+/// ([`crate::store::rules::cut_end`]), so the downtime until it was found is not counted.
+/// `None` while it runs.
+pub fn duration_usec(r: &Run) -> Option<i64> {
+    r.finished_at.map(|f| (f - r.started_at).max(0))
 }
 
 /// A lease as a JSON object.
@@ -97,10 +106,7 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
 
 /// One line per run for `history`.
 pub fn run_row(r: &Run) -> Vec<String> {
-    let dur = r
-        .finished_at
-        .map(|f| span(f - r.started_at))
-        .unwrap_or_else(|| "-".into());
+    let dur = duration_usec(r).map_or_else(|| "-".into(), span);
     let mut outcome = r.outcome.as_str().to_string();
     if let Some(res) = r.resolution {
         outcome.push_str(&format!(" ({})", res.as_str()));

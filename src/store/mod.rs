@@ -390,7 +390,9 @@ pub trait Store: Send {
 
     /// Marks a `running` record whose holder is gone as `interrupted` with `reason` and
     /// `resolution`, and releases the job's lease if it is still the run's grant (same
-    /// holder and token). Returns false if the record was no longer `running`.
+    /// holder and token). Returns false if the record was no longer `running`. Its
+    /// `finished_at` is [`rules::cut_end`]: the latest the run can have run, not the time
+    /// it was found cut.
     fn interrupt(
         &mut self,
         run: &Run,

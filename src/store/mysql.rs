@@ -49,10 +49,12 @@
 //! `jobguard_claim`, which decides the same rules on the server with the row locked by
 //! `SELECT … FOR UPDATE`: the row lock orders its writes and this store's.
 //!
-//! Renew, finish, interrupt and unlock are each one `CALL` of a stored procedure
-//! (`jobguard_renew`, `jobguard_finish`, `jobguard_interrupt`, `jobguard_unlock`) that
-//! runs one READ COMMITTED transaction: it locks the job's lease row (`SELECT … FOR
-//! UPDATE`), reads the server's clock, decides and writes. Values are sent as literals
+//! Renew, finish and unlock are each one `CALL` of a stored procedure (`jobguard_renew`,
+//! `jobguard_finish`, `jobguard_unlock`) that runs one READ COMMITTED transaction: it
+//! locks the job's lease row (`SELECT … FOR UPDATE`), reads the server's clock, decides
+//! and writes. Interrupt, rare (recovery), is the same transaction sent statement by
+//! statement and decided by [`rules::interrupt`]; the schema's `jobguard_interrupt`
+//! stays for older jobguards. Values are sent as literals
 //! in the text protocol (strings as hex literals, so nothing needs escaping), which
 //! avoids the extra prepare round trip of server-side prepared statements. Connecting does not ask the server for its settings
 //! (`max_allowed_packet` is given). On a database without the schema, the tool creates it
@@ -1214,20 +1216,60 @@ impl Store for MysqlStore {
         reason: &str,
         resolution: Resolution,
     ) -> Result<bool, StoreError> {
-        let holder = run.holder().id();
-        let sql = format!(
-            "CALL jobguard_interrupt({}, {}, {}, {}, {}, {}, {})",
-            self.test_now(),
-            lit(&run.run_id),
-            lit(reason),
-            lit(resolution.as_str()),
-            lit(&run.job),
-            lit(&holder),
-            run.fencing_token
-        );
+        // Decided by `rules::interrupt` on the lease row and the record, both locked in one
+        // transaction; the lease row first, as `jobguard_claim` and every write here lock it.
+        // (Schemas 1 to 3 also hold the procedure `jobguard_interrupt`, which older
+        // jobguards call; it records the time the run was found as its end.)
+        let now = self.test_now();
         self.with_schema("interrupt", |c| {
-            let object = Self::call_proc(c, &sql)?.unwrap_or_default();
-            Ok(get_int(&object, "changed") == Some(1))
+            let isolation = mysql::TxOpts::default()
+                .set_isolation_level(Some(mysql::IsolationLevel::ReadCommitted));
+            let mut tx = c.start_transaction(isolation)?;
+            let lease: Option<Row> = tx.query_first(format!(
+                "SELECT holder, host, token, acquired_at, expire_at FROM jobguard_lease
+                 WHERE job = {} FOR UPDATE",
+                lit(&run.job)
+            ))?;
+            let lease = lease
+                .map(|r| lease_from(&run.job, &row_object(&r), ""))
+                .transpose()?;
+            let store_now: i64 = tx
+                .query_first(format!("SELECT COALESCE({now}, {SERVER_NOW})"))?
+                .ok_or_else(|| Fail::Data("the store's time: no answer".to_string()))?;
+            let record: Option<Row> = tx.query_first(format!(
+                "SELECT {RUN_COLUMNS} FROM jobguard_run r WHERE r.run_id = {} FOR UPDATE",
+                lit(&run.run_id)
+            ))?;
+            let record = record
+                .map(|r| remote::run_from_object(&row_object(&r)).map_err(Fail::Data))
+                .transpose()?;
+            let state = rules::RunState {
+                now: store_now,
+                lease: lease.as_ref(),
+                record: record.as_ref(),
+                slot_runs: &[],
+            };
+            let decision = rules::interrupt(&state, run, reason, resolution);
+            if let Some(r) = &decision.record {
+                tx.query_drop(format!(
+                    "UPDATE jobguard_run SET outcome = 'interrupted', reason = {}, resolution = {},
+                         finished_at = {}
+                     WHERE run_id = {} AND outcome = 'running'",
+                    lit(reason),
+                    lit(resolution.as_str()),
+                    int_opt(r.finished_at),
+                    lit(&r.run_id)
+                ))?;
+            }
+            if decision.release {
+                tx.query_drop(format!(
+                    "UPDATE jobguard_lease SET holder = '', host = '', expire_at = 0
+                     WHERE job = {}",
+                    lit(&run.job)
+                ))?;
+            }
+            tx.commit()?;
+            Ok(decision.record.is_some())
         })
     }
 

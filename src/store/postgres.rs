@@ -1420,6 +1420,8 @@ impl Store for PostgresStore {
         let holder = run.holder().id();
         let now = self.test_now();
         let resolution = resolution.as_str();
+        // The record's end is `rules::cut_end`, read off the lease row as the statement
+        // found it (before `rel` releases it).
         self.with_schema("interrupt", async |c| {
             let rows = c
                 .query_typed(
@@ -1427,7 +1429,13 @@ impl Store for PostgresStore {
                         "WITH t AS (SELECT {NOW_US} AS now),
                          rec AS (
                            UPDATE jobguard_run r SET outcome = 'interrupted', reason = $3,
-                             resolution = $4, finished_at = t.now
+                             resolution = $4,
+                             finished_at = GREATEST(r.started_at, LEAST(t.now, COALESCE(
+                               (SELECT CASE
+                                  WHEN l.holder <> '' AND l.holder = $6
+                                       AND l.token = r.fencing_token THEN l.expire_at
+                                  WHEN l.token > r.fencing_token THEN l.acquired_at END
+                                FROM jobguard_lease l WHERE l.job = $5), t.now)))
                            FROM t WHERE r.run_id = $2 AND r.outcome = 'running'
                            RETURNING 1),
                          rel AS (

@@ -308,17 +308,31 @@ const INTERRUPT: &str = r#"
 local run_id, reason, resolution, job, holder, token = ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 local now = now_us(ARGV[2])
 local rkey = p .. 'run:' .. run_id
+local lkey = p .. 'lease:' .. job
 local changed = 0
 if redis.call('HGET', rkey, 'outcome') == 'running' then
+  -- The end is rules::cut_end: the run's own lease's expiry, a later grant's start, or now.
+  local r = redis.call('HMGET', rkey, 'started_at', 'fencing_token')
+  local started, rtoken = tonumber(r[1]), tonumber(r[2])
+  local l = redis.call('HMGET', lkey, 'holder', 'token', 'acquired_at', 'expire_at')
+  local ended = now
+  if l[2] then
+    local ltoken = tonumber(l[2])
+    if l[1] ~= '' and l[1] == holder and ltoken == rtoken then
+      ended = tonumber(l[4])
+    elseif ltoken > rtoken then
+      ended = tonumber(l[3])
+    end
+  end
+  ended = math.max(started, math.min(now, ended))
   redis.call('HSET', rkey, 'outcome', 'interrupted', 'reason', reason, 'resolution', resolution,
-    'finished_at', fmt(now))
+    'finished_at', fmt(ended))
   if resolution == 'queued' then
     local slot = redis.call('HGET', rkey, 'slot_usec')
     redis.call('ZADD', p .. 'queued:' .. job, slot, slot)
   end
   changed = 1
 end
-local lkey = p .. 'lease:' .. job
 local l = redis.call('HMGET', lkey, 'holder', 'token')
 if l[1] == holder and holder ~= '' and l[2] == token then
   redis.call('HSET', lkey, 'holder', '', 'host', '', 'expire_at', '0')

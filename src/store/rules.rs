@@ -643,7 +643,7 @@ pub fn interrupt(
             outcome: Outcome::Interrupted,
             reason: Some(reason.to_string()),
             resolution: Some(resolution),
-            finished_at: Some(now),
+            finished_at: Some(cut_end(r, state.lease, now)),
             ..r.clone()
         });
     let holder = run.holder().id();
@@ -651,6 +651,34 @@ pub fn interrupt(
         !l.holder.is_empty() && l.holder == holder && l.token == run.fencing_token
     });
     EndDecision { record, release }
+}
+
+/// The end [`interrupt`] records for `record`, a `running` record found cut at store
+/// time `now` (µs since the epoch, store clock): the latest it can have run by what the
+/// store holds, so that its duration is its own time and not the downtime until it was
+/// found (a host off for hours is found at its next boot).
+///
+/// - The job's lease row is still its grant (same holder and token): the lease's
+///   `expire_at`, its last renewal plus the time to live. The shim stops the command
+///   before then (self-fencing, [`crate::lease::FENCE_MARGIN`]).
+/// - A later grant holds the row (a higher token): that grant's `acquired_at`. A grant is
+///   made only once the run's lease had expired or been released.
+/// - Otherwise (the row was released by a person, or is missing): `now`.
+///
+/// Never before the record's `started_at`, never after `now`.
+pub fn cut_end(record: &Run, lease: Option<&Lease>, now: i64) -> i64 {
+    let end = match lease {
+        Some(l)
+            if !l.holder.is_empty()
+                && l.holder == record.holder().id()
+                && l.token == record.fencing_token =>
+        {
+            l.expire_at
+        }
+        Some(l) if l.token > record.fencing_token => l.acquired_at,
+        _ => now,
+    };
+    end.min(now).max(record.started_at)
 }
 
 /// Decides [`crate::store::Store::unlock`] at store time `now` on the job's lease row:

@@ -19,6 +19,8 @@ pub const T0: i64 = 1_800_000_000_000_000;
 pub const TTL: Duration = Duration::from_secs(60);
 /// [`TTL`] in µs.
 pub const TTL_US: i64 = 60_000_000;
+/// One hour in µs.
+const HOUR_US: i64 = 3_600_000_000;
 /// µs after a grant when another machine may take its slot over while the grant's record
 /// is still `running`: the lease's end plus the grace (`rules::FOREIGN_GRACE_USEC`).
 pub const TAKEOVER_US: i64 = TTL_US + FOREIGN_GRACE_USEC;
@@ -74,6 +76,7 @@ macro_rules! conformance_suite {
             attempts_count_per_slot,
             resolve_and_claim_mark_rerun,
             interrupt_releases_only_the_matching_lease,
+            a_cut_run_ends_at_its_leases_expiry,
             unlock_ends_any_lease,
             finish_records_every_field,
             runs_filters_and_order,
@@ -849,13 +852,29 @@ pub fn interrupt_releases_only_the_matching_lease(env: &dyn Env) {
     // must not end holder 3's lease.
     env.advance(TAKEOVER_US);
     let (l3, _) = claimed(&mut *s, &request("sync", S1, 3, 3, false));
+    env.advance(HOUR_US);
     assert!(s.interrupt(&r2, "lease-expired", Resolution::Held).unwrap());
-    assert_eq!(s.lease("sync").unwrap(), Some(l3));
-    assert_eq!(
-        run_by_id(&mut *s, "sync", &rid(2)).outcome,
-        Outcome::Interrupted
-    );
+    assert_eq!(s.lease("sync").unwrap(), Some(l3.clone()));
+    let rec2 = run_by_id(&mut *s, "sync", &rid(2));
+    assert_eq!(rec2.outcome, Outcome::Interrupted);
+    // It ended no later than the grant that took its lease over, not an hour later.
+    assert_eq!(rec2.finished_at, Some(l3.acquired_at));
     assert_ne!(l2.token, 0);
+}
+
+/// A run found cut long after its lease expired (its host was off) is recorded as ended
+/// at that expiry: its duration is its own time, not the downtime.
+pub fn a_cut_run_ends_at_its_leases_expiry(env: &dyn Env) {
+    let mut s = connect(env);
+    let (l1, r1) = claimed(&mut *s, &request("sync", S1, 1, 1, false));
+    env.advance(10_000_000);
+    let expiry = s.renew(&l1, TTL).unwrap().expect("renewed");
+    env.advance(5 * HOUR_US);
+    assert!(s.interrupt(&r1, "boot", Resolution::Queued).unwrap());
+    let rec = run_by_id(&mut *s, "sync", &rid(1));
+    assert_eq!(rec.outcome, Outcome::Interrupted);
+    assert_eq!(rec.finished_at, Some(expiry));
+    assert_eq!(s.lease("sync").unwrap(), None, "its own grant is released");
 }
 
 /// `unlock` ends whatever lease is there and reports it if it was unexpired.

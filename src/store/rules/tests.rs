@@ -451,6 +451,42 @@ fn interrupt_releases_only_the_runs_own_grant() {
     assert!(!m.interrupt(&g2.run, "boot", Resolution::Queued, T0 + TAKEOVER + 3));
 }
 
+/// A cut run's recorded end is the latest it can have run by what the store holds, not
+/// the time it was found cut: a host off for hours is not the run's own time.
+#[test]
+fn a_cut_run_ends_when_its_lease_did_not_when_it_was_found() {
+    let found = T0 + 5 * HOUR;
+    let ended = |m: &Memory, run: &Run| {
+        m.runs("j")
+            .into_iter()
+            .find(|r| r.run_id == run.run_id)
+            .and_then(|r| r.finished_at)
+    };
+    // Its own grant, expired: its expiry (renewed once, at T0 + 10 s).
+    let mut m = Memory::default();
+    let g1 = granted(&mut m, &req(T0, 1, 1), T0);
+    let renewed = m.renew(&g1.lease, TTL, T0 + 10_000_000).expect("renewed");
+    assert!(m.interrupt(&g1.run, "boot", Resolution::Queued, found));
+    assert_eq!(ended(&m, &g1.run), Some(renewed));
+    // Its own grant, unexpired (its shim found it gone): now.
+    let mut m = Memory::default();
+    let g1 = granted(&mut m, &req(T0, 1, 1), T0);
+    assert!(m.interrupt(&g1.run, "process-gone", Resolution::Queued, T0 + 5_000_000));
+    assert_eq!(ended(&m, &g1.run), Some(T0 + 5_000_000));
+    // A later grant took the lease over: no later than that grant.
+    let mut m = Memory::default();
+    let g1 = granted(&mut m, &req(T0, 1, 1), T0);
+    let g2 = granted(&mut m, &req(T0 + HOUR, 2, 2), T0 + TAKEOVER);
+    assert!(m.interrupt(&g1.run, "lease-expired", Resolution::Queued, found));
+    assert_eq!(ended(&m, &g1.run), Some(g2.lease.acquired_at));
+    // Released by a person: nothing tells when it stopped, so when it was found.
+    let mut m = Memory::default();
+    let g1 = granted(&mut m, &req(T0, 1, 1), T0);
+    m.unlock("j", T0 + 1);
+    assert!(m.interrupt(&g1.run, "boot", Resolution::Held, found));
+    assert_eq!(ended(&m, &g1.run), Some(found));
+}
+
 #[cfg(any(
     feature = "store-postgres",
     feature = "store-mysql",
