@@ -1491,7 +1491,9 @@ fn rerun_runs_the_slot_as_the_jobs_own_unit_even_while_it_runs() {
         return;
     }
     let jobs = "[jobs.nightly]\nschedule = \"*-*-* 02:00:00 UTC\"\n\
-                command = [\"/bin/sh\", \"-c\", \"echo rerun-output \\\"$JOBGUARD_SLOT\\\"; sleep 3\"]\n";
+                command = [\"/bin/sh\", \"-c\", \"echo rerun-output \\\"$JOBGUARD_SLOT\\\"; sleep 3\"]\n\n\
+                [jobs.flaky]\nschedule = \"*-*-* 02:00:00 UTC\"\n\
+                command = [\"/bin/sh\", \"-c\", \"! test -e /tmp/fail\"]\n";
     let c = boot("rerun", &jobguard_options(jobs));
     let slot = "2026-11-29T02:00:00Z";
     c.exec_ok(&["jobguard", "run", "nightly", "--slot", slot])
@@ -1606,6 +1608,49 @@ fn rerun_runs_the_slot_as_the_jobs_own_unit_even_while_it_runs() {
     );
     let ran = c.exec_ok(&["cat", "/tmp/mine/out"]).expect("out");
     assert_eq!(ran.trim(), slot);
+
+    // `resolve --rerun` takes the same path: the queued slot runs as the job's unit, not
+    // forced (a host that ran it meanwhile makes it a skip), and the record names who
+    // asked.
+    c.exec_ok(&["touch", "/tmp/fail"]).expect("touch");
+    let out = c
+        .exec(&["jobguard", "run", "flaky", "--slot", slot])
+        .expect("failing run");
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    c.exec_ok(&["rm", "/tmp/fail"]).expect("rm");
+    let out = c
+        .exec_ok(&["jobguard", "resolve", "flaky", slot, "--rerun"])
+        .expect("resolve");
+    assert!(
+        out.contains("queued; started jobguard@flaky.service"),
+        "{out}"
+    );
+    common::wait_for(
+        "the queued re-run",
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        || {
+            let rows = history(&c, "flaky").map_err(|e| e.to_string())?;
+            Ok(rows
+                .iter()
+                .any(|r| field(r, "slot") == slot && field(r, "outcome") == "succeeded")
+                .then_some(()))
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}: {:#?}", history(&c, "flaky")));
+    wait_unit_done(&c, "jobguard@flaky.service", Duration::from_secs(60));
+    let rows = history(&c, "flaky").expect("history");
+    let of_slot: Vec<&serde_json::Value> =
+        rows.iter().filter(|r| field(r, "slot") == slot).collect();
+    assert_eq!(of_slot.len(), 2, "{rows:#?}");
+    assert_eq!(field(of_slot[0], "attempt"), "2", "{rows:#?}");
+    assert_eq!(field(of_slot[0], "forced"), "false", "{rows:#?}");
+    assert_eq!(field(of_slot[0], "trigger"), "rerun", "{rows:#?}");
+    assert_eq!(
+        field(&of_slot[0]["report"], "jobguard.requested_by"),
+        "root",
+        "{rows:#?}"
+    );
 }
 
 /// Issue 12, two schedulers: `jobguard check` warns when a job's command is also run by

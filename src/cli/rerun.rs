@@ -47,7 +47,7 @@ pub fn run(args: &RerunArgs) -> u8 {
             );
             return exit::NO_PERMISSION;
         }
-        if let Err(e) = shim::rerun::request(&job.name, slot.usec, &by) {
+        if let Err(e) = shim::rerun::request(&job.name, slot.usec, &by, true) {
             eprintln!("jobguard: {}: {e}", job.name);
             return exit::OS_ERROR;
         }
@@ -93,7 +93,7 @@ pub fn run(args: &RerunArgs) -> u8 {
 }
 
 /// Who asks: the user, and the one behind sudo.
-fn who() -> String {
+pub fn who() -> String {
     let uid = nix::unistd::getuid();
     let name = nix::unistd::User::from_uid(uid)
         .ok()

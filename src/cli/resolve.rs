@@ -73,6 +73,21 @@ pub fn run(args: &ResolveArgs) -> u8 {
             let what = if args.done {
                 "marked done: later triggers skip it".to_string()
             } else if crate::recover::under_systemd() {
+                // As `jobguard rerun`: a request to the job's unit, so that its run names
+                // who asked; not forced, so a host that runs the queued slot first makes
+                // it a skip. Only root writes the system unit's requests; without one the
+                // unit still takes the queued slot first.
+                let default_list =
+                    ConfigSource::resolve(args.config.config.clone()) == ConfigSource::Default;
+                if default_list && nix::unistd::geteuid().is_root() {
+                    let by = crate::cli::rerun::who();
+                    if let Err(e) = crate::shim::rerun::request(&job.name, slot, &by, false) {
+                        eprintln!(
+                            "jobguard: {}: {e}; the re-run will not name who asked",
+                            job.name
+                        );
+                    }
+                }
                 match crate::recover::start_unit(&job.name) {
                     Ok(()) => format!("queued; started jobguard@{}.service", job.name),
                     Err(e) => format!("queued; {e}; it runs at the next `jobguard recover`"),

@@ -245,7 +245,7 @@ pub fn run(job: &Job, req: &Request) -> u8 {
             force: req.force,
             queued_first,
             in_order: by_trigger,
-            forced_by: req.forced_by.as_deref(),
+            asked_by: req.forced_by.as_deref(),
         };
         let r = run_slot(
             job,
@@ -328,26 +328,27 @@ fn run_requested(
         if requests.is_empty() {
             break;
         }
-        for (usec, by) in requests {
+        for request in requests {
             if child::stop_requested() {
                 eprintln!(
-                    "jobguard: {}: asked to stop; the re-run of slot {} asked by {by} was not started",
+                    "jobguard: {}: asked to stop; the re-run of slot {} asked by {} was not started",
                     job.name,
-                    format_usec(usec)
+                    format_usec(request.slot_usec),
+                    request.by
                 );
                 return (status, true);
             }
             let slot = Slot {
-                usec,
+                usec: request.slot_usec,
                 zone: job.calendar.zone_name(),
             };
             let attempt = Attempt {
                 slot: &slot,
                 trigger: "rerun",
-                force: true,
+                force: request.forced,
                 queued_first: false,
                 in_order: false,
-                forced_by: Some(&by),
+                asked_by: Some(&request.by),
             };
             let r = run_slot(job, store, lock, holder, account, &attempt);
             if status == exit::OK {
@@ -436,7 +437,7 @@ fn run_catch_ups(
             force: false,
             queued_first: false,
             in_order: true,
-            forced_by: None,
+            asked_by: None,
         };
         let r = run_slot(job, store, lock, holder, account, &attempt);
         if status == exit::OK {
@@ -490,7 +491,7 @@ fn run_queued(
             force: false,
             queued_first: true,
             in_order: false,
-            forced_by: None,
+            asked_by: None,
         };
         let r = run_slot(job, store, lock, holder, account, &attempt);
         if status == exit::OK {
@@ -509,8 +510,9 @@ struct Attempt<'a> {
     force: bool,
     queued_first: bool,
     in_order: bool,
-    /// Who forced it (`jobguard rerun`), for the report.
-    forced_by: Option<&'a str>,
+    /// Who asked for it (`jobguard rerun`, forced; `resolve --rerun`, not), for the
+    /// report: [`rerun::FORCED_BY`] or [`rerun::REQUESTED_BY`].
+    asked_by: Option<&'a str>,
 }
 
 /// Creates the runtime directories: the base (0711: jobs may reach their report file but
@@ -1019,8 +1021,13 @@ fn run_slot(
         crate::audit::SCHEDULE.to_string(),
         crate::audit::schedule_fingerprint(&job.calendar),
     );
-    if let Some(by) = attempt.forced_by {
-        decisions.insert(rerun::FORCED_BY.to_string(), by.to_string());
+    if let Some(by) = attempt.asked_by {
+        let key = if attempt.force {
+            rerun::FORCED_BY
+        } else {
+            rerun::REQUESTED_BY
+        };
+        decisions.insert(key.to_string(), by.to_string());
     }
     let code = execute(job, store, &lease, &run, account, claimed_at, decisions);
     if let Err(e) = lock.clear_run_id() {

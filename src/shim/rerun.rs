@@ -1,22 +1,40 @@
-//! Re-runs asked for with `jobguard rerun JOB [SLOT]` under systemd: the request is a
-//! file, then a start of the job's own unit, so that the forced run gets the unit's user,
+//! Re-runs asked for under systemd, with `jobguard rerun JOB [SLOT]` (forced) or with
+//! `jobguard resolve JOB SLOT --rerun` (not forced: the slot's queued re-run): the request
+//! is a file, then a start of the job's own unit, so that the run gets the unit's user,
 //! limits, journal stream and `OnFailure=` like any timer run.
 //!
 //! A request is `RUNTIME/rerun/JOB@SLOT` (`SLOT` in µs since the epoch; the directory is
-//! 0700 and owned by the shim's user, checked as the lock directory is), holding who
-//! asked. The shim takes the job's requests after its lock, runs each slot forced (trigger
-//! `rerun`, report key `jobguard.forced_by`), oldest first, before its own slot, and
-//! looks again at the end of its run, for requests made while it ran (a start of an
-//! active unit does nothing). A request is removed before its slot runs, so a shim that
-//! dies does not run it twice.
+//! 0700 and owned by the shim's user, checked as the lock directory is): its first line is
+//! who asked, a second line `queued` makes it not forced. The shim takes the job's
+//! requests after its lock and runs each slot (trigger `rerun`; report key
+//! `jobguard.forced_by` or `jobguard.requested_by` naming who asked), oldest first,
+//! before its own slot, and looks again at the end of its run, for requests made while it
+//! ran (a start of an active unit does nothing). A request is removed before its slot
+//! runs, so a shim that dies does not run it twice. A request that is not forced claims
+//! the slot as any trigger does: done meanwhile (on another host, by `recover`), it is a
+//! skip.
 
 use std::fs;
 use std::io::Write as _;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 
-/// The report key naming who forced a run.
+/// The report key naming who forced a run (`jobguard rerun`).
 pub const FORCED_BY: &str = "jobguard.forced_by";
+
+/// The report key naming who asked for a queued re-run (`jobguard resolve --rerun`).
+pub const REQUESTED_BY: &str = "jobguard.requested_by";
+
+/// A request as [`take`] reads it back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    /// The slot, µs since the epoch.
+    pub slot_usec: i64,
+    /// Who asked (free text).
+    pub by: String,
+    /// Run even if the slot is done (`jobguard rerun`); else only if it is not.
+    pub forced: bool,
+}
 
 /// Directory of the requests.
 pub fn dir() -> PathBuf {
@@ -24,11 +42,12 @@ pub fn dir() -> PathBuf {
 }
 
 /// Records a request to re-run `job`'s slot `slot_usec` (µs since the epoch), asked by
-/// `by` (free text: the user, and the sudo user behind it).
+/// `by` (free text: the user, and the sudo user behind it); `forced` runs it even if the
+/// slot is done. A request for the same slot replaces an earlier one.
 ///
 /// # Errors
 /// The path and the I/O error when the file cannot be written.
-pub fn request(job: &str, slot_usec: i64, by: &str) -> Result<(), String> {
+pub fn request(job: &str, slot_usec: i64, by: &str, forced: bool) -> Result<(), String> {
     let dir = dir();
     std::os::unix::fs::DirBuilderExt::mode(fs::DirBuilder::new().recursive(true), 0o700)
         .create(&dir)
@@ -41,7 +60,9 @@ pub fn request(job: &str, slot_usec: i64, by: &str) -> Result<(), String> {
             .create_new(true)
             .mode(0o600)
             .open(&tmp)?;
-        f.write_all(by.as_bytes())?;
+        let by = by.replace('\n', " ");
+        let mode = if forced { "" } else { "queued\n" };
+        f.write_all(format!("{by}\n{mode}").as_bytes())?;
         f.sync_all()?;
         fs::rename(&tmp, &path)
     };
@@ -51,29 +72,36 @@ pub fn request(job: &str, slot_usec: i64, by: &str) -> Result<(), String> {
     })
 }
 
-/// Takes (reads and removes) `job`'s requests: (slot in µs since the epoch, who asked),
-/// oldest slot first. Unreadable entries are skipped.
-pub fn take(job: &str) -> Vec<(i64, String)> {
+/// Takes (reads and removes) `job`'s requests, oldest slot first, one per slot (forced
+/// if any request for it was). Unreadable entries are skipped.
+pub fn take(job: &str) -> Vec<Request> {
     let prefix = format!("{job}@");
     let Ok(entries) = fs::read_dir(dir()) else {
         return Vec::new();
     };
-    let mut out = Vec::new();
+    let mut out: Vec<Request> = Vec::new();
     for e in entries.flatten() {
         let name = e.file_name();
-        let Some(slot) = name
+        let Some(slot_usec) = name
             .to_str()
             .and_then(|n| n.strip_prefix(&prefix))
             .and_then(|s| s.parse::<i64>().ok())
         else {
             continue;
         };
-        let by = fs::read_to_string(e.path()).unwrap_or_default();
+        let text = fs::read_to_string(e.path()).unwrap_or_default();
+        let mut lines = text.lines();
+        let by = lines.next().unwrap_or_default().trim().to_string();
+        let forced = lines.next().map(str::trim) != Some("queued");
         if fs::remove_file(e.path()).is_ok() {
-            out.push((slot, by.trim().to_string()));
+            out.push(Request {
+                slot_usec,
+                by,
+                forced,
+            });
         }
     }
-    out.sort();
-    out.dedup_by_key(|r| r.0);
+    out.sort_by_key(|r| (r.slot_usec, !r.forced));
+    out.dedup_by_key(|r| r.slot_usec);
     out
 }
