@@ -6,7 +6,8 @@
 //! Cron tables are read as crontab(5) describes them: the system tables (`/etc/crontab`,
 //! `/etc/cron.d/*`) have a user field after the five time fields (or after an `@daily`
 //! style keyword); the user tables (`/var/spool/cron/crontabs/USER` on Debian,
-//! `/var/spool/cron/USER` with cronie on RHEL and Fedora) do not. Blank lines,
+//! `/var/spool/cron/USER` with cronie on RHEL and Fedora, `/var/spool/cron/tabs/USER` on
+//! SUSE) do not. Blank lines,
 //! comments and `NAME=value` lines are skipped. Files under `/etc/cron.d` whose names
 //! cron ignores (with a dot, or not made of `[A-Za-z0-9_-]`) are skipped too.
 //!
@@ -108,10 +109,12 @@ pub fn cron_tables(root: &Path) -> Vec<(PathBuf, bool)> {
                 .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
     };
     // Debian's cron keeps the user tables in /var/spool/cron/crontabs, cronie (RHEL,
-    // Fedora) in /var/spool/cron itself (where Debian has only that directory).
+    // Fedora) in /var/spool/cron itself (where Debian has only that directory), SUSE's
+    // cronie in /var/spool/cron/tabs.
     for (dir, system) in [
         (root.join("etc/cron.d"), true),
         (root.join("var/spool/cron/crontabs"), false),
+        (root.join("var/spool/cron/tabs"), false),
         (root.join("var/spool/cron"), false),
     ] {
         let Ok(entries) = std::fs::read_dir(&dir) else {
@@ -264,6 +267,11 @@ mod tests {
             "var/spool/cron/bob",
             "MAILTO=bob\n45 4 * * 1 /usr/bin/php /data/sync.php\n",
         );
+        // SUSE: /var/spool/cron/tabs.
+        w(
+            "var/spool/cron/tabs/carol",
+            "15 5 * * * /usr/bin/php /data/sync.php\n",
+        );
         let cal = crate::calendar::CalendarSpec::parse("daily").expect("calendar");
         let job = Job::new(
             "sync",
@@ -285,6 +293,7 @@ mod tests {
             [
                 "/etc/cron.d/sync:2",
                 "/var/spool/cron/crontabs/alice:1",
+                "/var/spool/cron/tabs/carol:1",
                 "/var/spool/cron/bob:2"
             ]
         );
