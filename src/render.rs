@@ -1,7 +1,8 @@
 //! The units for a job list, as data: no I/O.
 //!
 //! jobguard ships templates (`jobguard@.service`, `jobguard@.timer`,
-//! `jobguard-recover.service`, `jobguard-recover.timer`, under `units/`); for each valid
+//! `jobguard-recover.service`, `jobguard-recover.timer`, `jobguard-recover.path`, under
+//! `units/`); for each valid
 //! job, [`render`] produces the small per-instance pieces that systemd.generator(7)
 //! writes beside them:
 //!
@@ -15,6 +16,9 @@
 //!   appears in a generated file, which is world-readable);
 //! - the link `timers.target.wants/jobguard@JOB.timer` to the timer template, unless
 //!   the job is paused (`enabled = false`): then its timer is written but not enabled;
+//! - always: the stamp [`RELOAD_STAMP`] and the link that enables
+//!   `jobguard-recover.path` (`paths.target.wants/`), so that every run of the generator
+//!   (each `daemon-reload`) is followed by a recover pass;
 //! - with at least one job: the links that enable `jobguard-recover.service`
 //!   (`multi-user.target.wants/`) and `jobguard-recover.timer` (`timers.target.wants/`),
 //!   and, when any job's store may be remote, a drop-in that orders the recover service
@@ -143,10 +147,31 @@ pub fn render_jobs(jobs: &[&Job], opts: &RenderOptions) -> Vec<UnitFile> {
     out
 }
 
-/// The entries that exist once: with at least one job, the links that enable the recover
+/// The file the generator leaves in its output directory at every run, relative to it:
+/// `jobguard-recover.path` waits for it (as `/run/systemd/generator/jobguard-reloaded`,
+/// the system manager's output directory, systemd.generator(7)) and starts a recover
+/// pass, which removes it (the full path: [`crate::paths::RELOAD_STAMP`]). That makes a daemon-reload
+/// start a pass.
+pub const RELOAD_STAMP: &str = "jobguard-reloaded";
+
+/// The entries that exist once: always [`RELOAD_STAMP`] and the link that enables
+/// `jobguard-recover.path`; with at least one job, the links that enable the recover
 /// service and timer, and the recover drop-in when some store may be remote.
 pub fn render_common(set: &JobSet, opts: &RenderOptions) -> Vec<UnitFile> {
-    let mut out = Vec::new();
+    // Also with no job: the last job's removal must stop its timer.
+    let mut out = vec![
+        UnitFile {
+            path: PathBuf::from(RELOAD_STAMP),
+            content: UnitContent::File(
+                "# jobguard-generator ran: jobguard-recover.path starts a recover pass, which removes this file.\n"
+                    .to_string(),
+            ),
+        },
+        UnitFile {
+            path: PathBuf::from("paths.target.wants/jobguard-recover.path"),
+            content: UnitContent::Symlink(opts.unit_dir.join("jobguard-recover.path")),
+        },
+    ];
     if set.jobs.is_empty() {
         return out;
     }

@@ -102,6 +102,7 @@ const FILES: &[&str] = &[
     "/usr/lib/systemd/system/jobguard@.timer",
     "/usr/lib/systemd/system/jobguard-recover.service",
     "/usr/lib/systemd/system/jobguard-recover.timer",
+    "/usr/lib/systemd/system/jobguard-recover.path",
     "/usr/lib/systemd/system/jobguard-mail@.service",
     "/usr/lib/tmpfiles.d/jobguard.conf",
     "/usr/lib/systemd/catalog/jobguard.catalog",

@@ -39,6 +39,11 @@ fn recover_pass(c: &Container) -> String {
     c.exec_ok(&["systemctl", "start", "jobguard-recover.service"])
         .expect("a recover pass");
     wait_unit_done(c, "jobguard-recover.service", Duration::from_secs(60));
+    recover_journal(c)
+}
+
+/// Everything the recover passes so far logged.
+fn recover_journal(c: &Container) -> String {
     c.exec(&[
         "journalctl",
         "-u",
@@ -121,24 +126,20 @@ fn a_paused_job_keeps_its_units_and_ledger_and_its_timer_stays_stopped_until_ena
         .expect("history");
     assert_eq!(h.status.code(), Some(0), "history reads a paused job");
 
-    // Pausing a running job: the edit and a reload leave its timer active; the recover
-    // pass stops it, and it does not fire any more.
+    // Pausing a running job: a reload leaves its timer active, and the recover pass that
+    // the reload starts (jobguard-recover.path; the recover timer is stopped) stops it at
+    // once. It does not fire any more.
     c.write_file("/etc/jobguard/jobs.toml", jobs("enabled = false"))
         .expect("pause tick");
     c.exec_ok(&["systemctl", "daemon-reload"]).expect("reload");
-    assert_eq!(
-        active(&c, "jobguard@tick.timer"),
-        "active",
-        "a reload leaves the timer of a newly paused job active"
-    );
-    let log = recover_pass(&c);
     common::wait_for(
         "tick's timer stopped",
         Duration::from_secs(10),
         Duration::from_millis(200),
         || Ok((active(&c, "jobguard@tick.timer") == "inactive").then_some(())),
     )
-    .unwrap_or_else(|e| panic!("{e}\n{log}"));
+    .unwrap_or_else(|e| panic!("{e}\n{}", recover_journal(&c)));
+    let log = recover_journal(&c);
     assert!(
         log.contains("stopped timers of paused or removed jobs: jobguard@tick.timer"),
         "{log}"
@@ -162,12 +163,12 @@ fn a_paused_job_keeps_its_units_and_ledger_and_its_timer_stays_stopped_until_ena
     assert_eq!(out.status.code(), Some(0), "{a}");
     assert_eq!(a["jobs"][0]["paused"], true, "{a}");
 
-    // Enabled again: the reload alone does not start a timer that was stopped; the
-    // recover pass does, and the job runs.
+    // Enabled again: a reload does not start a timer that was stopped; the recover pass
+    // it starts does, and the job runs.
     c.write_file("/etc/jobguard/jobs.toml", jobs(""))
         .expect("resume tick");
     c.exec_ok(&["systemctl", "daemon-reload"]).expect("reload");
-    let log = recover_pass(&c);
+    let log = String::new();
     common::wait_for(
         "tick's timer started again",
         Duration::from_secs(10),
@@ -177,7 +178,7 @@ fn a_paused_job_keeps_its_units_and_ledger_and_its_timer_stays_stopped_until_ena
             Ok((!next.is_empty()).then_some(()))
         },
     )
-    .unwrap_or_else(|e| panic!("{e}\n{log}"));
+    .unwrap_or_else(|e| panic!("{e}\n{log}{}", recover_journal(&c)));
     common::wait_for(
         "a run after the resume",
         Duration::from_secs(30),
@@ -221,13 +222,30 @@ fn a_removed_job_keeps_its_ledger_and_leaves_no_timer_and_no_running_record_behi
     c.write_file("/etc/jobguard/jobs.toml", keep)
         .expect("remove gone");
     c.exec_ok(&["systemctl", "daemon-reload"]).expect("reload");
+    // The recover pass the reload starts (jobguard-recover.path; the recover timer is
+    // stopped) stops the removed job's timer at once: it does not linger in list-timers
+    // as `bad-setting`. The run it leaves alone.
+    common::wait_for(
+        "gone's timer gone from list-timers",
+        Duration::from_secs(10),
+        Duration::from_millis(200),
+        || {
+            let t = c
+                .exec_ok(&["systemctl", "list-timers", "--all", "--no-pager"])
+                .map_err(|e| e.to_string())?;
+            Ok((!t.contains("jobguard@gone.timer")).then_some(()))
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}\n{}", recover_journal(&c)));
+    let log = recover_journal(&c);
+    assert!(
+        log.contains("stopped timers of paused or removed jobs: jobguard@gone.timer"),
+        "{log}"
+    );
+    assert_eq!(active(&c, "jobguard@gone.service"), "active", "{log}");
     c.exec_ok(&["systemctl", "kill", "-s", "KILL", "jobguard@gone.service"])
         .expect("kill");
     wait_unit_done(&c, "jobguard@gone.service", Duration::from_secs(30));
-    let timers = c
-        .exec_ok(&["systemctl", "list-timers", "--all", "--no-pager"])
-        .expect("list-timers");
-    eprintln!("after the removal:\n{timers}");
 
     // history and audit still read the ledger of a job no longer in the list.
     let rows = history(&c, "gone").expect("history of a removed job");
@@ -247,22 +265,10 @@ fn a_removed_job_keeps_its_ledger_and_leaves_no_timer_and_no_running_record_behi
             .unwrap_or(false),
         "no re-run was started"
     );
-    common::wait_for(
-        "gone's timer gone from list-timers",
-        Duration::from_secs(10),
-        Duration::from_millis(200),
-        || {
-            let t = c
-                .exec_ok(&["systemctl", "list-timers", "--all", "--no-pager"])
-                .map_err(|e| e.to_string())?;
-            Ok((!t.contains("jobguard@gone.timer")).then_some(()))
-        },
-    )
-    .unwrap_or_else(|e| panic!("{e}\n{log}"));
-    assert!(
-        log.contains("stopped timers of paused or removed jobs: jobguard@gone.timer"),
-        "{log}"
-    );
+    let timers = c
+        .exec_ok(&["systemctl", "list-timers", "--all", "--no-pager"])
+        .expect("list-timers");
+    assert!(!timers.contains("jobguard@gone.timer"), "{timers}\n{log}");
     let out = c
         .exec(&["jobguard", "audit", "gone", "--json"])
         .expect("audit");

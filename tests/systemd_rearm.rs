@@ -67,9 +67,15 @@ fn a_typo_then_a_fix_leaves_the_timer_idle_and_recover_rearms_it_and_reports_the
         return;
     }
     let c = boot("rearm", &jobguard_options(&tick_job("command")));
-    // The passes are driven by the test.
-    c.exec_ok(&["systemctl", "stop", "jobguard-recover.timer"])
-        .expect("stop the recover timer");
+    // The passes are driven by the test: neither the recover timer nor a reload
+    // (jobguard-recover.path) starts one.
+    c.exec_ok(&[
+        "systemctl",
+        "stop",
+        "jobguard-recover.timer",
+        "jobguard-recover.path",
+    ])
+    .expect("stop the recover timer and path");
     common::wait_for(
         "a run by the timer",
         Duration::from_secs(30),

@@ -12,4 +12,7 @@ if [ -d /run/systemd/system ]; then
 	if [ "$1" -eq 1 ]; then
 		systemctl start jobguard-recover.timer >/dev/null 2>&1 || :
 	fi
+	# The generator enables jobguard-recover.path (a recover pass after every
+	# daemon-reload) from the next boot on; start it now.
+	systemctl start jobguard-recover.path >/dev/null 2>&1 || :
 fi

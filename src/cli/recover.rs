@@ -1,8 +1,9 @@
 //! `jobguard recover [JOB]`: report missed slots (one `missed` journal event per slot),
 //! mark cut-off runs interrupted, start a job's `on_failure` unit for a slot newly held
 //! for a person, start new timers and re-arm timers left without a next elapse, and get
-//! queued slots run (see [`crate::recover`]). Run at boot by `jobguard-recover.service`
-//! and every minute by `jobguard-recover.timer`. Without JOB and `--config` (so with the
+//! queued slots run (see [`crate::recover`]). Run at boot by `jobguard-recover.service`,
+//! every minute by `jobguard-recover.timer`, and after every daemon-reload by
+//! `jobguard-recover.path` (the generator's stamp, [`crate::paths::RELOAD_STAMP`]). Without JOB and `--config` (so with the
 //! job list the generator reads), it also stops the timers of paused jobs and of jobs no
 //! longer in the list, and marks the cut-off runs of the latter interrupted (see
 //! [`crate::recover`]). When the job list sets
@@ -19,9 +20,33 @@ use crate::journal::{self, Event, Kind};
 use crate::recover;
 use crate::shim;
 
+/// Removes the stamp the generator leaves at every run ([`crate::paths::RELOAD_STAMP`]),
+/// which made `jobguard-recover.path` start this pass: while it exists the path unit
+/// starts the pass again. Nothing to remove, or no right to (a user's pass), is not an
+/// error.
+fn take_reload_stamp() {
+    match std::fs::remove_file(crate::paths::RELOAD_STAMP) {
+        Ok(()) => {}
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound
+                    | std::io::ErrorKind::PermissionDenied
+                    | std::io::ErrorKind::ReadOnlyFilesystem
+            ) => {}
+        Err(e) => eprintln!(
+            "jobguard: cannot remove {}: {e}; jobguard-recover.path starts passes until it is gone",
+            crate::paths::RELOAD_STAMP
+        ),
+    }
+}
+
 /// Runs `jobguard recover`; returns the exit status (non-zero if any store failed).
 pub fn run(args: &RecoverArgs) -> u8 {
     journal::init();
+    // First, before the job list is read: a reload during this pass leaves a new stamp,
+    // and so another pass.
+    take_reload_stamp();
     let set = config::load(&ConfigSource::resolve(args.config.config.clone()));
     if let Some(name) = &args.job
         && !set.jobs.contains_key(name)
