@@ -169,8 +169,9 @@ fn timers_are_listed_after_boot_and_after_daemon_reload() {
     }
 
     // A job added later appears on daemon-reload. A reload loads the new timer but does
-    // not start it: systemd starts a target's new wants only when the target is started
-    // again (or at the next boot).
+    // not start it (systemd starts a target's new wants only when the target is started
+    // again, or at the next boot): the recover pass the reload starts
+    // (jobguard-recover.path) does, at once.
     let beta = "[jobs.beta]\nschedule = \"*-*-* 05:00:00\"\ncommand = [\"/bin/true\"]\n";
     c.write_file("/etc/jobguard/jobs.d/beta.toml", beta)
         .expect("write beta.toml");
@@ -183,9 +184,15 @@ fn timers_are_listed_after_boot_and_after_daemon_reload() {
         all.contains("jobguard@beta.timer"),
         "after daemon-reload:\n{all}"
     );
-    assert_eq!(prop(&c, "jobguard@beta.timer", "ActiveState"), "inactive");
-    // The recover pass (jobguard-recover.timer runs it every minute) starts timers that
-    // were loaded but never started; one an operator stopped stays stopped.
+    common::wait_for(
+        "beta's timer started by the reload's recover pass",
+        Duration::from_secs(10),
+        Duration::from_millis(200),
+        || Ok((prop(&c, "jobguard@beta.timer", "ActiveState") == "active").then_some(())),
+    )
+    .expect("beta's timer active");
+    // A recover pass starts timers that were loaded but never started; one an operator
+    // stopped stays stopped.
     c.exec_ok(&["systemctl", "stop", "jobguard@alpha.timer"])
         .expect("stop alpha's timer");
     c.exec_ok(&["systemctl", "start", "jobguard-recover.service"])
