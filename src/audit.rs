@@ -31,7 +31,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use serde_json::{Value, json};
 
-use crate::calendar::CalendarSpec;
+use crate::calendar::Schedule;
 use crate::job::Job;
 use crate::ledger::{Outcome, Resolution, Run, format_usec};
 
@@ -53,7 +53,7 @@ pub const SCHEDULE: &str = "jobguard.schedule";
 /// The value of [`SCHEDULE`] for `cal`: its normalized form, as `systemd-analyze
 /// calendar` prints it, with the zone the schedule names (none: the host's local zone,
 /// whatever it is called there, so that `UTC` and `Etc/UTC` hosts agree).
-pub fn schedule_fingerprint(cal: &CalendarSpec) -> String {
+pub fn schedule_fingerprint(cal: &Schedule) -> String {
     cal.to_string()
 }
 
@@ -162,7 +162,7 @@ pub fn needs_attention(f: &Finding) -> bool {
 /// set). Duplicates, overlaps and tokens are `audit`'s: history, not news.
 pub fn status_findings(
     runs: &[Run],
-    calendar: Option<&CalendarSpec>,
+    calendar: Option<&Schedule>,
     orphans: &BTreeSet<String>,
     scope: &Scope,
 ) -> Vec<Finding> {
@@ -272,7 +272,7 @@ fn decision(r: &Run) -> Option<(i64, i64)> {
 
 /// Elapses of `cal` in [`from`, `to`] (µs since the epoch), at most `max`; and whether
 /// there were more.
-pub fn elapses_in(cal: &CalendarSpec, from: i64, to: i64, max: usize) -> (Vec<i64>, bool) {
+pub fn elapses_in(cal: &Schedule, from: i64, to: i64, max: usize) -> (Vec<i64>, bool) {
     let mut out = Vec::new();
     let Ok(start) = Timestamp::from_microsecond(from.saturating_sub(1)) else {
         return (out, false);
@@ -297,7 +297,7 @@ pub fn elapses_in(cal: &CalendarSpec, from: i64, to: i64, max: usize) -> (Vec<i6
 /// records whose holder is gone. Findings come sorted by slot, then kind.
 pub fn audit_job(
     runs: &[Run],
-    calendar: Option<&CalendarSpec>,
+    calendar: Option<&Schedule>,
     orphans: &BTreeSet<String>,
     scope: &Scope,
 ) -> Vec<Finding> {
@@ -453,7 +453,7 @@ fn tokens(runs: &[Run], in_scope: &dyn Fn(i64) -> bool, out: &mut Vec<Finding>) 
 /// Missed and passed-over elapses.
 fn slots(
     by_slot: &BTreeMap<i64, Vec<&Run>>,
-    cal: &CalendarSpec,
+    cal: &Schedule,
     orphans: &BTreeSet<String>,
     scope: &Scope,
     out: &mut Vec<Finding>,
@@ -565,7 +565,7 @@ struct Budget {
 /// existed, and counts as another schedule's; a record another party ended (cut off,
 /// still running) has no report and counts for neither. `i64::MAX` when no record was
 /// made under the current schedule.
-fn gaps_from(by_slot: &BTreeMap<i64, Vec<&Run>>, cal: &CalendarSpec) -> i64 {
+fn gaps_from(by_slot: &BTreeMap<i64, Vec<&Run>>, cal: &Schedule) -> i64 {
     let fingerprint = schedule_fingerprint(cal);
     let (mut oldest_current, mut newest_other) = (i64::MAX, i64::MIN);
     for r in by_slot.values().flatten() {
@@ -586,7 +586,7 @@ fn gaps_from(by_slot: &BTreeMap<i64, Vec<&Run>>, cal: &CalendarSpec) -> i64 {
 /// recorded) with the catch-up `decisions` (slot before the gap, the deciding record's
 /// slot, its run id): passed over, or missed.
 fn judge(
-    cal: &CalendarSpec,
+    cal: &Schedule,
     lo: i64,
     hi: i64,
     decisions: &[(i64, i64, &str)],
@@ -667,8 +667,10 @@ mod tests {
     /// 2026-11-29T00:00:00Z.
     const T0: i64 = 1_795_910_400_000_000;
 
-    fn cal() -> CalendarSpec {
-        CalendarSpec::parse("*-*-* *:*:00 UTC").expect("valid")
+    fn cal() -> Schedule {
+        crate::calendar::CalendarSpec::parse("*-*-* *:*:00 UTC")
+            .expect("valid")
+            .into()
     }
 
     /// A finished attempt at minute `m` after T0, started 1 s after its slot, 10 s long.

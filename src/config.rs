@@ -38,7 +38,7 @@ use std::time::Duration;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
-use crate::calendar::CalendarSpec;
+use crate::calendar::{CalendarSpec, Schedule};
 use crate::job::{self, CatchUp, Inhibit, Job, OnInterrupted, OnStoreUnavailable};
 use crate::timespan::TimeSpan;
 
@@ -410,7 +410,7 @@ struct Val<T> {
 #[derive(Debug, Clone, Default)]
 struct Partial {
     description: Option<Val<String>>,
-    schedule: Option<Val<(String, CalendarSpec)>>,
+    schedule: Option<Val<(String, Schedule)>>,
     command: Option<Val<Vec<String>>>,
     user: Option<Val<String>>,
     working_directory: Option<Val<PathBuf>>,
@@ -844,21 +844,47 @@ fn is_env_name(s: &str) -> bool {
         && b.iter().all(|&c| c.is_ascii_alphanumeric() || c == b'_')
 }
 
-/// A schedule that parses and elapses at least once from now on: a timer whose
-/// expression never elapses (`*-02-30`, a year in the past) would never fire, so the job
-/// is refused rather than given a timer (`systemd-analyze calendar` says "Next elapse:
-/// never" for it).
-fn schedule(v: &Spanned<DeValue<'_>>) -> Result<(String, CalendarSpec), String> {
-    let s = string(v)?;
-    let c = CalendarSpec::parse(s).map_err(|e| e.to_string())?;
-    let now = jiff::Timestamp::now();
-    if c.next_elapse(now).is_none() {
-        return Err(format!(
-            "schedule {s:?} never elapses (none after {}): its timer would never fire",
-            crate::ledger::format_usec(now.as_second() * 1_000_000)
-        ));
-    }
-    Ok((s.to_string(), c))
+/// A schedule: one calendar expression, or an array of them (systemd.timer(5):
+/// `OnCalendar=` may be given more than once; the timer elapses whenever any of them
+/// does). Each must parse and elapse at least once from now on: a timer whose expression
+/// never elapses (`*-02-30`, a year in the past) would never fire, so the job is refused
+/// rather than given a timer (`systemd-analyze calendar` says "Next elapse: never" for
+/// it). All expressions of a list must be in one time zone. Returns the text shown for the
+/// schedule (the expressions joined by `; `) and the schedule.
+fn schedule(v: &Spanned<DeValue<'_>>) -> Result<(String, Schedule), String> {
+    let one = |s: &str| -> Result<(String, CalendarSpec), String> {
+        let c = CalendarSpec::parse(s).map_err(|e| e.to_string())?;
+        let now = jiff::Timestamp::now();
+        if c.next_elapse(now).is_none() {
+            return Err(format!(
+                "schedule {s:?} never elapses (none after {}): its timer would never fire",
+                crate::ledger::format_usec(now.as_second() * 1_000_000)
+            ));
+        }
+        Ok((s.to_string(), c))
+    };
+    let parts = match v.get_ref() {
+        DeValue::Array(a) => {
+            if a.is_empty() {
+                return Err("must not be empty: give one calendar expression or more".into());
+            }
+            let mut parts = Vec::with_capacity(a.len());
+            for (i, item) in a.iter().enumerate() {
+                let part = string(item)
+                    .and_then(one)
+                    .map_err(|m| format!("element {}: {m}", i + 1))?;
+                parts.push(part);
+            }
+            parts
+        }
+        _ => vec![one(string(v)?)?],
+    };
+    let text = parts
+        .iter()
+        .map(|(t, _)| t.as_str())
+        .collect::<Vec<_>>()
+        .join("; ");
+    Ok((text, Schedule::written(parts)?))
 }
 
 fn command(v: &Spanned<DeValue<'_>>) -> Result<Vec<String>, String> {
@@ -1339,7 +1365,7 @@ pub const TIMER_ACCURACY: Duration = Duration::from_secs(1);
 
 /// The error for a job whose timer may fire after the next elapse: `randomized_delay` +
 /// [`TIMER_ACCURACY`] not shorter than an interval between two consecutive elapses of its
-/// schedule (looked for from now, see [`CalendarSpec::interval_at_most`]). The shim takes
+/// schedule (looked for from now, see [`Schedule::interval_at_most`]). The shim takes
 /// the slot from the clock ([`crate::shim::slot`]), so such a firing would run the next
 /// slot instead of its own. Points at `randomized_delay` where it is set, else at
 /// `schedule`.
@@ -1347,7 +1373,7 @@ fn firing_window_error(
     raw: &RawJob,
     layers: &[&Partial],
     files: &[PathBuf],
-    calendar: &CalendarSpec,
+    calendar: &Schedule,
     randomized_delay: Option<Duration>,
 ) -> Option<ConfigError> {
     let late = randomized_delay.unwrap_or_default() + TIMER_ACCURACY;

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::calendar::CalendarSpec;
+use crate::calendar::Schedule;
 
 /// Longest job name, in bytes.
 pub const MAX_JOB_NAME_LEN: usize = 64;
@@ -113,7 +113,7 @@ pub struct Job {
     /// The `OnCalendar=` expression as written.
     pub schedule: String,
     /// The parsed schedule.
-    pub calendar: CalendarSpec,
+    pub calendar: Schedule,
     /// argv of the command; `command[0]` without a `/` is looked up in `PATH`.
     pub command: Vec<String>,
     /// User the command runs as (the shim stays privileged).
@@ -271,7 +271,13 @@ impl Job {
     /// A job with every optional key at its default: the store is
     /// [`crate::paths::default_store_url`]. Meant for tests and tools that build jobs
     /// without a job list.
-    pub fn new(name: &str, calendar: CalendarSpec, command: Vec<String>, source: &Path) -> Self {
+    pub fn new(
+        name: &str,
+        calendar: impl Into<Schedule>,
+        command: Vec<String>,
+        source: &Path,
+    ) -> Self {
+        let calendar = calendar.into();
         Job {
             name: name.to_string(),
             description: None,

@@ -261,7 +261,10 @@ fn timer_text(job: &Job, src: &SourceText, desc: &str) -> String {
     out.push_str("\n[Timer]\n");
     // Clear anything the template might set, so the job's schedule is the only one.
     out.push_str("OnCalendar=\n");
-    let _ = writeln!(out, "OnCalendar={}", escape_free_text(&job.schedule));
+    // One line per expression of a list (systemd.timer(5): the setting may be repeated).
+    for text in job.calendar.texts() {
+        let _ = writeln!(out, "OnCalendar={}", escape_free_text(text));
+    }
     let _ = writeln!(out, "Persistent={}", job.persistent);
     if let Some(d) = job.randomized_delay {
         let _ = writeln!(out, "RandomizedDelaySec={}", TimeSpan::from_duration(d));

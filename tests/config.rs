@@ -106,6 +106,56 @@ fn bad_schedule_names_the_value() {
     assert!(set.jobs.is_empty());
 }
 
+/// `schedule` may be a list of expressions (systemd.timer(5): `OnCalendar=` repeated):
+/// the job elapses at each of them. A bad element is named by its position; an empty
+/// list and expressions in different zones are refused.
+#[test]
+fn a_schedule_may_be_a_list_and_its_bad_elements_are_named() {
+    let d = Dir::new();
+    let text = "[jobs.either]\nschedule = [\"*-*-01 02:00:00 UTC\", \"Fri *-*-* 02:00:00 UTC\"]\n\
+                command = [\"/bin/true\"]\n";
+    d.write("jobs.toml", text);
+    let set = d.load();
+    assert!(set.errors.is_empty(), "{:#?}", set.errors);
+    let job = &set.jobs["either"];
+    assert_eq!(job.schedule, "*-*-01 02:00:00 UTC; Fri *-*-* 02:00:00 UTC");
+    assert_eq!(job.calendar.texts().len(), 2);
+    // 2027-01-01 is day 1 and a Friday; 2027-01-08 only a Friday.
+    let after: jiff::Timestamp = "2027-01-01T03:00:00Z".parse().unwrap();
+    assert_eq!(
+        job.calendar.next_elapse(after).map(|t| t.to_string()),
+        Some("2027-01-08T02:00:00Z".to_string())
+    );
+
+    for (list, needle, says) in [
+        (
+            "[\"*-*-01 02:00:00 UTC\", \"nonsense\"]",
+            "[",
+            "element 2: ",
+        ),
+        ("[]", "[", "must not be empty"),
+        (
+            "[\"*-*-01 02:00:00 UTC\", \"*-*-01 02:00:00 Europe/Berlin\"]",
+            "[",
+            "one time zone",
+        ),
+    ] {
+        let d = Dir::new();
+        let text = format!("[jobs.either]\nschedule = {list}\ncommand = [\"/bin/true\"]\n");
+        let f = d.write("jobs.toml", &text);
+        let set = d.load();
+        let e = only_error(&set);
+        assert_at(
+            e,
+            &f,
+            pos(&text, "schedule", needle),
+            "jobs.either.schedule",
+        );
+        assert!(e.message.contains(says), "{list}: {e}");
+        assert!(set.jobs.is_empty());
+    }
+}
+
 #[test]
 fn bad_time_spans_name_the_value() {
     let d = Dir::new();

@@ -1118,6 +1118,61 @@ fn a_store_address_in_a_credential_reaches_the_services_and_the_shell_but_no_uni
 /// recorded while the host was up ran exactly once (during the reboot, `Persistent=`
 /// catches up only the latest; a firing whose process systemd could not start at all,
 /// status 219/CGROUP as seen in these containers, is printed and not counted).
+/// A schedule that is a list (two `OnCalendar=` lines): each firing of the timer, by
+/// either expression, runs its own slot, once. Ground truth: the elapses are the seconds
+/// 0, 10, 20, 30, 40, 50 and 5 of every minute, and the command records its slot and when
+/// it ran.
+#[test]
+fn every_firing_of_a_schedule_list_runs_its_own_slot() {
+    let test = "every_firing_of_a_schedule_list_runs_its_own_slot";
+    if !ready(test) {
+        return;
+    }
+    let jobs = "[jobs.both]\n\
+                schedule = [\"*-*-* *:*:00/10 UTC\", \"*-*-* *:*:05 UTC\"]\n\
+                command = [\"/bin/sh\", \"-c\", \"echo \\\"$JOBGUARD_SLOT $(date +%s.%N)\\\" >> /var/lib/both/ran\"]\n";
+    let c = boot("list", &jobguard_options(jobs).dir("/var/lib/both"));
+    let read = || -> Vec<(i64, f64)> {
+        c.exec(&["cat", "/var/lib/both/ran"])
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| {
+                let (slot, wall) = l.split_once(' ')?;
+                let ts: jiff::Timestamp = slot.parse().ok()?;
+                Some((ts.as_second(), wall.parse().ok()?))
+            })
+            .collect()
+    };
+    common::wait_for(
+        "9 firings",
+        Duration::from_secs(120),
+        Duration::from_millis(500),
+        || Ok((read().len() >= 9).then_some(())),
+    )
+    .unwrap_or_else(|e| panic!("{e}: {:?}", read()));
+    let ran = read();
+    let is_elapse = |s: i64| s.rem_euclid(10) == 0 || s.rem_euclid(60) == 5;
+    for (slot, wall) in &ran {
+        assert!(is_elapse(*slot), "slot {slot} is no elapse: {ran:?}");
+        assert!(
+            *wall >= *slot as f64 && *wall < *slot as f64 + 4.0,
+            "slot {slot} ran at {wall}: not its own firing: {ran:?}"
+        );
+    }
+    // From the first slot on, every elapse ran once, in order (the first may be a
+    // catch-up of boot; it is not counted).
+    let slots: Vec<i64> = ran.iter().map(|r| r.0).collect();
+    let (first, last) = (slots[1], slots[slots.len() - 1]);
+    let want: Vec<i64> = (first..=last).filter(|s| is_elapse(*s)).collect();
+    assert_eq!(slots[1..].to_vec(), want, "{ran:?}");
+    let seen = slots
+        .iter()
+        .filter(|s| slots.iter().filter(|t| t == s).count() > 1)
+        .count();
+    assert_eq!(seen, 0, "a slot ran twice: {ran:?}");
+}
+
 #[test]
 fn every_firing_of_a_frequent_timer_runs_its_own_slot_across_reload_and_reboot() {
     let test = "every_firing_of_a_frequent_timer_runs_its_own_slot_across_reload_and_reboot";

@@ -26,10 +26,12 @@ use jiff::tz::TimeZone;
 
 mod elapse;
 mod interval;
+mod schedule;
 mod spec;
 pub mod timestamp;
 mod tm;
 
+pub use schedule::Schedule;
 pub use timestamp::{
     TimestampError, fold_twin, format_relative, format_timestamp, parse_timestamp, wall_clock_zone,
 };

@@ -2,7 +2,7 @@
 //!
 //! The rule: the slot of a run without `--slot` is the latest elapse of the job's
 //! `OnCalendar=` expression at or before the shim's own `CLOCK_REALTIME` reading when it
-//! starts (`now`), as [`crate::calendar::CalendarSpec::previous_elapse`] finds it (the
+//! starts (`now`), as [`crate::calendar::Schedule::previous_elapse`] finds it (the
 //! elapses systemd's timer iterates through; see [`crate::calendar`]). The timer's fire
 //! time, `TRIGGER_TIMER_REALTIME_USEC` (systemd.exec(5): set for timer-started services,
 //! "best effort"), never picks the slot: systemd 252 gives every later firing of a timer
@@ -13,7 +13,7 @@
 //! `AccuracySec=` (1 s in the shipped `jobguard@.timer`) after the elapse, so as long as
 //! that is shorter than the shortest interval between two elapses, the firing lands
 //! before the next elapse and `now` still lies in the slot that fired. The job list
-//! refuses jobs where it is not ([`crate::calendar::CalendarSpec::interval_at_most`],
+//! refuses jobs where it is not ([`crate::calendar::Schedule::interval_at_most`],
 //! checked by [`crate::config`]).
 //!
 //! A service that starts later still (a loaded host) takes the newer slot; the older one
@@ -29,7 +29,7 @@
 
 use jiff::Timestamp;
 
-use crate::calendar::{self, CalendarSpec};
+use crate::calendar::{self, Schedule};
 use crate::job::Job;
 use crate::ledger::Slot;
 
@@ -173,7 +173,7 @@ pub fn for_request(job: &Job, given: Option<&str>, now_usec: i64) -> Result<Curr
 /// first: the newest `limit` of them, and whether older ones were left out. Walks
 /// backward from `upto_usec`, so the cost is `limit` steps however long the gap.
 pub fn elapses_up_to(
-    cal: &CalendarSpec,
+    cal: &Schedule,
     after_usec: i64,
     upto_usec: i64,
     limit: usize,
@@ -201,12 +201,7 @@ pub fn elapses_up_to(
 
 /// Elapses strictly between `after_usec` and `before_usec` (µs since the epoch), at most
 /// `max` of them: the slots that never ran in a gap.
-pub fn elapses_between(
-    cal: &CalendarSpec,
-    after_usec: i64,
-    before_usec: i64,
-    max: usize,
-) -> Vec<i64> {
+pub fn elapses_between(cal: &Schedule, after_usec: i64, before_usec: i64, max: usize) -> Vec<i64> {
     let mut out = Vec::new();
     let Ok(mut t) = Timestamp::from_microsecond(after_usec) else {
         return out;

@@ -39,7 +39,7 @@ CASES = [
     ("cron-key", BAD + 'cron = "0 2 * * *"\n', True),
     # Values of the wrong type.
     ("schedule-integer", "[jobs.bad]\nschedule = 5\ncommand = [\"/bin/true\"]\n", True),
-    ("schedule-array", "[jobs.bad]\nschedule = [\"daily\"]\ncommand = [\"/bin/true\"]\n", True),
+    ("schedule-array", "[jobs.bad]\nschedule = [\"daily\", 5]\ncommand = [\"/bin/true\"]\n", True),
     ("command-string", "[jobs.bad]\nschedule = \"daily\"\ncommand = \"/bin/true\"\n", True),
     ("command-empty", "[jobs.bad]\nschedule = \"daily\"\ncommand = []\n", True),
     ("command-integers", "[jobs.bad]\nschedule = \"daily\"\ncommand = [1, 2]\n", True),
