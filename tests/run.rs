@@ -37,6 +37,15 @@ fn job(name: &str, command: &str, extra: &str) -> String {
     )
 }
 
+/// Starts `jobguard run NAME` as a timer would, with its stderr to `stderr`.
+fn spawn_timer_run(sb: &Sandbox, name: &str, stderr: impl Into<Stdio>) -> std::process::Child {
+    sb.cmd(&["run", name])
+        .env("TRIGGER_TIMER_REALTIME_USEC", FIRED)
+        .stderr(stderr)
+        .spawn()
+        .unwrap()
+}
+
 fn timer_run(sb: &Sandbox, name: &str) -> std::process::Output {
     sb.cmd(&["run", name])
         .env("TRIGGER_TIMER_REALTIME_USEC", FIRED)
@@ -120,12 +129,7 @@ fn a_second_instance_gives_up_at_once_while_the_first_runs() {
         "echo start >> \"$OUT\"; sleep 3",
         "environment = { OUT = \"@DIR@/out\" }",
     ));
-    let mut first = sb
-        .cmd(&["run", "slow"])
-        .env("TRIGGER_TIMER_REALTIME_USEC", FIRED)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut first = spawn_timer_run(&sb, "slow", Stdio::piped());
     // Wait until the command runs.
     assert!(
         wait_until(10, || sb.lines("out") > 0),
@@ -261,12 +265,7 @@ fn sigterm_is_forwarded_to_the_command() {
         "trap 'echo got-term >> \"$OUT\"; exit 0' TERM; echo up >> \"$OUT\"; while :; do sleep 0.1; done",
         "environment = { OUT = \"@DIR@/out\" }",
     ));
-    let child = sb
-        .cmd(&["run", "term"])
-        .env("TRIGGER_TIMER_REALTIME_USEC", FIRED)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_timer_run(&sb, "term", Stdio::piped());
     assert!(
         wait_until(10, || sb.read("out").contains("up")),
         "the command started"
@@ -286,12 +285,7 @@ fn a_command_stopped_by_sigterm_is_interrupted_and_held() {
         "echo up >> \"$OUT\"; sleep 30",
         "environment = { OUT = \"@DIR@/out\" }",
     ));
-    let child = sb
-        .cmd(&["run", "stop"])
-        .env("TRIGGER_TIMER_REALTIME_USEC", FIRED)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_timer_run(&sb, "stop", Stdio::piped());
     assert!(
         wait_until(10, || sb.read("out").contains("up")),
         "the command started"
@@ -327,12 +321,7 @@ fn killing_the_shim_kills_the_command_and_recover_reruns_the_slot() {
         "echo $$ >> \"$OUT\"; if [ \"$JOBGUARD_ATTEMPT\" = 1 ]; then sleep 60; fi",
         "environment = { OUT = \"@DIR@/out\" }",
     ));
-    let mut child = sb
-        .cmd(&["run", "crash"])
-        .env("TRIGGER_TIMER_REALTIME_USEC", FIRED)
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_timer_run(&sb, "crash", Stdio::null());
     assert!(
         wait_until(10, || sb.lines("out") > 0),
         "the command started"
@@ -386,12 +375,7 @@ fn a_cut_runs_duration_is_its_own_time_not_the_downtime() {
          environment = { OUT = \"@DIR@/out\" }",
     ));
     let begun = Instant::now();
-    let mut child = sb
-        .cmd(&["run", "cut"])
-        .env("TRIGGER_TIMER_REALTIME_USEC", FIRED)
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_timer_run(&sb, "cut", Stdio::null());
     assert!(
         wait_until(10, || sb.lines("out") > 0),
         "the command started"
@@ -597,12 +581,7 @@ fn a_stop_during_a_queued_rerun_does_not_start_the_current_slot() {
     std::fs::write(sb.file("out.go"), "").unwrap();
 
     // The timer fires for the 29th: the queued 28th runs first; an operator stops it.
-    let child = sb
-        .cmd(&["run", "queue"])
-        .env("TRIGGER_TIMER_REALTIME_USEC", FIRED)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_timer_run(&sb, "queue", Stdio::piped());
     wait_for_lines(&sb, "out", 2);
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
@@ -676,12 +655,7 @@ fn the_commands_children_left_by_a_killed_shim_never_overlap_the_rerun() {
          echo \"attempt $JOBGUARD_ATTEMPT\" >> \"$OUT\"",
         "environment = { OUT = \"@DIR@/out\" }",
     ));
-    let mut shim = sb
-        .cmd(&["run", "orphan"])
-        .env("TRIGGER_TIMER_REALTIME_USEC", FIRED)
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut shim = spawn_timer_run(&sb, "orphan", Stdio::null());
     wait_for_lines(&sb, "out.pid", 1);
     let orphan: i32 = sb.read("out.pid").trim().parse().unwrap();
     shim.kill().unwrap();
@@ -847,12 +821,7 @@ fn a_stop_while_waiting_for_the_store_ends_the_wait() {
     let sb = Sandbox::new(&job("wait", "true", "store_wait = \"10min\""));
     std::fs::write(sb.file("state"), "not a directory").unwrap();
     let err_file = std::fs::File::create(sb.file("stderr")).unwrap();
-    let mut child = sb
-        .cmd(&["run", "wait"])
-        .env("TRIGGER_TIMER_REALTIME_USEC", FIRED)
-        .stderr(err_file)
-        .spawn()
-        .unwrap();
+    let mut child = spawn_timer_run(&sb, "wait", err_file);
     let t0 = Instant::now();
     while !sb.read("stderr").contains("retrying") && t0.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(20));
@@ -910,12 +879,7 @@ fn a_rerun_that_is_cut_off_again_is_held_not_rerun_forever() {
         p.kill().unwrap();
         p.wait().unwrap();
     };
-    let shim = sb
-        .cmd(&["run", "again"])
-        .env("TRIGGER_TIMER_REALTIME_USEC", FIRED)
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let shim = spawn_timer_run(&sb, "again", Stdio::null());
     kill_when(shim, 1);
     // Without systemd, recover runs the re-run itself: cut that one too.
     let recover = sb.cmd(&["recover"]).stderr(Stdio::null()).spawn().unwrap();
