@@ -1075,8 +1075,17 @@ fn a_store_address_in_a_credential_reaches_the_services_and_the_shell_but_no_uni
     let result = wait_unit_done(&c, "jobguard@credjob.service", Duration::from_secs(60));
     assert_eq!(result, "exit-code");
     assert_eq!(prop(&c, "jobguard@credjob.service", "ExecMainStatus"), "78");
-    let log = c
-        .exec_ok(&[
+    let places = "/etc/credstore/jobguard.store, /run/credstore/jobguard.store, \
+                  /usr/lib/credstore/jobguard.store";
+    let wanted = format!(
+        "credential jobguard.store not found in \
+         /run/credentials/jobguard@credjob.service/jobguard.store, \
+         /run/credentials/@system/jobguard.store, {places}"
+    );
+    // journald may index the unit's stderr line after PID 1's "exited" message (two
+    // channels): wait for it rather than read once.
+    let log = || {
+        c.exec_ok(&[
             "journalctl",
             "--no-pager",
             "-o",
@@ -1084,17 +1093,15 @@ fn a_store_address_in_a_credential_reaches_the_services_and_the_shell_but_no_uni
             "-u",
             "jobguard@credjob.service",
         ])
-        .expect("journal");
-    let places = "/etc/credstore/jobguard.store, /run/credstore/jobguard.store, \
-                  /usr/lib/credstore/jobguard.store";
-    assert!(
-        log.contains(&format!(
-            "credential jobguard.store not found in \
-             /run/credentials/jobguard@credjob.service/jobguard.store, \
-             /run/credentials/@system/jobguard.store, {places}"
-        )),
-        "{log}"
-    );
+        .expect("journal")
+    };
+    common::wait_for(
+        "the shim's message in the unit's journal",
+        Duration::from_secs(15),
+        Duration::from_millis(200),
+        || Ok(log().contains(&wanted).then_some(())),
+    )
+    .unwrap_or_else(|e| panic!("{e}\n{}", log()));
     let shell = c
         .exec(&["jobguard", "history", "credjob"])
         .expect("history");
