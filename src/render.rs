@@ -150,8 +150,8 @@ pub fn render_jobs(jobs: &[&Job], opts: &RenderOptions) -> Vec<UnitFile> {
 /// The file the generator leaves in its output directory at every run, relative to it:
 /// `jobguard-recover.path` waits for it (as `/run/systemd/generator/jobguard-reloaded`,
 /// the system manager's output directory, systemd.generator(7)) and starts a recover
-/// pass, which removes it (the full path: [`crate::paths::RELOAD_STAMP`]). That makes a daemon-reload
-/// start a pass.
+/// pass, which removes it (the full path: [`crate::paths::RELOAD_STAMP`]). That makes a
+/// daemon-reload start a pass.
 pub const RELOAD_STAMP: &str = "jobguard-reloaded";
 
 /// The entries that exist once: always [`RELOAD_STAMP`] and the link that enables

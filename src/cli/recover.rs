@@ -3,7 +3,8 @@
 //! for a person, start new timers and re-arm timers left without a next elapse, and get
 //! queued slots run (see [`crate::recover`]). Run at boot by `jobguard-recover.service`,
 //! every minute by `jobguard-recover.timer`, and after every daemon-reload by
-//! `jobguard-recover.path` (the generator's stamp, [`crate::paths::RELOAD_STAMP`]). Without JOB and `--config` (so with the
+//! `jobguard-recover.path` (the generator's stamp, [`crate::paths::RELOAD_STAMP`]).
+//! Without JOB and `--config` (so with the
 //! job list the generator reads), it also stops the timers of paused jobs and of jobs no
 //! longer in the list, and marks the cut-off runs of the latter interrupted (see
 //! [`crate::recover`]). When the job list sets
