@@ -19,6 +19,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod credential;
+pub mod crontab;
 pub mod drill;
 pub mod exit;
 pub mod generator;

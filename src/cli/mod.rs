@@ -13,6 +13,7 @@ pub mod check;
 pub mod drill;
 pub mod generate;
 pub mod history;
+pub mod import_crontab;
 pub mod metrics;
 pub mod prune;
 pub mod recover;
@@ -82,6 +83,18 @@ pub enum Command {
     /// slot is skipped. Prints each layer's verdict with numbers; exit 0 only when every
     /// layer held, 1 otherwise (69/78 when the store or job list cannot be used).
     Drill(DrillArgs),
+    /// Translate crontab(5) tables into a job list (TOML on stdout, warnings on stderr).
+    ///
+    /// Reads each FILE (`-` or none: standard input). `/etc/crontab` and `/etc/cron.d/*`
+    /// are system tables (a user field after the time fields), as is any file with
+    /// `--system`; others are a user's table, run as `--user` (or, for
+    /// `/var/spool/cron/crontabs/USER`, that USER). Keeps cron's meaning: either day when
+    /// both day fields are restricted (two OnCalendar= expressions), CRON_TZ, RANDOM_DELAY,
+    /// MAILTO, `%`, shell syntax; drops a `flock -n` wrapper. Warns per line where
+    /// OnCalendar= cannot keep it (daylight-saving gaps and repeated hours, @reboot,
+    /// L/W/#/H); such lines stay as comments. Exit 0, or 1 when a line could not be read
+    /// or a file could not be opened.
+    ImportCrontab(ImportCrontabArgs),
     /// Run a slot again (done, failed or held), forced, as the job's own unit.
     ///
     /// Under systemd, with the default job list: asks the job's shim to run the slot
@@ -185,6 +198,20 @@ pub struct DrillArgs {
     pub json: bool,
     #[command(flatten)]
     pub config: ConfigArgs,
+}
+
+/// Arguments of `jobguard import-crontab`.
+#[derive(Debug, Clone, Args)]
+pub struct ImportCrontabArgs {
+    /// crontab(5) files; `-` or none reads standard input.
+    #[arg(value_name = "FILE")]
+    pub files: Vec<std::path::PathBuf>,
+    /// The tables are a user's (no user field): the jobs run as USER.
+    #[arg(long, value_name = "USER", conflicts_with = "system")]
+    pub user: Option<String>,
+    /// The tables have a user field after the time fields, as /etc/crontab.
+    #[arg(long)]
+    pub system: bool,
 }
 
 /// Arguments of `jobguard rerun`.
@@ -436,6 +463,7 @@ pub fn main() -> ExitCode {
         Command::Generate(a) => generate::run(&a),
         Command::Calendar(a) => calendar::run(&a),
         Command::History(a) => history::run(&a),
+        Command::ImportCrontab(a) => import_crontab::run(&a),
         Command::Status(a) => status::run(&a),
         Command::Recover(a) => recover::run(&a),
         Command::Resolve(a) => resolve::run(&a),

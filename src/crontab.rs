@@ -1,0 +1,1208 @@
+//! crontab(5) text translated into a jobguard job list (`jobguard import-crontab`).
+//!
+//! Reading follows crontab(5) as Debian's cron (Vixie cron 3.0) and cronie read it:
+//! blank lines and lines starting with `#` are comments; `NAME = VALUE` lines set a
+//! variable for the entries after them (a value in matching quotes keeps its spaces);
+//! an entry is five time fields (minute, hour, day of month, month, day of week) or an
+//! `@` keyword, then the user in a system table (`/etc/crontab`, `/etc/cron.d/*`), then
+//! the command, which is the rest of the line. A field is `*` or a list of numbers,
+//! ranges `a-b` and steps `/n`; months and days of the week also take their first three
+//! letters (`jan`, `mon`); day of week 0 and 7 are both Sunday.
+//!
+//! The translation keeps cron's meaning, or says where it cannot:
+//! - **Days.** When both day fields are restricted and neither starts with `*`, cron runs
+//!   on either day (Vixie's rule); the job then gets two `OnCalendar=` expressions, one per
+//!   day field, in a `schedule` list. When one of them starts with `*` (`*/2`), cron
+//!   requires both, and so does the one expression written.
+//! - **Daylight-saving changes** ([`dst_conflict`]): a time in a gap runs right after the
+//!   jump under cron (for a job with a fixed minute and hour) but not that day under
+//!   `OnCalendar=`; in a repeated hour, cron runs a job with `*` in its minute or hour
+//!   field in both, `OnCalendar=` in the first only. Each such line gets a warning.
+//! - **The command.** cron runs it with `$SHELL -c` (default `/bin/sh`): a command with
+//!   no shell syntax becomes its words as argv; any other becomes `[SHELL, "-c", TEXT]`.
+//!   An unescaped `%` ends the command; the text after it is the command's standard input,
+//!   with each further `%` a newline. `\%` is a `%`. A `flock -n LOCK` wrapper is dropped:
+//!   jobguard takes the job's lock.
+//! - **Variables.** `CRON_TZ=` (or `TZ=`) becomes the schedule's zone, `RANDOM_DELAY=`
+//!   (minutes, cronie) `randomized_delay`, `MAILTO=` the mail hook `jobguard-mail@.service`
+//!   as `on_failure` (with what to set for the recipient in a comment); others go to
+//!   `environment`.
+//! - **What has no slot.** `@reboot` is not a schedule; `L`, `W`, `#`, `?` and `H` are
+//!   extensions that Debian's cron does not know. Such a line is kept as a comment with a
+//!   warning and gets no job.
+//!
+//! Everything here is pure: reading files and printing is the command's
+//! (`cli::import_crontab`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+
+use jiff::civil::{Date, DateTime};
+use jiff::tz::TimeZone;
+use jiff::{Timestamp, ToSpan};
+
+/// Month names as crontab(5) accepts them (`jan` is 1).
+const MONTHS: [&str; 12] = [
+    "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
+];
+/// Day-of-week names as crontab(5) accepts them (`sun` is 0).
+const DAYS: [&str; 7] = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"];
+/// Characters of cron extensions (Quartz, cronie's `H`) that Debian's cron does not know.
+const EXTENSIONS: &[char] = &['L', 'W', '#', '?', 'H'];
+/// systemd.time(7)'s weekday names, Sunday first as cron counts.
+const SYSTEMD_DAYS: [&str; 7] = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"];
+
+/// How many years ahead [`dst_conflict`] looks for a daylight-saving change that touches
+/// a schedule.
+pub const DST_LOOKAHEAD_YEARS: i16 = 10;
+
+/// One time field of an entry: the values it allows, and whether its text started with
+/// `*` (cron's rule for combining the day fields looks at that, not at the values).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Field {
+    /// The allowed values (minutes 0–59, hours 0–23, days 1–31, months 1–12, days of
+    /// week 0–6 with 0 Sunday).
+    pub values: BTreeSet<u8>,
+    /// The field's text starts with `*`.
+    pub star: bool,
+    min: u8,
+    max: u8,
+}
+
+impl Field {
+    /// Whether the field allows every value of its range.
+    pub fn is_full(&self) -> bool {
+        self.values.len() == usize::from(self.max - self.min) + 1
+    }
+
+    fn has(&self, v: u8) -> bool {
+        self.values.contains(&v)
+    }
+}
+
+/// The five time fields of a crontab entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CronTime {
+    /// Minute, 0–59.
+    pub minute: Field,
+    /// Hour, 0–23.
+    pub hour: Field,
+    /// Day of month, 1–31.
+    pub dom: Field,
+    /// Month, 1–12.
+    pub month: Field,
+    /// Day of week, 0–6, 0 Sunday.
+    pub dow: Field,
+}
+
+impl CronTime {
+    /// Parses the five fields (crontab(5)); the error names the field and why.
+    pub fn parse(fields: [&str; 5]) -> Result<CronTime, String> {
+        Ok(CronTime {
+            minute: parse_field(fields[0], "minute", 0, 59, None)?,
+            hour: parse_field(fields[1], "hour", 0, 23, None)?,
+            dom: parse_field(fields[2], "day of month", 1, 31, None)?,
+            month: parse_field(fields[3], "month", 1, 12, Some((&MONTHS, 1)))?,
+            dow: parse_field(fields[4], "day of week", 0, 7, Some((&DAYS, 0)))?,
+        })
+    }
+
+    /// The fields of an `@` keyword (crontab(5)); `None` for `@reboot` and unknown ones.
+    pub fn keyword(word: &str) -> Option<CronTime> {
+        let fields = match word {
+            "@yearly" | "@annually" => ["0", "0", "1", "1", "*"],
+            "@monthly" => ["0", "0", "1", "*", "*"],
+            "@weekly" => ["0", "0", "*", "*", "0"],
+            "@daily" | "@midnight" => ["0", "0", "*", "*", "*"],
+            "@hourly" => ["0", "*", "*", "*", "*"],
+            _ => return None,
+        };
+        CronTime::parse(fields).ok()
+    }
+
+    /// Whether cron runs the entry on `date` (Vixie's rule: with both day fields
+    /// restricted and neither starting with `*`, either day suffices; else both must
+    /// match).
+    pub fn runs_on(&self, date: Date) -> bool {
+        if !self.month.has(date.month() as u8) {
+            return false;
+        }
+        let dom = self.dom.has(date.day() as u8);
+        let dow = self.dow.has(date.weekday().to_sunday_zero_offset() as u8);
+        if self.dom.star || self.dow.star {
+            dom && dow
+        } else {
+            dom || dow
+        }
+    }
+
+    /// Whether cron runs the entry at the civil minute `at`.
+    pub fn runs_at(&self, at: DateTime) -> bool {
+        self.minute.has(at.minute() as u8)
+            && self.hour.has(at.hour() as u8)
+            && self.runs_on(at.date())
+    }
+
+    /// Whether cron treats the entry as a "wildcard" job across a clock change: one whose
+    /// minute or hour field starts with `*` (Vixie cron's `MIN_STAR`/`HR_STAR`).
+    pub fn is_wildcard(&self) -> bool {
+        self.minute.star || self.hour.star
+    }
+
+    /// The `OnCalendar=` expressions (systemd.time(7)) that elapse exactly when cron
+    /// runs the entry in civil time, each followed by ` ZONE` when `zone` is given: one
+    /// expression, or two when cron takes either day field.
+    pub fn on_calendar(&self, zone: Option<&str>) -> Vec<String> {
+        let time = format!(
+            "{}:{}:00",
+            component(&self.hour, 0, 23, 2),
+            component(&self.minute, 0, 59, 2)
+        );
+        let month = component(&self.month, 1, 12, 2);
+        let dom = component(&self.dom, 1, 31, 2);
+        let dow = weekdays(&self.dow);
+        let suffix = zone.map(|z| format!(" {z}")).unwrap_or_default();
+        let expr = |dow: &str, dom: &str| {
+            let dow = if dow.is_empty() {
+                String::new()
+            } else {
+                format!("{dow} ")
+            };
+            format!("{dow}*-{month}-{dom} {time}{suffix}")
+        };
+        let either = !self.dom.star && !self.dow.star && !self.dom.is_full() && !self.dow.is_full();
+        if either {
+            vec![expr(&dow, "*"), expr("", &dom)]
+        } else if !self.dom.star && !self.dow.star && (self.dom.is_full() || self.dow.is_full()) {
+            // Either day, and one of them is every day: every day.
+            vec![expr("", "*")]
+        } else {
+            vec![expr(&dow, &dom)]
+        }
+    }
+}
+
+/// A warning when cron implementations disagree on how this entry's day fields combine:
+/// Vixie cron (Debian's, cronie) takes either day when neither field's text starts with
+/// `*`, others (croniter, some libraries) when neither field allows every value. The two
+/// rules part where a field is written `*/N` beside a restricted one, or names every day
+/// (`1-31`) beside a restricted one. jobguard follows Vixie cron.
+fn day_rule_ambiguity(time: &CronTime) -> Option<String> {
+    let vixie_either = !time.dom.star && !time.dow.star;
+    let by_value_either = !time.dom.is_full() && !time.dow.is_full();
+    if vixie_either == by_value_either || (time.dom.is_full() && time.dow.is_full()) {
+        return None;
+    }
+    let rule = if vixie_either {
+        "either day"
+    } else {
+        "both days"
+    };
+    Some(format!(
+        "the day fields combine by how they are written: Debian's cron (Vixie) runs on {rule}, \
+         as written here; cron implementations that look at the values differ"
+    ))
+}
+
+/// Parses one field: `*`, or a comma list of `N`, `A-B`, each optionally `/STEP`
+/// (`N/STEP` is `N-MAX/STEP`, as cronie reads it). `names` gives the three-letter names
+/// and the value of the first.
+fn parse_field(
+    text: &str,
+    what: &str,
+    min: u8,
+    max: u8,
+    names: Option<(&[&str], u8)>,
+) -> Result<Field, String> {
+    let bad = |why: &str| format!("{what} field `{text}`: {why}");
+    if text.is_empty() {
+        return Err(bad("empty"));
+    }
+    if let Some(c) = text.chars().find(|c| EXTENSIONS.contains(c)) {
+        return Err(bad(&format!(
+            "`{c}` is an extension Debian's cron does not know (nor OnCalendar=)"
+        )));
+    }
+    let number = |s: &str| -> Result<u8, String> {
+        if let Some((list, first)) = names {
+            let lower = s.to_ascii_lowercase();
+            if let Some(i) = list.iter().position(|n| *n == lower) {
+                return Ok(first + i as u8);
+            }
+        }
+        let n: u8 = s.parse().map_err(|_| {
+            bad(&format!(
+                "`{s}` is not a number{}",
+                if names.is_some() { " or name" } else { "" }
+            ))
+        })?;
+        if n < min || n > max {
+            return Err(bad(&format!("{n} is outside {min}-{max}")));
+        }
+        Ok(n)
+    };
+    let mut values = BTreeSet::new();
+    for part in text.split(',') {
+        let (range, step) = match part.split_once('/') {
+            Some((r, s)) => {
+                let s: u8 = s
+                    .parse()
+                    .map_err(|_| bad(&format!("step `{s}` is not a number")))?;
+                if s == 0 {
+                    return Err(bad("a step of 0"));
+                }
+                (r, s)
+            }
+            None => (part, 1),
+        };
+        let (lo, hi) = if range == "*" {
+            (min, max)
+        } else if let Some((a, b)) = range.split_once('-') {
+            let (a, b) = (number(a)?, number(b)?);
+            if a > b {
+                return Err(bad(&format!("range {a}-{b} runs backwards")));
+            }
+            (a, b)
+        } else {
+            let a = number(range)?;
+            if part.contains('/') { (a, max) } else { (a, a) }
+        };
+        let mut v = lo;
+        while v <= hi {
+            values.insert(v);
+            v = match v.checked_add(step) {
+                Some(n) => n,
+                None => break,
+            };
+        }
+    }
+    // Day of week 7 is Sunday, as 0.
+    let (min, max) = if max == 7 && names.is_some() {
+        if values.remove(&7) {
+            values.insert(0);
+        }
+        (0, 6)
+    } else {
+        (min, max)
+    };
+    Ok(Field {
+        values,
+        star: text.starts_with('*'),
+        min,
+        max,
+    })
+}
+
+/// One field as an `OnCalendar=` component: `*`, `START/STEP` for a progression that
+/// runs to the end of the range, else a list of values and `A..B` ranges.
+///
+/// `START/STEP` is written only where the step divides the range (or for days of the
+/// month): systemd 252 skips minute 0 of midnight for `*:00/7` (after 23:56 it elapses at
+/// 00:07, though at 01:00 every hour after), while the same minutes as a list elapse at
+/// 00:00.
+fn component(f: &Field, min: u8, max: u8, width: usize) -> String {
+    if f.is_full() {
+        return "*".into();
+    }
+    let v: Vec<u8> = f.values.iter().copied().collect();
+    if v.len() >= 3 {
+        let step = v[1] - v[0];
+        let progression = v.windows(2).all(|w| w[1] - w[0] == step);
+        let last = *v.last().unwrap_or(&min);
+        let divides = (u16::from(max - min) + 1) % u16::from(step.max(1)) == 0 || max == 31;
+        if progression && step > 1 && divides && u16::from(last) + u16::from(step) > u16::from(max)
+        {
+            return format!("{:0width$}/{step}", v[0]);
+        }
+    }
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < v.len() {
+        let mut j = i;
+        while j + 1 < v.len() && v[j + 1] == v[j] + 1 {
+            j += 1;
+        }
+        if j > i {
+            out.push(format!("{:0width$}..{:0width$}", v[i], v[j]));
+        } else {
+            out.push(format!("{:0width$}", v[i]));
+        }
+        i = j + 1;
+    }
+    out.join(",")
+}
+
+/// The day-of-week field as systemd weekday names, Monday first; empty when it allows
+/// every day.
+fn weekdays(f: &Field) -> String {
+    if f.is_full() {
+        return String::new();
+    }
+    // Monday-first order (systemd.time(7) ranges run Mon..Sun).
+    let order: Vec<u8> = (1..=6)
+        .chain(std::iter::once(0))
+        .filter(|d| f.has(*d))
+        .collect();
+    let pos = |d: u8| if d == 0 { 7 } else { d };
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < order.len() {
+        let mut j = i;
+        while j + 1 < order.len() && pos(order[j + 1]) == pos(order[j]) + 1 {
+            j += 1;
+        }
+        let name = |d: u8| SYSTEMD_DAYS[usize::from(d)];
+        if j >= i + 2 {
+            out.push(format!("{}..{}", name(order[i]), name(order[j])));
+        } else {
+            out.extend(order[i..=j].iter().map(|d| name(*d).to_string()));
+        }
+        i = j + 1;
+    }
+    out.join(",")
+}
+
+/// Where cron and `OnCalendar=` part ways at a daylight-saving change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DstConflict {
+    /// The civil minute cron would run the job at, in the change's gap or repeated hour.
+    pub at: DateTime,
+    /// The clock jumps forward over `at` (else: `at` happens twice).
+    pub gap: bool,
+}
+
+/// The first daylight-saving change of `tz` within [`DST_LOOKAHEAD_YEARS`] after `from`
+/// where cron and `OnCalendar=` do not run `time` alike: a fixed-time job's run in the
+/// skipped hour (cron runs it right after the jump; `OnCalendar=` skips that elapse), or
+/// a wildcard job's run in the repeated hour (cron runs it in both, `OnCalendar=` in the
+/// first only). A wildcard job's runs in a gap and a fixed-time job's in a repeated hour
+/// are the same under both (skipped; once). Source: Vixie cron's `cron.c` (the "time warp"
+/// rules) and systemd 252's `calendar_spec_next_usec()`.
+pub fn dst_conflict(time: &CronTime, tz: &TimeZone, from: Timestamp) -> Option<DstConflict> {
+    let until = from
+        .checked_add((i64::from(DST_LOOKAHEAD_YEARS) * 366 * 24).hours())
+        .ok()?;
+    for t in tz.following(from) {
+        let ts = t.timestamp();
+        if ts > until {
+            break;
+        }
+        let before = tz.to_offset(ts.checked_sub(1.second()).ok()?);
+        let after = t.offset();
+        let delta = after.seconds() - before.seconds();
+        if delta == 0 {
+            continue;
+        }
+        let gap = delta > 0;
+        // The civil minutes that are skipped (gap) or repeated (fold).
+        let start = if gap {
+            before.to_datetime(ts)
+        } else {
+            after.to_datetime(ts)
+        };
+        let minutes = delta.unsigned_abs() / 60;
+        for m in 0..minutes {
+            let at = start.checked_add(i64::from(m).minutes()).ok()?;
+            if time.runs_at(at) && gap != time.is_wildcard() {
+                return Some(DstConflict { at, gap });
+            }
+        }
+    }
+    None
+}
+
+/// What a crontab line became.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Line {
+    /// A comment or blank line, kept as it was.
+    Comment(String),
+    /// A variable assignment (already applied to the entries after it).
+    Variable(String),
+    /// An entry translated into a job.
+    Job(Box<ImportedJob>),
+    /// A line that gets no job (`@reboot`, an unknown extension, a bad field): kept as
+    /// a comment with the reason, which is also among the warnings.
+    Skipped {
+        /// The line as written.
+        source: String,
+        /// Why it has no job.
+        why: String,
+    },
+}
+
+/// One crontab entry as a job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImportedJob {
+    /// The job's name (unique in the import).
+    pub name: String,
+    /// The line as written.
+    pub source: String,
+    /// `OnCalendar=` expressions.
+    pub schedule: Vec<String>,
+    /// argv.
+    pub command: Vec<String>,
+    /// The user the command runs as, if the table says.
+    pub user: Option<String>,
+    /// Variables for the command.
+    pub environment: BTreeMap<String, String>,
+    /// `RANDOM_DELAY` in minutes.
+    pub randomized_delay_min: Option<u32>,
+    /// `MAILTO` as cron had it: `None` when unset (mail to the table's owner).
+    pub mailto: Option<String>,
+    /// Notes for the reader, written as comments above the job.
+    pub notes: Vec<String>,
+}
+
+/// A warning about one line: the line number (1-based) and the text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Warning {
+    /// Line number, 1-based.
+    pub line: usize,
+    /// What cannot be kept, in words.
+    pub text: String,
+}
+
+/// A whole table read and translated.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Import {
+    /// Every line, in order.
+    pub lines: Vec<Line>,
+    /// Warnings, in line order.
+    pub warnings: Vec<Warning>,
+    /// Entries that got no job because they could not be read (a subset of the
+    /// warnings): the caller's exit status.
+    pub errors: usize,
+}
+
+/// How a table is read.
+#[derive(Debug, Clone)]
+pub struct Table<'a> {
+    /// The table has a user field after the time fields (`/etc/crontab`, `/etc/cron.d`).
+    pub system: bool,
+    /// The user a per-user table belongs to (`crontab -u USER`).
+    pub user: Option<&'a str>,
+    /// The zone `OnCalendar=` uses without a zone in the expression (the host's), for
+    /// the daylight-saving checks.
+    pub local: TimeZone,
+    /// When the daylight-saving checks start.
+    pub now: Timestamp,
+}
+
+/// Translates the text of one table. `taken` holds the job names already used (by
+/// earlier tables of the same import) and receives this table's.
+pub fn import(text: &str, table: &Table<'_>, taken: &mut BTreeSet<String>) -> Import {
+    let mut out = Import::default();
+    let mut env: BTreeMap<String, String> = BTreeMap::new();
+    let mut comments: Vec<String> = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let n = i + 1;
+        let line = raw.trim_start();
+        if line.is_empty() || line.starts_with('#') {
+            out.lines.push(Line::Comment(raw.to_string()));
+            if line.starts_with('#') {
+                comments.push(raw.to_string());
+            } else {
+                comments.clear();
+            }
+            continue;
+        }
+        if let Some((k, v)) = variable(line) {
+            env.insert(k, v);
+            out.lines.push(Line::Variable(raw.to_string()));
+            comments.clear();
+            continue;
+        }
+        comments.clear();
+        let mut warn = |text: String| out.warnings.push(Warning { line: n, text });
+        match entry(line, table, &env, &mut warn) {
+            Ok(Ok(mut job)) => {
+                job.name = unique(std::mem::take(&mut job.name), taken);
+                job.source = raw.to_string();
+                out.lines.push(Line::Job(Box::new(job)));
+            }
+            Ok(Err(why)) => {
+                warn(why.clone());
+                out.lines.push(Line::Skipped {
+                    source: raw.to_string(),
+                    why,
+                });
+            }
+            Err(why) => {
+                warn(why.clone());
+                out.errors += 1;
+                out.lines.push(Line::Skipped {
+                    source: raw.to_string(),
+                    why,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// `NAME = VALUE` (crontab(5)): the name and the value, unquoted. `None` for an entry.
+fn variable(line: &str) -> Option<(String, String)> {
+    let (name, value) = line.split_once('=')?;
+    let name = unquote(name.trim());
+    if name.is_empty() || name.contains(char::is_whitespace) {
+        return None;
+    }
+    Some((name, unquote(value.trim())))
+}
+
+fn unquote(s: &str) -> String {
+    for q in ['"', '\''] {
+        if s.len() >= 2 && s.starts_with(q) && s.ends_with(q) {
+            return s[1..s.len() - 1].to_string();
+        }
+    }
+    s.to_string()
+}
+
+/// Splits off the first white-space separated word.
+fn word(s: &str) -> Option<(&str, &str)> {
+    let s = s.trim_start();
+    if s.is_empty() {
+        return None;
+    }
+    let end = s.find(char::is_whitespace).unwrap_or(s.len());
+    Some((&s[..end], &s[end..]))
+}
+
+/// Reads one entry. `Ok(Err(why))`: a line cron runs that can have no job (`@reboot`,
+/// an extension). `Err(why)`: a line that cannot be read.
+fn entry(
+    line: &str,
+    table: &Table<'_>,
+    env: &BTreeMap<String, String>,
+    warn: &mut dyn FnMut(String),
+) -> Result<Result<ImportedJob, String>, String> {
+    let (first, mut rest) = word(line).ok_or("empty entry")?;
+    let time = if first.starts_with('@') {
+        if first == "@reboot" {
+            return Ok(Err(
+                "@reboot is not a slot, so jobguard has nothing to guard: run it \
+                 from a plain Type=oneshot service with WantedBy=multi-user.target; no job \
+                 written"
+                    .into(),
+            ));
+        }
+        CronTime::keyword(first).ok_or_else(|| format!("unknown keyword `{first}`"))?
+    } else {
+        let mut fields = [first, "", "", "", ""];
+        for f in fields.iter_mut().skip(1) {
+            let (w, r) = word(rest).ok_or("fewer than five time fields")?;
+            *f = w;
+            rest = r;
+        }
+        match CronTime::parse(fields) {
+            Ok(t) => t,
+            Err(e) if fields.iter().any(|f| f.contains(EXTENSIONS)) => {
+                return Ok(Err(format!("{e}; no job written")));
+            }
+            Err(e) => return Err(format!("{e}; no job written")),
+        }
+    };
+    let user = if table.system {
+        let (u, r) = word(rest).ok_or("no user field (a system table has one after the time)")?;
+        rest = r;
+        Some(u.to_string())
+    } else {
+        table.user.map(str::to_string)
+    };
+    let text = rest.trim_start();
+    if text.is_empty() {
+        return Err("no command".into());
+    }
+    let mut notes = Vec::new();
+
+    // The zone: CRON_TZ, else TZ, else the host's.
+    let zone_name = env
+        .get("CRON_TZ")
+        .or_else(|| env.get("TZ"))
+        .filter(|z| !z.is_empty());
+    let zone = match zone_name {
+        Some(z) => Some((
+            z.clone(),
+            TimeZone::get(z)
+                .map_err(|_| format!("time zone `{z}` (CRON_TZ/TZ) is not in the tz database"))?,
+        )),
+        None => None,
+    };
+    let tz = zone
+        .as_ref()
+        .map(|(_, tz)| tz.clone())
+        .unwrap_or_else(|| table.local.clone());
+    if let Some(c) = dst_conflict(&time, &tz, table.now) {
+        let zone_label = zone_name.map(String::as_str).unwrap_or("the local zone");
+        let text = if c.gap {
+            format!(
+                "{} does not exist in {zone_label} (the clock jumps forward): cron runs the job \
+                 right after the jump, OnCalendar= skips that day's run",
+                c.at.strftime("%Y-%m-%d %H:%M")
+            )
+        } else {
+            format!(
+                "{} happens twice in {zone_label} (the clock goes back): cron runs the job in \
+                 both hours, OnCalendar= in the first only",
+                c.at.strftime("%Y-%m-%d %H:%M")
+            )
+        };
+        notes.push(format!("daylight saving: {text}"));
+        warn(text);
+    }
+    if let Some(text) = day_rule_ambiguity(&time) {
+        notes.push(text.clone());
+        warn(text);
+    }
+    let schedule = time.on_calendar(zone.as_ref().map(|(z, _)| z.as_str()));
+
+    let shell = env
+        .get("SHELL")
+        .cloned()
+        .unwrap_or_else(|| "/bin/sh".into());
+    let (command, stdin) = percent(text);
+    let command = unwrap_flock(&command, &mut notes);
+    let name = name_of(&command);
+    let argv = match stdin {
+        Some(input) => {
+            vec![
+                shell.clone(),
+                "-c".into(),
+                format!("printf %s {} | {{ {command}\n}}", sh_quote(&input)),
+            ]
+        }
+        None if is_plain(&command) => command.split_whitespace().map(str::to_string).collect(),
+        None => vec![shell.clone(), "-c".into(), command],
+    };
+
+    let mut environment = BTreeMap::new();
+    let mut randomized_delay_min = None;
+    for (k, v) in env {
+        match k.as_str() {
+            "CRON_TZ" | "MAILTO" => {}
+            "RANDOM_DELAY" => match v.parse::<u32>() {
+                Ok(0) => {}
+                Ok(m) => randomized_delay_min = Some(m),
+                Err(_) => warn(format!(
+                    "RANDOM_DELAY=`{v}` is not a number of minutes; left out"
+                )),
+            },
+            _ if k.starts_with("JOBGUARD_") => {
+                warn(format!("variable {k} is reserved by jobguard; left out"));
+            }
+            _ if !valid_env_name(k) => {
+                warn(format!("variable name `{k}` cannot be passed; left out"))
+            }
+            _ => {
+                environment.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    if let Some(why) = randomized_delay_min.and_then(|m| delay_too_long(&schedule, m, table.now)) {
+        warn(why);
+        randomized_delay_min = None;
+    }
+    Ok(Ok(ImportedJob {
+        name,
+        source: String::new(),
+        schedule,
+        command: argv,
+        user,
+        environment,
+        randomized_delay_min,
+        mailto: env.get("MAILTO").cloned(),
+        notes,
+    }))
+}
+
+/// Why a `RANDOM_DELAY` of `minutes` cannot be the job's `randomized_delay`: with the
+/// timer's accuracy it is not shorter than an interval of `schedule`, which the job list
+/// refuses (docs/jobs.toml.md, `randomized_delay`). `None` when it fits.
+fn delay_too_long(schedule: &[String], minutes: u32, now: Timestamp) -> Option<String> {
+    let specs: Vec<_> = schedule
+        .iter()
+        .filter_map(|e| crate::calendar::CalendarSpec::parse(e).ok())
+        .collect();
+    let schedule = crate::calendar::Schedule::new(specs).ok()?;
+    let late =
+        std::time::Duration::from_secs(u64::from(minutes) * 60) + crate::config::TIMER_ACCURACY;
+    let limit = i64::try_from(late.as_micros()).unwrap_or(i64::MAX);
+    let found = schedule.interval_at_most(limit, now)?;
+    Some(format!(
+        "RANDOM_DELAY={minutes} (minutes) is not shorter than the schedule's shortest interval \
+         ({} s): a firing could land after the next elapse; left out",
+        found.usec / 1_000_000
+    ))
+}
+
+fn valid_env_name(k: &str) -> bool {
+    let mut c = k.chars();
+    matches!(c.next(), Some(c) if c == '_' || c.is_ascii_alphabetic())
+        && c.all(|c| c == '_' || c.is_ascii_alphanumeric())
+}
+
+/// crontab(5)'s `%`: the command up to the first unescaped `%`, and the standard input
+/// after it with each further unescaped `%` a newline; `\%` is a `%` in both.
+fn percent(text: &str) -> (String, Option<String>) {
+    let mut command = String::new();
+    let mut input: Option<String> = None;
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        let target = input.as_mut().unwrap_or(&mut command);
+        match c {
+            '\\' if chars.peek() == Some(&'%') => {
+                target.push('%');
+                chars.next();
+            }
+            '%' => match input.as_mut() {
+                Some(i) => i.push('\n'),
+                None => input = Some(String::new()),
+            },
+            c => target.push(c),
+        }
+    }
+    (command.trim_end().to_string(), input)
+}
+
+/// A command with no shell syntax: only words of letters, digits and `/._-+=:,@`.
+fn is_plain(command: &str) -> bool {
+    !command.is_empty()
+        && command
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == ' ' || c == '\t' || "/._-+=:,@".contains(c))
+        && !command
+            .split_whitespace()
+            .next()
+            .is_some_and(|w| w.contains('='))
+}
+
+/// Single-quotes `s` for sh.
+fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// Drops a leading `flock -n LOCK` (util-linux flock(1), non-blocking) from `command`,
+/// with a note; anything else is returned as it is.
+fn unwrap_flock(command: &str, notes: &mut Vec<String>) -> String {
+    let Some((w, mut rest)) = word(command) else {
+        return command.to_string();
+    };
+    if w != "flock" && !w.ends_with("/flock") {
+        return command.to_string();
+    }
+    let mut nonblock = false;
+    let mut lock = None;
+    while let Some((w, r)) = word(rest) {
+        match w {
+            "-n" | "--nonblock" | "-x" | "-e" | "--exclusive" | "-o" | "--close" => {
+                nonblock |= w == "-n" || w == "--nonblock";
+            }
+            "-E" | "--conflict-exit-code" => match word(r) {
+                Some((_, r2)) => {
+                    rest = r2;
+                    continue;
+                }
+                None => return command.to_string(),
+            },
+            _ if w.starts_with('-')
+                && !w.starts_with("--")
+                && w[1..].chars().all(|c| "nxeo".contains(c)) =>
+            {
+                nonblock |= w.contains('n');
+            }
+            _ if w.starts_with('-') => return command.to_string(),
+            _ => {
+                lock = Some(w);
+                rest = r;
+                break;
+            }
+        }
+        rest = r;
+    }
+    let Some(lock) = lock else {
+        return command.to_string();
+    };
+    if !nonblock || !is_plain(lock) {
+        return command.to_string();
+    }
+    let inner = rest.trim();
+    let inner = match word(inner) {
+        Some(("-c" | "--command", script)) => match shlex::split(script.trim()) {
+            Some(words) if words.len() == 1 => words[0].clone(),
+            _ => return command.to_string(),
+        },
+        Some(_) => inner.to_string(),
+        None => return command.to_string(),
+    };
+    notes.push(format!(
+        "the `flock -n {lock}` wrapper is dropped: jobguard takes the job's lock (and its lease \
+         across hosts)"
+    ));
+    inner
+}
+
+/// Words that say little about what a command does: shells, interpreters and wrappers.
+const WRAPPERS: &[&str] = &[
+    "sh",
+    "bash",
+    "dash",
+    "zsh",
+    "env",
+    "nice",
+    "ionice",
+    "nohup",
+    "timeout",
+    "chronic",
+    "exec",
+    "php",
+    "python",
+    "python3",
+    "perl",
+    "ruby",
+    "node",
+    "run-parts",
+    "sudo",
+    "su",
+    "flock",
+    "cd",
+    "test",
+    "[",
+    "true",
+    "systemd-cat",
+    "setsid",
+    "stdbuf",
+    "/",
+    "if",
+    "then",
+];
+
+/// A job name from a command's text: the base name of its first telling word (not a shell,
+/// an interpreter, an option, a variable or a number), without a script extension,
+/// made of the characters a job name allows (docs/jobs.toml.md, "Job names").
+pub fn name_of(text: &str) -> String {
+    let mut skip_next = false;
+    for w in text.split(|c: char| c.is_whitespace() || ";&|()<>{}'\"`".contains(c)) {
+        if w.is_empty() {
+            continue;
+        }
+        if skip_next {
+            skip_next = false;
+            continue;
+        }
+        if w == "-c" || w == "-u" {
+            skip_next = w == "-u";
+            continue;
+        }
+        if w.starts_with('-')
+            || w.contains('=')
+            || w.contains('$')
+            || w.chars()
+                .all(|c| c.is_ascii_digit() || c == '.' || c.is_ascii_punctuation())
+        {
+            continue;
+        }
+        let base = w.rsplit('/').next().unwrap_or(w);
+        let base = base.trim_start_matches('.');
+        if base.is_empty()
+            || WRAPPERS.contains(&base)
+            || base.starts_with("python")
+            || base == "printf"
+        {
+            continue;
+        }
+        let base = [".sh", ".php", ".py", ".pl", ".rb", ".js", ".bash"]
+            .iter()
+            .find_map(|ext| base.strip_suffix(ext))
+            .unwrap_or(base);
+        let mut name = String::new();
+        for c in base.chars() {
+            let c = c.to_ascii_lowercase();
+            if c.is_ascii_alphanumeric() || c == '.' || c == '_' {
+                name.push(c);
+            } else if !name.ends_with('-') {
+                name.push('-');
+            }
+        }
+        let name = name
+            .trim_matches(|c: char| !c.is_ascii_alphanumeric())
+            .to_string();
+        if !name.is_empty() {
+            let mut n = name;
+            n.truncate(56);
+            return n;
+        }
+    }
+    "job".into()
+}
+
+/// `name`, or `name-2`, `name-3`… the first not in `taken`; recorded in `taken`.
+fn unique(name: String, taken: &mut BTreeSet<String>) -> String {
+    let mut candidate = name.clone();
+    let mut i = 2;
+    while taken.contains(&candidate) {
+        candidate = format!("{name}-{i}");
+        i += 1;
+    }
+    taken.insert(candidate.clone());
+    candidate
+}
+
+/// A TOML basic string.
+fn toml_str(s: &str) -> String {
+    toml::Value::String(s.to_string()).to_string()
+}
+
+/// Writes the job list for the tables read: a header, then each table's lines in order
+/// (comments kept, variables as comments, each entry as its `[jobs.NAME]` table, with the
+/// crontab line and notes above it). `origin` names the table (a path, or `-`).
+pub fn render(tables: &[(String, Import)]) -> String {
+    let mut out = String::from(
+        "# A jobguard job list from crontab(5) tables, by `jobguard import-crontab`.\n\
+         # Review it, check it with `jobguard check --config FILE`, then put it in\n\
+         # /etc/jobguard/jobs.d/ and remove the crontab lines it replaces: a line left in\n\
+         # cron runs each slot a second time, unguarded.\n",
+    );
+    for (origin, import) in tables {
+        let _ = writeln!(out, "\n# --- {origin} ---");
+        for line in &import.lines {
+            match line {
+                Line::Comment(c) => {
+                    if c.trim().is_empty() {
+                        out.push('\n');
+                    } else {
+                        let _ = writeln!(out, "{c}");
+                    }
+                }
+                Line::Variable(v) => {
+                    let _ = writeln!(out, "# (crontab) {v}");
+                }
+                Line::Skipped { source, why } => {
+                    let _ = writeln!(out, "# (crontab) {source}\n# no job: {why}");
+                }
+                Line::Job(job) => render_job(&mut out, job),
+            }
+        }
+    }
+    out
+}
+
+fn render_job(out: &mut String, job: &ImportedJob) {
+    let _ = writeln!(out, "# (crontab) {}", job.source);
+    for note in &job.notes {
+        let _ = writeln!(out, "# note: {note}");
+    }
+    let _ = writeln!(out, "[jobs.{}]", toml_key(&job.name));
+    match job.schedule.as_slice() {
+        [one] => {
+            let _ = writeln!(out, "schedule = {}", toml_str(one));
+        }
+        many => {
+            let list: Vec<String> = many.iter().map(|s| toml_str(s)).collect();
+            let _ = writeln!(
+                out,
+                "schedule = [{}]   # cron runs on either day",
+                list.join(", ")
+            );
+        }
+    }
+    let argv: Vec<String> = job.command.iter().map(|s| toml_str(s)).collect();
+    let _ = writeln!(out, "command = [{}]", argv.join(", "));
+    if let Some(u) = &job.user {
+        let _ = writeln!(out, "user = {}", toml_str(u));
+    }
+    if !job.environment.is_empty() {
+        let vars: Vec<String> = job
+            .environment
+            .iter()
+            .map(|(k, v)| format!("{k} = {}", toml_str(v)))
+            .collect();
+        let _ = writeln!(out, "environment = {{ {} }}", vars.join(", "));
+    }
+    if let Some(m) = job.randomized_delay_min {
+        let _ = writeln!(out, "randomized_delay = \"{m}min\"   # RANDOM_DELAY={m}");
+    }
+    match job.mailto.as_deref() {
+        Some("") => {
+            let _ = writeln!(out, "# MAILTO was empty: cron mailed nothing");
+        }
+        Some(to) => {
+            let _ = writeln!(
+                out,
+                "on_failure = \"jobguard-mail@%i.service\"   # MAILTO={to}: mails failed runs; cron \
+                 mailed any output\n# recipient: `systemctl edit jobguard-mail@{}.service`, then \
+                 [Service] Environment=MAILTO={to}",
+                job.name
+            );
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "on_failure = \"jobguard-mail@%i.service\"   # cron mailed any output to the \
+                 table's owner; this mails failed runs to MAILTO of jobguard-mail@.service (root)"
+            );
+        }
+    }
+}
+
+/// A job name as a TOML key (quoted when it holds a dot).
+fn toml_key(name: &str) -> String {
+    if name.contains('.') {
+        toml_str(name)
+    } else {
+        name.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(f: &str) -> CronTime {
+        let w: Vec<&str> = f.split_whitespace().collect();
+        CronTime::parse([w[0], w[1], w[2], w[3], w[4]]).unwrap()
+    }
+
+    #[test]
+    fn fields_become_on_calendar_components() {
+        assert_eq!(t("0 2 * * *").on_calendar(None), ["*-*-* 02:00:00"]);
+        assert_eq!(t("*/15 * * * *").on_calendar(None), ["*-*-* *:00/15:00"]);
+        assert_eq!(t("5 4 * * sun").on_calendar(None), ["Sun *-*-* 04:05:00"]);
+        assert_eq!(
+            t("0 22 * * 1-5").on_calendar(None),
+            ["Mon..Fri *-*-* 22:00:00"]
+        );
+        assert_eq!(
+            t("0 0 * * 6,0").on_calendar(None),
+            ["Sat,Sun *-*-* 00:00:00"]
+        );
+        assert_eq!(
+            t("0 0 * * 5-7").on_calendar(None),
+            ["Fri..Sun *-*-* 00:00:00"]
+        );
+        assert_eq!(
+            t("23 0-20/2 * * *").on_calendar(None),
+            ["*-*-* 00,02,04,06,08,10,12,14,16,18,20:23:00"]
+        );
+        assert_eq!(
+            t("0 0 1 jan *").on_calendar(Some("Europe/Berlin")),
+            ["*-01-01 00:00:00 Europe/Berlin"]
+        );
+        assert_eq!(t("0 9 1-7 * *").on_calendar(None), ["*-*-01..07 09:00:00"]);
+        assert_eq!(t("5/20 * * * *").on_calendar(None), ["*-*-* *:05/20:00"]);
+        // A step that does not divide the hour is a list (systemd 252 skips 00:00 of `0/7`).
+        assert_eq!(t("*/25 * * * *").on_calendar(None), ["*-*-* *:00,25,50:00"]);
+        assert_eq!(
+            t("0 */5 * * *").on_calendar(None),
+            ["*-*-* 00,05,10,15,20:00:00"]
+        );
+    }
+
+    #[test]
+    fn both_day_fields_restricted_means_either_day() {
+        // systemd-cron's own test expects `Fri *-4-3 2:1:00` here, which is "and".
+        assert_eq!(
+            t("1 2 3 4 5").on_calendar(None),
+            ["Fri *-04-* 02:01:00", "*-04-03 02:01:00"]
+        );
+        // A day field written with `*` makes it "and" (Vixie cron's DOM_STAR/DOW_STAR).
+        assert_eq!(
+            t("0 0 */2 * 1").on_calendar(None),
+            ["Mon *-*-01/2 00:00:00"]
+        );
+        // Either day, one of them every day: every day.
+        assert_eq!(t("0 0 1-31 * 1").on_calendar(None), ["*-*-* 00:00:00"]);
+    }
+
+    #[test]
+    fn cron_day_rule() {
+        let d = |y, m, day| jiff::civil::date(y, m, day);
+        let x = t("0 0 13 * 5"); // the 13th or any Friday
+        assert!(x.runs_on(d(2026, 11, 13)));
+        assert!(x.runs_on(d(2026, 12, 4))); // a Friday
+        assert!(!x.runs_on(d(2026, 12, 5)));
+    }
+
+    #[test]
+    fn bad_fields_are_named() {
+        let e = CronTime::parse(["61", "*", "*", "*", "*"]).unwrap_err();
+        assert!(e.contains("minute field `61`"), "{e}");
+        let e = CronTime::parse(["0", "0", "L", "*", "*"]).unwrap_err();
+        assert!(e.contains("`L`"), "{e}");
+        let e = CronTime::parse(["0", "5-2", "*", "*", "*"]).unwrap_err();
+        assert!(e.contains("backwards"), "{e}");
+        assert!(CronTime::parse(["*/0", "*", "*", "*", "*"]).is_err());
+    }
+
+    #[test]
+    fn percent_splits_command_and_input() {
+        assert_eq!(
+            percent("mail -s hi root%line 1%line 2"),
+            ("mail -s hi root".into(), Some("line 1\nline 2".into()))
+        );
+        assert_eq!(percent(r"date +\%F"), ("date +%F".into(), None));
+    }
+
+    #[test]
+    fn flock_wrapper_is_dropped() {
+        let mut n = Vec::new();
+        assert_eq!(
+            unwrap_flock("flock -n /tmp/s.lock /usr/bin/php /data/sync.php", &mut n),
+            "/usr/bin/php /data/sync.php"
+        );
+        assert_eq!(
+            unwrap_flock("/usr/bin/flock -xn /tmp/l -c 'a > /dev/null'", &mut n),
+            "a > /dev/null"
+        );
+        assert_eq!(n.len(), 2);
+        // Blocking flock stays (it waits; the meaning differs).
+        assert_eq!(unwrap_flock("flock /tmp/l cmd", &mut n), "flock /tmp/l cmd");
+    }
+
+    #[test]
+    fn names_come_from_the_command() {
+        assert_eq!(name_of("/usr/bin/php /data/sync/sync.php"), "sync");
+        assert_eq!(
+            name_of("test -x /usr/sbin/anacron || ( cd / && run-parts --report /etc/cron.daily )"),
+            "anacron"
+        );
+        assert_eq!(
+            name_of("cd / && run-parts --report /etc/cron.hourly"),
+            "cron.hourly"
+        );
+        assert_eq!(
+            name_of("PATH=/x:$PATH nice -n 5 ./backup.sh > /dev/null 2>&1"),
+            "backup"
+        );
+        let mut taken = BTreeSet::new();
+        assert_eq!(unique("a".into(), &mut taken), "a");
+        assert_eq!(unique("a".into(), &mut taken), "a-2");
+    }
+
+    #[test]
+    fn dst_gap_and_fold_are_found() {
+        let tz = TimeZone::get("Europe/Berlin").unwrap();
+        let from: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        let c = dst_conflict(&t("30 2 * * *"), &tz, from).unwrap();
+        assert!(c.gap);
+        assert_eq!(c.at.to_string(), "2026-03-29T02:30:00");
+        // A wildcard job in the repeated hour of October.
+        let c = dst_conflict(
+            &t("*/10 * * * *"),
+            &tz,
+            "2026-04-01T00:00:00Z".parse().unwrap(),
+        )
+        .unwrap();
+        assert!(!c.gap);
+        // A fixed-time job in the repeated hour runs once under both.
+        let c = dst_conflict(
+            &t("30 2 * * *"),
+            &tz,
+            "2026-04-01T00:00:00Z".parse().unwrap(),
+        )
+        .unwrap();
+        assert!(c.gap, "the next March's gap, not October's fold");
+        assert!(dst_conflict(&t("0 12 * * *"), &tz, from).is_none());
+        assert!(dst_conflict(&t("30 2 * * *"), &TimeZone::UTC, from).is_none());
+    }
+}
