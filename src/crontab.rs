@@ -230,6 +230,11 @@ fn parse_field(
                 return Ok(first + i as u8);
             }
         }
+        if s.is_empty() {
+            return Err(bad(
+                "a number is missing (a negative number or a stray `-`?)",
+            ));
+        }
         let n: u8 = s.parse().map_err(|_| {
             bad(&format!(
                 "`{s}` is not a number{}",
@@ -451,6 +456,8 @@ pub struct ImportedJob {
     pub mailto: Option<String>,
     /// Notes for the reader, written as comments above the job.
     pub notes: Vec<String>,
+    /// The lock file of the `flock -n` wrapper dropped from the command, if any.
+    pub dropped_lock: Option<String>,
 }
 
 /// A warning about one line: the line number (1-based) and the text.
@@ -488,33 +495,111 @@ pub struct Table<'a> {
     pub now: Timestamp,
 }
 
-/// Translates the text of one table. `taken` holds the job names already used (by
-/// earlier tables of the same import) and receives this table's.
-pub fn import(text: &str, table: &Table<'_>, taken: &mut BTreeSet<String>) -> Import {
+/// Translates one table, given as bytes (a line that is not UTF-8 is an error: a TOML job
+/// list cannot hold it). `taken` holds the job names already used (by earlier tables of
+/// the same import) and receives this table's.
+///
+/// A `flock -n LOCK` wrapper is dropped only when no other entry of the table uses the
+/// same LOCK: jobguard's lock is per job, so a lock shared by two entries (which keeps them
+/// from overlapping under cron) stays, with a warning.
+pub fn import(bytes: &[u8], table: &Table<'_>, taken: &mut BTreeSet<String>) -> Import {
+    // First pass: which flock locks more than one entry takes.
+    let mut probe = BTreeSet::new();
+    let first = import_with(bytes, table, &mut probe, &BTreeSet::new());
+    let mut count: BTreeMap<&str, usize> = BTreeMap::new();
+    for line in &first.lines {
+        if let Line::Job(job) = line {
+            if let Some(lock) = &job.dropped_lock {
+                *count.entry(lock).or_default() += 1;
+            }
+        }
+    }
+    let shared: BTreeSet<String> = count
+        .into_iter()
+        .filter(|(_, n)| *n > 1)
+        .map(|(l, _)| l.to_string())
+        .collect();
+    import_with(bytes, table, taken, &shared)
+}
+
+fn import_with(
+    bytes: &[u8],
+    table: &Table<'_>,
+    taken: &mut BTreeSet<String>,
+    shared_locks: &BTreeSet<String>,
+) -> Import {
     let mut out = Import::default();
     let mut env: BTreeMap<String, String> = BTreeMap::new();
-    let mut comments: Vec<String> = Vec::new();
-    for (i, raw) in text.lines().enumerate() {
+    let mut crlf_warned = false;
+    let mut raw_lines: Vec<&[u8]> = bytes.split(|b| *b == b'\n').collect();
+    let unterminated = !bytes.is_empty() && !bytes.ends_with(b"\n");
+    if !unterminated {
+        raw_lines.pop();
+    }
+    let last = raw_lines.len();
+    for (i, raw) in raw_lines.into_iter().enumerate() {
         let n = i + 1;
+        let mut warn = |text: String| out.warnings.push(Warning { line: n, text });
+        let raw = match std::str::from_utf8(raw) {
+            Ok(r) => r,
+            Err(_) => {
+                let why = "the line is not UTF-8, which a TOML job list cannot hold; no job \
+                           written"
+                    .to_string();
+                warn(why.clone());
+                out.errors += 1;
+                out.lines.push(Line::Skipped {
+                    source: String::from_utf8_lossy(raw).into_owned(),
+                    why,
+                });
+                continue;
+            }
+        };
+        let raw = match raw.strip_suffix('\r') {
+            Some(r) => {
+                if !crlf_warned {
+                    warn(
+                        "the table has DOS line endings (CR LF): cron passes the CR on to the \
+                         command and to variables; it is left out here"
+                            .into(),
+                    );
+                    crlf_warned = true;
+                }
+                r
+            }
+            None => raw,
+        };
         let line = raw.trim_start();
         if line.is_empty() || line.starts_with('#') {
             out.lines.push(Line::Comment(raw.to_string()));
-            if line.starts_with('#') {
-                comments.push(raw.to_string());
-            } else {
-                comments.clear();
-            }
             continue;
+        }
+        if n == last && unterminated {
+            warn(
+                "the last line has no newline: Vixie cron (Debian's) ignores such a line; \
+                 translated anyway"
+                    .into(),
+            );
         }
         if let Some((k, v)) = variable(line) {
+            if k.starts_with("JOBGUARD_") {
+                warn(format!("variable {k} is reserved by jobguard; left out"));
+            } else if !valid_env_name(&k) {
+                warn(format!(
+                    "variable name `{k}` cannot be passed to a command; left out"
+                ));
+            } else if k == "TZ" && !env.contains_key("CRON_TZ") {
+                warn(
+                    "TZ= sets the commands' zone, not the schedule's (Vixie cron, cronie): the \
+                     schedule stays in the host's zone; CRON_TZ= moves it"
+                        .into(),
+                );
+            }
             env.insert(k, v);
             out.lines.push(Line::Variable(raw.to_string()));
-            comments.clear();
             continue;
         }
-        comments.clear();
-        let mut warn = |text: String| out.warnings.push(Warning { line: n, text });
-        match entry(line, table, &env, &mut warn) {
+        match entry(line, table, &env, shared_locks, &mut warn) {
             Ok(Ok(mut job)) => {
                 job.name = unique(std::mem::take(&mut job.name), taken);
                 job.source = raw.to_string();
@@ -575,6 +660,7 @@ fn entry(
     line: &str,
     table: &Table<'_>,
     env: &BTreeMap<String, String>,
+    shared_locks: &BTreeSet<String>,
     warn: &mut dyn FnMut(String),
 ) -> Result<Result<ImportedJob, String>, String> {
     let (first, mut rest) = word(line).ok_or("empty entry")?;
@@ -587,7 +673,8 @@ fn entry(
                     .into(),
             ));
         }
-        CronTime::keyword(first).ok_or_else(|| format!("unknown keyword `{first}`"))?
+        CronTime::keyword(first)
+            .ok_or_else(|| format!("unknown keyword `{first}`; no job written"))?
     } else {
         let mut fields = [first, "", "", "", ""];
         for f in fields.iter_mut().skip(1) {
@@ -606,6 +693,17 @@ fn entry(
     let user = if table.system {
         let (u, r) = word(rest).ok_or("no user field (a system table has one after the time)")?;
         rest = r;
+        if word(rest).is_none() {
+            return Err(format!(
+                "no command after the user field `{u}` (a system table has a user field)"
+            ));
+        }
+        if !valid_user(u) {
+            return Err(format!(
+                "user field `{u}` is not a user name (`user:group` is not supported); no job \
+                 written"
+            ));
+        }
         Some(u.to_string())
     } else {
         table.user.map(str::to_string)
@@ -616,19 +714,18 @@ fn entry(
     }
     let mut notes = Vec::new();
 
-    // The zone: CRON_TZ, else TZ, else the host's.
-    let zone_name = env
-        .get("CRON_TZ")
-        .or_else(|| env.get("TZ"))
-        .filter(|z| !z.is_empty());
-    let zone = match zone_name {
-        Some(z) => Some((
-            z.clone(),
-            TimeZone::get(z)
-                .map_err(|_| format!("time zone `{z}` (CRON_TZ/TZ) is not in the tz database"))?,
-        )),
+    // The zone: CRON_TZ (cronie), else the host's. Its tzdb name as the database spells
+    // it: systemd looks zones up by file name, case and all.
+    let zone = match env.get("CRON_TZ").filter(|z| !z.is_empty()) {
+        Some(z) => {
+            let tz = TimeZone::get(z)
+                .map_err(|_| format!("time zone `{z}` (CRON_TZ) is not in the tz database"))?;
+            let name = tz.iana_name().unwrap_or(z).to_string();
+            Some((name, tz))
+        }
         None => None,
     };
+    let zone_name = zone.as_ref().map(|(z, _)| z);
     let tz = zone
         .as_ref()
         .map(|(_, tz)| tz.clone())
@@ -656,14 +753,47 @@ fn entry(
         warn(text);
     }
     let schedule = time.on_calendar(zone.as_ref().map(|(z, _)| z.as_str()));
+    if never_elapses(&schedule, table.now) {
+        return Ok(Err(
+            "the fields name a date that never comes (such as 30 February): cron never runs \
+             it, and a timer that never elapses is refused; no job written"
+                .into(),
+        ));
+    }
+    if let Some(text) = lone_step(&time_text(line)).filter(|_| !line.starts_with('@')) {
+        notes.push(text.clone());
+        warn(text);
+    }
 
     let shell = env
         .get("SHELL")
         .cloned()
         .unwrap_or_else(|| "/bin/sh".into());
     let (command, stdin) = percent(text);
-    let command = unwrap_flock(&command, &mut notes);
+    let (command, dropped_lock) = match unwrap_flock(&command) {
+        Some((lock, _)) if shared_locks.contains(&lock) => {
+            let text = format!(
+                "the `flock -n {lock}` wrapper stays: other lines take the same lock, and \
+                 jobguard's lock is per job"
+            );
+            notes.push(text.clone());
+            warn(text);
+            (command, None)
+        }
+        Some((lock, inner)) => {
+            notes.push(format!(
+                "the `flock -n {lock}` wrapper is dropped: jobguard takes the job's lock (and \
+                 its lease across hosts)"
+            ));
+            (inner, Some(lock))
+        }
+        None => (command, None),
+    };
     let name = name_of(&command);
+    // cron runs every command as `$SHELL -c`; a plain one runs the same without the
+    // shell, unless the shell is not sh or reads a start-up file (BASH_ENV, ENV).
+    let plain_shell =
+        shell == "/bin/sh" && !env.contains_key("BASH_ENV") && !env.contains_key("ENV");
     let argv = match stdin {
         Some(input) => {
             vec![
@@ -672,11 +802,18 @@ fn entry(
                 format!("printf %s {} | {{ {command}\n}}", sh_quote(&input)),
             ]
         }
-        None if is_plain(&command) => command.split_whitespace().map(str::to_string).collect(),
+        None if plain_shell && is_plain(&command) => {
+            command.split_whitespace().map(str::to_string).collect()
+        }
         None => vec![shell.clone(), "-c".into(), command],
     };
 
-    let mut environment = BTreeMap::new();
+    // cron's own environment (crontab(5)): SHELL=/bin/sh and PATH=/usr/bin:/bin unless the
+    // table sets them (HOME and LOGNAME jobguard sets from the user).
+    let mut environment = BTreeMap::from([
+        ("PATH".to_string(), "/usr/bin:/bin".to_string()),
+        ("SHELL".to_string(), "/bin/sh".to_string()),
+    ]);
     let mut randomized_delay_min = None;
     for (k, v) in env {
         match k.as_str() {
@@ -688,12 +825,7 @@ fn entry(
                     "RANDOM_DELAY=`{v}` is not a number of minutes; left out"
                 )),
             },
-            _ if k.starts_with("JOBGUARD_") => {
-                warn(format!("variable {k} is reserved by jobguard; left out"));
-            }
-            _ if !valid_env_name(k) => {
-                warn(format!("variable name `{k}` cannot be passed; left out"))
-            }
+            _ if k.starts_with("JOBGUARD_") || !valid_env_name(k) => {}
             _ => {
                 environment.insert(k.clone(), v.clone());
             }
@@ -704,6 +836,7 @@ fn entry(
         randomized_delay_min = None;
     }
     Ok(Ok(ImportedJob {
+        dropped_lock,
         name,
         source: String::new(),
         schedule,
@@ -782,64 +915,88 @@ fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
-/// Drops a leading `flock -n LOCK` (util-linux flock(1), non-blocking) from `command`,
-/// with a note; anything else is returned as it is.
-fn unwrap_flock(command: &str, notes: &mut Vec<String>) -> String {
-    let Some((w, mut rest)) = word(command) else {
-        return command.to_string();
-    };
+/// A leading `flock -n LOCK` (util-linux flock(1), non-blocking) of `command`: the lock
+/// file and the command inside. `None` for anything else (a blocking flock waits, which
+/// is another meaning, so it stays).
+fn unwrap_flock(command: &str) -> Option<(String, String)> {
+    let (w, mut rest) = word(command)?;
     if w != "flock" && !w.ends_with("/flock") {
-        return command.to_string();
+        return None;
     }
     let mut nonblock = false;
-    let mut lock = None;
-    while let Some((w, r)) = word(rest) {
+    let lock = loop {
+        let (w, r) = word(rest)?;
+        rest = r;
         match w {
             "-n" | "--nonblock" | "-x" | "-e" | "--exclusive" | "-o" | "--close" => {
                 nonblock |= w == "-n" || w == "--nonblock";
             }
-            "-E" | "--conflict-exit-code" => match word(r) {
-                Some((_, r2)) => {
-                    rest = r2;
-                    continue;
-                }
-                None => return command.to_string(),
-            },
+            "-E" | "--conflict-exit-code" => rest = word(rest)?.1,
             _ if w.starts_with('-')
                 && !w.starts_with("--")
                 && w[1..].chars().all(|c| "nxeo".contains(c)) =>
             {
                 nonblock |= w.contains('n');
             }
-            _ if w.starts_with('-') => return command.to_string(),
-            _ => {
-                lock = Some(w);
-                rest = r;
-                break;
-            }
+            _ if w.starts_with('-') => return None,
+            _ => break w,
         }
-        rest = r;
-    }
-    let Some(lock) = lock else {
-        return command.to_string();
     };
     if !nonblock || !is_plain(lock) {
-        return command.to_string();
+        return None;
     }
     let inner = rest.trim();
-    let inner = match word(inner) {
-        Some(("-c" | "--command", script)) => match shlex::split(script.trim()) {
+    let inner = match word(inner)? {
+        ("-c" | "--command", script) => match shlex::split(script.trim()) {
             Some(words) if words.len() == 1 => words[0].clone(),
-            _ => return command.to_string(),
+            _ => return None,
         },
-        Some(_) => inner.to_string(),
-        None => return command.to_string(),
+        _ => inner.to_string(),
     };
-    notes.push(format!(
-        "the `flock -n {lock}` wrapper is dropped: jobguard takes the job's lock (and its lease \
-         across hosts)"
-    ));
-    inner
+    Some((lock.to_string(), inner))
+}
+
+/// A user name as cron and jobguard take it: no `:`, white space or control characters.
+fn valid_user(u: &str) -> bool {
+    !u.is_empty() && !u.contains(':') && !u.chars().any(|c| c.is_whitespace() || c.is_control())
+}
+
+/// Whether `schedule` never elapses after `now` (a date such as 30 February).
+fn never_elapses(schedule: &[String], now: Timestamp) -> bool {
+    let specs: Vec<_> = schedule
+        .iter()
+        .filter_map(|e| crate::calendar::CalendarSpec::parse(e).ok())
+        .collect();
+    match crate::calendar::Schedule::new(specs) {
+        Ok(s) => s.next_elapse(now).is_none(),
+        Err(_) => false,
+    }
+}
+
+/// The five time fields of an entry line (or its `@` keyword).
+fn time_text(line: &str) -> Vec<String> {
+    line.split_whitespace()
+        .take(5)
+        .map(str::to_string)
+        .collect()
+}
+
+/// A warning for a field written `N/STEP`: cronie (and croniter, systemd-cron) read it as
+/// `N-MAX/STEP`, the original Vixie cron as `N` alone. The import follows cronie.
+fn lone_step(fields: &[String]) -> Option<String> {
+    let f = fields.iter().find(|f| {
+        f.split(',').any(|p| {
+            p.split_once('/').is_some_and(|(r, step)| {
+                !r.is_empty()
+                    && r.chars().all(|c| c.is_ascii_alphanumeric())
+                    && step.parse::<u8>().is_ok()
+            })
+        })
+    })?;
+    Some(format!(
+        "`{f}` is read as cronie reads it (from N to the end of the range, in steps); the \
+         original Vixie cron reads `N/STEP` as N alone"
+    ))
 }
 
 /// Words that say little about what a command does: shells, interpreters and wrappers.
@@ -886,7 +1043,7 @@ pub fn name_of(text: &str) -> String {
         if w.is_empty() {
             continue;
         }
-        if skip_next {
+        if skip_next && !w.starts_with('-') {
             skip_next = false;
             continue;
         }
@@ -904,6 +1061,11 @@ pub fn name_of(text: &str) -> String {
         }
         let base = w.rsplit('/').next().unwrap_or(w);
         let base = base.trim_start_matches('.');
+        if base == "flock" || base == "timeout" {
+            // Their next word that is not an option is a lock file or a duration.
+            skip_next = true;
+            continue;
+        }
         if base.is_empty()
             || WRAPPERS.contains(&base)
             || base.starts_with("python")
@@ -930,7 +1092,9 @@ pub fn name_of(text: &str) -> String {
         if !name.is_empty() {
             let mut n = name;
             n.truncate(56);
-            return n;
+            return n
+                .trim_end_matches(|c: char| !c.is_ascii_alphanumeric())
+                .to_string();
         }
     }
     "job".into()
@@ -946,6 +1110,20 @@ fn unique(name: String, taken: &mut BTreeSet<String>) -> String {
     }
     taken.insert(candidate.clone());
     candidate
+}
+
+/// `s` for a TOML comment: control characters other than tab (which TOML refuses in
+/// comments) written as `\xNN`.
+fn comment_safe(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_control() && c != '\t' {
+                format!("\\x{:02x}", u32::from(c))
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 /// A TOML basic string.
@@ -971,14 +1149,19 @@ pub fn render(tables: &[(String, Import)]) -> String {
                     if c.trim().is_empty() {
                         out.push('\n');
                     } else {
-                        let _ = writeln!(out, "{c}");
+                        let _ = writeln!(out, "{}", comment_safe(c));
                     }
                 }
                 Line::Variable(v) => {
-                    let _ = writeln!(out, "# (crontab) {v}");
+                    let _ = writeln!(out, "# (crontab) {}", comment_safe(v));
                 }
                 Line::Skipped { source, why } => {
-                    let _ = writeln!(out, "# (crontab) {source}\n# no job: {why}");
+                    let _ = writeln!(
+                        out,
+                        "# (crontab) {}\n# no job: {}",
+                        comment_safe(source),
+                        comment_safe(why)
+                    );
                 }
                 Line::Job(job) => render_job(&mut out, job),
             }
@@ -988,9 +1171,9 @@ pub fn render(tables: &[(String, Import)]) -> String {
 }
 
 fn render_job(out: &mut String, job: &ImportedJob) {
-    let _ = writeln!(out, "# (crontab) {}", job.source);
+    let _ = writeln!(out, "# (crontab) {}", comment_safe(&job.source));
     for note in &job.notes {
-        let _ = writeln!(out, "# note: {note}");
+        let _ = writeln!(out, "# note: {}", comment_safe(note));
     }
     let _ = writeln!(out, "[jobs.{}]", toml_key(&job.name));
     match job.schedule.as_slice() {
@@ -1027,6 +1210,7 @@ fn render_job(out: &mut String, job: &ImportedJob) {
             let _ = writeln!(out, "# MAILTO was empty: cron mailed nothing");
         }
         Some(to) => {
+            let to = comment_safe(to);
             let _ = writeln!(
                 out,
                 "on_failure = \"jobguard-mail@%i.service\"   # MAILTO={to}: mails failed runs; cron \
@@ -1145,18 +1329,19 @@ mod tests {
 
     #[test]
     fn flock_wrapper_is_dropped() {
-        let mut n = Vec::new();
+        let inner = |c: &str| unwrap_flock(c).map(|(_, inner)| inner);
         assert_eq!(
-            unwrap_flock("flock -n /tmp/s.lock /usr/bin/php /data/sync.php", &mut n),
-            "/usr/bin/php /data/sync.php"
+            unwrap_flock("flock -n /tmp/s.lock /usr/bin/php /data/sync.php"),
+            Some(("/tmp/s.lock".into(), "/usr/bin/php /data/sync.php".into()))
         );
         assert_eq!(
-            unwrap_flock("/usr/bin/flock -xn /tmp/l -c 'a > /dev/null'", &mut n),
-            "a > /dev/null"
+            inner("/usr/bin/flock -xn /tmp/l -c 'a > /dev/null'").as_deref(),
+            Some("a > /dev/null")
         );
-        assert_eq!(n.len(), 2);
+        assert_eq!(inner("flock -n -E 0 /l cmd").as_deref(), Some("cmd"));
         // Blocking flock stays (it waits; the meaning differs).
-        assert_eq!(unwrap_flock("flock /tmp/l cmd", &mut n), "flock /tmp/l cmd");
+        assert_eq!(inner("flock /tmp/l cmd"), None);
+        assert_eq!(inner("flock -w 10 /tmp/l cmd"), None);
     }
 
     #[test]
@@ -1174,6 +1359,8 @@ mod tests {
             name_of("PATH=/x:$PATH nice -n 5 ./backup.sh > /dev/null 2>&1"),
             "backup"
         );
+        assert_eq!(name_of("flock -n /var/lock/s.lock /usr/bin/g"), "g");
+        assert_eq!(name_of("timeout 5m /usr/bin/sync-orders"), "sync-orders");
         let mut taken = BTreeSet::new();
         assert_eq!(unique("a".into(), &mut taken), "a");
         assert_eq!(unique("a".into(), &mut taken), "a-2");

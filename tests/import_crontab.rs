@@ -565,3 +565,94 @@ RANDOM_DELAY=5
         String::from_utf8_lossy(&check.stderr)
     );
 }
+
+/// Tables as they come from real hosts, with what cron does with each oddity kept or
+/// warned about, and never a silent change.
+#[test]
+fn odd_tables_keep_crons_meaning_or_say_why() {
+    let mut table = Vec::new();
+    table.extend_from_slice(b"TZ=America/New_York\n"); // 1: the command's zone only
+    table.extend_from_slice(b"0 2 * * * root /bin/echo tz\n"); // 2
+    table.extend_from_slice(b"0 14 * * * root flock -n /var/lock/s.lock /bin/echo g\n"); // 3
+    table.extend_from_slice(b"30 14 * * * root flock -n /var/lock/s.lock /bin/echo h\n"); // 4
+    table.extend_from_slice(b"# colour \x1b[0m in a comment\n"); // 5
+    table.extend_from_slice(b"0 0 30 2 * root /bin/true\n"); // 6: never
+    table.extend_from_slice(b"0 1 * * * root /bin/echo \xff\n"); // 7: not UTF-8
+    table.extend_from_slice(b"0 2 * * * www-data:adm /bin/true\n"); // 8
+    table.extend_from_slice(b"CRON_TZ=europe/berlin\n"); // 9
+    table.extend_from_slice(b"SHELL=/bin/bash\n"); // 10
+    table.extend_from_slice(b"0 3 * * * root /bin/echo via-bash\n"); // 11
+    table.extend_from_slice(b"0 4 * * * root /bin/echo last"); // 12: no newline
+    let mut child = Command::new(BIN)
+        .args(["import-crontab", "--system"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(&table).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "lines 7 and 8 cannot be read: {stderr}"
+    );
+    let warned = |line: usize, what: &str| {
+        assert!(
+            stderr.lines().any(
+                |l| l.starts_with(&format!("(standard input):{line}: warning: "))
+                    && l.contains(what)
+            ),
+            "line {line} should warn about {what:?}: {stderr}"
+        )
+    };
+    warned(1, "TZ= sets the commands' zone");
+    warned(3, "wrapper stays");
+    warned(4, "wrapper stays");
+    warned(6, "never comes");
+    warned(7, "not UTF-8");
+    warned(8, "`www-data:adm` is not a user name");
+    warned(12, "no newline");
+    let doc: toml::Table = toml::from_str(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let jobs = doc["jobs"].as_table().unwrap();
+    let tz = jobs["echo"].as_table().unwrap();
+    assert_eq!(
+        tz["schedule"].as_str(),
+        Some("*-*-* 02:00:00"),
+        "TZ= does not move the schedule"
+    );
+    assert_eq!(tz["environment"]["TZ"].as_str(), Some("America/New_York"));
+    assert_eq!(
+        tz["environment"]["PATH"].as_str(),
+        Some("/usr/bin:/bin"),
+        "cron's default PATH"
+    );
+    assert_eq!(
+        jobs["echo-2"]["command"][0].as_str(),
+        Some("flock"),
+        "a shared lock stays"
+    );
+    assert_eq!(jobs["echo-3"]["command"][0].as_str(), Some("flock"));
+    assert!(
+        text.contains("# colour \\x1b[0m in a comment"),
+        "control characters are escaped"
+    );
+    let bash = jobs["echo-4"].as_table().unwrap();
+    assert_eq!(
+        bash["schedule"].as_str(),
+        Some("*-*-* 03:00:00 Europe/Berlin"),
+        "the tzdb's spelling"
+    );
+    assert_eq!(
+        bash["command"],
+        toml::Value::from(vec!["/bin/bash", "-c", "/bin/echo via-bash"]),
+        "SHELL= is kept"
+    );
+    assert!(
+        jobs.contains_key("echo-5"),
+        "the unterminated line is translated"
+    );
+    assert_eq!(jobs.len(), 5, "{text}");
+}

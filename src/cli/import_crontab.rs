@@ -33,19 +33,16 @@ pub fn run(args: &ImportCrontabArgs) -> u8 {
     };
     for path in files {
         let (origin, text) = if path.as_os_str() == "-" {
-            let mut s = String::new();
-            if let Err(e) = std::io::stdin().read_to_string(&mut s) {
+            let mut b = Vec::new();
+            if let Err(e) = std::io::stdin().read_to_end(&mut b) {
                 eprintln!("jobguard: standard input: {e}");
                 status = exit::FAILURE;
                 continue;
             }
-            ("(standard input)".to_string(), s)
+            ("(standard input)".to_string(), b)
         } else {
             match std::fs::read(path) {
-                Ok(b) => (
-                    path.display().to_string(),
-                    String::from_utf8_lossy(&b).into_owned(),
-                ),
+                Ok(b) => (path.display().to_string(), b),
                 Err(e) => {
                     eprintln!("jobguard: {}: {e}", path.display());
                     status = exit::FAILURE;
@@ -57,6 +54,12 @@ pub fn run(args: &ImportCrontabArgs) -> u8 {
         let system =
             args.system || (args.user.is_none() && spool_user.is_none() && is_system_table(path));
         let user = args.user.as_deref().or(spool_user.as_deref());
+        if let Some(u) =
+            user.filter(|u| u.is_empty() || u.contains(':') || u.contains(char::is_whitespace))
+        {
+            eprintln!("jobguard: {origin}: `{u}` is not a user name");
+            return exit::USAGE;
+        }
         if !system && user.is_none() {
             eprintln!(
                 "jobguard: {origin}: read as a user's table with no --user: the jobs run as root \
