@@ -508,10 +508,10 @@ pub fn import(bytes: &[u8], table: &Table<'_>, taken: &mut BTreeSet<String>) -> 
     let first = import_with(bytes, table, &mut probe, &BTreeSet::new());
     let mut count: BTreeMap<&str, usize> = BTreeMap::new();
     for line in &first.lines {
-        if let Line::Job(job) = line {
-            if let Some(lock) = &job.dropped_lock {
-                *count.entry(lock).or_default() += 1;
-            }
+        if let Line::Job(job) = line
+            && let Some(lock) = &job.dropped_lock
+        {
+            *count.entry(lock).or_default() += 1;
         }
     }
     let shared: BTreeSet<String> = count
