@@ -748,7 +748,8 @@ fn insert_run(conn: &Connection, run: &Run) -> Result<(), Fail> {
 /// look for every unsettled attempt of a job). Without it the read walks all of a job's
 /// records: at 10,000 records per job, `status` over 100 jobs took 11 times as long
 /// (`benches/ledger-scale.sh`).
-const EXTRA_INDEXES: &str = "CREATE INDEX IF NOT EXISTS jobguard_run_outcome ON jobguard_run (job, outcome);";
+const EXTRA_INDEXES: &str =
+    "CREATE INDEX IF NOT EXISTS jobguard_run_outcome ON jobguard_run (job, outcome);";
 
 impl SqliteStore {
     /// Creates [`EXTRA_INDEXES`] when missing; a store this process cannot write (a
