@@ -35,8 +35,8 @@
 //!
 //! - `JOBGUARD_SOAK_SEED=N`: the fault schedule and the failing slots (printed first);
 //! - `JOBGUARD_SOAK_SECS=N`: the whole soak, quiet tail included (default 390);
-//! - `JOBGUARD_SOAK_STORE=sqlite|postgres|mysql|redis` (default postgres; sqlite = one
-//!   host);
+//! - `JOBGUARD_SOAK_STORE=NAME`, a name in [`ENGINES`] (`postgres`, the default, `sqlite`,
+//!   one host, `mysql`, `redis`, `etcd`, `zookeeper`);
 //! - `JOBGUARD_SOAK_KEEP=1` keeps the ground-truth table (a failed soak always does).
 //!
 //! A failed soak keeps each host's journal in the temporary directory, and prints for each
@@ -144,57 +144,299 @@ impl Rng {
 // The private store server and the proxies.
 // ---------------------------------------------------------------------------------------
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum StoreKind {
-    Sqlite,
-    Postgres,
-    Mysql,
-    Redis,
-    /// etcd (needs the cargo feature `store-etcd`: `cargo test --release --features
-    /// store-etcd --test soak`).
-    Etcd,
-    /// ZooKeeper (needs the cargo feature `store-zookeeper`, and Debian's `zookeeper`).
-    ZooKeeper,
+/// Makes the command that runs a private server in the foreground.
+type ServerCommand = fn(&Server) -> Result<Command, String>;
+
+/// A kind of store the soak runs on, with everything about its private server: one entry
+/// of [`ENGINES`] each.
+struct Engine {
+    /// Its name, in messages and as `JOBGUARD_SOAK_STORE`'s value.
+    name: &'static str,
+    /// Other values of `JOBGUARD_SOAK_STORE` that choose it.
+    aliases: &'static [&'static str],
+    /// Programs its server needs on `PATH`, besides the soak's own.
+    programs: &'static [&'static str],
+    /// Anything else it needs that is missing here, checked before the soak begins.
+    missing: fn() -> Option<String>,
+    /// Prepares the server's directory before its first start; the second argument is
+    /// its data directory (not yet made).
+    prepare: fn(&mut Server, &Path) -> Result<(), String>,
+    /// The command that runs the server in the foreground on its directory and port;
+    /// `None` for a store in a file on the one host (SQLite): then there is no server and
+    /// no proxy, one host, its file in a tmpfs of this machine, and a full disk among the
+    /// faults instead of the server's and the hosts' clocks.
+    command: Option<ServerCommand>,
+    /// Runs once the server first answers (MariaDB: creates the database `soak`).
+    started: fn(&Server) -> Result<(), String>,
+    /// Whether the server answers a query.
+    answers: fn(&Server) -> bool,
+    /// The store's address through a proxy listening on 127.0.0.1 at the port given.
+    address: fn(u16) -> String,
+    /// Whether its store reads "now" from the host's clock (etcd has no clock a client
+    /// can read): then a host's clock is not faulted, as nothing could tell it is wrong.
+    host_clock: bool,
+    /// The signal for a clean shutdown (PostgreSQL's fast shutdown is SIGINT).
+    stop_signal: Signal,
+    /// The signal that ends it when the soak is over (PostgreSQL's immediate shutdown,
+    /// SIGQUIT, removes its shared memory), SIGKILL after 10 s.
+    kill_signal: Signal,
 }
 
-impl StoreKind {
-    fn from_env() -> StoreKind {
-        match std::env::var("JOBGUARD_SOAK_STORE").as_deref() {
-            Ok("sqlite") => StoreKind::Sqlite,
-            Ok("mysql") | Ok("mariadb") => StoreKind::Mysql,
-            Ok("redis") => StoreKind::Redis,
-            Ok("etcd") => StoreKind::Etcd,
-            Ok("zookeeper") => StoreKind::ZooKeeper,
-            Ok("postgres") | Ok("postgresql") | Ok("") | Err(_) => StoreKind::Postgres,
-            Ok(other) => {
-                panic!(
-                    "JOBGUARD_SOAK_STORE={other}: sqlite, postgres, mysql, redis, etcd or zookeeper"
-                )
+/// Every kind of store the soak runs on; the first is the default.
+static ENGINES: &[Engine] = &[
+    Engine {
+        name: "postgres",
+        aliases: &["postgresql", ""],
+        programs: &["setpriv"],
+        missing: || {
+            postgres_bin()
+                .is_none()
+                .then(|| "no PostgreSQL server under /usr/lib/postgresql".into())
+        },
+        prepare: |server, data| {
+            let user = nix::unistd::User::from_name("postgres")
+                .map_err(|e| e.to_string())?
+                .ok_or("no user postgres to run PostgreSQL as")?;
+            let ids = (user.uid.as_raw(), user.gid.as_raw());
+            std::os::unix::fs::chown(server.dir.path(), Some(ids.0), Some(ids.1))
+                .map_err(|e| e.to_string())?;
+            server.user = Some(ids);
+            let bin = postgres_bin().ok_or("no PostgreSQL under /usr/lib/postgresql")?;
+            run_ok(server.as_user(&bin.join("initdb")).args([
+                "-D",
+                &data.display().to_string(),
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--locale=C",
+                "--no-sync",
+            ]))?;
+            Ok(())
+        },
+        command: Some(|server| {
+            let dir = server.dir.path();
+            let bin = postgres_bin().ok_or("no PostgreSQL")?;
+            let mut c = server.as_user(&bin.join("postgres"));
+            c.arg("-D")
+                .arg(dir.join("data"))
+                .args(["-p", &server.port.to_string(), "-k"])
+                .arg(dir);
+            for setting in [
+                "listen_addresses=127.0.0.1",
+                "fsync=off",
+                "max_connections=300",
+                "ssl=off",
+            ] {
+                c.args(["-c", setting]);
             }
-        }
+            Ok(c)
+        }),
+        started: |_| Ok(()),
+        answers: |server| {
+            output_ok(
+                Command::new("psql")
+                    .arg(format!(
+                        "host=127.0.0.1 port={} user=postgres dbname=postgres connect_timeout=2",
+                        server.port
+                    ))
+                    .args(["-XAtqc", "SELECT 1"]),
+            )
+        },
+        address: |port| format!("postgres://postgres@127.0.0.1:{port}/postgres?sslmode=disable"),
+        host_clock: false,
+        stop_signal: Signal::SIGINT,
+        kill_signal: Signal::SIGQUIT,
+    },
+    Engine {
+        name: "sqlite",
+        aliases: &[],
+        programs: &[],
+        missing: || None,
+        prepare: |_, _| Ok(()),
+        command: None,
+        started: |_| Ok(()),
+        answers: |_| true,
+        address: |_| format!("sqlite://{SQLITE_DIR}/soak.db"),
+        host_clock: true,
+        stop_signal: Signal::SIGTERM,
+        kill_signal: Signal::SIGKILL,
+    },
+    Engine {
+        name: "mysql",
+        aliases: &["mariadb"],
+        programs: &["mariadb-install-db", "mariadbd", "mariadb"],
+        missing: || None,
+        prepare: |_, data| {
+            run_ok(
+                Command::new("mariadb-install-db")
+                    .arg("--no-defaults")
+                    .arg(format!("--datadir={}", data.display()))
+                    .args([
+                        "--user=root",
+                        "--auth-root-authentication-method=normal",
+                        "--skip-test-db",
+                    ]),
+            )?;
+            Ok(())
+        },
+        command: Some(|server| {
+            let dir = server.dir.path();
+            let mut c = Command::new("mariadbd");
+            c.arg("--no-defaults")
+                .arg("--user=root")
+                .arg(format!("--datadir={}", dir.join("data").display()))
+                .arg(format!("--socket={}", dir.join("mariadb.sock").display()))
+                .arg(format!("--port={}", server.port))
+                .args([
+                    "--bind-address=127.0.0.1",
+                    "--skip-log-bin",
+                    "--innodb-buffer-pool-size=16M",
+                    "--max-connections=500",
+                ]);
+            Ok(c)
+        }),
+        started: |server| {
+            run_ok(
+                server
+                    .mariadb()
+                    .args(["-e", "CREATE DATABASE IF NOT EXISTS soak"]),
+            )?;
+            Ok(())
+        },
+        answers: |server| output_ok(server.mariadb().args(["-e", "SELECT 1"])),
+        address: |port| format!("mysql://root@127.0.0.1:{port}/soak"),
+        host_clock: false,
+        stop_signal: Signal::SIGTERM,
+        kill_signal: Signal::SIGKILL,
+    },
+    Engine {
+        name: "redis",
+        aliases: &[],
+        programs: &["redis-server", "redis-cli"],
+        missing: || None,
+        prepare: |_, _| Ok(()),
+        command: Some(|server| {
+            let mut c = Command::new("redis-server");
+            c.args(["--port", &server.port.to_string(), "--bind", "127.0.0.1"])
+                .arg("--dir")
+                .arg(server.dir.path())
+                // A restart keeps leases and records (the README asks for AOF).
+                .args(["--appendonly", "yes", "--appendfsync", "always"])
+                .args(["--save", "", "--daemonize", "no"]);
+            Ok(c)
+        }),
+        started: |_| Ok(()),
+        answers: |server| {
+            output_ok(Command::new("redis-cli").args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &server.port.to_string(),
+                "PING",
+            ]))
+        },
+        address: |port| format!("redis://127.0.0.1:{port}/0?prefix=soak:"),
+        host_clock: false,
+        stop_signal: Signal::SIGTERM,
+        kill_signal: Signal::SIGKILL,
+    },
+    // etcd needs the cargo feature `store-etcd`: `cargo test --release --features
+    // store-etcd --test soak`.
+    Engine {
+        name: "etcd",
+        aliases: &[],
+        programs: &["etcd", "etcdctl"],
+        missing: || None,
+        prepare: |_, _| Ok(()),
+        command: Some(|server| {
+            let client = format!("http://127.0.0.1:{}", server.port);
+            let peer = format!("http://127.0.0.1:{}", server.peer_port);
+            let mut c = Command::new("etcd");
+            c.args(["--name", "soak", "--data-dir"])
+                .arg(server.dir.path().join("data"))
+                .args(["--listen-client-urls", &client])
+                .args(["--advertise-client-urls", &client])
+                .args(["--listen-peer-urls", &peer])
+                .args(["--initial-advertise-peer-urls", &peer])
+                .args(["--initial-cluster", &format!("soak={peer}")]);
+            Ok(c)
+        }),
+        started: |_| Ok(()),
+        answers: |server| {
+            output_ok(
+                Command::new("etcdctl")
+                    .env("ETCDCTL_API", "3")
+                    .args(["--endpoints", &format!("http://127.0.0.1:{}", server.port)])
+                    // `endpoint health` answers on stderr; `endpoint status` on stdout.
+                    .args(["endpoint", "status"]),
+            )
+        },
+        address: |port| format!("etcd://127.0.0.1:{port}?prefix=soak/"),
+        host_clock: true,
+        stop_signal: Signal::SIGTERM,
+        kill_signal: Signal::SIGKILL,
+    },
+    // ZooKeeper needs the cargo feature `store-zookeeper`, and Debian's `zookeeper`.
+    Engine {
+        name: "zookeeper",
+        aliases: &[],
+        programs: &["java"],
+        missing: || None,
+        prepare: |server, data| {
+            std::fs::create_dir_all(data).map_err(|e| e.to_string())?;
+            let config = format!(
+                "tickTime=2000\ndataDir={}\nclientPort={}\nclientPortAddress=127.0.0.1\n\
+                 admin.enableServer=false\n4lw.commands.whitelist=ruok\nmaxClientCnxns=0\n",
+                data.display(),
+                server.port
+            );
+            std::fs::write(server.dir.path().join("zoo.cfg"), config).map_err(|e| e.to_string())
+        },
+        command: Some(|server| {
+            let dir = server.dir.path();
+            let mut c = Command::new("java");
+            c.arg("-Xmx256m")
+                .arg(format!("-Dzookeeper.log.dir={}", dir.display()))
+                .args(["-cp", "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar"])
+                .arg("org.apache.zookeeper.server.ZooKeeperServerMain")
+                .arg(dir.join("zoo.cfg"));
+            Ok(c)
+        }),
+        started: |_| Ok(()),
+        answers: |server| zk_answers(server.port),
+        address: |port| format!("zookeeper://127.0.0.1:{port}/soak"),
+        host_clock: false,
+        stop_signal: Signal::SIGTERM,
+        kill_signal: Signal::SIGKILL,
+    },
+];
+
+impl Engine {
+    /// The engine `JOBGUARD_SOAK_STORE` names (PostgreSQL when it is not set).
+    fn from_env() -> &'static Engine {
+        let chosen = std::env::var("JOBGUARD_SOAK_STORE").unwrap_or_default();
+        ENGINES
+            .iter()
+            .find(|e| e.name == chosen || e.aliases.contains(&chosen.as_str()))
+            .unwrap_or_else(|| {
+                let names: Vec<&str> = ENGINES.iter().map(|e| e.name).collect();
+                panic!("JOBGUARD_SOAK_STORE={chosen}: one of {}", names.join(", "))
+            })
     }
 
-    fn name(self) -> &'static str {
-        match self {
-            StoreKind::Sqlite => "sqlite",
-            StoreKind::Postgres => "postgres",
-            StoreKind::Mysql => "mysql",
-            StoreKind::Redis => "redis",
-            StoreKind::Etcd => "etcd",
-            StoreKind::ZooKeeper => "zookeeper",
-        }
+    /// Whether its store is a file on the one host (SQLite): no server, no proxy.
+    fn embedded(&self) -> bool {
+        self.command.is_none()
     }
+}
 
-    fn programs(self) -> &'static [&'static str] {
-        match self {
-            StoreKind::Sqlite => &[],
-            StoreKind::Postgres => &["setpriv"],
-            StoreKind::Mysql => &["mariadb-install-db", "mariadbd", "mariadb"],
-            StoreKind::Redis => &["redis-server", "redis-cli"],
-            StoreKind::Etcd => &["etcd", "etcdctl"],
-            StoreKind::ZooKeeper => &["java"],
-        }
-    }
+/// Whether `cmd` ran, exited 0 and wrote something to its standard output.
+fn output_ok(cmd: &mut Command) -> bool {
+    cmd.output()
+        .is_ok_and(|o| o.status.success() && !String::from_utf8_lossy(&o.stdout).is_empty())
 }
 
 /// Whether a ZooKeeper server on `port` answers its `ruok` with `imok`.
@@ -245,7 +487,7 @@ fn run_ok(cmd: &mut Command) -> Result<String, String> {
 /// A store server of the soak's own on a free port, in a process group of its own so that
 /// freezing it freezes every backend. Dropping it kills it and removes its directory.
 struct Server {
-    kind: StoreKind,
+    kind: &'static Engine,
     dir: tempfile::TempDir,
     port: u16,
     /// etcd's peer port (a single-member cluster still listens for peers).
@@ -256,9 +498,9 @@ struct Server {
 }
 
 impl Server {
-    fn start(kind: StoreKind) -> Result<Server, String> {
+    fn start(kind: &'static Engine) -> Result<Server, String> {
         let dir = tempfile::Builder::new()
-            .prefix(&format!("jobguard-soak-{}-", kind.name()))
+            .prefix(&format!("jobguard-soak-{}-", kind.name))
             .tempdir()
             .map_err(|e| e.to_string())?;
         let mut server = Server {
@@ -269,64 +511,13 @@ impl Server {
             child: None,
             user: None,
         };
+        if kind.embedded() {
+            return Ok(server);
+        }
         let data = server.dir.path().join("data");
-        match kind {
-            StoreKind::Sqlite => return Ok(server),
-            StoreKind::Postgres => {
-                let user = nix::unistd::User::from_name("postgres")
-                    .map_err(|e| e.to_string())?
-                    .ok_or("no user postgres to run PostgreSQL as")?;
-                let ids = (user.uid.as_raw(), user.gid.as_raw());
-                std::os::unix::fs::chown(server.dir.path(), Some(ids.0), Some(ids.1))
-                    .map_err(|e| e.to_string())?;
-                server.user = Some(ids);
-                let bin = postgres_bin().ok_or("no PostgreSQL under /usr/lib/postgresql")?;
-                run_ok(server.as_user(&bin.join("initdb")).args([
-                    "-D",
-                    &data.display().to_string(),
-                    "-U",
-                    "postgres",
-                    "-A",
-                    "trust",
-                    "-E",
-                    "UTF8",
-                    "--locale=C",
-                    "--no-sync",
-                ]))?;
-            }
-            StoreKind::Mysql => {
-                run_ok(
-                    Command::new("mariadb-install-db")
-                        .arg("--no-defaults")
-                        .arg(format!("--datadir={}", data.display()))
-                        .args([
-                            "--user=root",
-                            "--auth-root-authentication-method=normal",
-                            "--skip-test-db",
-                        ]),
-                )?;
-            }
-            StoreKind::Redis | StoreKind::Etcd => {}
-            StoreKind::ZooKeeper => {
-                std::fs::create_dir_all(&data).map_err(|e| e.to_string())?;
-                let config = format!(
-                    "tickTime=2000\ndataDir={}\nclientPort={}\nclientPortAddress=127.0.0.1\n\
-                     admin.enableServer=false\n4lw.commands.whitelist=ruok\nmaxClientCnxns=0\n",
-                    data.display(),
-                    server.port
-                );
-                std::fs::write(server.dir.path().join("zoo.cfg"), config)
-                    .map_err(|e| e.to_string())?;
-            }
-        }
+        (kind.prepare)(&mut server, &data)?;
         server.spawn()?;
-        if kind == StoreKind::Mysql {
-            run_ok(
-                server
-                    .mariadb()
-                    .args(["-e", "CREATE DATABASE IF NOT EXISTS soak"]),
-            )?;
-        }
+        (kind.started)(&server)?;
         Ok(server)
     }
 
@@ -353,71 +544,10 @@ impl Server {
     /// Starts the server on its directory and port and waits until it answers.
     fn spawn(&mut self) -> Result<(), String> {
         let dir = self.dir.path().to_path_buf();
-        let data = dir.join("data");
-        let port = self.port.to_string();
-        let mut cmd = match self.kind {
-            StoreKind::Sqlite => return Ok(()),
-            StoreKind::Postgres => {
-                let bin = postgres_bin().ok_or("no PostgreSQL")?;
-                let mut c = self.as_user(&bin.join("postgres"));
-                c.arg("-D").arg(&data).args(["-p", &port, "-k"]).arg(&dir);
-                for setting in [
-                    "listen_addresses=127.0.0.1",
-                    "fsync=off",
-                    "max_connections=300",
-                    "ssl=off",
-                ] {
-                    c.args(["-c", setting]);
-                }
-                c
-            }
-            StoreKind::Mysql => {
-                let mut c = Command::new("mariadbd");
-                c.arg("--no-defaults")
-                    .arg("--user=root")
-                    .arg(format!("--datadir={}", data.display()))
-                    .arg(format!("--socket={}", dir.join("mariadb.sock").display()))
-                    .arg(format!("--port={port}"))
-                    .args([
-                        "--bind-address=127.0.0.1",
-                        "--skip-log-bin",
-                        "--innodb-buffer-pool-size=16M",
-                        "--max-connections=500",
-                    ]);
-                c
-            }
-            StoreKind::Redis => {
-                let mut c = Command::new("redis-server");
-                c.args(["--port", &port, "--bind", "127.0.0.1", "--dir"])
-                    .arg(&dir)
-                    // A restart keeps leases and records (the README asks for AOF).
-                    .args(["--appendonly", "yes", "--appendfsync", "always"])
-                    .args(["--save", "", "--daemonize", "no"]);
-                c
-            }
-            StoreKind::Etcd => {
-                let client = format!("http://127.0.0.1:{port}");
-                let peer = format!("http://127.0.0.1:{}", self.peer_port);
-                let mut c = Command::new("etcd");
-                c.args(["--name", "soak", "--data-dir"])
-                    .arg(&data)
-                    .args(["--listen-client-urls", &client])
-                    .args(["--advertise-client-urls", &client])
-                    .args(["--listen-peer-urls", &peer])
-                    .args(["--initial-advertise-peer-urls", &peer])
-                    .args(["--initial-cluster", &format!("soak={peer}")]);
-                c
-            }
-            StoreKind::ZooKeeper => {
-                let mut c = Command::new("java");
-                c.arg("-Xmx256m")
-                    .arg(format!("-Dzookeeper.log.dir={}", dir.display()))
-                    .args(["-cp", "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar"])
-                    .arg("org.apache.zookeeper.server.ZooKeeperServerMain")
-                    .arg(dir.join("zoo.cfg"));
-                c
-            }
+        let Some(command) = self.kind.command else {
+            return Ok(());
         };
+        let mut cmd = command(self)?;
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -430,7 +560,7 @@ impl Server {
             .process_group(0);
         self.child = Some(cmd.spawn().map_err(|e| format!("{cmd:?}: {e}"))?);
         common::wait_for(
-            &format!("the private {} server", self.kind.name()),
+            &format!("the private {} server", self.kind.name),
             Duration::from_secs(60),
             Duration::from_millis(100),
             || Ok(self.answers().then_some(())),
@@ -442,44 +572,12 @@ impl Server {
     }
 
     fn answers(&self) -> bool {
-        let port = self.port.to_string();
-        let out = match self.kind {
-            StoreKind::Sqlite => return true,
-            StoreKind::Postgres => Command::new("psql")
-                .arg(format!(
-                    "host=127.0.0.1 port={port} user=postgres dbname=postgres connect_timeout=2"
-                ))
-                .args(["-XAtqc", "SELECT 1"])
-                .output(),
-            StoreKind::Mysql => self.mariadb().args(["-e", "SELECT 1"]).output(),
-            StoreKind::Redis => Command::new("redis-cli")
-                .args(["-h", "127.0.0.1", "-p", &port, "PING"])
-                .output(),
-            StoreKind::Etcd => Command::new("etcdctl")
-                .env("ETCDCTL_API", "3")
-                .args(["--endpoints", &format!("http://127.0.0.1:{port}")])
-                // `endpoint health` answers on stderr; `endpoint status` on stdout.
-                .args(["endpoint", "status"])
-                .output(),
-            StoreKind::ZooKeeper => {
-                return zk_answers(self.port);
-            }
-        };
-        out.is_ok_and(|o| o.status.success() && !String::from_utf8_lossy(&o.stdout).is_empty())
+        (self.kind.answers)(self)
     }
 
     /// The store address through a proxy listening on `port`.
     fn address(&self, port: u16) -> String {
-        match self.kind {
-            StoreKind::Sqlite => format!("sqlite://{SQLITE_DIR}/soak.db"),
-            StoreKind::Postgres => {
-                format!("postgres://postgres@127.0.0.1:{port}/postgres?sslmode=disable")
-            }
-            StoreKind::Mysql => format!("mysql://root@127.0.0.1:{port}/soak"),
-            StoreKind::Redis => format!("redis://127.0.0.1:{port}/0?prefix=soak:"),
-            StoreKind::Etcd => format!("etcd://127.0.0.1:{port}?prefix=soak/"),
-            StoreKind::ZooKeeper => format!("zookeeper://127.0.0.1:{port}/soak"),
-        }
+        (self.kind.address)(port)
     }
 
     fn pid(&self) -> Option<Pid> {
@@ -490,12 +588,7 @@ impl Server {
     fn stop(&mut self) {
         let Some(pid) = self.pid() else { return };
         let _ = killpg(pid, Signal::SIGCONT);
-        let sig = if self.kind == StoreKind::Postgres {
-            Signal::SIGINT
-        } else {
-            Signal::SIGTERM
-        };
-        let _ = kill(pid, sig);
+        let _ = kill(pid, self.kind.stop_signal);
         let deadline = Instant::now() + Duration::from_secs(30);
         if let Some(mut child) = self.child.take() {
             while Instant::now() < deadline {
@@ -528,13 +621,7 @@ impl Drop for Server {
     fn drop(&mut self) {
         if let Some(pid) = self.pid() {
             let _ = killpg(pid, Signal::SIGCONT);
-            // SIGQUIT: PostgreSQL's immediate shutdown, which removes its shared memory.
-            let quit = if self.kind == StoreKind::Postgres {
-                Signal::SIGQUIT
-            } else {
-                Signal::SIGKILL
-            };
-            let _ = kill(pid, quit);
+            let _ = kill(pid, self.kind.kill_signal);
             if let Some(mut child) = self.child.take() {
                 let deadline = Instant::now() + Duration::from_secs(10);
                 while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
@@ -918,7 +1005,7 @@ struct JobLife {
 }
 
 struct Soak {
-    kind: StoreKind,
+    kind: &'static Engine,
     seed: u64,
     rng: Rng,
     t0: Instant,
@@ -1232,9 +1319,9 @@ impl Soak {
 
 /// What the soak needs besides a booted container (whose absence skips it, as in the other
 /// container tests): `.ci/run` installs these, so a missing one fails the soak.
-fn missing_tools(kind: StoreKind) -> Option<String> {
+fn missing_tools(kind: &Engine) -> Option<String> {
     let mut tools = vec!["socat", "psql", "faketime", "pgrep"];
-    tools.extend(kind.programs());
+    tools.extend(kind.programs);
     for tool in tools {
         let found = Command::new("sh")
             .args(["-c", &format!("command -v {tool}")])
@@ -1248,8 +1335,8 @@ fn missing_tools(kind: StoreKind) -> Option<String> {
             "{FAKETIME_LIB} is missing (apt-get install faketime)"
         ));
     }
-    if kind == StoreKind::Postgres && postgres_bin().is_none() {
-        return Some("no PostgreSQL server under /usr/lib/postgresql".into());
+    if let Some(why) = (kind.missing)() {
+        return Some(why);
     }
     common::psql("test", "SELECT 1")
         .err()
@@ -1259,7 +1346,7 @@ fn missing_tools(kind: StoreKind) -> Option<String> {
 #[test]
 fn every_slot_runs_once_under_faults() {
     let test = "every_slot_runs_once_under_faults";
-    let kind = StoreKind::from_env();
+    let kind = Engine::from_env();
     if !common::go_on(test, container::prerequisites()) {
         return;
     }
@@ -1274,14 +1361,14 @@ fn every_slot_runs_once_under_faults() {
         .ok()
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(390);
-    let n_hosts = if kind == StoreKind::Sqlite { 1 } else { 3 };
+    let n_hosts = if kind.embedded() { 1 } else { 3 };
     say(&format!(
         "\nsoak: seed {seed} (JOBGUARD_SOAK_SEED={seed} JOBGUARD_SOAK_STORE={} \
          JOBGUARD_SOAK_SECS={secs} reproduces it), {n_hosts} host(s)",
-        kind.name()
+        kind.name
     ));
     let truth = Truth::create();
-    let tmpfs = (kind == StoreKind::Sqlite).then(|| Tmpfs::mount("48m"));
+    let tmpfs = kind.embedded().then(|| Tmpfs::mount("48m"));
     let server = Server::start(kind).expect("the private store server");
     let jobs: Vec<JobLife> = base_jobs()
         .into_iter()
@@ -1316,7 +1403,7 @@ fn every_slot_runs_once_under_faults() {
     let list = soak.job_list();
     let script = truth.script(seed);
     for i in 0..n_hosts {
-        let (address, proxy) = if kind == StoreKind::Sqlite {
+        let (address, proxy) = if kind.embedded() {
             (soak.server.address(0), None)
         } else {
             let p = Proxy::start(soak.server.port);
@@ -1354,7 +1441,7 @@ fn every_slot_runs_once_under_faults() {
     soak.note(format!(
         "{} host(s) up on the {} store; faults for {} s, then {TAIL_SECS} s quiet",
         n_hosts,
-        kind.name(),
+        kind.name,
         secs.saturating_sub(TAIL_SECS)
     ));
 
@@ -1369,12 +1456,7 @@ fn every_slot_runs_once_under_faults() {
         "kill-job",
         "stop-job",
     ];
-    if kind == StoreKind::Etcd {
-        // etcd has no clock to compare a host's with (its store reads the host's clock):
-        // a host whose clock is wrong runs the slots its clock gives, as cron would, so
-        // the soak keeps the hosts' clocks right and faults the rest.
-        kinds.extend(["store-stop", "store-freeze", "host-cutoff"]);
-    } else if kind == StoreKind::Sqlite {
+    if kind.embedded() {
         // One host whose clock is the store's too: nothing can tell that clock is wrong,
         // and jobguard follows it as cron would. Offsetting the shims alone (not the
         // timers) made slots run ten minutes early and left the elapses before them
@@ -1383,6 +1465,11 @@ fn every_slot_runs_once_under_faults() {
         // next attempt's start (an overlap in `audit` that the commands never had). The
         // other stores' soaks (three hosts, the server's clock) test host clocks.
         kinds.push("disk-full");
+    } else if kind.host_clock {
+        // etcd has no clock to compare a host's with (its store reads the host's clock):
+        // a host whose clock is wrong runs the slots its clock gives, as cron would, so
+        // the soak keeps the hosts' clocks right and faults the rest.
+        kinds.extend(["store-stop", "store-freeze", "host-cutoff"]);
     } else {
         kinds.extend([
             "clock-within",
@@ -1430,7 +1517,7 @@ fn every_slot_runs_once_under_faults() {
         }
         panic!(
             "soak seed {seed} ({} store): {} violation(s):\n{text}\nfaults:\n{}",
-            kind.name(),
+            kind.name,
             report.violations.len(),
             soak.log.join("\n")
         );
@@ -1935,7 +2022,7 @@ fn check(soak: &Soak, truth: &Truth, begin: i64, last: i64) -> Report {
         t,
         "\n=== soak: seed {} store {} hosts {} ===",
         soak.seed,
-        soak.kind.name(),
+        soak.kind.name,
         soak.hosts.len()
     );
     let _ = writeln!(t, "{:<16} {:>6}", "fault", "count");

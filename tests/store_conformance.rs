@@ -63,246 +63,201 @@ mod sqlite {
     crate::common::conformance::conformance_suite!(sqlite_env);
 }
 
-/// The shared stores: the same suite on the real servers (a namespace per case), plus the
-/// cases only they have: the server's clock, and outages at start and during a run.
+/// The shared stores (`common::remote::SERVERS`): the same suite on each real server (a
+/// namespace per case), plus the cases every shared store has: outages at start and during
+/// a run, the password masked, and (where the server's clock judges leases) that clock.
+/// Then [`one_store_only!`] adds the cases of that store alone.
 #[allow(unused_macros)]
 macro_rules! remote_store {
-    ($module:ident, $kind:expr) => {
+    ($module:ident $judge:ident) => {
         mod $module {
-            use crate::common::remote::{self, Kind};
+            use crate::common::remote::{self, Server};
+
+            fn server() -> &'static Server {
+                remote::server(stringify!($module))
+            }
 
             fn fresh(case: &str) -> Option<Box<dyn crate::common::conformance::Env>> {
-                remote::env($kind, &format!("{}::{case}", stringify!($module)))
+                remote::env(server(), &format!("{}::{case}", stringify!($module)))
             }
             crate::common::conformance::conformance_suite!(optional fresh);
 
             #[test]
-            fn server_clock_judges_with_a_skewed_host_clock() {
-                remote::server_clock_judges($kind, concat!(stringify!($module), "::server_clock"));
-            }
-
-            #[test]
-            fn a_store_of_schema_1_is_migrated_by_the_first_claim() {
-                remote::upgrade_from_schema_1($kind, concat!(stringify!($module), "::upgrade"));
-            }
-
-            #[test]
-            fn hosts_starting_together_on_a_store_of_schema_1_all_claim() {
-                remote::concurrent_upgrade_from_schema_1(
-                    $kind,
-                    concat!(stringify!($module), "::concurrent_upgrade"),
-                );
-            }
-
-            #[test]
             fn store_down_at_start_is_unavailable() {
-                remote::outage_at_start($kind);
+                remote::outage_at_start(server());
             }
 
             #[test]
             fn store_cut_off_during_a_run_is_unavailable_then_recovers() {
-                remote::outage_during_run($kind, concat!(stringify!($module), "::outage"));
+                remote::outage_during_run(server(), concat!(stringify!($module), "::outage"));
             }
 
             #[test]
             fn describe_masks_the_password() {
-                let s = jobguard::store::open(&match $kind {
-                    Kind::Postgres => "postgres://u:hunter2@127.0.0.1/test",
-                    Kind::Mysql => "mysql://u:hunter2@127.0.0.1/test",
-                    Kind::Redis => "redis://u:hunter2@127.0.0.1/0",
-                    Kind::Etcd | Kind::ZooKeeper => unreachable!(),
-                })
-                .unwrap();
+                let s = jobguard::store::open(&(server().login)("u:hunter2@127.0.0.1")).unwrap();
                 assert!(!s.describe().contains("hunter2"), "{}", s.describe());
                 assert!(s.describe().contains("u:***@127.0.0.1"), "{}", s.describe());
             }
+
+            remote_store!(@judge $judge $module);
+            one_store_only!($module);
+        }
+    };
+    (@judge Server $module:ident) => {
+        #[test]
+        fn server_clock_judges_with_a_skewed_host_clock() {
+            remote::server_clock_judges(server(), concat!(stringify!($module), "::server_clock"));
+        }
+    };
+    (@judge Host $module:ident) => {};
+}
+
+/// The cases of one shared store alone, in its module of [`remote_store!`].
+#[allow(unused_macros)]
+macro_rules! one_store_only {
+    (postgres) => {
+        schema_1_cases!(postgres);
+    };
+    (mysql) => {
+        schema_1_cases!(mysql);
+    };
+    (redis) => {
+        schema_1_cases!(redis);
+    };
+    (zookeeper) => {
+        /// A holder cut off from the ensemble for longer than the session time-out (at
+        /// most 40 s with the default tick) finds its session expired by the server once
+        /// it is back: the store opens a new session and the renewal goes through, as
+        /// nothing of the lease lives in a session. Quiet calls in between need no session
+        /// either.
+        #[test]
+        fn a_session_the_server_expired_is_replaced() {
+            use jobguard::store::Claim;
+            use std::time::Duration;
+            let Some(ns) = remote::Namespace::new(server(), "zookeeper::session_expired") else {
+                return;
+            };
+            let proxy = remote::Proxy::start(server().port);
+            let mut s =
+                jobguard::store::open(&(server().address)(&proxy.listen, &ns.name)).unwrap();
+            let mut req = crate::common::conformance::request(
+                "sync",
+                crate::common::conformance::T0,
+                1,
+                1,
+                false,
+            );
+            req.ttl = Duration::from_secs(300);
+            let lease = match s.claim(&req).unwrap() {
+                Claim::Claimed { lease, .. } => lease,
+                other => panic!("{other:?}"),
+            };
+            proxy.freeze(true);
+            std::thread::sleep(Duration::from_secs(45));
+            proxy.freeze(false);
+            let until = s.renew(&lease, Duration::from_secs(300)).unwrap();
+            assert!(until.is_some_and(|u| u > lease.expire_at), "{until:?}");
+            std::thread::sleep(Duration::from_secs(5));
+            let until = s.renew(&lease, Duration::from_secs(300)).unwrap();
+            assert!(until.is_some(), "{until:?}");
+        }
+
+        /// With a user in the address, the session authenticates with the digest scheme
+        /// and every node jobguard creates is that user's alone: the same user on another
+        /// connection works with it, another user (or none) is refused, and the password
+        /// is not shown.
+        #[test]
+        fn digest_auth_keeps_the_nodes_to_their_user() {
+            use jobguard::store::{Claim, StoreError};
+            let Some(ns) = remote::Namespace::new(server(), "zookeeper::digest") else {
+                return;
+            };
+            let at = |userinfo: &str| format!("zookeeper://{userinfo}127.0.0.1:2181/{}", ns.name);
+            let req = |id| {
+                crate::common::conformance::request(
+                    "sync",
+                    crate::common::conformance::T0,
+                    id,
+                    id,
+                    false,
+                )
+            };
+            let mut owner = jobguard::store::open(&at("jobs:s%40cret@")).unwrap();
+            assert!(matches!(
+                owner.claim(&req(1)).unwrap(),
+                Claim::Claimed { .. }
+            ));
+            let mut again = jobguard::store::open(&at("jobs:s%40cret@")).unwrap();
+            assert!(matches!(again.claim(&req(2)).unwrap(), Claim::Busy { .. }));
+            for userinfo in ["jobs:wrong@", "other:s%40cret@", ""] {
+                let mut s = jobguard::store::open(&at(userinfo)).unwrap();
+                let e = s.claim(&req(3)).unwrap_err();
+                assert!(
+                    matches!(e, StoreError::Unavailable { .. }),
+                    "{userinfo}: {e}"
+                );
+                assert!(!e.to_string().contains("s@cret"), "{e}");
+            }
+            // Only the owner may remove the nodes: zkCli.sh reads its commands from stdin.
+            let mut cli = std::process::Command::new("/usr/share/zookeeper/bin/zkCli.sh")
+                .args(["-server", "127.0.0.1:2181"])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("zkCli.sh");
+            if let Some(mut stdin) = cli.stdin.take() {
+                use std::io::Write;
+                let _ = writeln!(
+                    stdin,
+                    "addauth digest jobs:s@cret\ndeleteall /{}\nquit",
+                    ns.name
+                );
+            }
+            let _ = cli.wait();
+        }
+    };
+    (etcd) => {
+        /// etcd's leases, not a host's clock, decide whether a lease is held.
+        #[test]
+        fn the_etcd_lease_decides_not_the_hosts_clocks() {
+            remote::etcd_lease_decides("etcd::lease_decides");
+        }
+
+        #[test]
+        fn reads_outlive_a_compaction_of_the_keyspace() {
+            remote::etcd_reads_outlive_compaction("etcd::compaction");
+        }
+    };
+    ($other:ident) => {};
+}
+
+/// A store of schema 1 (PostgreSQL, MySQL/MariaDB and Redis had one) migrated by the
+/// first claim, alone and with hosts starting together.
+#[allow(unused_macros)]
+macro_rules! schema_1_cases {
+    ($module:ident) => {
+        #[test]
+        fn a_store_of_schema_1_is_migrated_by_the_first_claim() {
+            remote::upgrade_from_schema_1(server(), concat!(stringify!($module), "::upgrade"));
+        }
+
+        #[test]
+        fn hosts_starting_together_on_a_store_of_schema_1_all_claim() {
+            remote::concurrent_upgrade_from_schema_1(
+                server(),
+                concat!(stringify!($module), "::concurrent_upgrade"),
+            );
         }
     };
 }
 
-/// ZooKeeper: the same suite, the outages, and the ensemble's clock judging leases (its
-/// time is the leader's stamp on a write).
-#[cfg(feature = "store-zookeeper")]
-mod zookeeper {
-    use crate::common::remote::{self, Kind};
-
-    fn fresh(case: &str) -> Option<Box<dyn crate::common::conformance::Env>> {
-        remote::env(Kind::ZooKeeper, &format!("zookeeper::{case}"))
-    }
-    crate::common::conformance::conformance_suite!(optional fresh);
-
-    #[test]
-    fn store_down_at_start_is_unavailable() {
-        remote::outage_at_start(Kind::ZooKeeper);
-    }
-
-    #[test]
-    fn store_cut_off_during_a_run_is_unavailable_then_recovers() {
-        remote::outage_during_run(Kind::ZooKeeper, "zookeeper::outage");
-    }
-
-    #[test]
-    fn server_clock_judges_with_a_skewed_host_clock() {
-        remote::server_clock_judges(Kind::ZooKeeper, "zookeeper::server_clock");
-    }
-
-    /// A holder cut off from the ensemble for longer than the session time-out (at most
-    /// 40 s with the default tick) finds its session expired by the server once it is
-    /// back: the store opens a new session and the renewal goes through, as nothing of the
-    /// lease lives in a session. Quiet calls in between need no session either.
-    #[test]
-    fn a_session_the_server_expired_is_replaced() {
-        use jobguard::store::Claim;
-        use std::time::Duration;
-        let Some(ns) = remote::Namespace::new(Kind::ZooKeeper, "zookeeper::session_expired") else {
-            return;
-        };
-        let proxy = remote::Proxy::start(Kind::ZooKeeper.port());
-        let mut s =
-            jobguard::store::open(&Kind::ZooKeeper.address(&proxy.listen, &ns.name)).unwrap();
-        let mut req = crate::common::conformance::request(
-            "sync",
-            crate::common::conformance::T0,
-            1,
-            1,
-            false,
-        );
-        req.ttl = Duration::from_secs(300);
-        let lease = match s.claim(&req).unwrap() {
-            Claim::Claimed { lease, .. } => lease,
-            other => panic!("{other:?}"),
-        };
-        proxy.freeze(true);
-        std::thread::sleep(Duration::from_secs(45));
-        proxy.freeze(false);
-        let until = s.renew(&lease, Duration::from_secs(300)).unwrap();
-        assert!(until.is_some_and(|u| u > lease.expire_at), "{until:?}");
-        std::thread::sleep(Duration::from_secs(5));
-        let until = s.renew(&lease, Duration::from_secs(300)).unwrap();
-        assert!(until.is_some(), "{until:?}");
-    }
-
-    /// With a user in the address, the session authenticates with the digest scheme and
-    /// every node jobguard creates is that user's alone: the same user on another
-    /// connection works with it, another user (or none) is refused, and the password
-    /// is not shown.
-    #[test]
-    fn digest_auth_keeps_the_nodes_to_their_user() {
-        use jobguard::store::{Claim, StoreError};
-        let Some(ns) = remote::Namespace::new(Kind::ZooKeeper, "zookeeper::digest") else {
-            return;
-        };
-        let at = |userinfo: &str| format!("zookeeper://{userinfo}127.0.0.1:2181/{}", ns.name);
-        let req = |id| {
-            crate::common::conformance::request(
-                "sync",
-                crate::common::conformance::T0,
-                id,
-                id,
-                false,
-            )
-        };
-        let mut owner = jobguard::store::open(&at("jobs:s%40cret@")).unwrap();
-        assert!(matches!(
-            owner.claim(&req(1)).unwrap(),
-            Claim::Claimed { .. }
-        ));
-        let mut again = jobguard::store::open(&at("jobs:s%40cret@")).unwrap();
-        assert!(matches!(again.claim(&req(2)).unwrap(), Claim::Busy { .. }));
-        for userinfo in ["jobs:wrong@", "other:s%40cret@", ""] {
-            let mut s = jobguard::store::open(&at(userinfo)).unwrap();
-            let e = s.claim(&req(3)).unwrap_err();
-            assert!(
-                matches!(e, StoreError::Unavailable { .. }),
-                "{userinfo}: {e}"
-            );
-            assert!(!e.to_string().contains("s@cret"), "{e}");
-        }
-        // Only the owner may remove the nodes: zkCli.sh reads its commands from stdin.
-        let mut cli = std::process::Command::new("/usr/share/zookeeper/bin/zkCli.sh")
-            .args(["-server", "127.0.0.1:2181"])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("zkCli.sh");
-        if let Some(mut stdin) = cli.stdin.take() {
-            use std::io::Write;
-            let _ = writeln!(
-                stdin,
-                "addauth digest jobs:s@cret\ndeleteall /{}\nquit",
-                ns.name
-            );
-        }
-        let _ = cli.wait();
-    }
-
-    #[test]
-    fn describe_masks_the_password() {
-        let s = jobguard::store::open("zookeeper://u:hunter2@127.0.0.1:2181/x").unwrap();
-        assert!(!s.describe().contains("hunter2"), "{}", s.describe());
-        assert!(s.describe().contains("u:***@127.0.0.1"), "{}", s.describe());
-    }
-}
-
 #[cfg(all(
     feature = "store-postgres",
     feature = "store-mysql",
     feature = "store-redis"
 ))]
-remote_store!(postgres, Kind::Postgres);
-#[cfg(all(
-    feature = "store-postgres",
-    feature = "store-mysql",
-    feature = "store-redis"
-))]
-remote_store!(mysql, Kind::Mysql);
-#[cfg(all(
-    feature = "store-postgres",
-    feature = "store-mysql",
-    feature = "store-redis"
-))]
-remote_store!(redis, Kind::Redis);
-
-/// etcd: the same suite (time judged by the test's clock and the rows' `expire_at`), the
-/// outages, and what only etcd has: its leases, not a host's clock, decide whether a
-/// lease is held.
-#[cfg(feature = "store-etcd")]
-mod etcd {
-    use crate::common::remote::{self, Kind};
-
-    fn fresh(case: &str) -> Option<Box<dyn crate::common::conformance::Env>> {
-        remote::env(Kind::Etcd, &format!("etcd::{case}"))
-    }
-    crate::common::conformance::conformance_suite!(optional fresh);
-
-    #[test]
-    fn store_down_at_start_is_unavailable() {
-        remote::outage_at_start(Kind::Etcd);
-    }
-
-    #[test]
-    fn store_cut_off_during_a_run_is_unavailable_then_recovers() {
-        remote::outage_during_run(Kind::Etcd, "etcd::outage");
-    }
-
-    #[test]
-    fn describe_masks_the_password() {
-        let s = jobguard::store::open("etcd://u:hunter2@127.0.0.1:2379").unwrap();
-        assert!(!s.describe().contains("hunter2"), "{}", s.describe());
-        assert!(s.describe().contains("u:***@127.0.0.1"), "{}", s.describe());
-    }
-
-    #[test]
-    fn the_etcd_lease_decides_not_the_hosts_clocks() {
-        remote::etcd_lease_decides("etcd::lease_decides");
-    }
-
-    #[test]
-    fn reads_outlive_a_compaction_of_the_keyspace() {
-        remote::etcd_reads_outlive_compaction("etcd::compaction");
-    }
-}
+common::remote::each_server!(remote_store);
 
 #[cfg(all(
     feature = "store-postgres",
@@ -312,7 +267,7 @@ mod etcd {
 #[test]
 fn postgres_success_is_unique_in_the_schema() {
     common::remote::success_is_unique_in_the_schema(
-        common::remote::Kind::Postgres,
+        common::remote::server("postgres"),
         "postgres::unique",
     );
 }
@@ -324,7 +279,10 @@ fn postgres_success_is_unique_in_the_schema() {
 ))]
 #[test]
 fn mysql_success_is_unique_in_the_schema() {
-    common::remote::success_is_unique_in_the_schema(common::remote::Kind::Mysql, "mysql::unique");
+    common::remote::success_is_unique_in_the_schema(
+        common::remote::server("mysql"),
+        "mysql::unique",
+    );
 }
 
 fn mode(path: &Path) -> u32 {
@@ -564,7 +522,7 @@ fn a_store_parameter_given_twice_is_refused() {
 fn a_mysql_database_that_does_not_exist_is_an_address_error_that_says_so() {
     if !common::go_on(
         "a_mysql_database_that_does_not_exist",
-        common::remote::unreachable(common::remote::Kind::Mysql),
+        common::remote::unreachable(common::remote::server("mysql")),
     ) {
         return;
     }
@@ -750,8 +708,8 @@ fn processes_racing_for_a_slot_exactly_one_claims() {
 ))]
 #[test]
 fn postgres_tls_require_encrypts_and_verify_full_checks_the_certificate() {
-    use common::remote::{Kind, Namespace};
-    let Some(ns) = Namespace::new(Kind::Postgres, "postgres::tls") else {
+    use common::remote::{Namespace, server};
+    let Some(ns) = Namespace::new(server("postgres"), "postgres::tls") else {
         return;
     };
     let on = std::process::Command::new("psql")
@@ -798,21 +756,18 @@ fn postgres_tls_require_encrypts_and_verify_full_checks_the_certificate() {
 ))]
 #[test]
 fn mysql_migration_cut_short_is_completed() {
-    use common::remote::{Kind, Namespace, sql};
-    let Some(ns) = Namespace::new(Kind::Mysql, "mysql::migration") else {
+    use common::remote::{Namespace, server};
+    let Some(ns) = Namespace::new(server("mysql"), "mysql::migration") else {
         return;
     };
     jobguard::store::open(&ns.address())
         .unwrap()
         .init()
         .unwrap();
-    sql(
-        Kind::Mysql,
-        &format!(
-            "DELETE FROM {n}.jobguard_meta; DROP PROCEDURE {n}.jobguard_unlock",
-            n = ns.name
-        ),
-    );
+    server("mysql").sql(&format!(
+        "DELETE FROM {n}.jobguard_meta; DROP PROCEDURE {n}.jobguard_unlock",
+        n = ns.name
+    ));
     let mut s = jobguard::store::open(&ns.address()).unwrap();
     s.init().unwrap();
     claimed(&mut *s, &request("j", S1, 1, 1, false));
@@ -827,10 +782,10 @@ fn mysql_migration_cut_short_is_completed() {
     feature = "store-mysql",
     feature = "store-redis"
 ))]
-fn a_user_with_data_rights_only_runs_jobs(kind: common::remote::Kind, test: &str) {
-    use common::remote::{Kind, Namespace, sql};
+fn a_user_with_data_rights_only_runs_jobs(server: &'static common::remote::Server, test: &str) {
+    use common::remote::Namespace;
     use jobguard::store::ScheduleDecl;
-    let Some(ns) = Namespace::new(kind, test) else {
+    let Some(ns) = Namespace::new(server, test) else {
         return;
     };
     let user = format!("{}_rt", ns.name);
@@ -844,8 +799,8 @@ fn a_user_with_data_rights_only_runs_jobs(kind: common::remote::Kind, test: &str
     };
     let mut owner = jobguard::store::open(&ns.address()).unwrap();
     owner.init().unwrap();
-    let (address, grants, revoke) = match kind {
-        Kind::Postgres => (
+    let (address, grants, revoke) = match server.name {
+        "postgres" => (
             format!("postgres://{user}@127.0.0.1:5432/test?schema={}", ns.name),
             format!(
                 "CREATE ROLE {user} LOGIN; GRANT USAGE ON SCHEMA {n} TO {user};
@@ -857,7 +812,7 @@ fn a_user_with_data_rights_only_runs_jobs(kind: common::remote::Kind, test: &str
             ),
             format!("DROP OWNED BY {user}; DROP ROLE {user}"),
         ),
-        Kind::Mysql => (
+        "mysql" => (
             format!("mysql://{user}@127.0.0.1:3306/{}", ns.name),
             format!(
                 "CREATE USER '{user}'@'localhost', '{user}'@'%';
@@ -867,9 +822,9 @@ fn a_user_with_data_rights_only_runs_jobs(kind: common::remote::Kind, test: &str
             ),
             format!("DROP USER '{user}'@'localhost', '{user}'@'%'"),
         ),
-        other => panic!("no users on {other:?}"),
+        other => panic!("no users on {other}"),
     };
-    sql(kind, &grants);
+    server.sql(&grants);
     let result = std::panic::catch_unwind(|| {
         let mut s = jobguard::store::open(&address).unwrap();
         s.init().expect("init as the data user");
@@ -911,7 +866,7 @@ fn a_user_with_data_rights_only_runs_jobs(kind: common::remote::Kind, test: &str
             2
         );
     });
-    sql(kind, &revoke);
+    server.sql(&revoke);
     if let Err(e) = result {
         std::panic::resume_unwind(e);
     }
@@ -924,7 +879,10 @@ fn a_user_with_data_rights_only_runs_jobs(kind: common::remote::Kind, test: &str
 ))]
 #[test]
 fn postgres_a_user_with_data_rights_only_runs_jobs() {
-    a_user_with_data_rights_only_runs_jobs(common::remote::Kind::Postgres, "postgres::data_user");
+    a_user_with_data_rights_only_runs_jobs(
+        common::remote::server("postgres"),
+        "postgres::data_user",
+    );
 }
 
 #[cfg(all(
@@ -934,7 +892,7 @@ fn postgres_a_user_with_data_rights_only_runs_jobs() {
 ))]
 #[test]
 fn mysql_a_user_with_data_rights_only_runs_jobs() {
-    a_user_with_data_rights_only_runs_jobs(common::remote::Kind::Mysql, "mysql::data_user");
+    a_user_with_data_rights_only_runs_jobs(common::remote::server("mysql"), "mysql::data_user");
 }
 
 /// Redis, upgrading while a host of schema 1 is still running a job: its run was claimed
@@ -944,11 +902,11 @@ fn mysql_a_user_with_data_rights_only_runs_jobs() {
 #[cfg(feature = "store-redis")]
 #[test]
 fn redis_a_slot_queued_by_a_schema_1_finish_after_the_upgrade_is_run() {
-    use common::remote::{Kind, Namespace};
+    use common::remote::{Namespace, open, server};
     use jobguard::clock::ManualClock;
     use jobguard::store::redis::SCHEMA_VERSION;
     use std::process::Command;
-    let Some(ns) = Namespace::new(Kind::Redis, "redis::mixed_versions") else {
+    let Some(ns) = Namespace::new(server("redis"), "redis::mixed_versions") else {
         return;
     };
     let clock = ManualClock::new(common::conformance::T0);
@@ -964,7 +922,7 @@ fn redis_a_slot_queued_by_a_schema_1_finish_after_the_upgrade_is_run() {
     let n = &ns.name;
     let cut = S1 - 86_400_000_000;
     // A host of schema 1 claims slot `cut` (a store of schema 1: no slots:/queued: keys).
-    let mut s = Kind::Redis.open(&ns.address(), Some(&clock)).unwrap();
+    let mut s = open(ns.server, &ns.address(), Some(&clock)).unwrap();
     let (_, run) = claimed(&mut *s, &request("sync", cut, 1, 1, false));
     drop(s);
     redis(&[
@@ -974,7 +932,7 @@ fn redis_a_slot_queued_by_a_schema_1_finish_after_the_upgrade_is_run() {
     ]);
     redis(&["SET", &format!("{n}:schema"), "1"]);
     // A host of schema 2 migrates the store.
-    let mut s = Kind::Redis.open(&ns.address(), Some(&clock)).unwrap();
+    let mut s = open(ns.server, &ns.address(), Some(&clock)).unwrap();
     s.init().unwrap();
     assert_eq!(
         redis(&["GET", &format!("{n}:schema")]),
@@ -1047,7 +1005,7 @@ fn a_password_with_a_question_mark_or_hash_is_masked_whole() {
 ))]
 #[test]
 fn the_four_stores_answer_random_histories_alike() {
-    use common::remote::{self, Kind};
+    use common::remote;
     use jobguard::ledger::{Finish, Outcome, Resolution, Run};
     use jobguard::store::ClockCheck;
 
@@ -1103,11 +1061,12 @@ fn the_four_stores_answer_random_histories_alike() {
         .unwrap_or(6);
     for seed in 1..=seeds {
         let mut envs: Vec<(String, Box<dyn Env>)> = vec![("sqlite".into(), sqlite_env())];
-        for kind in [Kind::Postgres, Kind::Mysql, Kind::Redis] {
-            let Some(env) = remote::env(kind, &format!("differential::{kind:?}")) else {
+        for name in ["postgres", "mysql", "redis"] {
+            let Some(env) = remote::env(remote::server(name), &format!("differential::{name}"))
+            else {
                 return;
             };
-            envs.push((format!("{kind:?}"), env));
+            envs.push((name.into(), env));
         }
         let mut stores: Vec<Box<dyn Store>> = envs
             .iter()

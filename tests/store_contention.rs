@@ -17,15 +17,15 @@ mod support;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::remote::{Kind, Namespace, Proxy};
+use common::remote::{Namespace, Proxy, Server, server};
 use support::{Sandbox, stderr, wait_until};
 
 /// A timer's fire time (2026-11-29T02:03:00Z, µs): marks the runs timer-started.
 const FIRED: &str = "1795917780000000";
 const RACERS: usize = 32;
 
-fn contend(kind: Kind, test: &str) {
-    let Some(ns) = Namespace::new(kind, test) else {
+fn contend(server: &'static Server, test: &str) {
+    let Some(ns) = Namespace::new(server, test) else {
         return;
     };
     let out_file = tempfile::NamedTempFile::new().unwrap();
@@ -107,32 +107,21 @@ fn contend(kind: Kind, test: &str) {
     assert_eq!(history[0]["attempt"], 1);
 }
 
-#[test]
-fn postgres_32_racers_one_runs() {
-    contend(Kind::Postgres, "store_contention::postgres");
+/// [`contend`] on each shared server: `NAME::thirty_two_racers_one_runs`.
+macro_rules! racers {
+    ($name:ident $judge:ident) => {
+        mod $name {
+            #[test]
+            fn thirty_two_racers_one_runs() {
+                super::contend(
+                    crate::common::remote::server(stringify!($name)),
+                    concat!("store_contention::", stringify!($name)),
+                );
+            }
+        }
+    };
 }
-
-#[test]
-fn mysql_32_racers_one_runs() {
-    contend(Kind::Mysql, "store_contention::mysql");
-}
-
-#[test]
-fn redis_32_racers_one_runs() {
-    contend(Kind::Redis, "store_contention::redis");
-}
-
-#[cfg(feature = "store-etcd")]
-#[test]
-fn etcd_32_racers_one_runs() {
-    contend(Kind::Etcd, "store_contention::etcd");
-}
-
-#[cfg(feature = "store-zookeeper")]
-#[test]
-fn zookeeper_32_racers_one_runs() {
-    contend(Kind::ZooKeeper, "store_contention::zookeeper");
-}
+common::remote::each_server!(racers);
 
 /// The store commits a claim but its answer never arrives (the call times out while the
 /// claim waits for a row lock, and the server finishes it after the client gave up): the
@@ -140,7 +129,7 @@ fn zookeeper_32_racers_one_runs() {
 /// once with one record.
 #[test]
 fn postgres_a_claim_whose_answer_is_lost_still_runs_the_slot_once() {
-    let Some(ns) = Namespace::new(Kind::Postgres, "store_contention::lost_answer") else {
+    let Some(ns) = Namespace::new(server("postgres"), "store_contention::lost_answer") else {
         return;
     };
     let out_file = tempfile::NamedTempFile::new().unwrap();
@@ -224,16 +213,16 @@ fn stamps(path: &std::path::Path) -> Vec<f64> {
 /// each command writes a timestamp every 50 ms while it lives. A's last one must come
 /// before B's first one.
 fn cut_off_holder_is_dead_before_the_takeover(
-    kind: Kind,
+    server: &'static Server,
     test: &str,
     settings: &str,
     command: &str,
     rounds: usize,
 ) {
-    let Some(ns) = Namespace::new(kind, test) else {
+    let Some(ns) = Namespace::new(server, test) else {
         return;
     };
-    let proxy = Proxy::start(kind.port());
+    let proxy = Proxy::start(server.port);
     let truth = tempfile::tempdir().unwrap();
     let t = truth.path().display().to_string();
     let jobs = |host: &str, address: &str| {
@@ -243,7 +232,7 @@ fn cut_off_holder_is_dead_before_the_takeover(
              environment = {{ OUT = \"{t}/{host}\", STOP = \"{t}/stop\" }}\n"
         )
     };
-    let a = Sandbox::new(&jobs("a", &kind.address(&proxy.listen, &ns.name)));
+    let a = Sandbox::new(&jobs("a", &(server.address)(&proxy.listen, &ns.name)));
     let b = Sandbox::new(&jobs("b", &ns.address()));
     let run = |sb: &Sandbox, slot: &str| {
         sb.cmd(&["run", "fence", "--slot", slot])
@@ -311,7 +300,7 @@ fn cut_off_holder_is_dead_before_the_takeover(
 #[test]
 fn redis_a_cut_off_holders_command_ends_before_its_lease_can_expire() {
     cut_off_holder_is_dead_before_the_takeover(
-        Kind::Redis,
+        server("redis"),
         "store_contention::fence_short",
         "lease_ttl = \"3s\"\nkill_grace = \"0s\"",
         "while [ ! -e \"$STOP.$JOBGUARD_SLOT\" ]; do date +%s.%N >> \"$OUT.$JOBGUARD_SLOT\"; sleep 0.05; done",
@@ -324,7 +313,7 @@ fn redis_a_cut_off_holders_command_ends_before_its_lease_can_expire() {
 #[test]
 fn redis_a_cut_off_holders_command_that_ignores_sigterm_is_killed_before_its_lease_can_expire() {
     cut_off_holder_is_dead_before_the_takeover(
-        Kind::Redis,
+        server("redis"),
         "store_contention::fence_ignores_term",
         "lease_ttl = \"6s\"\nkill_grace = \"3s\"",
         "trap '' TERM; while [ ! -e \"$STOP.$JOBGUARD_SLOT\" ]; do date +%s.%N >> \"$OUT.$JOBGUARD_SLOT\"; sleep 0.05; done",
@@ -336,7 +325,7 @@ fn redis_a_cut_off_holders_command_that_ignores_sigterm_is_killed_before_its_lea
 #[test]
 fn postgres_a_cut_off_holders_command_ends_before_its_lease_can_expire() {
     cut_off_holder_is_dead_before_the_takeover(
-        Kind::Postgres,
+        server("postgres"),
         "store_contention::fence_short_pg",
         "lease_ttl = \"3s\"\nkill_grace = \"0s\"",
         "while [ ! -e \"$STOP.$JOBGUARD_SLOT\" ]; do date +%s.%N >> \"$OUT.$JOBGUARD_SLOT\"; sleep 0.05; done",
@@ -348,13 +337,17 @@ fn postgres_a_cut_off_holders_command_ends_before_its_lease_can_expire() {
 /// `store_wait`: the run exits 69 with its success kept on this host; once the store is
 /// back, `jobguard recover` (first slot) or the next run (second slot) records it, and the
 /// slot never runs again. Ground truth: one line per execution in a file of the test's.
-/// Job `cut` on `kind` behind a proxy the test can freeze, with `store_wait`: its
+/// Job `cut` on `server` behind a proxy the test can freeze, with `store_wait`: its
 /// command appends the slot to `out`, and the first execution of each slot then waits for
 /// the file `out.go` (and removes it).
-fn cut_off_job(kind: Kind, test: &str, store_wait: &str) -> Option<(Namespace, Proxy, Sandbox)> {
-    let ns = Namespace::new(kind, test)?;
-    let proxy = Proxy::start(kind.port());
-    let address = kind.address(&proxy.listen, &ns.name);
+fn cut_off_job(
+    server: &'static Server,
+    test: &str,
+    store_wait: &str,
+) -> Option<(Namespace, Proxy, Sandbox)> {
+    let ns = Namespace::new(server, test)?;
+    let proxy = Proxy::start(server.port);
+    let address = (server.address)(&proxy.listen, &ns.name);
     let sb = Sandbox::new(&format!(
         "[jobs.cut]\nschedule = \"*-*-* 02:00:00 UTC\"\nstore = {address:?}\n\
          lease_ttl = \"30s\"\nstore_wait = \"{store_wait}\"\n\
@@ -400,8 +393,8 @@ fn recorded_late_once(sb: &Sandbox, next: &std::process::Output, slot: &str) {
     assert_eq!(this[0]["outcome"], "succeeded", "{h:?}");
 }
 
-fn outcome_kept_while_the_store_is_cut_off(kind: Kind, test: &str) {
-    let Some((_ns, proxy, sb)) = cut_off_job(kind, test, "2s") else {
+fn outcome_kept_while_the_store_is_cut_off(server: &'static Server, test: &str) {
+    let Some((_ns, proxy, sb)) = cut_off_job(server, test, "2s") else {
         return;
     };
     let slots = ["2026-11-27T02:00:00Z", "2026-11-28T02:00:00Z"];
@@ -436,12 +429,12 @@ fn outcome_kept_while_the_store_is_cut_off(kind: Kind, test: &str) {
 /// before it claims that slot. Until it does, no recovery pass can (the shim that kept it
 /// is alive), and after the 90 s grace another host's pass would mark the attempt cut
 /// off and the slot would run again, as a soak saw with a catch-up backlog.
-fn kept_outcome_is_recorded_before_the_next_catch_up_slot(kind: Kind, test: &str) {
-    let Some(ns) = Namespace::new(kind, test) else {
+fn kept_outcome_is_recorded_before_the_next_catch_up_slot(server: &'static Server, test: &str) {
+    let Some(ns) = Namespace::new(server, test) else {
         return;
     };
-    let proxy = Proxy::start(kind.port());
-    let address = kind.address(&proxy.listen, &ns.name);
+    let proxy = Proxy::start(server.port);
+    let address = (server.address)(&proxy.listen, &ns.name);
     let sb = Sandbox::new(&format!(
         "[jobs.cut]\nschedule = \"*:*:0/2\"\ncatch_up = \"all\"\nstore = {address:?}\n\
          lease_ttl = \"6s\"\nkill_grace = \"1s\"\nstore_wait = \"60s\"\n\
@@ -506,24 +499,24 @@ fn kept_outcome_is_recorded_before_the_next_catch_up_slot(kind: Kind, test: &str
 #[test]
 fn redis_a_kept_outcome_is_recorded_before_the_next_catch_up_slot() {
     kept_outcome_is_recorded_before_the_next_catch_up_slot(
-        Kind::Redis,
+        server("redis"),
         "store_contention::kept_catch_up_redis",
     );
 }
 
 #[test]
 fn postgres_an_outcome_kept_while_the_store_is_cut_off_is_recorded_later_not_rerun() {
-    outcome_kept_while_the_store_is_cut_off(Kind::Postgres, "store_contention::kept_pg");
+    outcome_kept_while_the_store_is_cut_off(server("postgres"), "store_contention::kept_pg");
 }
 
 #[test]
 fn mysql_an_outcome_kept_while_the_store_is_cut_off_is_recorded_later_not_rerun() {
-    outcome_kept_while_the_store_is_cut_off(Kind::Mysql, "store_contention::kept_my");
+    outcome_kept_while_the_store_is_cut_off(server("mysql"), "store_contention::kept_my");
 }
 
 #[test]
 fn redis_an_outcome_kept_while_the_store_is_cut_off_is_recorded_later_not_rerun() {
-    outcome_kept_while_the_store_is_cut_off(Kind::Redis, "store_contention::kept_redis");
+    outcome_kept_while_the_store_is_cut_off(server("redis"), "store_contention::kept_redis");
 }
 
 /// Issue 9: the store stops answering (a frozen proxy) just as the command ends, and the
@@ -532,8 +525,8 @@ fn redis_an_outcome_kept_while_the_store_is_cut_off_is_recorded_later_not_rerun(
 /// state directory, so that once the host and the store are back, `jobguard recover`
 /// records it and the slot never runs again. It used to be kept there only once the first
 /// write had failed, which a store that does not answer makes wait for its time-out.
-fn outcome_kept_durably_while_the_first_write_hangs(kind: Kind, test: &str) {
-    let Some((_ns, proxy, sb)) = cut_off_job(kind, test, "60s") else {
+fn outcome_kept_durably_while_the_first_write_hangs(server: &'static Server, test: &str) {
+    let Some((_ns, proxy, sb)) = cut_off_job(server, test, "60s") else {
         return;
     };
     let slot = "2026-11-27T02:00:00Z";
@@ -563,7 +556,7 @@ fn outcome_kept_durably_while_the_first_write_hangs(kind: Kind, test: &str) {
 #[test]
 fn postgres_a_power_cut_while_the_first_outcome_write_hangs_loses_no_outcome() {
     outcome_kept_durably_while_the_first_write_hangs(
-        Kind::Postgres,
+        server("postgres"),
         "store_contention::durable_pg",
     );
 }
@@ -571,7 +564,7 @@ fn postgres_a_power_cut_while_the_first_outcome_write_hangs_loses_no_outcome() {
 #[test]
 fn redis_a_power_cut_while_the_first_outcome_write_hangs_loses_no_outcome() {
     outcome_kept_durably_while_the_first_write_hangs(
-        Kind::Redis,
+        server("redis"),
         "store_contention::durable_redis",
     );
 }
@@ -582,11 +575,11 @@ fn redis_a_power_cut_while_the_first_outcome_write_hangs_loses_no_outcome() {
 /// meanwhile: it must leave the slot to A, whose outcome may be a success, rather than run
 /// it a second time. Once the store answers A again, A's recovery pass records the
 /// outcome, and B finds the slot done. Ground truth: the command's own line per execution.
-fn a_lapsed_holder_cut_off_with_its_outcome_keeps_its_slot(kind: Kind, test: &str) {
-    let Some(ns) = Namespace::new(kind, test) else {
+fn a_lapsed_holder_cut_off_with_its_outcome_keeps_its_slot(server: &'static Server, test: &str) {
+    let Some(ns) = Namespace::new(server, test) else {
         return;
     };
-    let proxy = Proxy::start(kind.port());
+    let proxy = Proxy::start(server.port);
     let truth = tempfile::tempdir().unwrap();
     let out = truth.path().join("out");
     let jobs = |address: &str| {
@@ -599,7 +592,7 @@ fn a_lapsed_holder_cut_off_with_its_outcome_keeps_its_slot(kind: Kind, test: &st
             out.display()
         )
     };
-    let a = Sandbox::new(&jobs(&kind.address(&proxy.listen, &ns.name)));
+    let a = Sandbox::new(&jobs(&(server.address)(&proxy.listen, &ns.name)));
     let b = Sandbox::new(&jobs(&ns.address()));
     let slot = "2026-11-27T02:00:00Z";
     let lines = || {
@@ -670,7 +663,7 @@ fn a_lapsed_holder_cut_off_with_its_outcome_keeps_its_slot(kind: Kind, test: &st
 #[test]
 fn postgres_a_lapsed_holder_cut_off_with_its_outcome_keeps_its_slot() {
     a_lapsed_holder_cut_off_with_its_outcome_keeps_its_slot(
-        Kind::Postgres,
+        server("postgres"),
         "store_contention::lapsed_pg",
     );
 }
@@ -678,7 +671,7 @@ fn postgres_a_lapsed_holder_cut_off_with_its_outcome_keeps_its_slot() {
 #[test]
 fn mysql_a_lapsed_holder_cut_off_with_its_outcome_keeps_its_slot() {
     a_lapsed_holder_cut_off_with_its_outcome_keeps_its_slot(
-        Kind::Mysql,
+        server("mysql"),
         "store_contention::lapsed_my",
     );
 }
@@ -686,7 +679,7 @@ fn mysql_a_lapsed_holder_cut_off_with_its_outcome_keeps_its_slot() {
 #[test]
 fn redis_a_lapsed_holder_cut_off_with_its_outcome_keeps_its_slot() {
     a_lapsed_holder_cut_off_with_its_outcome_keeps_its_slot(
-        Kind::Redis,
+        server("redis"),
         "store_contention::lapsed_redis",
     );
 }
@@ -696,12 +689,12 @@ fn redis_a_lapsed_holder_cut_off_with_its_outcome_keeps_its_slot() {
 /// `jobguard recover` marked the run's `running` record interrupted and held, as for a
 /// run cut off, though the command had succeeded and its outcome was kept here: the kept
 /// outcome must be recorded first, as for a job still in the list.
-fn a_removed_jobs_kept_outcome_is_recorded(kind: Kind, test: &str) {
-    let Some(ns) = Namespace::new(kind, test) else {
+fn a_removed_jobs_kept_outcome_is_recorded(server: &'static Server, test: &str) {
+    let Some(ns) = Namespace::new(server, test) else {
         return;
     };
-    let proxy = Proxy::start(kind.port());
-    let address = kind.address(&proxy.listen, &ns.name);
+    let proxy = Proxy::start(server.port);
+    let address = (server.address)(&proxy.listen, &ns.name);
     let keep = format!(
         "[jobs.keep]\nschedule = \"*-*-* 03:00:00 UTC\"\nstore = {address:?}\ncommand = [\"/bin/true\"]\n"
     );
@@ -754,12 +747,12 @@ fn a_removed_jobs_kept_outcome_is_recorded(kind: Kind, test: &str) {
 
 #[test]
 fn redis_a_removed_jobs_kept_outcome_is_recorded() {
-    a_removed_jobs_kept_outcome_is_recorded(Kind::Redis, "store_contention::removed_redis");
+    a_removed_jobs_kept_outcome_is_recorded(server("redis"), "store_contention::removed_redis");
 }
 
 #[test]
 fn postgres_a_removed_jobs_kept_outcome_is_recorded() {
-    a_removed_jobs_kept_outcome_is_recorded(Kind::Postgres, "store_contention::removed_pg");
+    a_removed_jobs_kept_outcome_is_recorded(server("postgres"), "store_contention::removed_pg");
 }
 
 /// A mixed fleet: hosts of the previous version claim by calling the schema's
@@ -769,12 +762,16 @@ fn postgres_a_removed_jobs_kept_outcome_is_recorded() {
 /// old ones sleep in the server until it, the new ones in the test), round after round:
 /// exactly one grant per slot, whoever wins. `old_claim(sql_schema, at, slot, name)` is
 /// the command line of an old host's claim, printing the answer's kind last.
-fn mixed_fleet(kind: Kind, test: &str, old_claim: fn(&str, i64, i64, &str, u32) -> Command) {
+fn mixed_fleet(
+    server: &'static Server,
+    test: &str,
+    old_claim: fn(&str, i64, i64, &str, u32) -> Command,
+) {
     use jobguard::ledger::{NewRun, Slot};
     use jobguard::store::{Claim, ClaimRequest};
     use std::time::{SystemTime, UNIX_EPOCH};
 
-    let Some(ns) = Namespace::new(kind, test) else {
+    let Some(ns) = Namespace::new(server, test) else {
         return;
     };
     let unix_us = || {
@@ -905,7 +902,7 @@ fn mixed_fleet(kind: Kind, test: &str, old_claim: fn(&str, i64, i64, &str, u32) 
 #[test]
 fn postgres_hosts_on_the_previous_claim_and_on_this_one_never_both_grant() {
     mixed_fleet(
-        Kind::Postgres,
+        server("postgres"),
         "contention::mixed_fleet",
         |ns, at, slot, run, i| {
             let sql = format!(
@@ -926,7 +923,7 @@ fn postgres_hosts_on_the_previous_claim_and_on_this_one_never_both_grant() {
 #[test]
 fn mysql_hosts_on_the_previous_claim_and_on_this_one_never_both_grant() {
     mixed_fleet(
-        Kind::Mysql,
+        server("mysql"),
         "contention::mixed_fleet",
         |ns, at, slot, run, i| {
             let sql = format!(

@@ -558,90 +558,41 @@ fn sqlite_agrees_with_the_rules() {
 ))]
 mod remote {
     use super::*;
-    use common::remote::{Kind, Namespace};
+    use common::remote::{Judge, Namespace, Server};
 
-    fn remote(kind: Kind, name: &'static str) {
-        let unchanged_renewal_is_lost = kind == Kind::Mysql;
-        let Some(ns) = Namespace::new(kind, &format!("store_differential::{name}")) else {
+    fn remote(server: &'static Server) {
+        let name = server.name;
+        let Some(ns) = Namespace::new(server, &format!("store_differential::{name}")) else {
             return;
         };
         let clock = ManualClock::new(T0);
-        let store: Box<dyn Store> = kind
-            .open(&ns.address(), Some(&clock))
+        let store: Box<dyn Store> = common::remote::open(server, &ns.address(), Some(&clock))
             .unwrap_or_else(|e: StoreError| panic!("open {name}: {e}"));
         diff(
             name,
             store,
             clock,
             Traits {
-                host_clock: false,
-                unchanged_renewal_is_lost,
+                host_clock: server.clock == Judge::Host,
+                unchanged_renewal_is_lost: server.unchanged_renewal_is_lost,
             },
         )
         .run();
         drop(ns);
     }
 
-    #[test]
-    fn postgres_agrees_with_the_rules() {
-        remote(Kind::Postgres, "postgres");
-    }
-
-    #[test]
-    fn mysql_agrees_with_the_rules() {
-        remote(Kind::Mysql, "mysql");
-    }
-
-    #[test]
-    fn redis_agrees_with_the_rules() {
-        remote(Kind::Redis, "redis");
-    }
-
-    /// etcd decides with the rules themselves; this checks what it adds: the key
-    /// layout, the snapshot reads and the conditional writes.
-    #[cfg(feature = "store-etcd")]
-    #[test]
-    fn etcd_agrees_with_the_rules() {
-        let Some(ns) = Namespace::new(Kind::Etcd, "store_differential::etcd") else {
-            return;
+    /// Each shared server against the rules: `remote::NAME::agrees_with_the_rules`.
+    /// etcd and ZooKeeper decide with the rules themselves; for them this checks what
+    /// they add: the key or node layout, the snapshot reads and the conditional writes.
+    macro_rules! agrees {
+        ($name:ident $judge:ident) => {
+            mod $name {
+                #[test]
+                fn agrees_with_the_rules() {
+                    super::remote(crate::common::remote::server(stringify!($name)));
+                }
+            }
         };
-        let clock = ManualClock::new(T0);
-        let store: Box<dyn Store> = Kind::Etcd
-            .open(&ns.address(), Some(&clock))
-            .unwrap_or_else(|e: StoreError| panic!("open etcd: {e}"));
-        diff(
-            "etcd",
-            store,
-            clock,
-            Traits {
-                host_clock: true,
-                unchanged_renewal_is_lost: false,
-            },
-        )
-        .run();
     }
-
-    /// ZooKeeper decides with the rules too; this checks its node layout, its reads and
-    /// its versioned `multi` writes.
-    #[cfg(feature = "store-zookeeper")]
-    #[test]
-    fn zookeeper_agrees_with_the_rules() {
-        let Some(ns) = Namespace::new(Kind::ZooKeeper, "store_differential::zookeeper") else {
-            return;
-        };
-        let clock = ManualClock::new(T0);
-        let store: Box<dyn Store> = Kind::ZooKeeper
-            .open(&ns.address(), Some(&clock))
-            .unwrap_or_else(|e: StoreError| panic!("open zookeeper: {e}"));
-        diff(
-            "zookeeper",
-            store,
-            clock,
-            Traits {
-                host_clock: false,
-                unchanged_renewal_is_lost: false,
-            },
-        )
-        .run();
-    }
+    common::remote::each_server!(agrees);
 }

@@ -14,7 +14,8 @@
 //! only) against `verify-full`, `require` checking the chain when `sslrootcert` is given,
 //! `prefer` (the default) encrypting and falling back to a plain connection after a
 //! failed handshake, `allow` encrypting after the server refused a plain connection.
-//! Then the store conformance suite runs over TLS on all three engines.
+//! Then the store conformance suite runs over TLS on every shared server
+//! (`common::remote::SERVERS`, each entry's `tls`).
 #![cfg(all(
     feature = "store-postgres",
     feature = "store-mysql",
@@ -29,7 +30,7 @@ use jobguard::clock::ManualClock;
 use jobguard::store::{Claim, Store, StoreError};
 
 use common::conformance::{Env, S1, T0, claimed, request};
-use common::remote::{Kind, namespace};
+use common::remote::{self, namespace};
 use common::tls::{self, Server};
 
 /// Long enough for a refused connection, far shorter than a hang: the connect (3 s) and
@@ -320,7 +321,9 @@ fn mariadb_plain_client_against_tls_only_server_fails_at_once() {
 /// unencrypted connection, `REQUIRED` refuses to.
 #[test]
 fn mariadb_without_tls_preferred_falls_back_and_required_refuses() {
-    let Some(ns) = common::remote::Namespace::new(Kind::Mysql, "mariadb_tls::no_tls_server") else {
+    let Some(ns) =
+        common::remote::Namespace::new(remote::server("mysql"), "mariadb_tls::no_tls_server")
+    else {
         return;
     };
     let out = std::process::Command::new("mariadb")
@@ -641,33 +644,6 @@ fn postgres_tls_address_errors() {
 // ---------------------------------------------------------------------------------------
 // ZooKeeper
 
-fn zookeeper_address(server: &Server, host: &str, ns: &str, ca: &str) -> String {
-    format!("zookeepers://{host}:{}/{ns}?ssl-ca={ca}", server.port)
-}
-
-/// Sets the data of node `path` on the TLS ZooKeeper server, with the client the store
-/// uses (the Java `zkCli.sh` of Debian's package lacks Netty's codec for TLS).
-#[cfg(feature = "store-zookeeper")]
-fn zookeeper_set(server: &Server, path: &str, data: &[u8]) {
-    let ca = std::fs::read_to_string(server.ca()).expect("the CA");
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
-    rt.block_on(async {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let tls = zookeeper_client::TlsOptions::new()
-            .with_pem_ca(&ca)
-            .expect("the CA");
-        let client = zookeeper_client::Client::connector()
-            .with_tls(tls)
-            .secure_connect(&format!("127.0.0.1:{}", server.port))
-            .await
-            .expect("connect over TLS");
-        client.set_data(path, data, None).await.expect("set_data");
-    });
-}
-
 #[cfg(feature = "store-zookeeper")]
 #[test]
 fn zookeeper_claim_over_tls_checked_against_the_private_ca() {
@@ -676,9 +652,19 @@ fn zookeeper_claim_over_tls_checked_against_the_private_ca() {
     };
     eprintln!("TLS ZooKeeper ready in {:?}", server.startup);
     let ca = server.ca().display().to_string();
-    expect_claimed(&zookeeper_address(server, "127.0.0.1", &namespace(), &ca));
+    expect_claimed(&tls::zookeeper_address(
+        server,
+        "127.0.0.1",
+        &namespace(),
+        &ca,
+    ));
     // The name in the certificate works as well.
-    expect_claimed(&zookeeper_address(server, "localhost", &namespace(), &ca));
+    expect_claimed(&tls::zookeeper_address(
+        server,
+        "localhost",
+        &namespace(),
+        &ca,
+    ));
 }
 
 #[cfg(feature = "store-zookeeper")]
@@ -703,7 +689,7 @@ fn zookeeper_wrong_host_name_is_refused() {
     };
     let ca = server.ca().display().to_string();
     let err = expect_refused(
-        &zookeeper_address(server, "127.0.0.2", &namespace(), &ca),
+        &tls::zookeeper_address(server, "127.0.0.2", &namespace(), &ca),
         "certificate",
     );
     assert!(matches!(err, StoreError::Unavailable { .. }), "{err}");
@@ -759,168 +745,59 @@ fn zookeeper_tls_address_errors() {
 /// A conformance env on a private TLS server: a fresh namespace, reached with the
 /// certificate checked against the private CA, and a manual clock.
 struct TlsEnv {
-    kind: Kind,
+    store: &'static remote::Server,
     server: &'static Server,
     ns: String,
     clock: ManualClock,
 }
 
-fn tls_env(kind: Kind, test: &str) -> Option<Box<dyn Env>> {
-    let server = match kind {
-        Kind::Redis => tls::redis(test)?,
-        Kind::Mysql => tls::mariadb(test)?,
-        Kind::Postgres => tls::postgres(test)?,
-        Kind::Etcd => tls::etcd(test)?,
-        Kind::ZooKeeper => tls::zookeeper(test)?,
-    };
+fn tls_env(store: &'static remote::Server, test: &str) -> Option<Box<dyn Env>> {
+    let server = (store.tls.start)(test)?;
     let ns = namespace();
-    if kind == Kind::Mysql {
-        server.sql(&format!("CREATE DATABASE {ns}"));
-    }
+    (store.tls.create)(server, &ns);
     Some(Box::new(TlsEnv {
-        kind,
+        store,
         server,
         ns,
         clock: ManualClock::new(T0),
     }))
 }
 
-impl TlsEnv {
-    fn address(&self) -> String {
-        let ca = self.server.ca().display().to_string();
-        match self.kind {
-            Kind::Redis => format!(
-                "rediss://127.0.0.1:{}/0?prefix={}:&ssl-ca={ca}",
-                self.server.port, self.ns
-            ),
-            Kind::Postgres => format!(
-                "postgres://{}@127.0.0.1:{}/{}?schema={}&sslmode=verify-full&sslrootcert={ca}",
-                tls::POSTGRES_USER,
-                self.server.port,
-                tls::POSTGRES_USER,
-                self.ns
-            ),
-            Kind::Mysql => format!(
-                "mysql://root@127.0.0.1:{}/{}?ssl-mode=VERIFY_IDENTITY&ssl-ca={ca}",
-                self.server.port, self.ns
-            ),
-            Kind::Etcd => format!(
-                "etcds://127.0.0.1:{}?prefix={}/&ssl-ca={ca}",
-                self.server.port, self.ns
-            ),
-            Kind::ZooKeeper => zookeeper_address(self.server, "127.0.0.1", &self.ns, &ca),
-        }
-    }
-}
-
 impl Env for TlsEnv {
     fn connect(&self) -> Result<Box<dyn Store>, StoreError> {
-        self.kind.open(&self.address(), Some(&self.clock))
+        let ca = self.server.ca().display().to_string();
+        let address = (self.store.tls.address)(self.server, &self.ns, &ca);
+        remote::open(self.store, &address, Some(&self.clock))
     }
     fn advance(&self, usec: i64) {
         self.clock.advance(usec);
     }
     fn set_schema_version(&self, version: i64) {
-        match self.kind {
-            Kind::Redis => {
-                self.server.redis_cli(&[
-                    "SET",
-                    &format!("{}:schema", self.ns),
-                    &version.to_string(),
-                ]);
-            }
-            Kind::Postgres => {
-                self.server.psql(&format!(
-                    "UPDATE {}.jobguard_meta SET value = {version} WHERE key = 'schema_version'",
-                    self.ns
-                ));
-            }
-            Kind::Mysql => self.server.sql(&format!(
-                "UPDATE {}.jobguard_meta SET value = {version} WHERE name = 'schema_version'",
-                self.ns
-            )),
-            Kind::Etcd => {
-                self.server
-                    .etcdctl(&["put", &format!("{}/schema", self.ns), &version.to_string()]);
-            }
-            #[cfg(feature = "store-zookeeper")]
-            Kind::ZooKeeper => zookeeper_set(
-                self.server,
-                &format!("/{}/schema", self.ns),
-                version.to_string().as_bytes(),
-            ),
-            #[cfg(not(feature = "store-zookeeper"))]
-            Kind::ZooKeeper => unreachable!("no ZooKeeper store in this build"),
-        }
+        (self.store.tls.set_version)(self.server, &self.ns, version);
     }
     fn current_schema_version(&self) -> i64 {
-        match self.kind {
-            Kind::Redis => jobguard::store::redis::SCHEMA_VERSION,
-            Kind::Postgres => jobguard::store::postgres::SCHEMA_VERSION,
-            Kind::Mysql => jobguard::store::mysql::SCHEMA_VERSION,
-            #[cfg(feature = "store-etcd")]
-            Kind::Etcd => jobguard::store::etcd::SCHEMA_VERSION,
-            #[cfg(not(feature = "store-etcd"))]
-            Kind::Etcd => unreachable!("no etcd store in this build"),
-            #[cfg(feature = "store-zookeeper")]
-            Kind::ZooKeeper => jobguard::store::zookeeper::SCHEMA_VERSION,
-            #[cfg(not(feature = "store-zookeeper"))]
-            Kind::ZooKeeper => unreachable!("no ZooKeeper store in this build"),
-        }
+        self.store.schema_version
     }
     fn store_clock_is_host_clock(&self) -> bool {
-        self.kind == Kind::Etcd
+        self.store.clock == remote::Judge::Host
     }
 }
 
-mod redis_conformance {
-    fn fresh(case: &str) -> Option<Box<dyn crate::common::conformance::Env>> {
-        super::tls_env(
-            crate::common::remote::Kind::Redis,
-            &format!("redis_tls::{case}"),
-        )
+/// The conformance suite over TLS on each shared server's private TLS server:
+/// `conformance_over_tls::NAME::CASE`.
+mod conformance_over_tls {
+    macro_rules! over_tls {
+        ($name:ident $judge:ident) => {
+            mod $name {
+                fn fresh(case: &str) -> Option<Box<dyn crate::common::conformance::Env>> {
+                    super::super::tls_env(
+                        crate::common::remote::server(stringify!($name)),
+                        &format!("{}_tls::{case}", stringify!($name)),
+                    )
+                }
+                crate::common::conformance::conformance_suite!(optional fresh);
+            }
+        };
     }
-    crate::common::conformance::conformance_suite!(optional fresh);
-}
-
-mod mariadb_conformance {
-    fn fresh(case: &str) -> Option<Box<dyn crate::common::conformance::Env>> {
-        super::tls_env(
-            crate::common::remote::Kind::Mysql,
-            &format!("mariadb_tls::{case}"),
-        )
-    }
-    crate::common::conformance::conformance_suite!(optional fresh);
-}
-
-#[cfg(feature = "store-etcd")]
-mod etcd_conformance {
-    fn fresh(case: &str) -> Option<Box<dyn crate::common::conformance::Env>> {
-        super::tls_env(
-            crate::common::remote::Kind::Etcd,
-            &format!("etcd_tls::{case}"),
-        )
-    }
-    crate::common::conformance::conformance_suite!(optional fresh);
-}
-
-#[cfg(feature = "store-zookeeper")]
-mod zookeeper_conformance {
-    fn fresh(case: &str) -> Option<Box<dyn crate::common::conformance::Env>> {
-        super::tls_env(
-            crate::common::remote::Kind::ZooKeeper,
-            &format!("zookeeper_tls::{case}"),
-        )
-    }
-    crate::common::conformance::conformance_suite!(optional fresh);
-}
-
-mod postgres_conformance {
-    fn fresh(case: &str) -> Option<Box<dyn crate::common::conformance::Env>> {
-        super::tls_env(
-            crate::common::remote::Kind::Postgres,
-            &format!("postgres_tls::{case}"),
-        )
-    }
-    crate::common::conformance::conformance_suite!(optional fresh);
+    crate::common::remote::each_server!(over_tls);
 }

@@ -34,7 +34,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::container::{self, Container};
 use common::host::*;
-use common::remote::{Kind, Namespace};
+use common::remote::{Namespace, Server, server};
 use serde_json::Value;
 
 /// A private PostgreSQL database for one test (the store-sync example's orders), dropped
@@ -179,12 +179,10 @@ fn cluster(
     let mut hosts = Vec::new();
     let mut proxies = Vec::new();
     for i in 1..=3 {
-        let proxy = Proxy::start(store.kind.port());
+        let proxy = Proxy::start(store.server.port);
         let url = format!(
             "{}\n",
-            store
-                .kind
-                .address(&format!("127.0.0.1:{}", proxy.port), &store.name)
+            (store.server.address)(&format!("127.0.0.1:{}", proxy.port), &store.name)
         );
         let opts = extra(jobguard_options(jobs_toml).file("/etc/jobguard/store.url", url));
         let c = boot(&format!("{tag}{i}"), &opts);
@@ -235,47 +233,43 @@ log end
 """]
 "#;
 
-/// A test per store for `case`, in a module named after it.
+/// A test per store for `case`, in a module named after it: the stores of these cases,
+/// looked up in `common::remote::SERVERS` by name.
 macro_rules! on_each_store {
     ($case:ident) => {
         mod $case {
             #[test]
             fn postgres() {
-                super::$case(super::Kind::Postgres)
+                super::$case(super::server("postgres"))
             }
 
             #[cfg(feature = "store-etcd")]
             #[test]
             fn etcd() {
-                super::$case(super::Kind::Etcd)
+                super::$case(super::server("etcd"))
             }
 
             #[cfg(feature = "store-zookeeper")]
             #[test]
             fn zookeeper() {
-                super::$case(super::Kind::ZooKeeper)
+                super::$case(super::server("zookeeper"))
             }
         }
     };
 }
 
-/// The store's name in the tests' names: `postgres`, `etcd`, `zookeeper`.
-fn store_name(kind: Kind) -> String {
-    format!("{kind:?}").to_lowercase()
-}
-
 /// The store the hosts share, in a namespace of its own; `None` when the case is skipped.
-fn shared_store(kind: Kind, case: &str, more: Option<String>) -> Option<Namespace> {
-    let test = format!("{case}::{}", store_name(kind));
+fn shared_store(server: &'static Server, case: &str, more: Option<String>) -> Option<Namespace> {
+    let test = format!("{case}::{}", server.name);
     if !common::go_on(&test, prerequisites().or(more)) {
         return None;
     }
-    Namespace::new(kind, &test)
+    Namespace::new(server, &test)
 }
 
 on_each_store!(the_same_slot_fired_on_three_hosts_runs_once);
-fn the_same_slot_fired_on_three_hosts_runs_once(kind: Kind) {
-    let Some(store) = shared_store(kind, "the_same_slot_fired_on_three_hosts_runs_once", None)
+fn the_same_slot_fired_on_three_hosts_runs_once(server: &'static Server) {
+    let Some(store) = shared_store(server, "the_same_slot_fired_on_three_hosts_runs_once", None)
     else {
         return;
     };
@@ -318,16 +312,16 @@ fn the_same_slot_fired_on_three_hosts_runs_once(kind: Kind) {
 }
 
 on_each_store!(power_cut_of_the_running_host_another_host_finishes_the_slot);
-fn power_cut_of_the_running_host_another_host_finishes_the_slot(kind: Kind) {
+fn power_cut_of_the_running_host_another_host_finishes_the_slot(server: &'static Server) {
     let Some(store) = shared_store(
-        kind,
+        server,
         "power_cut_of_the_running_host_another_host_finishes_the_slot",
         psycopg2(),
     ) else {
         return;
     };
     // The store's name is in the database's: the cases of both stores run at once.
-    let db = Database::create(&format!("cut_{}", store_name(kind)));
+    let db = Database::create(&format!("cut_{}", server.name));
     let jobs = format!(
         r#"
 [defaults]
@@ -462,9 +456,9 @@ environment = {{ STORE_SYNC_DB = "postgresql://postgres@127.0.0.1:5432/{}", STOR
 }
 
 on_each_store!(a_host_cut_off_from_the_store_stops_before_another_takes_over);
-fn a_host_cut_off_from_the_store_stops_before_another_takes_over(kind: Kind) {
+fn a_host_cut_off_from_the_store_stops_before_another_takes_over(server: &'static Server) {
     let Some(store) = shared_store(
-        kind,
+        server,
         "a_host_cut_off_from_the_store_stops_before_another_takes_over",
         None,
     ) else {
@@ -552,9 +546,11 @@ fn a_host_cut_off_from_the_store_stops_before_another_takes_over(kind: Kind) {
 }
 
 on_each_store!(a_host_cut_off_as_its_job_ends_records_the_success_and_no_host_runs_it_again);
-fn a_host_cut_off_as_its_job_ends_records_the_success_and_no_host_runs_it_again(kind: Kind) {
+fn a_host_cut_off_as_its_job_ends_records_the_success_and_no_host_runs_it_again(
+    server: &'static Server,
+) {
     let test = "a_host_cut_off_as_its_job_ends_records_the_success_and_no_host_runs_it_again";
-    let Some(store) = shared_store(kind, test, None) else {
+    let Some(store) = shared_store(server, test, None) else {
         return;
     };
     let jobs = LOGGING_JOB

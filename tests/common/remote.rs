@@ -1,6 +1,15 @@
-//! The shared stores under test: PostgreSQL, MariaDB and Redis on 127.0.0.1, each case in
-//! a namespace of its own (a schema, a database or a key prefix) so cases run in parallel,
-//! plus what only a remote store needs: its own clock and outages.
+//! The shared stores under test: PostgreSQL, MariaDB, Redis, etcd and ZooKeeper on
+//! 127.0.0.1, each case in a namespace of its own (a schema, a database or a key prefix)
+//! so cases run in parallel, plus what only a remote store needs: its own clock and
+//! outages.
+//!
+//! Every shared server is one entry of [`SERVERS`]: its port, its addresses, how to make
+//! and remove a namespace, how to open its store, its private TLS server. The suites do
+//! not name servers for their generic cases: [`each_server!`] expands a suite's macro
+//! once per entry (with the entry's name and [`Judge`]), and the cases look their server
+//! up with [`server`]. A new store is one entry here; its generic conformance, contention
+//! and differential cases follow. Cases of one store only (a migration from its old
+//! layout, ZooKeeper's sessions) stay named tests that look their server up by name.
 //!
 //! The conformance suite moves time; a remote store judges time by its server's clock,
 //! which a test cannot move, so [`RemoteEnv`] passes a manual clock's time into the
@@ -18,228 +27,408 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use jobguard::clock::ManualClock;
+use jobguard::clock::{Clock, ManualClock};
 use jobguard::store::{Claim, RunQuery, Store, StoreError};
 
 use super::conformance::{Env, T0, finish, holder, request, rid};
+use super::tls;
 
-/// A kind of shared store.
+/// Which clock judges a store's leases.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// PostgreSQL on 127.0.0.1:5432, database `test`, user `root` (trust).
-    Postgres,
-    /// MariaDB on 127.0.0.1:3306, user `root` without password.
-    Mysql,
-    /// Redis on 127.0.0.1:6379, database 0.
-    Redis,
-    /// etcd on 127.0.0.1:2379 (needs the cargo feature `store-etcd`).
-    Etcd,
-    /// ZooKeeper on 127.0.0.1:2181 (needs the cargo feature `store-zookeeper`).
-    ZooKeeper,
+pub enum Judge {
+    /// The server's own clock: a host's clock, however wrong, changes nothing
+    /// ([`server_clock_judges`]).
+    Server,
+    /// The clock of the host that calls (etcd has no clock a client can read): "now" is
+    /// the host's, and a test's manual clock moves it.
+    Host,
 }
 
-impl Kind {
+/// Opens a store at an address; with a clock, time is judged by it (see the module docs).
+pub type Opener = fn(&str, Option<Arc<dyn Clock>>) -> Result<Box<dyn Store>, StoreError>;
+
+/// Runs one SQL statement as a server's administrator: the client's error output on
+/// failure.
+pub type SqlClient = fn(&str) -> Result<(), String>;
+
+/// One shared server on 127.0.0.1 and what the suites need to know about it.
+pub struct Server {
+    /// Short name, as in test names (`postgres::…`) and in `jobguard::store::registry`.
+    pub name: &'static str,
+    /// The cargo feature that builds its store; without it the entry is left out.
+    pub feature: &'static str,
+    /// Which clock judges its leases.
+    pub clock: Judge,
     /// The server's TCP port on 127.0.0.1.
-    pub fn port(self) -> u16 {
-        match self {
-            Kind::Postgres => 5432,
-            Kind::Mysql => 3306,
-            Kind::Redis => 6379,
-            Kind::Etcd => 2379,
-            Kind::ZooKeeper => 2181,
+    pub port: u16,
+    /// The address of namespace `ns` (second argument) on the server at `host:port`
+    /// (first argument), as the machine's administrator without password.
+    pub address: fn(&str, &str) -> String,
+    /// An address on `user:password@host:port` (the argument) without a namespace, for
+    /// the cases that check a password is masked.
+    pub login: fn(&str) -> String,
+    /// Prepares a fresh namespace (MariaDB: the database must exist to connect to it).
+    pub create: fn(&str),
+    /// Removes a namespace and everything in it.
+    pub drop: fn(&str),
+    /// Writes the second argument as the schema version of a namespace.
+    pub set_version: fn(&str, i64),
+    /// The schema version this build of jobguard writes.
+    pub schema_version: i64,
+    /// Opens its store, with `judge_time_by` when given a clock.
+    pub open: Opener,
+    /// Runs one SQL statement as the server's administrator with its command-line client
+    /// (the client's error output on failure); `None` for a store without SQL.
+    pub sql: Option<SqlClient>,
+    /// Puts a namespace back to the layout of schema 1; `None` for a store that has had
+    /// one layout only.
+    pub downgrade_to_schema_1: Option<fn(&str)>,
+    /// Whether its store answers a renewal at the very µs that leaves `expire_at`
+    /// unchanged as lost (MySQL/MariaDB count changed rows), where the rules renew.
+    pub unchanged_renewal_is_lost: bool,
+    /// Its private TLS-only server ([`tls`]).
+    pub tls: Tls,
+}
+
+/// A shared store's private TLS-only server, one per test process ([`tls`]).
+pub struct Tls {
+    /// Starts it on first use; `None` (after [`super::go_on`]) when it cannot run here.
+    pub start: fn(&str) -> Option<&'static tls::Server>,
+    /// The address of namespace `ns` (second argument) on it, the certificate checked
+    /// against the CA file given third.
+    pub address: fn(&tls::Server, &str, &str) -> String,
+    /// Prepares a fresh namespace on it.
+    pub create: fn(&tls::Server, &str),
+    /// Writes the third argument as the schema version of a namespace on it.
+    pub set_version: fn(&tls::Server, &str, i64),
+}
+
+impl Server {
+    /// Runs one SQL statement as the server's administrator; panics on failure or on a
+    /// store without SQL.
+    pub fn sql(&self, statement: &str) {
+        if let Err(e) = self.try_sql(statement) {
+            panic!("{statement}: {e}");
         }
     }
 
-    /// The address of namespace `ns` on the server at `host:port`.
-    pub fn address(self, host_port: &str, ns: &str) -> String {
-        match self {
-            Kind::Postgres => format!("postgres://root@{host_port}/test?schema={ns}"),
-            Kind::Mysql => format!("mysql://root@{host_port}/{ns}"),
-            Kind::Redis => format!("redis://{host_port}/0?prefix={ns}:"),
-            Kind::Etcd => format!("etcd://{host_port}?prefix={ns}/"),
-            Kind::ZooKeeper => format!("zookeeper://{host_port}/{ns}"),
+    /// [`Server::sql`], returning the client's error output on failure.
+    pub fn try_sql(&self, statement: &str) -> Result<(), String> {
+        match self.sql {
+            Some(run) => run(statement),
+            None => panic!("no SQL on {}", self.name),
         }
     }
+}
 
-    /// Prepares namespace `ns` (MariaDB: the database must exist to connect to it).
-    fn create(self, ns: &str) {
-        if self == Kind::Mysql {
-            sql(self, &format!("CREATE DATABASE {ns}"));
-        }
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
     }
+}
 
-    /// Removes namespace `ns` and everything in it.
-    fn drop_namespace(self, ns: &str) {
-        match self {
-            Kind::Postgres => sql(self, &format!("DROP SCHEMA IF EXISTS {ns} CASCADE")),
-            Kind::Mysql => sql(self, &format!("DROP DATABASE IF EXISTS {ns}")),
-            Kind::Redis => {
-                let keys = Command::new("redis-cli")
-                    .args(["-h", "127.0.0.1", "--scan", "--pattern", &format!("{ns}:*")])
-                    .output()
-                    .expect("redis-cli");
-                let keys = String::from_utf8_lossy(&keys.stdout).into_owned();
-                let keys: Vec<&str> = keys.lines().filter(|k| !k.is_empty()).collect();
-                for chunk in keys.chunks(500) {
-                    let _ = Command::new("redis-cli")
-                        .args(["-h", "127.0.0.1", "DEL"])
-                        .args(chunk)
-                        .output();
-                }
+/// An [`Opener`] for a store type with `open(address)` and `judge_time_by(clock)`.
+macro_rules! opener {
+    ($store:path) => {
+        |address, clock| {
+            use $store as S;
+            let mut s = S::open(address)?;
+            if let Some(c) = clock {
+                s.judge_time_by(c);
             }
-            Kind::Etcd => {
-                let _ = etcdctl(&["del", "--prefix", &format!("{ns}/")]);
-            }
-            Kind::ZooKeeper => {
-                let _ = zkcli(&["deleteall", &format!("/{ns}")]);
-            }
+            Ok(Box::new(s))
         }
-    }
+    };
+}
 
-    /// Writes `version` as the schema version of namespace `ns`.
-    fn set_version(self, ns: &str, version: i64) {
-        match self {
-            Kind::Postgres => sql(
-                self,
-                &format!(
+/// Defines [`SERVERS`] and [`each_server!`] from one list of entries, so that the two
+/// cannot disagree. An entry is `NAME { feature: "…", clock: Server|Host, fields… }`:
+/// the other fields of [`Server`]. (`$d` is a `$`, for the macro it defines.)
+macro_rules! servers {
+    ($d:tt $(
+        $name:ident {
+            feature: $feature:literal,
+            clock: $clock:ident,
+            $($field:ident: $value:expr,)*
+        }
+    )*) => {
+        /// Every shared server this build has a store for, in the order suites list them.
+        pub static SERVERS: &[Server] = &[$(
+            #[cfg(feature = $feature)]
+            Server {
+                name: stringify!($name),
+                feature: $feature,
+                clock: Judge::$clock,
+                $($field: $value,)*
+            },
+        )*];
+
+        /// Expands `$callback!(NAME JUDGE);` once per entry of [`SERVERS`] (each under its
+        /// cargo feature), NAME being the entry's name as an identifier and JUDGE its
+        /// [`Judge`] (`Server` or `Host`): a suite's generic cases, once per server.
+        #[allow(unused_macros)]
+        macro_rules! each_server {
+            ($d callback:ident) => {
+                $(
+                    #[cfg(feature = $feature)]
+                    $d callback!($name $clock);
+                )*
+            };
+        }
+        #[allow(unused_imports)]
+        pub(crate) use each_server;
+    };
+}
+
+servers! { $
+    postgres {
+        feature: "store-postgres",
+        clock: Server,
+        port: 5432,
+        address: |host_port, ns| format!("postgres://root@{host_port}/test?schema={ns}"),
+        login: |authority| format!("postgres://{authority}/test"),
+        create: |_| {},
+        drop: |ns| server("postgres").sql(&format!("DROP SCHEMA IF EXISTS {ns} CASCADE")),
+        set_version: |ns, version| {
+            server("postgres").sql(&format!(
+                "UPDATE {ns}.jobguard_meta SET value = {version} WHERE key = 'schema_version'"
+            ))
+        },
+        schema_version: jobguard::store::postgres::SCHEMA_VERSION,
+        open: opener!(jobguard::store::postgres::PostgresStore),
+        sql: Some(|statement| {
+            client_result(
+                Command::new("psql")
+                    .args(["-h", "127.0.0.1", "-d", "test", "-v", "ON_ERROR_STOP=1", "-qc"])
+                    .arg(statement),
+            )
+        }),
+        downgrade_to_schema_1: Some(|n| {
+            server("postgres").sql(&format!(
+                "SET search_path = {n};
+                 DROP INDEX jobguard_run_queued;
+                 DROP FUNCTION jobguard_claim(bigint, bigint, text, bigint, text, text,
+                     boolean, text, text, text, text, text, text, bigint, bigint, bigint,
+                     bigint, bigint, boolean, boolean);
+                 CREATE FUNCTION jobguard_claim(bigint, bigint, text, bigint, text, text,
+                     boolean, text, text, text, text, text, text, bigint, bigint, bigint)
+                     RETURNS SETOF text LANGUAGE sql AS 'SELECT NULL::text WHERE false';
+                 UPDATE jobguard_meta SET value = 1 WHERE key = 'schema_version';"
+            ))
+        }),
+        unchanged_renewal_is_lost: false,
+        tls: Tls {
+            start: tls::postgres,
+            address: |server, ns, ca| {
+                format!(
+                    "postgres://{user}@127.0.0.1:{}/{user}?schema={ns}&sslmode=verify-full\
+                     &sslrootcert={ca}",
+                    server.port,
+                    user = tls::POSTGRES_USER,
+                )
+            },
+            create: |_, _| {},
+            set_version: |server, ns, version| {
+                server.psql(&format!(
                     "UPDATE {ns}.jobguard_meta SET value = {version} WHERE key = 'schema_version'"
-                ),
-            ),
-            Kind::Mysql => sql(
-                self,
-                &format!(
+                ));
+            },
+        },
+    }
+    mysql {
+        feature: "store-mysql",
+        clock: Server,
+        port: 3306,
+        address: |host_port, ns| format!("mysql://root@{host_port}/{ns}"),
+        login: |authority| format!("mysql://{authority}/test"),
+        create: |ns| server("mysql").sql(&format!("CREATE DATABASE {ns}")),
+        drop: |ns| server("mysql").sql(&format!("DROP DATABASE IF EXISTS {ns}")),
+        set_version: |ns, version| {
+            server("mysql").sql(&format!(
+                "UPDATE {ns}.jobguard_meta SET value = {version} WHERE name = 'schema_version'"
+            ))
+        },
+        schema_version: jobguard::store::mysql::SCHEMA_VERSION,
+        open: opener!(jobguard::store::mysql::MysqlStore),
+        sql: Some(|statement| {
+            client_result(
+                Command::new("mariadb")
+                    .args(["-uroot", "-h127.0.0.1", "-e"])
+                    .arg(statement),
+            )
+        }),
+        downgrade_to_schema_1: Some(|n| {
+            server("mysql").sql(&format!(
+                "USE {n};
+                 DROP INDEX jobguard_run_queued ON jobguard_run;
+                 DROP PROCEDURE jobguard_claim;
+                 CREATE PROCEDURE jobguard_claim(IN a1 BIGINT, IN a2 BIGINT,
+                     IN a3 BLOB, IN a4 BIGINT, IN a5 BLOB, IN a6 BLOB, IN a7 TINYINT,
+                     IN a8 BLOB, IN a9 BLOB, IN a10 BLOB, IN a11 BLOB, IN a12 BLOB,
+                     IN a13 BLOB, IN a14 BIGINT, IN a15 BIGINT, IN a16 BIGINT) BEGIN END;
+                 UPDATE jobguard_meta SET value = 1 WHERE name = 'schema_version';"
+            ))
+        }),
+        unchanged_renewal_is_lost: true,
+        tls: Tls {
+            start: tls::mariadb,
+            address: |server, ns, ca| {
+                format!(
+                    "mysql://root@127.0.0.1:{}/{ns}?ssl-mode=VERIFY_IDENTITY&ssl-ca={ca}",
+                    server.port
+                )
+            },
+            create: |server, ns| server.sql(&format!("CREATE DATABASE {ns}")),
+            set_version: |server, ns, version| {
+                server.sql(&format!(
                     "UPDATE {ns}.jobguard_meta SET value = {version} WHERE name = 'schema_version'"
-                ),
-            ),
-            Kind::Redis => {
-                let out = Command::new("redis-cli")
-                    .args([
-                        "-h",
-                        "127.0.0.1",
-                        "SET",
-                        &format!("{ns}:schema"),
-                        &version.to_string(),
-                    ])
-                    .output()
-                    .expect("redis-cli");
-                assert!(out.status.success(), "{out:?}");
-            }
-            Kind::Etcd => {
-                etcdctl(&["put", &format!("{ns}/schema"), &version.to_string()])
-                    .expect("etcdctl put");
-            }
-            Kind::ZooKeeper => {
-                zkcli(&["set", &format!("/{ns}/schema"), &version.to_string()])
-                    .expect("zkCli.sh set");
-            }
-        }
+                ))
+            },
+        },
     }
-
-    fn current_version(self) -> i64 {
-        match self {
-            Kind::Postgres => jobguard::store::postgres::SCHEMA_VERSION,
-            Kind::Mysql => jobguard::store::mysql::SCHEMA_VERSION,
-            Kind::Redis => jobguard::store::redis::SCHEMA_VERSION,
-            #[cfg(feature = "store-etcd")]
-            Kind::Etcd => jobguard::store::etcd::SCHEMA_VERSION,
-            #[cfg(not(feature = "store-etcd"))]
-            Kind::Etcd => panic!("this build has no etcd store (cargo feature store-etcd)"),
-            #[cfg(feature = "store-zookeeper")]
-            Kind::ZooKeeper => jobguard::store::zookeeper::SCHEMA_VERSION,
-            #[cfg(not(feature = "store-zookeeper"))]
-            Kind::ZooKeeper => {
-                panic!("this build has no ZooKeeper store (cargo feature store-zookeeper)")
+    redis {
+        feature: "store-redis",
+        clock: Server,
+        port: 6379,
+        address: |host_port, ns| format!("redis://{host_port}/0?prefix={ns}:"),
+        login: |authority| format!("redis://{authority}/0"),
+        create: |_| {},
+        drop: |ns| {
+            let keys = redis_cli(&["--scan", "--pattern", &format!("{ns}:*")]);
+            let keys: Vec<&str> = keys.lines().filter(|k| !k.is_empty()).collect();
+            for chunk in keys.chunks(500) {
+                let _ = Command::new("redis-cli")
+                    .args(["-h", "127.0.0.1", "DEL"])
+                    .args(chunk)
+                    .output();
             }
-        }
+        },
+        set_version: |ns, version| {
+            redis_cli(&["SET", &format!("{ns}:schema"), &version.to_string()]);
+        },
+        schema_version: jobguard::store::redis::SCHEMA_VERSION,
+        open: opener!(jobguard::store::redis::RedisStore),
+        sql: None,
+        downgrade_to_schema_1: Some(|n| {
+            redis_cli(&["DEL", &format!("{n}:slots:sync"), &format!("{n}:queued:sync")]);
+            (server("redis").set_version)(n, 1);
+        }),
+        unchanged_renewal_is_lost: false,
+        tls: Tls {
+            start: tls::redis,
+            address: |server, ns, ca| {
+                format!(
+                    "rediss://127.0.0.1:{}/0?prefix={ns}:&ssl-ca={ca}",
+                    server.port
+                )
+            },
+            create: |_, _| {},
+            set_version: |server, ns, version| {
+                server.redis_cli(&["SET", &format!("{ns}:schema"), &version.to_string()]);
+            },
+        },
     }
-
-    /// Opens a store at `address`; with `clock`, time is judged by it (see the module docs).
-    pub fn open(
-        self,
-        address: &str,
-        clock: Option<&ManualClock>,
-    ) -> Result<Box<dyn Store>, StoreError> {
-        let clock = clock.map(|c| Arc::new(c.clone()) as Arc<dyn jobguard::clock::Clock>);
-        Ok(match self {
-            Kind::Postgres => {
-                let mut s = jobguard::store::postgres::PostgresStore::open(address)?;
-                if let Some(c) = clock {
-                    s.judge_time_by(c);
-                }
-                Box::new(s)
-            }
-            Kind::Mysql => {
-                let mut s = jobguard::store::mysql::MysqlStore::open(address)?;
-                if let Some(c) = clock {
-                    s.judge_time_by(c);
-                }
-                Box::new(s)
-            }
-            Kind::Redis => {
-                let mut s = jobguard::store::redis::RedisStore::open(address)?;
-                if let Some(c) = clock {
-                    s.judge_time_by(c);
-                }
-                Box::new(s)
-            }
-            #[cfg(feature = "store-etcd")]
-            Kind::Etcd => {
-                let mut s = jobguard::store::etcd::EtcdStore::open(address)?;
-                if let Some(c) = clock {
-                    s.judge_time_by(c);
-                }
-                Box::new(s)
-            }
-            #[cfg(feature = "store-zookeeper")]
-            Kind::ZooKeeper => {
-                let mut s = jobguard::store::zookeeper::ZooKeeperStore::open(address)?;
-                if let Some(c) = clock {
-                    s.judge_time_by(c);
-                }
-                Box::new(s)
-            }
-            #[cfg(not(all(feature = "store-etcd", feature = "store-zookeeper")))]
-            _ => {
-                let _ = clock;
-                jobguard::store::open(address)?
-            }
-        })
+    etcd {
+        feature: "store-etcd",
+        clock: Host,
+        port: 2379,
+        address: |host_port, ns| format!("etcd://{host_port}?prefix={ns}/"),
+        login: |authority| format!("etcd://{authority}"),
+        create: |_| {},
+        drop: |ns| {
+            let _ = etcdctl(&["del", "--prefix", &format!("{ns}/")]);
+        },
+        set_version: |ns, version| {
+            etcdctl(&["put", &format!("{ns}/schema"), &version.to_string()])
+                .expect("etcdctl put");
+        },
+        schema_version: jobguard::store::etcd::SCHEMA_VERSION,
+        open: opener!(jobguard::store::etcd::EtcdStore),
+        sql: None,
+        downgrade_to_schema_1: None,
+        unchanged_renewal_is_lost: false,
+        tls: Tls {
+            start: tls::etcd,
+            address: |server, ns, ca| {
+                format!("etcds://127.0.0.1:{}?prefix={ns}/&ssl-ca={ca}", server.port)
+            },
+            create: |_, _| {},
+            set_version: |server, ns, version| {
+                server.etcdctl(&["put", &format!("{ns}/schema"), &version.to_string()]);
+            },
+        },
+    }
+    zookeeper {
+        feature: "store-zookeeper",
+        clock: Server,
+        port: 2181,
+        address: |host_port, ns| format!("zookeeper://{host_port}/{ns}"),
+        login: |authority| format!("zookeeper://{authority}"),
+        create: |_| {},
+        drop: |ns| {
+            let _ = zkcli(&["deleteall", &format!("/{ns}")]);
+        },
+        set_version: |ns, version| {
+            zkcli(&["set", &format!("/{ns}/schema"), &version.to_string()])
+                .expect("zkCli.sh set");
+        },
+        schema_version: jobguard::store::zookeeper::SCHEMA_VERSION,
+        open: opener!(jobguard::store::zookeeper::ZooKeeperStore),
+        sql: None,
+        downgrade_to_schema_1: None,
+        unchanged_renewal_is_lost: false,
+        tls: Tls {
+            start: tls::zookeeper,
+            address: |server, ns, ca| tls::zookeeper_address(server, "127.0.0.1", ns, ca),
+            create: |_, _| {},
+            set_version: |server, ns, version| {
+                server.zookeeper_set(&format!("/{ns}/schema"), version.to_string().as_bytes());
+            },
+        },
     }
 }
 
-/// Runs one SQL statement as the server's administrator with its command-line client.
-pub fn sql(kind: Kind, statement: &str) {
-    if let Err(e) = try_sql(kind, statement) {
-        panic!("{statement}: {e}");
-    }
+/// The entry of [`SERVERS`] named `name`; panics when this build has none.
+pub fn server(name: &str) -> &'static Server {
+    SERVERS
+        .iter()
+        .find(|s| s.name == name)
+        .unwrap_or_else(|| panic!("no shared server {name:?} in this build"))
 }
 
-/// [`sql`], returning the client's error output on failure.
-pub fn try_sql(kind: Kind, statement: &str) -> Result<(), String> {
-    let out = match kind {
-        Kind::Postgres => Command::new("psql")
-            .args([
-                "-h",
-                "127.0.0.1",
-                "-d",
-                "test",
-                "-v",
-                "ON_ERROR_STOP=1",
-                "-qc",
-                statement,
-            ])
-            .output(),
-        Kind::Mysql => Command::new("mariadb")
-            .args(["-uroot", "-h127.0.0.1", "-e", statement])
-            .output(),
-        Kind::Redis | Kind::Etcd | Kind::ZooKeeper => panic!("no SQL on {kind:?}"),
-    }
-    .expect("run the SQL client");
+/// Opens the store of `server` at `address`; with `clock`, time is judged by it (see the
+/// module docs).
+pub fn open(
+    server: &Server,
+    address: &str,
+    clock: Option<&ManualClock>,
+) -> Result<Box<dyn Store>, StoreError> {
+    (server.open)(
+        address,
+        clock.map(|c| Arc::new(c.clone()) as Arc<dyn Clock>),
+    )
+}
+
+/// A command-line client's run: `Ok` when it exited 0, else its error output.
+fn client_result(cmd: &mut Command) -> Result<(), String> {
+    let out = cmd.output().expect("run the SQL client");
     if out.status.success() {
         Ok(())
     } else {
         Err(String::from_utf8_lossy(&out.stderr).into_owned())
     }
+}
+
+/// Runs `redis-cli` against 127.0.0.1:6379 with `args`; its standard output. Panics when
+/// it fails.
+pub fn redis_cli(args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-h", "127.0.0.1"])
+        .args(args)
+        .output()
+        .expect("redis-cli");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// Runs `etcdctl` (API v3) against 127.0.0.1:2379; its standard output, or its error
@@ -305,12 +494,15 @@ pub fn zkcli(args: &[&str]) -> Result<String, String> {
     }
 }
 
-/// Whether the server of `kind` answers on its port; `Some(reason)` if not.
-pub fn unreachable(kind: Kind) -> Option<String> {
-    let addr = ("127.0.0.1", kind.port()).to_socket_addrs().ok()?.next()?;
+/// Whether `server` answers on its port; `Some(reason)` if not.
+pub fn unreachable(server: &Server) -> Option<String> {
+    let addr = ("127.0.0.1", server.port).to_socket_addrs().ok()?.next()?;
     match TcpStream::connect_timeout(&addr, Duration::from_secs(2)) {
         Ok(_) => None,
-        Err(e) => Some(format!("{kind:?} server at {addr} not reachable: {e}")),
+        Err(e) => Some(format!(
+            "{} server at {addr} not reachable: {e}",
+            server.name
+        )),
     }
 }
 
@@ -332,32 +524,31 @@ pub fn namespace() -> String {
 /// A namespace on the real server, removed when dropped.
 pub struct Namespace {
     /// Which server.
-    pub kind: Kind,
+    pub server: &'static Server,
     /// Its name.
     pub name: String,
 }
 
 impl Namespace {
     /// Creates a fresh namespace, or `None` (after [`super::go_on`]) if the server is down.
-    pub fn new(kind: Kind, test: &str) -> Option<Namespace> {
-        if !super::go_on(test, unreachable(kind)) {
+    pub fn new(server: &'static Server, test: &str) -> Option<Namespace> {
+        if !super::go_on(test, unreachable(server)) {
             return None;
         }
         let name = namespace();
-        kind.create(&name);
-        Some(Namespace { kind, name })
+        (server.create)(&name);
+        Some(Namespace { server, name })
     }
 
     /// The address of this namespace on the real server.
     pub fn address(&self) -> String {
-        self.kind
-            .address(&format!("127.0.0.1:{}", self.kind.port()), &self.name)
+        (self.server.address)(&format!("127.0.0.1:{}", self.server.port), &self.name)
     }
 }
 
 impl Drop for Namespace {
     fn drop(&mut self) {
-        self.kind.drop_namespace(&self.name);
+        (self.server.drop)(&self.name);
     }
 }
 
@@ -368,9 +559,9 @@ pub struct RemoteEnv {
     clock: ManualClock,
 }
 
-/// A fresh [`RemoteEnv`] for `kind`, or `None` when its server is down (outside CI).
-pub fn env(kind: Kind, test: &str) -> Option<Box<dyn Env>> {
-    let ns = Namespace::new(kind, test)?;
+/// A fresh [`RemoteEnv`] on `server`, or `None` when it is down (outside CI).
+pub fn env(server: &'static Server, test: &str) -> Option<Box<dyn Env>> {
+    let ns = Namespace::new(server, test)?;
     Some(Box::new(RemoteEnv {
         ns,
         clock: ManualClock::new(T0),
@@ -379,20 +570,19 @@ pub fn env(kind: Kind, test: &str) -> Option<Box<dyn Env>> {
 
 impl Env for RemoteEnv {
     fn connect(&self) -> Result<Box<dyn Store>, StoreError> {
-        self.ns.kind.open(&self.ns.address(), Some(&self.clock))
+        (self.ns.server.open)(&self.ns.address(), Some(Arc::new(self.clock.clone())))
     }
     fn advance(&self, usec: i64) {
         self.clock.advance(usec);
     }
     fn set_schema_version(&self, version: i64) {
-        self.ns.kind.set_version(&self.ns.name, version);
+        (self.ns.server.set_version)(&self.ns.name, version);
     }
     fn current_schema_version(&self) -> i64 {
-        self.ns.kind.current_version()
+        self.ns.server.schema_version
     }
     fn store_clock_is_host_clock(&self) -> bool {
-        // etcd has no clock a client can read: "now" is the host's.
-        self.ns.kind == Kind::Etcd
+        self.ns.server.clock == Judge::Host
     }
 }
 
@@ -523,8 +713,8 @@ fn now_us() -> i64 {
 /// The server's clock judges leases, whatever the host's clock says: opened with a host
 /// clock 2 years off (`open_with_clock`), the store's time is the server's, and a 1 s
 /// lease expires after 1 s of real time.
-pub fn server_clock_judges(kind: Kind, test: &str) {
-    let Some(ns) = Namespace::new(kind, test) else {
+pub fn server_clock_judges(server: &'static Server, test: &str) {
+    let Some(ns) = Namespace::new(server, test) else {
         return;
     };
     let skewed = Arc::new(ManualClock::new(now_us() - 2 * 365 * 86_400_000_000));
@@ -578,7 +768,7 @@ pub fn server_clock_judges(kind: Kind, test: &str) {
 /// and a claim whose second read was starts again: every read answers in full, every
 /// claim is answered.
 pub fn etcd_reads_outlive_compaction(test: &str) {
-    let Some(ns) = Namespace::new(Kind::Etcd, test) else {
+    let Some(ns) = Namespace::new(server("etcd"), test) else {
         return;
     };
     const GRANTS: u32 = 600;
@@ -652,7 +842,7 @@ pub fn etcd_reads_outlive_compaction(test: &str) {
 /// whose clock is an hour behind (by which the row's `expire_at` is still far off) takes
 /// it over, and the old holder's renewal is refused.
 pub fn etcd_lease_decides(test: &str) {
-    let Some(ns) = Namespace::new(Kind::Etcd, test) else {
+    let Some(ns) = Namespace::new(server("etcd"), test) else {
         return;
     };
     let hour = 3_600_000_000;
@@ -697,15 +887,9 @@ pub fn etcd_lease_decides(test: &str) {
 
 /// A store that cannot be reached when a run starts answers `Unavailable` (not a hang,
 /// not another error), with the address's password masked.
-pub fn outage_at_start(kind: Kind) {
+pub fn outage_at_start(server: &Server) {
     // Port 1 on loopback: nothing listens there, connections are refused.
-    let address = match kind {
-        Kind::Postgres => "postgres://root:hunter2@127.0.0.1:1/test".to_string(),
-        Kind::Mysql => "mysql://root:hunter2@127.0.0.1:1/test".to_string(),
-        Kind::Redis => "redis://:hunter2@127.0.0.1:1/0".to_string(),
-        Kind::Etcd => "etcd://root:hunter2@127.0.0.1:1".to_string(),
-        Kind::ZooKeeper => "zookeeper://root:hunter2@127.0.0.1:1".to_string(),
-    };
+    let address = (server.login)("root:hunter2@127.0.0.1:1");
     let mut s = jobguard::store::open(&address).expect("opening does not connect");
     let err = s.claim(&request("sync", T0, 1, 1, false)).unwrap_err();
     assert!(matches!(err, StoreError::Unavailable { .. }), "{err}");
@@ -717,12 +901,12 @@ pub fn outage_at_start(kind: Kind) {
 /// A store cut off during a run (a frozen proxy: connections stay open, nothing moves)
 /// makes renewal answer `Unavailable` within the call deadline instead of hanging; after
 /// the partition heals, the holder renews its still-valid lease on a new connection.
-pub fn outage_during_run(kind: Kind, test: &str) {
-    let Some(ns) = Namespace::new(kind, test) else {
+pub fn outage_during_run(server: &'static Server, test: &str) {
+    let Some(ns) = Namespace::new(server, test) else {
         return;
     };
-    let proxy = Proxy::start(kind.port());
-    let address = kind.address(&proxy.listen, &ns.name);
+    let proxy = Proxy::start(server.port);
+    let address = (server.address)(&proxy.listen, &ns.name);
     let mut s = jobguard::store::open(&address).unwrap();
     let lease = match s.claim(&request("sync", T0, 1, 1, false)).unwrap() {
         Claim::Claimed { lease, .. } => lease,
@@ -746,8 +930,8 @@ pub fn outage_during_run(kind: Kind, test: &str) {
 /// whatever writes it: a copy of a succeeded row inserted behind jobguard's back is
 /// refused by the index (PostgreSQL: partial unique index; MySQL/MariaDB: unique index on
 /// the generated `success_slot` column), while a forced copy is allowed.
-pub fn success_is_unique_in_the_schema(kind: Kind, test: &str) {
-    let Some(ns) = Namespace::new(kind, test) else {
+pub fn success_is_unique_in_the_schema(server: &'static Server, test: &str) {
+    let Some(ns) = Namespace::new(server, test) else {
         return;
     };
     let mut s = jobguard::store::open(&ns.address()).unwrap();
@@ -780,30 +964,32 @@ pub fn success_is_unique_in_the_schema(kind: Kind, test: &str) {
              SELECT '{new_id}', {forced_columns} FROM {table}"
         )
     };
-    let (no, yes) = match kind {
-        Kind::Postgres => ("false", "true"),
+    let (no, yes) = match server.name {
+        "postgres" => ("false", "true"),
         _ => ("0", "1"),
     };
-    let refused = try_sql(kind, &copy("copy1", no)).expect_err("a second success was stored");
+    let refused = server
+        .try_sql(&copy("copy1", no))
+        .expect_err("a second success was stored");
     assert!(
         refused.to_lowercase().contains("duplicate"),
         "refused for another reason: {refused}"
     );
-    sql(kind, &copy("copy2", yes));
+    server.sql(&copy("copy2", yes));
 }
 
 /// A store written by jobguard's schema 1 (the claim of that version, no queued-slot
 /// index, Redis without the `slots:`/`queued:` keys) with a queued re-run in it: the
 /// first claim of this jobguard migrates it and finds the queued slot.
-pub fn upgrade_from_schema_1(kind: Kind, test: &str) {
+pub fn upgrade_from_schema_1(server: &'static Server, test: &str) {
     use jobguard::ledger::Resolution;
-    let Some(ns) = Namespace::new(kind, test) else {
+    let Some(ns) = Namespace::new(server, test) else {
         return;
     };
     let clock = ManualClock::new(T0);
     let (a, b) = (T0 - 2 * 86_400_000_000, T0 - 86_400_000_000);
     {
-        let mut s = kind.open(&ns.address(), Some(&clock)).expect("open");
+        let mut s = open(server, &ns.address(), Some(&clock)).expect("open");
         let (_, run) = match s.claim(&request("sync", a, 1, 1, false)).expect("claim") {
             Claim::Claimed { lease, run, .. } => (lease, run),
             other => panic!("{other:?}"),
@@ -811,8 +997,8 @@ pub fn upgrade_from_schema_1(kind: Kind, test: &str) {
         assert!(s.interrupt(&run, "boot", Resolution::Queued).unwrap());
     }
     // Back to what schema 1 left.
-    downgrade_to_schema_1(kind, &ns);
-    let mut s = kind.open(&ns.address(), Some(&clock)).expect("open");
+    downgrade_to_schema_1(&ns);
+    let mut s = open(server, &ns.address(), Some(&clock)).expect("open");
     let mut req = request("sync", b, 2, 2, false);
     req.queued_first = true;
     req.in_order = true;
@@ -826,7 +1012,7 @@ pub fn upgrade_from_schema_1(kind: Kind, test: &str) {
         other => panic!("expected the queued slot, got {other:?}"),
     }
     // The schema is the current one now: a fresh connection does not migrate again.
-    let mut again = kind.open(&ns.address(), Some(&clock)).expect("open");
+    let mut again = open(server, &ns.address(), Some(&clock)).expect("open");
     again.init().expect("init");
     let mut req = request("sync", b, 2, 3, false);
     req.queued_first = true;
@@ -838,64 +1024,26 @@ pub fn upgrade_from_schema_1(kind: Kind, test: &str) {
 
 /// Puts namespace `ns` back to what schema 1 left: the claim function or procedure of
 /// schema 1, no queued index (Redis: no `slots:`/`queued:` keys of job `sync`), version 1.
-fn downgrade_to_schema_1(kind: Kind, ns: &Namespace) {
-    let n = &ns.name;
-    match kind {
-        Kind::Postgres => sql(
-            kind,
-            &format!(
-                "SET search_path = {n};
-                 DROP INDEX jobguard_run_queued;
-                 DROP FUNCTION jobguard_claim(bigint, bigint, text, bigint, text, text,
-                     boolean, text, text, text, text, text, text, bigint, bigint, bigint,
-                     bigint, bigint, boolean, boolean);
-                 CREATE FUNCTION jobguard_claim(bigint, bigint, text, bigint, text, text,
-                     boolean, text, text, text, text, text, text, bigint, bigint, bigint)
-                     RETURNS SETOF text LANGUAGE sql AS 'SELECT NULL::text WHERE false';
-                 UPDATE jobguard_meta SET value = 1 WHERE key = 'schema_version';"
-            ),
-        ),
-        Kind::Mysql => {
-            sql(
-                kind,
-                &format!(
-                    "USE {n};
-                     DROP INDEX jobguard_run_queued ON jobguard_run;
-                     DROP PROCEDURE jobguard_claim;
-                     CREATE PROCEDURE jobguard_claim(IN a1 BIGINT, IN a2 BIGINT,
-                         IN a3 BLOB, IN a4 BIGINT, IN a5 BLOB, IN a6 BLOB, IN a7 TINYINT,
-                         IN a8 BLOB, IN a9 BLOB, IN a10 BLOB, IN a11 BLOB, IN a12 BLOB,
-                         IN a13 BLOB, IN a14 BIGINT, IN a15 BIGINT, IN a16 BIGINT) BEGIN END;
-                     UPDATE jobguard_meta SET value = 1 WHERE name = 'schema_version';"
-                ),
-            );
-        }
-        Kind::Redis => {
-            let out = Command::new("redis-cli")
-                .args(["-h", "127.0.0.1", "DEL"])
-                .args([format!("{n}:slots:sync"), format!("{n}:queued:sync")])
-                .output()
-                .expect("redis-cli");
-            assert!(out.status.success(), "{out:?}");
-            kind.set_version(n, 1);
-        }
-        Kind::Etcd | Kind::ZooKeeper => panic!("{kind:?} has had one layout only"),
+fn downgrade_to_schema_1(ns: &Namespace) {
+    match ns.server.downgrade_to_schema_1 {
+        Some(downgrade) => downgrade(&ns.name),
+        None => panic!("{} has had one layout only", ns.server.name),
     }
 }
 
 /// Hosts starting together on a store of schema 1: every one's first claim (each for a
 /// job of its own, on its own connection) migrates or waits for the migration, and none
 /// fails.
-pub fn concurrent_upgrade_from_schema_1(kind: Kind, test: &str) {
-    let Some(ns) = Namespace::new(kind, test) else {
+pub fn concurrent_upgrade_from_schema_1(server: &'static Server, test: &str) {
+    let Some(ns) = Namespace::new(server, test) else {
         return;
     };
     {
-        let mut s = kind.open(&ns.address(), None).expect("open");
+        let mut s = open(server, &ns.address(), None).expect("open");
         s.init().expect("init");
     }
     for round in 0..3 {
-        downgrade_to_schema_1(kind, &ns);
+        downgrade_to_schema_1(&ns);
         let hosts = 8;
         let barrier = Arc::new(std::sync::Barrier::new(hosts));
         let threads: Vec<_> = (0..hosts)
@@ -903,7 +1051,7 @@ pub fn concurrent_upgrade_from_schema_1(kind: Kind, test: &str) {
                 let address = ns.address();
                 let barrier = barrier.clone();
                 std::thread::spawn(move || {
-                    let mut s = kind.open(&address, None).expect("open");
+                    let mut s = open(server, &address, None).expect("open");
                     let mut req = request(
                         &format!("job{i}"),
                         T0,

@@ -697,3 +697,34 @@ pub fn postgres(test: &str) -> Option<&'static Server> {
     static CELL: OnceLock<Result<Server, String>> = OnceLock::new();
     shared(&CELL, start_postgres, test)
 }
+
+/// The address of namespace `ns` on the TLS ZooKeeper `server`, reached as `host`, the
+/// certificate checked against the CA file `ca`.
+pub fn zookeeper_address(server: &Server, host: &str, ns: &str, ca: &str) -> String {
+    format!("zookeepers://{host}:{}/{ns}?ssl-ca={ca}", server.port)
+}
+
+#[cfg(feature = "store-zookeeper")]
+impl Server {
+    /// Sets the data of node `path` on this (ZooKeeper) server, with the client the store
+    /// uses (the Java `zkCli.sh` of Debian's package lacks Netty's codec for TLS).
+    pub fn zookeeper_set(&self, path: &str, data: &[u8]) {
+        let ca = std::fs::read_to_string(self.ca()).expect("the CA");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        rt.block_on(async {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            let tls = zookeeper_client::TlsOptions::new()
+                .with_pem_ca(&ca)
+                .expect("the CA");
+            let client = zookeeper_client::Client::connector()
+                .with_tls(tls)
+                .secure_connect(&format!("127.0.0.1:{}", self.port))
+                .await
+                .expect("connect over TLS");
+            client.set_data(path, data, None).await.expect("set_data");
+        });
+    }
+}
