@@ -1,5 +1,6 @@
-//! The four stores against the pure rules (`jobguard::store::rules`): each real store
-//! (a SQLite file; PostgreSQL, MariaDB and Redis on 127.0.0.1, a fresh namespace each) is
+//! Every store against the pure rules (`jobguard::store::rules`): each real store (a
+//! SQLite file, and every server of the tests' table, `servers!` in `common/remote.rs`,
+//! on 127.0.0.1 in a fresh namespace each) is
 //! driven through one random sequence of claim, renew, finish, finish_kept, interrupt,
 //! resolve and unlock calls with random jobs, slots, holders, options and clock moves.
 //! The same calls go to [`Memory`], a mirror that moves only by the rules. After every

@@ -8,7 +8,10 @@
 //! network dependency ([`crate::job::Job::needs_network`]) and the generator (which
 //! skips such a job), and [`crate::store::open`], which opens a shared kind with its
 //! entry's [`StoreKind::open`]. A new store is its backend file (with an `open_boxed`
-//! function), its cargo feature, its `mod` line in `store/mod.rs`, and an entry here.
+//! function), its cargo feature, its `mod` line in `store/mod.rs`, and an entry here; its
+//! tests are one entry in the tests' table of servers (`servers!` in
+//! `tests/common/remote.rs`), which gives it the conformance, contention, differential and
+//! TLS suites, and, for the soak, one entry in `ENGINES` (`tests/soak.rs`).
 
 use std::sync::Arc;
 
