@@ -251,6 +251,24 @@ fn cron_instants(tz: &TimeZone, at: DateTime, wildcard: bool) -> Vec<i64> {
     }
 }
 
+/// Asserts that `jobguard check` accepts the job list `toml_text` (exit 0).
+fn check_accepts(toml_text: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("jobs.toml");
+    std::fs::write(&path, toml_text).unwrap();
+    let check = Command::new(BIN)
+        .args(["check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "check: {}{}",
+        String::from_utf8_lossy(&check.stdout),
+        String::from_utf8_lossy(&check.stderr)
+    );
+}
+
 /// crontab(5) read literally, as a second opinion where croniter and systemd differ:
 /// whether cron fires at the wall-clock minute `at` (Vixie's day rule: either day when
 /// neither day field's text starts with `*`). Names are not needed: the corpus lines that
@@ -444,21 +462,7 @@ fn imported_schedules_fire_when_cron_does_across_daylight_saving_changes() {
         );
     }
 
-    // `jobguard check` accepts the output.
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("jobs.toml");
-    std::fs::write(&path, &toml_text).unwrap();
-    let check = Command::new(BIN)
-        .args(["check", "--config"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert!(
-        check.status.success(),
-        "check: {}{}",
-        String::from_utf8_lossy(&check.stdout),
-        String::from_utf8_lossy(&check.stderr)
-    );
+    check_accepts(&toml_text);
 }
 
 /// The seed's line in a system table, with the variables and forms cron tables use.
@@ -550,20 +554,7 @@ RANDOM_DELAY=5
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&sort_out.stdout), "a\nb\n");
 
-    // `jobguard check` accepts it.
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("jobs.toml");
-    std::fs::write(&path, &out).unwrap();
-    let check = Command::new(BIN)
-        .args(["check", "--config"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert!(
-        check.status.success(),
-        "{}",
-        String::from_utf8_lossy(&check.stderr)
-    );
+    check_accepts(&out);
 }
 
 /// Tables as they come from real hosts, with what cron does with each oddity kept or

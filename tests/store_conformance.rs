@@ -932,20 +932,11 @@ fn redis_a_slot_queued_by_a_schema_1_finish_after_the_upgrade_is_run() {
     use common::remote::{Namespace, open, server};
     use jobguard::clock::ManualClock;
     use jobguard::store::redis::SCHEMA_VERSION;
-    use std::process::Command;
     let Some(ns) = Namespace::new(server("redis"), "redis::mixed_versions") else {
         return;
     };
     let clock = ManualClock::new(common::conformance::T0);
-    let redis = |args: &[&str]| {
-        let out = Command::new("redis-cli")
-            .args(["-h", "127.0.0.1"])
-            .args(args)
-            .output()
-            .expect("redis-cli");
-        assert!(out.status.success(), "{out:?}");
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    };
+    let redis = |args: &[&str]| common::remote::redis_cli(args).trim().to_string();
     let n = &ns.name;
     let cut = S1 - 86_400_000_000;
     // A host of schema 1 claims slot `cut` (a store of schema 1: no slots:/queued: keys).

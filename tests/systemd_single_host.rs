@@ -1574,6 +1574,21 @@ fn rerun_runs_the_slot_as_the_jobs_own_unit_even_while_it_runs() {
         out.contains("re-run started as jobguard@nightly.service"),
         "{out}"
     );
+    // The start job is queued when `rerun` returns: the unit may still be inactive, so
+    // wait for the run's record, then for the unit.
+    common::wait_for(
+        "the re-run's record",
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        || {
+            let rows = history(&c, "nightly").map_err(|e| e.to_string())?;
+            Ok(rows
+                .iter()
+                .any(|r| field(r, "trigger") == "rerun" && field(r, "outcome") != "running")
+                .then_some(()))
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}: {:#?}", history(&c, "nightly")));
     wait_unit_done(&c, "jobguard@nightly.service", Duration::from_secs(60));
     let rows = history(&c, "nightly").expect("history");
     assert_eq!(rows.len(), 2, "{rows:#?}");
