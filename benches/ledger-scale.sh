@@ -49,6 +49,15 @@ FROM $1;
 SQL
 }
 
+# The "empty" store: each job's first run. The "full" one: its schema (one run), whose
+# records the caller then replaces.
+first_runs() {
+  for i in $(seq -w 0 $((JOBS - 1))); do
+    "$BIN" run --force "j$i" --config "$W/empty.toml" 2>/dev/null
+  done
+  "$BIN" run --force j00 --config "$W/full.toml" 2>/dev/null
+}
+
 bench() { # NAME EMPTY_LIST FULL_LIST
   local name=$1 empty=$2 full=$3
   hyperfine -N -i --warmup 3 --runs "$RUNS" --export-json "$W/$name.json" \
@@ -74,10 +83,7 @@ for store in $STORES; do
     sqlite)
       joblist "sqlite://$W/empty.db" "$W/empty.toml"
       joblist "sqlite://$W/full.db" "$W/full.toml"
-      for i in $(seq -w 0 $((JOBS - 1))); do
-        "$BIN" run --force "j$i" --config "$W/empty.toml" 2>/dev/null
-      done
-      "$BIN" run --force j00 --config "$W/full.toml" 2>/dev/null
+      first_runs
       sqlite3 "$W/full.db" "DELETE FROM jobguard_run;
         $(fill_sql "(WITH RECURSIVE k(k) AS (SELECT 1 UNION ALL SELECT k + 1 FROM k WHERE k < $PER_JOB)
                      SELECT j.j AS j, k.k AS k FROM k,
@@ -90,10 +96,7 @@ for store in $STORES; do
       psql -qX -h 127.0.0.1 -d test -c "DROP SCHEMA IF EXISTS bench_empty CASCADE; DROP SCHEMA IF EXISTS bench_full CASCADE;"
       joblist "postgres://root@127.0.0.1/test?schema=bench_empty" "$W/empty.toml"
       joblist "postgres://root@127.0.0.1/test?schema=bench_full" "$W/full.toml"
-      for i in $(seq -w 0 $((JOBS - 1))); do
-        "$BIN" run --force "j$i" --config "$W/empty.toml" 2>/dev/null
-      done
-      "$BIN" run --force j00 --config "$W/full.toml" 2>/dev/null
+      first_runs
       psql -qX -h 127.0.0.1 -d test -c "SET search_path = bench_full; DELETE FROM jobguard_run;
         $(fill_sql "generate_series(0, $((JOBS - 1))) AS j, generate_series(1, $PER_JOB) AS k" |
           sed "s/substr('0' || j, -2, 2)/lpad(j::text, 2, '0')/; s/'succeeded', NULL, 0, 0,/'succeeded', NULL, 0, false,/")

@@ -753,7 +753,11 @@ fn entry(
         warn(text);
     }
     let schedule = time.on_calendar(zone.as_ref().map(|(z, _)| z.as_str()));
-    if never_elapses(&schedule, table.now) {
+    let calendar = calendar_of(&schedule);
+    if calendar
+        .as_ref()
+        .is_some_and(|c| c.next_elapse(table.now).is_none())
+    {
         return Ok(Err(
             "the fields name a date that never comes (such as 30 February): cron never runs \
              it, and a timer that never elapses is refused; no job written"
@@ -831,7 +835,10 @@ fn entry(
             }
         }
     }
-    if let Some(why) = randomized_delay_min.and_then(|m| delay_too_long(&schedule, m, table.now)) {
+    if let Some(why) = randomized_delay_min
+        .zip(calendar.as_ref())
+        .and_then(|(m, c)| delay_too_long(c, m, table.now))
+    {
         warn(why);
         randomized_delay_min = None;
     }
@@ -852,12 +859,11 @@ fn entry(
 /// Why a `RANDOM_DELAY` of `minutes` cannot be the job's `randomized_delay`: with the
 /// timer's accuracy it is not shorter than an interval of `schedule`, which the job list
 /// refuses (docs/jobs.toml.md, `randomized_delay`). `None` when it fits.
-fn delay_too_long(schedule: &[String], minutes: u32, now: Timestamp) -> Option<String> {
-    let specs: Vec<_> = schedule
-        .iter()
-        .filter_map(|e| crate::calendar::CalendarSpec::parse(e).ok())
-        .collect();
-    let schedule = crate::calendar::Schedule::new(specs).ok()?;
+fn delay_too_long(
+    schedule: &crate::calendar::Schedule,
+    minutes: u32,
+    now: Timestamp,
+) -> Option<String> {
     let late =
         std::time::Duration::from_secs(u64::from(minutes) * 60) + crate::config::TIMER_ACCURACY;
     let limit = i64::try_from(late.as_micros()).unwrap_or(i64::MAX);
@@ -957,20 +963,18 @@ fn unwrap_flock(command: &str) -> Option<(String, String)> {
 }
 
 /// A user name as cron and jobguard take it: no `:`, white space or control characters.
-fn valid_user(u: &str) -> bool {
+pub fn valid_user(u: &str) -> bool {
     !u.is_empty() && !u.contains(':') && !u.chars().any(|c| c.is_whitespace() || c.is_control())
 }
 
-/// Whether `schedule` never elapses after `now` (a date such as 30 February).
-fn never_elapses(schedule: &[String], now: Timestamp) -> bool {
-    let specs: Vec<_> = schedule
+/// The expressions [`CronTime::on_calendar`] wrote, parsed as the job list will parse
+/// them; `None` if they do not parse (they always do).
+fn calendar_of(schedule: &[String]) -> Option<crate::calendar::Schedule> {
+    let specs = schedule
         .iter()
-        .filter_map(|e| crate::calendar::CalendarSpec::parse(e).ok())
-        .collect();
-    match crate::calendar::Schedule::new(specs) {
-        Ok(s) => s.next_elapse(now).is_none(),
-        Err(_) => false,
-    }
+        .map(|e| crate::calendar::CalendarSpec::parse(e).ok())
+        .collect::<Option<Vec<_>>>()?;
+    crate::calendar::Schedule::new(specs).ok()
 }
 
 /// The five time fields of an entry line (or its `@` keyword).

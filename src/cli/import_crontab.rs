@@ -54,9 +54,7 @@ pub fn run(args: &ImportCrontabArgs) -> u8 {
         let system =
             args.system || (args.user.is_none() && spool_user.is_none() && is_system_table(path));
         let user = args.user.as_deref().or(spool_user.as_deref());
-        if let Some(u) =
-            user.filter(|u| u.is_empty() || u.contains(':') || u.contains(char::is_whitespace))
-        {
+        if let Some(u) = user.filter(|u| !crontab::valid_user(u)) {
             eprintln!("jobguard: {origin}: `{u}` is not a user name");
             return exit::USAGE;
         }
