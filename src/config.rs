@@ -55,6 +55,9 @@ pub const MIN_LEASE_TTL: Duration = Duration::from_secs(3);
 /// Largest accepted `catch_up_limit`.
 pub const MAX_CATCH_UP_LIMIT: u32 = 10_000;
 
+/// The first job list a process resolved ([`ConfigSource::resolved`]).
+static RESOLVED: std::sync::OnceLock<ConfigSource> = std::sync::OnceLock::new();
+
 /// Where the job list comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ConfigSource {
@@ -66,14 +69,22 @@ pub enum ConfigSource {
 
 impl ConfigSource {
     /// `--config` if given, else `JOBGUARD_CONFIG` if set and not empty, else the default.
+    /// The first source resolved in a process is kept for [`ConfigSource::resolved`].
     pub fn resolve(cli: Option<PathBuf>) -> Self {
-        if let Some(p) = cli {
-            return ConfigSource::Path(p);
-        }
-        match std::env::var_os("JOBGUARD_CONFIG") {
-            Some(v) if !v.is_empty() => ConfigSource::Path(PathBuf::from(v)),
+        let source = match (cli, std::env::var_os("JOBGUARD_CONFIG")) {
+            (Some(p), _) => ConfigSource::Path(p),
+            (None, Some(v)) if !v.is_empty() => ConfigSource::Path(PathBuf::from(v)),
             _ => ConfigSource::Default,
-        }
+        };
+        let _ = RESOLVED.set(source.clone());
+        source
+    }
+
+    /// The job list this process read first ([`ConfigSource::resolve`]), if any. The
+    /// shim passes it to the command as `JOBGUARD_CONFIG` (made absolute), so that
+    /// `jobguard mark` inside the run finds the job's store in the same job list.
+    pub fn resolved() -> Option<&'static ConfigSource> {
+        RESOLVED.get()
     }
 }
 

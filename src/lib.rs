@@ -30,6 +30,7 @@ pub mod lease;
 pub mod ledger;
 pub mod lock;
 pub mod logind;
+pub mod mark;
 pub mod metrics;
 pub mod paths;
 pub mod recover;

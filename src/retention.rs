@@ -21,6 +21,10 @@
 //! gone. The counters of `jobguard metrics` drop when records are deleted, which
 //! Prometheus reads as a counter reset.
 //!
+//! A job's marks (`jobguard mark`, [`crate::store::Store::mark`]) go once they were
+//! recorded more than the job's `retention` ago (on etcd and ZooKeeper a whole day at a
+//! time, so up to a day later).
+//!
 //! [`prunable`] chooses; [`prune_job`] reads a job's records and deletes what it chose
 //! ([`crate::store::Store::delete_slots`]). `jobguard prune` calls it for every job, and
 //! `jobguard recover` once a day per job ([`due`]).
@@ -44,6 +48,9 @@ pub struct Pruned {
     pub deleted: usize,
     /// Records the job had before.
     pub total: usize,
+    /// The job's marks deleted ([`crate::store::Store::delete_marks`]: those recorded
+    /// before now − `retention`); 0 with `dry_run`, which does not count them.
+    pub marks: usize,
 }
 
 /// Deletes the job's records that its `retention` lets go ([`prunable`], judged by the
@@ -56,6 +63,7 @@ pub fn prune_job(store: &mut dyn Store, job: &Job, dry_run: bool) -> Result<Prun
         return Ok(Pruned {
             deleted: 0,
             total: 0,
+            marks: 0,
         });
     }
     let runs = store.runs(&RunQuery {
@@ -71,9 +79,15 @@ pub fn prune_job(store: &mut dyn Store, job: &Job, dry_run: bool) -> Result<Prun
     } else {
         store.delete_slots(&job.name, &slots, started_before)?
     };
+    // Marks keep as long as records: a key marked by a run is known while its record is.
+    let marks = match kept_since(now, job.retention) {
+        Some(before) if !dry_run => store.delete_marks(&job.name, before)?,
+        _ => 0,
+    };
     Ok(Pruned {
         deleted,
         total: runs.len(),
+        marks,
     })
 }
 

@@ -2398,3 +2398,82 @@ fn two_hosts_with_different_schedules_run_each_day_once_by_the_newest_definition
         "{ran}"
     );
 }
+
+/// `jobguard mark` inside a run finds the job's store through the job list the shim read
+/// (`--config` here), marks once, and carries the run's token; once the run's lease is
+/// ended (`unlock --force`) its marks are refused with 75 and nothing is recorded; outside
+/// a run `--job` names the store and the marks of the run are seen.
+#[test]
+fn marks_inside_a_run_are_fenced_by_its_lease() {
+    let bin = env!("CARGO_BIN_EXE_jobguard");
+    let sb = Sandbox::new(&job(
+        "push",
+        "\"$BIN\" mark shipping A; echo first=$? >> \"$OUT\"; \
+         \"$BIN\" mark shipping A; echo again=$? >> \"$OUT\"; \
+         \"$BIN\" unlock push --force 2>/dev/null; \
+         \"$BIN\" mark shipping B; echo fenced=$? >> \"$OUT\"",
+        &format!("environment = {{ OUT = \"@DIR@/out\", BIN = \"{bin}\" }}"),
+    ));
+    let run = timer_run(&sb, "push");
+    let out = std::fs::read_to_string(sb.file("out")).unwrap_or_default();
+    assert_eq!(out, "first=0\nagain=1\nfenced=75\n", "{}", stderr(&run));
+
+    let marked = sb
+        .cmd(&["marked", "shipping", "A", "--job", "push"])
+        .output()
+        .unwrap();
+    assert_eq!(marked.status.code(), Some(0), "{}", stderr(&marked));
+    assert!(
+        stdout(&marked).contains("marked by run ") && stdout(&marked).contains(" of push on host "),
+        "{}",
+        stdout(&marked)
+    );
+    let not = sb
+        .cmd(&["marked", "shipping", "B", "--job", "push"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        not.status.code(),
+        Some(1),
+        "the fenced mark was not recorded"
+    );
+    let again = sb
+        .cmd(&["mark", "shipping", "A", "--job", "push"])
+        .output()
+        .unwrap();
+    assert_eq!(again.status.code(), Some(1), "{}", stderr(&again));
+    assert!(
+        stdout(&again).contains("shipping A: marked by run"),
+        "{}",
+        stdout(&again)
+    );
+    let outside = sb
+        .cmd(&["mark", "shipping", "B", "--job", "push"])
+        .output()
+        .unwrap();
+    assert_eq!(outside.status.code(), Some(0), "{}", stderr(&outside));
+    let seen = sb
+        .cmd(&["marked", "shipping", "B", "--job", "push"])
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&seen).contains("marked outside a run, for push"),
+        "{}",
+        stdout(&seen)
+    );
+
+    for (args, why) in [
+        (vec!["mark", "ship/ping", "A", "--job", "push"], "namespace"),
+        (vec!["mark", "shipping", "", "--job", "push"], "key"),
+        (vec!["mark", "shipping", "A"], "which job"),
+    ] {
+        let bad = sb.cmd(&args).output().unwrap();
+        assert_eq!(bad.status.code(), Some(2), "{args:?}");
+        assert!(stderr(&bad).contains(why), "{args:?}: {}", stderr(&bad));
+    }
+    let unknown = sb
+        .cmd(&["mark", "shipping", "A", "--job", "nope"])
+        .output()
+        .unwrap();
+    assert_eq!(unknown.status.code(), Some(78), "{}", stderr(&unknown));
+}

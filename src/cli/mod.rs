@@ -14,6 +14,7 @@ pub mod drill;
 pub mod generate;
 pub mod history;
 pub mod import_crontab;
+pub mod mark;
 pub mod metrics;
 pub mod prune;
 pub mod recover;
@@ -129,6 +130,21 @@ pub enum Command {
     /// reads /var/lib/prometheus/node-exporter/*.prom). Exit 0; 69, 70 or 78 when a job's
     /// store cannot be used (the job is still listed, with jobguard_store_up 0).
     Metrics(MetricsArgs),
+    /// Record KEY in NAMESPACE once, in the job's store (a fenced dedupe record).
+    ///
+    /// For "already pushed" records: `jobguard mark shipping "$ORDER" && push "$ORDER"`
+    /// pushes each order once, whichever host or attempt gets there first. Inside a run
+    /// (the job's command, JOBGUARD_JOB and JOBGUARD_FENCING_TOKEN set) the mark carries
+    /// the run's fencing token and is refused when the run's lease has been taken over,
+    /// released or has expired. Outside a run, --job names the job whose store holds the
+    /// mark. Marks are kept as long as the job's records (retention). Exit 0 when marked
+    /// now; 1 when KEY was marked already (printing by which run, host and when); 75 when
+    /// fenced out; 2 for a bad namespace or key; 69, 70 or 78 when the store or the job
+    /// list cannot be used.
+    Mark(MarkArgs),
+    /// Whether KEY is marked in NAMESPACE: exit 0 when it is (printing by which run, host
+    /// and when), 1 when it is not; 2, 69, 70 or 78 as for mark.
+    Marked(MarkArgs),
     /// End a job's lease now (for a holder known to be dead); a holder alive on this host
     /// needs --force.
     Unlock(UnlockArgs),
@@ -347,6 +363,20 @@ pub struct PruneArgs {
     pub config: ConfigArgs,
 }
 
+/// Arguments of `jobguard mark` and `jobguard marked`.
+#[derive(Debug, Clone, Args)]
+pub struct MarkArgs {
+    /// What kind of key, e.g. shipping: 1 to 64 letters, digits, '-', '_' or '.'.
+    pub namespace: String,
+    /// The key, e.g. an order id: 1 to 512 bytes, no control characters.
+    pub key: String,
+    /// The job whose store holds the mark (default: the run's, JOBGUARD_JOB).
+    #[arg(long, value_name = "JOB")]
+    pub job: Option<String>,
+    #[command(flatten)]
+    pub config: ConfigArgs,
+}
+
 /// Arguments of `jobguard unlock`.
 #[derive(Debug, Clone, Args)]
 pub struct UnlockArgs {
@@ -471,6 +501,8 @@ pub fn main() -> ExitCode {
         Command::Drill(a) => drill::run(&a),
         Command::Audit(a) => audit::run(&a),
         Command::Metrics(a) => metrics::run(&a),
+        Command::Mark(a) => mark::mark(&a),
+        Command::Marked(a) => mark::marked(&a),
         Command::Unlock(a) => unlock::run(&a),
         Command::Prune(a) => prune::run(&a),
         Command::Store(StoreCommand::Init(a)) => store::init(&a),

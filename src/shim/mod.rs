@@ -1077,6 +1077,13 @@ fn execute(
     if let Some(p) = &report_path {
         env.push(("JOBGUARD_REPORT".to_string(), p.display().to_string()));
     }
+    // The job list the shim read, for `jobguard mark` in the command; the default list
+    // needs no variable (and an inherited one must not point elsewhere).
+    if let Some(crate::config::ConfigSource::Path(p)) = crate::config::ConfigSource::resolved()
+        && let Ok(p) = std::path::absolute(p)
+    {
+        env.push(("JOBGUARD_CONFIG".to_string(), p.display().to_string()));
+    }
     env.extend(job.environment.iter().map(|(k, v)| (k.clone(), v.clone())));
     // Like cron: the user's home when it exists, else "/".
     let cwd = job.working_directory.clone().or_else(|| {

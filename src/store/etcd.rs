@@ -80,7 +80,7 @@ use crate::ledger::{Finish, Outcome, Resolution, Run};
 use crate::store::remote::{self, CALL_TIMEOUT, CONNECT_TIMEOUT, slot_part};
 use crate::store::rules::{self, ClaimDecision};
 use crate::store::{
-    Claim, ClaimRequest, Finished, RunQuery, ScheduleDecl, Store, StoreError, address,
+    Claim, ClaimRequest, Finished, Mark, RunQuery, ScheduleDecl, Store, StoreError, address,
 };
 
 /// The key layout version this jobguard writes and understands (`P schema`).
@@ -411,6 +411,15 @@ impl EtcdStore {
 
     fn key(&self, rest: &str) -> String {
         format!("{}{rest}", self.prefix)
+    }
+    fn mark_key(&self, namespace: &str, key: &str) -> String {
+        self.key(&format!(
+            "mark/{namespace}/{}",
+            crate::mark::key_component(key)
+        ))
+    }
+    fn mark_day_prefix(&self, job: &str, day: i64) -> String {
+        self.key(&format!("markday/{job}/{day:020}/"))
     }
     fn lease_key(&self, job: &str) -> String {
         self.key(&format!("lease/{job}"))
@@ -1393,6 +1402,90 @@ impl Store for EtcdStore {
             match seen {
                 Some(seen) => known = Some(known.unwrap_or(seen)),
                 None => return Ok(total),
+            }
+        }
+    }
+
+    fn read_mark(&mut self, namespace: &str, key: &str) -> Result<Option<Mark>, StoreError> {
+        let k = self.mark_key(namespace, key);
+        self.retrying("read a mark", async |_, client| {
+            let resp = client.get(k.as_bytes(), None).await?;
+            resp.kvs()
+                .first()
+                .map(|kv| remote::mark_from_json(namespace, key, kv.value()).map_err(Fail::Data))
+                .transpose()
+                .map(Some)
+        })
+    }
+
+    fn insert_mark(&mut self, mark: &Mark, fenced: bool) -> Result<bool, StoreError> {
+        let k = self.mark_key(&mark.namespace, &mark.key);
+        let index = format!(
+            "{}{}~{}",
+            self.mark_day_prefix(&mark.job, mark.marked_at.div_euclid(remote::MARK_DAY_USEC)),
+            mark.namespace,
+            crate::mark::key_component(&mark.key)
+        );
+        let lease_key = self.lease_key(&mark.job);
+        let value = remote::mark_to_json(mark);
+        self.retrying("mark", async |_, client| {
+            let mut guards = vec![Compare::version(k.as_bytes(), CompareOp::Equal, 0)];
+            if fenced {
+                // The lease row compared at the revision read: a takeover or release in
+                // between rewrites it, and the mark is then not written.
+                let resp = client.get(lease_key.as_bytes(), None).await?;
+                let Some(kv) = resp.kvs().first() else {
+                    return Ok(Some(false));
+                };
+                let row = row_from_json(&mark.job, kv.value()).map_err(Fail::Data)?;
+                if !rules::mark_fence_holds(Some(&row.lease), mark, true) {
+                    return Ok(Some(false));
+                }
+                guards.push(Compare::mod_revision(
+                    lease_key.as_bytes(),
+                    CompareOp::Equal,
+                    kv.mod_revision(),
+                ));
+            }
+            let txn = Txn::new().when(guards).and_then(vec![
+                TxnOp::put(k.as_bytes(), value.as_bytes(), None),
+                TxnOp::put(index.as_bytes(), "", None),
+            ]);
+            Ok(Some(client.txn(txn).await?.succeeded()))
+        })
+    }
+
+    fn delete_marks(&mut self, job: &str, before: i64) -> Result<usize, StoreError> {
+        // The index keys sort by day: every key before the first day that ends after the
+        // cut-off goes, in pages that fit one transaction (two deletes each).
+        let start = self.key(&format!("markday/{job}/"));
+        let end = self.mark_day_prefix(job, before.div_euclid(remote::MARK_DAY_USEC));
+        let marks = self.key("mark/");
+        let mut n = 0;
+        loop {
+            let deleted = self.retrying("delete marks", async |_, client| {
+                let options = GetOptions::new()
+                    .with_range(end.as_bytes())
+                    .with_keys_only()
+                    .with_limit(60);
+                let resp = client.get(start.as_bytes(), Some(options)).await?;
+                let mut ops = Vec::new();
+                for kv in resp.kvs() {
+                    let index = String::from_utf8_lossy(kv.key()).into_owned();
+                    let entry = index.rsplit('/').next().unwrap_or_default();
+                    if let Some((namespace, key)) = entry.split_once('~') {
+                        ops.push(TxnOp::delete(format!("{marks}{namespace}/{key}"), None));
+                    }
+                    ops.push(TxnOp::delete(index, None));
+                }
+                if !ops.is_empty() {
+                    client.txn(Txn::new().and_then(ops)).await?;
+                }
+                Ok(Some(resp.kvs().len()))
+            })?;
+            n += deleted;
+            if deleted == 0 {
+                return Ok(n);
             }
         }
     }

@@ -302,6 +302,40 @@ pub struct ScheduleDecl {
     pub horizon: i64,
 }
 
+/// A dedupe record ([`Store::mark`]): `key` in `namespace` was recorded once, by whom and
+/// when. The seed's "already pushed" record and dedupe table, kept in the job's store so
+/// that every host sees it. Its retention is the job's ([`Store::delete_marks`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mark {
+    /// What kind of key this is, e.g. `shipping` ([`crate::mark::check_namespace`]).
+    pub namespace: String,
+    /// The key itself, e.g. an order id ([`crate::mark::check_key`]).
+    pub key: String,
+    /// The job whose store holds the mark and whose retention applies.
+    pub job: String,
+    /// The run that marked it; empty outside a run.
+    pub run_id: String,
+    /// The marking host, `HOST ID` as in a record's `host`.
+    pub host: String,
+    /// The run's fencing token; 0 outside a run.
+    pub token: i64,
+    /// When it was recorded, µs since the Unix epoch by the store's clock.
+    pub marked_at: i64,
+}
+
+/// The answer of [`Store::mark`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Marking {
+    /// The key was not recorded; it is now, as this.
+    New(Mark),
+    /// The key was recorded already, as this; nothing was written.
+    Already(Mark),
+    /// The mark was fenced ([`Store::mark`] with `fenced`): the job's lease no longer
+    /// carries the mark's token (taken over, released or expired); nothing was written.
+    /// The job's lease row as read, if any.
+    Fenced(Option<Lease>),
+}
+
 /// Which records [`Store::runs`] returns, newest first.
 #[derive(Debug, Clone, Default)]
 pub struct RunQuery {
@@ -481,6 +515,65 @@ pub trait Store: Send {
         expected: Option<&ScheduleDecl>,
         new: &ScheduleDecl,
     ) -> Result<bool, StoreError>;
+
+    /// Records `new.key` in `new.namespace` once (its `marked_at` is replaced by the
+    /// store's clock). With `fenced`, only while the lease of `new.job` still carries
+    /// `new.token` and has not expired ([`rules::mark`]): a run whose lease was taken over
+    /// cannot record that it did something, so the holder that took over does not skip it.
+    ///
+    /// Built on [`Store::read_mark`] and [`Store::insert_mark`]: read, decide, insert if the
+    /// key is still absent and the lease still the run's, at most [`rules::SCHEDULE_TRIES`]
+    /// times.
+    ///
+    /// # Errors
+    /// As the primitives; [`StoreError::Unavailable`] when the lease or the key kept
+    /// changing.
+    fn mark(&mut self, new: &Mark, fenced: bool) -> Result<Marking, StoreError> {
+        for _ in 0..rules::SCHEDULE_TRIES {
+            let now = self.now()?;
+            let lease = if fenced { self.lease(&new.job)? } else { None };
+            let existing = self.read_mark(&new.namespace, &new.key)?;
+            match rules::mark(now, lease.as_ref(), existing, new, fenced) {
+                rules::MarkStep::Answer(answer) => return Ok(answer),
+                rules::MarkStep::Insert(mark) => {
+                    if self.insert_mark(&mark, fenced)? {
+                        return Ok(Marking::New(mark));
+                    }
+                }
+            }
+        }
+        Err(StoreError::Unavailable {
+            store: self.describe(),
+            detail: format!(
+                "mark {} {}: the lease or the key changed under {} attempts in a row",
+                new.namespace,
+                new.key,
+                rules::SCHEDULE_TRIES
+            ),
+        })
+    }
+
+    /// The mark of `key` in `namespace`, if recorded.
+    ///
+    /// # Errors
+    /// The store's.
+    fn read_mark(&mut self, namespace: &str, key: &str) -> Result<Option<Mark>, StoreError>;
+
+    /// Inserts `mark` in one atomic step if its key is not recorded and, with `fenced`,
+    /// the lease row of `mark.job` still has a holder and `mark.token`; false otherwise
+    /// (nothing written). The mark's table or keyspace is made on first use, like the
+    /// schedule's.
+    ///
+    /// # Errors
+    /// The store's.
+    fn insert_mark(&mut self, mark: &Mark, fenced: bool) -> Result<bool, StoreError>;
+
+    /// Deletes the marks of `job` recorded before `before` (µs since the epoch, store
+    /// clock); returns how many (retention: [`crate::retention::prune_job`]).
+    ///
+    /// # Errors
+    /// The store's.
+    fn delete_marks(&mut self, job: &str, before: i64) -> Result<usize, StoreError>;
 
     /// Operator override: ends the job's lease now whoever holds it. Returns the lease
     /// that was ended, if one was unexpired.

@@ -75,7 +75,7 @@ use crate::lease::Lease;
 use crate::ledger::{Finish, Outcome, Resolution, Run};
 use crate::store::remote::{self, CALL_TIMEOUT, CONNECT_TIMEOUT, duration_usec};
 use crate::store::{
-    Claim, ClaimRequest, Finished, RunQuery, ScheduleDecl, Store, StoreError, address, rules,
+    Claim, ClaimRequest, Finished, Mark, RunQuery, ScheduleDecl, Store, StoreError, address, rules,
 };
 use rules::ClaimDecision;
 
@@ -926,6 +926,21 @@ impl MysqlStore {
 /// The table of declared schedules ([`Store::declare_schedule`]). It has no schema
 /// version of its own (a jobguard that does not know it leaves it alone): a new database
 /// gets it with its migration, an older one with its first declaration.
+/// The table of marks ([`Store::mark`]), made with the first mark like the schedule
+/// table. Binary columns for the namespace and key: a `_bin` collation pads trailing
+/// spaces, and `a` and `a ` are two keys.
+const MARK_TABLE: &str = "CREATE TABLE IF NOT EXISTS jobguard_mark (
+    namespace VARBINARY(64) NOT NULL,
+    mark_key  VARBINARY(512) NOT NULL,
+    job       VARCHAR(255) NOT NULL,
+    run_id    VARCHAR(255) NOT NULL,
+    host      VARCHAR(255) NOT NULL,
+    token     BIGINT NOT NULL,
+    marked_at BIGINT NOT NULL,
+    PRIMARY KEY (namespace, mark_key),
+    KEY jobguard_mark_age (job, marked_at)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin";
+
 const SCHEDULE_TABLE: &str = "CREATE TABLE IF NOT EXISTS jobguard_schedule (
     job         VARCHAR(255) NOT NULL PRIMARY KEY,
     fingerprint VARCHAR(1024) NOT NULL,
@@ -1284,6 +1299,102 @@ impl Store for MysqlStore {
             let row: Option<Row> = c.query_first(&sql)?;
             row.map(|r| lease_from(job, &row_object(&r), ""))
                 .transpose()
+        })
+    }
+
+    fn read_mark(&mut self, namespace: &str, key: &str) -> Result<Option<Mark>, StoreError> {
+        self.ready()?;
+        let sql = format!(
+            "SELECT job, run_id, host, token, marked_at FROM jobguard_mark
+             WHERE namespace = {} AND mark_key = {}",
+            lit(namespace),
+            lit(key)
+        );
+        self.with_schema("read a mark", |c| {
+            let row: Option<(String, String, String, i64, i64)> = match c.query_first(&sql) {
+                Ok(row) => row,
+                // The table comes with the first mark. 1146: no such table.
+                Err(mysql::Error::MySqlError(e)) if e.code == 1146 => None,
+                Err(e) => return Err(e.into()),
+            };
+            Ok(row.map(|(job, run_id, host, token, marked_at)| Mark {
+                namespace: namespace.to_string(),
+                key: key.to_string(),
+                job,
+                run_id,
+                host,
+                token,
+                marked_at,
+            }))
+        })
+    }
+
+    fn insert_mark(&mut self, mark: &Mark, fenced: bool) -> Result<bool, StoreError> {
+        self.ready()?;
+        // A locking read of the lease row orders the insert with every write to it: a
+        // takeover that committed first is seen (a locking read reads the newest
+        // version), and one that comes later waits for this commit.
+        let fence = format!(
+            "SELECT 1 FROM jobguard_lease WHERE job = {} AND token = {} AND holder <> ''
+             LOCK IN SHARE MODE",
+            lit(&mark.job),
+            mark.token
+        );
+        let insert = format!(
+            "INSERT INTO jobguard_mark (namespace, mark_key, job, run_id, host, token, marked_at)
+             VALUES ({}, {}, {}, {}, {}, {}, {})",
+            lit(&mark.namespace),
+            lit(&mark.key),
+            lit(&mark.job),
+            lit(&mark.run_id),
+            lit(&mark.host),
+            mark.token,
+            mark.marked_at
+        );
+        self.with_schema("mark", |c| {
+            let mut created = false;
+            loop {
+                let mut tx = c.start_transaction(mysql::TxOpts::default())?;
+                if fenced {
+                    let held: Option<i64> = tx.query_first(&fence)?;
+                    if held.is_none() {
+                        tx.rollback()?;
+                        return Ok(false);
+                    }
+                }
+                return match tx.query_drop(&insert) {
+                    Ok(()) => {
+                        tx.commit()?;
+                        Ok(true)
+                    }
+                    // 1062: the key is recorded.
+                    Err(mysql::Error::MySqlError(e)) if e.code == 1062 => {
+                        tx.rollback()?;
+                        Ok(false)
+                    }
+                    // 1146: no such table; it comes with the first mark.
+                    Err(mysql::Error::MySqlError(e)) if e.code == 1146 && !created => {
+                        tx.rollback()?;
+                        c.query_drop(MARK_TABLE)?;
+                        created = true;
+                        continue;
+                    }
+                    Err(e) => Err(e.into()),
+                };
+            }
+        })
+    }
+
+    fn delete_marks(&mut self, job: &str, before: i64) -> Result<usize, StoreError> {
+        self.ready()?;
+        let sql = format!(
+            "DELETE FROM jobguard_mark WHERE job = {} AND marked_at < {before}",
+            lit(job)
+        );
+        self.with_schema("delete marks", |c| match c.query_drop(&sql) {
+            Ok(()) => Ok(usize::try_from(c.affected_rows()).unwrap_or(usize::MAX)),
+            Err(mysql::Error::MySqlError(e)) if e.code == 1146 => Ok(0),
+            Err(e) => Err(e.into()),
         })
     }
 

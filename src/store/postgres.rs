@@ -100,7 +100,7 @@ use crate::ledger::{Finish, Outcome, Resolution, Run};
 use crate::store::remote::{self, CALL_TIMEOUT, CONNECT_TIMEOUT, duration_usec};
 use crate::store::rules::{self, ClaimDecision};
 use crate::store::{
-    Claim, ClaimRequest, Finished, RunQuery, ScheduleDecl, Store, StoreError, address,
+    Claim, ClaimRequest, Finished, Mark, RunQuery, ScheduleDecl, Store, StoreError, address,
 };
 
 /// The schema version this jobguard writes and understands (`jobguard_meta`).
@@ -1105,14 +1105,30 @@ const SCHEDULE_TABLE: &str = "CREATE TABLE IF NOT EXISTS jobguard_schedule (
     defined_at bigint NOT NULL, host text NOT NULL,
     seen_at bigint NOT NULL, horizon bigint NOT NULL)";
 
+/// The table of marks ([`Store::mark`]), made with the first mark like the schedule
+/// table, with the index retention deletes by.
+const MARK_TABLE: &str = "CREATE TABLE IF NOT EXISTS jobguard_mark (
+    namespace text NOT NULL, mark_key text NOT NULL, job text NOT NULL,
+    run_id text NOT NULL, host text NOT NULL, token bigint NOT NULL,
+    marked_at bigint NOT NULL, PRIMARY KEY (namespace, mark_key));
+  CREATE INDEX IF NOT EXISTS jobguard_mark_age ON jobguard_mark (job, marked_at)";
+
 /// Creates the schedule table if it is missing.
 ///
 /// # Errors
 /// The server's: without the right to create in the schema (SQLSTATE 42501).
 async fn create_schedule_table(c: &Client) -> Result<(), Fail> {
+    create_table(c, SCHEDULE_TABLE).await
+}
+
+/// Runs `sql`, a `CREATE TABLE IF NOT EXISTS` (and its indexes).
+///
+/// # Errors
+/// The server's: without the right to create in the schema (SQLSTATE 42501).
+async fn create_table(c: &Client, sql: &str) -> Result<(), Fail> {
     // Two sessions creating the table at once: one of them may fail on the catalog's
     // unique index; the table is there either way.
-    match c.batch_execute(SCHEDULE_TABLE).await {
+    match c.batch_execute(sql).await {
         Err(e)
             if e.code() != Some(&SqlState::UNIQUE_VIOLATION)
                 && e.code() != Some(&SqlState::DUPLICATE_TABLE) =>
@@ -1473,6 +1489,87 @@ impl Store for PostgresStore {
                 )
                 .await?;
             rows.first().map(|r| lease_from(job, r, 0)).transpose()
+        })
+    }
+
+    fn read_mark(&mut self, namespace: &str, key: &str) -> Result<Option<Mark>, StoreError> {
+        self.ready()?;
+        self.with_schema("read a mark", async |c| {
+            let rows = match c
+                .query_typed(
+                    "SELECT job, run_id, host, token, marked_at FROM jobguard_mark
+                     WHERE namespace = $1 AND mark_key = $2",
+                    &[(&namespace, Type::TEXT), (&key, Type::TEXT)],
+                )
+                .await
+            {
+                Ok(rows) => rows,
+                // The table comes with the first mark.
+                Err(e) if e.code() == Some(&SqlState::UNDEFINED_TABLE) => return Ok(None),
+                Err(e) => return Err(e.into()),
+            };
+            rows.first()
+                .map(|r| {
+                    Ok(Mark {
+                        namespace: namespace.to_string(),
+                        key: key.to_string(),
+                        job: r.try_get(0)?,
+                        run_id: r.try_get(1)?,
+                        host: r.try_get(2)?,
+                        token: r.try_get(3)?,
+                        marked_at: r.try_get(4)?,
+                    })
+                })
+                .transpose()
+        })
+    }
+
+    fn insert_mark(&mut self, mark: &Mark, fenced: bool) -> Result<bool, StoreError> {
+        self.ready()?;
+        // `FOR SHARE` orders the insert with every write to the lease row: a takeover
+        // that committed first is seen (the row is read again at its newest version and
+        // no longer has the token), and one that comes later waits for this commit, so
+        // the holder that took over sees the mark.
+        let sql = "INSERT INTO jobguard_mark
+                     (namespace, mark_key, job, run_id, host, token, marked_at)
+                   SELECT $1, $2, $3, $4, $5, $6, $7
+                    WHERE NOT $8 OR EXISTS (SELECT 1 FROM jobguard_lease
+                      WHERE job = $3 AND token = $6 AND holder <> '' FOR SHARE)
+                   ON CONFLICT (namespace, mark_key) DO NOTHING RETURNING 1";
+        self.with_schema("mark", async |c| {
+            let values: [(&(dyn tokio_postgres::types::ToSql + Sync), Type); 8] = [
+                (&mark.namespace, Type::TEXT),
+                (&mark.key, Type::TEXT),
+                (&mark.job, Type::TEXT),
+                (&mark.run_id, Type::TEXT),
+                (&mark.host, Type::TEXT),
+                (&mark.token, Type::INT8),
+                (&mark.marked_at, Type::INT8),
+                (&fenced, Type::BOOL),
+            ];
+            match c.query_typed(sql, &values).await {
+                Err(e) if e.code() == Some(&SqlState::UNDEFINED_TABLE) => {
+                    create_table(c, MARK_TABLE).await?;
+                    Ok(c.query_typed(sql, &values).await?.len() == 1)
+                }
+                got => Ok(got?.len() == 1),
+            }
+        })
+    }
+
+    fn delete_marks(&mut self, job: &str, before: i64) -> Result<usize, StoreError> {
+        self.ready()?;
+        self.with_schema("delete marks", async |c| {
+            match c
+                .execute_typed(
+                    "DELETE FROM jobguard_mark WHERE job = $1 AND marked_at < $2",
+                    &[(&job, Type::TEXT), (&before, Type::INT8)],
+                )
+                .await
+            {
+                Err(e) if e.code() == Some(&SqlState::UNDEFINED_TABLE) => Ok(0),
+                got => Ok(usize::try_from(got?).unwrap_or(usize::MAX)),
+            }
         })
     }
 

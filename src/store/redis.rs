@@ -55,7 +55,7 @@ use crate::lease::Lease;
 use crate::ledger::{Finish, Outcome, Resolution, Run};
 use crate::store::remote::{self, CALL_TIMEOUT, CONNECT_TIMEOUT, duration_usec};
 use crate::store::{
-    Claim, ClaimRequest, Finished, RunQuery, ScheduleDecl, Store, StoreError, address, rules,
+    Claim, ClaimRequest, Finished, Mark, RunQuery, ScheduleDecl, Store, StoreError, address, rules,
 };
 
 /// The schema (key layout) version this jobguard writes and understands (`P schema`).
@@ -438,6 +438,47 @@ redis.call('HSET', KEYS[1], 'fingerprint', ARGV[4], 'defined_at', ARGV[5], 'host
   'seen_at', ARGV[7], 'horizon', ARGV[8])
 return 1
 ";
+
+/// Inserts a mark ([`Store::insert_mark`]): KEYS mark, lease of the job, the job's index
+/// of marks (a sorted set by `marked_at`, for retention); ARGV fenced (`1`/`0`), token,
+/// job, run id, host, marked_at, index member. 1 when inserted.
+const INSERT_MARK: &str = r"
+if ARGV[1] == '1' then
+  local l = redis.call('HMGET', KEYS[2], 'holder', 'token')
+  if not l[1] or l[1] == '' or l[2] ~= ARGV[2] then return 0 end
+end
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'job', ARGV[3], 'run_id', ARGV[4], 'host', ARGV[5],
+  'token', ARGV[2], 'marked_at', ARGV[6])
+redis.call('ZADD', KEYS[3], ARGV[6], ARGV[7])
+return 1
+";
+
+/// Deletes up to ARGV[3] marks of a job recorded before ARGV[2] ([`Store::delete_marks`]):
+/// KEYS the job's index of marks; ARGV[1] the marks' key prefix. Answers how many.
+const DELETE_MARKS: &str = r"
+local old = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[2], 'LIMIT', 0, ARGV[3])
+for _, m in ipairs(old) do
+  redis.call('DEL', ARGV[1] .. m)
+  redis.call('ZREM', KEYS[1], m)
+end
+return #old
+";
+
+/// How many marks one call of [`DELETE_MARKS`] deletes: the server runs nothing else
+/// meanwhile.
+const DELETE_MARKS_BATCH: i64 = 1000;
+
+/// A mark's member in its job's index, and its key after `PREFIX mark:`: the namespace
+/// (no `:` in it, [`crate::mark::check_namespace`]) and the encoded key.
+fn mark_member(namespace: &str, key: &str) -> String {
+    format!("{namespace}:{}", crate::mark::key_component(key))
+}
+
+/// A mark's key: `PREFIX mark:NAMESPACE:KEY`, the key percent-encoded.
+fn mark_key(prefix: &str, namespace: &str, key: &str) -> String {
+    format!("{prefix}mark:{}", mark_member(namespace, key))
+}
 
 /// The Lua scripts, compiled once per process.
 struct Scripts {
@@ -1019,6 +1060,74 @@ impl Store for RedisStore {
         lease_from(job, &fields)
             .map(Some)
             .map_err(|e| self.error("read lease", e))
+    }
+
+    fn read_mark(&mut self, namespace: &str, key: &str) -> Result<Option<Mark>, StoreError> {
+        self.ready()?;
+        let fields: Vec<Option<String>> = self.call("read a mark", |c, _, p| {
+            Ok(redis::cmd("HMGET")
+                .arg(mark_key(p, namespace, key))
+                .arg(&["job", "run_id", "host", "token", "marked_at"])
+                .query(c)?)
+        })?;
+        let bad = |what: String| self.error("read a mark", Fail::Data(what));
+        let [Some(job), run_id, host, token, marked_at] =
+            <[Option<String>; 5]>::try_from(fields).map_err(|_| bad("5 fields".into()))?
+        else {
+            return Ok(None);
+        };
+        let number = |name: &str, v: Option<String>| -> Result<i64, StoreError> {
+            let v = v.unwrap_or_default();
+            v.parse()
+                .map_err(|_| bad(format!("mark {namespace} {key}: {name} {v:?}")))
+        };
+        Ok(Some(Mark {
+            namespace: namespace.to_string(),
+            key: key.to_string(),
+            job,
+            run_id: run_id.unwrap_or_default(),
+            host: host.unwrap_or_default(),
+            token: number("token", token)?,
+            marked_at: number("marked_at", marked_at)?,
+        }))
+    }
+
+    fn insert_mark(&mut self, mark: &Mark, fenced: bool) -> Result<bool, StoreError> {
+        self.ready()?;
+        let inserted: i64 = self.call("mark", |c, _, p| {
+            Ok(redis::Script::new(INSERT_MARK)
+                .key(mark_key(p, &mark.namespace, &mark.key))
+                .key(format!("{p}lease:{}", mark.job))
+                .key(format!("{p}marks:{}", mark.job))
+                .arg(if fenced { "1" } else { "0" })
+                .arg(mark.token)
+                .arg(&mark.job)
+                .arg(&mark.run_id)
+                .arg(&mark.host)
+                .arg(mark.marked_at)
+                .arg(mark_member(&mark.namespace, &mark.key))
+                .invoke(c)?)
+        })?;
+        Ok(inserted == 1)
+    }
+
+    fn delete_marks(&mut self, job: &str, before: i64) -> Result<usize, StoreError> {
+        self.ready()?;
+        let mut n = 0;
+        loop {
+            let deleted: i64 = self.call("delete marks", |c, _, p| {
+                Ok(redis::Script::new(DELETE_MARKS)
+                    .key(format!("{p}marks:{job}"))
+                    .arg(format!("{p}mark:"))
+                    .arg(before)
+                    .arg(DELETE_MARKS_BATCH)
+                    .invoke(c)?)
+            })?;
+            n += usize::try_from(deleted).unwrap_or(0);
+            if deleted < DELETE_MARKS_BATCH {
+                return Ok(n);
+            }
+        }
     }
 
     fn read_schedule(&mut self, job: &str) -> Result<Option<ScheduleDecl>, StoreError> {

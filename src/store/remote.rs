@@ -236,6 +236,51 @@ pub(crate) fn schedule_from_json(
     })
 }
 
+/// A mark as the key-value stores keep it (etcd, ZooKeeper): JSON without its namespace
+/// and key, which are in its key.
+#[cfg(any(feature = "store-etcd", feature = "store-zookeeper"))]
+pub(crate) fn mark_to_json(m: &crate::store::Mark) -> String {
+    json!({
+        "job": m.job,
+        "run_id": m.run_id,
+        "host": m.host,
+        "token": m.token,
+        "marked_at": m.marked_at,
+    })
+    .to_string()
+}
+
+/// The mark of `key` in `namespace` written by [`mark_to_json`].
+#[cfg(any(feature = "store-etcd", feature = "store-zookeeper"))]
+pub(crate) fn mark_from_json(
+    namespace: &str,
+    key: &str,
+    text: &[u8],
+) -> Result<crate::store::Mark, String> {
+    let what = || format!("mark {namespace} {key}");
+    let v: Value = serde_json::from_slice(text).map_err(|e| format!("{}: {e}", what()))?;
+    let number = |k: &str| {
+        v.get(k)
+            .and_then(Value::as_i64)
+            .ok_or_else(|| format!("{}: no {k}", what()))
+    };
+    let text = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
+    Ok(crate::store::Mark {
+        namespace: namespace.to_string(),
+        key: key.to_string(),
+        job: text("job").ok_or_else(|| format!("{}: no job", what()))?,
+        run_id: text("run_id").unwrap_or_default(),
+        host: text("host").unwrap_or_default(),
+        token: number("token")?,
+        marked_at: number("marked_at")?,
+    })
+}
+
+/// A day, for the key-value stores' index of marks by age: retention deletes a job's marks
+/// a whole day at a time, once the day has ended before the cut-off (µs).
+#[cfg(any(feature = "store-etcd", feature = "store-zookeeper"))]
+pub(crate) const MARK_DAY_USEC: i64 = 86_400_000_000;
+
 /// The records of `runs` that `query` asks for (its outcomes and resolutions), newest
 /// first as [`crate::store::Store::runs`] answers (records of one job started in the
 /// same µs: the latest recorded, by fencing token, first), at most `query.limit`. For the

@@ -38,7 +38,7 @@ use std::time::Duration;
 
 use crate::lease::Lease;
 use crate::ledger::{Finish, Outcome, Resolution, Run, Slot};
-use crate::store::{Claim, ClaimRequest, Finished, ScheduleDecl};
+use crate::store::{Claim, ClaimRequest, Finished, Mark, Marking, ScheduleDecl};
 
 /// How long after a lease's expiry, µs by the store's clock, a holder on another machine
 /// still counts as alive when its record of the asked slot is still `running`: 90 s.
@@ -509,6 +509,50 @@ pub fn holds(row: Option<&Lease>, lease: &Lease, now: i64) -> bool {
             && l.token == lease.token
             && l.expire_at > now
     })
+}
+
+/// What [`mark`] decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MarkStep {
+    /// The answer; nothing to write.
+    Answer(Marking),
+    /// Insert this mark if the key is still absent and the lease still the run's.
+    Insert(Mark),
+}
+
+/// Decides a mark ([`crate::store::Store::mark`]) at store time `now` (µs), given the
+/// lease row of `new.job` (`lease`, read only when `fenced`) and the key's current mark:
+/// 1. with `fenced`, a lease row without a holder, with another token, or expired at
+///    `now` refuses ([`Marking::Fenced`]), whether or not the key is recorded: the run
+///    has lost its lease and learns it here;
+/// 2. a recorded key answers [`Marking::Already`];
+/// 3. else the mark is inserted with `marked_at` = `now`.
+pub fn mark(
+    now: i64,
+    lease: Option<&Lease>,
+    existing: Option<Mark>,
+    new: &Mark,
+    fenced: bool,
+) -> MarkStep {
+    let holds =
+        lease.is_some_and(|l| !l.holder.is_empty() && l.token == new.token && l.expire_at > now);
+    if fenced && !holds {
+        return MarkStep::Answer(Marking::Fenced(lease.cloned()));
+    }
+    if let Some(m) = existing {
+        return MarkStep::Answer(Marking::Already(m));
+    }
+    MarkStep::Insert(Mark {
+        marked_at: now,
+        ..new.clone()
+    })
+}
+
+/// Whether an insert of `mark` with `fenced` may go ahead on the job's lease row `row`
+/// ([`crate::store::Store::insert_mark`]): the row has a holder and the mark's token.
+/// Expiry is judged by [`mark`] before; a takeover changes the token, a release the holder.
+pub fn mark_fence_holds(row: Option<&Lease>, mark: &Mark, fenced: bool) -> bool {
+    !fenced || row.is_some_and(|l| !l.holder.is_empty() && l.token == mark.token)
 }
 
 /// The lease row once released: no holder, `expire_at` 0; the token (the job's counter)

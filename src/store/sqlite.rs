@@ -42,7 +42,9 @@ use crate::clock::{Clock, SystemClock};
 use crate::lease::Lease;
 use crate::ledger::{Finish, Outcome, Resolution, Run, Slot};
 use crate::store::rules::{self, ClaimDecision};
-use crate::store::{Claim, ClaimRequest, Finished, RunQuery, ScheduleDecl, Store, StoreError};
+use crate::store::{
+    Claim, ClaimRequest, Finished, Mark, Marking, RunQuery, ScheduleDecl, Store, StoreError,
+};
 
 /// The schema version this jobguard writes and understands (`PRAGMA user_version`).
 pub const SCHEMA_VERSION: i64 = 2;
@@ -702,6 +704,60 @@ fn apply_end(conn: &Connection, job: &str, decision: &rules::EndDecision) -> Res
     Ok(())
 }
 
+/// The table of marks ([`Store::mark`]), made with the first mark (no schema version for
+/// it: a jobguard that does not know it leaves it alone), with the index retention
+/// deletes by.
+const MARK_TABLE: &str = "CREATE TABLE IF NOT EXISTS jobguard_mark (
+    namespace TEXT NOT NULL, mark_key TEXT NOT NULL, job TEXT NOT NULL,
+    run_id TEXT NOT NULL, host TEXT NOT NULL, token INTEGER NOT NULL,
+    marked_at INTEGER NOT NULL, PRIMARY KEY (namespace, mark_key));
+  CREATE INDEX IF NOT EXISTS jobguard_mark_age ON jobguard_mark (job, marked_at);";
+
+fn mark_table_exists(conn: &Connection) -> Result<bool, Fail> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'jobguard_mark'",
+        )?
+        .exists([])?)
+}
+
+fn select_mark(conn: &Connection, namespace: &str, key: &str) -> Result<Option<Mark>, Fail> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT job, run_id, host, token, marked_at FROM jobguard_mark
+             WHERE namespace = ?1 AND mark_key = ?2",
+        )?
+        .query_row([namespace, key], |r| {
+            Ok(Mark {
+                namespace: namespace.to_string(),
+                key: key.to_string(),
+                job: r.get(0)?,
+                run_id: r.get(1)?,
+                host: r.get(2)?,
+                token: r.get(3)?,
+                marked_at: r.get(4)?,
+            })
+        })
+        .optional()?)
+}
+
+fn insert_mark_row(conn: &Connection, m: &Mark) -> Result<(), Fail> {
+    conn.prepare_cached(
+        "INSERT INTO jobguard_mark (namespace, mark_key, job, run_id, host, token, marked_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )?
+    .execute(params![
+        m.namespace,
+        m.key,
+        m.job,
+        m.run_id,
+        m.host,
+        m.token,
+        m.marked_at
+    ])?;
+    Ok(())
+}
+
 fn insert_run(conn: &Connection, run: &Run) -> Result<(), Fail> {
     let report = serde_json::to_string(&run.report)
         .map_err(|e| Fail::Data(format!("run {}: report: {e}", run.run_id)))?;
@@ -1078,6 +1134,68 @@ impl Store for SqliteStore {
                 write_lease(tx, &rules::released(row))?;
             }
             Ok(ended)
+        })
+    }
+
+    fn mark(&mut self, new: &Mark, fenced: bool) -> Result<Marking, StoreError> {
+        // One write transaction: the lease row, the key and the insert are one step.
+        self.write("mark", |tx, now| {
+            tx.execute_batch(MARK_TABLE)?;
+            let row = if fenced {
+                lease_row(tx, &new.job)?
+            } else {
+                None
+            };
+            let existing = select_mark(tx, &new.namespace, &new.key)?;
+            match rules::mark(now, row.as_ref(), existing, new, fenced) {
+                rules::MarkStep::Answer(answer) => Ok(answer),
+                rules::MarkStep::Insert(mark) => {
+                    insert_mark_row(tx, &mark)?;
+                    Ok(Marking::New(mark))
+                }
+            }
+        })
+    }
+
+    fn read_mark(&mut self, namespace: &str, key: &str) -> Result<Option<Mark>, StoreError> {
+        self.ready()?;
+        let read = || -> Result<Option<Mark>, Fail> {
+            // The table comes with the first mark.
+            if !mark_table_exists(&self.conn)? {
+                return Ok(None);
+            }
+            select_mark(&self.conn, namespace, key)
+        };
+        read().map_err(|e| store_error(&self.describe, "read a mark", e))
+    }
+
+    fn insert_mark(&mut self, mark: &Mark, fenced: bool) -> Result<bool, StoreError> {
+        self.write("mark", |tx, _now| {
+            tx.execute_batch(MARK_TABLE)?;
+            let row = if fenced {
+                lease_row(tx, &mark.job)?
+            } else {
+                None
+            };
+            if !rules::mark_fence_holds(row.as_ref(), mark, fenced)
+                || select_mark(tx, &mark.namespace, &mark.key)?.is_some()
+            {
+                return Ok(false);
+            }
+            insert_mark_row(tx, mark)?;
+            Ok(true)
+        })
+    }
+
+    fn delete_marks(&mut self, job: &str, before: i64) -> Result<usize, StoreError> {
+        self.write("delete marks", |tx, _now| {
+            if !mark_table_exists(tx)? {
+                return Ok(0);
+            }
+            Ok(tx.execute(
+                "DELETE FROM jobguard_mark WHERE job = ?1 AND marked_at < ?2",
+                params![job, before],
+            )?)
         })
     }
 

@@ -75,7 +75,7 @@ use crate::ledger::{Finish, Outcome, Resolution, Run};
 use crate::store::remote::{self, CALL_TIMEOUT, CONNECT_TIMEOUT, slot_part};
 use crate::store::rules::{self, ClaimDecision};
 use crate::store::{
-    Claim, ClaimRequest, Finished, RunQuery, ScheduleDecl, Store, StoreError, address,
+    Claim, ClaimRequest, Finished, Mark, RunQuery, ScheduleDecl, Store, StoreError, address,
 };
 
 /// The node layout version this jobguard writes and understands (`P/schema`).
@@ -444,6 +444,15 @@ impl ZooKeeperStore {
 
     fn node(&self, rest: &str) -> String {
         format!("{}/{rest}", self.path)
+    }
+    fn mark_node(&self, namespace: &str, key: &str) -> String {
+        self.node(&format!(
+            "mark/{namespace}/{}",
+            crate::mark::key_component(key)
+        ))
+    }
+    fn mark_day_node(&self, job: &str, day: i64) -> String {
+        self.node(&format!("markday/{job}/{day:020}"))
     }
     fn lease_node(&self, job: &str) -> String {
         self.node(&format!("lease/{job}"))
@@ -1372,6 +1381,144 @@ impl Store for ZooKeeperStore {
                 .await?
                 .then_some(ids.len()))
         })
+    }
+
+    fn read_mark(&mut self, namespace: &str, key: &str) -> Result<Option<Mark>, StoreError> {
+        let node = self.mark_node(namespace, key);
+        self.retrying("read a mark", async |_, client| {
+            match client.get_data(&node).await {
+                Ok((data, _)) => remote::mark_from_json(namespace, key, &data)
+                    .map(|m| Some(Some(m)))
+                    .map_err(Fail::Data),
+                Err(zookeeper_client::Error::NoNode) => Ok(Some(None)),
+                Err(e) => Err(Fail::Zk(e)),
+            }
+        })
+    }
+
+    fn insert_mark(&mut self, mark: &Mark, fenced: bool) -> Result<bool, StoreError> {
+        let node = self.mark_node(&mark.namespace, &mark.key);
+        let day = self.mark_day_node(&mark.job, mark.marked_at.div_euclid(remote::MARK_DAY_USEC));
+        let index = format!(
+            "{day}/{}~{}",
+            mark.namespace,
+            crate::mark::key_component(&mark.key)
+        );
+        let parents = [
+            self.node("mark"),
+            self.node(&format!("mark/{}", mark.namespace)),
+            self.node("markday"),
+            self.node(&format!("markday/{}", mark.job)),
+            day.clone(),
+        ];
+        let data = remote::mark_to_json(mark);
+        self.retrying("mark", async |store, client| {
+            let options = CreateMode::Persistent.with_acls(store.acls());
+            let mut multi = client.new_multi_writer();
+            let mut ops = 2;
+            if fenced {
+                // The lease node checked at the version read: a takeover or release in
+                // between sets it, and the mark is then not written.
+                let snap = store.read_row(client, &mark.job).await?;
+                let row = snap.row.as_ref().map(|r| &r.lease);
+                let (true, Some(version)) =
+                    (rules::mark_fence_holds(row, mark, true), snap.version)
+                else {
+                    return Ok(Some(false));
+                };
+                multi.add_check_version(&store.lease_node(&mark.job), version)?;
+                ops = 3;
+            }
+            multi.add_create(&node, data.as_bytes(), &options)?;
+            multi.add_create(&index, b"", &options)?;
+            match multi.commit().await {
+                Ok(_) => Ok(Some(true)),
+                // The lease changed, or the key is recorded.
+                Err(MultiWriteError::OperationFailed {
+                    source:
+                        zookeeper_client::Error::BadVersion | zookeeper_client::Error::NodeExists,
+                    ..
+                }) => Ok(Some(false)),
+                // A parent is missing: the first mark of the namespace or of the job's day.
+                Err(MultiWriteError::OperationFailed {
+                    source: zookeeper_client::Error::NoNode,
+                    ..
+                }) => {
+                    for parent in &parents {
+                        match client.create(parent, b"", &options).await {
+                            Ok(_) | Err(zookeeper_client::Error::NodeExists) => {}
+                            Err(e) => return Err(Fail::Zk(e)),
+                        }
+                    }
+                    Ok(None)
+                }
+                Err(MultiWriteError::OperationFailed { index, source }) => Err(Fail::Data(
+                    format!("mark: write {index} of {ops}: {source}"),
+                )),
+                Err(MultiWriteError::RequestFailed { source }) => Err(Fail::Zk(source)),
+            }
+        })
+    }
+
+    fn delete_marks(&mut self, job: &str, before: i64) -> Result<usize, StoreError> {
+        let days_node = self.node(&format!("markday/{job}"));
+        let days: Vec<i64> = self.retrying("delete marks", async |_, client| {
+            match client.list_children(&days_node).await {
+                Ok(days) => Ok(Some(days.iter().filter_map(|d| d.parse().ok()).collect())),
+                Err(zookeeper_client::Error::NoNode) => Ok(Some(Vec::new())),
+                Err(e) => Err(Fail::Zk(e)),
+            }
+        })?;
+        let mut n = 0;
+        for day in days {
+            if (day + 1).saturating_mul(remote::MARK_DAY_USEC) > before {
+                continue;
+            }
+            let day_node = self.mark_day_node(job, day);
+            n += self.retrying("delete marks", async |store, client| {
+                let entries = match client.list_children(&day_node).await {
+                    Ok(e) => e,
+                    Err(zookeeper_client::Error::NoNode) => return Ok(Some(0)),
+                    Err(e) => return Err(Fail::Zk(e)),
+                };
+                // A few hundred deletes per `multi`, well within the 1 MiB request limit.
+                for chunk in entries.chunks(200) {
+                    let mut multi = client.new_multi_writer();
+                    for entry in chunk {
+                        if let Some((namespace, key)) = entry.split_once('~') {
+                            multi.add_delete(
+                                &store.node(&format!("mark/{namespace}/{key}")),
+                                None,
+                            )?;
+                        }
+                        multi.add_delete(&format!("{day_node}/{entry}"), None)?;
+                    }
+                    match multi.commit().await {
+                        Ok(_) => {}
+                        // Another pass deleted some meanwhile: list again.
+                        Err(MultiWriteError::OperationFailed {
+                            source: zookeeper_client::Error::NoNode,
+                            ..
+                        }) => return Ok(None),
+                        Err(MultiWriteError::OperationFailed { index, source }) => {
+                            return Err(Fail::Data(format!(
+                                "delete marks: write {index}: {source}"
+                            )));
+                        }
+                        Err(MultiWriteError::RequestFailed { source }) => {
+                            return Err(Fail::Zk(source));
+                        }
+                    }
+                }
+                match client.delete(&day_node, None).await {
+                    Ok(()) | Err(zookeeper_client::Error::NoNode) => Ok(Some(entries.len())),
+                    // A mark made meanwhile with a clock that was behind: the next pass.
+                    Err(zookeeper_client::Error::NotEmpty) => Ok(Some(entries.len())),
+                    Err(e) => Err(Fail::Zk(e)),
+                }
+            })?;
+        }
+        Ok(n)
     }
 
     fn read_schedule(&mut self, job: &str) -> Result<Option<ScheduleDecl>, StoreError> {

@@ -11,7 +11,9 @@ use std::time::Duration;
 use jobguard::lease::{Holder, Lease};
 use jobguard::ledger::{Finish, NewRun, Outcome, Resolution, Run, Slot};
 use jobguard::store::rules::FOREIGN_GRACE_USEC;
-use jobguard::store::{Claim, ClaimRequest, ClockCheck, Finished, RunQuery, Store, StoreError};
+use jobguard::store::{
+    Claim, ClaimRequest, ClockCheck, Finished, Mark, Marking, RunQuery, Store, StoreError,
+};
 
 /// The store clock at the start of every case: 2027-01-15T08:00:00Z.
 pub const T0: i64 = 1_800_000_000_000_000;
@@ -97,6 +99,9 @@ macro_rules! conformance_suite {
             the_newest_records_of_a_long_history_are_the_last_started,
             one_slot_keeps_every_attempt_of_a_large_report,
             a_slot_of_hundreds_of_attempts_is_queued_rerun_once_and_deleted,
+            a_key_is_marked_once,
+            a_mark_is_fenced_by_the_runs_lease,
+            marks_go_with_their_jobs_retention,
         );
     };
     (@cases required $fresh:path; $($case:ident),* $(,)?) => {
@@ -1959,5 +1964,183 @@ pub fn a_slot_of_hundreds_of_attempts_is_queued_rerun_once_and_deleted(env: &dyn
     assert_eq!(
         left.iter().map(|r| r.slot.usec).collect::<Vec<_>>(),
         vec![S3]
+    );
+}
+
+/// A mark of `key` in `namespace` for `job`, by run `r` with fencing token `token` (0 and
+/// no run outside a run).
+pub fn new_mark(job: &str, namespace: &str, key: &str, r: u32, token: i64) -> Mark {
+    Mark {
+        namespace: namespace.to_string(),
+        key: key.to_string(),
+        job: job.to_string(),
+        run_id: if token == 0 { String::new() } else { rid(r) },
+        host: format!("host-{r} {r:032x}"),
+        token,
+        marked_at: 0,
+    }
+}
+
+/// A key is recorded once per namespace, whoever asks: the second asker is answered with
+/// the first mark, as it was written (run, host, token, the store's time); keys that differ
+/// only by case, a trailing space or a `/` are different keys; reading does not write.
+pub fn a_key_is_marked_once(env: &dyn Env) {
+    let mut a = connect(env);
+    let mut b = connect(env);
+    assert_eq!(a.read_mark("shipping", "ORDER-1").unwrap(), None);
+    let first = new_mark("sync", "shipping", "ORDER-1", 1, 0);
+    let Marking::New(m1) = a.mark(&first, false).unwrap() else {
+        panic!("the first mark is new");
+    };
+    assert_eq!(m1.marked_at, T0, "marked at the store's time");
+    assert_eq!(m1.host, first.host);
+    env.advance(1_000_000);
+    assert_eq!(
+        b.mark(&new_mark("sync", "shipping", "ORDER-1", 2, 0), false)
+            .unwrap(),
+        Marking::Already(m1.clone()),
+        "a second mark answers the first"
+    );
+    assert_eq!(
+        b.read_mark("shipping", "ORDER-1").unwrap(),
+        Some(m1.clone())
+    );
+    for (namespace, key) in [
+        ("billing", "ORDER-1"),
+        ("shipping", "order-1"),
+        ("shipping", "ORDER-1 "),
+        ("shipping", "ORDER-1/x"),
+        ("shipping", "ORDER%2D1"),
+        ("shipping", "é ü"),
+    ] {
+        let m = new_mark("sync", namespace, key, 3, 0);
+        assert!(
+            matches!(b.mark(&m, false).unwrap(), Marking::New(_)),
+            "{namespace} {key:?} is a key of its own"
+        );
+        assert_eq!(
+            a.read_mark(namespace, key).unwrap().map(|m| m.key),
+            Some(key.to_string())
+        );
+    }
+    let long = "k".repeat(jobguard::mark::MAX_KEY);
+    assert!(matches!(
+        a.mark(&new_mark("sync", "shipping", &long, 1, 0), false)
+            .unwrap(),
+        Marking::New(_)
+    ));
+    assert_eq!(
+        b.read_mark("shipping", &long).unwrap().map(|m| m.key.len()),
+        Some(jobguard::mark::MAX_KEY)
+    );
+}
+
+/// A fenced mark holds only while the job's lease carries the run's token: it is refused
+/// once the lease expired, was released by the run's finish, or was taken over (and the
+/// holder that took over can mark); a refused mark writes nothing, and a recorded key is
+/// still refused to a run that lost its lease.
+pub fn a_mark_is_fenced_by_the_runs_lease(env: &dyn Env) {
+    let mut a = connect(env);
+    let mut b = connect(env);
+    let fenced = |s: &mut dyn Store, m: &Mark| s.mark(m, true).unwrap();
+    // No lease at all.
+    assert!(matches!(
+        fenced(&mut *a, &new_mark("sync", "shipping", "K0", 1, 1)),
+        Marking::Fenced(None)
+    ));
+    let (l1, _) = claimed(&mut *a, &request("sync", S1, 1, 1, false));
+    let Marking::New(m1) = fenced(&mut *a, &new_mark("sync", "shipping", "K1", 1, l1.token)) else {
+        panic!("the holder marks");
+    };
+    assert_eq!(m1.token, l1.token);
+    assert_eq!(m1.run_id, rid(1));
+    // Another job's lease does not fence this one's marks.
+    assert!(matches!(
+        fenced(&mut *b, &new_mark("other", "shipping", "K1", 2, l1.token)),
+        Marking::Fenced(_)
+    ));
+    // A stale token (one below the lease's) is fenced out.
+    assert!(matches!(
+        fenced(
+            &mut *b,
+            &new_mark("sync", "shipping", "K2", 2, l1.token - 1)
+        ),
+        Marking::Fenced(Some(_))
+    ));
+    env.advance(TTL_US);
+    assert!(
+        matches!(
+            fenced(&mut *a, &new_mark("sync", "shipping", "K2", 1, l1.token)),
+            Marking::Fenced(Some(_))
+        ),
+        "an expired lease fences"
+    );
+    assert_eq!(a.read_mark("shipping", "K2").unwrap(), None);
+    env.advance(FOREIGN_GRACE_USEC);
+    let (l2, _) = claimed(&mut *b, &request("sync", S1, 2, 2, false));
+    assert!(l2.token > l1.token);
+    assert!(
+        matches!(
+            fenced(&mut *a, &new_mark("sync", "shipping", "K1", 1, l1.token)),
+            Marking::Fenced(Some(ref l)) if l.token == l2.token
+        ),
+        "after a takeover the old holder is fenced even from a recorded key"
+    );
+    assert!(matches!(
+        fenced(&mut *a, &new_mark("sync", "shipping", "K2", 1, l1.token)),
+        Marking::Fenced(_)
+    ));
+    assert_eq!(
+        fenced(&mut *b, &new_mark("sync", "shipping", "K1", 2, l2.token)),
+        Marking::Already(m1),
+        "the holder that took over sees the old holder's mark"
+    );
+    assert!(matches!(
+        fenced(&mut *b, &new_mark("sync", "shipping", "K2", 2, l2.token)),
+        Marking::New(_)
+    ));
+    assert_eq!(
+        b.finish(&l2, &rid(2), &finish(Outcome::Succeeded)).unwrap(),
+        Finished {
+            recorded: true,
+            released: true
+        }
+    );
+    assert!(
+        matches!(
+            fenced(&mut *b, &new_mark("sync", "shipping", "K3", 2, l2.token)),
+            Marking::Fenced(_)
+        ),
+        "a released lease fences"
+    );
+    assert_eq!(b.read_mark("shipping", "K3").unwrap(), None);
+    // The primitive itself re-checks the lease: an insert with a lost token writes
+    // nothing even when the caller's read said it held.
+    let mut stale = new_mark("sync", "shipping", "K4", 1, l1.token);
+    stale.marked_at = T0;
+    assert!(!a.insert_mark(&stale, true).unwrap());
+    assert_eq!(a.read_mark("shipping", "K4").unwrap(), None);
+}
+
+/// Retention deletes a job's marks recorded before the cut-off and no other job's
+/// (stores that index marks by day delete a day once it has ended before the cut-off).
+pub fn marks_go_with_their_jobs_retention(env: &dyn Env) {
+    let mut a = connect(env);
+    assert_eq!(a.delete_marks("sync", T0).unwrap(), 0, "no marks yet");
+    let mine = new_mark("sync", "shipping", "OLD", 1, 0);
+    let theirs = new_mark("other", "shipping", "THEIRS", 1, 0);
+    assert!(matches!(a.mark(&mine, false).unwrap(), Marking::New(_)));
+    assert!(matches!(a.mark(&theirs, false).unwrap(), Marking::New(_)));
+    env.advance(3 * 86_400_000_000);
+    let recent = new_mark("sync", "shipping", "RECENT", 1, 0);
+    assert!(matches!(a.mark(&recent, false).unwrap(), Marking::New(_)));
+    assert_eq!(a.delete_marks("sync", T0).unwrap(), 0, "nothing before T0");
+    assert_eq!(a.delete_marks("sync", T0 + 2 * 86_400_000_000).unwrap(), 1);
+    assert_eq!(a.read_mark("shipping", "OLD").unwrap(), None);
+    assert!(a.read_mark("shipping", "THEIRS").unwrap().is_some());
+    assert!(a.read_mark("shipping", "RECENT").unwrap().is_some());
+    assert!(
+        matches!(a.mark(&mine, false).unwrap(), Marking::New(_)),
+        "a deleted key can be marked again"
     );
 }

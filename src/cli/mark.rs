@@ -1,0 +1,145 @@
+//! `jobguard mark NAMESPACE KEY` and `jobguard marked NAMESPACE KEY`: fenced dedupe
+//! records in the job's store ([`crate::store::Store::mark`], [`crate::mark`]).
+//!
+//! Inside a run, the job is the run's (`JOBGUARD_JOB`) and the mark is fenced by the
+//! run's `JOBGUARD_FENCING_TOKEN`: once the lease has been taken over, released or has
+//! expired, `mark` exits 75 and records nothing, so a run that lost its lease cannot
+//! record "done" for a key that the holder that took over then skips. Outside a run,
+//! `--job` names the job whose store holds the marks; such marks are not fenced.
+
+use crate::cli::{MarkArgs, find_job, open_job_store};
+use crate::exit;
+use crate::ledger::format_usec;
+use crate::store::{Mark, Marking};
+
+/// Runs `jobguard mark`; returns the exit status.
+pub fn mark(args: &MarkArgs) -> u8 {
+    let (job, new, fenced) = match request(args) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    let mut store = match open_job_store(&job) {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    match store.mark(&new, fenced) {
+        Ok(Marking::New(_)) => exit::OK,
+        Ok(Marking::Already(m)) => {
+            println!("{}", describe(&m));
+            exit::FAILURE
+        }
+        Ok(Marking::Fenced(lease)) => {
+            let now = match lease {
+                Some(l) if !l.holder.is_empty() && l.token != new.token => {
+                    format!("it is held by host {} with token {}", l.host, l.token)
+                }
+                Some(l) if !l.holder.is_empty() => {
+                    format!("it expired {}", format_usec(l.expire_at))
+                }
+                _ => "it was released".to_string(),
+            };
+            eprintln!(
+                "jobguard: {} {}: not marked: the run's lease of {} (token {}) is lost: {now}",
+                new.namespace, new.key, job.name, new.token
+            );
+            exit::LEASE_LOST
+        }
+        Err(e) => {
+            eprintln!("jobguard: {e}");
+            e.exit_status()
+        }
+    }
+}
+
+/// Runs `jobguard marked`; returns the exit status.
+pub fn marked(args: &MarkArgs) -> u8 {
+    let (job, new, _) = match request(args) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    let mut store = match open_job_store(&job) {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    match store.read_mark(&new.namespace, &new.key) {
+        Ok(Some(m)) => {
+            println!("{}", describe(&m));
+            exit::OK
+        }
+        Ok(None) => exit::FAILURE,
+        Err(e) => {
+            eprintln!("jobguard: {e}");
+            e.exit_status()
+        }
+    }
+}
+
+/// A recorded mark, for people: `NAMESPACE KEY: marked by run RUN (token N) of JOB on
+/// host HOST at TIME`.
+fn describe(m: &Mark) -> String {
+    let by = if m.run_id.is_empty() {
+        format!("outside a run, for {}", m.job)
+    } else {
+        format!("by run {} (token {}) of {}", m.run_id, m.token, m.job)
+    };
+    format!(
+        "{} {}: marked {by} on host {} at {}",
+        m.namespace,
+        m.key,
+        m.host,
+        format_usec(m.marked_at)
+    )
+}
+
+/// The job, the mark to make and whether it is fenced, from the arguments and the run's
+/// variables. Prints why not and returns the exit status.
+fn request(args: &MarkArgs) -> Result<(crate::job::Job, Mark, bool), u8> {
+    if let Err(e) = crate::mark::check_namespace(&args.namespace)
+        .and_then(|()| crate::mark::check_key(&args.key))
+    {
+        eprintln!("jobguard: {e}");
+        return Err(exit::USAGE);
+    }
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let run_job = var("JOBGUARD_JOB");
+    let Some(name) = args.job.clone().or_else(|| run_job.clone()) else {
+        eprintln!(
+            "jobguard: which job's store? Give --job JOB (inside a run, JOBGUARD_JOB names it)"
+        );
+        return Err(exit::USAGE);
+    };
+    // Fenced when inside a run of this job.
+    let in_run = run_job.as_deref() == Some(name.as_str());
+    let token = match (in_run, var("JOBGUARD_FENCING_TOKEN")) {
+        (false, _) => 0,
+        (true, Some(t)) => match t.parse::<i64>() {
+            Ok(t) if t > 0 => t,
+            _ => {
+                eprintln!("jobguard: JOBGUARD_FENCING_TOKEN={t:?} is not a fencing token");
+                return Err(exit::USAGE);
+            }
+        },
+        (true, None) => {
+            eprintln!(
+                "jobguard: JOBGUARD_JOB={name} is set but JOBGUARD_FENCING_TOKEN is not: run the command under `jobguard run`, or unset JOBGUARD_JOB and give --job"
+            );
+            return Err(exit::USAGE);
+        }
+    };
+    let job = find_job(&args.config, &name)?;
+    let holder = crate::identity::current_holder();
+    let new = Mark {
+        namespace: args.namespace.clone(),
+        key: args.key.clone(),
+        job: job.name.clone(),
+        run_id: if in_run {
+            var("JOBGUARD_RUN_ID").unwrap_or_default()
+        } else {
+            String::new()
+        },
+        host: format!("{} {}", holder.host, holder.machine_id),
+        token,
+        marked_at: 0,
+    };
+    Ok((job, new, in_run))
+}
