@@ -107,7 +107,8 @@ fn contend(server: &'static Server, test: &str) {
     assert_eq!(history[0]["attempt"], 1);
 }
 
-/// [`contend`] on each shared server: `NAME::thirty_two_racers_one_runs`.
+/// [`contend`] and [`marks_race_the_lease`] on each shared server:
+/// `NAME::thirty_two_racers_one_runs`, `NAME::a_mark_never_lands_after_its_lease_ended`.
 macro_rules! racers {
     ($name:ident $judge:ident) => {
         mod $name {
@@ -118,10 +119,85 @@ macro_rules! racers {
                     concat!("store_contention::", stringify!($name)),
                 );
             }
+
+            #[test]
+            fn a_mark_never_lands_after_its_lease_ended() {
+                super::marks_race_the_lease(
+                    crate::common::remote::server(stringify!($name)),
+                    concat!("store_contention::", stringify!($name), "::marks"),
+                );
+            }
         }
     };
 }
 common::remote::each_server!(racers);
+
+/// A fenced mark races the end of its run's lease (`unlock`, a read of the key, then
+/// another holder's grant), round after round on real connections, the end coming later
+/// in the mark's reads and write each round: a mark the store answered as new is in the
+/// store as soon as the lease has ended (it never lands after), and the next holder sees
+/// it; a refused mark is never recorded. Prints how often each side won.
+fn marks_race_the_lease(server: &'static Server, test: &str) {
+    const ROUNDS: u32 = 60;
+    use common::conformance::{claimed, new_mark, request};
+    use jobguard::store::Marking;
+    let Some(ns) = Namespace::new(server, test) else {
+        return;
+    };
+    let open = || jobguard::store::open(&ns.address()).expect("open the store");
+    let (mut a, mut b) = (open(), open());
+    let (mut new, mut fenced) = (0, 0);
+    for round in 0..ROUNDS {
+        let job = format!("race{round}");
+        let slot = common::conformance::S1;
+        let (lease, _) = claimed(&mut *a, &request(&job, slot, 1, 2 * round + 1, false));
+        let key = format!("K{round}");
+        let mark = new_mark(&job, "shipping", &key, 1, lease.token);
+        let start = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let go = start.clone();
+        let marker = std::thread::spawn(move || {
+            go.wait();
+            let answer = a.mark(&mark, true).expect("mark");
+            (a, answer)
+        });
+        start.wait();
+        // Later and later in the mark's reads and write, from round to round.
+        std::thread::sleep(Duration::from_micros(u64::from(round) * 150));
+        b.unlock(&job).expect("unlock");
+        // What the store holds once the lease has ended: a mark it took must be in it.
+        let seen = b.read_mark("shipping", &key).expect("read the mark");
+        let after = request(&job, slot + 86_400_000_000, 2, 2 * round + 2, false);
+        let (l2, _) = claimed(&mut *b, &after);
+        let (back, answer) = marker.join().expect("the marker");
+        a = back;
+        match answer {
+            Marking::New(m) => {
+                new += 1;
+                assert_eq!(
+                    seen.as_ref(),
+                    Some(&m),
+                    "round {round}: a mark the store took landed after its lease ended"
+                );
+                assert_eq!(
+                    b.mark(&new_mark(&job, "shipping", &key, 2, l2.token), true)
+                        .expect("mark"),
+                    Marking::Already(m),
+                    "round {round}: the next holder sees the mark"
+                );
+            }
+            Marking::Fenced(_) => {
+                fenced += 1;
+                assert_eq!(
+                    b.read_mark("shipping", &key).expect("read"),
+                    None,
+                    "round {round}: a fenced mark was recorded"
+                );
+            }
+            other => panic!("round {round}: {other:?}"),
+        }
+    }
+    eprintln!("{test}: {ROUNDS} rounds: the mark won {new}, the end of the lease won {fenced}");
+}
 
 /// The store commits a claim but its answer never arrives (the call times out while the
 /// claim waits for a row lock, and the server finishes it after the client gave up): the
