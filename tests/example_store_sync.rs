@@ -1,12 +1,15 @@
-//! The store-sync example's scripts on their own, without jobguard: the generator writes
-//! the same bytes every time; the sync inserts 3,000 rows and then none; a run killed
-//! halfway leaves whole batches, and the next run inserts exactly the rest.
+//! The store-sync example's scripts: the generator writes the same bytes every time; the
+//! sync inserts 3,000 rows and then none; a run killed halfway leaves whole batches, and
+//! the next run inserts exactly the rest. The push step under `jobguard run`: a run killed
+//! at any point and re-run by `jobguard recover` pushes every order exactly once, by the
+//! stand-in partner's own record.
 //!
 //! Needs Debian's /usr/bin/python3 (the example uses its standard library only); skipped
 //! with a `SKIPPED` line when it is missing, failed in CI.
 #![cfg(feature = "store-sqlite")]
 
 mod common;
+mod support;
 
 use common::psql;
 
@@ -348,4 +351,105 @@ fn sync_into_postgresql_inserts_3000_then_nothing() {
         "3000"
     );
     psql("postgres", &format!("DROP DATABASE {db}")).expect("drop");
+}
+
+/// The push step under `jobguard run`, cut by SIGKILL of the shim at three points and re-run
+/// by `jobguard recover`: the stand-in partner's own file (not jobguard's records) has
+/// every order exactly once, and the re-run's report accounts for every order.
+#[test]
+fn a_push_cut_anywhere_and_rerun_pushes_every_order_once() {
+    if !have_python("a_push_cut_anywhere_and_rerun_pushes_every_order_once") {
+        return;
+    }
+    const ORDERS: usize = 60;
+    // (pushes, then ms) before the cut: each order is a check, a mark, a pause of 30 ms, the
+    // push, a pause and a mark, so 0 ms cuts between a push and its confirmation, 60 ms
+    // most likely between a mark and its push (both are then in doubt for the re-run).
+    for (cut_after, delay) in [(1, 60), (20, 0), (45, 60)] {
+        let sb = support::Sandbox::new(&format!(
+            "[jobs.store-push]\nschedule = \"*-*-* 02:30:00 UTC\"\n\
+             command = [{PYTHON:?}, {push:?}]\nworking_directory = \"@DIR@\"\n\
+             on_interrupted = \"rerun\"\n\
+             environment = {{ STORE_SYNC_JOBGUARD = {bin:?}, STORE_SYNC_PAUSE_MS = \"30\" }}\n",
+            push = script("push.py").display().to_string(),
+            bin = env!("CARGO_BIN_EXE_jobguard"),
+        ));
+        let dir = sb.file("");
+        gen_to(
+            &dir.join("transactions.csv"),
+            &["--count", &ORDERS.to_string()],
+        );
+        let synced = sync(&dir, "sync-1");
+        assert!(
+            synced.status.success(),
+            "{}",
+            String::from_utf8_lossy(&synced.stderr)
+        );
+        let orders: Vec<String> = {
+            let conn = rusqlite::Connection::open(dir.join("orders.db")).expect("orders.db");
+            let mut stmt = conn.prepare("SELECT txn_id FROM orders").expect("select");
+            stmt.query_map([], |r| r.get(0))
+                .expect("query")
+                .collect::<Result<_, _>>()
+                .expect("rows")
+        };
+        assert_eq!(orders.len(), ORDERS);
+
+        let mut shim = sb
+            .cmd(&["run", "store-push"])
+            .env("TRIGGER_TIMER_REALTIME_USEC", "1795919580000000")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(sb.file("run.err")).expect("run.err"))
+            .spawn()
+            .expect("start jobguard run");
+        let reached = support::wait_until(60, || sb.lines("shipped.log") >= cut_after);
+        std::thread::sleep(Duration::from_millis(delay));
+        shim.kill().expect("SIGKILL the shim");
+        shim.wait().expect("wait");
+        assert!(
+            reached,
+            "{cut_after} orders pushed before the cut: {}",
+            sb.read("run.err")
+        );
+        std::thread::sleep(Duration::from_millis(200));
+        let before = sb.lines("shipped.log");
+        assert!(before < ORDERS, "the run was not cut: {before} pushed");
+
+        let rec = sb.run(&["recover"]);
+        assert!(
+            rec.status.success(),
+            "{}",
+            String::from_utf8_lossy(&rec.stderr)
+        );
+        let shipped = sb.read("shipped.log");
+        let mut seen: Vec<&str> = shipped
+            .lines()
+            .filter_map(|l| l.split(' ').next())
+            .collect();
+        seen.sort_unstable();
+        let mut want: Vec<&str> = orders.iter().map(String::as_str).collect();
+        want.sort_unstable();
+        assert_eq!(
+            seen, want,
+            "cut after {cut_after}: every order exactly once"
+        );
+
+        let history = sb.history("store-push");
+        assert_eq!(history.len(), 2, "{history:#?}");
+        assert_eq!(history[0]["outcome"], "succeeded", "{history:#?}");
+        assert_eq!(history[1]["outcome"], "interrupted");
+        let report = &history[0]["report"];
+        let n = |k: &str| report[k].as_str().and_then(|v| v.parse::<usize>().ok());
+        assert_eq!(n("orders"), Some(ORDERS), "{report}");
+        assert_eq!(
+            n("pushed")
+                .zip(n("already_shipped"))
+                .zip(n("recovered"))
+                .zip(n("repushed"))
+                .map(|(((p, a), r), x)| (p + x, a + r)),
+            Some((ORDERS - before, before)),
+            "the re-run pushed the rest and found the cut run's pushes: {report}"
+        );
+        eprintln!("cut after {cut_after}: {before} pushed before the cut; re-run: {report}");
+    }
 }

@@ -195,6 +195,10 @@ class SqliteOrders:
             raise
         return self.db.total_changes - before
 
+    def txn_ids(self):
+        """Every order's transaction id, in the order they were synced."""
+        return [r[0] for r in self.db.execute("SELECT txn_id FROM orders ORDER BY id")]
+
     def close(self):
         self.db.close()
 
@@ -222,6 +226,11 @@ class PostgresOrders:
     def insert(self, batch):
         with self.db, self.db.cursor() as cur:
             return len(self.extras.execute_values(cur, PG_INSERT, batch, fetch=True))
+
+    def txn_ids(self):
+        with self.db, self.db.cursor() as cur:
+            cur.execute("SELECT txn_id FROM orders ORDER BY id")
+            return [r[0] for r in cur.fetchall()]
 
     def close(self):
         self.db.close()
