@@ -377,6 +377,51 @@ fn a_store_without_the_outcome_index_gets_it_at_open() {
     assert_eq!(s.schema_version().unwrap(), SCHEMA_VERSION);
 }
 
+/// PostgreSQL, as SQLite: a schema made before the read-speed index gets it at the next
+/// open, with its version unchanged.
+#[cfg(feature = "store-postgres")]
+#[test]
+fn postgres_a_store_without_the_outcome_index_gets_it_at_open() {
+    use common::remote::{Namespace, open, server};
+    let Some(ns) = Namespace::new(server("postgres"), "postgres::outcome_index") else {
+        return;
+    };
+    let n = &ns.name;
+    open(ns.server, &ns.address(), None)
+        .unwrap()
+        .init()
+        .unwrap();
+    let has = || {
+        common::psql(
+            "test",
+            &format!(
+                "SELECT count(*) FROM pg_indexes WHERE schemaname = '{n}' AND indexname = 'jobguard_run_outcome'"
+            ),
+        )
+        .unwrap()
+        .trim()
+        .to_string()
+    };
+    assert_eq!(has(), "1", "a new schema has it");
+    ns.server
+        .sql(&format!("DROP INDEX {n}.jobguard_run_outcome"));
+    assert_eq!(has(), "0");
+    open(ns.server, &ns.address(), None)
+        .unwrap()
+        .init()
+        .unwrap();
+    assert_eq!(has(), "1", "the next open made it");
+    let version = common::psql(
+        "test",
+        &format!("SELECT value FROM {n}.jobguard_meta WHERE key = 'schema_version'"),
+    )
+    .unwrap();
+    assert_eq!(
+        version.trim(),
+        jobguard::store::postgres::SCHEMA_VERSION.to_string()
+    );
+}
+
 #[test]
 fn store_connection_uses_synchronous_full() {
     // PRAGMA synchronous is per connection: ask the store's own connection through a

@@ -1105,6 +1105,15 @@ const SCHEDULE_TABLE: &str = "CREATE TABLE IF NOT EXISTS jobguard_schedule (
     defined_at bigint NOT NULL, host text NOT NULL,
     seen_at bigint NOT NULL, horizon bigint NOT NULL)";
 
+/// Indexes outside the schema version, created at the first open that finds them missing
+/// ([`Store::init`]), so that an older jobguard still opens the store: `(job, outcome)`
+/// for the reads of unsettled attempts by outcome (`status`, `audit` and `metrics` look
+/// for every unsettled attempt of a job). Without it the read walks all of a job's
+/// records: 4 ms per job at 10,000 records each, against 0.1 ms with it
+/// (`benches/ledger-scale.sh`).
+const EXTRA_INDEXES: &str =
+    "CREATE INDEX IF NOT EXISTS jobguard_run_outcome ON jobguard_run (job, outcome)";
+
 /// The table of marks ([`Store::mark`]), made with the first mark like the schedule
 /// table, with the index retention deletes by.
 const MARK_TABLE: &str = "CREATE TABLE IF NOT EXISTS jobguard_mark (
@@ -1309,16 +1318,19 @@ impl Store for PostgresStore {
         let fast = self.call(async |c| {
             let rows = c
                 .query_typed(
-                    "SELECT value FROM jobguard_meta WHERE key = 'schema_version'",
+                    "SELECT value, to_regclass('jobguard_run_outcome') IS NOT NULL
+                       FROM jobguard_meta WHERE key = 'schema_version'",
                     &[],
                 )
                 .await?;
-            Ok(rows.first().map(|r| r.try_get::<_, i64>(0)).transpose()?)
+            rows.first()
+                .map(|r| Ok((r.try_get::<_, i64>(0)?, r.try_get::<_, bool>(1)?)))
+                .transpose()
         });
-        let version = match fast {
-            Ok(Some(v)) => Some(v),
-            Ok(None) => None,
-            Err(e) if missing_schema(&e) => None,
+        let (version, indexed) = match fast {
+            Ok(Some((v, indexed))) => (Some(v), indexed),
+            Ok(None) => (None, false),
+            Err(e) if missing_schema(&e) => (None, false),
             Err(e) => return Err(self.error("read schema version", e)),
         };
         let newer = match version {
@@ -1332,6 +1344,11 @@ impl Store for PostgresStore {
         };
         if let Some(v) = newer {
             return Err(self.newer_schema(v));
+        }
+        if !indexed {
+            // A user without the right to create indexes (only the table's owner may)
+            // goes on without it: the reads are slower, not wrong.
+            let _ = self.call(async |c| create_table(c, EXTRA_INDEXES).await);
         }
         self.schema_ready = true;
         Ok(())
