@@ -79,7 +79,7 @@ fi
 tar xzf "$SC_TAR" -C "$W"
 SRC=$(echo "$W"/systemd-cron-*)
 (cd "$SRC" && ./configure --statedir=/var/spool/cron/crontabs > /dev/null &&
-  mkdir -p out/build/bin && make -s out/build/bin/systemd-crontab-generator > /dev/null)
+  mkdir -p out/build/bin && make -s "$PWD/out/build/bin/systemd-crontab-generator" > /dev/null)
 SC=$SRC/out/build/bin/systemd-crontab-generator
 for n in 1000 10000; do
   mkdir -p "$W/cron$n"
