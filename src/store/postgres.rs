@@ -1130,6 +1130,22 @@ async fn create_schedule_table(c: &Client) -> Result<(), Fail> {
     create_table(c, SCHEDULE_TABLE).await
 }
 
+/// The rows of `sql`, a read of a table made on first use (schedules, marks): none while
+/// the table does not exist yet.
+///
+/// # Errors
+/// The server's, but for the missing table.
+async fn rows_if_made(
+    c: &Client,
+    sql: &str,
+    values: &[(&(dyn tokio_postgres::types::ToSql + Sync), Type)],
+) -> Result<Vec<Row>, Fail> {
+    match c.query_typed(sql, values).await {
+        Err(e) if e.code() == Some(&SqlState::UNDEFINED_TABLE) => Ok(Vec::new()),
+        got => Ok(got?),
+    }
+}
+
 /// Runs `sql`, a `CREATE TABLE IF NOT EXISTS` (and its indexes).
 ///
 /// # Errors
@@ -1512,19 +1528,14 @@ impl Store for PostgresStore {
     fn read_mark(&mut self, namespace: &str, key: &str) -> Result<Option<Mark>, StoreError> {
         self.ready()?;
         self.with_schema("read a mark", async |c| {
-            let rows = match c
-                .query_typed(
-                    "SELECT job, run_id, host, token, marked_at FROM jobguard_mark
-                     WHERE namespace = $1 AND mark_key = $2",
-                    &[(&namespace, Type::TEXT), (&key, Type::TEXT)],
-                )
-                .await
-            {
-                Ok(rows) => rows,
-                // The table comes with the first mark.
-                Err(e) if e.code() == Some(&SqlState::UNDEFINED_TABLE) => return Ok(None),
-                Err(e) => return Err(e.into()),
-            };
+            // The table comes with the first mark.
+            let rows = rows_if_made(
+                c,
+                "SELECT job, run_id, host, token, marked_at FROM jobguard_mark
+                 WHERE namespace = $1 AND mark_key = $2",
+                &[(&namespace, Type::TEXT), (&key, Type::TEXT)],
+            )
+            .await?;
             rows.first()
                 .map(|r| {
                     Ok(Mark {
@@ -1593,20 +1604,15 @@ impl Store for PostgresStore {
     fn read_schedule(&mut self, job: &str) -> Result<Option<ScheduleDecl>, StoreError> {
         self.ready()?;
         self.with_schema("read the schedule", async |c| {
-            let rows = match c
-                .query_typed(
-                    "SELECT fingerprint, defined_at, host, seen_at, horizon FROM jobguard_schedule
-                     WHERE job = $1",
-                    &[(&job, Type::TEXT)],
-                )
-                .await
-            {
-                Ok(rows) => rows,
-                // The table comes with the first declaration (no schema version for it: a
-                // jobguard that does not know it leaves it alone).
-                Err(e) if e.code() == Some(&SqlState::UNDEFINED_TABLE) => return Ok(None),
-                Err(e) => return Err(e.into()),
-            };
+            // The table comes with the first declaration (no schema version for it: a
+            // jobguard that does not know it leaves it alone).
+            let rows = rows_if_made(
+                c,
+                "SELECT fingerprint, defined_at, host, seen_at, horizon FROM jobguard_schedule
+                 WHERE job = $1",
+                &[(&job, Type::TEXT)],
+            )
+            .await?;
             rows.first()
                 .map(|r| {
                     Ok(ScheduleDecl {
