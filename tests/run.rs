@@ -2410,13 +2410,19 @@ fn marks_inside_a_run_are_fenced_by_its_lease() {
         "push",
         "\"$BIN\" mark shipping A; echo first=$? >> \"$OUT\"; \
          \"$BIN\" mark shipping A; echo again=$? >> \"$OUT\"; \
+         \"$BIN\" mark shipping X --job other 2>/dev/null; echo other=$? >> \"$OUT\"; \
          \"$BIN\" unlock push --force 2>/dev/null; \
          \"$BIN\" mark shipping B; echo fenced=$? >> \"$OUT\"",
         &format!("environment = {{ OUT = \"@DIR@/out\", BIN = \"{bin}\" }}"),
     ));
     let run = timer_run(&sb, "push");
     let out = std::fs::read_to_string(sb.file("out")).unwrap_or_default();
-    assert_eq!(out, "first=0\nagain=1\nfenced=75\n", "{}", stderr(&run));
+    assert_eq!(
+        out,
+        "first=0\nagain=1\nother=2\nfenced=75\n",
+        "inside a run another job's store is refused: its marks could not be fenced; {}",
+        stderr(&run)
+    );
 
     let marked = sb
         .cmd(&["marked", "shipping", "A", "--job", "push"])
@@ -2460,6 +2466,22 @@ fn marks_inside_a_run_are_fenced_by_its_lease() {
         stdout(&seen).contains("marked outside a run, for push"),
         "{}",
         stdout(&seen)
+    );
+
+    // A key that starts with '-' is a key, not an option.
+    let dash = sb
+        .cmd(&["mark", "shipping", "-5", "--job", "push"])
+        .output()
+        .unwrap();
+    assert_eq!(dash.status.code(), Some(0), "{}", stderr(&dash));
+    let dash = sb
+        .cmd(&["marked", "shipping", "-5", "--job", "push"])
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&dash).starts_with("shipping -5: marked"),
+        "{}",
+        stdout(&dash)
     );
 
     for (args, why) in [

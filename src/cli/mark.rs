@@ -108,8 +108,15 @@ fn request(args: &MarkArgs) -> Result<(crate::job::Job, Mark, bool), u8> {
         );
         return Err(exit::USAGE);
     };
-    // Fenced when inside a run of this job.
-    let in_run = run_job.as_deref() == Some(name.as_str());
+    // Fenced when inside a run; a mark in another job's store could not be fenced by this
+    // run's lease, so inside a run only the run's own job is accepted.
+    if let Some(run) = run_job.as_deref().filter(|run| *run != name) {
+        eprintln!(
+            "jobguard: --job {name}: inside a run of {run} a mark is fenced by the run's lease, which cannot fence another job's marks; mark in {run}'s store, or unset JOBGUARD_JOB and JOBGUARD_FENCING_TOKEN to mark outside a run"
+        );
+        return Err(exit::USAGE);
+    }
+    let in_run = run_job.is_some();
     let token = match (in_run, var("JOBGUARD_FENCING_TOKEN")) {
         (false, _) => 0,
         (true, Some(t)) => match t.parse::<i64>() {

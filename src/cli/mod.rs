@@ -368,7 +368,9 @@ pub struct PruneArgs {
 pub struct MarkArgs {
     /// What kind of key, e.g. shipping: 1 to 64 letters, digits, '-', '_' or '.'.
     pub namespace: String,
-    /// The key, e.g. an order id: 1 to 512 bytes, no control characters.
+    /// The key, e.g. an order id: 1 to 512 bytes, no control characters (one starting
+    /// with '-' is a key too).
+    #[arg(allow_hyphen_values = true)]
     pub key: String,
     /// The job whose store holds the mark (default: the run's, JOBGUARD_JOB).
     #[arg(long, value_name = "JOB")]

@@ -529,16 +529,24 @@ pub trait Store: Send {
     /// As the primitives; [`StoreError::Unavailable`] when the lease or the key kept
     /// changing.
     fn mark(&mut self, new: &Mark, fenced: bool) -> Result<Marking, StoreError> {
+        // The marks this call sent: an insert whose answer was lost and that a store's
+        // client sent again (a new ZooKeeper session) finds its own mark, which is this
+        // call's, not an earlier one's.
+        let mut sent: Vec<Mark> = Vec::new();
         for _ in 0..rules::SCHEDULE_TRIES {
             let now = self.now()?;
             let lease = if fenced { self.lease(&new.job)? } else { None };
             let existing = self.read_mark(&new.namespace, &new.key)?;
+            if let Some(m) = existing.as_ref().filter(|m| sent.contains(m)) {
+                return Ok(Marking::New(m.clone()));
+            }
             match rules::mark(now, lease.as_ref(), existing, new, fenced) {
                 rules::MarkStep::Answer(answer) => return Ok(answer),
                 rules::MarkStep::Insert(mark) => {
                     if self.insert_mark(&mark, fenced)? {
                         return Ok(Marking::New(mark));
                     }
+                    sent.push(mark);
                 }
             }
         }
