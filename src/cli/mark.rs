@@ -14,12 +14,8 @@ use crate::store::{Mark, Marking};
 
 /// Runs `jobguard mark`; returns the exit status.
 pub fn mark(args: &MarkArgs) -> u8 {
-    let (job, new, fenced) = match request(args) {
+    let (job, new, fenced, mut store) = match request(args) {
         Ok(r) => r,
-        Err(code) => return code,
-    };
-    let mut store = match open_job_store(&job) {
-        Ok(s) => s,
         Err(code) => return code,
     };
     match store.mark(&new, fenced) {
@@ -53,12 +49,8 @@ pub fn mark(args: &MarkArgs) -> u8 {
 
 /// Runs `jobguard marked`; returns the exit status.
 pub fn marked(args: &MarkArgs) -> u8 {
-    let (job, new, _) = match request(args) {
+    let (_, new, _, mut store) = match request(args) {
         Ok(r) => r,
-        Err(code) => return code,
-    };
-    let mut store = match open_job_store(&job) {
-        Ok(s) => s,
         Err(code) => return code,
     };
     match store.read_mark(&new.namespace, &new.key) {
@@ -91,9 +83,11 @@ fn describe(m: &Mark) -> String {
     )
 }
 
-/// The job, the mark to make and whether it is fenced, from the arguments and the run's
-/// variables. Prints why not and returns the exit status.
-fn request(args: &MarkArgs) -> Result<(crate::job::Job, Mark, bool), u8> {
+/// The job, the mark to make, whether it is fenced (from the arguments and the run's
+/// variables) and the job's store, opened. Prints why not and returns the exit status.
+fn request(
+    args: &MarkArgs,
+) -> Result<(crate::job::Job, Mark, bool, Box<dyn crate::store::Store>), u8> {
     if let Err(e) = crate::mark::check_namespace(&args.namespace)
         .and_then(|()| crate::mark::check_key(&args.key))
     {
@@ -148,5 +142,6 @@ fn request(args: &MarkArgs) -> Result<(crate::job::Job, Mark, bool), u8> {
         token,
         marked_at: 0,
     };
-    Ok((job, new, in_run))
+    let store = open_job_store(&job)?;
+    Ok((job, new, in_run, store))
 }

@@ -534,8 +534,7 @@ pub fn mark(
     new: &Mark,
     fenced: bool,
 ) -> MarkStep {
-    let holds =
-        lease.is_some_and(|l| !l.holder.is_empty() && l.token == new.token && l.expire_at > now);
+    let holds = mark_fence_holds(lease, new, true) && lease.is_some_and(|l| l.expire_at > now);
     if fenced && !holds {
         return MarkStep::Answer(Marking::Fenced(lease.cloned()));
     }
