@@ -127,6 +127,14 @@ macro_rules! racers {
                     concat!("store_contention::", stringify!($name), "::marks"),
                 );
             }
+
+            #[test]
+            fn a_mark_sent_after_its_lease_expired_is_not_recorded() {
+                super::a_late_mark_is_not_recorded(
+                    crate::common::remote::server(stringify!($name)),
+                    concat!("store_contention::", stringify!($name), "::late"),
+                );
+            }
         }
     };
 }
@@ -197,6 +205,45 @@ fn marks_race_the_lease(server: &'static Server, test: &str) {
         }
     }
     eprintln!("{test}: {ROUNDS} rounds: the mark won {new}, the end of the lease won {fenced}");
+}
+
+/// A run frozen between its read of the lease and its insert: the insert primitive,
+/// called directly after the lease expired by the store's own clock (nobody took over,
+/// nothing wrote the lease), records nothing. The same insert a moment earlier, while the
+/// lease held, is recorded, so the refusal comes from the expiry.
+fn a_late_mark_is_not_recorded(server: &'static Server, test: &str) {
+    use common::conformance::{claimed, new_mark, request};
+    let Some(ns) = Namespace::new(server, test) else {
+        return;
+    };
+    let open = || jobguard::store::open(&ns.address()).expect("open the store");
+    let (mut a, mut b) = (open(), open());
+    let mut req = request("late", common::conformance::S1, 1, 1, false);
+    req.ttl = Duration::from_secs(1);
+    let (lease, _) = claimed(&mut *a, &req);
+    let mut early = new_mark("late", "shipping", "EARLY", 1, lease.token);
+    early.marked_at = a.now().expect("now");
+    assert!(
+        a.insert_mark(&early, true).expect("insert"),
+        "an insert while the lease holds is recorded"
+    );
+    // Until the store itself says the lease has ended (etcd's leases live at least
+    // about 2 s, whatever the time to live asked).
+    let expired = wait_until(15, || {
+        // The time first: etcd answers a held lease with an expiry just after its read.
+        let now = b.now().expect("now");
+        let row = b.lease("late").expect("read the lease");
+        row.is_none_or(|l| l.expire_at <= now)
+    });
+    assert!(expired, "the lease expired by the store's clock");
+    let mut late = new_mark("late", "shipping", "LATE", 1, lease.token);
+    late.marked_at = early.marked_at;
+    assert!(
+        !a.insert_mark(&late, true).expect("insert"),
+        "an insert after the lease expired is refused"
+    );
+    assert_eq!(b.read_mark("shipping", "LATE").expect("read"), None);
+    assert!(b.read_mark("shipping", "EARLY").expect("read").is_some());
 }
 
 /// The store commits a claim but its answer never arrives (the call times out while the

@@ -1426,26 +1426,37 @@ impl Store for EtcdStore {
             mark.namespace,
             crate::mark::key_component(&mark.key)
         );
-        let lease_key = self.lease_key(&mark.job);
         let value = remote::mark_to_json(mark);
-        self.retrying("mark", async |_, client| {
+        self.retrying("mark", async |store, client| {
             let mut guards = vec![Compare::version(k.as_bytes(), CompareOp::Equal, 0)];
             if fenced {
-                // The lease row compared at the revision read: a takeover or release in
-                // between rewrites it, and the mark is then not written.
-                let resp = client.get(lease_key.as_bytes(), None).await?;
-                let Some(kv) = resp.kvs().first() else {
+                // The lease as the rules see it, then compared in the transaction: the
+                // row at the revision read (a takeover or release in between rewrites
+                // it) and the holder's `alive` key with its etcd lease (gone once the
+                // lease expired), so a run frozen between its read and this insert
+                // records nothing once its lease has ended, taken over or not.
+                let (job, _) = Job::read(store, client, &mark.job, Vec::new()).await?;
+                let held = job
+                    .lease()
+                    .filter(|l| rules::mark_fence_holds(job.now, Some(l), mark, true));
+                let Some(lease) = held else {
                     return Ok(Some(false));
                 };
-                let row = row_from_json(&mark.job, kv.value()).map_err(Fail::Data)?;
-                if !rules::mark_fence_holds(Some(&row.lease), mark, true) {
-                    return Ok(Some(false));
+                guards.push(job.unchanged());
+                if !store.judged {
+                    let alive = store.alive_key(&mark.job);
+                    let etcd_lease = job.snapshot.row.as_ref().map_or(0, |r| r.etcd_lease);
+                    guards.push(Compare::value(
+                        alive.as_bytes(),
+                        CompareOp::Equal,
+                        lease.holder.as_bytes(),
+                    ));
+                    guards.push(Compare::lease(
+                        alive.as_bytes(),
+                        CompareOp::Equal,
+                        etcd_lease,
+                    ));
                 }
-                guards.push(Compare::mod_revision(
-                    lease_key.as_bytes(),
-                    CompareOp::Equal,
-                    kv.mod_revision(),
-                ));
             }
             let txn = Txn::new().when(guards).and_then(vec![
                 TxnOp::put(k.as_bytes(), value.as_bytes(), None),

@@ -568,7 +568,9 @@ pub trait Store: Send {
     fn read_mark(&mut self, namespace: &str, key: &str) -> Result<Option<Mark>, StoreError>;
 
     /// Inserts `mark` in one atomic step if its key is not recorded and, with `fenced`,
-    /// the lease row of `mark.job` still has a holder and `mark.token`; false otherwise
+    /// the lease row of `mark.job` still has a holder and `mark.token` and has not expired
+    /// by the store's clock ([`rules::mark_fence_holds`], judged in that same step: a run
+    /// frozen after its read records nothing once its lease ended); false otherwise
     /// (nothing written). The mark's table or keyspace is made on first use, like the
     /// schedule's.
     ///

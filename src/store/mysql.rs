@@ -1335,11 +1335,16 @@ impl Store for MysqlStore {
         // takeover that committed first is seen (a locking read reads the newest
         // version), and one that comes later waits for this commit.
         let fence = format!(
-            "SELECT 1 FROM jobguard_lease WHERE job = {} AND token = {} AND holder <> ''
-             LOCK IN SHARE MODE",
+            "SELECT expire_at FROM jobguard_lease
+              WHERE job = {} AND token = {} AND holder <> '' LOCK IN SHARE MODE",
             lit(&mark.job),
             mark.token
         );
+        // Expiry is judged inside the transaction by the server's clock, read in its own
+        // statement once the lock is held (`UTC_TIMESTAMP` is the time its statement
+        // began): a run frozen between its read of the lease and this insert records
+        // nothing once the lease has expired, taken over or not.
+        let clock = format!("SELECT COALESCE({}, {SERVER_NOW})", self.test_now());
         let insert = format!(
             "INSERT INTO jobguard_mark (namespace, mark_key, job, run_id, host, token, marked_at)
              VALUES ({}, {}, {}, {}, {}, {}, {})",
@@ -1356,8 +1361,12 @@ impl Store for MysqlStore {
             loop {
                 let mut tx = c.start_transaction(mysql::TxOpts::default())?;
                 if fenced {
-                    let held: Option<i64> = tx.query_first(&fence)?;
-                    if held.is_none() {
+                    let expire_at: Option<i64> = tx.query_first(&fence)?;
+                    let now: Option<i64> = match expire_at {
+                        Some(_) => tx.query_first(&clock)?,
+                        None => None,
+                    };
+                    if !matches!((expire_at, now), (Some(e), Some(n)) if e > n) {
                         tx.rollback()?;
                         return Ok(false);
                     }

@@ -1558,14 +1558,21 @@ impl Store for PostgresStore {
         // that committed first is seen (the row is read again at its newest version and
         // no longer has the token), and one that comes later waits for this commit, so
         // the holder that took over sees the mark.
+        // Expiry is judged here too, by the server's clock in the same statement: a run
+        // frozen between its read of the lease and this insert records nothing once the
+        // lease has expired, taken over or not.
+        let now = self.test_now();
         let sql = "INSERT INTO jobguard_mark
                      (namespace, mark_key, job, run_id, host, token, marked_at)
                    SELECT $1, $2, $3, $4, $5, $6, $7
                     WHERE NOT $8 OR EXISTS (SELECT 1 FROM jobguard_lease
-                      WHERE job = $3 AND token = $6 AND holder <> '' FOR SHARE)
+                      WHERE job = $3 AND token = $6 AND holder <> ''
+                        AND expire_at > COALESCE($9::bigint,
+                            (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)
+                      FOR SHARE)
                    ON CONFLICT (namespace, mark_key) DO NOTHING RETURNING 1";
         self.with_schema("mark", async |c| {
-            let values: [(&(dyn tokio_postgres::types::ToSql + Sync), Type); 8] = [
+            let values: [(&(dyn tokio_postgres::types::ToSql + Sync), Type); 9] = [
                 (&mark.namespace, Type::TEXT),
                 (&mark.key, Type::TEXT),
                 (&mark.job, Type::TEXT),
@@ -1574,6 +1581,7 @@ impl Store for PostgresStore {
                 (&mark.token, Type::INT8),
                 (&mark.marked_at, Type::INT8),
                 (&fenced, Type::BOOL),
+                (&now, Type::INT8),
             ];
             match c.query_typed(sql, &values).await {
                 Err(e) if e.code() == Some(&SqlState::UNDEFINED_TABLE) => {

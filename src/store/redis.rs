@@ -441,11 +441,21 @@ return 1
 
 /// Inserts a mark ([`Store::insert_mark`]): KEYS mark, lease of the job, the job's index
 /// of marks (a sorted set by `marked_at`, for retention); ARGV fenced (`1`/`0`), token,
-/// job, run id, host, marked_at, index member. 1 when inserted.
+/// job, run id, host, marked_at, index member, the test clock's time (empty: the server's
+/// `TIME`). 1 when inserted. A fenced insert also judges the lease's expiry, so a run
+/// frozen between its read of the lease and this script records nothing once it expired.
 const INSERT_MARK: &str = r"
 if ARGV[1] == '1' then
-  local l = redis.call('HMGET', KEYS[2], 'holder', 'token')
+  local l = redis.call('HMGET', KEYS[2], 'holder', 'token', 'expire_at')
   if not l[1] or l[1] == '' or l[2] ~= ARGV[2] then return 0 end
+  local now
+  if ARGV[8] ~= '' then
+    now = tonumber(ARGV[8])
+  else
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  if not (tonumber(l[3]) > now) then return 0 end
 end
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'job', ARGV[3], 'run_id', ARGV[4], 'host', ARGV[5],
@@ -1094,6 +1104,7 @@ impl Store for RedisStore {
 
     fn insert_mark(&mut self, mark: &Mark, fenced: bool) -> Result<bool, StoreError> {
         self.ready()?;
+        let now = self.test_now();
         let inserted: i64 = self.call("mark", |c, _, p| {
             Ok(redis::Script::new(INSERT_MARK)
                 .key(mark_key(p, &mark.namespace, &mark.key))
@@ -1106,6 +1117,7 @@ impl Store for RedisStore {
                 .arg(&mark.host)
                 .arg(mark.marked_at)
                 .arg(mark_member(&mark.namespace, &mark.key))
+                .arg(&now)
                 .invoke(c)?)
         })?;
         Ok(inserted == 1)

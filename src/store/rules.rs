@@ -534,8 +534,7 @@ pub fn mark(
     new: &Mark,
     fenced: bool,
 ) -> MarkStep {
-    let holds = mark_fence_holds(lease, new, true) && lease.is_some_and(|l| l.expire_at > now);
-    if fenced && !holds {
+    if !mark_fence_holds(now, lease, new, fenced) {
         return MarkStep::Answer(Marking::Fenced(lease.cloned()));
     }
     if let Some(m) = existing {
@@ -547,11 +546,14 @@ pub fn mark(
     })
 }
 
-/// Whether an insert of `mark` with `fenced` may go ahead on the job's lease row `row`
-/// ([`crate::store::Store::insert_mark`]): the row has a holder and the mark's token.
-/// Expiry is judged by [`mark`] before; a takeover changes the token, a release the holder.
-pub fn mark_fence_holds(row: Option<&Lease>, mark: &Mark, fenced: bool) -> bool {
-    !fenced || row.is_some_and(|l| !l.holder.is_empty() && l.token == mark.token)
+/// Whether a mark of `mark.token` with `fenced` may be recorded at store time `now` (µs)
+/// on the job's lease row `row` ([`mark`], [`crate::store::Store::insert_mark`]): the
+/// row has a holder and the mark's token and has not expired. A takeover changes the
+/// token, a release empties the holder, and expiry needs no write at all, so each
+/// store's insert judges all three in its one atomic step.
+pub fn mark_fence_holds(now: i64, row: Option<&Lease>, mark: &Mark, fenced: bool) -> bool {
+    !fenced
+        || row.is_some_and(|l| !l.holder.is_empty() && l.token == mark.token && l.expire_at > now)
 }
 
 /// The lease row once released: no holder, `expire_at` 0; the token (the job's counter)

@@ -1170,14 +1170,14 @@ impl Store for SqliteStore {
     }
 
     fn insert_mark(&mut self, mark: &Mark, fenced: bool) -> Result<bool, StoreError> {
-        self.write("mark", |tx, _now| {
+        self.write("mark", |tx, now| {
             tx.execute_batch(MARK_TABLE)?;
             let row = if fenced {
                 lease_row(tx, &mark.job)?
             } else {
                 None
             };
-            if !rules::mark_fence_holds(row.as_ref(), mark, fenced)
+            if !rules::mark_fence_holds(now, row.as_ref(), mark, fenced)
                 || select_mark(tx, &mark.namespace, &mark.key)?.is_some()
             {
                 return Ok(false);

@@ -1416,23 +1416,48 @@ impl Store for ZooKeeperStore {
             let options = CreateMode::Persistent.with_acls(store.acls());
             let mut multi = client.new_multi_writer();
             let mut ops = 2;
+            // Index of the check of `P/clock` in the multi, when there is one.
+            let mut clock_check = None;
             if fenced {
-                // The lease node checked at the version read: a takeover or release in
-                // between sets it, and the mark is then not written.
-                let snap = store.read_row(client, &mark.job).await?;
-                let row = snap.row.as_ref().map(|r| &r.lease);
-                let (true, Some(version)) =
-                    (rules::mark_fence_holds(row, mark, true), snap.version)
-                else {
+                // The store's time, then the lease node; the multi checks both at the
+                // versions read. A takeover or release in between sets the lease node.
+                // Every operation of every host writes `P/clock` first, so an unchanged
+                // clock node means nothing happened since this time was read: the lease
+                // judged unexpired then is still the one the insert lands under, and a
+                // run frozen before the multi records nothing once its lease has expired.
+                let (now, clock_version) = match &store.judged {
+                    Some(clock) => (clock.now_usec(), None),
+                    None => {
+                        let stat = client.set_data(&store.node("clock"), b"", None).await?;
+                        (stat.mtime.saturating_mul(1000), Some(stat.version))
+                    }
+                };
+                let mut reader = client.new_multi_reader();
+                reader.add_get_data(&store.lease_node(&mark.job))?;
+                let got = reader.commit().await?.into_iter().next();
+                let snap = store.snapshot(&mark.job, now, got)?;
+                let lease = snap.row.as_ref().map(|r| &r.lease);
+                let held = rules::mark_fence_holds(now, lease, mark, true);
+                let (true, Some(version)) = (held, snap.version) else {
                     return Ok(Some(false));
                 };
                 multi.add_check_version(&store.lease_node(&mark.job), version)?;
-                ops = 3;
+                ops += 1;
+                if let Some(v) = clock_version {
+                    multi.add_check_version(&store.node("clock"), v)?;
+                    clock_check = Some(ops - 2);
+                    ops += 1;
+                }
             }
             multi.add_create(&node, data.as_bytes(), &options)?;
             multi.add_create(&index, b"", &options)?;
             match multi.commit().await {
                 Ok(_) => Ok(Some(true)),
+                // Another operation wrote the clock meanwhile: read the time again.
+                Err(MultiWriteError::OperationFailed {
+                    index,
+                    source: zookeeper_client::Error::BadVersion,
+                }) if Some(index) == clock_check => Ok(None),
                 // The lease changed, or the key is recorded.
                 Err(MultiWriteError::OperationFailed {
                     source:

@@ -2076,6 +2076,16 @@ pub fn a_mark_is_fenced_by_the_runs_lease(env: &dyn Env) {
         "an expired lease fences"
     );
     assert_eq!(a.read_mark("shipping", "K2").unwrap(), None);
+    // The primitive judges expiry itself, by the store's clock: a run frozen between its
+    // read (lease unexpired) and its insert must not record a mark once the lease has
+    // expired, even before anyone takes over.
+    let mut late = new_mark("sync", "shipping", "K2", 1, l1.token);
+    late.marked_at = T0;
+    assert!(
+        !a.insert_mark(&late, true).unwrap(),
+        "an insert after the lease expired writes nothing"
+    );
+    assert_eq!(a.read_mark("shipping", "K2").unwrap(), None);
     env.advance(FOREIGN_GRACE_USEC);
     let (l2, _) = claimed(&mut *b, &request("sync", S1, 2, 2, false));
     assert!(l2.token > l1.token);
