@@ -2,11 +2,15 @@
 # Benchmarks of jobguard's own overhead (not run by CI; numbers go into release notes).
 #
 #   benches/shim-and-generator.sh            # needs hyperfine (apt-get install hyperfine)
+#   RUNS=100 SHIM_ONLY=1 benches/shim-and-generator.sh   # part 1 only, 100 slots
 #
 # 1. The shim: `jobguard run` of /bin/true (lock, slot, SQLite claim with fsync'd commit,
-#    fork/exec/wait, fsync'd finish) against `flock -n LOCK /bin/true`, median of many
-#    runs; the difference is the shim's own cost. `--force` makes every run a real run of
-#    the same slot instead of a skip.
+#    fork/exec/wait, fsync'd finish) against `flock -n LOCK /bin/true`, the two taken in
+#    turn, one run each per slot, so the difference is the shim's own cost. Each run is
+#    its own slot (a past minute named with `--slot`), as under a timer: the forced re-runs
+#    of one slot that an earlier version of this script timed each read every earlier
+#    attempt of that slot, and got slower with every run. Then the shim's peak RSS, and
+#    the fsync calls of one run (strace, when installed).
 # 2. The generator: `jobguard-generator DIR` for 10, 100, 1,000 and 10,000 jobs.
 # 3. The generator against systemd-cron 2.x's C++ generator on the same 1,000 and 10,000
 #    schedules (as `/etc/cron.d` lines), in one hyperfine run each, inside a private mount
@@ -31,21 +35,46 @@ cat > "$W/jobs.toml" <<TOML
 [defaults]
 store = "sqlite://$STATE/jobguard.db"
 [jobs.true]
-schedule = "daily"
+schedule = "minutely"
 command = ["/bin/true"]
 TOML
 export JOBGUARD_RUNTIME_DIR=$W/run
-"$BIN/jobguard" run --config "$W/jobs.toml" true 2>/dev/null
-hyperfine -N --warmup 20 --runs "$RUNS" --export-json "$W/shim.json" \
-  -n flock "flock -n $W/bench.lock /bin/true" \
-  -n 'jobguard run' "$BIN/jobguard run --force --config $W/jobs.toml true"
-python3 - "$W/shim.json" <<'PY'
-import json, sys
-r = {x["command"]: x for x in json.load(open(sys.argv[1]))["results"]}
-f, j = r["flock"]["median"] * 1e3, r["jobguard run"]["median"] * 1e3
-print(f"shim: flock median {f:.2f} ms, jobguard run median {j:.2f} ms, "
-      f"overhead {j - f:.2f} ms, ratio {j / f:.2f}")
+# Minutes of 2024 (past, so each is an ordinary manual run of its own slot): a first set
+# to warm the caches and the store, then RUNS for the measurement.
+slots() { python3 -c "import datetime as d, sys; a, n = map(int, sys.argv[1:]); print(','.join(
+  f'{d.datetime(2024, 1, 1) + d.timedelta(minutes=m):%Y-%m-%dT%H:%M:00Z}'
+  for m in range(a, a + n)))" "$@"; }
+hyperfine -N --runs 1 -L slot "$(slots 0 30)" \
+  "$BIN/jobguard run --config $W/jobs.toml --slot {slot} true" > /dev/null 2>&1
+hyperfine -N --runs 1 --style none --export-json "$W/shim.json" -L slot "$(slots 30 "$RUNS")" \
+  "flock -n $W/bench.lock /bin/true" \
+  "$BIN/jobguard run --config $W/jobs.toml --slot {slot} true" > /dev/null 2>&1
+python3 - "$W/shim.json" "$BIN/jobguard" "$W/jobs.toml" "$(slots 100000 5)" <<'PY'
+import json, os, statistics, subprocess, sys
+times = {"flock": [], "jobguard": []}
+for x in json.load(open(sys.argv[1]))["results"]:
+    assert x["exit_codes"] == [0], x
+    times["flock" if x["command"].startswith("flock") else "jobguard"] += x["times"]
+f, j = (statistics.median(times[k]) * 1e3 for k in ("flock", "jobguard"))
+print(f"shim: {len(times['jobguard'])} slots: flock median {f:.2f} ms, jobguard run median "
+      f"{j:.2f} ms, overhead {j - f:.2f} ms, ratio {j / f:.2f} (goal <= 2)")
+# Peak RSS of the shim (its own, and its child's, which is /bin/true), KiB.
+peaks = []
+for slot in sys.argv[4].split(","):
+    p = subprocess.Popen([sys.argv[2], "run", "--config", sys.argv[3], "--slot", slot, "true"],
+                         stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(p.pid, 0)
+    assert status == 0
+    peaks.append(usage.ru_maxrss)
+print(f"shim: peak RSS median {statistics.median(peaks) / 1024:.1f} MiB (goal <= 8)")
 PY
+if command -v strace > /dev/null; then
+  strace -f -e trace=fsync,fdatasync -o "$W/sync.txt" \
+    "$BIN/jobguard" run --config "$W/jobs.toml" --slot 2024-06-01T00:00:00Z true 2> /dev/null
+  echo "shim: fsync calls in one run: $(grep -c sync "$W/sync.txt") ($(
+    grep -o '^[0-9]* [a-z]*([0-9]*' "$W/sync.txt" | cut -d' ' -f2 | tr '\n' ' '))"
+fi
+[ "${SHIM_ONLY:-0}" = 1 ] && exit 0
 
 for n in 10 100 1000 10000; do
   mkdir -p "$W/gen$n/out"
