@@ -685,13 +685,22 @@ async fn connect_once(
     config: &tokio_postgres::Config,
     mode: SslMode,
     tls: &MakeRustlsConnect,
-) -> Result<Client, tokio_postgres::Error> {
+) -> Result<Connected, tokio_postgres::Error> {
     let mut config = config.clone();
     config.ssl_mode(mode);
     let (client, connection) = config.connect(tls.clone()).await?;
-    tokio::spawn(connection);
-    Ok(client)
+    let driver = tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok((client, driver))
 }
+
+/// A client and the task driving its connection, which ends once the client is dropped
+/// and the connection has sent `Terminate` and closed.
+type Connected = (Client, tokio::task::JoinHandle<()>);
+
+/// How long dropping the store waits for its connection to close (see the `Drop` impl).
+const CLOSE_TIMEOUT: Duration = Duration::from_millis(200);
 
 /// Connects as `plan` says, with libpq's second attempt for `allow` and `prefer`; the
 /// message of a failed first attempt is kept in front of the second one's.
@@ -699,7 +708,7 @@ async fn connect_as_planned(
     config: &tokio_postgres::Config,
     plan: &TlsPlan,
     tls: &MakeRustlsConnect,
-) -> Result<Client, Fail> {
+) -> Result<Connected, Fail> {
     match plan.mode {
         Mode::Disable => Ok(connect_once(config, SslMode::Disable, tls).await?),
         Mode::Require | Mode::VerifyCa | Mode::VerifyFull => {
@@ -735,10 +744,28 @@ pub struct PostgresStore {
     /// The rustls connector, made at the first connect (reading the system's roots).
     connector: Option<MakeRustlsConnect>,
     client: Option<Client>,
+    /// The task driving `client`'s connection.
+    driver: Option<tokio::task::JoinHandle<()>>,
     describe: String,
     schema: Option<String>,
     schema_ready: bool,
     test_clock: Option<Arc<dyn Clock>>,
+}
+
+impl Drop for PostgresStore {
+    /// Ends the session as libpq does: with its client dropped, the connection sends
+    /// `Terminate` and closes, waited for at most [`CLOSE_TIMEOUT`] so that a server that
+    /// stopped answering never holds up the exit. A process that exits with the
+    /// connection still open resets it instead, and over TLS the server then logs "could
+    /// not receive data from client: Connection reset by peer" for every run.
+    fn drop(&mut self) {
+        self.client = None;
+        if let Some(driver) = self.driver.take() {
+            let _ = self
+                .rt
+                .block_on(async { tokio::time::timeout(CLOSE_TIMEOUT, driver).await });
+        }
+    }
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -855,6 +882,7 @@ impl PostgresStore {
             tls,
             connector: None,
             client: None,
+            driver: None,
             describe,
             schema,
             schema_ready: false,
@@ -935,7 +963,7 @@ impl PostgresStore {
     /// A timeout or a broken connection drops the connection.
     fn call<T>(&mut self, f: impl AsyncFnOnce(&mut Client) -> Result<T, Fail>) -> Result<T, Fail> {
         if self.client.as_ref().is_none_or(|c| c.is_closed()) {
-            self.client = None;
+            (self.client, self.driver) = (None, None);
             let connector = match &self.connector {
                 Some(c) => c.clone(),
                 None => {
@@ -956,7 +984,8 @@ impl PostgresStore {
                     .await
                 })
                 .map_err(|_| Fail::Timeout)??;
-            self.client = Some(client);
+            self.client = Some(client.0);
+            self.driver = Some(client.1);
         }
         let Some(client) = self.client.as_mut() else {
             return Err(Fail::Data("no connection".to_string()));
@@ -964,13 +993,14 @@ impl PostgresStore {
         let result = self
             .rt
             .block_on(async { tokio::time::timeout(CALL_TIMEOUT, f(client)).await });
+        // A connection given up on is not waited for when the store is dropped.
         match result {
             Err(_) => {
-                self.client = None;
+                (self.client, self.driver) = (None, None);
                 Err(Fail::Timeout)
             }
             Ok(Err(Fail::Pg(e))) if e.as_db_error().is_none() => {
-                self.client = None;
+                (self.client, self.driver) = (None, None);
                 Err(Fail::Pg(e))
             }
             Ok(other) => other,

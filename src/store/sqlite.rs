@@ -109,6 +109,11 @@ const RUN_COLUMNS: &str = "run_id, job, slot_usec, slot_zone, attempt, outcome, 
      exit_status, forced, trigger_kind, host, machine_id, boot_id, pid, pid_start, \
      invocation_id, started_at, finished_at, fencing_token, report, resolution";
 
+/// `PRAGMA wal_autocheckpoint` (pages): how long the WAL grows before a commit
+/// checkpoints it (<https://sqlite.org/pragma.html#pragma_wal_autocheckpoint>); see
+/// `SqliteStore::configure`. Measured with `benches/shim-and-generator.sh`.
+const WAL_CHECKPOINT_PAGES: i64 = 100;
+
 /// `PRAGMA synchronous` for the file (<https://sqlite.org/pragma.html#pragma_synchronous>).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Synchronous {
@@ -402,14 +407,22 @@ impl SqliteStore {
             // No checkpoint when the connection closes: the last connection would
             // otherwise checkpoint (syncing the WAL and the database) and delete the WAL,
             // and the next run would create it again (syncing its directory). The WAL is
-            // checkpointed by size instead (`wal_autocheckpoint`, 1000 pages), inside some
-            // later commit. A run then syncs twice, at its claim and at its outcome
+            // checkpointed by size instead (`wal_autocheckpoint`), inside some later
+            // commit. A run then syncs twice, at its claim and at its outcome
             // (https://sqlite.org/c3ref/c_dbconfig_defensive.html, NO_CKPT_ON_CLOSE).
             conn.set_db_config(
                 rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
                 true,
             )
             .map_err(|e| store_error(describe, "set NO_CKPT_ON_CLOSE", e.into()))?;
+            // But every process is the file's first connection, and the first connection
+            // rebuilds the WAL index by reading and checksumming the whole WAL
+            // (https://sqlite.org/walformat.html#recovery): at SQLite's default of 1000
+            // pages, up to 4 MB per run, which took about 1 ms of a 6 ms run. A run writes
+            // about 12 pages, so at WAL_CHECKPOINT_PAGES a checkpoint (two more syncs, and
+            // one of the WAL header at the next commit) comes every eighth run or so.
+            conn.pragma_update(None, "wal_autocheckpoint", WAL_CHECKPOINT_PAGES)
+                .map_err(|e| store_error(describe, "set wal_autocheckpoint", e.into()))?;
         }
         let level = match options.synchronous {
             Synchronous::Full => "FULL",
