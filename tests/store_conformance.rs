@@ -378,6 +378,44 @@ fn a_store_without_the_outcome_index_gets_it_at_open() {
 }
 
 /// PostgreSQL, as SQLite: a schema made before the read-speed index gets it at the next
+/// `schema=` with capitals: the schema is made with its name as written, and the
+/// connection's `search_path` names that same schema (unquoted, PostgreSQL would fold it
+/// to lower case and find no tables), so the store works and keeps its tables there.
+#[cfg(feature = "store-postgres")]
+#[test]
+fn postgres_a_schema_name_with_capitals_is_kept_as_written() {
+    use common::conformance::{claimed, request};
+    use common::remote::server;
+    let srv = server("postgres");
+    let Some(base) = common::remote::Namespace::new(srv, "postgres::capitals") else {
+        return;
+    };
+    let name = format!("Cap_{}", base.name);
+    srv.sql(&format!("DROP SCHEMA IF EXISTS \"{name}\" CASCADE"));
+    let address = base.address().replace(&base.name, &name);
+    let mut store = jobguard::store::open(&address).expect("open");
+    let (lease, _) = claimed(
+        &mut *store,
+        &request("capitals", common::conformance::S1, 1, 1, false),
+    );
+    assert_eq!(
+        store.lease("capitals").unwrap().map(|l| l.token),
+        Some(lease.token)
+    );
+    drop(store);
+    let tables = common::psql(
+        "test",
+        &format!("SELECT count(*) FROM pg_tables WHERE schemaname = '{name}' AND tablename = 'jobguard_run'"),
+    )
+    .unwrap();
+    srv.sql(&format!("DROP SCHEMA IF EXISTS \"{name}\" CASCADE"));
+    assert_eq!(
+        tables.trim(),
+        "1",
+        "the tables are in the schema as written"
+    );
+}
+
 /// open, with its version unchanged.
 #[cfg(feature = "store-postgres")]
 #[test]

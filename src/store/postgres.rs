@@ -853,7 +853,9 @@ impl PostgresStore {
                     "schema {schema:?} is not a plain name (letters, digits, _)"
                 )));
             }
-            config.options(format!("-c search_path={schema}"));
+            // Quoted, as the schema is created: unquoted, a name with capitals would be
+            // folded to lower case and name another schema.
+            config.options(format!("-c search_path=\"{schema}\""));
         }
         if config.get_user().is_none() {
             // As libpq: the user name of the process (root for the shim).
