@@ -616,15 +616,22 @@ impl ZooKeeperStore {
         if let Some(now) = self.call_now.get() {
             return Ok(now);
         }
-        let now = match &self.judged {
-            Some(clock) => clock.now_usec(),
-            None => {
-                let stat = client.set_data(&self.node("clock"), b"", None).await?;
-                stat.mtime.saturating_mul(1000)
-            }
-        };
+        let (now, _) = self.read_clock(client).await?;
         self.call_now.set(Some(now));
         Ok(now)
+    }
+
+    /// Reads the store's time afresh (µs since the epoch, as [`ZooKeeperStore::now_on`])
+    /// with the version `P/clock` has after this write (`None` with the test clock, which
+    /// writes nothing).
+    async fn read_clock(&self, client: &Client) -> Result<(i64, Option<i32>), Fail> {
+        Ok(match &self.judged {
+            Some(clock) => (clock.now_usec(), None),
+            None => {
+                let stat = client.set_data(&self.node("clock"), b"", None).await?;
+                (stat.mtime.saturating_mul(1000), Some(stat.version))
+            }
+        })
     }
 
     /// Commits `writes` after setting the lease row to `row` at the version read (or
@@ -1425,13 +1432,7 @@ impl Store for ZooKeeperStore {
                 // clock node means nothing happened since this time was read: the lease
                 // judged unexpired then is still the one the insert lands under, and a
                 // run frozen before the multi records nothing once its lease has expired.
-                let (now, clock_version) = match &store.judged {
-                    Some(clock) => (clock.now_usec(), None),
-                    None => {
-                        let stat = client.set_data(&store.node("clock"), b"", None).await?;
-                        (stat.mtime.saturating_mul(1000), Some(stat.version))
-                    }
-                };
+                let (now, clock_version) = store.read_clock(client).await?;
                 let mut reader = client.new_multi_reader();
                 reader.add_get_data(&store.lease_node(&mark.job))?;
                 let got = reader.commit().await?.into_iter().next();
