@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The ledger at scale (not run by CI): `jobguard status`, `history JOB --limit 20`,
-# `audit JOB --since -1d` and a claim (`run --force` of /bin/true) on a store holding
+# `audit JOB --since -1d`, `audit --since -1d` (every job: "audit-all") and a claim
+# (`run --force` of /bin/true) on a store holding
 # 1,000,000 records over 100 jobs, against the same commands on two yardsticks, in one
 # hyperfine run each: a store holding only the jobs' first runs ("empty"), and a store
 # holding only the newest day of the same history, 1,440 records per job ("recent").
@@ -67,13 +68,14 @@ first_runs() {
 bench() { # NAME EMPTY_LIST RECENT_LIST FULL_LIST
   local name=$1 empty=$2 recent=$3 full=$4
   local args=()
-  for what in status history audit claim; do
+  for what in status history audit audit-all claim; do
     for store in empty recent full; do
       local list=${!store}
       case $what in
         status) cmd="$BIN status --config $list" ;;
         history) cmd="$BIN history j42 --limit 20 --config $list" ;;
         audit) cmd="$BIN audit j42 --since -1d --config $list" ;;
+        audit-all) cmd="$BIN audit --since -1d --config $list" ;;
         claim) cmd="$BIN run --force j42 --config $list" ;;
       esac
       args+=(-n "$what $store" "$cmd")
@@ -83,9 +85,9 @@ bench() { # NAME EMPTY_LIST RECENT_LIST FULL_LIST
   python3 - "$W/$name.json" "$name" <<'PY'
 import json, sys
 r = {x["command"]: x["median"] * 1e3 for x in json.load(open(sys.argv[1]))["results"]}
-for what in ["status", "history", "audit", "claim"]:
+for what in ["status", "history", "audit", "audit-all", "claim"]:
     e, n, f = r[f"{what} empty"], r[f"{what} recent"], r[f"{what} full"]
-    print(f"{sys.argv[2]:>8} {what:>8}: empty {e:7.2f} ms, recent {n:7.2f} ms, full {f:7.2f} ms,"
+    print(f"{sys.argv[2]:>8} {what:>9}: empty {e:7.2f} ms, recent {n:7.2f} ms, full {f:7.2f} ms,"
           f" full/empty {f / e:5.2f}, full/recent {f / n:5.2f}")
 PY
 }

@@ -1191,6 +1191,92 @@ mod tests {
         assert_eq!((f[0].slot - T0) / MIN, 3 * 1440);
     }
 
+    /// What happened at one minute of a generated history.
+    #[derive(Debug, Clone, Copy)]
+    enum Event {
+        Ran,
+        Missing,
+        Failed,
+        FailedThenRan,
+        /// Ran this many minutes late (by hand, or a backfill).
+        Late(i64),
+        /// Ran as a catch-up that passed over the two minutes before it.
+        CaughtUp,
+        /// Still running.
+        Running,
+    }
+
+    fn event() -> impl proptest::strategy::Strategy<Value = Event> {
+        use proptest::prelude::*;
+        prop_oneof![
+            6 => Just(Event::Ran),
+            2 => Just(Event::Missing),
+            1 => Just(Event::Failed),
+            1 => Just(Event::FailedThenRan),
+            1 => (1i64..40).prop_map(Event::Late),
+            1 => Just(Event::CaughtUp),
+            1 => Just(Event::Running),
+        ]
+    }
+
+    fn history(events: &[Event]) -> Vec<Run> {
+        let mut runs = Vec::new();
+        for (m, e) in (0..).zip(events) {
+            let id = |k: &str| format!("{k}{m}");
+            match *e {
+                Event::Ran => runs.push(run(&id("r"), m, Outcome::Succeeded, 0)),
+                Event::Missing => {}
+                Event::Running => runs.push(run(&id("g"), m, Outcome::Running, 0)),
+                Event::Failed => runs.push(run(&id("f"), m, Outcome::Failed, 0)),
+                Event::FailedThenRan => {
+                    runs.push(run(&id("f"), m, Outcome::Failed, 0));
+                    let mut again = run(&id("r"), m, Outcome::Succeeded, 0);
+                    again.started_at += 20_000_000;
+                    again.finished_at = Some(again.started_at + 10_000_000);
+                    runs.push(again);
+                }
+                Event::Late(k) => {
+                    let mut late = run(&id("l"), m, Outcome::Succeeded, 0);
+                    late.started_at += k * MIN;
+                    late.finished_at = Some(late.started_at + 10_000_000);
+                    runs.push(late);
+                }
+                Event::CaughtUp => {
+                    runs.retain(|r: &Run| r.slot.usec < T0 + (m - 2) * MIN);
+                    let mut c = run(&id("c"), m, Outcome::Succeeded, 0);
+                    c.report
+                        .insert(PASSED_OVER_AFTER.into(), format_usec(T0 + (m - 3) * MIN));
+                    runs.push(c);
+                }
+            }
+        }
+        retoken(&mut runs);
+        runs
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+        /// `audit --since` reads only the window of slots from `since` on that
+        /// `rules::window` keeps, and judges it as it would with every record read.
+        #[test]
+        fn a_window_of_records_is_judged_as_the_whole_history(
+            events in proptest::collection::vec(event(), 1..80),
+            since in -5i64..90,
+            now in 60i64..130,
+        ) {
+            let runs = history(&events);
+            let mut s = scope(now);
+            s.since = Some(T0 + since * MIN);
+            let whole = audit_job(&runs, Some(&cal()), &BTreeSet::new(), &s);
+            let mut window = runs.clone();
+            crate::store::rules::window(&mut window, T0 + since * MIN);
+            let read = audit_job(&window, Some(&cal()), &BTreeSet::new(), &s);
+            let show = |f: &[Finding]| f.iter().map(|f| format!("{} {} {:?}", f.kind.as_str(), (f.slot - T0) / MIN, f.runs)).collect::<Vec<_>>();
+            proptest::prop_assert_eq!(show(&read), show(&whole));
+        }
+    }
+
     #[test]
     fn elapses_in_is_inclusive_and_bounded() {
         let (e, more) = elapses_in(&cal(), T0, T0 + 3 * MIN, 10);

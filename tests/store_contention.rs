@@ -676,6 +676,28 @@ fn outcome_kept_durably_while_the_first_write_hangs(server: &'static Server, tes
     assert_eq!(sb.lines("out"), 1, "the slot ran once");
 }
 
+/// A server that accepts the connection and never answers (a frozen proxy) is reported
+/// with the deadline that ran out: connecting's (3 s), not a call's (4 s).
+#[test]
+fn postgres_a_connection_that_never_answers_names_the_connect_deadline() {
+    let Some(ns) = Namespace::new(server("postgres"), "store_contention::connect_deadline") else {
+        return;
+    };
+    let proxy = Proxy::start(server("postgres").port);
+    proxy.freeze(true);
+    let address = (server("postgres").address)(&proxy.listen, &ns.name);
+    let sb = Sandbox::new(&format!(
+        "[jobs.silent]\nschedule = \"*-*-* 02:00:00 UTC\"\nstore = {address:?}\n\
+         command = [\"/bin/true\"]\n"
+    ));
+    let init = sb.run(&["store", "init"]);
+    assert!(!init.status.success(), "{init:?}");
+    let err = stderr(&init);
+    assert!(err.contains("could not connect within 3 s"), "{err}");
+    assert!(!err.contains("within 4 s"), "{err}");
+    proxy.freeze(false);
+}
+
 #[test]
 fn postgres_a_power_cut_while_the_first_outcome_write_hangs_loses_no_outcome() {
     outcome_kept_durably_while_the_first_write_hangs(

@@ -5,7 +5,11 @@
 //! store), grouped by job: jobs removed from the job list are audited too, without the
 //! slot checks (their schedule is no longer known). With JOB, its records are read from
 //! its store, or, for a job no longer in the job list, from every store of the list.
-//! Only reads: nothing is marked, started or ended.
+//! With `--since`, only the records of the slots from then on are read, with the few older
+//! ones the check needs ([`crate::store::rules::window`]): a job's whole history is not.
+//! The one thing a window cannot see is the schedule a job had before it: a gap at a
+//! change back to an earlier schedule is judged as after a change. Only reads: nothing is
+//! marked, started or ended.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -53,7 +57,7 @@ pub fn run(args: &AuditArgs) -> u8 {
         (Err(c), _) | (_, Err(c)) => return c,
     };
     let mut status = exit::OK;
-    let (read, store_status) = read_ledgers(&set, args.job.as_deref());
+    let (read, store_status) = read_ledgers(&set, args.job.as_deref(), since);
     if store_status != exit::OK {
         status = store_status;
     }
@@ -293,8 +297,10 @@ pub fn orphans(
 }
 
 /// Reads the ledgers to audit, by store (each store open once), and the exit status of any store
-/// that could not be read (those are left out, with a message).
-fn read_ledgers(set: &JobSet, only: Option<&str>) -> (Vec<StoreLedgers>, u8) {
+/// that could not be read (those are left out, with a message). With `since` (µs since the
+/// epoch), only the records a check of the slots from `since` on needs
+/// ([`RunQuery::slots_from`]), not every job's whole history.
+fn read_ledgers(set: &JobSet, only: Option<&str>, since: Option<i64>) -> (Vec<StoreLedgers>, u8) {
     // The stores to read: the job's own, or (no job, or a job not in the list) all that
     // the list names, `[defaults]` included.
     let (addresses, status) = match only.and_then(|n| set.jobs.get(n)) {
@@ -316,6 +322,7 @@ fn read_ledgers(set: &JobSet, only: Option<&str>) -> (Vec<StoreLedgers>, u8) {
         };
         let runs = match store.runs(&RunQuery {
             job: only.map(str::to_string),
+            slots_from: since,
             ..RunQuery::default()
         }) {
             Ok(r) => r,

@@ -1313,7 +1313,11 @@ impl Store for EtcdStore {
         // the `limit` created last (by revision, sorted by the server) are the newest;
         // each comes with its report key, created in the same transaction (twice as many
         // keys). Only when a filter leaves fewer is the whole history read.
-        if query.job.is_some() && query.slot.is_none() && query.limit > 0 {
+        if query.job.is_some()
+            && query.slot.is_none()
+            && query.slots_from.is_none()
+            && query.limit > 0
+        {
             let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
             let newest = self.retrying("read runs", async |_, client| {
                 let options = GetOptions::new()

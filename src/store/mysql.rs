@@ -1521,6 +1521,28 @@ impl Store for MysqlStore {
             conditions.push(format!("r.resolution IN ({})", list.join(", ")));
         }
         let mut sql = format!("SELECT {RUN_COLUMNS} FROM jobguard_run r");
+        if let Some(from) = query.slots_from {
+            // Each job's records from its newest slot before `from` on, and its first
+            // record started before `from` (rules::window), as a derived table: MySQL
+            // runs an `IN (subquery)` with a UNION again for every record. `+ 0` keeps
+            // the (job, slot) index from finding every older record to sort them by
+            // start: the (job, started_at) index finds the first at once.
+            let jobs = match &query.job {
+                Some(job) => format!("(SELECT {} AS job)", lit(job)),
+                None => "(SELECT DISTINCT job FROM jobguard_run)".to_string(),
+            };
+            let _ = write!(
+                sql,
+                " JOIN (SELECT w.seq FROM {jobs} j JOIN jobguard_run w ON w.job = j.job
+                          AND w.slot_usec >= COALESCE((SELECT MAX(p.slot_usec) FROM jobguard_run p
+                            WHERE p.job = j.job AND p.slot_usec < {from}), {from})
+                        UNION
+                        SELECT (SELECT p.seq FROM jobguard_run p
+                                 WHERE p.job = j.job AND p.slot_usec + 0 < {from}
+                                 ORDER BY p.started_at, p.seq LIMIT 1) FROM {jobs} j) win
+                   ON win.seq = r.seq"
+            );
+        }
         if !conditions.is_empty() {
             sql.push_str(" WHERE ");
             sql.push_str(&conditions.join(" AND "));

@@ -779,7 +779,10 @@ impl std::fmt::Debug for PostgresStore {
 /// A failure inside one call, before it is named after the store.
 enum Fail {
     Pg(tokio_postgres::Error),
+    /// A call got no answer within [`CALL_TIMEOUT`].
     Timeout,
+    /// No connection within [`CONNECT_TIMEOUT`].
+    ConnectTimeout,
     Data(String),
     /// A second connection attempt failed (`sslmode=allow`, `prefer`) after the first,
     /// whose message this holds.
@@ -911,6 +914,13 @@ impl PostgresStore {
                 store,
                 detail: format!("{op}: no answer within {} s", CALL_TIMEOUT.as_secs()),
             },
+            Fail::ConnectTimeout => StoreError::Unavailable {
+                store,
+                detail: format!(
+                    "{op}: could not connect within {} s",
+                    CONNECT_TIMEOUT.as_secs()
+                ),
+            },
             Fail::Data(detail) => StoreError::Invalid {
                 store,
                 detail: format!("{op}: {detail}"),
@@ -985,7 +995,7 @@ impl PostgresStore {
                     )
                     .await
                 })
-                .map_err(|_| Fail::Timeout)??;
+                .map_err(|_| Fail::ConnectTimeout)??;
             self.client = Some(client.0);
             self.driver = Some(client.1);
         }
@@ -1742,21 +1752,54 @@ impl Store for PostgresStore {
         let outcomes: Vec<&str> = query.outcomes.iter().map(|o| o.as_str()).collect();
         let resolutions: Vec<&str> = query.resolutions.iter().map(|r| r.as_str()).collect();
         let limit = (query.limit > 0).then(|| i64::try_from(query.limit).unwrap_or(i64::MAX));
+        // With `slots_from`, the records come from each job's window (rules::window): its
+        // slots from $6 on, its newest slot before $6 (the anchor), and its first record
+        // started before $6 unless that is of the anchor slot. Three index reads per job,
+        // each with a row estimate PostgreSQL can make (a bound computed per job would be
+        // guessed at a third of the job's records, and the query's cost then turns on JIT
+        // compilation, 100-200 ms for a read of a few ms).
+        let source = match (query.slots_from, &query.job) {
+            (None, _) => "jobguard_run r".to_string(),
+            (Some(_), job) => format!(
+                "{} j,
+                 LATERAL (SELECT max(p.slot_usec) AS anchor FROM jobguard_run p
+                           WHERE p.job = j.job AND p.slot_usec < $6) a,
+                 LATERAL (SELECT w.* FROM jobguard_run w
+                           WHERE w.job = j.job AND w.slot_usec >= $6
+                          UNION ALL
+                          SELECT w.* FROM jobguard_run w
+                           WHERE w.job = j.job AND w.slot_usec = a.anchor
+                          UNION ALL
+                          SELECT f.* FROM (SELECT p.* FROM jobguard_run p
+                                            WHERE p.job = j.job AND p.slot_usec < $6
+                                            ORDER BY p.started_at, p.seq LIMIT 1) f
+                           WHERE f.slot_usec <> a.anchor) r",
+                if job.is_some() {
+                    "(SELECT $1::text AS job)"
+                } else {
+                    "(SELECT DISTINCT job FROM jobguard_run)"
+                }
+            ),
+        };
+        let sql = format!(
+            "SELECT to_jsonb(r)::text FROM {source}
+             WHERE ($1::text IS NULL OR r.job = $1)
+               AND ($2::bigint IS NULL OR r.slot_usec = $2)
+               AND (cardinality($3::text[]) = 0 OR r.outcome = ANY($3))
+               AND (cardinality($4::text[]) = 0 OR r.resolution = ANY($4))
+             ORDER BY r.started_at DESC, r.seq DESC LIMIT $5"
+        );
         self.with_schema("read runs", async |c| {
             let rows = c
                 .query_typed(
-                    "SELECT to_jsonb(r)::text FROM jobguard_run r
-                     WHERE ($1::text IS NULL OR job = $1)
-                       AND ($2::bigint IS NULL OR slot_usec = $2)
-                       AND (cardinality($3::text[]) = 0 OR outcome = ANY($3))
-                       AND (cardinality($4::text[]) = 0 OR resolution = ANY($4))
-                     ORDER BY started_at DESC, seq DESC LIMIT $5",
+                    &sql,
                     &[
                         (&query.job, Type::TEXT),
                         (&query.slot, Type::INT8),
                         (&outcomes, Type::TEXT_ARRAY),
                         (&resolutions, Type::TEXT_ARRAY),
                         (&limit, Type::INT8),
+                        (&query.slots_from, Type::INT8),
                     ],
                 )
                 .await?;

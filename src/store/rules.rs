@@ -248,6 +248,38 @@ fn slot_state(runs: &[Run]) -> SlotState {
     }
 }
 
+/// The records of `runs` that [`crate::store::RunQuery::slots_from`] `from` (µs since
+/// the epoch) asks for, job by job: every record of the slots at or after `from`, every
+/// record of the newest slot before it, and the first record started (lowest
+/// `started_at`) of a slot before it. The two before `from` are what a check of the slots
+/// from `from` on needs of the older history ([`crate::audit::audit_job`]): the record
+/// that bounds the first gap, and whether the job had a history when an elapse in that gap
+/// came due. For the stores that read every record and filter them here; the SQL stores
+/// ask the same in their query.
+pub fn window(runs: &mut Vec<Run>, from: i64) {
+    // Per job: the newest slot before `from`, and the first start before it (with the
+    // run id, so that one record is kept even when several started in the same µs).
+    let mut before: BTreeMap<String, (i64, (i64, String))> = BTreeMap::new();
+    for r in runs.iter().filter(|r| r.slot.usec < from) {
+        let first = (r.started_at, r.run_id.clone());
+        before
+            .entry(r.job.clone())
+            .and_modify(|(anchor, earliest)| {
+                *anchor = (*anchor).max(r.slot.usec);
+                if first < *earliest {
+                    *earliest = first.clone();
+                }
+            })
+            .or_insert((r.slot.usec, first));
+    }
+    runs.retain(|r| {
+        r.slot.usec >= from
+            || before
+                .get(&r.job)
+                .is_some_and(|(anchor, (_, first))| r.slot.usec == *anchor || r.run_id == *first)
+    });
+}
+
 /// A record that makes its slot done: it succeeded, or a person resolved it as done.
 pub fn is_done(run: &Run) -> bool {
     run.outcome == Outcome::Succeeded || run.resolution == Some(Resolution::Done)

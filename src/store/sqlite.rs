@@ -996,6 +996,31 @@ impl Store for SqliteStore {
             let p = placeholder(&mut values, Value::Integer(slot));
             conditions.push(format!("slot_usec = {p}"));
         }
+        if let Some(from) = query.slots_from {
+            // Each job's records from its newest slot before `from` on, and its first
+            // record started before `from` (rules::window): the (job, slot) index finds
+            // the first, the (job, started_at) index the second (`+` keeps the planner
+            // from finding every older record by slot and sorting them by start).
+            let jobs = match &query.job {
+                Some(job) => format!(
+                    "(SELECT {} AS job)",
+                    placeholder(&mut values, Value::Text(job.clone()))
+                ),
+                None => "(SELECT DISTINCT job FROM jobguard_run)".to_string(),
+            };
+            let f = placeholder(&mut values, Value::Integer(from));
+            conditions.push(format!(
+                "rowid IN (
+                   SELECT r.rowid FROM {jobs} j, jobguard_run r
+                    WHERE r.job = j.job AND r.slot_usec >= COALESCE((SELECT MAX(p.slot_usec)
+                      FROM jobguard_run p WHERE p.job = j.job AND p.slot_usec < {f}), {f})
+                   UNION ALL
+                   SELECT (SELECT p.rowid FROM jobguard_run p
+                            WHERE p.job = j.job AND +p.slot_usec < {f}
+                            ORDER BY p.started_at, p.rowid LIMIT 1)
+                     FROM {jobs} j)"
+            ));
+        }
         if !query.outcomes.is_empty() {
             let list: Vec<String> = query
                 .outcomes

@@ -1313,7 +1313,9 @@ impl Store for ZooKeeperStore {
     }
 
     fn runs(&mut self, query: &RunQuery) -> Result<Vec<Run>, StoreError> {
-        if let (Some(job), None, 1..=RECENT_GRANTS) = (&query.job, query.slot, query.limit) {
+        if let (Some(job), None, None, 1..=RECENT_GRANTS) =
+            (&query.job, query.slot, query.slots_from, query.limit)
+        {
             let newest = self.retrying("read runs", async |store, client| {
                 store.newest_runs(client, job).await.map(Some)
             })?;

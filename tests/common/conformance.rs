@@ -101,6 +101,7 @@ macro_rules! conformance_suite {
             a_slot_of_hundreds_of_attempts_is_queued_rerun_once_and_deleted,
             a_key_is_marked_once,
             a_mark_is_fenced_by_the_runs_lease,
+            runs_reads_a_window_of_slots,
             marks_go_with_their_jobs_retention,
         );
     };
@@ -1027,6 +1028,79 @@ pub fn finish_records_every_field(env: &dyn Env) {
             ..expected_start
         }
     );
+}
+
+/// `runs` with `slots_from` reads a window of slots: per job, the records of the slots at
+/// or after it, of the newest slot before it, and the first record started of a slot
+/// before it (`rules::window`); with the other filters applied to those.
+pub fn runs_reads_a_window_of_slots(env: &dyn Env) {
+    let mut s = connect(env);
+    let day = S2 - S1;
+    let slot = |k: i64| S1 + k * day;
+    // (run, job, slot, outcome), each started a second after the one before. Run 5 is a
+    // backfill of an older slot than any, started after the others.
+    let plan: [(u32, &str, i64, Outcome); 8] = [
+        (1, "sync", slot(1), Outcome::Succeeded),
+        (2, "sync", slot(2), Outcome::Failed),
+        (3, "sync", slot(2), Outcome::Succeeded),
+        (4, "sync", slot(4), Outcome::Succeeded),
+        (5, "sync", slot(0), Outcome::Succeeded),
+        (6, "other", slot(1), Outcome::Succeeded),
+        (7, "other", slot(4), Outcome::Succeeded),
+        (8, "sync", slot(5), Outcome::Running),
+    ];
+    for (n, job, slot, outcome) in plan {
+        env.advance(1_000_000);
+        let (l, _) = claimed(&mut *s, &request(job, slot, n, n, false));
+        if outcome != Outcome::Running {
+            s.finish(&l, &rid(n), &finish(outcome)).unwrap();
+        }
+    }
+    let window = |s: &mut dyn Store, job: Option<&str>, from: i64, outcomes: &[Outcome]| {
+        s.runs(&RunQuery {
+            job: job.map(str::to_string),
+            slots_from: Some(from),
+            outcomes: outcomes.to_vec(),
+            ..RunQuery::default()
+        })
+        .unwrap()
+        .into_iter()
+        .map(|r| r.run_id)
+        .collect::<Vec<_>>()
+    };
+    let ids_of = |ns: &[u32]| ns.iter().map(|&n| rid(n)).collect::<Vec<_>>();
+    let sync = Some("sync");
+    // Slots 4 and 5, both records of slot 2 (the newest before), and run 1 (the first
+    // started before); not the backfill.
+    assert_eq!(
+        window(&mut *s, sync, slot(3), &[]),
+        ids_of(&[8, 4, 3, 2, 1])
+    );
+    assert_eq!(
+        window(&mut *s, sync, slot(2), &[]),
+        ids_of(&[8, 4, 3, 2, 1])
+    );
+    // From slot 1, the newest slot before is the backfill's.
+    assert_eq!(
+        window(&mut *s, sync, slot(1), &[]),
+        ids_of(&[8, 5, 4, 3, 2, 1])
+    );
+    assert_eq!(
+        window(&mut *s, sync, slot(-3), &[]),
+        ids_of(&[8, 5, 4, 3, 2, 1])
+    );
+    assert_eq!(window(&mut *s, sync, slot(9), &[]), ids_of(&[8, 1]));
+    // Every job, each with its own newest slot before.
+    assert_eq!(
+        window(&mut *s, None, slot(3), &[]),
+        ids_of(&[8, 7, 6, 4, 3, 2, 1])
+    );
+    // The window is of the job's records; the outcome filter applies to it.
+    assert_eq!(
+        window(&mut *s, sync, slot(3), &[Outcome::Failed]),
+        ids_of(&[2])
+    );
+    assert_eq!(window(&mut *s, Some("nobody"), slot(3), &[]), ids_of(&[]));
 }
 
 /// `runs` filters by job, slot, outcome and resolution, newest first, with a limit.
