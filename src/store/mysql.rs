@@ -1522,24 +1522,36 @@ impl Store for MysqlStore {
         }
         let mut sql = format!("SELECT {RUN_COLUMNS} FROM jobguard_run r");
         if let Some(from) = query.slots_from {
-            // Each job's records from its newest slot before `from` on, and its first
-            // record started before `from` (rules::window), as a derived table: MySQL
-            // runs an `IN (subquery)` with a UNION again for every record. `+ 0` keeps
-            // the (job, slot) index from finding every older record to sort them by
-            // start: the (job, started_at) index finds the first at once.
-            let jobs = match &query.job {
-                Some(job) => format!("(SELECT {} AS job)", lit(job)),
-                None => "(SELECT DISTINCT job FROM jobguard_run)".to_string(),
+            // Each job's window (rules::window) as a derived table of record numbers:
+            // its slots from `from` on, its newest slot before (the anchor, found by the
+            // grouped MAX), its first record started before `from`. Each part by an
+            // index with constant bounds: MySQL and MariaDB filter a bound computed by a
+            // subquery after reading every record of the job, and MySQL runs an
+            // `IN (subquery)` with a UNION again for every record. The first record
+            // started comes in (started_at, run_id) order, the (job, started_at) index's
+            // own (InnoDB appends the primary key), so nothing is sorted.
+            let (jobs, only) = match &query.job {
+                Some(job) => (
+                    format!("(SELECT {} AS job)", lit(job)),
+                    format!("job = {} AND ", lit(job)),
+                ),
+                None => (
+                    "(SELECT DISTINCT job FROM jobguard_run)".to_string(),
+                    String::new(),
+                ),
             };
             let _ = write!(
                 sql,
-                " JOIN (SELECT w.seq FROM {jobs} j JOIN jobguard_run w ON w.job = j.job
-                          AND w.slot_usec >= COALESCE((SELECT MAX(p.slot_usec) FROM jobguard_run p
-                            WHERE p.job = j.job AND p.slot_usec < {from}), {from})
+                " JOIN (SELECT w.seq FROM {jobs} j
+                          JOIN jobguard_run w ON w.job = j.job AND w.slot_usec >= {from}
                         UNION
-                        SELECT (SELECT p.seq FROM jobguard_run p
-                                 WHERE p.job = j.job AND p.slot_usec + 0 < {from}
-                                 ORDER BY p.started_at, p.seq LIMIT 1) FROM {jobs} j) win
+                        SELECT w.seq FROM (SELECT job, MAX(slot_usec) AS anchor FROM jobguard_run
+                                            WHERE {only}slot_usec < {from} GROUP BY job) a
+                          JOIN jobguard_run w ON w.job = a.job AND w.slot_usec = a.anchor
+                        UNION
+                        SELECT (SELECT p.seq FROM jobguard_run p FORCE INDEX (jobguard_run_history)
+                                 WHERE p.job = j.job AND p.slot_usec < {from}
+                                 ORDER BY p.started_at, p.run_id LIMIT 1) FROM {jobs} j) win
                    ON win.seq = r.seq"
             );
         }
