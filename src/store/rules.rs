@@ -251,7 +251,9 @@ fn slot_state(runs: &[Run]) -> SlotState {
 /// The records of `runs` that [`crate::store::RunQuery::slots_from`] `from` (µs since
 /// the epoch) asks for, job by job: every record of the slots at or after `from`, every
 /// record of the newest slot before it, and the first record started (lowest
-/// `started_at`) of a slot before it. The two before `from` are what a check of the slots
+/// `started_at`; of several started in the same µs, one: here the lowest run id, in the SQL
+/// stores the one their index finds first) of a slot before it. The two before `from` are
+/// what a check of the slots
 /// from `from` on needs of the older history ([`crate::audit::audit_job`]): the record
 /// that bounds the first gap, and whether the job had a history when an elapse in that gap
 /// came due. For the stores that read every record and filter them here; the SQL stores
