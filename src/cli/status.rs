@@ -123,9 +123,15 @@ fn job_status(
     units: Option<&JobUnits>,
 ) -> Result<JobStatus, crate::store::StoreError> {
     let (recent, read_back_to) = crate::cli::audit::judged_records(store, job, RECENT)?;
-    let lease = store.lease(&job.name)?;
-    let store_now = store.now()?;
-    let live_lease = lease.filter(|l| l.expire_at > store_now);
+    // The store's clock judges a lease; a job with none (released, the usual state between
+    // runs) costs no second round trip.
+    let live_lease = match store.lease(&job.name)? {
+        Some(lease) => {
+            let store_now = store.now()?;
+            (lease.expire_at > store_now).then_some(lease)
+        }
+        None => None,
+    };
     // systemd's next elapse when it could be read (it is what will fire), else our own;
     // none for a paused job.
     let next = match units {
