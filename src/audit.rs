@@ -559,6 +559,15 @@ struct Budget {
     truncated: Option<i64>,
 }
 
+/// Whether `run` tells which schedule it was made under ([`gaps_from`]): it carries the
+/// [`SCHEDULE`] key, or it succeeded or failed (written before the key existed: another
+/// schedule's). A record another party ended (cut off, still running) has no report and
+/// tells nothing. The SQL stores ask the same in their window query
+/// ([`crate::store::rules::window`]).
+pub fn names_a_schedule(run: &Run) -> bool {
+    run.report.contains_key(SCHEDULE) || matches!(run.outcome, Outcome::Succeeded | Outcome::Failed)
+}
+
 /// The slot (µs since the epoch) from which gaps between records are judged: the oldest
 /// record made under the job's current schedule ([`SCHEDULE`]), after the newest made
 /// under another. A success or failure without the key was written before the key
@@ -1204,6 +1213,10 @@ mod tests {
         CaughtUp,
         /// Still running.
         Running,
+        /// Cut off and marked so by another party: no report, so no schedule named.
+        CutOff,
+        /// Interrupted, recorded by its own shim: its report names the schedule.
+        Interrupted,
     }
 
     fn event() -> impl proptest::strategy::Strategy<Value = Event> {
@@ -1216,10 +1229,14 @@ mod tests {
             1 => (1i64..40).prop_map(Event::Late),
             1 => Just(Event::CaughtUp),
             1 => Just(Event::Running),
+            2 => Just(Event::CutOff),
+            1 => Just(Event::Interrupted),
         ]
     }
 
-    fn history(events: &[Event]) -> Vec<Run> {
+    /// The records of `events`, minute by minute; those of the first `older` minutes were
+    /// made under another schedule (the schedule changed once, never back).
+    fn history(events: &[Event], older: i64) -> Vec<Run> {
         let mut runs = Vec::new();
         for (m, e) in (0..).zip(events) {
             let id = |k: &str| format!("{k}{m}");
@@ -1227,6 +1244,12 @@ mod tests {
                 Event::Ran => runs.push(run(&id("r"), m, Outcome::Succeeded, 0)),
                 Event::Missing => {}
                 Event::Running => runs.push(run(&id("g"), m, Outcome::Running, 0)),
+                Event::CutOff => {
+                    let mut cut = run(&id("x"), m, Outcome::Interrupted, 0);
+                    cut.report.clear();
+                    runs.push(cut);
+                }
+                Event::Interrupted => runs.push(run(&id("i"), m, Outcome::Interrupted, 0)),
                 Event::Failed => runs.push(run(&id("f"), m, Outcome::Failed, 0)),
                 Event::FailedThenRan => {
                     runs.push(run(&id("f"), m, Outcome::Failed, 0));
@@ -1250,6 +1273,12 @@ mod tests {
                 }
             }
         }
+        for r in &mut runs {
+            if r.slot.usec < T0 + older * MIN && r.report.contains_key(SCHEDULE) {
+                r.report
+                    .insert(SCHEDULE.into(), "*-*-* *:00/2:00 (UTC)".into());
+            }
+        }
         retoken(&mut runs);
         runs
     }
@@ -1264,8 +1293,9 @@ mod tests {
             events in proptest::collection::vec(event(), 1..80),
             since in -5i64..90,
             now in 60i64..130,
+            older in proptest::prop_oneof![proptest::strategy::Just(0i64), 0i64..80],
         ) {
-            let runs = history(&events);
+            let runs = history(&events, older);
             let mut s = scope(now);
             s.since = Some(T0 + since * MIN);
             let whole = audit_job(&runs, Some(&cal()), &BTreeSet::new(), &s);

@@ -320,7 +320,7 @@ pub struct AuditArgs {
     pub job: Option<String>,
     /// Only slots at or after this time (systemd timestamp syntax or RFC 3339, e.g.
     /// "-7d" or "2026-11-01"); default: each job's first record. Only the records of
-    /// those slots are read, with the newest before them.
+    /// those slots are read, with the few older ones the check needs.
     #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
     pub since: Option<String>,
     /// Only slots at or before this time; default: now.

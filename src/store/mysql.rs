@@ -1524,7 +1524,8 @@ impl Store for MysqlStore {
         if let Some(from) = query.slots_from {
             // Each job's window (rules::window) as a derived table of record numbers:
             // its slots from `from` on, its newest slot before (the anchor, found by the
-            // grouped MAX), its first record started before `from`. Each part by an
+            // grouped MAX), its newest slot before with a record that names a schedule,
+            // its first record started before `from`. Each part by an
             // index with constant bounds: MySQL and MariaDB filter a bound computed by a
             // subquery after reading every record of the job, and MySQL runs an
             // `IN (subquery)` with a UNION again for every record. The first record
@@ -1549,10 +1550,19 @@ impl Store for MysqlStore {
                                             WHERE {only}slot_usec < {from} GROUP BY job) a
                           JOIN jobguard_run w ON w.job = a.job AND w.slot_usec = a.anchor
                         UNION
+                        SELECT w.seq FROM {jobs} j
+                          JOIN jobguard_run w ON w.job = j.job AND w.slot_usec = (
+                            SELECT p.slot_usec FROM jobguard_run p
+                             WHERE p.job = j.job AND p.slot_usec < {from}
+                               AND (p.outcome IN ('succeeded', 'failed')
+                                    OR JSON_EXTRACT(p.report, '$.\"{key}\"') IS NOT NULL)
+                             ORDER BY p.slot_usec DESC LIMIT 1)
+                        UNION
                         SELECT (SELECT p.seq FROM jobguard_run p FORCE INDEX (jobguard_run_history)
                                  WHERE p.job = j.job AND p.slot_usec < {from}
                                  ORDER BY p.started_at, p.run_id LIMIT 1) FROM {jobs} j) win
-                   ON win.seq = r.seq"
+                   ON win.seq = r.seq",
+                key = crate::audit::SCHEDULE
             );
         }
         if !conditions.is_empty() {

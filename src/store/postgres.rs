@@ -1753,8 +1753,9 @@ impl Store for PostgresStore {
         let resolutions: Vec<&str> = query.resolutions.iter().map(|r| r.as_str()).collect();
         let limit = (query.limit > 0).then(|| i64::try_from(query.limit).unwrap_or(i64::MAX));
         // With `slots_from`, the records come from each job's window (rules::window): its
-        // slots from $6 on, its newest slot before $6 (the anchor), and its first record
-        // started before $6 unless that is of the anchor slot. Three index reads per job,
+        // slots from $6 on, its newest slot before $6 (the anchor), its newest slot before
+        // $6 with a record that names a schedule, and its first record started before $6
+        // (each part without the records of another). Index reads per job,
         // each with a row estimate PostgreSQL can make (a bound computed per job would be
         // guessed at a third of the job's records, and the query's cost then turns on JIT
         // compilation, 100-200 ms for a read of a few ms).
@@ -1764,21 +1765,32 @@ impl Store for PostgresStore {
                 "{} j,
                  LATERAL (SELECT max(p.slot_usec) AS anchor FROM jobguard_run p
                            WHERE p.job = j.job AND p.slot_usec < $6) a,
+                 LATERAL (SELECT (SELECT p.slot_usec FROM jobguard_run p
+                                   WHERE p.job = j.job AND p.slot_usec < $6
+                                     AND (p.outcome IN ('succeeded', 'failed')
+                                          OR p.report::jsonb ? '{key}')
+                                   ORDER BY p.slot_usec DESC LIMIT 1) AS named) n,
                  LATERAL (SELECT w.* FROM jobguard_run w
                            WHERE w.job = j.job AND w.slot_usec >= $6
                           UNION ALL
                           SELECT w.* FROM jobguard_run w
                            WHERE w.job = j.job AND w.slot_usec = a.anchor
                           UNION ALL
+                          SELECT w.* FROM jobguard_run w
+                           WHERE w.job = j.job AND w.slot_usec = n.named
+                             AND n.named <> a.anchor
+                          UNION ALL
                           SELECT f.* FROM (SELECT p.* FROM jobguard_run p
                                             WHERE p.job = j.job AND p.slot_usec < $6
                                             ORDER BY p.started_at, p.seq LIMIT 1) f
-                           WHERE f.slot_usec <> a.anchor) r",
+                           WHERE f.slot_usec <> a.anchor
+                             AND f.slot_usec IS DISTINCT FROM n.named) r",
                 if job.is_some() {
                     "(SELECT $1::text AS job)"
                 } else {
                     "(SELECT DISTINCT job FROM jobguard_run)"
-                }
+                },
+                key = crate::audit::SCHEDULE
             ),
         };
         let sql = format!(

@@ -249,36 +249,51 @@ fn slot_state(runs: &[Run]) -> SlotState {
 }
 
 /// The records of `runs` that [`crate::store::RunQuery::slots_from`] `from` (µs since
-/// the epoch) asks for, job by job: every record of the slots at or after `from`, every
-/// record of the newest slot before it, and the first record started (lowest
-/// `started_at`; of several started in the same µs, one: here the lowest run id, in the SQL
-/// stores the one their index finds first) of a slot before it. The two before `from` are
-/// what a check of the slots
-/// from `from` on needs of the older history ([`crate::audit::audit_job`]): the record
-/// that bounds the first gap, and whether the job had a history when an elapse in that gap
-/// came due. For the stores that read every record and filter them here; the SQL stores
-/// ask the same in their query.
+/// the epoch) asks for, job by job:
+/// - every record of the slots at or after `from`;
+/// - every record of the newest slot before it (the anchor: it bounds the first gap, and
+///   a run still live there holds that gap back);
+/// - every record of the newest slot before it with a record that names a schedule
+///   ([`crate::audit::names_a_schedule`]): whether that schedule is the current one
+///   decides whether the gaps from `from` on are judged at all;
+/// - the first record started (lowest `started_at`; of several started in the same µs,
+///   one: here the lowest run id, in the SQL stores the one their index finds first) of a
+///   slot before it: whether the job had a history when an elapse in the first gap came
+///   due.
+///
+/// With these, a check of the slots from `from` on ([`crate::audit::audit_job`]) judges
+/// as it would with every record, except where the schedule changed back to an earlier
+/// one before `from`. For the stores that read every record and filter them here; the SQL
+/// stores ask the same in their query.
 pub fn window(runs: &mut Vec<Run>, from: i64) {
-    // Per job: the newest slot before `from`, and the first start before it (with the
-    // run id, so that one record is kept even when several started in the same µs).
-    let mut before: BTreeMap<String, (i64, (i64, String))> = BTreeMap::new();
+    #[derive(Default)]
+    struct Before {
+        anchor: i64,
+        named: Option<i64>,
+        first: Option<(i64, String)>,
+    }
+    let mut before: BTreeMap<String, Before> = BTreeMap::new();
     for r in runs.iter().filter(|r| r.slot.usec < from) {
+        let b = before.entry(r.job.clone()).or_insert(Before {
+            anchor: i64::MIN,
+            ..Before::default()
+        });
+        b.anchor = b.anchor.max(r.slot.usec);
+        if crate::audit::names_a_schedule(r) {
+            b.named = Some(b.named.map_or(r.slot.usec, |n| n.max(r.slot.usec)));
+        }
         let first = (r.started_at, r.run_id.clone());
-        before
-            .entry(r.job.clone())
-            .and_modify(|(anchor, earliest)| {
-                *anchor = (*anchor).max(r.slot.usec);
-                if first < *earliest {
-                    *earliest = first.clone();
-                }
-            })
-            .or_insert((r.slot.usec, first));
+        if b.first.as_ref().is_none_or(|f| first < *f) {
+            b.first = Some(first);
+        }
     }
     runs.retain(|r| {
         r.slot.usec >= from
-            || before
-                .get(&r.job)
-                .is_some_and(|(anchor, (_, first))| r.slot.usec == *anchor || r.run_id == *first)
+            || before.get(&r.job).is_some_and(|b| {
+                r.slot.usec == b.anchor
+                    || b.named == Some(r.slot.usec)
+                    || b.first.as_ref().is_some_and(|(_, id)| *id == r.run_id)
+            })
     });
 }
 

@@ -997,9 +997,10 @@ impl Store for SqliteStore {
             conditions.push(format!("slot_usec = {p}"));
         }
         if let Some(from) = query.slots_from {
-            // Each job's records from its newest slot before `from` on, and its first
-            // record started before `from` (rules::window): the (job, slot) index finds
-            // the first, the (job, started_at) index the second (`+` keeps the planner
+            // Each job's window (rules::window): its records from its newest slot before
+            // `from` on, those of the newest slot before `from` with a record that names a
+            // schedule (the slot index, walked back from `from`), and its first record
+            // started before `from` (the (job, started_at) index: `+` keeps the planner
             // from finding every older record by slot and sorting them by start).
             let jobs = match &query.job {
                 Some(job) => format!(
@@ -1015,10 +1016,18 @@ impl Store for SqliteStore {
                     WHERE r.job = j.job AND r.slot_usec >= COALESCE((SELECT MAX(p.slot_usec)
                       FROM jobguard_run p WHERE p.job = j.job AND p.slot_usec < {f}), {f})
                    UNION ALL
+                   SELECT r.rowid FROM {jobs} j, jobguard_run r
+                    WHERE r.job = j.job AND r.slot_usec = (SELECT p.slot_usec
+                      FROM jobguard_run p WHERE p.job = j.job AND p.slot_usec < {f}
+                       AND (p.outcome IN ('succeeded', 'failed')
+                            OR json_extract(p.report, '$.\"{key}\"') IS NOT NULL)
+                      ORDER BY p.slot_usec DESC LIMIT 1)
+                   UNION ALL
                    SELECT (SELECT p.rowid FROM jobguard_run p
                             WHERE p.job = j.job AND +p.slot_usec < {f}
                             ORDER BY p.started_at, p.rowid LIMIT 1)
-                     FROM {jobs} j)"
+                     FROM {jobs} j)",
+                key = crate::audit::SCHEDULE
             ));
         }
         if !query.outcomes.is_empty() {

@@ -1031,8 +1031,9 @@ pub fn finish_records_every_field(env: &dyn Env) {
 }
 
 /// `runs` with `slots_from` reads a window of slots: per job, the records of the slots at
-/// or after it, of the newest slot before it, and the first record started of a slot
-/// before it (`rules::window`); with the other filters applied to those.
+/// or after it, of the newest slot before it, of the newest slot before it with a record
+/// that names a schedule, and the first record started of a slot before it
+/// (`rules::window`); with the other filters applied to those.
 pub fn runs_reads_a_window_of_slots(env: &dyn Env) {
     let mut s = connect(env);
     let day = S2 - S1;
@@ -1089,7 +1090,9 @@ pub fn runs_reads_a_window_of_slots(env: &dyn Env) {
         window(&mut *s, sync, slot(-3), &[]),
         ids_of(&[8, 5, 4, 3, 2, 1])
     );
-    assert_eq!(window(&mut *s, sync, slot(9), &[]), ids_of(&[8, 1]));
+    // From slot 9: the newest slot before is 5, whose one record is running and names no
+    // schedule; slot 4's success does.
+    assert_eq!(window(&mut *s, sync, slot(9), &[]), ids_of(&[8, 4, 1]));
     // Every job, each with its own newest slot before.
     assert_eq!(
         window(&mut *s, None, slot(3), &[]),
@@ -1101,6 +1104,32 @@ pub fn runs_reads_a_window_of_slots(env: &dyn Env) {
         ids_of(&[2])
     );
     assert_eq!(window(&mut *s, Some("nobody"), slot(3), &[]), ids_of(&[]));
+
+    // A record names its schedule by its report's key, whatever its outcome: of job
+    // "keyed", slot 2's interrupted record does (its shim wrote it), slot 3's does not (no
+    // report, as when another party ends a run).
+    for (n, slot, report) in [
+        (9, slot(1), false),
+        (10, slot(2), true),
+        (11, slot(3), false),
+    ] {
+        env.advance(1_000_000);
+        let (l, _) = claimed(&mut *s, &request("keyed", slot, n, n, false));
+        let mut end = finish(if n == 9 {
+            Outcome::Succeeded
+        } else {
+            Outcome::Interrupted
+        });
+        if report {
+            end.report
+                .insert("jobguard.schedule".into(), "*-*-* 02:00:00".into());
+        }
+        s.finish(&l, &rid(n), &end).unwrap();
+    }
+    assert_eq!(
+        window(&mut *s, Some("keyed"), slot(4), &[]),
+        ids_of(&[11, 10, 9])
+    );
 }
 
 /// `runs` filters by job, slot, outcome and resolution, newest first, with a limit.
