@@ -934,7 +934,10 @@ fn mixed_fleet(
         .unwrap();
     let (mut old_wins, mut new_wins) = (0, 0);
     for round in 0..24_i64 {
-        let slot = unix_us() - unix_us() % 1_000_000 + round;
+        // One reading of the clock: two could straddle a second under load and make this
+        // round's slot older than the last one, which an in-order claim refuses (behind).
+        let now = unix_us();
+        let slot = now - now % 1_000_000 + round;
         // Far enough ahead for every racer to be connected and waiting.
         let at = unix_us() + 700_000;
         let old: Vec<_> = (0..4)
