@@ -1300,7 +1300,7 @@ mod tests {
             s.since = Some(T0 + since * MIN);
             let whole = audit_job(&runs, Some(&cal()), &BTreeSet::new(), &s);
             let mut window = runs.clone();
-            crate::store::rules::window(&mut window, T0 + since * MIN);
+            crate::store::rules::window(&mut window, T0 + since * MIN, |r| r);
             let read = audit_job(&window, Some(&cal()), &BTreeSet::new(), &s);
             let show = |f: &[Finding]| f.iter().map(|f| format!("{} {} {:?}", f.kind.as_str(), (f.slot - T0) / MIN, f.runs)).collect::<Vec<_>>();
             proptest::prop_assert_eq!(show(&read), show(&whole));

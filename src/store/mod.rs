@@ -344,9 +344,8 @@ pub struct RunQuery {
     /// Only this slot (µs since the epoch); needs `job`.
     pub slot: Option<i64>,
     /// Only the records a check of the slots from this one on (µs since the epoch) needs:
-    /// those of the slots at or after it, and per job those of the newest slot before it
-    /// and the first record started of a slot before it ([`rules::window`], which says
-    /// why). `audit --since` reads this instead of a job's whole history.
+    /// those of the slots at or after it, and per job a few before it ([`rules::window`]
+    /// says which, and why). `audit --since` reads this instead of a job's whole history.
     pub slots_from: Option<i64>,
     /// Only records in one of these states (empty: all).
     pub outcomes: Vec<Outcome>,

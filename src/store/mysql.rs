@@ -1525,8 +1525,8 @@ impl Store for MysqlStore {
             // Each job's window (rules::window) as a derived table of record numbers:
             // its slots from `from` on, its newest slot before (the anchor, found by the
             // grouped MAX), its newest slot before with a record that names a schedule,
-            // its first record started before `from`. Each part by an
-            // index with constant bounds: MySQL and MariaDB filter a bound computed by a
+            // its first record started before `from`. Each part by an index with constant
+            // bounds: MySQL and MariaDB filter a bound computed by a
             // subquery after reading every record of the job, and MySQL runs an
             // `IN (subquery)` with a UNION again for every record. The first record
             // started comes in (started_at, run_id) order, the (job, started_at) index's

@@ -1222,11 +1222,7 @@ impl Store for RedisStore {
             }
         }
         if let Some(from) = query.slots_from {
-            let mut all: Vec<Run> = runs.iter().map(|(r, _)| r.clone()).collect();
-            crate::store::rules::window(&mut all, from);
-            let kept: std::collections::HashSet<String> =
-                all.into_iter().map(|r| r.run_id).collect();
-            runs.retain(|(r, _)| kept.contains(&r.run_id));
+            crate::store::rules::window(&mut runs, from, |(r, _)| r);
         }
         runs.retain(|(r, _)| {
             (query.outcomes.is_empty() || query.outcomes.contains(&r.outcome))

@@ -288,7 +288,7 @@ pub(crate) const MARK_DAY_USEC: i64 = 86_400_000_000;
 #[cfg(any(feature = "store-etcd", feature = "store-zookeeper"))]
 pub(crate) fn select(mut runs: Vec<Run>, query: &crate::store::RunQuery) -> Vec<Run> {
     if let Some(from) = query.slots_from {
-        crate::store::rules::window(&mut runs, from);
+        crate::store::rules::window(&mut runs, from, |r| r);
     }
     runs.retain(|r| {
         (query.outcomes.is_empty() || query.outcomes.contains(&r.outcome))

@@ -263,9 +263,9 @@ fn slot_state(runs: &[Run]) -> SlotState {
 ///
 /// With these, a check of the slots from `from` on ([`crate::audit::audit_job`]) judges
 /// as it would with every record, except where the schedule changed back to an earlier
-/// one before `from`. For the stores that read every record and filter them here; the SQL
-/// stores ask the same in their query.
-pub fn window(runs: &mut Vec<Run>, from: i64) {
+/// one before `from`. For the stores that read every record and filter them here (`run`
+/// gives the record of an item); the SQL stores ask the same in their query.
+pub fn window<T>(items: &mut Vec<T>, from: i64, run: impl Fn(&T) -> &Run) {
     #[derive(Default)]
     struct Before {
         anchor: i64,
@@ -273,7 +273,7 @@ pub fn window(runs: &mut Vec<Run>, from: i64) {
         first: Option<(i64, String)>,
     }
     let mut before: BTreeMap<String, Before> = BTreeMap::new();
-    for r in runs.iter().filter(|r| r.slot.usec < from) {
+    for r in items.iter().map(&run).filter(|r| r.slot.usec < from) {
         let b = before.entry(r.job.clone()).or_insert(Before {
             anchor: i64::MIN,
             ..Before::default()
@@ -287,7 +287,8 @@ pub fn window(runs: &mut Vec<Run>, from: i64) {
             b.first = Some(first);
         }
     }
-    runs.retain(|r| {
+    items.retain(|item| {
+        let r = run(item);
         r.slot.usec >= from
             || before.get(&r.job).is_some_and(|b| {
                 r.slot.usec == b.anchor
