@@ -319,6 +319,145 @@ fn postgres_a_claim_whose_answer_is_lost_still_runs_the_slot_once() {
     assert_eq!(history[0]["outcome"], "succeeded");
 }
 
+/// A statement the client gave up on (no answer within 4 s: here it waits for a table
+/// lock) is cancelled on the server, as libpq's `PQcancel` and the mysql client's
+/// `KILL QUERY` on Ctrl-C do: it does not run on after the command that sent it has
+/// exited, holding a backend and queueing for the lock. A server only notices a closed
+/// connection when it next reads from it or writes to it, so without the cancel every
+/// repeated slow `audit` or timed-out scrape piled up work there.
+fn a_statement_given_up_on_does_not_run_on(server: &'static Server, test: &str) {
+    let Some(ns) = Namespace::new(server, test) else {
+        return;
+    };
+    let n = &ns.name;
+    let postgres = server.port == 5432;
+    // The store's own connections, told apart from every other test's.
+    let (address, ours) = if postgres {
+        let app = format!("jobguard_cancel_{}", std::process::id());
+        (
+            format!("{}&application_name={app}", ns.address()),
+            format!("application_name = '{app}' AND state = 'active'"),
+        )
+    } else {
+        (ns.address(), format!("db = '{n}' AND command = 'Query'"))
+    };
+    let sb = Sandbox::new(&format!(
+        "[jobs.slow]\nschedule = \"*-*-* 02:00:00 UTC\"\nstore = {address:?}\n\
+         command = [\"/bin/true\"]\n"
+    ));
+    let init = sb.run(&["store", "init"]);
+    assert!(init.status.success(), "{init:?}");
+    let (client, lock) = if postgres {
+        (
+            vec![
+                "psql",
+                "-h",
+                "127.0.0.1",
+                "-U",
+                "postgres",
+                "-d",
+                "test",
+                "-Xq",
+            ],
+            format!("BEGIN;\nLOCK TABLE {n}.jobguard_run IN ACCESS EXCLUSIVE MODE;\n"),
+        )
+    } else {
+        (
+            vec!["mariadb", "-uroot", "-h127.0.0.1"],
+            format!("LOCK TABLES {n}.jobguard_run WRITE;\n"),
+        )
+    };
+    let mut holder = std::process::Command::new(client[0])
+        .args(&client[1..])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("a client of the server");
+    use std::io::Write;
+    let mut stdin = holder.stdin.take().unwrap();
+    stdin
+        .write_all(format!("{lock}SELECT {};\n", sleep_tagged(postgres, n)).as_bytes())
+        .unwrap();
+    let (list, id, text) = if postgres {
+        ("pg_stat_activity", "pid", "query")
+    } else {
+        ("information_schema.processlist", "id", "info")
+    };
+    let holding = format!(
+        "SELECT {id} FROM {list} WHERE {text} LIKE 'SELECT {}%'",
+        sleep_tagged(postgres, n).replace('\'', "''")
+    );
+    let holder_id = common::wait_for(
+        "the ledger table to be locked",
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || Ok(Some(sql_value(postgres, &holding)?).filter(|p| !p.is_empty())),
+    )
+    .expect("locked");
+    let history = sb.run(&["history", "slow"]);
+    let waiting = format!("SELECT count(*) FROM {list} WHERE {ours}");
+    let left = common::wait_for(
+        "the given-up statements to end",
+        Duration::from_secs(2),
+        Duration::from_millis(50),
+        || Ok((sql_value(postgres, &waiting)? == "0").then_some(())),
+    );
+    let end = if postgres {
+        format!("SELECT pg_terminate_backend({holder_id})")
+    } else {
+        format!("KILL {holder_id}")
+    };
+    let _ = sql_value(postgres, &end);
+    drop(stdin);
+    let _ = holder.wait();
+    // Checked once the lock is gone: the namespace's removal would wait for it.
+    let err = stderr(&history);
+    assert!(
+        !history.status.success(),
+        "the read waited for the lock: {err}"
+    );
+    assert!(err.contains("no answer within 4 s"), "{err}");
+    left.unwrap_or_else(|e| {
+        panic!("a statement of the exited command still runs in the server 2 s later: {e}")
+    });
+}
+
+/// A minute's sleep that names `ns`, so that its session can be found in the server's list.
+fn sleep_tagged(postgres: bool, ns: &str) -> String {
+    if postgres {
+        format!("pg_sleep(60), '{ns}'")
+    } else {
+        format!("SLEEP(60), '{ns}'")
+    }
+}
+
+/// One value from the test server: `psql -At` or `mariadb -N`.
+fn sql_value(postgres: bool, sql: &str) -> Result<String, String> {
+    if postgres {
+        return common::psql("test", sql);
+    }
+    let out = Command::new("mariadb")
+        .args(["-uroot", "-h127.0.0.1", "-N", "-B", "-e", sql])
+        .output()
+        .map_err(|e| format!("mariadb: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+    }
+}
+
+#[test]
+fn postgres_a_statement_given_up_on_does_not_run_on_in_the_server() {
+    a_statement_given_up_on_does_not_run_on(server("postgres"), "store_contention::cancel");
+}
+
+#[test]
+fn mysql_a_statement_given_up_on_does_not_run_on_in_the_server() {
+    a_statement_given_up_on_does_not_run_on(server("mysql"), "store_contention::cancel");
+}
+
 /// Timestamps (seconds since the epoch, CLOCK_REALTIME) in `path`, one a line.
 fn stamps(path: &std::path::Path) -> Vec<f64> {
     std::fs::read_to_string(path)

@@ -595,6 +595,77 @@ fn postgres_prefer_falls_back_to_plain_after_a_failed_check() {
     assert!(msg.contains("; then no pg_hba.conf entry"), "{msg}");
 }
 
+/// A statement given up on (no answer within 4 s: it waits for a table lock) is cancelled
+/// over TLS too: this server takes a `CancelRequest` only on a TLS connection (`hostssl`
+/// lines only), so a cancel sent in the clear would be dropped and the statement would run
+/// on with its backend.
+#[test]
+fn postgres_a_statement_given_up_on_is_cancelled_over_tls() {
+    let Some(server) = tls::postgres("postgres_tls::cancel") else {
+        return;
+    };
+    let ca = format!("sslrootcert={}", server.ca().display());
+    let address = postgres_address(server, "localhost", &format!("sslmode=verify-full&{ca}"));
+    let schema = address
+        .split("schema=")
+        .nth(1)
+        .unwrap()
+        .split('&')
+        .next()
+        .unwrap()
+        .to_string();
+    let app = format!("jg{}", namespace());
+    let mut s = jobguard::store::open(&format!("{address}&application_name={app}")).expect("open");
+    claimed(&mut *s, &request("j", S1, 1, 1, false));
+    let holder = {
+        let (dir, port, schema) = (server.dir.clone(), server.port, schema.clone());
+        std::thread::spawn(move || {
+            let _ = std::process::Command::new("psql")
+                .arg(format!(
+                    "host=127.0.0.1 port={port} user={} dbname={} sslmode=verify-full \
+                     sslrootcert={}",
+                    tls::POSTGRES_USER,
+                    tls::POSTGRES_USER,
+                    dir.join("ca.pem").display()
+                ))
+                .args(["-X", "-qc"])
+                .arg(format!(
+                    "BEGIN; LOCK TABLE {schema}.jobguard_run IN ACCESS EXCLUSIVE MODE; \
+                     SELECT pg_sleep(60), '{schema}'; COMMIT"
+                ))
+                .output();
+        })
+    };
+    let holding =
+        format!("SELECT pid FROM pg_stat_activity WHERE query LIKE 'BEGIN; LOCK TABLE {schema}.%'");
+    let holder_pid = common::wait_for(
+        "the ledger table to be locked",
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || Ok(Some(server.psql(&holding).trim().to_string()).filter(|p| !p.is_empty())),
+    )
+    .expect("locked");
+    let read = s.runs(&jobguard::store::RunQuery {
+        job: Some("j".into()),
+        ..Default::default()
+    });
+    drop(s);
+    let waiting = format!(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = '{app}' AND state = 'active'"
+    );
+    let left = common::wait_for(
+        "the given-up statement to end",
+        Duration::from_secs(2),
+        Duration::from_millis(50),
+        || Ok((server.psql(&waiting).trim() == "0").then_some(())),
+    );
+    server.psql(&format!("SELECT pg_terminate_backend({holder_pid})"));
+    let _ = holder.join();
+    let err = read.expect_err("the read waited for the lock").to_string();
+    assert!(err.contains("no answer within 4 s"), "{err}");
+    left.unwrap_or_else(|e| panic!("the given-up statement still runs 2 s later: {e}"));
+}
+
 #[test]
 fn postgres_tls_address_errors() {
     let dir = tempfile::tempdir().unwrap();

@@ -62,6 +62,7 @@
 //!
 //! Every call has deadlines: connect [`remote::CONNECT_TIMEOUT`], read and write
 //! [`remote::CALL_TIMEOUT`]; a failed connection is dropped and the next call reconnects.
+//! A statement given up on is stopped with `KILL QUERY` (see `MysqlStore::kill_query`).
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -73,7 +74,7 @@ use mysql::{Conn, Opts, OptsBuilder, Row, SslOpts, Value};
 use crate::clock::Clock;
 use crate::lease::Lease;
 use crate::ledger::{Finish, Outcome, Resolution, Run};
-use crate::store::remote::{self, CALL_TIMEOUT, CONNECT_TIMEOUT, duration_usec};
+use crate::store::remote::{self, CALL_TIMEOUT, CANCEL_TIMEOUT, CONNECT_TIMEOUT, duration_usec};
 use crate::store::{
     Claim, ClaimRequest, Finished, Mark, RunQuery, ScheduleDecl, Store, StoreError, address, rules,
 };
@@ -510,9 +511,42 @@ pub struct MysqlStore {
     /// `ssl-mode=PREFERRED`: the options without TLS, for a server that offers none.
     plain_fallback: Option<Opts>,
     conn: Option<Conn>,
+    /// `KILL QUERY`s for statements given up on, each on a thread of its own; each
+    /// sends `()` when it is done.
+    kills: Vec<std::sync::mpsc::Receiver<()>>,
     describe: String,
     schema_ready: bool,
     test_clock: Option<Arc<dyn Clock>>,
+}
+
+impl Drop for MysqlStore {
+    /// Waits for `KILL QUERY`s still under way, at most [`CANCEL_TIMEOUT`] in all, so that
+    /// a command that gives up and exits still stops what it left running on the server.
+    fn drop(&mut self) {
+        let deadline = std::time::Instant::now() + CANCEL_TIMEOUT;
+        for done in self.kills.drain(..) {
+            let _ =
+                done.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()));
+        }
+    }
+}
+
+/// Whether `e` is a read or write that ran out of [`CALL_TIMEOUT`]: the `mysql` crate
+/// reports the socket's timeout as the I/O error `WouldBlock` (`EAGAIN`) or `TimedOut`.
+fn timed_out(e: &mysql::Error) -> bool {
+    let io = match e {
+        mysql::Error::IoError(io) => Some(io),
+        mysql::Error::CodecError(codec) => {
+            std::error::Error::source(codec).and_then(|s| s.downcast_ref::<std::io::Error>())
+        }
+        _ => None,
+    };
+    io.is_some_and(|io| {
+        matches!(
+            io.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        )
+    })
 }
 
 impl std::fmt::Debug for MysqlStore {
@@ -526,6 +560,8 @@ impl std::fmt::Debug for MysqlStore {
 /// A failure inside one call, before it is named after the store.
 enum Fail {
     My(mysql::Error),
+    /// A call got no answer within [`CALL_TIMEOUT`].
+    Timeout,
     Data(String),
     /// The store's schema is older than [`SCHEMA_VERSION`]: migrate, then ask again.
     Older,
@@ -702,6 +738,7 @@ impl MysqlStore {
             opts,
             plain_fallback: (mode == SslMode::Preferred).then_some(plain),
             conn: None,
+            kills: Vec::new(),
             describe,
             schema_ready: false,
             test_clock: None,
@@ -723,6 +760,10 @@ impl MysqlStore {
     fn error(&self, op: &str, fail: Fail) -> StoreError {
         let store = self.describe.clone();
         match fail {
+            Fail::Timeout => StoreError::Unavailable {
+                store,
+                detail: format!("{op}: no answer within {} s", CALL_TIMEOUT.as_secs()),
+            },
             Fail::Data(detail) => StoreError::Invalid {
                 store,
                 detail: format!("{op}: {detail}"),
@@ -783,13 +824,57 @@ impl MysqlStore {
         let Some(conn) = self.conn.as_mut() else {
             return Err(Fail::Data("no connection".to_string()));
         };
+        self.kills
+            .retain(|done| matches!(done.try_recv(), Err(std::sync::mpsc::TryRecvError::Empty)));
+        let id = conn.connection_id();
         let result = f(conn);
         if let Err(Fail::My(e)) = &result
             && !matches!(e, mysql::Error::MySqlError(_))
         {
             self.conn = None;
+            if timed_out(e) {
+                self.kill_query(id);
+                return Err(Fail::Timeout);
+            }
         }
         result
+    }
+
+    /// Stops the statement that connection `id` runs, as the mysql client does on Ctrl-C
+    /// (`KILL QUERY`, MySQL's and MariaDB's `KILL` statement; a user may kill its own
+    /// connections' statements). The server goes on with a statement until it next reads
+    /// from or writes to its closed connection: one waiting for a lock would run on with
+    /// its locks and its thread. Sent from a thread of its own, beside whatever this store
+    /// does next; an error (the statement ended meanwhile: "Unknown thread id") changes
+    /// nothing.
+    fn kill_query(&mut self, id: u32) {
+        let short = |opts: &Opts| -> Opts {
+            OptsBuilder::from_opts(opts.clone())
+                .tcp_connect_timeout(Some(CANCEL_TIMEOUT))
+                .read_timeout(Some(CANCEL_TIMEOUT))
+                .write_timeout(Some(CANCEL_TIMEOUT))
+                .into()
+        };
+        let (opts, plain) = (short(&self.opts), self.plain_fallback.as_ref().map(short));
+        let (done, wait) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("kill-query".into())
+            .spawn(move || {
+                let conn = match (Conn::new(opts), plain) {
+                    (
+                        Err(mysql::Error::DriverError(mysql::DriverError::TlsNotSupported)),
+                        Some(plain),
+                    ) => Conn::new(plain),
+                    (result, _) => result,
+                };
+                if let Ok(mut conn) = conn {
+                    let _ = conn.query_drop(format!("KILL QUERY {id}"));
+                }
+                let _ = done.send(());
+            });
+        if spawned.is_ok() {
+            self.kills.push(wait);
+        }
     }
 
     /// Runs `f`; on a database without the schema, creates it and runs `f` again.

@@ -81,7 +81,8 @@
 //! Every call has a deadline ([`remote::CALL_TIMEOUT`], connect [`remote::CONNECT_TIMEOUT`]);
 //! the client is `tokio-postgres` driven by a private current-thread runtime, because the
 //! synchronous `postgres` wrapper has no per-call time limit and a partitioned server
-//! would hang the shim's renewal loop. A call that times out drops the connection; the
+//! would hang the shim's renewal loop. A call that times out drops the connection, and
+//! its statement is cancelled on the server (a `CancelRequest`, [`CANCEL_TIMEOUT`]); the
 //! next call reconnects.
 
 use std::str::FromStr;
@@ -97,7 +98,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 use crate::clock::Clock;
 use crate::lease::Lease;
 use crate::ledger::{Finish, Outcome, Resolution, Run};
-use crate::store::remote::{self, CALL_TIMEOUT, CONNECT_TIMEOUT, duration_usec};
+use crate::store::remote::{self, CALL_TIMEOUT, CANCEL_TIMEOUT, CONNECT_TIMEOUT, duration_usec};
 use crate::store::rules::{self, ClaimDecision};
 use crate::store::{
     Claim, ClaimRequest, Finished, Mark, RunQuery, ScheduleDecl, Store, StoreError, address,
@@ -746,6 +747,9 @@ pub struct PostgresStore {
     client: Option<Client>,
     /// The task driving `client`'s connection.
     driver: Option<tokio::task::JoinHandle<()>>,
+    /// Cancel requests for statements given up on, sent while the runtime next runs
+    /// (the next call, or dropping the store).
+    cancels: Vec<tokio::task::JoinHandle<()>>,
     describe: String,
     schema: Option<String>,
     schema_ready: bool,
@@ -758,13 +762,21 @@ impl Drop for PostgresStore {
     /// stopped answering never holds up the exit. A process that exits with the
     /// connection still open resets it instead, and over TLS the server then logs "could
     /// not receive data from client: Connection reset by peer" for every run.
+    ///
+    /// Cancel requests still under way are waited for too, each within its own
+    /// [`CANCEL_TIMEOUT`].
     fn drop(&mut self) {
         self.client = None;
-        if let Some(driver) = self.driver.take() {
-            let _ = self
-                .rt
-                .block_on(async { tokio::time::timeout(CLOSE_TIMEOUT, driver).await });
-        }
+        let driver = self.driver.take();
+        let cancels = std::mem::take(&mut self.cancels);
+        self.rt.block_on(async {
+            if let Some(driver) = driver {
+                let _ = tokio::time::timeout(CLOSE_TIMEOUT, driver).await;
+            }
+            for cancel in cancels {
+                let _ = cancel.await;
+            }
+        });
     }
 }
 
@@ -888,6 +900,7 @@ impl PostgresStore {
             connector: None,
             client: None,
             driver: None,
+            cancels: Vec::new(),
             describe,
             schema,
             schema_ready: false,
@@ -1002,6 +1015,8 @@ impl PostgresStore {
         let Some(client) = self.client.as_mut() else {
             return Err(Fail::Data("no connection".to_string()));
         };
+        self.cancels.retain(|c| !c.is_finished());
+        let cancel = client.cancel_token();
         let result = self
             .rt
             .block_on(async { tokio::time::timeout(CALL_TIMEOUT, f(client)).await });
@@ -1009,6 +1024,16 @@ impl PostgresStore {
         match result {
             Err(_) => {
                 (self.client, self.driver) = (None, None);
+                // The server goes on with a statement until it next reads from or writes
+                // to the closed connection: a statement waiting for a lock, or a slow
+                // read, would run on with its locks and its backend. Cancel it, as libpq's
+                // PQcancel does; the request runs beside whatever this store does next.
+                if let Some(tls) = self.connector.clone() {
+                    self.cancels.push(self.rt.spawn(async move {
+                        let _ =
+                            tokio::time::timeout(CANCEL_TIMEOUT, cancel.cancel_query(tls)).await;
+                    }));
+                }
                 Err(Fail::Timeout)
             }
             Ok(Err(Fail::Pg(e))) if e.as_db_error().is_none() => {

@@ -23,6 +23,13 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// take before it counts as unavailable; as [`CONNECT_TIMEOUT`].
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(4);
 
+/// How long stopping a statement given up on (after [`CALL_TIMEOUT`]) may take: a new
+/// connection to the server and one message, PostgreSQL's `CancelRequest` (the
+/// protocol's "Canceling Requests in Progress") or MySQL's `KILL QUERY`. A server that
+/// answers at all takes milliseconds. It runs beside whatever the store does next; only
+/// dropping the store waits for it.
+pub const CANCEL_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// An error with its sources, `outer: inner: innermost`, for messages.
 pub(crate) fn chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
