@@ -432,19 +432,12 @@ fn sleep_tagged(postgres: bool, ns: &str) -> String {
     }
 }
 
-/// One value from the test server: `psql -At` or `mariadb -N`.
+/// One value from the test server.
 fn sql_value(postgres: bool, sql: &str) -> Result<String, String> {
     if postgres {
-        return common::psql("test", sql);
-    }
-    let out = Command::new("mariadb")
-        .args(["-uroot", "-h127.0.0.1", "-N", "-B", "-e", sql])
-        .output()
-        .map_err(|e| format!("mariadb: {e}"))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+        common::psql("test", sql)
     } else {
-        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+        common::mariadb(sql)
     }
 }
 

@@ -418,6 +418,15 @@ fn postgres_address(server: &Server, host: &str, params: &str) -> String {
     )
 }
 
+/// The schema named by `address`'s `schema=` parameter.
+fn schema_of(address: &str) -> &str {
+    let tail = address
+        .split("schema=")
+        .nth(1)
+        .expect("a schema= parameter");
+    tail.split('&').next().unwrap_or(tail)
+}
+
 /// Another certificate authority named `CN=common_name`, in a temporary directory: the
 /// file's path.
 fn other_ca(common_name: &str) -> (tempfile::TempDir, String) {
@@ -458,13 +467,7 @@ fn postgres_verify_full_with_sslrootcert() {
     // The record is on the server.
     let address = postgres_address(server, "127.0.0.1", &format!("sslmode=verify-full&{ca}"));
     expect_claimed(&address);
-    let schema = address
-        .split("schema=")
-        .nth(1)
-        .unwrap()
-        .split('&')
-        .next()
-        .unwrap();
+    let schema = schema_of(&address);
     assert_eq!(
         server
             .psql(&format!("SELECT count(*) FROM {schema}.jobguard_run"))
@@ -606,14 +609,7 @@ fn postgres_a_statement_given_up_on_is_cancelled_over_tls() {
     };
     let ca = format!("sslrootcert={}", server.ca().display());
     let address = postgres_address(server, "localhost", &format!("sslmode=verify-full&{ca}"));
-    let schema = address
-        .split("schema=")
-        .nth(1)
-        .unwrap()
-        .split('&')
-        .next()
-        .unwrap()
-        .to_string();
+    let schema = schema_of(&address).to_string();
     let app = format!("jg{}", namespace());
     let mut s = jobguard::store::open(&format!("{address}&application_name={app}")).expect("open");
     claimed(&mut *s, &request("j", S1, 1, 1, false));

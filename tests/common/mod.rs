@@ -78,10 +78,34 @@ pub fn wait_for<T>(
 /// `postgres` in database `db`; returns its unaligned, tuples-only output, trimmed, or
 /// its error output.
 pub fn psql(db: &str, sql: &str) -> Result<String, String> {
-    let out = std::process::Command::new("psql")
-        .args(["-h", "127.0.0.1", "-U", "postgres", "-d", db, "-XAtqc", sql])
-        .output()
-        .map_err(|e| format!("psql: {e}"))?;
+    client_output(std::process::Command::new("psql").args([
+        "-h",
+        "127.0.0.1",
+        "-U",
+        "postgres",
+        "-d",
+        db,
+        "-XAtqc",
+        sql,
+    ]))
+}
+
+/// Runs SQL with the `mariadb` client on the MariaDB server at 127.0.0.1 as `root`; returns
+/// its tab-separated output without column names, trimmed, or its error output.
+pub fn mariadb(sql: &str) -> Result<String, String> {
+    client_output(std::process::Command::new("mariadb").args([
+        "-uroot",
+        "-h127.0.0.1",
+        "-N",
+        "-B",
+        "-e",
+        sql,
+    ]))
+}
+
+/// Runs a database client: its output, trimmed, or its error output.
+fn client_output(cmd: &mut std::process::Command) -> Result<String, String> {
+    let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
     } else {
