@@ -81,8 +81,9 @@ pub fn prune_job(store: &mut dyn Store, job: &Job, dry_run: bool) -> Result<Prun
     };
     // Marks keep as long as records: a key marked by a run is known while its record is.
     let marks = match kept_since(now, job.retention) {
-        Some(before) if !dry_run => store.delete_marks(&job.name, before)?,
-        _ => 0,
+        Some(before) if dry_run => store.count_marks(&job.name, before)?,
+        Some(before) => store.delete_marks(&job.name, before)?,
+        None => 0,
     };
     Ok(Pruned {
         deleted,

@@ -621,15 +621,26 @@ fn sqlite_prune_deletes_old_records_of_done_slots_only() {
         assert!(out.status.success(), "{}", stderr(&out));
     }
     assert_eq!(sb.history("daily").len(), 14);
+    // A dedupe mark as old as the first run, and one of today: the old one goes too.
+    for (when, key) in [("-200d", "old"), ("+0d", "new")] {
+        let out = faked(&sb, when, &["mark", "orders", key, "--job", "daily"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
 
     let dry = sb.run(&["prune", "--dry-run"]);
     assert!(dry.status.success(), "{}", stderr(&dry));
     assert!(
-        stdout(&dry).contains("daily: would delete 3 of 14 records"),
+        stdout(&dry).contains("daily: would delete 3 of 14 records and 1 marks"),
         "{}",
         stdout(&dry)
     );
     assert_eq!(sb.history("daily").len(), 14);
+    let out = sb.run(&["marked", "orders", "old", "--job", "daily"]);
+    assert!(
+        out.status.success(),
+        "the dry run deleted no mark: {}",
+        stderr(&out)
+    );
     // `recover` prunes once a day per job: this pass does.
     let out = sb.run(&["recover"]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -637,6 +648,16 @@ fn sqlite_prune_deletes_old_records_of_done_slots_only() {
         stdout(&out).contains("daily: deleted 3 of 14 records older than its retention"),
         "{}",
         stdout(&out)
+    );
+    let marked = |key| {
+        sb.run(&["marked", "orders", key, "--job", "daily"])
+            .status
+            .code()
+    };
+    assert_eq!(
+        (marked("old"), marked("new")),
+        (Some(1), Some(0)),
+        "the old mark went"
     );
     let left: Vec<String> = sb
         .history("daily")

@@ -1505,6 +1505,19 @@ impl Store for EtcdStore {
         }
     }
 
+    fn count_marks(&mut self, job: &str, before: i64) -> Result<usize, StoreError> {
+        // The index keys delete_marks deletes, one per mark.
+        let start = self.key(&format!("markday/{job}/"));
+        let end = self.mark_day_prefix(job, before.div_euclid(remote::MARK_DAY_USEC));
+        self.retrying("count marks", async |_, client| {
+            let options = GetOptions::new()
+                .with_range(end.as_bytes())
+                .with_count_only();
+            let resp = client.get(start.as_bytes(), Some(options)).await?;
+            Ok(Some(usize::try_from(resp.count()).unwrap_or(0)))
+        })
+    }
+
     fn read_schedule(&mut self, job: &str) -> Result<Option<ScheduleDecl>, StoreError> {
         let key = self.key(&format!("schedule/{job}"));
         self.retrying("read the schedule", async |_, client| {

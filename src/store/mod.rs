@@ -589,6 +589,14 @@ pub trait Store: Send {
     /// The store's.
     fn delete_marks(&mut self, job: &str, before: i64) -> Result<usize, StoreError>;
 
+    /// How many marks [`Store::delete_marks`] would delete with the same arguments, deleting
+    /// none (`jobguard prune --dry-run`). A store that deletes marks by whole days (etcd,
+    /// ZooKeeper: its index is by day) counts by the same days.
+    ///
+    /// # Errors
+    /// The store's.
+    fn count_marks(&mut self, job: &str, before: i64) -> Result<usize, StoreError>;
+
     /// Operator override: ends the job's lease now whoever holds it. Returns the lease
     /// that was ended, if one was unexpired.
     fn unlock(&mut self, job: &str) -> Result<Option<Lease>, StoreError>;

@@ -1492,6 +1492,19 @@ impl Store for MysqlStore {
         })
     }
 
+    fn count_marks(&mut self, job: &str, before: i64) -> Result<usize, StoreError> {
+        self.ready()?;
+        let sql = format!(
+            "SELECT count(*) FROM jobguard_mark WHERE job = {} AND marked_at < {before}",
+            lit(job)
+        );
+        self.with_schema("count marks", |c| match c.query_first::<u64, _>(&sql) {
+            Ok(n) => Ok(usize::try_from(n.unwrap_or(0)).unwrap_or(usize::MAX)),
+            Err(mysql::Error::MySqlError(e)) if e.code == 1146 => Ok(0),
+            Err(e) => Err(e.into()),
+        })
+    }
+
     fn read_schedule(&mut self, job: &str) -> Result<Option<ScheduleDecl>, StoreError> {
         self.ready()?;
         let sql = format!(

@@ -1676,6 +1676,20 @@ impl Store for PostgresStore {
         })
     }
 
+    fn count_marks(&mut self, job: &str, before: i64) -> Result<usize, StoreError> {
+        self.ready()?;
+        self.with_schema("count marks", async |c| {
+            let rows = rows_if_made(
+                c,
+                "SELECT count(*) FROM jobguard_mark WHERE job = $1 AND marked_at < $2",
+                &[(&job, Type::TEXT), (&before, Type::INT8)],
+            )
+            .await?;
+            let n: i64 = rows.first().map(|r| r.try_get(0)).transpose()?.unwrap_or(0);
+            Ok(usize::try_from(n).unwrap_or(usize::MAX))
+        })
+    }
+
     fn read_schedule(&mut self, job: &str) -> Result<Option<ScheduleDecl>, StoreError> {
         self.ready()?;
         self.with_schema("read the schedule", async |c| {

@@ -1142,6 +1142,18 @@ impl Store for RedisStore {
         }
     }
 
+    fn count_marks(&mut self, job: &str, before: i64) -> Result<usize, StoreError> {
+        self.ready()?;
+        let n: i64 = self.call("count marks", |c, _, p| {
+            Ok(redis::cmd("ZCOUNT")
+                .arg(format!("{p}marks:{job}"))
+                .arg("-inf")
+                .arg(format!("({before}"))
+                .query(c)?)
+        })?;
+        Ok(usize::try_from(n).unwrap_or(0))
+    }
+
     fn read_schedule(&mut self, job: &str) -> Result<Option<ScheduleDecl>, StoreError> {
         self.ready()?;
         let fields: Vec<Option<String>> = self.call("read the schedule", |c, _, p| {

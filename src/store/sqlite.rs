@@ -1246,6 +1246,22 @@ impl Store for SqliteStore {
         })
     }
 
+    fn count_marks(&mut self, job: &str, before: i64) -> Result<usize, StoreError> {
+        self.ready()?;
+        let read = || -> Result<i64, Fail> {
+            if !mark_table_exists(&self.conn)? {
+                return Ok(0);
+            }
+            Ok(self.conn.query_row(
+                "SELECT count(*) FROM jobguard_mark WHERE job = ?1 AND marked_at < ?2",
+                params![job, before],
+                |r| r.get(0),
+            )?)
+        };
+        let n = read().map_err(|e| store_error(&self.describe, "count marks", e))?;
+        Ok(usize::try_from(n).unwrap_or(0))
+    }
+
     fn delete_slots(
         &mut self,
         job: &str,

@@ -1549,6 +1549,36 @@ impl Store for ZooKeeperStore {
         Ok(n)
     }
 
+    fn count_marks(&mut self, job: &str, before: i64) -> Result<usize, StoreError> {
+        let days_node = self.node(&format!("markday/{job}"));
+        let days: Vec<i64> = self.retrying("count marks", async |_, client| {
+            match client.list_children(&days_node).await {
+                Ok(days) => Ok(Some(days.iter().filter_map(|d| d.parse().ok()).collect())),
+                Err(zookeeper_client::Error::NoNode) => Ok(Some(Vec::new())),
+                Err(e) => Err(Fail::Zk(e)),
+            }
+        })?;
+        let mut n = 0;
+        for day in days {
+            // The days delete_marks takes whole; each mark is one child of its day's node.
+            if (day + 1).saturating_mul(remote::MARK_DAY_USEC) > before {
+                continue;
+            }
+            let day_node = self.mark_day_node(job, day);
+            n += self.retrying("count marks", async |_, client| {
+                match client.check_stat(&day_node).await {
+                    Ok(stat) => {
+                        Ok(Some(stat.map_or(0, |s| {
+                            usize::try_from(s.num_children).unwrap_or(0)
+                        })))
+                    }
+                    Err(e) => Err(Fail::Zk(e)),
+                }
+            })?;
+        }
+        Ok(n)
+    }
+
     fn read_schedule(&mut self, job: &str) -> Result<Option<ScheduleDecl>, StoreError> {
         let node = self.node(&format!("schedule/{job}"));
         self.retrying("read the schedule", async |_, client| {

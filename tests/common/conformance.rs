@@ -2236,9 +2236,11 @@ pub fn a_mark_is_fenced_by_the_runs_lease(env: &dyn Env) {
 }
 
 /// Retention deletes a job's marks recorded before the cut-off and no other job's
-/// (stores that index marks by day delete a day once it has ended before the cut-off).
+/// (stores that index marks by day delete a day once it has ended before the cut-off);
+/// counting them first (`prune --dry-run`) says how many, and deletes none.
 pub fn marks_go_with_their_jobs_retention(env: &dyn Env) {
     let mut a = connect(env);
+    assert_eq!(a.count_marks("sync", T0).unwrap(), 0, "no marks yet");
     assert_eq!(a.delete_marks("sync", T0).unwrap(), 0, "no marks yet");
     let mine = new_mark("sync", "shipping", "OLD", 1, 0);
     let theirs = new_mark("other", "shipping", "THEIRS", 1, 0);
@@ -2247,8 +2249,29 @@ pub fn marks_go_with_their_jobs_retention(env: &dyn Env) {
     env.advance(3 * 86_400_000_000);
     let recent = new_mark("sync", "shipping", "RECENT", 1, 0);
     assert!(matches!(a.mark(&recent, false).unwrap(), Marking::New(_)));
+    let cut = T0 + 2 * 86_400_000_000;
+    assert_eq!(a.count_marks("sync", T0).unwrap(), 0, "nothing before T0");
     assert_eq!(a.delete_marks("sync", T0).unwrap(), 0, "nothing before T0");
-    assert_eq!(a.delete_marks("sync", T0 + 2 * 86_400_000_000).unwrap(), 1);
+    for _ in 0..2 {
+        assert_eq!(
+            a.count_marks("sync", cut).unwrap(),
+            1,
+            "OLD, and counting deletes none"
+        );
+    }
+    assert_eq!(
+        a.count_marks("sync", T0 + 4 * 86_400_000_000).unwrap(),
+        2,
+        "OLD and RECENT"
+    );
+    assert_eq!(
+        a.count_marks("other", cut).unwrap(),
+        1,
+        "THEIRS, of its own job"
+    );
+    assert!(a.read_mark("shipping", "OLD").unwrap().is_some());
+    assert_eq!(a.delete_marks("sync", cut).unwrap(), 1);
+    assert_eq!(a.count_marks("sync", cut).unwrap(), 0, "deleted");
     assert_eq!(a.read_mark("shipping", "OLD").unwrap(), None);
     assert!(a.read_mark("shipping", "THEIRS").unwrap().is_some());
     assert!(a.read_mark("shipping", "RECENT").unwrap().is_some());
