@@ -601,7 +601,7 @@ fn postgres_prefer_falls_back_to_plain_after_a_failed_check() {
 /// A statement given up on (no answer within 4 s: it waits for a table lock) is cancelled
 /// over TLS too: this server takes a `CancelRequest` only on a TLS connection (`hostssl`
 /// lines only), so a cancel sent in the clear would be dropped and the statement would run
-/// on with its backend.
+/// on with its backend. The cancel is sent at once, not at the store's next call.
 #[test]
 fn postgres_a_statement_given_up_on_is_cancelled_over_tls() {
     let Some(server) = tls::postgres("postgres_tls::cancel") else {
@@ -645,7 +645,8 @@ fn postgres_a_statement_given_up_on_is_cancelled_over_tls() {
         job: Some("j".into()),
         ..Default::default()
     });
-    drop(s);
+    // The store is neither called again nor dropped meanwhile (as a shim's renewal
+    // thread between two renewals): the cancel must not wait for either.
     let waiting = format!(
         "SELECT count(*) FROM pg_stat_activity WHERE application_name = '{app}' AND state = 'active'"
     );
@@ -655,6 +656,7 @@ fn postgres_a_statement_given_up_on_is_cancelled_over_tls() {
         Duration::from_millis(50),
         || Ok((server.psql(&waiting).trim() == "0").then_some(())),
     );
+    drop(s);
     server.psql(&format!("SELECT pg_terminate_backend({holder_pid})"));
     let _ = holder.join();
     let err = read.expect_err("the read waited for the lock").to_string();

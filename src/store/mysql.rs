@@ -511,24 +511,11 @@ pub struct MysqlStore {
     /// `ssl-mode=PREFERRED`: the options without TLS, for a server that offers none.
     plain_fallback: Option<Opts>,
     conn: Option<Conn>,
-    /// `KILL QUERY`s for statements given up on, each on a thread of its own; each
-    /// sends `()` when it is done.
-    kills: Vec<std::sync::mpsc::Receiver<()>>,
+    /// `KILL QUERY`s for statements given up on ([`MysqlStore::kill_query`]).
+    kills: remote::Cancels,
     describe: String,
     schema_ready: bool,
     test_clock: Option<Arc<dyn Clock>>,
-}
-
-impl Drop for MysqlStore {
-    /// Waits for `KILL QUERY`s still under way, at most [`CANCEL_TIMEOUT`] in all, so that
-    /// a command that gives up and exits still stops what it left running on the server.
-    fn drop(&mut self) {
-        let deadline = std::time::Instant::now() + CANCEL_TIMEOUT;
-        for done in self.kills.drain(..) {
-            let _ =
-                done.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()));
-        }
-    }
 }
 
 /// Whether `e` is a read or write that ran out of [`CALL_TIMEOUT`]: the `mysql` crate
@@ -562,6 +549,9 @@ enum Fail {
     My(mysql::Error),
     /// A call got no answer within [`CALL_TIMEOUT`].
     Timeout,
+    /// Connecting got no answer: the TCP connection within [`CONNECT_TIMEOUT`], or a
+    /// reply of the handshake within [`CALL_TIMEOUT`].
+    ConnectTimeout,
     Data(String),
     /// The store's schema is older than [`SCHEMA_VERSION`]: migrate, then ask again.
     Older,
@@ -738,7 +728,7 @@ impl MysqlStore {
             opts,
             plain_fallback: (mode == SslMode::Preferred).then_some(plain),
             conn: None,
-            kills: Vec::new(),
+            kills: remote::Cancels::default(),
             describe,
             schema_ready: false,
             test_clock: None,
@@ -764,6 +754,14 @@ impl MysqlStore {
                 store,
                 detail: format!("{op}: no answer within {} s", CALL_TIMEOUT.as_secs()),
             },
+            Fail::ConnectTimeout => StoreError::Unavailable {
+                store,
+                detail: format!(
+                    "{op}: no answer while connecting (within {} s to connect, {} s for each reply)",
+                    CONNECT_TIMEOUT.as_secs(),
+                    CALL_TIMEOUT.as_secs()
+                ),
+            },
             Fail::Data(detail) => StoreError::Invalid {
                 store,
                 detail: format!("{op}: {detail}"),
@@ -788,8 +786,9 @@ impl MysqlStore {
                 }
             }
             Fail::My(mysql::Error::MySqlError(e)) => {
-                // Lock wait timeout, deadlock, too many connections, shutdown: retryable.
-                let retryable = matches!(e.code, 1205 | 1213 | 1040 | 1053 | 2006 | 2013);
+                // Lock wait timeout, deadlock, too many connections, shutdown, a statement
+                // stopped by `KILL QUERY` (1317, see `kill_query`): retryable.
+                let retryable = matches!(e.code, 1205 | 1213 | 1040 | 1053 | 1317 | 2006 | 2013);
                 let detail = format!("{op}: {}", e.message);
                 if retryable {
                     StoreError::Unavailable { store, detail }
@@ -819,13 +818,17 @@ impl MysqlStore {
     /// other than with a server error is dropped.
     fn call<T>(&mut self, f: impl FnOnce(&mut Conn) -> Result<T, Fail>) -> Result<T, Fail> {
         if self.conn.is_none() {
-            self.conn = Some(self.connect()?);
+            self.conn = Some(self.connect().map_err(|e| {
+                if timed_out(&e) {
+                    Fail::ConnectTimeout
+                } else {
+                    Fail::My(e)
+                }
+            })?);
         }
         let Some(conn) = self.conn.as_mut() else {
             return Err(Fail::Data("no connection".to_string()));
         };
-        self.kills
-            .retain(|done| matches!(done.try_recv(), Err(std::sync::mpsc::TryRecvError::Empty)));
         let id = conn.connection_id();
         let result = f(conn);
         if let Err(Fail::My(e)) = &result
@@ -847,6 +850,15 @@ impl MysqlStore {
     /// its locks and its thread. Sent from a thread of its own, beside whatever this store
     /// does next; an error (the statement ended meanwhile: "Unknown thread id") changes
     /// nothing.
+    ///
+    /// A connection id names a connection of one server only, and the new connection may
+    /// reach another one (a load balancer, a name with several addresses, a Galera
+    /// node). So the kill is sent only when this server's connection `id` runs a statement
+    /// of this user in this database for at least [`CALL_TIMEOUT`] less a second (the
+    /// processlist's whole seconds): another server's unrelated statement is left alone.
+    /// What is left is another jobguard's statement with the same id on another node that
+    /// has run as long: its own client gives up on it within a second, and a killed
+    /// statement (1317) is retried like a timed-out one.
     fn kill_query(&mut self, id: u32) {
         let short = |opts: &Opts| -> Opts {
             OptsBuilder::from_opts(opts.clone())
@@ -856,25 +868,26 @@ impl MysqlStore {
                 .into()
         };
         let (opts, plain) = (short(&self.opts), self.plain_fallback.as_ref().map(short));
-        let (done, wait) = std::sync::mpsc::channel();
-        let spawned = std::thread::Builder::new()
-            .name("kill-query".into())
-            .spawn(move || {
-                let conn = match (Conn::new(opts), plain) {
-                    (
-                        Err(mysql::Error::DriverError(mysql::DriverError::TlsNotSupported)),
-                        Some(plain),
-                    ) => Conn::new(plain),
-                    (result, _) => result,
-                };
-                if let Ok(mut conn) = conn {
+        self.kills.start("kill-query", move || {
+            let conn = match (Conn::new(opts), plain) {
+                (
+                    Err(mysql::Error::DriverError(mysql::DriverError::TlsNotSupported)),
+                    Some(plain),
+                ) => Conn::new(plain),
+                (result, _) => result,
+            };
+            if let Ok(mut conn) = conn {
+                let ours = format!(
+                    "SELECT 1 FROM information_schema.PROCESSLIST WHERE ID = {id}
+                       AND USER = SUBSTRING_INDEX(USER(), '@', 1) AND DB <=> DATABASE()
+                       AND COMMAND = 'Query' AND TIME >= {}",
+                    CALL_TIMEOUT.as_secs().saturating_sub(1)
+                );
+                if let Ok(Some(1)) = conn.query_first::<i64, _>(ours) {
                     let _ = conn.query_drop(format!("KILL QUERY {id}"));
                 }
-                let _ = done.send(());
-            });
-        if spawned.is_ok() {
-            self.kills.push(wait);
-        }
+            }
+        });
     }
 
     /// Runs `f`; on a database without the schema, creates it and runs `f` again.

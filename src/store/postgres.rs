@@ -747,9 +747,8 @@ pub struct PostgresStore {
     client: Option<Client>,
     /// The task driving `client`'s connection.
     driver: Option<tokio::task::JoinHandle<()>>,
-    /// Cancel requests for statements given up on, sent while the runtime next runs
-    /// (the next call, or dropping the store).
-    cancels: Vec<tokio::task::JoinHandle<()>>,
+    /// Cancel requests for statements given up on.
+    cancels: remote::Cancels,
     describe: String,
     schema: Option<String>,
     schema_ready: bool,
@@ -763,20 +762,14 @@ impl Drop for PostgresStore {
     /// connection still open resets it instead, and over TLS the server then logs "could
     /// not receive data from client: Connection reset by peer" for every run.
     ///
-    /// Cancel requests still under way are waited for too, each within its own
-    /// [`CANCEL_TIMEOUT`].
+    /// Then cancel requests still under way are waited for ([`remote::Cancels`]).
     fn drop(&mut self) {
         self.client = None;
-        let driver = self.driver.take();
-        let cancels = std::mem::take(&mut self.cancels);
-        self.rt.block_on(async {
-            if let Some(driver) = driver {
-                let _ = tokio::time::timeout(CLOSE_TIMEOUT, driver).await;
-            }
-            for cancel in cancels {
-                let _ = cancel.await;
-            }
-        });
+        if let Some(driver) = self.driver.take() {
+            let _ = self
+                .rt
+                .block_on(async { tokio::time::timeout(CLOSE_TIMEOUT, driver).await });
+        }
     }
 }
 
@@ -900,7 +893,7 @@ impl PostgresStore {
             connector: None,
             client: None,
             driver: None,
-            cancels: Vec::new(),
+            cancels: remote::Cancels::default(),
             describe,
             schema,
             schema_ready: false,
@@ -1015,7 +1008,6 @@ impl PostgresStore {
         let Some(client) = self.client.as_mut() else {
             return Err(Fail::Data("no connection".to_string()));
         };
-        self.cancels.retain(|c| !c.is_finished());
         let cancel = client.cancel_token();
         let result = self
             .rt
@@ -1027,12 +1019,21 @@ impl PostgresStore {
                 // The server goes on with a statement until it next reads from or writes
                 // to the closed connection: a statement waiting for a lock, or a slow
                 // read, would run on with its locks and its backend. Cancel it, as libpq's
-                // PQcancel does; the request runs beside whatever this store does next.
+                // PQcancel does (the process id and secret key name the backend), on a
+                // thread with a runtime of its own: this store's runs only inside a call.
                 if let Some(tls) = self.connector.clone() {
-                    self.cancels.push(self.rt.spawn(async move {
-                        let _ =
-                            tokio::time::timeout(CANCEL_TIMEOUT, cancel.cancel_query(tls)).await;
-                    }));
+                    self.cancels.start("pg-cancel", move || {
+                        let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                            .enable_all()
+                            .build()
+                        else {
+                            return;
+                        };
+                        rt.block_on(async {
+                            let _ = tokio::time::timeout(CANCEL_TIMEOUT, cancel.cancel_query(tls))
+                                .await;
+                        });
+                    });
                 }
                 Err(Fail::Timeout)
             }

@@ -30,6 +30,41 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(4);
 /// dropping the store waits for it.
 pub const CANCEL_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// Requests to stop statements given up on (PostgreSQL's `CancelRequest`, MySQL's
+/// `KILL QUERY`), each on a thread of its own, so that nothing the store does next waits
+/// for one. Dropping it waits for those still under way, at most [`CANCEL_TIMEOUT`] in
+/// all, so that a command that gives up and exits still stops what it left running.
+#[derive(Default)]
+pub(crate) struct Cancels(Vec<std::sync::mpsc::Receiver<()>>);
+
+impl Cancels {
+    /// Runs `send` (which bounds itself by [`CANCEL_TIMEOUT`]) on a new thread named `name`.
+    pub(crate) fn start(&mut self, name: &str, send: impl FnOnce() + Send + 'static) {
+        self.0
+            .retain(|done| matches!(done.try_recv(), Err(std::sync::mpsc::TryRecvError::Empty)));
+        let (done, wait) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                send();
+                let _ = done.send(());
+            });
+        if spawned.is_ok() {
+            self.0.push(wait);
+        }
+    }
+}
+
+impl Drop for Cancels {
+    fn drop(&mut self) {
+        let deadline = std::time::Instant::now() + CANCEL_TIMEOUT;
+        for done in self.0.drain(..) {
+            let _ =
+                done.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()));
+        }
+    }
+}
+
 /// An error with its sources, `outer: inner: innermost`, for messages.
 pub(crate) fn chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
