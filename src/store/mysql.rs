@@ -752,7 +752,7 @@ impl MysqlStore {
         match fail {
             Fail::Timeout => StoreError::Unavailable {
                 store,
-                detail: format!("{op}: no answer within {} s", CALL_TIMEOUT.as_secs()),
+                detail: remote::no_answer(op),
             },
             Fail::ConnectTimeout => StoreError::Unavailable {
                 store,

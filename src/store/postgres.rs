@@ -918,7 +918,7 @@ impl PostgresStore {
         match fail {
             Fail::Timeout => StoreError::Unavailable {
                 store,
-                detail: format!("{op}: no answer within {} s", CALL_TIMEOUT.as_secs()),
+                detail: remote::no_answer(op),
             },
             Fail::ConnectTimeout => StoreError::Unavailable {
                 store,

@@ -65,6 +65,12 @@ impl Drop for Cancels {
     }
 }
 
+/// A store error's detail for a call that got no answer within [`CALL_TIMEOUT`]:
+/// `OP: no answer within 4 s`.
+pub(crate) fn no_answer(op: &str) -> String {
+    format!("{op}: no answer within {} s", CALL_TIMEOUT.as_secs())
+}
+
 /// An error with its sources, `outer: inner: innermost`, for messages.
 pub(crate) fn chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();

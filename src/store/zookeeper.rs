@@ -451,6 +451,29 @@ impl ZooKeeperStore {
             crate::mark::key_component(key)
         ))
     }
+
+    /// The days (since the epoch) of `job`'s mark index that end at or before `before`
+    /// (µs since the epoch): those retention deletes whole.
+    fn mark_days_before(
+        &mut self,
+        job: &str,
+        before: i64,
+        op: &str,
+    ) -> Result<Vec<i64>, StoreError> {
+        let days_node = self.node(&format!("markday/{job}"));
+        let days: Vec<i64> = self.retrying(op, async |_, client| {
+            match client.list_children(&days_node).await {
+                Ok(days) => Ok(Some(days.iter().filter_map(|d| d.parse().ok()).collect())),
+                Err(zookeeper_client::Error::NoNode) => Ok(Some(Vec::new())),
+                Err(e) => Err(Fail::Zk(e)),
+            }
+        })?;
+        Ok(days
+            .into_iter()
+            .filter(|day| (day + 1).saturating_mul(remote::MARK_DAY_USEC) <= before)
+            .collect())
+    }
+
     fn mark_day_node(&self, job: &str, day: i64) -> String {
         self.node(&format!("markday/{job}/{day:020}"))
     }
@@ -1489,19 +1512,8 @@ impl Store for ZooKeeperStore {
     }
 
     fn delete_marks(&mut self, job: &str, before: i64) -> Result<usize, StoreError> {
-        let days_node = self.node(&format!("markday/{job}"));
-        let days: Vec<i64> = self.retrying("delete marks", async |_, client| {
-            match client.list_children(&days_node).await {
-                Ok(days) => Ok(Some(days.iter().filter_map(|d| d.parse().ok()).collect())),
-                Err(zookeeper_client::Error::NoNode) => Ok(Some(Vec::new())),
-                Err(e) => Err(Fail::Zk(e)),
-            }
-        })?;
         let mut n = 0;
-        for day in days {
-            if (day + 1).saturating_mul(remote::MARK_DAY_USEC) > before {
-                continue;
-            }
+        for day in self.mark_days_before(job, before, "delete marks")? {
             let day_node = self.mark_day_node(job, day);
             n += self.retrying("delete marks", async |store, client| {
                 let entries = match client.list_children(&day_node).await {
@@ -1550,20 +1562,9 @@ impl Store for ZooKeeperStore {
     }
 
     fn count_marks(&mut self, job: &str, before: i64) -> Result<usize, StoreError> {
-        let days_node = self.node(&format!("markday/{job}"));
-        let days: Vec<i64> = self.retrying("count marks", async |_, client| {
-            match client.list_children(&days_node).await {
-                Ok(days) => Ok(Some(days.iter().filter_map(|d| d.parse().ok()).collect())),
-                Err(zookeeper_client::Error::NoNode) => Ok(Some(Vec::new())),
-                Err(e) => Err(Fail::Zk(e)),
-            }
-        })?;
         let mut n = 0;
-        for day in days {
-            // The days delete_marks takes whole; each mark is one child of its day's node.
-            if (day + 1).saturating_mul(remote::MARK_DAY_USEC) > before {
-                continue;
-            }
+        // Each mark is one child of its day's node.
+        for day in self.mark_days_before(job, before, "count marks")? {
             let day_node = self.mark_day_node(job, day);
             n += self.retrying("count marks", async |_, client| {
                 match client.check_stat(&day_node).await {
