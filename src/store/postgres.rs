@@ -1008,20 +1008,20 @@ impl PostgresStore {
         let Some(client) = self.client.as_mut() else {
             return Err(Fail::Data("no connection".to_string()));
         };
-        let cancel = client.cancel_token();
         let result = self
             .rt
             .block_on(async { tokio::time::timeout(CALL_TIMEOUT, f(client)).await });
         // A connection given up on is not waited for when the store is dropped.
         match result {
             Err(_) => {
+                let cancel = self.client.as_ref().map(Client::cancel_token);
                 (self.client, self.driver) = (None, None);
                 // The server goes on with a statement until it next reads from or writes
                 // to the closed connection: a statement waiting for a lock, or a slow
                 // read, would run on with its locks and its backend. Cancel it, as libpq's
                 // PQcancel does (the process id and secret key name the backend), on a
                 // thread with a runtime of its own: this store's runs only inside a call.
-                if let Some(tls) = self.connector.clone() {
+                if let (Some(cancel), Some(tls)) = (cancel, self.connector.clone()) {
                     self.cancels.start("pg-cancel", move || {
                         let Ok(rt) = tokio::runtime::Builder::new_current_thread()
                             .enable_all()
