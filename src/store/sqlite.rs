@@ -1020,7 +1020,16 @@ impl Store for SqliteStore {
                     "(SELECT {} AS job)",
                     placeholder(&mut values, Value::Text(job.clone()))
                 ),
-                None => "(SELECT DISTINCT job FROM jobguard_run)".to_string(),
+                // Every job of the store, by one search of the slot index per job (the next
+                // name after the last, a recursive common table expression): `SELECT
+                // DISTINCT job` read every entry of the index.
+                None => "(WITH RECURSIVE d(job) AS (
+                           SELECT MIN(job) FROM jobguard_run
+                           UNION ALL
+                           SELECT (SELECT MIN(job) FROM jobguard_run WHERE job > d.job) FROM d
+                            WHERE d.job IS NOT NULL)
+                         SELECT job FROM d WHERE job IS NOT NULL)"
+                    .to_string(),
             };
             let f = placeholder(&mut values, Value::Integer(from));
             conditions.push(format!(
@@ -1492,7 +1501,8 @@ mod tests {
 
     /// The calls of a timer's run (claim and finish of `slot`, under `run_id`), of
     /// `status` and `audit` (the newest records, the unsettled ones, a slot with no record,
-    /// an hour's window, the lease) and of `recover` (the queued re-runs).
+    /// an hour's window of the job and of every job, the lease) and of `recover` (the
+    /// queued re-runs).
     fn everyday(store: &mut SqliteStore, slot: i64, run_id: &str) {
         match store.claim(&request(slot, run_id)).expect("claim") {
             Claim::Claimed { lease, .. } => {
@@ -1525,6 +1535,11 @@ mod tests {
             },
             RunQuery {
                 job: job.clone(),
+                slots_from: Some(slot - 60 * MINUTE),
+                ..RunQuery::default()
+            },
+            // `audit --since` of every job.
+            RunQuery {
                 slots_from: Some(slot - 60 * MINUTE),
                 ..RunQuery::default()
             },
