@@ -17,7 +17,10 @@
 # The records are written straight into the store's table (a recursive CTE in SQLite,
 # generate_series in PostgreSQL): 10,000 per job, one success per minutely slot, newest
 # one minute ago, so every slot of the last week is done and none is missed until the
-# minutes the benchmark itself takes pass. SQLite's file gets no ANALYZE: jobguard never
+# minutes the benchmark itself takes pass. Fencing tokens rise with the start, and each
+# job's lease row holds the newest (the claims go on from there): a ledger an audit finds
+# nothing wrong with (tokens that fell with the start made every record a finding, and
+# `audit` spent its time printing them). SQLite's file gets no ANALYZE: jobguard never
 # runs one, so a real store has no statistics and the planner goes by the schema alone
 # (with them it found the slot index on its own, and hid a claim that read every record
 # of its job). PostgreSQL's tables are analysed, as autovacuum does after such a load.
@@ -54,8 +57,11 @@ INSERT INTO jobguard_run (run_id, job, slot_usec, slot_zone, attempt, outcome, r
   invocation_id, started_at, finished_at, fencing_token, report, resolution)
 SELECT 'r' || j || '-' || k, 'j' || substr('0' || j, -2, 2) , (CAST($now_min AS BIGINT) - k) * 60000000, 'UTC', 1,
   'succeeded', NULL, 0, 0, 'timer', 'bench', 'm', 'b', 1, 1, NULL,
-  (CAST($now_min AS BIGINT) - k) * 60000000 + 1000, (CAST($now_min AS BIGINT) - k) * 60000000 + 2000, k, '{}', NULL
+  (CAST($now_min AS BIGINT) - k) * 60000000 + 1000, (CAST($now_min AS BIGINT) - k) * 60000000 + 2000, 1000000000 - k, '{}', NULL
 FROM $1;
+INSERT INTO jobguard_lease (job, holder, host, token, acquired_at, expire_at)
+  SELECT DISTINCT job, '', 'bench', 1000000000, 0, 0 FROM jobguard_run WHERE true
+  ON CONFLICT (job) DO UPDATE SET holder = '', token = excluded.token, expire_at = 0;
 SQL
 }
 
