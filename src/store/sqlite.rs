@@ -1092,8 +1092,8 @@ impl Store for SqliteStore {
         }
         if query.limit > 0 {
             // Written out, not bound: SQLite plans with a bound LIMIT's value, so every bind
-            // expired the statement and it was compiled again at each call (12% of a
-            // `status` on 100 jobs). A few limits are used, each one cached statement.
+            // expired the statement and it was compiled again at each call. A few limits
+            // are used, each one cached statement.
             let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
             rest.push_str(&format!(" LIMIT {limit}"));
         }
