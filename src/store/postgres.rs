@@ -1828,15 +1828,7 @@ impl Store for PostgresStore {
                 if job.is_some() {
                     "(SELECT $1::text AS job)"
                 } else {
-                    // Every job of the store, by one index search per job (the next name
-                    // after the last): `SELECT DISTINCT job` read every entry of the
-                    // index, 42 ms of 1,000,000 records.
-                    "(WITH RECURSIVE d(job) AS (
-                       SELECT min(job) FROM jobguard_run
-                       UNION ALL
-                       SELECT (SELECT min(job) FROM jobguard_run WHERE job > d.job) FROM d
-                        WHERE d.job IS NOT NULL)
-                     SELECT job FROM d WHERE job IS NOT NULL)"
+                    crate::store::EVERY_JOB
                 },
                 key = crate::audit::SCHEDULE
             ),

@@ -998,4 +998,4 @@ impl Memory {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

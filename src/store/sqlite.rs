@@ -1020,16 +1020,7 @@ impl Store for SqliteStore {
                     "(SELECT {} AS job)",
                     placeholder(&mut values, Value::Text(job.clone()))
                 ),
-                // Every job of the store, by one search of the slot index per job (the next
-                // name after the last, a recursive common table expression): `SELECT
-                // DISTINCT job` read every entry of the index.
-                None => "(WITH RECURSIVE d(job) AS (
-                           SELECT MIN(job) FROM jobguard_run
-                           UNION ALL
-                           SELECT (SELECT MIN(job) FROM jobguard_run WHERE job > d.job) FROM d
-                            WHERE d.job IS NOT NULL)
-                         SELECT job FROM d WHERE job IS NOT NULL)"
-                    .to_string(),
+                None => crate::store::EVERY_JOB.to_string(),
             };
             let f = placeholder(&mut values, Value::Integer(from));
             conditions.push(format!(
@@ -1376,53 +1367,33 @@ mod tests {
 
     use super::*;
     use crate::clock::ManualClock;
-    use crate::lease::Holder;
-    use crate::ledger::{Finish, NewRun, Outcome, Slot};
+    use crate::store::rules::tests::{end, req};
     use crate::store::{Claim, ClaimRequest, RunQuery};
 
     /// The store's clock: 2027-01-15T08:00:00Z, µs since the epoch.
     const NOW: i64 = 1_800_000_000_000_000;
     const MINUTE: i64 = 60_000_000;
 
-    fn holder() -> Holder {
-        Holder {
-            machine_id: "m".repeat(32),
-            boot_id: "b".repeat(32),
-            pid: 1000,
-            pid_start: 5_000_000,
-            host: "host".into(),
-        }
-    }
-
-    fn request(slot: i64, run_id: &str) -> ClaimRequest {
-        let mut req = ClaimRequest::new(
-            NewRun {
-                run_id: run_id.into(),
-                job: "j".into(),
-                slot: Slot {
-                    usec: slot,
-                    zone: "UTC".into(),
-                },
-                forced: false,
-                trigger: "timer".into(),
-                invocation_id: None,
-            },
-            holder(),
-            Duration::from_secs(60),
-        );
-        // As the shim asks for a timer's slot.
+    /// A claim of job `j`'s `slot` under run id number `r`, as the shim asks for a timer's
+    /// slot (queued re-runs first, in order).
+    fn request(slot: i64, r: u32) -> ClaimRequest {
+        let mut req = req(slot, 1, r);
         req.queued_first = true;
         req.in_order = true;
         req
     }
 
-    fn succeeded() -> Finish {
-        Finish {
-            outcome: Outcome::Succeeded,
-            reason: None,
-            exit_status: Some(0),
-            report: BTreeMap::new(),
-            resolution: None,
+    /// Claims `slot` and records its success.
+    fn succeed(store: &mut SqliteStore, slot: i64, r: u32) {
+        let req = request(slot, r);
+        match store.claim(&req).expect("claim") {
+            Claim::Claimed { lease, .. } => {
+                let done = end(Outcome::Succeeded, None);
+                store
+                    .finish(&lease, &req.run.run_id, &done)
+                    .expect("finish");
+            }
+            other => panic!("claim of slot {slot}: {other:?}"),
         }
     }
 
@@ -1432,13 +1403,7 @@ mod tests {
         let clock = ManualClock::new(NOW);
         let mut store = SqliteStore::open_in_memory(Arc::new(clock.clone())).expect("open");
         store.init().expect("init");
-        let Claim::Claimed { lease, .. } = store
-            .claim(&request(NOW - (records + 1) * MINUTE, "r0"))
-            .expect("claim")
-        else {
-            panic!("first claim not granted");
-        };
-        store.finish(&lease, "r0", &succeeded()).expect("finish");
+        succeed(&mut store, NOW - (records + 1) * MINUTE, 0);
         store
             .conn
             .execute(
@@ -1449,7 +1414,7 @@ mod tests {
                        reason, exit_status, forced, trigger_kind, host, machine_id, boot_id,
                        pid, pid_start, invocation_id, ?2 - k * ?3 + 1000, ?2 - k * ?3 + 2000,
                        fencing_token, report, resolution
-                     FROM k, (SELECT * FROM jobguard_run WHERE run_id = 'r0') r,
+                     FROM k, (SELECT * FROM jobguard_run) r,
                        (SELECT 'j' AS name UNION ALL SELECT 'other') j"
                 ),
                 params![records, NOW, MINUTE],
@@ -1499,17 +1464,12 @@ mod tests {
         std::mem::take(&mut seen.lock().expect("lock").1)
     }
 
-    /// The calls of a timer's run (claim and finish of `slot`, under `run_id`), of
+    /// The calls of a timer's run (claim and finish of `slot`, under run id number `r`), of
     /// `status` and `audit` (the newest records, the unsettled ones, a slot with no record,
     /// an hour's window of the job and of every job, the lease) and of `recover` (the
     /// queued re-runs).
-    fn everyday(store: &mut SqliteStore, slot: i64, run_id: &str) {
-        match store.claim(&request(slot, run_id)).expect("claim") {
-            Claim::Claimed { lease, .. } => {
-                store.finish(&lease, run_id, &succeeded()).expect("finish");
-            }
-            other => panic!("claim of slot {slot}: {other:?}"),
-        }
+    fn everyday(store: &mut SqliteStore, slot: i64, r: u32) {
+        succeed(store, slot, r);
         let job = Some("j".to_string());
         for query in [
             RunQuery {
@@ -1546,7 +1506,7 @@ mod tests {
             // `recover` and the re-run service.
             RunQuery {
                 job: job.clone(),
-                resolutions: vec![crate::ledger::Resolution::Queued],
+                resolutions: vec![Resolution::Queued],
                 ..RunQuery::default()
             },
         ] {
@@ -1559,7 +1519,7 @@ mod tests {
     fn everyday_calls_do_not_grow_with_the_history_without_statistics() {
         let (mut small, _) = store_with(1_000);
         let (mut large, _) = store_with(100_000);
-        let run = |store: &mut SqliteStore| everyday(store, NOW, "next");
+        let run = |store: &mut SqliteStore| everyday(store, NOW, 1);
         let s = counted(&mut small, StatementStatus::VmStep, run);
         let l = counted(&mut large, StatementStatus::VmStep, run);
         let mut grew = Vec::new();
@@ -1587,10 +1547,10 @@ mod tests {
     #[test]
     fn everyday_calls_are_not_prepared_again() {
         let (mut store, clock) = store_with(1_000);
-        everyday(&mut store, NOW, "first");
+        everyday(&mut store, NOW, 1);
         clock.advance(MINUTE);
         let again = counted(&mut store, StatementStatus::RePrepare, |s| {
-            everyday(s, NOW + MINUTE, "second");
+            everyday(s, NOW + MINUTE, 2);
         });
         let prepared: Vec<String> = again
             .iter()

@@ -17,7 +17,8 @@ const TTL_US: i64 = 60_000_000;
 /// When another machine may take a slot over from a holder whose lease lapsed.
 const TAKEOVER: i64 = TTL_US + FOREIGN_GRACE_USEC;
 
-fn holder(n: u32) -> Holder {
+/// Holder number `n`.
+pub(crate) fn holder(n: u32) -> Holder {
     Holder {
         machine_id: format!("{n:032x}"),
         boot_id: format!("b{n:031x}"),
@@ -27,7 +28,8 @@ fn holder(n: u32) -> Holder {
     }
 }
 
-fn req(slot: i64, h: u32, r: u32) -> ClaimRequest {
+/// A claim of job `j`'s `slot` (UTC) by holder `h` under run id number `r`, ttl 60 s.
+pub(crate) fn req(slot: i64, h: u32, r: u32) -> ClaimRequest {
     ClaimRequest::new(
         NewRun {
             run_id: format!("{r:032x}"),
@@ -45,7 +47,8 @@ fn req(slot: i64, h: u32, r: u32) -> ClaimRequest {
     )
 }
 
-fn end(outcome: Outcome, resolution: Option<Resolution>) -> Finish {
+/// The end of a run with `outcome` and `resolution`.
+pub(crate) fn end(outcome: Outcome, resolution: Option<Resolution>) -> Finish {
     Finish {
         outcome,
         reason: None,
