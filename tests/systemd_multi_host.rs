@@ -12,9 +12,10 @@
 //! - a host cut off from the store (its proxy frozen with SIGSTOP: packets stop,
 //!   connections hang, as in a partition): it stops its job before its lease expires;
 //!   another host takes over after expiry; the runs never overlap;
-//! - a host cut off just as its job ends, past its lease and a recovery pass of the other
-//!   hosts: once it is back, it records the success it kept, and no host runs the slot
-//!   again.
+//! - a host cut off just as its job ends, past its lease, the other hosts' first sighting
+//!   of its expiry and two of its own recovery passes: back 75 s after that sighting,
+//!   inside the 90 s grace, it records the success it kept before any other host's pass
+//!   may take it for gone, and no host runs the slot again.
 //!
 //! Needs root, systemd-nspawn, socat, psql and PostgreSQL on 127.0.0.1:5432 (trust
 //! auth; the store-sync example writes its orders there whatever the store), and for the
@@ -546,6 +547,13 @@ fn a_host_cut_off_from_the_store_stops_before_another_takes_over(server: &'stati
 }
 
 on_each_store!(a_host_cut_off_as_its_job_ends_records_the_success_and_no_host_runs_it_again);
+/// The holder is cut off as its job ends, and stays so past its lease's expiry and through
+/// two of its own recovery passes: the first of the other hosts' passes to see the lease
+/// expired (their first sighting) and the next. It is back 75 s after that first sighting,
+/// inside the 90 s grace (`rules::FOREIGN_GRACE_USEC`), so it must record the success it
+/// kept before that grace runs out: before the other hosts' pass at the first sighting +
+/// 120 s, the first that could take it for gone. Recording only at its own next pass would
+/// race that pass.
 fn a_host_cut_off_as_its_job_ends_records_the_success_and_no_host_runs_it_again(
     server: &'static Server,
 ) {
@@ -580,18 +588,65 @@ fn a_host_cut_off_as_its_job_ends_records_the_success_and_no_host_runs_it_again(
         || Ok(job_log(h1).iter().any(|l| l.0 == "end").then_some(())),
     )
     .expect("ended");
-    // Stay cut off past the lease's expiry and the next recovery pass of the other hosts
-    // (every minute, on the minute), which sees the lease expired.
-    let expired = frozen_at + 12.0;
-    let next_pass = (expired / 60.0).floor() * 60.0 + 60.0;
-    let thaw_at = next_pass + 10.0;
+    // The other hosts' first sighting of the expired lease (store time, µs, kept by each
+    // host's recovery pass in /run/jobguard/suspect/RUN_ID).
+    let sighted = common::wait_for(
+        "another host to see h1's lease expired",
+        Duration::from_secs(150),
+        Duration::from_millis(500),
+        || {
+            let seen = cl.hosts[1..]
+                .iter()
+                .filter_map(|c| {
+                    let out = c
+                        .exec(&["sh", "-c", "cat /run/jobguard/suspect/* 2>/dev/null"])
+                        .ok()?;
+                    String::from_utf8_lossy(&out.stdout)
+                        .lines()
+                        .filter_map(|l| l.trim().parse::<i64>().ok())
+                        .min()
+                })
+                .min();
+            Ok(seen.map(|us| us as f64 / 1e6))
+        },
+    )
+    .expect("sighted");
+    let thaw_at = sighted + 75.0;
     std::thread::sleep(Duration::from_secs_f64((thaw_at - now_secs()).max(0.0)));
     proxy1.thaw();
-    eprintln!("{test}: cut off from {frozen_at:.1} to {thaw_at:.1}; lease expired {expired:.1}");
+    eprintln!(
+        "{test}: cut off from {frozen_at:.1} to {thaw_at:.1}; lease first seen expired {sighted:.1}"
+    );
+    // Recorded before the other hosts' pass that could take h1 for gone.
+    let deadline = sighted + 115.0;
+    let recorded = common::wait_for(
+        "h1 to record the success it kept",
+        Duration::from_secs_f64((deadline - now_secs()).max(1.0)),
+        Duration::from_millis(500),
+        || {
+            let rows = history(&cl.hosts[1], "sync").unwrap_or_default();
+            Ok(rows
+                .iter()
+                .any(|r| field(r, "outcome") == "succeeded")
+                .then(now_secs))
+        },
+    );
+    if let Ok(at) = &recorded {
+        eprintln!(
+            "{test}: recorded by {:.1} s after the first sighting",
+            at - sighted
+        );
+    }
+    let rows = history(&cl.hosts[1], "sync").expect("history");
+    assert!(
+        recorded.is_ok(),
+        "not recorded within {:.0} s of the first sighting: {rows:#?}",
+        deadline - sighted
+    );
 
-    // Two more passes: h1 records what it kept; no host queues or runs the slot again.
+    // Two more passes of every host: no host queues or runs the slot again.
     std::thread::sleep(Duration::from_secs_f64(
-        (next_pass + 130.0 - now_secs()).max(0.0),
+        (sighted + 190.0 - now_secs()).max(0.0),
     ));
     let starts: Vec<String> = cl
         .hosts
