@@ -794,3 +794,63 @@ fn sqlite_a_backfill_beyond_the_records_read_makes_nothing_missed() {
     let rec = sb.run(&["recover"]);
     assert!(!stderr(&rec).contains("missed"), "{}", stderr(&rec));
 }
+
+/// `audit --since -7d` of every job of a busy PostgreSQL store: 100 minutely jobs with a
+/// success at each of their last 10,086 slots (1,008,600 records, a week), written
+/// straight into the table. Read as one call, every job's window took longer than one
+/// call's deadline (`read runs: no answer within 4 s`, exit 69) and held every record in
+/// memory at once; read one job at a time, each read is one job's window.
+#[test]
+fn postgres_audit_of_every_job_over_a_busy_week() {
+    let backend = Backend::postgres("days");
+    let mut list = String::new();
+    for j in 0..100 {
+        list += &format!(
+            "[jobs.j{j:02}]\nschedule = \"*:*:00\"\ncommand = [\"/bin/true\"]\n{}\n",
+            backend.store_line()
+        );
+    }
+    let sb = Sandbox::new(&list);
+    // Creates the store's schema.
+    let out = sb.run(&["run", "--force", "j00"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let now_min = jiff::Timestamp::now().as_second() / 60;
+    backend.sql(
+        &sb,
+        &format!(
+            "DELETE FROM jobguard_run;
+             INSERT INTO jobguard_run (run_id, job, slot_usec, slot_zone, attempt, outcome,
+               reason, exit_status, forced, trigger_kind, host, machine_id, boot_id, pid,
+               pid_start, invocation_id, started_at, finished_at, fencing_token, report,
+               resolution)
+             SELECT 'r' || j || '-' || k, 'j' || lpad(j::text, 2, '0'),
+               ({now_min}::bigint - k) * 60000000, 'UTC', 1, 'succeeded', NULL, 0, false, 'timer',
+               'h', 'm', 'b', 1, 1, NULL, ({now_min}::bigint - k) * 60000000 + 1000,
+               ({now_min}::bigint - k) * 60000000 + 2000, 1000000000 - k, '{{}}', NULL
+             FROM generate_series(0, 99) AS j, generate_series(0, 10085) AS k;
+             INSERT INTO jobguard_lease (job, holder, host, token, acquired_at, expire_at)
+               SELECT DISTINCT job, '', 'h', 1000000000, 0, 0 FROM jobguard_run WHERE true
+               ON CONFLICT (job) DO UPDATE SET holder = '', token = excluded.token,
+                 expire_at = 0;
+             ANALYZE jobguard_run"
+        ),
+    );
+    let started = std::time::Instant::now();
+    let (out, v) = audit(&sb, &["--since", "-7d"]);
+    eprintln!("audit --since -7d: {:?}", started.elapsed());
+    // 1 when a minute that passed since the records were written counts as missed.
+    assert!(
+        matches!(out.status.code(), Some(0 | 1)),
+        "{:?}: {}",
+        out.status,
+        stderr(&out)
+    );
+    let jobs = v["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 100, "{}", stderr(&out));
+    for j in jobs {
+        assert!(j["records"].as_u64().unwrap() >= 10_080, "{j}");
+        for f in j["findings"].as_array().unwrap() {
+            assert_eq!(f["kind"], "missed", "{j}");
+        }
+    }
+}
