@@ -1,17 +1,19 @@
 //! `jobguard audit [JOB] [--since TIME] [--until TIME] [--json]`: read ledgers and list
 //! what [`crate::audit`] finds, as a table or one JSON object.
 //!
-//! Without JOB, every record of every store the job list names is read (one query per
-//! store), grouped by job: jobs removed from the job list are audited too, without the
-//! slot checks (their schedule is no longer known). With JOB, its records are read from
-//! its store, or, for a job no longer in the job list, from every store of the list.
+//! Without JOB, every job of every store the job list names is audited, one job at a time
+//! ([`crate::store::Store::jobs`], then one read per job: each read has one call's
+//! deadline, and memory holds one job's records): jobs removed from the job list are
+//! audited too, without the slot checks (their schedule is no longer known). With JOB,
+//! its records are read from its store, or, for a job no longer in the job list, from
+//! every store of the list.
 //! With `--since`, only the records of the slots from then on are read, with the few older
 //! ones the check needs ([`crate::store::rules::window`]): a job's whole history is not.
 //! The one thing a window cannot see is the schedule a job had before it: a gap at a
 //! change back to an earlier schedule is judged as after a change. Only reads: nothing is
 //! marked, started or ended.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use serde_json::json;
 
@@ -25,14 +27,12 @@ use crate::ledger::{Outcome, Run, format_usec};
 use crate::recover;
 use crate::store::{RunQuery, Store, StoreError};
 
-/// An open store and the ledgers read from it.
-type StoreLedgers = (Box<dyn Store>, Vec<Ledger>);
-
-/// One job's records in one store.
-struct Ledger {
-    job: String,
-    store: String,
-    runs: Vec<Run>,
+/// An open store ([`Store::describe`] with secrets masked, as the job list's address is
+/// masked) and the jobs to audit in it.
+struct Audited {
+    store: Box<dyn Store>,
+    describe: String,
+    jobs: Vec<String>,
 }
 
 /// Runs `jobguard audit`; returns [`exit::OK`] when nothing needs attention,
@@ -57,44 +57,53 @@ pub fn run(args: &AuditArgs) -> u8 {
         (Err(c), _) | (_, Err(c)) => return c,
     };
     let mut status = exit::OK;
-    let (read, store_status) = read_ledgers(&set, args.job.as_deref(), since);
+    let (mut stores, store_status) = open_ledgers(&set, args.job.as_deref());
     if store_status != exit::OK {
         status = store_status;
-    }
-    if let Some(name) = &args.job
-        && !set.jobs.contains_key(name)
-        && read.iter().all(|(_, ls)| ls.is_empty())
-        && status == exit::OK
-    {
-        eprintln!(
-            "jobguard: no job named {name:?} in the job list, and no store holds records of it"
-        );
-        return exit::CONFIG;
     }
     let boot = identity::boot_time_usec();
     let mut jobs_json = Vec::new();
     let mut rows = Vec::new();
     let (mut total, mut attention) = (0usize, 0usize);
-    let mut ledgers: Vec<(usize, Ledger)> = Vec::new();
-    let mut stores: Vec<Box<dyn Store>> = Vec::new();
-    for (store, ls) in read {
-        ledgers.extend(ls.into_iter().map(|l| (stores.len(), l)));
-        stores.push(store);
-    }
-    ledgers.sort_by(|a, b| (&a.1.job, &a.1.store).cmp(&(&b.1.job, &b.1.store)));
-    for (i, ledger) in ledgers {
-        let store = &mut stores[i];
+    // By job, then store.
+    let mut ledgers: Vec<(String, String, usize)> = stores
+        .iter()
+        .enumerate()
+        .flat_map(|(i, a)| {
+            a.jobs
+                .iter()
+                .map(move |j| (j.clone(), a.describe.clone(), i))
+        })
+        .collect();
+    ledgers.sort();
+    for (name, describe, i) in ledgers {
+        let store = &mut stores[i].store;
+        let runs = match store.runs(&RunQuery {
+            job: Some(name.clone()),
+            slots_from: since,
+            ..RunQuery::default()
+        }) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("jobguard: {name}: {e}");
+                status = e.exit_status();
+                continue;
+            }
+        };
+        if runs.is_empty() {
+            continue;
+        }
         // The schedule applies only where the job list says the job's records live.
-        let job = set.jobs.get(&ledger.job).filter(|j| {
+        let job = set.jobs.get(&name).filter(|j| {
             job_store_address(j)
                 .ok()
                 .map(|a| crate::store::address::mask(&a))
-                == Some(ledger.store.clone())
+                == Some(describe.clone())
         });
-        let orphans = match orphans(store.as_mut(), &ledger.runs) {
+        let orphans = match orphans(store.as_mut(), &runs) {
             Ok(o) => o,
             Err(e) => {
-                eprintln!("jobguard: {}: {e}", ledger.job);
+                eprintln!("jobguard: {name}: {e}");
                 status = e.exit_status();
                 continue;
             }
@@ -111,23 +120,33 @@ pub fn run(args: &AuditArgs) -> u8 {
         // A paused job expects no slot: like a removed one, it is audited without the slot
         // checks (no slot is missed while it is paused).
         let calendar = job.filter(|j| j.enabled).map(|j| &j.calendar);
-        let findings = audit::audit_job(&ledger.runs, calendar, &orphans, &scope);
+        let findings = audit::audit_job(&runs, calendar, &orphans, &scope);
         total += findings.len();
         attention += findings
             .iter()
             .filter(|f| audit::needs_attention(f))
             .count();
         for f in &findings {
-            rows.push(row(&ledger.job, f));
+            rows.push(row(&name, f));
         }
         jobs_json.push(json!({
-            "job": ledger.job,
-            "store": ledger.store,
+            "job": name,
+            "store": describe,
             "in_job_list": job.is_some(),
             "paused": job.is_some_and(|j| !j.enabled),
-            "records": ledger.runs.len(),
+            "records": runs.len(),
             "findings": findings.iter().map(Finding::json).collect::<Vec<_>>(),
         }));
+    }
+    if let Some(name) = &args.job
+        && !set.jobs.contains_key(name)
+        && jobs_json.is_empty()
+        && status == exit::OK
+    {
+        eprintln!(
+            "jobguard: no job named {name:?} in the job list, and no store holds records of it"
+        );
+        return exit::CONFIG;
     }
     for e in &set.errors {
         eprintln!("jobguard: {e}");
@@ -296,11 +315,13 @@ pub fn orphans(
     Ok(out)
 }
 
-/// Reads the ledgers to audit, by store (each store open once), and the exit status of any store
-/// that could not be read (those are left out, with a message). With `since` (µs since the
-/// epoch), only the records a check of the slots from `since` on needs
-/// ([`RunQuery::slots_from`]), not every job's whole history.
-fn read_ledgers(set: &JobSet, only: Option<&str>, since: Option<i64>) -> (Vec<StoreLedgers>, u8) {
+/// Opens the stores to audit, each once, with the jobs to audit in each: `only`, or every
+/// job the store holds records of ([`Store::jobs`]); and the exit status of any store that
+/// could not be opened or listed (those are left out, with a message). The records
+/// themselves are read one job at a time by the caller: with `--since`, only the records a
+/// check of the slots from then on needs ([`RunQuery::slots_from`]), not every job's whole
+/// history.
+fn open_ledgers(set: &JobSet, only: Option<&str>) -> (Vec<Audited>, u8) {
     // The stores to read: the job's own, or (no job, or a job not in the list) all that
     // the list names, `[defaults]` included.
     let (addresses, status) = match only.and_then(|n| set.jobs.get(n)) {
@@ -320,32 +341,22 @@ fn read_ledgers(set: &JobSet, only: Option<&str>, since: Option<i64>) -> (Vec<St
                 continue;
             }
         };
-        let runs = match store.runs(&RunQuery {
-            job: only.map(str::to_string),
-            slots_from: since,
-            ..RunQuery::default()
-        }) {
-            Ok(r) => r,
-            Err(e) => {
-                eprintln!("jobguard: {e}");
-                status = e.exit_status();
-                continue;
-            }
+        let jobs = match only {
+            Some(name) => vec![name.to_string()],
+            None => match store.jobs() {
+                Ok(jobs) => jobs,
+                Err(e) => {
+                    eprintln!("jobguard: {e}");
+                    status = e.exit_status();
+                    continue;
+                }
+            },
         };
-        let mut by_job: BTreeMap<String, Vec<Run>> = BTreeMap::new();
-        for r in runs {
-            by_job.entry(r.job.clone()).or_default().push(r);
-        }
-        let describe = crate::store::address::mask(&address);
-        let ledgers: Vec<Ledger> = by_job
-            .into_iter()
-            .map(|(job, runs)| Ledger {
-                job,
-                store: describe.clone(),
-                runs,
-            })
-            .collect();
-        out.push((store, ledgers));
+        out.push(Audited {
+            store,
+            describe: crate::store::address::mask(&address),
+            jobs,
+        });
     }
     (out, status)
 }

@@ -456,6 +456,24 @@ pub trait Store: Send {
     /// Records matching `query`, newest first (by `started_at`).
     fn runs(&mut self, query: &RunQuery) -> Result<Vec<Run>, StoreError>;
 
+    /// The names of the jobs the store holds records of, sorted: for a command that reads
+    /// every job's records (`audit`) one job at a time, so that each read has the deadline
+    /// of one call and memory holds one job's records. The SQL stores search their index
+    /// once per job; the default reads every record.
+    ///
+    /// # Errors
+    /// As [`Store::runs`].
+    fn jobs(&mut self) -> Result<Vec<String>, StoreError> {
+        let mut jobs: Vec<String> = self
+            .runs(&RunQuery::default())?
+            .into_iter()
+            .map(|r| r.job)
+            .collect();
+        jobs.sort();
+        jobs.dedup();
+        Ok(jobs)
+    }
+
     /// How many records of `job` the store holds, by outcome (outcomes with none are left
     /// out), over the whole ledger. The SQL stores count in one query; the default reads
     /// every record of the job.

@@ -1614,6 +1614,15 @@ impl Store for MysqlStore {
         })
     }
 
+    fn jobs(&mut self) -> Result<Vec<String>, StoreError> {
+        self.ready()?;
+        // A loose index scan of the slot index (its first column), by MySQL's and
+        // MariaDB's own plan for DISTINCT on an index prefix.
+        self.with_schema("list jobs", |c| {
+            Ok(c.query("SELECT DISTINCT job FROM jobguard_run ORDER BY job")?)
+        })
+    }
+
     fn runs(&mut self, query: &RunQuery) -> Result<Vec<Run>, StoreError> {
         self.ready()?;
         let mut conditions = Vec::new();

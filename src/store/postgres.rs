@@ -1787,6 +1787,15 @@ impl Store for PostgresStore {
         })
     }
 
+    fn jobs(&mut self) -> Result<Vec<String>, StoreError> {
+        self.ready()?;
+        let sql = format!("SELECT job FROM {} j ORDER BY job", crate::store::EVERY_JOB);
+        self.with_schema("list jobs", async |c| {
+            let rows = c.query_typed(&sql, &[]).await?;
+            rows.iter().map(|r| Ok(r.try_get(0)?)).collect()
+        })
+    }
+
     fn runs(&mut self, query: &RunQuery) -> Result<Vec<Run>, StoreError> {
         self.ready()?;
         let outcomes: Vec<&str> = query.outcomes.iter().map(|o| o.as_str()).collect();

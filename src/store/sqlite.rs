@@ -986,6 +986,17 @@ impl Store for SqliteStore {
         count().map_err(|e| store_error(&self.describe, "count runs", e))
     }
 
+    fn jobs(&mut self) -> Result<Vec<String>, StoreError> {
+        self.ready()?;
+        let list = || -> Result<Vec<String>, Fail> {
+            let sql = format!("SELECT job FROM {} ORDER BY job", crate::store::EVERY_JOB);
+            let mut stmt = self.conn.prepare_cached(&sql)?;
+            let rows = stmt.query_map([], |row| row.get::<_, String>(0))?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        };
+        list().map_err(|e| store_error(&self.describe, "list jobs", e))
+    }
+
     fn runs(&mut self, query: &RunQuery) -> Result<Vec<Run>, StoreError> {
         self.ready()?;
         let mut conditions: Vec<String> = Vec::new();
