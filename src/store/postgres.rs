@@ -1789,10 +1789,16 @@ impl Store for PostgresStore {
 
     fn jobs(&mut self) -> Result<Vec<String>, StoreError> {
         self.ready()?;
-        let sql = format!("SELECT job FROM {} j ORDER BY job", crate::store::EVERY_JOB);
+        let sql = format!("SELECT job FROM {} j", crate::store::EVERY_JOB);
         self.with_schema("list jobs", async |c| {
             let rows = c.query_typed(&sql, &[]).await?;
-            rows.iter().map(|r| Ok(r.try_get(0)?)).collect()
+            let mut jobs = rows
+                .iter()
+                .map(|r| Ok(r.try_get(0)?))
+                .collect::<Result<Vec<String>, Fail>>()?;
+            // By bytes, whatever the database's collation.
+            jobs.sort();
+            Ok(jobs)
         })
     }
 

@@ -103,6 +103,7 @@ macro_rules! conformance_suite {
             a_mark_is_fenced_by_the_runs_lease,
             runs_reads_a_window_of_slots,
             marks_go_with_their_jobs_retention,
+            jobs_are_those_with_records_sorted,
         );
     };
     (@cases required $fresh:path; $($case:ident),* $(,)?) => {
@@ -1133,6 +1134,30 @@ pub fn runs_reads_a_window_of_slots(env: &dyn Env) {
 }
 
 /// `runs` filters by job, slot, outcome and resolution, newest first, with a limit.
+/// `jobs()`: none in a fresh store; then each job with a record, once, sorted by name,
+/// whatever its records' outcomes; a job whose records were all deleted is gone.
+pub fn jobs_are_those_with_records_sorted(env: &dyn Env) {
+    let mut s = connect(env);
+    assert_eq!(s.jobs().unwrap(), Vec::<String>::new());
+    let plan: [(u32, &str, i64, Outcome); 5] = [
+        (1, "sync", S1, Outcome::Succeeded),
+        (2, "b-other", S1, Outcome::Failed),
+        (3, "sync", S2, Outcome::Succeeded),
+        (4, "a.first", S1, Outcome::Running),
+        (5, "z_last", S1, Outcome::Succeeded),
+    ];
+    for (n, job, slot, outcome) in plan {
+        env.advance(1_000_000);
+        let (l, _) = claimed(&mut *s, &request(job, slot, n, n, false));
+        if outcome != Outcome::Running {
+            s.finish(&l, &rid(n), &finish(outcome)).unwrap();
+        }
+    }
+    assert_eq!(s.jobs().unwrap(), ["a.first", "b-other", "sync", "z_last"]);
+    assert_eq!(s.delete_slots("z_last", &[S1], i64::MAX).unwrap(), 1);
+    assert_eq!(s.jobs().unwrap(), ["a.first", "b-other", "sync"]);
+}
+
 pub fn runs_filters_and_order(env: &dyn Env) {
     let mut s = connect(env);
     // (run, job, slot, outcome)
