@@ -459,7 +459,8 @@ pub trait Store: Send {
     /// The names of the jobs the store holds records of, sorted: for a command that reads
     /// every job's records (`audit`) one job at a time, so that each read has the deadline
     /// of one call and memory holds one job's records. The SQL stores search their index
-    /// once per job; the default reads every record.
+    /// once per job and ZooKeeper lists its job nodes; the default (Redis, etcd) reads
+    /// every record.
     ///
     /// # Errors
     /// As [`Store::runs`].

@@ -1335,6 +1335,26 @@ impl Store for ZooKeeperStore {
         })
     }
 
+    fn jobs(&mut self) -> Result<Vec<String>, StoreError> {
+        // The children of the run node, less those left without a slot (retention
+        // deletes slot nodes, not the job's node): one listing per job, no record read.
+        self.retrying("list jobs", async |store, client| {
+            let names = match client.list_children(&store.node("run")).await {
+                Ok(c) => c,
+                Err(zookeeper_client::Error::NoNode) => Vec::new(),
+                Err(e) => return Err(Fail::Zk(e)),
+            };
+            let mut jobs = Vec::new();
+            for name in names {
+                if !store.slots_of(client, &name).await?.is_empty() {
+                    jobs.push(name);
+                }
+            }
+            jobs.sort();
+            Ok(Some(jobs))
+        })
+    }
+
     fn runs(&mut self, query: &RunQuery) -> Result<Vec<Run>, StoreError> {
         if let (Some(job), None, None, 1..=RECENT_GRANTS) =
             (&query.job, query.slot, query.slots_from, query.limit)
