@@ -10,12 +10,9 @@
 //! [`crate::recover`]). When the job list sets
 //! `[metrics] textfile`, each pass ends by writing every job's metrics there atomically
 //! ([`crate::metrics::write_textfile`]); a failure to write is a journal warning
-//! ([`Kind::MetricsNotWritten`]), not a failed pass. A store the pass cannot reach while
-//! this host keeps an outcome of one of its jobs ([`pending::waiting`]) is tried again
-//! every second until [`KEPT_RETRY_FOR`] into the pass.
+//! ([`Kind::MetricsNotWritten`]), not a failed pass.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant};
 
 use crate::cli::{RecoverArgs, job_store_address, list_store_addresses, open_store};
 use crate::config::{self, ConfigSource};
@@ -23,7 +20,6 @@ use crate::exit;
 use crate::journal::{self, Event, Kind};
 use crate::recover;
 use crate::shim;
-use crate::shim::pending;
 
 /// Removes the stamp the generator leaves at every run ([`crate::paths::RELOAD_STAMP`]),
 /// which made `jobguard-recover.path` start this pass: while it exists the path unit
@@ -59,7 +55,6 @@ pub fn run(args: &RecoverArgs) -> u8 {
         eprintln!("jobguard: no job named {name:?}");
         return exit::CONFIG;
     }
-    let started = Instant::now();
     let mut status = exit::OK;
     let mut by_store: BTreeMap<String, Vec<&crate::job::Job>> = BTreeMap::new();
     for job in set
@@ -78,35 +73,75 @@ pub fn run(args: &RecoverArgs) -> u8 {
     let now = jiff::Timestamp::now().as_microsecond();
     let boot = crate::identity::boot_time_usec();
     let mut to_run = Vec::new();
-    // Jobs whose store could not be reached while this host keeps an outcome of theirs
-    // that the store could not take: tried again below.
-    let mut again: BTreeMap<String, Vec<&crate::job::Job>> = BTreeMap::new();
     for (url, jobs) in by_store {
         let mut store = match open_store(&url) {
             Ok(s) => s,
             Err(code) => {
-                if code == exit::STORE_UNAVAILABLE && jobs.iter().any(|j| pending::waiting(&j.name))
-                {
-                    again.insert(url, jobs);
-                } else {
-                    status = code;
-                }
+                status = code;
                 continue;
             }
         };
         for job in jobs {
-            let s = job_pass(store.as_mut(), job, now, boot, systemd, &mut to_run);
-            if s == exit::STORE_UNAVAILABLE && pending::waiting(&job.name) {
-                again.entry(url.clone()).or_default().push(job);
-            } else if s != exit::OK {
-                status = s;
+            // A paused job expects no slot: none is missed.
+            match recover::missed_slots(store.as_mut(), job, now, boot) {
+                Ok(slots) if job.enabled => {
+                    recover::report_missed(job, &slots);
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    eprintln!("jobguard: {}: {e}", job.name);
+                    status = e.exit_status();
+                }
             }
-        }
-    }
-    if !again.is_empty() {
-        let s = pass_again(again, started, now, boot, systemd, &mut to_run);
-        if s != exit::OK {
-            status = s;
+            match recover::recover_job(store.as_mut(), job) {
+                Ok(r) => {
+                    if systemd && !r.held.is_empty() {
+                        match recover::start_on_failure(job) {
+                            Ok(Some(unit)) => println!(
+                                "{}: slot {} held for a person: started {unit}",
+                                job.name,
+                                r.held[0].slot.rfc3339()
+                            ),
+                            Ok(None) => {}
+                            Err(e) => {
+                                eprintln!("jobguard: {}: on_failure: {e}", job.name);
+                                status = exit::FAILURE;
+                            }
+                        }
+                    }
+                    // A paused job's queued slots wait until it is enabled again.
+                    if job.enabled
+                        && !r.queued.is_empty()
+                        && !recover::lease_alive(store.as_mut(), &job.name)
+                    {
+                        to_run.push((job, r))
+                    }
+                }
+                Err(e) => {
+                    eprintln!("jobguard: {}: {e}", job.name);
+                    status = e.exit_status();
+                }
+            }
+            // Retention, once a day per job on this host (`crate::retention`).
+            if crate::retention::due(job, now) {
+                match crate::retention::prune_job(store.as_mut(), job, false) {
+                    Ok(p) => {
+                        if p.deleted > 0 {
+                            println!(
+                                "{}: deleted {} of {} records older than its retention",
+                                job.name, p.deleted, p.total
+                            );
+                        }
+                        if let Err(e) = crate::retention::pruned(&job.name, now) {
+                            eprintln!("jobguard: {}: cannot note the prune: {e}", job.name);
+                        }
+                    }
+                    Err(e) => {
+                        eprintln!("jobguard: {}: retention: {e}", job.name);
+                        status = e.exit_status();
+                    }
+                }
+            }
         }
     }
     if systemd && args.job.is_none() {
@@ -181,157 +216,6 @@ pub fn run(args: &RecoverArgs) -> u8 {
                 status = s;
             }
         }
-    }
-    status
-}
-
-/// How long after its start a pass tries again, every [`KEPT_RETRY_EVERY`], a store it
-/// could not reach while this host keeps an outcome the store could not take (a shim cut
-/// off from a shared store as its command ended, [`pending`]): once the store is back,
-/// the outcome is recorded within seconds, not at the next pass a minute later. Other
-/// hosts call a holder gone only 90 s after they first saw its lease expired
-/// ([`recover::FOREIGN_GRACE_USEC`]), at their passes, on the minute; a holder back
-/// inside that grace must have recorded by then, and waiting for its own next pass can
-/// lose that race. 45 s leaves the rest of the minute to the pass, so the recover
-/// timer's next elapse finds it ended.
-const KEPT_RETRY_FOR: Duration = Duration::from_secs(45);
-
-/// The pause between two tries of [`KEPT_RETRY_FOR`].
-const KEPT_RETRY_EVERY: Duration = Duration::from_secs(1);
-
-/// One job's share of a pass in `store`: its missed slots reported, its kept outcomes
-/// recorded and cut-off runs marked ([`recover::recover_job`]), its `on_failure` unit
-/// started for a slot newly held, its queued slots added to `to_run`, and retention
-/// applied when due. Returns the exit status of this share (a store error's, or
-/// [`exit::FAILURE`]).
-fn job_pass<'a>(
-    store: &mut dyn crate::store::Store,
-    job: &'a crate::job::Job,
-    now: i64,
-    boot: i64,
-    systemd: bool,
-    to_run: &mut Vec<(&'a crate::job::Job, recover::Recovered)>,
-) -> u8 {
-    let mut status = exit::OK;
-    // A paused job expects no slot: none is missed.
-    match recover::missed_slots(store, job, now, boot) {
-        Ok(slots) if job.enabled => {
-            recover::report_missed(job, &slots);
-        }
-        Ok(_) => {}
-        Err(e) => {
-            eprintln!("jobguard: {}: {e}", job.name);
-            status = e.exit_status();
-        }
-    }
-    match recover::recover_job(store, job) {
-        Ok(r) => {
-            if systemd && !r.held.is_empty() {
-                match recover::start_on_failure(job) {
-                    Ok(Some(unit)) => println!(
-                        "{}: slot {} held for a person: started {unit}",
-                        job.name,
-                        r.held[0].slot.rfc3339()
-                    ),
-                    Ok(None) => {}
-                    Err(e) => {
-                        eprintln!("jobguard: {}: on_failure: {e}", job.name);
-                        status = exit::FAILURE;
-                    }
-                }
-            }
-            // A paused job's queued slots wait until it is enabled again.
-            // Once, when a pass tried again ([`pass_again`]).
-            if job.enabled
-                && !r.queued.is_empty()
-                && !to_run.iter().any(|(j, _)| j.name == job.name)
-                && !recover::lease_alive(store, &job.name)
-            {
-                to_run.push((job, r))
-            }
-        }
-        Err(e) => {
-            eprintln!("jobguard: {}: {e}", job.name);
-            status = e.exit_status();
-        }
-    }
-    // Retention, once a day per job on this host (`crate::retention`).
-    if crate::retention::due(job, now) {
-        match crate::retention::prune_job(store, job, false) {
-            Ok(p) => {
-                if p.deleted > 0 {
-                    println!(
-                        "{}: deleted {} of {} records older than its retention",
-                        job.name, p.deleted, p.total
-                    );
-                }
-                if let Err(e) = crate::retention::pruned(&job.name, now) {
-                    eprintln!("jobguard: {}: cannot note the prune: {e}", job.name);
-                }
-            }
-            Err(e) => {
-                eprintln!("jobguard: {}: retention: {e}", job.name);
-                status = e.exit_status();
-            }
-        }
-    }
-    status
-}
-
-/// Tries `again` (jobs by store address: stores that could not be reached while this
-/// host keeps an outcome of those jobs) every [`KEPT_RETRY_EVERY`] until
-/// [`KEPT_RETRY_FOR`] after `started`, doing each job's share of the pass ([`job_pass`])
-/// once its store answers. Returns [`exit::OK`] when every job's share was done, else the
-/// last failure's status.
-fn pass_again<'a>(
-    mut again: BTreeMap<String, Vec<&'a crate::job::Job>>,
-    started: Instant,
-    now: i64,
-    boot: i64,
-    systemd: bool,
-    to_run: &mut Vec<(&'a crate::job::Job, recover::Recovered)>,
-) -> u8 {
-    let until = started + KEPT_RETRY_FOR;
-    let names: Vec<&str> = again.values().flatten().map(|j| j.name.as_str()).collect();
-    eprintln!(
-        "jobguard: {}: this host keeps an outcome the store could not take; trying the store again until {} s into this pass",
-        names.join(", "),
-        KEPT_RETRY_FOR.as_secs()
-    );
-    // The status of shares done (or failed for good); a store still not reached at the
-    // end makes it its error's.
-    let mut status = exit::OK;
-    let mut unreached = exit::STORE_UNAVAILABLE;
-    while !again.is_empty() {
-        if Instant::now() + KEPT_RETRY_EVERY >= until {
-            return unreached;
-        }
-        std::thread::sleep(KEPT_RETRY_EVERY);
-        let mut left = BTreeMap::new();
-        for (url, jobs) in std::mem::take(&mut again) {
-            // Quietly: each try's failure would say the same thing every second.
-            let opened = crate::store::open(&url).and_then(|mut s| s.init().map(|()| s));
-            let mut store = match opened {
-                Ok(s) => s,
-                Err(e) => {
-                    if Instant::now() + KEPT_RETRY_EVERY >= until {
-                        eprintln!("jobguard: {e}");
-                    }
-                    unreached = e.exit_status();
-                    left.insert(url, jobs);
-                    continue;
-                }
-            };
-            for job in jobs {
-                let s = job_pass(store.as_mut(), job, now, boot, systemd, to_run);
-                if s == exit::STORE_UNAVAILABLE && pending::waiting(&job.name) {
-                    left.entry(url.clone()).or_default().push(job);
-                } else if s != exit::OK {
-                    status = s;
-                }
-            }
-        }
-        again = left;
     }
     status
 }

@@ -3,10 +3,7 @@
 //! When the store cannot take a run's outcome (a full disk under SQLite, a shared store
 //! stopped or cut off at the end of a run), the outcome is not lost: the shim keeps it in
 //! a small file, and the next `jobguard run` of the job or `jobguard recover` on this host
-//! records it ([`replay`]) before anything decides that the slot was interrupted; a
-//! recovery pass that cannot reach the store meanwhile tries it again every second for
-//! most of its minute ([`waiting`]), so the outcome is recorded within seconds of the
-//! store's return, inside the grace other hosts give its holder. Without
+//! records it ([`replay`]) before anything decides that the slot was interrupted. Without
 //! it, recover would find the record `running` with its holder gone and run the slot
 //! again: a second execution of a command that had already ended.
 //!
@@ -190,27 +187,8 @@ pub fn forget(run_id: &str) {
 }
 
 /// The kept outcomes of `job` in `store` (a describe()), from both directories, one per
-/// run id, by slot. A file that cannot be read is reported on stderr and left.
+/// run id. A file that cannot be read is reported on stderr and left.
 pub fn load(job: &str, store: &str) -> Vec<Kept> {
-    let mut out: Vec<Kept> = read_job(job)
-        .into_iter()
-        .filter(|k| k.store == store)
-        .collect();
-    out.sort_by_key(|k| k.slot_usec);
-    out
-}
-
-/// Whether this host keeps an outcome of `job` for any store, other than one whose shim
-/// still runs (it records its own): what a recovery pass that could not reach the store
-/// tries again for ([`crate::cli`]'s `recover`).
-pub fn waiting(job: &str) -> bool {
-    read_job(job)
-        .iter()
-        .any(|k| !k.writer_alive() || k.pid == std::process::id())
-}
-
-/// Every kept outcome of `job`, from both directories, one per run id.
-fn read_job(job: &str) -> Vec<Kept> {
     let mut out: Vec<Kept> = Vec::new();
     for dir in [runtime_dir(), state_dir()] {
         let Ok(entries) = fs::read_dir(&dir) else {
@@ -225,7 +203,7 @@ fn read_job(job: &str) -> Vec<Kept> {
                 .map_err(|e| e.to_string())
                 .and_then(|b| serde_json::from_slice::<Kept>(&b).map_err(|e| e.to_string()));
             match parsed {
-                Ok(k) if k.job == job => {
+                Ok(k) if k.job == job && k.store == store => {
                     if !out.iter().any(|o| o.run_id == k.run_id) {
                         out.push(k);
                     }
@@ -238,6 +216,7 @@ fn read_job(job: &str) -> Vec<Kept> {
             }
         }
     }
+    out.sort_by_key(|k| k.slot_usec);
     out
 }
 
