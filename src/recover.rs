@@ -3,9 +3,9 @@
 //! A `running` record whose holder is gone is *interrupted*: a record from an earlier
 //! boot of this machine, from a process of this boot that no longer exists (pid and
 //! start time), or from another machine whose lease has expired by the store's clock and
-//! has stayed so for [`FOREIGN_GRACE_USEC`] since this host first saw it: long enough for
-//! that machine's own pass to record an outcome its shim kept because the store could not
-//! be reached as the run ended ([`crate::shim::pending`]).
+//! has stayed so for [`SIGHTING_GRACE_USEC`] since this host first saw it: long enough for
+//! that machine, back within 90 s, to record at its own next pass an outcome its shim kept
+//! because the store could not be reached as the run ended ([`crate::shim::pending`]).
 //! systemd's `Persistent=` does not cover this: the timer's stamp is written when it
 //! fires, so a run cut at 02:10 by a reboot is never fired again.
 //!
@@ -54,18 +54,31 @@ pub struct Recovered {
     pub queued: Vec<i64>,
 }
 
+/// The claim's grace ([`crate::store::rules::FOREIGN_GRACE_USEC`], 90 s): how long a
+/// holder cut off from the store may take to come back and still record what it kept.
+pub use crate::store::rules::FOREIGN_GRACE_USEC;
+
+/// The interval of the recovery passes, µs: `jobguard-recover.timer` runs one every
+/// minute, on the minute, on every host.
+pub const PASS_INTERVAL_USEC: i64 = 60_000_000;
+
 /// How long, in µs by the store's clock, another machine's `running` record must have
 /// been seen without its lease (expired, or granted to a later attempt) before this host
-/// calls its holder gone: the claim's grace ([`crate::store::rules::FOREIGN_GRACE_USEC`],
-/// 90 s, where the reason is), counted here from this host's first sighting. A holder cut
-/// off for longer than that is taken for gone: the job's `on_interrupted` decides, as
-/// after a power cut.
-pub use crate::store::rules::FOREIGN_GRACE_USEC;
+/// calls its holder gone, counted from this host's first sighting: 150 s, the claim's
+/// grace ([`FOREIGN_GRACE_USEC`], 90 s) for the holder to come back, plus one
+/// [`PASS_INTERVAL_USEC`] for its next pass to record what its shim kept (a holder does
+/// not record the moment it is back, but at its next pass). Passes run on the minute on
+/// every host, so a holder back within 90 s of the first sighting has a pass of its own
+/// at least one minute before the pass at which another host may call it gone. With
+/// 90 s, a holder back 70 s after the sighting recorded only at the very pass where the
+/// others took it for gone, and when theirs won the slot ran twice. A holder cut off for
+/// longer is taken for gone: the job's `on_interrupted` decides, as after a power cut.
+pub const SIGHTING_GRACE_USEC: i64 = FOREIGN_GRACE_USEC + PASS_INTERVAL_USEC;
 
 /// Why a `running` record's holder is gone, or `None` if it may still be alive.
 ///
 /// A holder on another machine is gone once its lease has been seen lapsed for
-/// [`FOREIGN_GRACE_USEC`]: the first sighting (store time, µs) is kept in
+/// [`SIGHTING_GRACE_USEC`]: the first sighting (store time, µs) is kept in
 /// `<runtime dir>/suspect/<run id>`; without that directory the lease's expiry counts as
 /// the first sighting.
 ///
@@ -78,7 +91,7 @@ pub fn holder_gone(store: &mut dyn Store, run: &Run) -> Result<Option<&'static s
             return Ok(None);
         };
         let first = first_sighting(&run.run_id, lapsed.now).unwrap_or(lapsed.since);
-        if lapsed.now.saturating_sub(first) < FOREIGN_GRACE_USEC {
+        if lapsed.now.saturating_sub(first) < SIGHTING_GRACE_USEC {
             return Ok(None);
         }
         forget_sighting(&run.run_id);

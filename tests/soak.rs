@@ -34,7 +34,7 @@
 //! are never touched. Each host reaches it through its own proxy (`socat`).
 //!
 //! - `JOBGUARD_SOAK_SEED=N`: the fault schedule and the failing slots (printed first);
-//! - `JOBGUARD_SOAK_SECS=N`: the whole soak, quiet tail included (default 390);
+//! - `JOBGUARD_SOAK_SECS=N`: the whole soak, quiet tail included (default 450);
 //! - `JOBGUARD_SOAK_STORE=NAME`, a name in [`ENGINES`] (`postgres`, the default, `sqlite`,
 //!   one host, `mysql`, `redis`, `etcd`, `zookeeper`);
 //! - `JOBGUARD_SOAK_KEEP=1` keeps the ground-truth table (a failed soak always does).
@@ -78,9 +78,9 @@ const ZONE: &str = "Australia/Lord_Howe";
 /// shim reads the job list when it starts, which may be after the new list is in place.
 const REMOVAL_SECS: i64 = 5;
 /// How long the soak runs without faults at the end, so recovery passes (every minute)
-/// can re-run what was cut: another host's run is judged gone 90 s after a pass first saw
-/// its lease expired (`recover::FOREIGN_GRACE_USEC`), so up to three passes, then the run.
-const TAIL_SECS: u64 = 210;
+/// can re-run what was cut: another host's run is judged gone 150 s after a pass first saw
+/// its lease expired (`recover::SIGHTING_GRACE_USEC`), so up to four passes, then the run.
+const TAIL_SECS: u64 = 270;
 /// How soon after a command's end (µs) a power cut or SIGKILL of its shim may still have
 /// come before the shim kept the outcome: the shim reaps the command and writes the kept
 /// outcome to /run within milliseconds; 3 s allows for a loaded machine.
@@ -1360,7 +1360,7 @@ fn every_slot_runs_once_under_faults() {
     let secs: u64 = std::env::var("JOBGUARD_SOAK_SECS")
         .ok()
         .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(390);
+        .unwrap_or(450);
     let n_hosts = if kind.embedded() { 1 } else { 3 };
     say(&format!(
         "\nsoak: seed {seed} (JOBGUARD_SOAK_SEED={seed} JOBGUARD_SOAK_STORE={} \
