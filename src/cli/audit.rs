@@ -13,7 +13,7 @@
 //! change back to an earlier schedule is judged as after a change. Only reads: nothing is
 //! marked, started or ended.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::json;
 
@@ -76,7 +76,14 @@ pub fn run(args: &AuditArgs) -> u8 {
         })
         .collect();
     ledgers.sort();
+    // Stores that stopped answering: their other jobs are not tried, each for a call's
+    // deadline, but counted in one message at the end.
+    let mut lost: BTreeMap<usize, usize> = BTreeMap::new();
     for (name, describe, i) in ledgers {
+        if let Some(n) = lost.get_mut(&i) {
+            *n += 1;
+            continue;
+        }
         let store = &mut stores[i].store;
         let runs = match store.runs(&RunQuery {
             job: Some(name.clone()),
@@ -87,6 +94,9 @@ pub fn run(args: &AuditArgs) -> u8 {
             Err(e) => {
                 eprintln!("jobguard: {name}: {e}");
                 status = e.exit_status();
+                if matches!(e, StoreError::Unavailable { .. }) {
+                    lost.insert(i, 0);
+                }
                 continue;
             }
         };
@@ -137,6 +147,12 @@ pub fn run(args: &AuditArgs) -> u8 {
             "records": runs.len(),
             "findings": findings.iter().map(Finding::json).collect::<Vec<_>>(),
         }));
+    }
+    for (i, n) in lost.into_iter().filter(|(_, n)| *n > 0) {
+        eprintln!(
+            "jobguard: {}: {n} more job(s) not audited: the store stopped answering",
+            stores[i].describe
+        );
     }
     if let Some(name) = &args.job
         && !set.jobs.contains_key(name)
