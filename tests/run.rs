@@ -815,6 +815,60 @@ fn descriptors_the_shim_inherited_do_not_reach_the_command() {
 }
 
 #[test]
+fn the_command_starts_as_execvp_would_in_a_session_of_its_own_with_a_clean_signal_state() {
+    // The command is found in the PATH of its own environment, past a file it may not
+    // execute; a file without `#!` is run by /bin/sh; it gets its working directory,
+    // /dev/null as stdin, a session of its own, no blocked signal and SIGPIPE not ignored
+    // (the shim itself ignores SIGPIPE and blocks SIGTERM, SIGINT, SIGHUP and SIGCHLD).
+    let config = |name: &str, argv: &str| {
+        format!(
+            "[jobs.{name}]\nschedule = \"daily\"\ncommand = {argv}\nworking_directory = \"@DIR@/wd\"\n\
+             environment = {{ PATH = \"@DIR@/noexec:@DIR@/bin:/usr/bin:/bin\", OUT = \"@DIR@/out\" }}\n"
+        )
+    };
+    let sb = Sandbox::new(&format!(
+        "{}{}{}",
+        config("script", r#"["probe", "arg 1"]"#),
+        config("status", r#"["grep", "-E", "^(Pid|NSsid|SigBlk|SigIgn):", "/proc/self/status"]"#),
+        config("denied", r#"["denied"]"#),
+    ));
+    use std::os::unix::fs::PermissionsExt;
+    for dir in ["wd", "noexec", "bin"] {
+        std::fs::create_dir(sb.file(dir)).unwrap();
+    }
+    let script = "readlink /proc/$$/fd/0 > \"$OUT\"; pwd >> \"$OUT\"; echo \"$0|$1\" >> \"$OUT\"\n";
+    for (path, mode) in [("noexec/probe", 0o644), ("bin/probe", 0o755), ("noexec/denied", 0o644)] {
+        std::fs::write(sb.file(path), script).unwrap();
+        std::fs::set_permissions(sb.file(path), std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    let out = sb.run(&["run", "script"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let dir = sb.file("").display().to_string();
+    let dir = dir.trim_end_matches('/');
+    assert_eq!(
+        sb.read("out"),
+        format!("/dev/null\n{dir}/wd\n{dir}/bin/probe|arg 1\n")
+    );
+
+    let out = sb.run(&["run", "status"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let status = String::from_utf8_lossy(&out.stdout).to_string();
+    let field = |name: &str| {
+        let line = status.lines().find(|l| l.starts_with(&format!("{name}:")));
+        let value = line.unwrap_or_else(|| panic!("no {name} in {status}"));
+        value.split_once(':').unwrap().1.trim().to_string()
+    };
+    assert_eq!(field("NSsid"), field("Pid"), "not a session leader: {status}");
+    assert_eq!(u64::from_str_radix(&field("SigBlk"), 16).unwrap(), 0, "{status}");
+    let ignored = u64::from_str_radix(&field("SigIgn"), 16).unwrap();
+    assert_eq!(ignored & (1 << (libc::SIGPIPE - 1)), 0, "SIGPIPE ignored: {status}");
+
+    let out = sb.run(&["run", "denied"]);
+    assert_eq!(out.status.code(), Some(126), "{}", stderr(&out));
+    assert!(stderr(&out).contains("ermission denied"), "{}", stderr(&out));
+}
+
+#[test]
 fn a_stop_while_waiting_for_the_store_ends_the_wait() {
     // The store's directory cannot be made (its parent is a file): unavailable, retried
     // for store_wait. `systemctl stop` must not have to wait for that (or SIGKILL).
