@@ -3,6 +3,9 @@
 #
 #   benches/shim-and-generator.sh            # needs hyperfine (apt-get install hyperfine)
 #   RUNS=100 SHIM_ONLY=1 benches/shim-and-generator.sh   # part 1 only, 100 slots
+#   BASE=path/to/other/jobguard SHIM_ONLY=1 benches/shim-and-generator.sh
+#                         # part 1, with another build of the shim timed in the same run
+#                         # (its own store), to measure a change against what it replaces
 #
 # 1. The shim: `jobguard run` of /bin/true (lock, slot, SQLite claim with fsync'd commit,
 #    fork/exec/wait, fsync'd finish) against `flock -n LOCK /bin/true`, the two taken in
@@ -44,31 +47,43 @@ export JOBGUARD_RUNTIME_DIR=$W/run
 slots() { python3 -c "import datetime as d, sys; a, n = map(int, sys.argv[1:]); print(','.join(
   f'{d.datetime(2024, 1, 1) + d.timedelta(minutes=m):%Y-%m-%dT%H:%M:00Z}'
   for m in range(a, a + n)))" "$@"; }
-hyperfine -N --runs 1 -L slot "$(slots 0 30)" \
-  "$BIN/jobguard run --config $W/jobs.toml --slot {slot} true" > /dev/null 2>&1
+shims=("$BIN/jobguard run --config $W/jobs.toml --slot {slot} true")
+if [ -n "${BASE:-}" ]; then
+  sed "s#$STATE/#$STATE/base-#" "$W/jobs.toml" > "$W/base.toml"
+  shims+=("$BASE run --config $W/base.toml --slot {slot} true")
+fi
+hyperfine -N --runs 1 -L slot "$(slots 0 30)" "${shims[@]}" > /dev/null 2>&1
 hyperfine -N --runs 1 --style none --export-json "$W/shim.json" -L slot "$(slots 30 "$RUNS")" \
-  "flock -n $W/bench.lock /bin/true" \
-  "$BIN/jobguard run --config $W/jobs.toml --slot {slot} true" > /dev/null 2>&1
-python3 - "$W/shim.json" "$BIN/jobguard" "$W/jobs.toml" "$(slots 100000 5)" <<'PY'
+  "flock -n $W/bench.lock /bin/true" "${shims[@]}" > /dev/null 2>&1
+python3 - "$W/shim.json" "$BIN/jobguard" "$W/jobs.toml" "$(slots 100000 5)" "${BASE:-}" <<'PY'
 import json, os, statistics, subprocess, sys
-times = {"flock": [], "jobguard": []}
+times = {"flock": [], "jobguard": [], "base": []}
 for x in json.load(open(sys.argv[1]))["results"]:
     assert x["exit_codes"] == [0], x
-    times["flock" if x["command"].startswith("flock") else "jobguard"] += x["times"]
+    key = x["command"].split()[0]
+    times["flock" if key == "flock" else "jobguard" if key == sys.argv[2] else "base"] += x["times"]
 f, j = (statistics.median(times[k]) * 1e3 for k in ("flock", "jobguard"))
 print(f"shim: {len(times['jobguard'])} slots: flock median {f:.2f} ms, jobguard run median "
       f"{j:.2f} ms, overhead {j - f:.2f} ms, ratio {j / f:.2f} (goal <= 2)")
+if times["base"]:
+    b = statistics.median(times["base"]) * 1e3
+    print(f"shim: BASE={sys.argv[5]} in the same run: median {b:.2f} ms, ratio {b / f:.2f}")
 # Peak RSS of the shim, KiB, from GNU time (package `time`): a process forked from this
 # Python would start from Python's own RSS, which the kernel counts in the peak.
 if not os.path.exists("/usr/bin/time"):
     sys.exit("shim: peak RSS skipped (no /usr/bin/time: apt-get install time)")
-peaks = []
-for slot in sys.argv[4].split(","):
-    out = subprocess.run(["/usr/bin/time", "-f", "%M", sys.argv[2], "run", "--config",
-                          sys.argv[3], "--slot", slot, "true"], capture_output=True,
-                         text=True, check=True)
-    peaks.append(int(out.stderr.split()[-1]))
-print(f"shim: peak RSS median {statistics.median(peaks) / 1024:.1f} MiB (goal <= 8)")
+def peak(shim, config):
+    peaks = []
+    for slot in sys.argv[4].split(","):
+        out = subprocess.run(["/usr/bin/time", "-f", "%M", shim, "run", "--config", config,
+                              "--slot", slot, "true"], capture_output=True, text=True,
+                             check=True)
+        peaks.append(int(out.stderr.split()[-1]))
+    return statistics.median(peaks) / 1024
+print(f"shim: peak RSS median {peak(sys.argv[2], sys.argv[3]):.1f} MiB (goal <= 8)")
+if sys.argv[5]:
+    base = os.path.join(os.path.dirname(sys.argv[3]), "base.toml")
+    print(f"shim: BASE peak RSS median {peak(sys.argv[5], base):.1f} MiB")
 PY
 if command -v strace > /dev/null; then
   strace -f -e trace=fsync,fdatasync -o "$W/sync.txt" \
