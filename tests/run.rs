@@ -829,7 +829,10 @@ fn the_command_starts_as_execvp_would_in_a_session_of_its_own_with_a_clean_signa
     let sb = Sandbox::new(&format!(
         "{}{}{}",
         config("script", r#"["probe", "arg 1"]"#),
-        config("status", r#"["grep", "-E", "^(Pid|NSsid|SigBlk|SigIgn):", "/proc/self/status"]"#),
+        config(
+            "status",
+            r#"["grep", "-E", "^(Pid|NSsid|SigBlk|SigIgn):", "/proc/self/status"]"#
+        ),
         config("denied", r#"["denied"]"#),
     ));
     use std::os::unix::fs::PermissionsExt;
@@ -837,7 +840,11 @@ fn the_command_starts_as_execvp_would_in_a_session_of_its_own_with_a_clean_signa
         std::fs::create_dir(sb.file(dir)).unwrap();
     }
     let script = "readlink /proc/$$/fd/0 > \"$OUT\"; pwd >> \"$OUT\"; echo \"$0|$1\" >> \"$OUT\"\n";
-    for (path, mode) in [("noexec/probe", 0o644), ("bin/probe", 0o755), ("noexec/denied", 0o644)] {
+    for (path, mode) in [
+        ("noexec/probe", 0o644),
+        ("bin/probe", 0o755),
+        ("noexec/denied", 0o644),
+    ] {
         std::fs::write(sb.file(path), script).unwrap();
         std::fs::set_permissions(sb.file(path), std::fs::Permissions::from_mode(mode)).unwrap();
     }
@@ -858,14 +865,30 @@ fn the_command_starts_as_execvp_would_in_a_session_of_its_own_with_a_clean_signa
         let value = line.unwrap_or_else(|| panic!("no {name} in {status}"));
         value.split_once(':').unwrap().1.trim().to_string()
     };
-    assert_eq!(field("NSsid"), field("Pid"), "not a session leader: {status}");
-    assert_eq!(u64::from_str_radix(&field("SigBlk"), 16).unwrap(), 0, "{status}");
+    assert_eq!(
+        field("NSsid"),
+        field("Pid"),
+        "not a session leader: {status}"
+    );
+    assert_eq!(
+        u64::from_str_radix(&field("SigBlk"), 16).unwrap(),
+        0,
+        "{status}"
+    );
     let ignored = u64::from_str_radix(&field("SigIgn"), 16).unwrap();
-    assert_eq!(ignored & (1 << (libc::SIGPIPE - 1)), 0, "SIGPIPE ignored: {status}");
+    assert_eq!(
+        ignored & (1 << (libc::SIGPIPE - 1)),
+        0,
+        "SIGPIPE ignored: {status}"
+    );
 
     let out = sb.run(&["run", "denied"]);
     assert_eq!(out.status.code(), Some(126), "{}", stderr(&out));
-    assert!(stderr(&out).contains("ermission denied"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("ermission denied"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]

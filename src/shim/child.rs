@@ -234,8 +234,16 @@ impl Plan {
             strings.push(c_string([k.as_bytes(), b"=", v.as_bytes()].concat())?);
         }
         let null = std::ptr::null::<c_char>();
-        let argv: Vec<_> = strings[..args].iter().map(|s| s.as_ptr()).chain([null]).collect();
-        let envp: Vec<_> = strings[args..].iter().map(|s| s.as_ptr()).chain([null]).collect();
+        let argv: Vec<_> = strings[..args]
+            .iter()
+            .map(|s| s.as_ptr())
+            .chain([null])
+            .collect();
+        let envp: Vec<_> = strings[args..]
+            .iter()
+            .map(|s| s.as_ptr())
+            .chain([null])
+            .collect();
         let sh_argv: Vec<_> = [SH.as_ptr(), null]
             .into_iter()
             .chain(argv[1..].iter().copied())
@@ -316,7 +324,11 @@ impl Plan {
     /// shim to change theirs too (setxid), as the child shares its thread list.
     fn exec(&mut self) -> Result<(), i32> {
         fn check(ret: libc::c_long) -> Result<(), i32> {
-            if ret < 0 { Err(Errno::last_raw()) } else { Ok(()) }
+            if ret < 0 {
+                Err(Errno::last_raw())
+            } else {
+                Ok(())
+            }
         }
         // SAFETY: plain system calls on values owned by `self`; see `Plan::start`.
         unsafe {
@@ -340,7 +352,11 @@ impl Plan {
             }
             check(libc::setsid().into())?;
             if let Some((groups, gid, uid)) = &self.ids {
-                check(libc::syscall(libc::SYS_setgroups, groups.len(), groups.as_ptr()))?;
+                check(libc::syscall(
+                    libc::SYS_setgroups,
+                    groups.len(),
+                    groups.as_ptr(),
+                ))?;
                 check(libc::syscall(libc::SYS_setgid, *gid))?;
                 check(libc::syscall(libc::SYS_setuid, *uid))?;
             }
@@ -377,7 +393,10 @@ impl Plan {
                         return Err(Errno::last_raw());
                     }
                     libc::EACCES => denied = true,
-                    libc::ENOENT | libc::ENOTDIR | libc::ESTALE | libc::ENODEV
+                    libc::ENOENT
+                    | libc::ENOTDIR
+                    | libc::ESTALE
+                    | libc::ENODEV
                     | libc::ETIMEDOUT => {}
                     errno => return Err(errno),
                 }
