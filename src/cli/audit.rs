@@ -57,7 +57,7 @@ pub fn run(args: &AuditArgs) -> u8 {
         (Err(c), _) | (_, Err(c)) => return c,
     };
     let mut status = exit::OK;
-    let (mut stores, store_status) = open_ledgers(&set, args.job.as_deref());
+    let (mut stores, store_status) = open_stores(&set, args.job.as_deref());
     if store_status != exit::OK {
         status = store_status;
     }
@@ -337,7 +337,7 @@ pub fn orphans(
 /// themselves are read one job at a time by the caller: with `--since`, only the records a
 /// check of the slots from then on needs ([`RunQuery::slots_from`]), not every job's whole
 /// history.
-fn open_ledgers(set: &JobSet, only: Option<&str>) -> (Vec<Audited>, u8) {
+fn open_stores(set: &JobSet, only: Option<&str>) -> (Vec<Audited>, u8) {
     // The stores to read: the job's own, or (no job, or a job not in the list) all that
     // the list names, `[defaults]` included.
     let (addresses, status) = match only.and_then(|n| set.jobs.get(n)) {

@@ -1168,6 +1168,16 @@ impl ZooKeeperStore {
         slots.sort_unstable();
         Ok(slots)
     }
+
+    /// The names under the run node: every job that has held a record (retention deletes
+    /// slot nodes, not a job's node), in the server's order.
+    async fn job_nodes(&self, client: &Client) -> Result<Vec<String>, Fail> {
+        match client.list_children(&self.node("run")).await {
+            Ok(c) => Ok(c),
+            Err(zookeeper_client::Error::NoNode) => Ok(Vec::new()),
+            Err(e) => Err(Fail::Zk(e)),
+        }
+    }
 }
 
 /// One write of a `multi`, after the lease row's.
@@ -1339,13 +1349,8 @@ impl Store for ZooKeeperStore {
         // The children of the run node, less those left without a slot (retention
         // deletes slot nodes, not the job's node): one listing per job, no record read.
         self.retrying("list jobs", async |store, client| {
-            let names = match client.list_children(&store.node("run")).await {
-                Ok(c) => c,
-                Err(zookeeper_client::Error::NoNode) => Vec::new(),
-                Err(e) => return Err(Fail::Zk(e)),
-            };
             let mut jobs = Vec::new();
-            for name in names {
+            for name in store.job_nodes(client).await? {
                 if !store.slots_of(client, &name).await?.is_empty() {
                     jobs.push(name);
                 }
@@ -1372,11 +1377,7 @@ impl Store for ZooKeeperStore {
         let runs = self.retrying("read runs", async |store, client| {
             let jobs = match &query.job {
                 Some(job) => vec![job.clone()],
-                None => match client.list_children(&store.node("run")).await {
-                    Ok(c) => c,
-                    Err(zookeeper_client::Error::NoNode) => Vec::new(),
-                    Err(e) => return Err(Fail::Zk(e)),
-                },
+                None => store.job_nodes(client).await?,
             };
             let mut runs = Vec::new();
             for job in &jobs {
