@@ -892,6 +892,52 @@ fn the_command_starts_as_execvp_would_in_a_session_of_its_own_with_a_clean_signa
 }
 
 #[test]
+fn the_command_search_keeps_execvps_errors_and_its_meaning_of_path_entries() {
+    // execvp(3): a path with a `/` reports its own error (ENOTDIR: 126, not 127); an
+    // empty PATH entry is the working directory, and the program is named as given
+    // (`cmdx`, not `./cmdx`); an entry too long for a path is passed over.
+    let long = format!("/{}", "a".repeat(5000));
+    let sb = Sandbox::new(&format!(
+        "[jobs.notdir]\nschedule = \"daily\"\ncommand = [\"/etc/passwd/x\"]\n\
+         [jobs.empty]\nschedule = \"daily\"\ncommand = [\"cmdx\"]\nworking_directory = \"@DIR@/wd\"\n\
+         environment = {{ PATH = \"@DIR@/none::/usr/bin:/bin\", OUT = \"@DIR@/out\" }}\n\
+         [jobs.long]\nschedule = \"daily\"\ncommand = [\"true\"]\nenvironment = {{ PATH = \"{long}:/usr/bin:/bin\" }}\n"
+    ));
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir(sb.file("wd")).unwrap();
+    std::fs::write(sb.file("wd/cmdx"), "echo \"$0\" > \"$OUT\"\n").unwrap();
+    std::fs::set_permissions(sb.file("wd/cmdx"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = sb.run(&["run", "notdir"]);
+    assert_eq!(out.status.code(), Some(126), "{}", stderr(&out));
+    assert!(stderr(&out).contains("Not a directory"), "{}", stderr(&out));
+    let out = sb.run(&["run", "empty"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(sb.read("out"), "cmdx\n");
+    let out = sb.run(&["run", "long"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
+fn a_user_jobs_working_directory_is_entered_before_the_switch_to_its_user() {
+    // As before the command was started by clone(2): the shim (root) enters the working
+    // directory, then drops to the job's user, so a directory only root may enter works.
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("SKIPPED: needs root to switch users");
+        assert!(std::env::var_os("CI").is_none(), "CI runs as root");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let sb = Sandbox::new(
+        "[jobs.private]\nschedule = \"daily\"\ncommand = [\"/bin/true\"]\nuser = \"nobody\"\n\
+         working_directory = \"@DIR@/private\"\n",
+    );
+    std::fs::create_dir(sb.file("private")).unwrap();
+    std::fs::set_permissions(sb.file("private"), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let out = sb.run(&["run", "private"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
 fn a_stop_while_waiting_for_the_store_ends_the_wait() {
     // The store's directory cannot be made (its parent is a file): unavailable, retried
     // for store_wait. `systemctl stop` must not have to wait for that (or SIGKILL).
