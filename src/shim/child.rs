@@ -11,11 +11,11 @@
 
 use std::collections::BTreeMap;
 use std::ffi::{CStr, CString, OsStr, OsString, c_char};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::process::ExitStatus;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
@@ -135,15 +135,20 @@ pub struct Spec {
 
 /// Starts the command. The child gets its own session and process group (pgid = pid).
 ///
-/// The child is made as glibc's `posix_spawn(3)` makes its children: `clone(2)` with
-/// `CLONE_VM | CLONE_VFORK`, on a stack of its own inside the shim's memory, the calling
-/// thread suspended until the child has called `execve(2)` or exited. `fork(2)` would
-/// copy the shim's page tables and then take a fault on every page the shim writes
-/// afterwards (benches/shim-and-generator.sh: 0.2 ms of a run, and 0.5 MiB of its peak
-/// RSS). `posix_spawn` itself cannot be used: it sets neither `PR_SET_PDEATHSIG` nor the
-/// job's user. Everything the child needs is built before the clone ([`Plan`]); the child
-/// then only makes system calls, because it shares the memory of the shim, whose other
-/// threads (the logind watcher) run on: it must not allocate or take a lock.
+/// A command that keeps the shim's user is started as glibc's `posix_spawn(3)` starts its
+/// children: `clone(2)` with `CLONE_VM | CLONE_VFORK`, on a stack of its own inside the
+/// shim's memory, the calling thread suspended until the child has called `execve(2)` or
+/// exited. `fork(2)` would copy the shim's page tables and then take a fault on every page
+/// the shim writes afterwards (benches/shim-and-generator.sh: 0.26 ms of a 3.9 ms run).
+/// `posix_spawn` itself cannot be used: it does not set `PR_SET_PDEATHSIG`. Everything
+/// the child needs is built before the clone ([`Plan`]); the child then only makes system
+/// calls, because it shares the memory of the shim, whose other threads (the logind
+/// watcher) run on: it must not allocate or take a lock.
+///
+/// A command that runs as the job's `user` is forked: a change of credentials in a child
+/// that shares the shim's memory would apply the kernel's `suid_dumpable` rule to that
+/// memory, the shim's own (no core dumps; with `fs.suid_dumpable=1`, the job's user could
+/// trace the child, and so the root shim's memory, between the switch and the exec).
 ///
 /// # Errors
 /// The `io::Error` of the spawn: `NotFound` and `PermissionDenied` when exec failed, as
@@ -153,7 +158,8 @@ pub fn spawn(spec: &Spec) -> std::io::Result<Pid> {
     Plan::new(spec)?.start()
 }
 
-/// Size of the child's stack (bytes): the child only makes system calls.
+/// Size of the child's stack (bytes) when it shares the shim's memory: it only makes
+/// system calls.
 const CHILD_STACK: usize = 64 * 1024;
 
 /// Reported by the child when the shim had exited before the command could start
@@ -164,7 +170,8 @@ const SHIM_GONE: i32 = -1;
 struct Plan {
     /// Paths to try in turn, as `execvp(3)` does: `argv[0]` when it holds a `/`, else
     /// `argv[0]` in each directory of the command's `PATH` (glibc's `/bin:/usr/bin` when
-    /// it has none; an empty entry is the working directory).
+    /// it has none; an empty entry is the working directory, and then the name is tried
+    /// as it is; a path too long for `PATH_MAX` is passed over).
     candidates: Vec<CString>,
     /// argv, NUL-terminated; the strings are owned by `_strings`.
     argv: Vec<*const c_char>,
@@ -176,8 +183,8 @@ struct Plan {
     /// Owns what `argv` and `envp` point into.
     _strings: Vec<CString>,
     cwd: Option<CString>,
-    /// Supplementary groups, group and user to switch to.
-    ids: Option<(Vec<libc::gid_t>, libc::gid_t, libc::uid_t)>,
+    /// The account to switch to: the child is then forked (see [`spawn`]).
+    account: Option<Account>,
     /// `/dev/null`, the command's stdin.
     devnull: OwnedFd,
     /// The shim's pid, to check from the child that it still runs.
@@ -217,13 +224,17 @@ impl Plan {
             Vec::new()
         } else {
             let path = env.get(OsStr::new("PATH")).map(|p| p.as_bytes());
-            path.unwrap_or(b"/bin:/usr/bin")
-                .split(|b| *b == b':')
-                .map(|dir| {
-                    let dir = if dir.is_empty() { &b"."[..] } else { dir };
-                    c_string([dir, b"/", program.as_bytes()].concat())
-                })
-                .collect::<std::io::Result<_>>()?
+            let mut found = Vec::new();
+            for dir in path.unwrap_or(b"/bin:/usr/bin").split(|b| *b == b':') {
+                let candidate = match dir {
+                    b"" => program.as_bytes().to_vec(),
+                    dir => [dir, b"/", program.as_bytes()].concat(),
+                };
+                if candidate.len() < libc::PATH_MAX as usize {
+                    found.push(c_string(candidate)?);
+                }
+            }
+            found
         };
         let mut strings = Vec::with_capacity(spec.argv.len() + env.len());
         for a in &spec.argv {
@@ -252,10 +263,6 @@ impl Plan {
             Some(d) => Some(c_string(d.as_os_str().as_bytes())?),
             None => None,
         };
-        let ids = spec.account.as_ref().map(|a| {
-            let groups = a.groups.iter().map(|g| g.as_raw()).collect();
-            (groups, a.gid.as_raw(), a.uid.as_raw())
-        });
         let devnull = OwnedFd::from(std::fs::File::open("/dev/null")?);
         Ok(Plan {
             candidates,
@@ -264,64 +271,98 @@ impl Plan {
             envp,
             _strings: strings,
             cwd,
-            ids,
+            account: spec.account.clone(),
             devnull,
             parent: nix::unistd::getpid().as_raw(),
         })
     }
 
-    /// Clones the child, which runs [`Plan::exec`], and waits for its `execve(2)`.
+    /// Starts the child, which runs [`Plan::exec`], and waits for its `execve(2)`: the
+    /// child reports a failure as its errno on a close-on-exec pipe, which the exec
+    /// closes.
     fn start(mut self) -> std::io::Result<Pid> {
-        let failed = AtomicI32::new(0);
-        let mut stack = vec![0u8; CHILD_STACK];
-        // Every signal stays blocked from the clone until the child's exec, so that no
-        // handler of the shim's runs in the child (posix_spawn does the same).
+        use nix::fcntl::OFlag;
+        let (report, write_end) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
+        let writer = write_end.as_raw_fd();
+        // Every signal stays blocked from the clone or fork until the child's exec, so
+        // that no handler of the shim's runs in the child (posix_spawn does the same).
         let mut mask = SigSet::empty();
         nix::sys::signal::pthread_sigmask(
             SigmaskHow::SIG_SETMASK,
             Some(&SigSet::all()),
             Some(&mut mask),
         )?;
-        let plan = &mut self;
-        let report = &failed;
-        // SAFETY: CLONE_VFORK suspends this thread until the child has exec'd or exited,
-        // so `self`, `failed` and `stack` outlive its use of them. The child makes only
-        // system calls, on the stack given, and writes to nothing but `failed`, its own
-        // copy of the signal dispositions, and slot 1 of `sh_argv`
-        // (see `Plan::exec`).
-        let cloned = unsafe {
-            nix::sched::clone(
-                Box::new(move || {
-                    if let Err(errno) = plan.exec() {
-                        report.store(errno, Ordering::Relaxed);
+        let started = if self.account.is_some() {
+            // SAFETY: the forked child runs only `Plan::exec`, whose calls are
+            // async-signal-safe, then `_exit`.
+            match unsafe { nix::unistd::fork() } {
+                Ok(nix::unistd::ForkResult::Child) => {
+                    if let Err(errno) = self.exec() {
+                        report_failure(writer, errno);
                     }
-                    127
-                }),
-                &mut stack,
-                CloneFlags::CLONE_VM | CloneFlags::CLONE_VFORK,
-                Some(libc::SIGCHLD),
-            )
+                    // SAFETY: _exit(2) ends the child without running the shim's exit code.
+                    unsafe { libc::_exit(127) }
+                }
+                Ok(nix::unistd::ForkResult::Parent { child }) => Ok(child),
+                Err(e) => Err(e),
+            }
+        } else {
+            let mut stack = vec![0u8; CHILD_STACK];
+            let plan = &mut self;
+            // SAFETY: CLONE_VFORK suspends this thread until the child has exec'd or
+            // exited, so `self` and `stack` outlive its use of them. The child makes only
+            // system calls, on the stack given, and writes to nothing but its own copies
+            // of the descriptor table and signal dispositions, and slot 1 of `sh_argv`
+            // (see `Plan::exec`); it changes no credential (`account` is `None`).
+            unsafe {
+                nix::sched::clone(
+                    Box::new(move || {
+                        if let Err(errno) = plan.exec() {
+                            report_failure(writer, errno);
+                        }
+                        127
+                    }),
+                    &mut stack,
+                    CloneFlags::CLONE_VM | CloneFlags::CLONE_VFORK,
+                    Some(libc::SIGCHLD),
+                )
+            }
         };
         let _ = nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&mask), None);
-        let pid = cloned?;
-        match failed.load(Ordering::Relaxed) {
-            0 => Ok(pid),
-            errno => {
-                let _ = waitpid(pid, None);
-                Err(match errno {
-                    SHIM_GONE => std::io::Error::other("shim exited before the command started"),
-                    errno => std::io::Error::from_raw_os_error(errno),
-                })
+        let pid = started?;
+        drop(write_end);
+        let mut buf = [0u8; 4];
+        let mut got = 0;
+        while got < buf.len() {
+            match nix::unistd::read(report.as_fd(), &mut buf[got..]) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(Errno::EINTR) => {}
+                Err(e) => {
+                    let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
+                    let _ = waitpid(pid, None);
+                    return Err(e.into());
+                }
             }
         }
+        if got == 0 {
+            return Ok(pid);
+        }
+        let _ = waitpid(pid, None);
+        Err(match i32::from_ne_bytes(buf) {
+            SHIM_GONE => std::io::Error::other("shim exited before the command started"),
+            errno => std::io::Error::from_raw_os_error(errno),
+        })
     }
 
     /// In the child: set it up and exec the command; returns only on failure, with the
-    /// errno to report ([`SHIM_GONE`] when the shim is gone).
+    /// errno to report ([`SHIM_GONE`] when the shim is gone). The order is
+    /// std::process::Command's with the shim's former `pre_exec` step: stdin and the
+    /// working directory (as the shim's user), then the session, the job's user, the
+    /// parent-death signal, the descriptors and the signal mask.
     ///
-    /// Only async-signal-safe calls that take no lock of the shim's. The credentials are
-    /// changed with raw system calls: glibc's `setuid(3)` would signal every thread of the
-    /// shim to change theirs too (setxid), as the child shares its thread list.
+    /// Only async-signal-safe calls that take no lock of the shim's. The job's user is
+    /// only ever set in a forked child (see [`Plan::start`]).
     fn exec(&mut self) -> Result<(), i32> {
         fn check(ret: libc::c_long) -> Result<(), i32> {
             if ret < 0 {
@@ -350,28 +391,28 @@ impl Plan {
                 default.sa_sigaction = libc::SIG_DFL;
                 libc::sigaction(sig, &default, std::ptr::null_mut());
             }
-            check(libc::setsid().into())?;
-            if let Some((groups, gid, uid)) = &self.ids {
-                check(libc::syscall(
-                    libc::SYS_setgroups,
-                    groups.len(),
-                    groups.as_ptr(),
-                ))?;
-                check(libc::syscall(libc::SYS_setgid, *gid))?;
-                check(libc::syscall(libc::SYS_setuid, *uid))?;
-            }
-            // Set after the credential change, which clears it (prctl(2)).
-            check(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL).into())?;
-            if libc::getppid() != self.parent {
-                return Err(SHIM_GONE);
-            }
-            if let Some(dir) = &self.cwd {
-                check(libc::chdir(dir.as_ptr()).into())?;
-            }
             // dup2 onto itself would keep close-on-exec: clear it instead.
             match self.devnull.as_raw_fd() {
                 0 => check(libc::fcntl(0, libc::F_SETFD, 0).into())?,
                 fd => check(libc::dup2(fd, 0).into())?,
+            }
+            if let Some(dir) = &self.cwd {
+                check(libc::chdir(dir.as_ptr()).into())?;
+            }
+            check(libc::setsid().into())?;
+        }
+        if let Some(a) = &self.account {
+            // Forked, so glibc's wrappers change this process alone.
+            nix::unistd::setgroups(&a.groups).map_err(|e| e as i32)?;
+            nix::unistd::setgid(a.gid).map_err(|e| e as i32)?;
+            nix::unistd::setuid(a.uid).map_err(|e| e as i32)?;
+        }
+        // SAFETY: as above.
+        unsafe {
+            // Set after the credential change, which clears it (prctl(2)).
+            check(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL).into())?;
+            if libc::getppid() != self.parent {
+                return Err(SHIM_GONE);
             }
             // Descriptors the shim inherited without close-on-exec (a caller's shell or a
             // leaked pipe) do not reach the command: like a systemd service, it gets only
@@ -382,11 +423,14 @@ impl Plan {
             libc::sigemptyset(&mut empty);
             check(libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut()).into())?;
             // execvp(3)'s search: go on past a missing file or directory, remember a
-            // file that may not be executed, stop at any other error.
+            // file that may not be executed, stop at any other error; report EACCES if
+            // one was seen, else the last error.
             let mut denied = false;
+            let mut last = libc::ENOENT;
             for path in &self.candidates {
                 libc::execve(path.as_ptr(), self.argv.as_ptr(), self.envp.as_ptr());
-                match Errno::last_raw() {
+                last = Errno::last_raw();
+                match last {
                     libc::ENOEXEC => {
                         self.sh_argv[1] = path.as_ptr();
                         libc::execve(SH.as_ptr(), self.sh_argv.as_ptr(), self.envp.as_ptr());
@@ -401,8 +445,18 @@ impl Plan {
                     errno => return Err(errno),
                 }
             }
-            Err(if denied { libc::EACCES } else { libc::ENOENT })
+            Err(if denied { libc::EACCES } else { last })
         }
+    }
+}
+
+/// In the child: writes `errno` to the report pipe for [`Plan::start`].
+fn report_failure(writer: std::os::fd::RawFd, errno: i32) {
+    let bytes = errno.to_ne_bytes();
+    // SAFETY: write(2) of a local buffer; a failed write leaves the report empty, and
+    // the shim then takes the child for started and sees it exit 127.
+    unsafe {
+        libc::write(writer, bytes.as_ptr().cast(), bytes.len());
     }
 }
 
