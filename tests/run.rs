@@ -895,13 +895,16 @@ fn the_command_starts_as_execvp_would_in_a_session_of_its_own_with_a_clean_signa
 fn the_command_search_keeps_execvps_errors_and_its_meaning_of_path_entries() {
     // execvp(3): a path with a `/` reports its own error (ENOTDIR: 126, not 127); an
     // empty PATH entry is the working directory, and the program is named as given
-    // (`cmdx`, not `./cmdx`); an entry too long for a path is passed over.
+    // (`cmdx`, not `./cmdx`); an entry too long for a path is passed over; a name longer
+    // than NAME_MAX fails at once (126, not 127).
     let long = format!("/{}", "a".repeat(5000));
     let sb = Sandbox::new(&format!(
         "[jobs.notdir]\nschedule = \"daily\"\ncommand = [\"/etc/passwd/x\"]\n\
          [jobs.empty]\nschedule = \"daily\"\ncommand = [\"cmdx\"]\nworking_directory = \"@DIR@/wd\"\n\
          environment = {{ PATH = \"@DIR@/none::/usr/bin:/bin\", OUT = \"@DIR@/out\" }}\n\
-         [jobs.long]\nschedule = \"daily\"\ncommand = [\"true\"]\nenvironment = {{ PATH = \"{long}:/usr/bin:/bin\" }}\n"
+         [jobs.long]\nschedule = \"daily\"\ncommand = [\"true\"]\nenvironment = {{ PATH = \"{long}:/usr/bin:/bin\" }}\n\
+         [jobs.longname]\nschedule = \"daily\"\ncommand = [\"{}\"]\n",
+        "x".repeat(300)
     ));
     use std::os::unix::fs::PermissionsExt;
     std::fs::create_dir(sb.file("wd")).unwrap();
@@ -915,6 +918,13 @@ fn the_command_search_keeps_execvps_errors_and_its_meaning_of_path_entries() {
     assert_eq!(sb.read("out"), "cmdx\n");
     let out = sb.run(&["run", "long"]);
     assert!(out.status.success(), "{}", stderr(&out));
+    let out = sb.run(&["run", "longname"]);
+    assert_eq!(out.status.code(), Some(126), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("File name too long"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]

@@ -162,6 +162,9 @@ pub fn spawn(spec: &Spec) -> std::io::Result<Pid> {
 /// system calls.
 const CHILD_STACK: usize = 64 * 1024;
 
+/// The longest file name (bytes) `execvp(3)` searches `PATH` for (`NAME_MAX`, limits.h).
+const NAME_MAX: usize = 255;
+
 /// Reported by the child when the shim had exited before the command could start
 /// (not an errno: those are positive).
 const SHIM_GONE: i32 = -1;
@@ -222,6 +225,9 @@ impl Plan {
             vec![c_string(program.as_str())?]
         } else if program.is_empty() {
             Vec::new()
+        } else if program.len() > NAME_MAX {
+            // execvp(3) fails at once, before any search.
+            return Err(std::io::Error::from_raw_os_error(libc::ENAMETOOLONG));
         } else {
             let path = env.get(OsStr::new("PATH")).map(|p| p.as_bytes());
             let mut found = Vec::new();
