@@ -8,7 +8,7 @@
 #                         # (its own store), to measure a change against what it replaces
 #
 # 1. The shim: `jobguard run` of /bin/true (lock, slot, SQLite claim with fsync'd commit,
-#    fork/exec/wait, fsync'd finish) against `flock -n LOCK /bin/true`, the two taken in
+#    clone/exec/wait, fsync'd finish) against `flock -n LOCK /bin/true`, the two taken in
 #    turn, one run each per slot, so the difference is the shim's own cost. Each run is
 #    its own slot (a past minute named with `--slot`), as under a timer: the forced re-runs
 #    of one slot that an earlier version of this script timed each read every earlier
