@@ -528,14 +528,25 @@ fn a_host_cut_off_from_the_store_stops_before_another_takes_over(server: &'stati
         "h1 stopped within its lease time to live"
     );
     proxy1.thaw();
-    let rows = history(&cl.hosts[1], "sync").expect("history");
-    assert_eq!(
+    // The command's "end" line comes before its shim records the outcome: give the
+    // record a moment (a read at once saw attempt 2 still `running`).
+    let succeeded = |rows: &[serde_json::Value]| {
         rows.iter()
             .filter(|r| field(r, "outcome") == "succeeded")
-            .count(),
-        1,
-        "{rows:#?}"
+            .count()
+    };
+    let _ = common::wait_for(
+        "the other host's success to be recorded",
+        Duration::from_secs(30),
+        Duration::from_secs(1),
+        || {
+            Ok(history(&cl.hosts[1], "sync")
+                .ok()
+                .filter(|rows| succeeded(rows) > 0))
+        },
     );
+    let rows = history(&cl.hosts[1], "sync").expect("history");
+    assert_eq!(succeeded(&rows), 1, "{rows:#?}");
     let first = rows
         .iter()
         .find(|r| field(r, "attempt") == "1")
