@@ -139,7 +139,7 @@ pub struct Spec {
 /// children: `clone(2)` with `CLONE_VM | CLONE_VFORK`, on a stack of its own inside the
 /// shim's memory, the calling thread suspended until the child has called `execve(2)` or
 /// exited. `fork(2)` would copy the shim's page tables and then take a fault on every page
-/// the shim writes afterwards (benches/shim-and-generator.sh: 0.13-0.26 ms of a 4 ms run).
+/// the shim writes afterwards (benches/shim-and-generator.sh: 0.25-0.29 ms of a 5 ms run).
 /// `posix_spawn` itself cannot be used: it does not set `PR_SET_PDEATHSIG`. Everything
 /// the child needs is built before the clone ([`Plan`]); the child then only makes system
 /// calls, because it shares the memory of the shim, whose other threads (the logind
