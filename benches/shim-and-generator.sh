@@ -7,6 +7,8 @@
 #                         # part 1, with another build of the shim timed in the same run
 #                         # (its own store), to measure a change against what it replaces
 #   GEN_ONLY=1 benches/shim-and-generator.sh             # parts 2 to 4 only
+#   OTHER_JOBS=999 SHIM_ONLY=1 benches/shim-and-generator.sh
+#                         # part 1 with 999 other jobs in the shim's job list
 #
 # 1. The shim: `jobguard run` of /bin/true (lock, slot, SQLite claim with fsync'd commit,
 #    clone/exec/wait, fsync'd finish) against `flock -n LOCK /bin/true`, the two taken in
@@ -47,6 +49,10 @@ store = "sqlite://$STATE/jobguard.db"
 schedule = "minutely"
 command = ["/bin/true"]
 TOML
+# OTHER_JOBS=N: N more jobs in the list, as on a host with many jobs.
+python3 -c "import sys; [print(f'[jobs.other-{i}]\nschedule = \"*-*-* {i % 24:02d}:{i % 60:02d}:00\"'
+  f'\ncommand = [\"/usr/bin/true\", \"{i}\"]') for i in range(int(sys.argv[1]))]" \
+  "${OTHER_JOBS:-0}" >> "$W/jobs.toml"
 export JOBGUARD_RUNTIME_DIR=$W/run
 # Minutes of 2024 (past, so each is an ordinary manual run of its own slot): a first set
 # to warm the caches and the store, then RUNS for the measurement.

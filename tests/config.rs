@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use jobguard::config::{ConfigError, ConfigSource, ErrorScope, JobSet, load};
+use jobguard::config::{ConfigError, ConfigSource, ErrorScope, JobSet, load, load_one};
 use jobguard::job::{Inhibit, OnInterrupted, OnStoreUnavailable};
 
 /// A temporary job-list directory.
@@ -1357,4 +1357,79 @@ fn enabled_pauses_a_job_and_on_success_is_a_unit_name() {
     let set = d.load();
     assert!(set.jobs["a"].enabled);
     assert_eq!(set.jobs["a"].on_success, None);
+}
+
+/// `load_one` (what `jobguard run` and the other one-job commands read) builds the named
+/// job exactly as `load` does, from every file and both layers of `[defaults]`, finds the
+/// same file-level and duplicate errors for it, and leaves the other jobs' tables unread:
+/// neither they nor their errors are in the set.
+#[test]
+fn loading_one_job_builds_it_as_the_whole_list_does_and_reads_no_other_job() {
+    let d = Dir::new();
+    d.write(
+        "jobs.toml",
+        "[defaults]\nlease_ttl = \"3min\"\non_interrupted = \"hold\"\n\
+         [jobs.a]\nschedule = \"hourly\"\ncommand = [\"/bin/true\"]\n\
+         [jobs.broken]\nschedule = \"not a calendar\"\ncommand = [\"/bin/true\"]\n",
+    );
+    d.write(
+        "jobs.d/more.toml",
+        "[defaults]\ntimeout = \"5min\"\n\
+         [jobs.b]\ndescription = \"B\"\nschedule = [\"Mon *-*-* 02:00\", \"Fri 03:00\"]\n\
+         command = [\"/bin/echo\", \"b\"]\nkill_grace = \"20s\"\n\
+         [jobs.twice]\nschedule = \"daily\"\ncommand = [\"/bin/true\"]\n\
+         [jobs.also-broken]\nlease_ttl = \"a while\"\n",
+    );
+    d.write(
+        "jobs.d/dup.toml",
+        "[jobs.twice]\nschedule = \"weekly\"\ncommand = [\"/bin/true\"]\n",
+    );
+    let source = ConfigSource::Path(d.path().to_path_buf());
+    let all = d.load();
+    assert!(
+        all.errors
+            .iter()
+            .any(|e| e.job.as_deref() == Some("broken")),
+        "{:?}",
+        all.errors
+    );
+    for name in ["a", "b"] {
+        let one = load_one(&source, name);
+        assert_eq!(one.jobs.keys().collect::<Vec<_>>(), [name], "{name}");
+        assert!(one.errors.is_empty(), "{name}: {:?}", one.errors);
+        assert_eq!(
+            format!("{:?}", one.jobs[name]),
+            format!("{:?}", all.jobs[name]),
+            "{name} is built as by load"
+        );
+        assert_eq!(one.files, all.files);
+        assert_eq!(one.default_stores.len(), all.default_stores.len());
+    }
+    // A job defined twice is refused by either load, with the same error.
+    let twice = load_one(&source, "twice");
+    assert!(twice.jobs.is_empty());
+    let dup = |s: &JobSet| -> Vec<String> {
+        s.errors
+            .iter()
+            .filter(|e| e.job.as_deref() == Some("twice"))
+            .map(ToString::to_string)
+            .collect()
+    };
+    assert_eq!(dup(&twice), dup(&all));
+    assert_eq!(dup(&twice).len(), 1, "{:?}", twice.errors);
+    // The named job's own errors are found; a syntax error anywhere still is.
+    let broken = load_one(&source, "broken");
+    assert!(broken.jobs.is_empty());
+    assert!(
+        broken
+            .errors
+            .iter()
+            .all(|e| e.job.as_deref() == Some("broken"))
+    );
+    assert!(!broken.errors.is_empty());
+    d.write("jobs.d/zz-bad.toml", "[jobs.c\n");
+    let with_bad_file = load_one(&source, "a");
+    assert!(with_bad_file.jobs.contains_key("a"));
+    assert_eq!(with_bad_file.errors.len(), 1, "{:?}", with_bad_file.errors);
+    assert_eq!(with_bad_file.errors[0].scope, ErrorScope::File);
 }

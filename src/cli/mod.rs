@@ -393,13 +393,18 @@ pub struct UnlockArgs {
     pub config: ConfigArgs,
 }
 
-/// Loads the job list and returns the job named `name`. Prints why not (the job's own
-/// configuration errors, or that no such job exists) and returns [`crate::exit::CONFIG`].
+/// Loads the job named `name` ([`crate::config::load_one`]: the other jobs' tables are not
+/// read). Prints why it cannot (the job's own configuration errors, or that no such job
+/// exists, with every error of the whole list) and returns [`crate::exit::CONFIG`].
 pub fn find_job(config: &ConfigArgs, name: &str) -> Result<crate::job::Job, u8> {
     let source = crate::config::ConfigSource::resolve(config.config.clone());
-    let mut set = crate::config::load(&source);
+    let mut set = crate::config::load_one(&source, name);
     if let Some(job) = set.jobs.remove(name) {
         return Ok(job);
+    }
+    if set.errors.iter().all(|e| e.job.as_deref() != Some(name)) {
+        // Not there: the whole list's errors may say why (a misspelt or invalid name).
+        set = crate::config::load(&source);
     }
     let own: Vec<_> = set
         .errors
