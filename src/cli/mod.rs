@@ -402,15 +402,12 @@ pub fn find_job(config: &ConfigArgs, name: &str) -> Result<crate::job::Job, u8> 
     if let Some(job) = set.jobs.remove(name) {
         return Ok(job);
     }
-    if set.errors.iter().all(|e| e.job.as_deref() != Some(name)) {
+    let is_own = |e: &&crate::config::ConfigError| e.job.as_deref() == Some(name);
+    if !set.errors.iter().any(|e| is_own(&e)) {
         // Not there: the whole list's errors may say why (a misspelt or invalid name).
         set = crate::config::load(&source);
     }
-    let own: Vec<_> = set
-        .errors
-        .iter()
-        .filter(|e| e.job.as_deref() == Some(name))
-        .collect();
+    let own: Vec<_> = set.errors.iter().filter(is_own).collect();
     if own.is_empty() {
         let files: Vec<String> = set.files.iter().map(|f| f.display().to_string()).collect();
         eprintln!(
