@@ -470,10 +470,20 @@ pub fn render(jobs: &[JobMetrics]) -> String {
 /// A reader sees the old file or the new one, never a part. The temporary file is removed
 /// on failure.
 ///
+/// The directory may be writable by others (node_exporter's textfile directory often
+/// belongs to its own user), and root writes here on every recovery pass, so nothing in
+/// it is trusted: the directory is opened once without following a link
+/// (`O_DIRECTORY | O_NOFOLLOW`) and every step is relative to that descriptor; the
+/// temporary file has an unpredictable name and must be new (`O_CREAT | O_EXCL |
+/// O_NOFOLLOW`, open(2)), so a symbolic link or FIFO planted at any name is never written
+/// through or opened; the rename replaces whatever is at `path` (a planted link
+/// included) without following it (rename(2)).
+///
 /// # Errors
 /// I/O errors, with the temporary file removed.
 pub fn write_textfile(path: &Path, text: &str) -> std::io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
+    use nix::fcntl::{OFlag, open, openat, renameat};
+    use nix::sys::stat::Mode;
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -481,25 +491,49 @@ pub fn write_textfile(path: &Path, text: &str) -> std::io::Result<()> {
     let name = path
         .file_name()
         .ok_or_else(|| std::io::Error::other("the path names no file"))?;
-    let tmp = dir.join(format!(
-        ".{}.{}.tmp",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
+    let dir_fd = open(
+        dir,
+        OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_RDONLY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    // An unpredictable name (the pid, the time in ns, a counter), tried again if taken.
+    let mut tries = 0u32;
+    let (tmp, file) = loop {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let tmp = format!(
+            ".{}.{}.{nanos:09}{tries}.tmp",
+            name.to_string_lossy(),
+            std::process::id()
+        );
+        match openat(
+            &dir_fd,
+            tmp.as_str(),
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(0o644),
+        ) {
+            Ok(fd) => break (tmp, std::fs::File::from(fd)),
+            Err(nix::errno::Errno::EEXIST) if tries < 16 => tries += 1,
+            Err(e) => return Err(e.into()),
+        }
+    };
     let write = || -> std::io::Result<()> {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o644)
-            .open(&tmp)?;
-        f.write_all(text.as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)?;
-        std::fs::File::open(dir)?.sync_all()
+        let mut file = &file;
+        file.write_all(text.as_bytes())?;
+        // 0644 whatever the umask: node_exporter runs as a user of its own.
+        nix::sys::stat::fchmod(&file, Mode::from_bits_truncate(0o644))?;
+        file.sync_all()?;
+        renameat(&dir_fd, tmp.as_str(), &dir_fd, name)?;
+        nix::unistd::fsync(&dir_fd)?;
+        Ok(())
     };
     write().inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
+        let _ = nix::unistd::unlinkat(
+            &dir_fd,
+            tmp.as_str(),
+            nix::unistd::UnlinkatFlags::NoRemoveDir,
+        );
     })
 }
 

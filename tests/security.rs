@@ -758,3 +758,65 @@ fn the_journal_and_unit_status_never_show_a_password() {
         assert_no_marker("the container's output and journal", line);
     }
 }
+
+/// Third hostile trial, 1: `[metrics] textfile` in a directory another user may write
+/// (node_exporter's textfile directory often belongs to its own user). Root's recovery
+/// pass writes there every minute; that user plants, where the temporary file of root's
+/// process would go, a symbolic link to a file only root may write, and a FIFO, and links
+/// the textfile's own name to another such file. Root must write neither file (before:
+/// the temporary file `.NAME.<pid>.tmp` was opened with create + truncate, following the
+/// link) and must not block on the FIFO (before: open(2) for writing waited for a reader).
+#[test]
+fn a_user_who_may_write_the_metrics_directory_cannot_make_root_write_through_a_link() {
+    if !as_root("a_user_who_may_write_the_metrics_directory_cannot_make_root_write_through_a_link")
+    {
+        return;
+    }
+    let base = tempfile::tempdir().unwrap();
+    let dir = base.path().join("textfile");
+    mkdir(&dir, NOBODY, 0o755);
+    let victim = base.path().join("shadow");
+    let other = base.path().join("passwd");
+    for p in [&victim, &other] {
+        root_file(p);
+        std::fs::write(p, "root's own\n").unwrap();
+    }
+    let pid = std::process::id();
+    // What `nobody` plants, as `nobody` (a link in the directory is the user's own).
+    let planted = dir.join(format!(".jobguard.prom.{pid}.tmp"));
+    std::os::unix::fs::symlink(&victim, &planted).unwrap();
+    std::os::unix::fs::symlink(&other, dir.join("jobguard.prom")).unwrap();
+    for p in [&planted, &dir.join("jobguard.prom")] {
+        chown(p, NOBODY);
+    }
+    let target = dir.join("jobguard.prom");
+    jobguard::metrics::write_textfile(&target, "jobguard_up 1\n").unwrap();
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "root's own\n");
+    assert_eq!(std::fs::read_to_string(&other).unwrap(), "root's own\n");
+    let meta = std::fs::symlink_metadata(&target).unwrap();
+    assert!(meta.file_type().is_file(), "the textfile replaced the link");
+    assert_eq!(meta.mode() & 0o777, 0o644);
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "jobguard_up 1\n");
+    let leftovers: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".tmp") && *n != format!(".jobguard.prom.{pid}.tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+
+    // A FIFO where the temporary file would go: root neither blocks nor writes into it.
+    std::fs::remove_file(&planted).unwrap();
+    nix::unistd::mkfifo(&planted, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let t = target.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(jobguard::metrics::write_textfile(&t, "jobguard_up 2\n"));
+    });
+    let done = rx.recv_timeout(std::time::Duration::from_secs(10));
+    assert!(
+        matches!(done, Ok(Ok(()))),
+        "root's write blocked on, or failed at, a planted FIFO: {done:?}"
+    );
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "jobguard_up 2\n");
+}
