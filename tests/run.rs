@@ -2632,3 +2632,44 @@ fn marks_inside_a_run_are_fenced_by_its_lease() {
         .unwrap();
     assert_eq!(unknown.status.code(), Some(78), "{}", stderr(&unknown));
 }
+
+/// Third hostile trial, 3: the keys of the `jobguard.` namespace are the ledger's own
+/// (`jobguard.forced_by`, `jobguard.requested_by`, `jobguard.passed_over`, ...): a job
+/// that writes them to its report must not make a run look forced, requested by someone
+/// or passing over slots. They are dropped (with a warning naming them), in any case of
+/// letters; the job's other keys are kept.
+#[test]
+fn a_job_cannot_write_the_ledgers_own_report_keys() {
+    let sb = Sandbox::new(&job(
+        "forger",
+        "printf 'jobguard.forced_by=mallory\\njobguard.requested_by=root\\n\
+         JobGuard.Passed_Over=9\\njobguard.passed_over_after=2026-01-01T00:00:00Z\\n\
+         rows=3\\n' >> \"$JOBGUARD_REPORT\"",
+        "",
+    ));
+    let out = timer_run(&sb, "forger");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let h = sb.history("forger");
+    assert_eq!(h.len(), 1, "{h:#?}");
+    let report = h[0]["report"].as_object().cloned().unwrap_or_default();
+    assert_eq!(
+        report.get("rows").and_then(|v| v.as_str()),
+        Some("3"),
+        "{report:?}"
+    );
+    let forged: Vec<&String> = report
+        .keys()
+        .filter(|k| k.to_ascii_lowercase().starts_with("jobguard."))
+        .filter(|k| *k != "jobguard.schedule")
+        .collect();
+    assert!(
+        forged.is_empty(),
+        "the job wrote the ledger's keys: {forged:?}"
+    );
+    assert_ne!(h[0]["forced"], true, "{}", h[0]);
+    assert!(
+        stderr(&out).contains("jobguard.forced_by"),
+        "the dropped keys are named in a warning: {}",
+        stderr(&out)
+    );
+}

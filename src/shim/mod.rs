@@ -1217,14 +1217,22 @@ fn execute(
         }
     }
     if let Some(p) = &report_path {
-        let (pairs, bad) = report::collect(p);
-        for line in bad {
+        let collected = report::collect(p);
+        for line in collected.bad {
             eprintln!(
                 "jobguard: {}: ignored report line {line:?} (want key=value)",
                 job.name
             );
         }
-        finish.report = pairs;
+        if !collected.reserved.is_empty() {
+            eprintln!(
+                "jobguard: {}: ignored report keys {} (the {} keys are jobguard's own)",
+                job.name,
+                collected.reserved.join(", "),
+                report::RESERVED
+            );
+        }
+        finish.report = collected.pairs;
     }
     // Recorded with the outcome: a shim that dies before it loses the decision, and
     // `jobguard audit` then calls the gap missed (louder, never quieter).

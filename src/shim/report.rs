@@ -3,6 +3,8 @@
 //!
 //! The shim creates the file before the command starts, owned by the job's user with
 //! mode 0600 in a directory only the shim can list, and reads it after the command ends.
+//! Keys of the `jobguard.` namespace are the ledger's own (the shim and the recovery pass
+//! record `jobguard.forced_by`, `jobguard.passed_over`, ... there): a job's are dropped.
 
 use std::collections::BTreeMap;
 use std::fs::{self, OpenOptions};
@@ -36,13 +38,27 @@ pub fn create(dir: &Path, run_id: &str, owner: Option<(Uid, Gid)>) -> std::io::R
     Ok(path)
 }
 
+/// What a job's report holds, once parsed.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    /// The pairs kept.
+    pub pairs: BTreeMap<String, String>,
+    /// The lines that were not understood, shortened, for a warning.
+    pub bad: Vec<String>,
+    /// The keys dropped because they are in the ledger's own namespace ([`RESERVED`]).
+    pub reserved: Vec<String>,
+}
+
+/// The prefix of the keys that jobguard itself records in a run's report; compared
+/// without regard to the case of letters.
+pub const RESERVED: &str = "jobguard.";
+
 /// Reads (at most [`MAX_REPORT_BYTES`]) and removes the report file. Lines are
 /// `key=value`; keys are letters, digits, `_`, `-` and `.`; values are text without
 /// control characters (tab allowed); bytes that are not UTF-8 spoil only their line; blank
 /// lines and lines starting with `#` are ignored; a later value for a key replaces an
-/// earlier one. Returns the pairs and the lines that were not understood, shortened, for a
-/// warning.
-pub fn collect(path: &Path) -> (BTreeMap<String, String>, Vec<String>) {
+/// earlier one; keys starting with [`RESERVED`] are dropped.
+pub fn collect(path: &Path) -> Report {
     let mut bytes = Vec::new();
     if let Ok(f) = fs::File::open(path) {
         let _ = f.take(MAX_REPORT_BYTES).read_to_end(&mut bytes);
@@ -53,9 +69,8 @@ pub fn collect(path: &Path) -> (BTreeMap<String, String>, Vec<String>) {
 }
 
 /// Parses report text; see [`collect`].
-pub fn parse(text: &str) -> (BTreeMap<String, String>, Vec<String>) {
-    let mut pairs = BTreeMap::new();
-    let mut bad = Vec::new();
+pub fn parse(text: &str) -> Report {
+    let mut report = Report::default();
     for line in text.lines() {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
@@ -63,12 +78,20 @@ pub fn parse(text: &str) -> (BTreeMap<String, String>, Vec<String>) {
         }
         match line.split_once('=') {
             Some((k, v)) if valid_key(k.trim()) && printable(v) => {
-                pairs.insert(k.trim().to_string(), v.trim().to_string());
+                let k = k.trim();
+                let reserved = k
+                    .get(..RESERVED.len())
+                    .is_some_and(|p| p.eq_ignore_ascii_case(RESERVED));
+                if reserved {
+                    report.reserved.push(k.to_string());
+                } else {
+                    report.pairs.insert(k.to_string(), v.trim().to_string());
+                }
             }
-            _ => bad.push(shorten(line)),
+            _ => report.bad.push(shorten(line)),
         }
     }
-    (pairs, bad)
+    report
 }
 
 /// Values are shown on terminals (`history`, `status`, stderr): no control characters
@@ -111,7 +134,7 @@ mod tests {
 
     #[test]
     fn parses_pairs_and_keeps_bad_lines_apart() {
-        let (p, bad) = parse(
+        let Report { pairs: p, bad, .. } = parse(
             "rows_read=3000\n# note\n\nrows_inserted = 2000\nbatch=2026-11-29\nnonsense\nrows_read=3001\n=x\n",
         );
         assert_eq!(p.get("rows_read").map(String::as_str), Some("3001"));
@@ -129,7 +152,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = create(dir.path(), "bin", None).unwrap();
         fs::write(&path, b"rows=5\n\xffgarbage\x00\nbatch=b1\n").unwrap();
-        let (p, bad) = collect(&path);
+        let Report { pairs: p, bad, .. } = collect(&path);
         assert_eq!(p.get("rows").map(String::as_str), Some("5"));
         assert_eq!(p.get("batch").map(String::as_str), Some("b1"));
         assert_eq!(bad.len(), 1, "{bad:?}");
@@ -137,7 +160,7 @@ mod tests {
 
     #[test]
     fn control_characters_in_a_report_never_reach_a_terminal() {
-        let (p, bad) = parse("k=a\x1b[31mred\x07\nok=tab\there\n");
+        let Report { pairs: p, bad, .. } = parse("k=a\x1b[31mred\x07\nok=tab\there\n");
         assert_eq!(p.get("k"), None, "an escape sequence is not stored");
         assert_eq!(p.get("ok").map(String::as_str), Some("tab\there"));
         assert_eq!(bad.len(), 1);
@@ -146,9 +169,23 @@ mod tests {
     #[test]
     fn a_huge_report_line_is_shortened_in_the_warning() {
         let long = "x".repeat(100_000);
-        let (_, bad) = parse(&long);
+        let bad = parse(&long).bad;
         assert_eq!(bad.len(), 1);
         assert!(bad[0].len() <= MAX_SHOWN_BYTES + 4, "{}", bad[0].len());
+    }
+
+    #[test]
+    fn the_ledgers_own_keys_are_dropped_in_any_case() {
+        let r = parse("jobguard.forced_by=x\nJOBGUARD.passed_over=2\njobguardx=1\nrows=3\n");
+        assert_eq!(
+            r.reserved,
+            vec!["jobguard.forced_by", "JOBGUARD.passed_over"]
+        );
+        assert_eq!(
+            r.pairs.keys().collect::<Vec<_>>(),
+            vec!["jobguardx", "rows"]
+        );
+        assert!(r.bad.is_empty());
     }
 
     #[test]
@@ -156,7 +193,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = create(dir.path(), "abc", None).unwrap();
         fs::write(&path, "k=v\n").unwrap();
-        let (p, _) = collect(&path);
+        let p = collect(&path).pairs;
         assert_eq!(p.len(), 1);
         assert!(!path.exists());
     }
