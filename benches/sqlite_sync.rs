@@ -102,6 +102,11 @@ fn measure(dir: &Path, level: Synchronous, fresh_connection: bool, runs: u64) ->
 }
 
 fn main() {
+    if !std::env::args().any(|a| a == "--bench") {
+        // `cargo test --all-targets` builds and runs the benches without `--bench`.
+        println!("sqlite_sync: a benchmark; run it with `cargo bench --bench sqlite_sync`");
+        return;
+    }
     let runs: u64 = std::env::var("BENCH_RUNS")
         .ok()
         .and_then(|v| v.parse().ok())

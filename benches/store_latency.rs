@@ -289,11 +289,18 @@ fn bench(kind: &str, port: u16, runs: u64) {
             decisions.push(d);
             claimed += usize::from(won);
         }
+        if claimed != 1 {
+            println!("  round {round}: {claimed} winners");
+        }
         winners_ok &= claimed == 1;
         s.unlock("race").unwrap();
     }
     report("32-way contention, time to decision", decisions);
     println!("  exactly one winner in every round: {winners_ok}");
+    assert!(
+        winners_ok,
+        "{kind}: a round of 32-way contention did not end with exactly one winner"
+    );
 
     match kind {
         "postgres" => admin(kind, &format!("DROP SCHEMA {ns} CASCADE")),
@@ -316,6 +323,9 @@ fn bench(kind: &str, port: u16, runs: u64) {
 }
 
 fn main() {
+    if !bench_mode() {
+        return;
+    }
     let runs: u64 = std::env::var("BENCH_RUNS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -339,4 +349,14 @@ fn main() {
         };
         bench(kind, port, runs);
     }
+}
+
+/// Whether `cargo bench` started this (it passes `--bench`). `cargo test --all-targets`
+/// builds the benches and runs them without it: they say so and measure nothing there.
+fn bench_mode() -> bool {
+    let yes = std::env::args().any(|a| a == "--bench");
+    if !yes {
+        println!("store_latency: a benchmark; run it with `cargo bench --bench store_latency`");
+    }
+    yes
 }

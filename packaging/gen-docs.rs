@@ -2,7 +2,7 @@
 //! `src/cli/mod.rs`: one man page per subcommand (`man1/jobguard-SUB.1`, clap_mangen) and
 //! the shell completions for bash, zsh and fish (clap_complete).
 //!
-//! Usage: `cargo run --release --example gen-docs -- OUT_DIR` (`scripts/package` runs it
+//! Usage: `cargo run --example gen-docs -- OUT_DIR` (`scripts/package` runs it
 //! with `target/dist`). The hand-written pages (jobguard(1), jobguard.toml(5),
 //! jobguard-generator(8)) are in `packaging/man/`; the script copies and gzips both.
 //! An example rather than a binary of the package, so clap_mangen and clap_complete stay

@@ -1,6 +1,8 @@
-//! The packages (issue 4): `scripts/package` builds the .deb and the .rpm once per test
-//! run (in its own target directory, `target/package-test`, because this test runs
-//! inside `cargo test`, which holds the lock of the usual one); the tests read their
+//! The packages (issue 4): `scripts/test` builds the .deb and the .rpm once, with the one
+//! release build of its run (`scripts/package`), and names their directory in
+//! `JOBGUARD_PACKAGES_DIR`. Without it (`cargo test --test package`), the test runs
+//! `scripts/package` itself, once per test process, in its own target directory,
+//! `target/package-test`, because `cargo test` holds the lock of the usual one. The tests read their
 //! file lists, conffiles, dependencies and scriptlets with `dpkg-deb` and Debian's
 //! `rpm`, and install the .deb on a freshly booted systemd in a container
 //! (`tests/common/container.rs`): install, a job in /etc/jobguard/jobs.d/, its timer
@@ -34,21 +36,29 @@ struct Packages {
     rpm: PathBuf,
 }
 
-/// Builds both packages the first time it is called in this test process.
+/// The packages: those `scripts/test` built with the one release build of its run
+/// (`JOBGUARD_PACKAGES_DIR`, the output directory of `scripts/package`), or else built
+/// here the first time it is called in this test process.
 fn packages() -> &'static Packages {
     static BUILT: OnceLock<Result<Packages, String>> = OnceLock::new();
     let built = BUILT.get_or_init(|| {
-        let target = Path::new(ROOT).join("target/package-test");
-        let out = target.join("out");
-        let _ = std::fs::remove_dir_all(&out);
-        let status = Command::new(Path::new(ROOT).join("scripts/package"))
-            .arg(&out)
-            .env("CARGO_TARGET_DIR", &target)
-            .status()
-            .map_err(|e| format!("cannot run scripts/package: {e}"))?;
-        if !status.success() {
-            return Err(format!("scripts/package: {status}"));
-        }
+        let out = match std::env::var_os("JOBGUARD_PACKAGES_DIR") {
+            Some(dir) => PathBuf::from(dir),
+            None => {
+                let target = Path::new(ROOT).join("target/package-test");
+                let out = target.join("out");
+                let _ = std::fs::remove_dir_all(&out);
+                let status = Command::new(Path::new(ROOT).join("scripts/package"))
+                    .arg(&out)
+                    .env("CARGO_TARGET_DIR", &target)
+                    .status()
+                    .map_err(|e| format!("cannot run scripts/package: {e}"))?;
+                if !status.success() {
+                    return Err(format!("scripts/package: {status}"));
+                }
+                out
+            }
+        };
         let arch = run(&["dpkg", "--print-architecture"]).trim().to_string();
         let rpm_arch = run(&["uname", "-m"]).trim().to_string();
         let deb = out.join(format!("jobguard_{VERSION}-1_{arch}.deb"));

@@ -46,7 +46,8 @@
 //! Needs root and systemd-nspawn (skipped with a `SKIPPED` line otherwise, failed in CI,
 //! as the other container tests), and fails without socat, faketime, psql, PostgreSQL on
 //! 127.0.0.1:5432 and the chosen store's server programs (`.ci/run` installs them).
-//! Run it with `cargo test --release --test soak` (it writes to stderr past the capture).
+//! Run it with `scripts/test soak` (against the release build the packages ship), or with
+//! `cargo test --release --test soak -- --ignored` (it writes to stderr past the capture).
 
 mod common;
 
@@ -343,8 +344,8 @@ static ENGINES: &[Engine] = &[
         stop_signal: Signal::SIGTERM,
         kill_signal: Signal::SIGKILL,
     },
-    // etcd needs the cargo feature `store-etcd`: `cargo test --release --features
-    // store-etcd --test soak`.
+    // etcd needs the cargo feature `store-etcd` (`scripts/test soak` builds it): `cargo test
+    // --release --features store-etcd --test soak -- --ignored`.
     Engine {
         name: "etcd",
         aliases: &[],
@@ -1344,6 +1345,7 @@ fn missing_tools(kind: &Engine) -> Option<String> {
 }
 
 #[test]
+#[ignore = "the soak takes minutes: scripts/test runs it, or `cargo test --test soak -- --ignored`"]
 fn every_slot_runs_once_under_faults() {
     let test = "every_slot_runs_once_under_faults";
     let kind = Engine::from_env();

@@ -12,6 +12,19 @@ use super::container::{Container, Options};
 
 pub const JOBGUARD: &str = env!("CARGO_BIN_EXE_jobguard");
 pub const GENERATOR: &str = env!("CARGO_BIN_EXE_jobguard-generator");
+
+/// The binaries a host gets: `jobguard` and `jobguard-generator` from the directory
+/// `JOBGUARD_BIN_DIR` names when it is set (`scripts/test` sets it to the release build
+/// the packages ship for the soak), else this test build's ([`JOBGUARD`], [`GENERATOR`]).
+pub fn binaries() -> (std::path::PathBuf, std::path::PathBuf) {
+    match std::env::var_os("JOBGUARD_BIN_DIR") {
+        Some(dir) => {
+            let dir = std::path::PathBuf::from(dir);
+            (dir.join("jobguard"), dir.join("jobguard-generator"))
+        }
+        None => (JOBGUARD.into(), GENERATOR.into()),
+    }
+}
 pub const UNITS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/units");
 pub const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/store-sync");
 
@@ -36,12 +49,13 @@ pub fn unit_files() -> Vec<(String, std::path::PathBuf)> {
     files
 }
 
-/// jobguard installed as a package would install it, with `jobs_toml` as
+/// jobguard installed as a package would install it ([`binaries`]), with `jobs_toml` as
 /// /etc/jobguard/jobs.toml.
 pub fn jobguard_options(jobs_toml: &str) -> Options {
+    let (jobguard, generator) = binaries();
     let mut opts = Options::new()
-        .copy(JOBGUARD, "/usr/local/bin/jobguard")
-        .copy(GENERATOR, "/usr/local/bin/jobguard-generator")
+        .copy(jobguard, "/usr/local/bin/jobguard")
+        .copy(generator, "/usr/local/bin/jobguard-generator")
         .symlink(
             "/etc/systemd/system-generators/jobguard-generator",
             "/usr/local/bin/jobguard-generator",
