@@ -110,19 +110,25 @@ pub struct Leftover {
     pub pid: i32,
     /// The attempt's `JOBGUARD_RUN_ID`.
     pub run_id: String,
+    /// The holder its environment names ([`HOLDER_VAR`], as [`Holder::id`] writes it):
+    /// a record is believed cut only when it names this very holder.
+    pub holder: String,
 }
 
 /// The processes of earlier attempts at `job` on this machine and boot whose shim no
-/// longer runs: every process whose environment carries `JOBGUARD_JOB=<job>`, a
-/// `JOBGUARD_RUN_ID` and a [`HOLDER_VAR`] naming this machine and boot and a shim process
-/// (pid and start time) that is gone. A process whose shim still runs (another
-/// `jobguard` with its own runtime directory, e.g. another user's) is not one.
+/// longer runs: every process of the user `uid` (the job's: its command runs as that
+/// user) whose environment carries `JOBGUARD_JOB=<job>`, a `JOBGUARD_RUN_ID` and a
+/// [`HOLDER_VAR`] naming this machine and boot and a shim process (pid and start time)
+/// that is gone. A process whose shim still runs (another `jobguard` with its own runtime
+/// directory, e.g. another user's) is not one, nor is another user's: any user may put
+/// these variables in a process's environment.
 ///
 /// The environment read is the one each process started with (`/proc/PID/environ`,
 /// proc(5)): it survives `setsid`, double forks and a changed process group, but not a
 /// process that started with a cleaned environment (`env -i`), nor one this user may not
 /// read (another user's, when not root).
-pub fn leftovers(job: &str) -> Vec<Leftover> {
+pub fn leftovers(job: &str, uid: u32) -> Vec<Leftover> {
+    use std::os::unix::fs::MetadataExt;
     let me = std::process::id();
     let (machine, boot) = (machine_id(), boot_id());
     let Ok(dir) = fs::read_dir("/proc") else {
@@ -138,6 +144,10 @@ pub fn leftovers(job: &str) -> Vec<Leftover> {
             continue;
         };
         if pid == me {
+            continue;
+        }
+        // /proc/PID belongs to the process's effective user (proc(5)).
+        if entry.metadata().map(|m| m.uid()).ok() != Some(uid) {
             continue;
         }
         let Ok(env) = fs::read(format!("/proc/{pid}/environ")) else {
@@ -167,7 +177,11 @@ pub fn leftovers(job: &str) -> Vec<Leftover> {
             continue;
         }
         if let Ok(pid) = i32::try_from(pid) {
-            found.push(Leftover { pid, run_id });
+            found.push(Leftover {
+                pid,
+                run_id,
+                holder,
+            });
         }
     }
     found

@@ -2673,3 +2673,107 @@ fn a_job_cannot_write_the_ledgers_own_report_keys() {
         stderr(&out)
     );
 }
+
+/// Third hostile trial, 2: a local user could break another host's live lease. After a
+/// shim on this host was SIGKILLed (its lock file says its run was not seen to the end),
+/// the next run here looks for processes left by earlier attempts by their environment.
+/// Any user may start a process whose environment names the job, another host's live run
+/// and a made-up holder of this machine and boot whose shim is gone. That process must
+/// not be believed (it is not the job's user's, and the record it names was written by
+/// another holder): the live run stays running and ends as it would, the lease stays
+/// with it, and this host's run is a skip. Before, the live run was marked interrupted,
+/// which ended its lease, and this host ran the job while it still ran.
+#[test]
+fn a_process_of_another_user_naming_a_live_run_does_not_end_it() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("SKIPPED: needs root to start a process as another user");
+        assert!(std::env::var_os("CI").is_none(), "CI runs as root");
+        return;
+    }
+    use std::os::unix::process::CommandExt;
+    let sb = Sandbox::new(&job(
+        "victim",
+        "echo \"$JOBGUARD_RUN_ID\" >> \"$OUT\"; while [ ! -e \"$OUT.go\" ]; do sleep 0.05; done",
+        "lease_ttl = \"3s\"\nkill_grace = \"1s\"\nenvironment = { OUT = \"@DIR@/out\" }",
+    ));
+    // 1. A shim on this host is SIGKILLed mid-run; its command goes with it
+    // (PR_SET_PDEATHSIG). Its lease lapses 3 s later.
+    let mut first = sb
+        .cmd(&["run", "victim", "--slot", "2026-11-10T02:00:00Z"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_until(20, || sb.lines("out") == 1),
+        "the first run started"
+    );
+    first.kill().unwrap();
+    first.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(3500));
+    // 2. Another machine's run holds the lease, alive (its own runtime directory).
+    let mut live = sb
+        .cmd_on_machine(
+            "0123456789abcdef0123456789abcdef",
+            &["run", "victim", "--slot", "2026-11-11T02:00:00Z"],
+        )
+        .env("JOBGUARD_RUNTIME_DIR", sb.file("run-other"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_until(20, || sb.lines("out") == 2),
+        "the live run started"
+    );
+    let live_run = sb.read("out").lines().nth(1).unwrap().to_string();
+    // 3. nobody's process claims that run, with a holder of this machine and boot whose
+    // shim is gone.
+    let trim = |p: &str| std::fs::read_to_string(p).unwrap().trim().replace('-', "");
+    let holder = format!(
+        "{}:{}:4194303:1",
+        trim("/etc/machine-id"),
+        trim("/proc/sys/kernel/random/boot_id")
+    );
+    let mut forger = std::process::Command::new("sleep")
+        .arg("60")
+        .env("JOBGUARD_JOB", "victim")
+        .env("JOBGUARD_RUN_ID", &live_run)
+        .env("JOBGUARD_HOLDER", &holder)
+        .uid(65534)
+        .gid(65534)
+        .spawn()
+        .unwrap();
+    // 4. The next run on this host: a skip, at once (before, it ran the job, whose command
+    // then waited with the live one's).
+    let next = sb
+        .cmd(&["run", "victim", "--slot", "2026-11-12T02:00:00Z"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = next.id();
+    let ended = wait_until(20, || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| s.contains(") Z "))
+            .unwrap_or(true)
+    });
+    std::fs::write(sb.file("out.go"), "").unwrap();
+    let out = next.wait_with_output().unwrap();
+    let _ = forger.kill();
+    let _ = forger.wait();
+    let live_status = live.wait().unwrap();
+    assert!(ended, "the next run did not end at once: {}", stderr(&out));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        sb.lines("out"),
+        2,
+        "the job ran while the live run still ran: {}",
+        stderr(&out)
+    );
+    assert!(live_status.success(), "the live run ended as it would");
+    let h = sb.history("victim");
+    let mine: Vec<&serde_json::Value> = h.iter().filter(|r| r["run_id"] == *live_run).collect();
+    assert_eq!(mine.len(), 1, "{h:#?}");
+    assert_eq!(mine[0]["outcome"], "succeeded", "{h:#?}");
+}

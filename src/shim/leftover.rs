@@ -8,7 +8,10 @@
 //! process's environment), finds them by their environment ([`identity::leftovers`]: the job,
 //! the run id and a shim that is gone), ends them (SIGTERM, `kill_grace`, SIGKILL) before
 //! it claims anything, and marks the attempt's record interrupted if it still says
-//! `running`. Processes that cannot be ended (another user's, when not root; a process
+//! `running` and was written by the very holder the processes name (this machine and
+//! boot, the gone shim's pid and start time): a process's environment is only a claim,
+//! which any local user can make, so a record of another host or of a live shim is never
+//! ended by it, and only processes of the job's own user are looked at. Processes that cannot be ended (another user's, when not root; a process
 //! stuck in the kernel) make the run refuse. Processes that started with a cleaned
 //! environment cannot be found; under systemd the unit's cgroup ends them anyway.
 //! Other hosts' processes are beyond reach: their own next run ends them. Not looked for:
@@ -36,7 +39,16 @@ use crate::store::{RunQuery, Store};
 /// # Errors
 /// [`exit::OS_ERROR`] when processes of an earlier attempt still run afterwards.
 pub fn end_earlier_attempts(job: &Job, store: &mut dyn Store) -> Result<(), u8> {
-    let found = identity::leftovers(&job.name);
+    // The command runs as the job's user, or as the shim's own.
+    let uid = match &job.user {
+        Some(name) => match super::child::lookup_account(name) {
+            Ok(account) => account.uid.as_raw(),
+            // The run itself reports the missing user; no process can be its.
+            Err(_) => return Ok(()),
+        },
+        None => nix::unistd::geteuid().as_raw(),
+    };
+    let found = identity::leftovers(&job.name, uid);
     if found.is_empty() {
         return Ok(());
     }
@@ -67,14 +79,17 @@ pub fn end_earlier_attempts(job: &Job, store: &mut dyn Store) -> Result<(), u8> 
         journal::status("not run: processes of an earlier attempt still run");
         return Err(exit::OS_ERROR);
     }
-    mark_interrupted(job, store, &runs);
+    mark_interrupted(job, store, &found);
     Ok(())
 }
 
-/// Marks the `running` records among `runs` interrupted, as `jobguard recover` would:
-/// their shim is gone and so is every process they left. Store errors are reported and
-/// left to `jobguard recover`.
-fn mark_interrupted(job: &Job, store: &mut dyn Store, runs: &[&str]) {
+/// Marks interrupted, as `jobguard recover` would, the `running` records that `found`
+/// names and that were written by the holder its processes name, on this machine and
+/// boot, whose shim is gone (so every process they left is gone too). A record of
+/// another holder is left alone: a process's environment is no proof of whose run it is.
+/// Store errors are reported and left to `jobguard recover`.
+fn mark_interrupted(job: &Job, store: &mut dyn Store, found: &[identity::Leftover]) {
+    let (machine, boot) = (identity::machine_id(), identity::boot_id());
     let running = store.runs(&RunQuery {
         job: Some(job.name.clone()),
         outcomes: vec![Outcome::Running],
@@ -87,7 +102,17 @@ fn mark_interrupted(job: &Job, store: &mut dyn Store, runs: &[&str]) {
             return;
         }
     };
-    for run in running.iter().filter(|r| runs.contains(&r.run_id.as_str())) {
+    let written_by_its_holder = |r: &Run| {
+        let holder = format!("{}:{}:{}:{}", r.machine_id, r.boot_id, r.pid, r.pid_start);
+        !machine.is_empty()
+            && r.machine_id == machine
+            && r.boot_id == boot
+            && !identity::process_alive(r.pid, r.pid_start)
+            && found
+                .iter()
+                .any(|p| p.run_id == r.run_id && p.holder == holder)
+    };
+    for run in running.iter().filter(|r| written_by_its_holder(r)) {
         if let Err(e) = crate::recover::interrupt_cut(store, job, run, "process-gone") {
             eprintln!("jobguard: {}: {e}", job.name);
         }
