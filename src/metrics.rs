@@ -522,7 +522,7 @@ pub fn write_textfile(path: &Path, text: &str) -> std::io::Result<()> {
         let mut file = &file;
         file.write_all(text.as_bytes())?;
         // 0644 whatever the umask: node_exporter runs as a user of its own.
-        nix::sys::stat::fchmod(&file, Mode::from_bits_truncate(0o644))?;
+        nix::sys::stat::fchmod(file, Mode::from_bits_truncate(0o644))?;
         file.sync_all()?;
         renameat(&dir_fd, tmp.as_str(), &dir_fd, name)?;
         nix::unistd::fsync(&dir_fd)?;
