@@ -502,9 +502,9 @@ pub struct Table<'a> {
 /// A `flock -n LOCK` wrapper is dropped only when no other entry of the table uses the
 /// same LOCK: jobguard's lock is per job, so a lock shared by two entries (which keeps them
 /// from overlapping under cron) stays, with a warning.
-pub fn import(bytes: &[u8], table: &Table<'_>, taken: &mut BTreeSet<String>) -> Import {
+pub fn import(bytes: &[u8], table: &Table<'_>, taken: &mut Names) -> Import {
     // First pass: which flock locks more than one entry takes.
-    let mut probe = BTreeSet::new();
+    let mut probe = Names::default();
     let first = import_with(bytes, table, &mut probe, &BTreeSet::new());
     let mut count: BTreeMap<&str, usize> = BTreeMap::new();
     for line in &first.lines {
@@ -525,7 +525,7 @@ pub fn import(bytes: &[u8], table: &Table<'_>, taken: &mut BTreeSet<String>) -> 
 fn import_with(
     bytes: &[u8],
     table: &Table<'_>,
-    taken: &mut BTreeSet<String>,
+    taken: &mut Names,
     shared_locks: &BTreeSet<String>,
 ) -> Import {
     let mut out = Import::default();
@@ -1104,15 +1104,24 @@ pub fn name_of(text: &str) -> String {
     "job".into()
 }
 
-/// `name`, or `name-2`, `name-3`… the first not in `taken`; recorded in `taken`.
-fn unique(name: String, taken: &mut BTreeSet<String>) -> String {
+/// The job names an import has given out, and for each name asked for the next suffix to
+/// try, so that N entries of one name cost about N steps, not N²/2 (8,000 identical lines
+/// took 15 s).
+#[derive(Debug, Default)]
+pub struct Names {
+    taken: BTreeSet<String>,
+    next: BTreeMap<String, u64>,
+}
+
+/// `name`, or `name-2`, `name-3`… the first not in `names`; recorded in `names`.
+fn unique(name: String, names: &mut Names) -> String {
     let mut candidate = name.clone();
-    let mut i = 2;
-    while taken.contains(&candidate) {
-        candidate = format!("{name}-{i}");
-        i += 1;
+    let next = names.next.entry(name.clone()).or_insert(2);
+    while names.taken.contains(&candidate) {
+        candidate = format!("{name}-{next}");
+        *next += 1;
     }
-    taken.insert(candidate.clone());
+    names.taken.insert(candidate.clone());
     candidate
 }
 
@@ -1152,8 +1161,12 @@ pub fn render(tables: &[(String, Import)]) -> String {
                 Line::Comment(c) => {
                     if c.trim().is_empty() {
                         out.push('\n');
-                    } else {
+                    } else if c.trim_start_matches([' ', '\t']).starts_with('#') {
                         let _ = writeln!(out, "{}", comment_safe(c));
+                    } else {
+                        // Led by other white space (a form feed, U+3000, ...): TOML takes
+                        // only spaces and tabs before a comment's `#`.
+                        let _ = writeln!(out, "# {}", comment_safe(c));
                     }
                 }
                 Line::Variable(v) => {
@@ -1365,9 +1378,62 @@ mod tests {
         );
         assert_eq!(name_of("flock -n /var/lock/s.lock /usr/bin/g"), "g");
         assert_eq!(name_of("timeout 5m /usr/bin/sync-orders"), "sync-orders");
-        let mut taken = BTreeSet::new();
+        let mut taken = Names::default();
+        assert_eq!(unique("a-3".into(), &mut taken), "a-3");
         assert_eq!(unique("a".into(), &mut taken), "a");
         assert_eq!(unique("a".into(), &mut taken), "a-2");
+        assert_eq!(unique("a".into(), &mut taken), "a-4");
+        assert_eq!(unique("a-2".into(), &mut taken), "a-2-2");
+    }
+
+    #[test]
+    fn comments_led_by_other_white_space_stay_comments_in_the_job_list() {
+        // Issue 38: a form feed or a Unicode space before `#` (cron, and this reader, take
+        // the line for a comment) was written as it was, which TOML refuses.
+        let table = Table {
+            system: false,
+            user: Some("root"),
+            local: TimeZone::UTC,
+            now: "2026-01-01T00:00:00Z".parse().unwrap(),
+        };
+        let text = "\u{3000}# ideographic\n\x0c# form feed\n\u{a0}# no-break\n \t# plain\n\
+                    0 2 * * * /usr/bin/true\n";
+        let import = import(text.as_bytes(), &table, &mut Names::default());
+        let rendered = render(&[("-".into(), import)]);
+        let parsed: Result<toml::Table, _> = rendered.parse();
+        assert!(parsed.is_ok(), "{parsed:?}\n{rendered}");
+        for kept in ["ideographic", "form feed", "no-break", "plain"] {
+            assert!(rendered.contains(kept), "{rendered}");
+        }
+        assert!(
+            parsed.unwrap()["jobs"]
+                .as_table()
+                .is_some_and(|j| j.len() == 1)
+        );
+    }
+
+    #[test]
+    fn a_thousand_entries_of_one_name_are_numbered_in_order() {
+        let table = Table {
+            system: false,
+            user: Some("root"),
+            local: TimeZone::UTC,
+            now: "2026-01-01T00:00:00Z".parse().unwrap(),
+        };
+        let text = "0 2 * * * /usr/bin/sync\n".repeat(1000);
+        let import = import(text.as_bytes(), &table, &mut Names::default());
+        let names: Vec<String> = import
+            .lines
+            .iter()
+            .filter_map(|l| match l {
+                Line::Job(j) => Some(j.name.clone()),
+                _ => None,
+            })
+            .collect();
+        let want: Vec<String> = std::iter::once("sync".to_string())
+            .chain((2..=1000).map(|i| format!("sync-{i}")))
+            .collect();
+        assert_eq!(names, want);
     }
 
     #[test]

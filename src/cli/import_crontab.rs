@@ -7,7 +7,6 @@
 //! (`/var/spool/cron/crontabs/USER`, `/var/spool/cron/USER`, `/var/spool/cron/tabs/USER`)
 //! is USER's unless `--user` says otherwise.
 
-use std::collections::BTreeSet;
 use std::io::Read;
 use std::path::Path;
 
@@ -23,7 +22,7 @@ pub fn run(args: &ImportCrontabArgs) -> u8 {
     let mut status = exit::OK;
     let now = Timestamp::now();
     let local = crate::calendar::local_zone();
-    let mut taken = BTreeSet::new();
+    let mut taken = crontab::Names::default();
     let mut tables = Vec::new();
     let stdin = [std::path::PathBuf::from("-")];
     let files = if args.files.is_empty() {
