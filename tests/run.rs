@@ -37,6 +37,17 @@ fn job(name: &str, command: &str, extra: &str) -> String {
     )
 }
 
+/// Whether the test runs as root, which it needs `to` do something; prints `SKIPPED`
+/// (and fails in CI, which runs as root) when not.
+fn as_root(to: &str) -> bool {
+    if nix::unistd::geteuid().is_root() {
+        return true;
+    }
+    eprintln!("SKIPPED: needs root to {to}");
+    assert!(std::env::var_os("CI").is_none(), "CI runs as root");
+    false
+}
+
 /// Starts `jobguard run NAME` as a timer would, with its stderr to `stderr`.
 fn spawn_timer_run(sb: &Sandbox, name: &str, stderr: impl Into<Stdio>) -> std::process::Child {
     sb.cmd(&["run", name])
@@ -469,9 +480,7 @@ fn a_daemonized_grandchild_does_not_keep_the_lock() {
 
 #[test]
 fn user_jobs_run_as_that_user_and_cannot_touch_the_ledger_or_locks() {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("SKIPPED: needs root to switch users");
-        assert!(std::env::var_os("CI").is_none(), "CI runs as root");
+    if !as_root("switch users") {
         return;
     }
     use std::os::unix::fs::PermissionsExt;
@@ -720,9 +729,7 @@ fn a_store_file_that_cannot_be_read_is_named_by_run_and_listed_by_status() {
 
 #[test]
 fn a_store_disk_full_at_the_end_of_a_run_is_waited_out_not_turned_into_a_rerun() {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("SKIPPED: needs root to mount a small file system");
-        assert!(std::env::var_os("CI").is_none(), "CI runs as root");
+    if !as_root("mount a small file system") {
         return;
     }
     // The store on a 1 MiB file system that the job fills; a cleaner (here the test, in
@@ -931,9 +938,7 @@ fn the_command_search_keeps_execvps_errors_and_its_meaning_of_path_entries() {
 fn a_user_jobs_working_directory_is_entered_before_the_switch_to_its_user() {
     // As before the command was started by clone(2): the shim (root) enters the working
     // directory, then drops to the job's user, so a directory only root may enter works.
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("SKIPPED: needs root to switch users");
-        assert!(std::env::var_os("CI").is_none(), "CI runs as root");
+    if !as_root("switch users") {
         return;
     }
     use std::os::unix::fs::PermissionsExt;
@@ -1651,9 +1656,7 @@ fn unlock_refuses_to_end_the_lease_of_a_run_alive_on_this_host() {
 
 #[test]
 fn a_store_disk_full_past_the_wait_fails_the_run_and_the_success_is_replayed_not_rerun() {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("SKIPPED: needs root to mount a small file system");
-        assert!(std::env::var_os("CI").is_none(), "CI runs as root");
+    if !as_root("mount a small file system") {
         return;
     }
     // The store on a 1 MiB file system that the job fills and nobody frees while the
@@ -2685,9 +2688,7 @@ fn a_job_cannot_write_the_ledgers_own_report_keys() {
 /// which ended its lease, and this host ran the job while it still ran.
 #[test]
 fn a_process_of_another_user_naming_a_live_run_does_not_end_it() {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("SKIPPED: needs root to start a process as another user");
-        assert!(std::env::var_os("CI").is_none(), "CI runs as root");
+    if !as_root("start a process as another user") {
         return;
     }
     use std::os::unix::process::CommandExt;
