@@ -1386,16 +1386,21 @@ mod tests {
         assert_eq!(unique("a-2".into(), &mut taken), "a-2-2");
     }
 
-    #[test]
-    fn comments_led_by_other_white_space_stay_comments_in_the_job_list() {
-        // Issue 38: a form feed or a Unicode space before `#` (cron, and this reader, take
-        // the line for a comment) was written as it was, which TOML refuses.
-        let table = Table {
+    /// A user's table of root, read in UTC.
+    fn root_table() -> Table<'static> {
+        Table {
             system: false,
             user: Some("root"),
             local: TimeZone::UTC,
             now: "2026-01-01T00:00:00Z".parse().unwrap(),
-        };
+        }
+    }
+
+    #[test]
+    fn comments_led_by_other_white_space_stay_comments_in_the_job_list() {
+        // Issue 38: a form feed or a Unicode space before `#` (cron, and this reader, take
+        // the line for a comment) was written as it was, which TOML refuses.
+        let table = root_table();
         let text = "\u{3000}# ideographic\n\x0c# form feed\n\u{a0}# no-break\n \t# plain\n\
                     0 2 * * * /usr/bin/true\n";
         let import = import(text.as_bytes(), &table, &mut Names::default());
@@ -1414,12 +1419,7 @@ mod tests {
 
     #[test]
     fn a_thousand_entries_of_one_name_are_numbered_in_order() {
-        let table = Table {
-            system: false,
-            user: Some("root"),
-            local: TimeZone::UTC,
-            now: "2026-01-01T00:00:00Z".parse().unwrap(),
-        };
+        let table = root_table();
         let text = "0 2 * * * /usr/bin/sync\n".repeat(1000);
         let import = import(text.as_bytes(), &table, &mut Names::default());
         let names: Vec<String> = import
