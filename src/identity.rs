@@ -33,6 +33,26 @@ pub fn boot_time_usec() -> i64 {
         .map_or(0, |secs| secs.saturating_mul(1_000_000))
 }
 
+/// When this boot began, µs since the epoch: the start of PID 1 (`/proc/1/stat` field
+/// 22, in clock ticks after the kernel's boot, proc(5)) after [`boot_time_usec`]. In a
+/// container that is the container's boot (it shares the kernel's boot time, not its
+/// boot id); on a host it is the kernel's. [`boot_time_usec`] when PID 1 cannot be read.
+pub fn this_boot_usec() -> i64 {
+    let btime = boot_time_usec();
+    let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .filter(|t| *t > 0);
+    match (process_start(1), ticks) {
+        (Some(start), Some(per_sec)) if btime > 0 => {
+            let after = i64::try_from(start.saturating_mul(1_000_000) / per_sec.unsigned_abs())
+                .unwrap_or(0);
+            btime.saturating_add(after)
+        }
+        _ => btime,
+    }
+}
+
 /// The host name, for display.
 pub fn host_name() -> String {
     nix::unistd::gethostname()
@@ -220,8 +240,162 @@ pub fn end_leftovers(procs: &[Leftover], grace: std::time::Duration) -> Vec<i32>
     wait(Instant::now() + Duration::from_secs(5))
 }
 
-/// The identity of this process as a lease holder.
+/// The file of [`crate::paths::state_dir`] that lists the boots this installation ran
+/// under ([`Installation`]).
+pub const BOOTS_FILE: &str = "boots";
+
+/// How many boots [`BOOTS_FILE`] keeps, newest last: a record of an older boot is taken
+/// for another installation's (judged by its lease alone, the safe way).
+pub const BOOTS_KEPT: usize = 256;
+
+/// How long after this boot began, µs, a `running` record of this machine id from a boot
+/// this installation does not know proves another installation ([`Installation::twin`]):
+/// the store's and this host's clocks may differ by up to a minute.
+pub const TWIN_MARGIN_USEC: i64 = 60_000_000;
+
+/// This installation of jobguard: the machine id, this boot, and every boot it ran
+/// under (newest [`BOOTS_KEPT`]), from [`BOOTS_FILE`] in the state directory.
+///
+/// Machines made from one image often share `/etc/machine-id` (a template that was never
+/// `systemd-machine-id-setup`'d), so a record with this machine id and another boot id
+/// may be another machine's live run, not an earlier boot of this one. Boot ids are
+/// random per boot (`/proc/sys/kernel/random/boot_id`, random(4)), so the boots an
+/// installation wrote under are its own even where the image carried its state directory
+/// along: a boot after the copy is the copy's alone. A random key kept in the state
+/// directory would not be: it is copied with the image. Local evidence (a pid, a boot
+/// id) is believed only for a record written under one of these boots ([`Self::wrote`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Installation {
+    /// `/etc/machine-id`; empty if unreadable.
+    pub machine_id: String,
+    /// This boot's id ([`boot_id`]).
+    pub boot_id: String,
+    /// When this boot began, µs since the epoch ([`this_boot_usec`]).
+    pub boot_usec: i64,
+    /// The boots of [`BOOTS_FILE`] listed with this machine id, and this boot.
+    pub boots: std::collections::BTreeSet<String>,
+}
+
+impl Installation {
+    /// This installation, as [`BOOTS_FILE`] in [`crate::paths::state_dir`] lists it.
+    pub fn here() -> Installation {
+        Self::read(&crate::paths::state_dir())
+    }
+
+    /// This installation, as [`BOOTS_FILE`] in `dir` lists it (an unreadable file lists
+    /// no earlier boot). Lines are `MACHINE_ID BOOT_ID`; lines of another machine id (the
+    /// id was changed since, e.g. by `systemd-machine-id-setup` on a copy) do not count.
+    pub fn read(dir: &std::path::Path) -> Installation {
+        let (machine_id, boot_id) = (machine_id(), boot_id());
+        let text = fs::read_to_string(dir.join(BOOTS_FILE)).unwrap_or_default();
+        let mut boots: std::collections::BTreeSet<String> = text
+            .lines()
+            .filter_map(|l| l.split_once(' '))
+            .filter(|(m, _)| !machine_id.is_empty() && *m == machine_id)
+            .map(|(_, b)| b.trim().to_string())
+            .filter(|b| !b.is_empty())
+            .collect();
+        if !boot_id.is_empty() {
+            boots.insert(boot_id.clone());
+        }
+        Installation {
+            machine_id,
+            boot_id,
+            boot_usec: this_boot_usec(),
+            boots,
+        }
+    }
+
+    /// Adds this boot to [`BOOTS_FILE`] in `dir` unless it is listed: one line appended
+    /// (`O_APPEND`, one write, not through a link), and the file cut back to the newest
+    /// [`BOOTS_KEPT`] once it holds twice as many. Done before this process writes a
+    /// record, so that after a crash the next boot knows the record for its own.
+    ///
+    /// # Errors
+    /// Creating `dir` or writing the file.
+    pub fn enter_this_boot(dir: &std::path::Path) -> std::io::Result<()> {
+        use std::io::Write;
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        let (machine, boot) = (machine_id(), boot_id());
+        if machine.is_empty() || boot.is_empty() {
+            return Ok(());
+        }
+        let path = dir.join(BOOTS_FILE);
+        let line = format!("{machine} {boot}");
+        let text = fs::read_to_string(&path).unwrap_or_default();
+        if text.lines().any(|l| l == line) {
+            return Ok(());
+        }
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+        let lines: Vec<&str> = text.lines().collect();
+        if lines.len() + 1 >= 2 * BOOTS_KEPT {
+            let keep = &lines[lines.len() + 1 - BOOTS_KEPT..];
+            let tmp = dir.join(format!(".{BOOTS_FILE}.{}.tmp", std::process::id()));
+            let mut f = fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&tmp)?;
+            f.write_all(format!("{}\n{line}\n", keep.join("\n")).as_bytes())?;
+            return fs::rename(&tmp, &path);
+        }
+        let mut f = fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)?;
+        f.write_all(format!("{line}\n").as_bytes())
+    }
+
+    /// Whether a record by holder `machine_id`, `boot_id` was written by this
+    /// installation: this machine id, and a boot it ran under.
+    pub fn wrote(&self, machine_id: &str, boot_id: &str) -> bool {
+        !self.machine_id.is_empty() && machine_id == self.machine_id && self.boots.contains(boot_id)
+    }
+
+    /// Whether `run` proves another installation with this machine id: it has this
+    /// machine id and a boot this installation does not know, and it started (store
+    /// clock) more than [`TWIN_MARGIN_USEC`] after this boot began, when no earlier
+    /// boot of this machine can have written it.
+    pub fn twin(&self, run: &crate::ledger::Run) -> bool {
+        !self.machine_id.is_empty()
+            && run.machine_id == self.machine_id
+            && !run.boot_id.is_empty()
+            && !self.boots.contains(&run.boot_id)
+            && self.boot_usec > 0
+            && run.started_at > self.boot_usec.saturating_add(TWIN_MARGIN_USEC)
+    }
+}
+
+/// What to do about another installation with this machine id, for `status`, the journal
+/// and the alert (machine-id(5)).
+pub const SHARED_MACHINE_ID_FIX: &str = "give each machine its own id: on a machine made from an image, `rm /etc/machine-id && systemd-machine-id-setup` (then reboot), or empty /etc/machine-id in the image so that each machine makes its own at first boot; until then each judges the other's runs by their leases alone";
+
+impl Installation {
+    /// The records of `runs` that prove another installation with this machine id
+    /// ([`Self::twin`]).
+    pub fn twins<'a>(&self, runs: &'a [crate::ledger::Run]) -> Vec<&'a crate::ledger::Run> {
+        runs.iter().filter(|r| self.twin(r)).collect()
+    }
+}
+
+/// The identity of this process as a lease holder. This boot is first entered among the
+/// installation's boots ([`Installation::enter_this_boot`]); when that fails, a warning
+/// goes to stderr and a record of this boot will be judged, after a crash, by its lease
+/// alone.
 pub fn current_holder() -> Holder {
+    let dir = crate::paths::state_dir();
+    if let Err(e) = Installation::enter_this_boot(&dir) {
+        eprintln!(
+            "jobguard: warning: {}: {e}: a run cut by a crash of this boot is found by its lease alone",
+            dir.join(BOOTS_FILE).display()
+        );
+    }
     let pid = std::process::id();
     Holder {
         machine_id: machine_id(),
@@ -273,6 +447,123 @@ mod tests {
         assert_eq!(a.len(), 32);
         assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
         assert_ne!(a, b);
+    }
+
+    fn installation(boots: &[&str], boot_usec: i64) -> Installation {
+        Installation {
+            machine_id: "m".into(),
+            boot_id: "b0".into(),
+            boot_usec,
+            boots: boots.iter().map(|b| b.to_string()).collect(),
+        }
+    }
+
+    fn run(machine: &str, boot: &str, started_at: i64) -> crate::ledger::Run {
+        crate::ledger::Run {
+            run_id: "r".into(),
+            job: "j".into(),
+            slot: crate::ledger::Slot {
+                usec: 0,
+                zone: "UTC".into(),
+            },
+            attempt: 1,
+            outcome: crate::ledger::Outcome::Running,
+            reason: None,
+            exit_status: None,
+            forced: false,
+            trigger: "timer".into(),
+            host: "h".into(),
+            machine_id: machine.into(),
+            boot_id: boot.into(),
+            pid: 1,
+            pid_start: 1,
+            invocation_id: None,
+            started_at,
+            finished_at: None,
+            fencing_token: 1,
+            report: Default::default(),
+            resolution: None,
+        }
+    }
+
+    #[test]
+    fn a_record_is_this_installations_only_under_a_boot_it_ran_under() {
+        let me = installation(&["b0", "b1"], 1_000_000_000);
+        assert!(me.wrote("m", "b0") && me.wrote("m", "b1"));
+        // Another machine with this machine id (a copied image): another boot.
+        assert!(!me.wrote("m", "c1"));
+        assert!(!me.wrote("n", "b1"));
+        let unknown = Installation {
+            machine_id: String::new(),
+            ..me.clone()
+        };
+        assert!(!unknown.wrote("", "b0"));
+    }
+
+    #[test]
+    fn a_record_of_an_unknown_boot_after_this_boot_began_proves_a_copy() {
+        let boot = 1_000_000_000;
+        let me = installation(&["b0", "b1"], boot);
+        let after = boot + TWIN_MARGIN_USEC + 1;
+        assert!(me.twin(&run("m", "c1", after)));
+        // Not: an earlier boot (of this installation, or whose list was lost), a boot
+        // this installation knows, another machine id, or within the margin.
+        assert!(!me.twin(&run("m", "c1", boot - 1)));
+        assert!(!me.twin(&run("m", "c1", boot + TWIN_MARGIN_USEC)));
+        assert!(!me.twin(&run("m", "b1", after)));
+        assert!(!me.twin(&run("n", "c1", after)));
+        assert_eq!(
+            me.twins(&[run("m", "c1", after), run("m", "b0", after)])
+                .len(),
+            1
+        );
+    }
+
+    #[test]
+    fn the_boots_file_keeps_this_boot_once_and_only_the_newest() {
+        let dir = tempfile::tempdir().unwrap();
+        let (machine, boot) = (machine_id(), boot_id());
+        if machine.is_empty() || boot.is_empty() {
+            return;
+        }
+        Installation::enter_this_boot(dir.path()).unwrap();
+        Installation::enter_this_boot(dir.path()).unwrap();
+        let file = dir.path().join(BOOTS_FILE);
+        assert_eq!(
+            std::fs::read_to_string(&file).unwrap(),
+            format!("{machine} {boot}\n")
+        );
+        // Boots of another machine id do not count; a full file is cut back.
+        let mut text: String = (0..2 * BOOTS_KEPT - 1)
+            .map(|i| format!("{machine} old{i}\n"))
+            .collect();
+        text.push_str("othermachine other\n");
+        std::fs::write(&file, text).unwrap();
+        let read = Installation::read(dir.path());
+        assert!(read.boots.contains("old0") && !read.boots.contains("other"));
+        Installation::enter_this_boot(dir.path()).unwrap();
+        let kept = std::fs::read_to_string(&file).unwrap();
+        assert_eq!(kept.lines().count(), BOOTS_KEPT);
+        assert_eq!(
+            kept.lines().last(),
+            Some(format!("{machine} {boot}").as_str())
+        );
+        let read = Installation::read(dir.path());
+        assert!(!read.boots.contains("old0") && read.boots.contains(&boot));
+        // Not through a link planted at the file's name.
+        let target = dir.path().join("target");
+        std::fs::write(&target, "").unwrap();
+        std::fs::remove_file(&file).unwrap();
+        std::os::unix::fs::symlink(&target, &file).unwrap();
+        assert!(Installation::enter_this_boot(dir.path()).is_err());
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "");
+    }
+
+    #[test]
+    fn this_boot_began_after_the_kernel_and_before_now() {
+        let now = jiff::Timestamp::now().as_microsecond();
+        let b = this_boot_usec();
+        assert!(b >= boot_time_usec() && b <= now, "{b}");
     }
 
     #[test]

@@ -56,6 +56,9 @@ pub enum Kind {
     /// `jobguard recover` could not write the metrics textfile (`[metrics] textfile`);
     /// not a job's event: `JOBGUARD_JOB` is left out.
     MetricsNotWritten,
+    /// `jobguard recover` found a `running` record of another machine with this host's
+    /// machine id ([`crate::identity::Installation::twin`]); once per run.
+    MachineIdShared,
 }
 
 impl Kind {
@@ -78,6 +81,7 @@ impl Kind {
             Kind::GapDetected => "gap",
             Kind::Missed => "missed",
             Kind::MetricsNotWritten => "metrics",
+            Kind::MachineIdShared => "machine-id-shared",
         }
     }
 
@@ -101,12 +105,15 @@ impl Kind {
             Kind::GapDetected => "328264b3aa754d54a5a32c0263f1204c",
             Kind::Missed => "a4b1d7192a4a4f6daa808b5fd70a3463",
             Kind::MetricsNotWritten => "ecb54cb947c54fb88eab7e3930fb5460",
+            Kind::MachineIdShared => "33fbce3955d54a79bac1087918ef300a",
         }
     }
 
     fn level(self) -> Level {
         match self {
-            Kind::Failed | Kind::LeaseLost | Kind::ClockSkew => Level::ERROR,
+            Kind::Failed | Kind::LeaseLost | Kind::ClockSkew | Kind::MachineIdShared => {
+                Level::ERROR
+            }
             Kind::Interrupted
             | Kind::GapDetected
             | Kind::Missed

@@ -20,7 +20,9 @@
 //!   failed or was cut off in ([`crate::cli::audit::judged_records`]), judged by
 //!   [`audit::status_findings`] exactly as `jobguard status` judges them (missed slots
 //!   after the newest record and between the records read); `jobguard_job_needs_attention` is
-//!   [`audit::job_needs_attention`] of those findings. systemd's timers are not read here,
+//!   [`audit::job_needs_attention`] of those findings, or a record among them of another
+//!   machine with this machine id (`jobguard_machine_id_shared`,
+//!   [`crate::identity::Installation::twin`]). systemd's timers are not read here,
 //!   so a timer that is not waiting counts only in `jobguard status`;
 //! - the lease is the store's lease row, listed while unexpired by the store's clock.
 //!
@@ -90,8 +92,12 @@ pub struct LedgerMetrics {
     pub running: Vec<String>,
     /// The unexpired lease: holder's host and expiry.
     pub lease: Option<(String, i64)>,
-    /// [`audit::job_needs_attention`].
+    /// [`audit::job_needs_attention`], or a record of another machine with this machine
+    /// id.
     pub needs_attention: bool,
+    /// Recent records that prove another machine with this machine id
+    /// ([`crate::identity::Installation::twin`]).
+    pub machine_id_shared: usize,
 }
 
 /// Every job's metrics and what could not be read.
@@ -155,6 +161,7 @@ pub fn read_job(
     );
     crate::cli::audit::confirm_missed(store, &job.name, &mut findings)?;
     let count = |kind: FindingKind| findings.iter().filter(|f| f.kind == kind).count();
+    let twins = crate::identity::Installation::here().twins(&recent).len();
     let last = recent
         .iter()
         .filter(|r| r.outcome != Outcome::Running)
@@ -180,7 +187,8 @@ pub fn read_job(
         lease: lease
             .filter(|l| l.expire_at > store_now)
             .map(|l| (l.host, l.expire_at)),
-        needs_attention: audit::job_needs_attention(&findings, None),
+        needs_attention: audit::job_needs_attention(&findings, None) || twins > 0,
+        machine_id_shared: twins,
     })
 }
 
@@ -460,6 +468,15 @@ pub fn render(jobs: &[JobMetrics]) -> String {
     );
     for (job, l) in ledgers() {
         f.sample(&[("job", job)], f64::from(u8::from(l.needs_attention)));
+    }
+    let mut f = family(
+        &mut out,
+        "jobguard_machine_id_shared",
+        "gauge",
+        "Recent records of the job written by another machine with this host's machine id (an image copied without systemd-machine-id-setup); 0 when there are none.",
+    );
+    for (job, l) in ledgers() {
+        f.sample(&[("job", job)], l.machine_id_shared as f64);
     }
     out
 }

@@ -8,6 +8,8 @@
 //! | store | `sqlite:///var/lib/jobguard/jobguard.db` | `$XDG_STATE_HOME/jobguard/jobguard.db`, else `~/.local/state/jobguard/jobguard.db` |
 //! | kept outcomes | `/run/jobguard/pending`, `/var/lib/jobguard/pending` | below the same bases |
 //! | first sightings of another host's lapsed lease | `/run/jobguard/suspect` | same base as locks |
+//! | runs of another machine with this machine id, once reported | `/run/jobguard/shared` | same base as locks |
+//! | the boots this installation ran under | `/var/lib/jobguard/boots` | in the state directory |
 //!
 //! `JOBGUARD_RUNTIME_DIR` overrides the runtime base (locks and reports) for tests, and
 //! `JOBGUARD_STATE_DIR` the state directory.

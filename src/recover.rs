@@ -77,10 +77,13 @@ pub const SIGHTING_GRACE_USEC: i64 = FOREIGN_GRACE_USEC + PASS_INTERVAL_USEC;
 
 /// Why a `running` record's holder is gone, or `None` if it may still be alive.
 ///
-/// A holder on another machine is gone once its lease has been seen lapsed for
-/// [`SIGHTING_GRACE_USEC`]: the first sighting (store time, µs) is kept in
+/// A holder whose lease is unexpired by the store's clock is never gone, whatever this
+/// host sees. A record this installation did not write ([`identity::Installation::wrote`]:
+/// another machine, or another with this machine id) is gone once its lease has been
+/// seen lapsed for [`SIGHTING_GRACE_USEC`]: the first sighting (store time, µs) is kept in
 /// `<runtime dir>/suspect/<run id>`; without that directory the lease's expiry counts as
-/// the first sighting.
+/// the first sighting. One this installation wrote is gone, once its lease lapsed, by
+/// what this host sees: another boot, or a shim process that no longer runs.
 ///
 /// # Errors
 /// Store errors while reading the lease or the store's clock.
@@ -108,9 +111,10 @@ pub fn holder_gone(store: &mut dyn Store, run: &Run) -> Result<Option<&'static s
 
 /// Why a `running` record's holder (the shim, or another machine's lease) is gone, or
 /// `None` if it may still be alive; like [`holder_gone`] but only looks: processes the
-/// command left behind are neither ended nor counted, and another machine's lease counts
-/// as gone [`FOREIGN_GRACE_USEC`] after it expired, or at once when a later attempt holds
-/// it (for `status` and `audit`).
+/// command left behind are neither ended nor counted, and the lease of a record this
+/// installation did not write counts as gone [`FOREIGN_GRACE_USEC`] after it expired, or
+/// at once when a later attempt holds it (for `status` and `audit`). An unexpired lease
+/// is never gone.
 ///
 /// # Errors
 /// Store errors while reading the lease or the store's clock.
@@ -118,7 +122,13 @@ pub fn holder_gone_observed(
     store: &mut dyn Store,
     run: &Run,
 ) -> Result<Option<&'static str>, StoreError> {
+    let lapsed = lease_lapsed(store, run)?;
     if is_local(run) {
+        // Local evidence counts only for a lease that no longer holds: a copy of this
+        // machine resumed from one snapshot has this boot id and pids too.
+        if lapsed.is_none() {
+            return Ok(None);
+        }
         if run.boot_id != identity::boot_id() {
             return Ok(Some("boot"));
         }
@@ -127,14 +137,16 @@ pub fn holder_gone_observed(
         }
         return Ok(None);
     }
-    Ok(lease_lapsed(store, run)?
+    Ok(lapsed
         .filter(|l| l.now.saturating_sub(l.since) >= FOREIGN_GRACE_USEC)
         .map(|_| "lease-expired"))
 }
 
-/// Whether `run` was recorded on this machine.
+/// Whether `run` was written by this installation: this machine id and one of the boots
+/// this installation ran under ([`identity::Installation`]). A record of another machine
+/// with this machine id (an image copied without `systemd-machine-id-setup`) is not.
 fn is_local(run: &Run) -> bool {
-    run.machine_id == identity::machine_id() && !run.machine_id.is_empty()
+    identity::Installation::here().wrote(&run.machine_id, &run.boot_id)
 }
 
 /// Another machine's run whose lease no longer holds, by the store's clock (µs since the
@@ -242,6 +254,9 @@ pub fn recover_job(store: &mut dyn Store, job: &Job) -> Result<Recovered, StoreE
         outcomes: vec![Outcome::Running],
         ..RunQuery::default()
     })?;
+    for twin in identity::Installation::here().twins(&running) {
+        report_twin(&job.name, twin);
+    }
     for run in running {
         let Some(reason) = holder_gone(store, &run)? else {
             continue;
@@ -322,6 +337,37 @@ fn emit_interrupted(job: &str, run: &Run, reason: &str, next: &str) {
     ev.outcome = Some(Outcome::Interrupted);
     ev.attempt = Some(run.attempt);
     ev.fencing_token = Some(run.fencing_token);
+    journal::emit(&ev);
+}
+
+/// Logs the `machine-id-shared` event for `run`, a record of another machine with this
+/// machine id ([`identity::Installation::twin`]), once per run and boot: a mark in
+/// `<runtime dir>/shared/<run id>` remembers it.
+fn report_twin(job: &str, run: &Run) {
+    if run.run_id.is_empty() || !run.run_id.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return;
+    }
+    let path = crate::paths::runtime_dir().join("shared").join(&run.run_id);
+    if path.exists() {
+        return;
+    }
+    let _ = write_mark(&path, run.started_at);
+    let mut ev = Event::new(
+        Kind::MachineIdShared,
+        job,
+        format!(
+            "machine id {} is shared: host {} (boot {}) runs slot {} as run {} since {}, under a boot this installation never had; {}",
+            run.machine_id,
+            run.host,
+            run.boot_id,
+            run.slot.rfc3339(),
+            run.run_id,
+            format_usec(run.started_at),
+            identity::SHARED_MACHINE_ID_FIX
+        ),
+    );
+    ev.slot = Some(run.slot.rfc3339());
+    ev.run_id = Some(run.run_id.clone());
     journal::emit(&ev);
 }
 
@@ -621,12 +667,13 @@ pub fn interrupt_removed(
 }
 
 /// The `running` records in `store` of jobs not in `known` (the job list's jobs and the
-/// jobs its errors name) held on this machine by a holder that is gone (an earlier boot,
-/// or a process of this boot that no longer exists and left no process behind): marked
+/// jobs its errors name) written by this installation and held by a holder that is gone
+/// (its lease lapsed, and an earlier boot, or a process of this boot that no longer
+/// exists and left no process behind): marked
 /// interrupted by [`interrupt_removed`], once the outcomes this host kept for those jobs
 /// are recorded ([`crate::shim::pending::replay`]; a record one of them ends is not cut).
-/// Records of other machines are theirs to judge.
-/// Returns the records marked.
+/// Records of other machines (or other installations with this machine id) are theirs to
+/// judge. Returns the records marked.
 ///
 /// # Errors
 /// Store errors.
@@ -638,8 +685,8 @@ pub fn recover_removed(
         outcomes: vec![Outcome::Running],
         ..RunQuery::default()
     })?;
-    let me = identity::machine_id();
-    let mine = |run: &Run| !known.contains(&run.job) && !me.is_empty() && run.machine_id == me;
+    let me = identity::Installation::here();
+    let mine = |run: &Run| !known.contains(&run.job) && me.wrote(&run.machine_id, &run.boot_id);
     // Outcomes this host kept for those runs (the store could not take them as the runs
     // ended) end their records first, as for jobs still in the list.
     let removed: BTreeSet<String> = running

@@ -321,7 +321,7 @@ fn a_killed_run_and_a_removed_job(backend: Backend) {
         "crash",
         "echo $$ >> \"@DIR@/out\"; if [ \"$JOBGUARD_ATTEMPT\" = 1 ]; then sleep 60; fi",
         &backend,
-    );
+    ) + "lease_ttl = \"3s\"\nkill_grace = \"1s\"\n";
     let sb = Sandbox::new(&jobs);
     let d = today();
     let slot = format_usec(d);
@@ -342,6 +342,17 @@ fn a_killed_run_and_a_removed_job(backend: Backend) {
     );
     child.kill().unwrap();
     child.wait().unwrap();
+    let killed = std::time::Instant::now();
+    let (out, v) = audit(&sb, &[]);
+    if killed.elapsed() < std::time::Duration::from_secs(2) {
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "a holder whose lease is unexpired is not judged gone: {v}"
+        );
+    }
+    // Past the lease (3 s) by the store's clock.
+    std::thread::sleep(std::time::Duration::from_millis(3500).saturating_sub(killed.elapsed()));
     let (out, v) = audit(&sb, &[]);
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(

@@ -423,7 +423,8 @@ fn lease_matches_status(sb: &Sandbox, e: &Exposition, job: &str) {
 }
 
 /// Job `hist`: successes, a failure, then days with no record (missed). Job `crash`: a
-/// run SIGKILLed mid-way (running, orphaned, lease held), then recovered and re-run.
+/// run SIGKILLed mid-way (running with its lease held, then orphaned once the lease
+/// expired), then recovered and re-run.
 /// Then the textfile `recover` writes, read while it is being rewritten.
 fn a_history_in_metrics(backend: Backend) {
     let jobs = format!(
@@ -437,7 +438,7 @@ fn a_history_in_metrics(backend: Backend) {
             "crash",
             "echo $$ >> \"@DIR@/out\"; if [ \"$JOBGUARD_ATTEMPT\" = 1 ]; then sleep 60; fi",
             &backend
-        ),
+        ) + "lease_ttl = \"3s\"\nkill_grace = \"1s\"\n",
     );
     let sb = Sandbox::new(&jobs);
     std::fs::create_dir(sb.file("prom")).unwrap();
@@ -477,6 +478,7 @@ fn a_history_in_metrics(backend: Backend) {
     );
     child.kill().unwrap();
     child.wait().unwrap();
+    let killed = std::time::Instant::now();
 
     let (code, _, e) = metrics(&sb);
     assert_eq!(code, Some(0));
@@ -496,15 +498,29 @@ fn a_history_in_metrics(backend: Backend) {
         e.value("jobguard_running", &[("job", "crash"), ("host", &host)]),
         Some(1.0)
     );
+    if killed.elapsed() < std::time::Duration::from_secs(2) {
+        assert_eq!(
+            e.value(
+                "jobguard_lease_holder",
+                &[("job", "crash"), ("host", &host)]
+            ),
+            Some(1.0),
+            "the killed run's lease is not expired yet"
+        );
+        assert_eq!(
+            e.value("jobguard_orphaned_runs", &c),
+            Some(0.0),
+            "a holder whose lease is unexpired is not judged gone"
+        );
+    }
+    // Past the lease (3 s) by the store's clock: the run's holder is gone.
+    std::thread::sleep(std::time::Duration::from_millis(3500).saturating_sub(killed.elapsed()));
+    let (code, _, e) = metrics(&sb);
+    assert_eq!(code, Some(0));
+    check_against_ledger(&sb, &e, "crash");
+    lease_matches_status(&sb, &e, "crash");
     assert_eq!(e.value("jobguard_orphaned_runs", &c), Some(1.0));
-    assert_eq!(
-        e.value(
-            "jobguard_lease_holder",
-            &[("job", "crash"), ("host", &host)]
-        ),
-        Some(1.0),
-        "the killed run's lease is not expired yet"
-    );
+    assert!(e.find("jobguard_lease_holder", &c).is_empty());
     assert_eq!(e.value("jobguard_job_needs_attention", &c), Some(1.0));
 
     // recover marks the run interrupted and re-runs it (no systemd here: inline), and
@@ -666,6 +682,7 @@ fn the_example_alert_rules_check_and_pass_their_unit_tests() {
         "JobguardSlotHeld",
         "JobguardSlotMissed",
         "JobguardNeedsAttention",
+        "JobguardMachineIdShared",
     ] {
         assert!(alerts.contains(&alert), "{alert} in {alerts:?}");
     }

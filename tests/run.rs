@@ -326,11 +326,11 @@ fn a_command_stopped_by_sigterm_is_interrupted_and_held() {
 }
 
 #[test]
-fn killing_the_shim_kills_the_command_and_recover_reruns_the_slot() {
+fn killing_the_shim_kills_the_command_and_recover_reruns_the_slot_once_its_lease_expired() {
     let sb = Sandbox::new(&job(
         "crash",
         "echo $$ >> \"$OUT\"; if [ \"$JOBGUARD_ATTEMPT\" = 1 ]; then sleep 60; fi",
-        "environment = { OUT = \"@DIR@/out\" }",
+        "lease_ttl = \"5s\"\nkill_grace = \"1s\"\nenvironment = { OUT = \"@DIR@/out\" }",
     ));
     let mut child = spawn_timer_run(&sb, "crash", Stdio::null());
     assert!(
@@ -347,6 +347,24 @@ fn killing_the_shim_kills_the_command_and_recover_reruns_the_slot() {
         "command {cmd_pid} outlived the shim"
     );
     assert_eq!(sb.history("crash")[0]["outcome"], "running");
+    let killed = Instant::now();
+
+    // The holder's process is gone, but its lease is unexpired by the store's clock: local
+    // evidence alone ends no lease (a copy of this machine resumed from one snapshot has
+    // this boot id and pid too). The record waits for its lease.
+    let rec = sb
+        .cmd(&["recover"])
+        .env_remove("TRIGGER_TIMER_REALTIME_USEC")
+        .output()
+        .unwrap();
+    assert!(rec.status.success(), "{}", stderr(&rec));
+    if killed.elapsed() < Duration::from_secs(3) {
+        let h = sb.history("crash");
+        assert_eq!(h.len(), 1, "{h:?}");
+        assert_eq!(h[0]["outcome"], "running", "{}", stderr(&rec));
+        assert_eq!(sb.lines("out"), 1, "nothing ran the slot again");
+    }
+    std::thread::sleep(Duration::from_secs(5).saturating_sub(killed.elapsed()));
 
     // Without systemd, recover re-runs the slot itself.
     let rec = sb
@@ -662,7 +680,7 @@ fn the_commands_children_left_by_a_killed_shim_never_overlap_the_rerun() {
         "orphan",
         "if [ \"$JOBGUARD_ATTEMPT\" = 1 ]; then sh -c 'echo $$ > \"$OUT.pid\"; sleep 60; echo late >> \"$OUT\"'; fi; \
          echo \"attempt $JOBGUARD_ATTEMPT\" >> \"$OUT\"",
-        "environment = { OUT = \"@DIR@/out\" }",
+        "lease_ttl = \"3s\"\nkill_grace = \"1s\"\nenvironment = { OUT = \"@DIR@/out\" }",
     ));
     let mut shim = spawn_timer_run(&sb, "orphan", Stdio::null());
     wait_for_lines(&sb, "out.pid", 1);
@@ -670,6 +688,8 @@ fn the_commands_children_left_by_a_killed_shim_never_overlap_the_rerun() {
     shim.kill().unwrap();
     shim.wait().unwrap();
     assert!(running(orphan), "the grandchild outlives the shim");
+    // Past the lease (3 s) by the store's clock: before, the run is not cut.
+    std::thread::sleep(Duration::from_millis(3500));
 
     let rec = sb.run(&["recover"]);
     let survived = running(orphan);
@@ -1010,12 +1030,14 @@ fn a_rerun_that_is_cut_off_again_is_held_not_rerun_forever() {
     let sb = Sandbox::new(&job(
         "again",
         "echo \"$JOBGUARD_ATTEMPT\" >> \"$OUT\"; if [ \"$JOBGUARD_ATTEMPT\" -le 2 ]; then sleep 60; fi",
-        "environment = { OUT = \"@DIR@/out\" }",
+        "lease_ttl = \"3s\"\nkill_grace = \"1s\"\nenvironment = { OUT = \"@DIR@/out\" }",
     ));
+    // Each cut is judged once its lease (3 s) has expired by the store's clock.
     let kill_when = |mut p: std::process::Child, lines: usize| {
         wait_for_lines(&sb, "out", lines);
         p.kill().unwrap();
         p.wait().unwrap();
+        std::thread::sleep(Duration::from_millis(3500));
     };
     let shim = spawn_timer_run(&sb, "again", Stdio::null());
     kill_when(shim, 1);
@@ -1849,19 +1871,21 @@ const WAIT_FOR_GO: &str = "echo \"$JOBGUARD_SLOT\" >> \"$OUT\"; echo $$ > \"$OUT
      while [ ! -e \"$OUT.go\" ]; do sleep 0.05; done";
 
 #[test]
-fn a_killed_shims_unexpired_lease_does_not_block_the_next_slot_on_this_host() {
+fn a_killed_shims_unexpired_lease_is_waited_out_and_the_next_slot_runs_after_it() {
     // The shim of each slot is SIGKILLed with its command (as systemd ends the unit); its
-    // lease (60 s) is far from expiring when the next slot's shim claims. That holder ran
-    // on this machine and boot and is provably gone: the next slot runs at once, and the
-    // cut slot is marked interrupted and queued, as `jobguard recover` would.
+    // lease (4 s) has not expired when the next slot's shim claims. That holder ran on
+    // this machine and boot and is gone by what this host sees, but local evidence alone
+    // ends no unexpired lease: the next shim waits for it to expire by the store's clock,
+    // marks the cut slot interrupted and queued, as `jobguard recover` would, and runs
+    // its own slot. No slot is lost, none runs twice, and none starts before the lease of
+    // the one before it could have ended.
     const ROUNDS: usize = 4;
     let sb = Sandbox::new(&job(
         "deadlease",
         WAIT_FOR_GO,
-        "lease_ttl = \"60s\"\nenvironment = { OUT = \"@DIR@/out\" }",
+        "lease_ttl = \"4s\"\nkill_grace = \"1s\"\nenvironment = { OUT = \"@DIR@/out\" }",
     ));
     let slot = |day: usize| format!("2026-11-{:02}T02:00:00Z", 10 + day);
-    let t0 = Instant::now();
     let mut errs = Vec::new();
     for round in 0..=ROUNDS {
         if round == ROUNDS {
@@ -1890,31 +1914,40 @@ fn a_killed_shims_unexpired_lease_does_not_block_the_next_slot_on_this_host() {
         kill_like_systemd(&sb, shim, "out.pid");
     }
     errs = (0..=ROUNDS).map(|r| sb.read(&format!("err.{r}"))).collect();
-    assert!(
-        t0.elapsed() < Duration::from_secs(50),
-        "no lease expiry explains the runs"
-    );
     // Ground truth: every slot's command ran, once, in order.
     let ran: Vec<String> = sb.read("out").lines().map(str::to_string).collect();
     let want: Vec<String> = (0..=ROUNDS).map(slot).collect();
     assert_eq!(ran, want, "{errs:#?}");
     for (round, err) in errs.iter().enumerate().skip(1) {
         assert!(
-            err.contains("interrupted") && err.contains(&slot(round - 1)),
-            "round {round} says it cut the previous slot: {err}"
+            err.contains("waiting")
+                && err.contains("interrupted")
+                && err.contains(&slot(round - 1)),
+            "round {round} waited for the lease and then cut the previous slot: {err}"
         );
     }
-    // The ledger: the last slot succeeded, each cut one is interrupted and queued.
-    let h = sb.history("deadlease");
+    // The ledger: the last slot succeeded, each cut one is interrupted and queued, and
+    // each attempt started after the lease of the one before it could have ended (a cut
+    // run's end is the latest it can have run: its lease's expiry).
+    let mut h = sb.history("deadlease");
     assert_eq!(h.len(), ROUNDS + 1, "{h:#?}");
-    for r in &h {
-        let s = r["slot"].as_str().unwrap();
-        if s == slot(ROUNDS) {
+    h.sort_by_key(|r| r["started_at_usec"].as_i64());
+    for (i, r) in h.iter().enumerate() {
+        assert_eq!(r["slot"], slot(i), "{h:#?}");
+        if i == ROUNDS {
             assert_eq!(r["outcome"], "succeeded", "{r}");
         } else {
             assert_eq!(r["outcome"], "interrupted", "{r}");
             assert_eq!(r["resolution"], "queued", "{r}");
             assert_eq!(r["reason"], "process-gone", "{r}");
+        }
+        if i > 0 {
+            let cut_end = h[i - 1]["finished_at_usec"].as_i64().expect("an end");
+            let began = r["started_at_usec"].as_i64().expect("a start");
+            assert!(
+                began >= cut_end,
+                "attempt {i} began {began} before {cut_end}: {h:#?}"
+            );
         }
     }
 }

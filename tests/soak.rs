@@ -14,7 +14,8 @@
 //! with its clock offset within and beyond `clock_tolerance` (not with SQLite, whose one
 //! host's clock is the store's; libfaketime in a drop-in of `jobguard@.service`),
 //! and a full disk under the SQLite store. Then a quiet tail
-//! lets the recovery passes settle.
+//! lets the recovery passes settle. Throughout, two of the three hosts share one
+//! `/etc/machine-id`, as copies of an image never given ids of their own.
 //!
 //! Every job has `catch_up = "all"`: a slot whose firing was dropped (its host down, or a
 //! run outlasting it) must still run, so every elapse is expected to succeed.
@@ -1404,6 +1405,12 @@ fn every_slot_runs_once_under_faults() {
     };
     let list = soak.job_list();
     let script = truth.script(seed);
+    // The first two hosts are copies of one image that was never given machine ids of
+    // their own: one /etc/machine-id, a boot id each.
+    let shared_machine_id = std::fs::read_to_string("/proc/sys/kernel/random/uuid")
+        .expect("uuid")
+        .trim()
+        .replace('-', "");
     for i in 0..n_hosts {
         let (address, proxy) = if kind.embedded() {
             (soak.server.address(0), None)
@@ -1416,6 +1423,9 @@ fn every_slot_runs_once_under_faults() {
             .executable("/usr/local/bin/soak-job", &script);
         if let Some(t) = &soak.tmpfs {
             opts = opts.bind(t.path(), SQLITE_DIR);
+        }
+        if i < 2 && n_hosts > 2 {
+            opts = opts.file("/etc/machine-id", format!("{shared_machine_id}\n"));
         }
         let h = boot(&format!("soak{i}"), &opts);
         h.exec_ok(&["chmod", "0600", "/etc/jobguard/store.url"])

@@ -126,7 +126,7 @@ macro_rules! one_store_only {
     };
     (zookeeper) => {
         /// A holder cut off from the ensemble for longer than the session time-out (at
-        /// most 40 s with the default tick) finds its session expired by the server once
+        /// most 20 ticks: 20 s with the test server's 1 s tick) finds its session expired by the server once
         /// it is back: the store opens a new session and the renewal goes through, as
         /// nothing of the lease lives in a session. Quiet calls in between need no session
         /// either.
@@ -153,7 +153,15 @@ macro_rules! one_store_only {
                 other => panic!("{other:?}"),
             };
             proxy.freeze(true);
-            std::thread::sleep(Duration::from_secs(45));
+            // Until the server expires the session, which closes its connection (at
+            // most 20 ticks after the last ping reached it).
+            crate::common::wait_for(
+                "the server to expire the cut-off session",
+                Duration::from_secs(90),
+                Duration::from_millis(200),
+                || Ok((proxy.closed_by_target() >= 1).then_some(())),
+            )
+            .expect("the session expires while cut off");
             proxy.freeze(false);
             let until = s.renew(&lease, Duration::from_secs(300)).unwrap();
             assert!(until.is_some_and(|u| u > lease.expire_at), "{until:?}");

@@ -154,15 +154,20 @@ impl Diff {
         }
     }
 
-    /// One of five holders: three machines, machine 1 after a reboot (another boot and
-    /// process), and a host without a machine id; the claim's grace after a lapsed lease
-    /// tells them apart (`jobguard::store::rules::FOREIGN_GRACE_USEC`).
+    /// One of six holders: three machines, machine 1's id under another boot (a reboot,
+    /// or a copy of its image), a host without a machine id, and another process of
+    /// machine 1's boot; the claim's grace after a lapsed lease tells them apart
+    /// (`jobguard::store::rules::FOREIGN_GRACE_USEC`).
     fn some_holder(&mut self) -> Holder {
-        let n = 1 + self.rng.below(5) as u32;
+        let n = 1 + self.rng.below(6) as u32;
         let mut h = holder(n);
         match n {
             4 => h.machine_id = holder(1).machine_id,
             5 => h.machine_id = String::new(),
+            6 => {
+                h.machine_id = holder(1).machine_id;
+                h.boot_id = holder(1).boot_id;
+            }
             _ => {}
         }
         h

@@ -450,6 +450,7 @@ fn all_kinds() -> Vec<jobguard::journal::Kind> {
         Kind::ClockSkew,
         Kind::Missed,
         Kind::MetricsNotWritten,
+        Kind::MachineIdShared,
     ];
     for k in all {
         match k {
@@ -469,7 +470,8 @@ fn all_kinds() -> Vec<jobguard::journal::Kind> {
             | Kind::GapDetected
             | Kind::ClockSkew
             | Kind::Missed
-            | Kind::MetricsNotWritten => {}
+            | Kind::MetricsNotWritten
+            | Kind::MachineIdShared => {}
         }
     }
     all.to_vec()

@@ -195,7 +195,7 @@ fn a_removed_job_keeps_its_ledger_and_leaves_no_timer_and_no_running_record_behi
         return;
     }
     let keep = "[jobs.keep]\nschedule = \"*-01-01 00:00:00 UTC\"\ncommand = [\"/bin/true\"]\n";
-    let gone = "[jobs.gone]\nschedule = \"*-01-01 00:00:00 UTC\"\n\
+    let gone = "[jobs.gone]\nschedule = \"*-01-01 00:00:00 UTC\"\nlease_ttl = \"20s\"\n\
                 command = ['/bin/sh', '-c', 'sleep 300']\n";
     let c = boot(
         "lifecycle-remove",
@@ -245,7 +245,10 @@ fn a_removed_job_keeps_its_ledger_and_leaves_no_timer_and_no_running_record_behi
     assert_eq!(active(&c, "jobguard@gone.service"), "active", "{log}");
     c.exec_ok(&["systemctl", "kill", "-s", "KILL", "jobguard@gone.service"])
         .expect("kill");
+    let killed = std::time::Instant::now();
     wait_unit_done(&c, "jobguard@gone.service", Duration::from_secs(30));
+    // The run is cut once its lease (20 s) has expired by the store's clock.
+    std::thread::sleep(Duration::from_secs(21).saturating_sub(killed.elapsed()));
 
     // history and audit still read the ledger of a job no longer in the list.
     let rows = history(&c, "gone").expect("history of a removed job");

@@ -672,3 +672,124 @@ fn a_host_cut_off_as_its_job_ends_records_the_success_and_no_host_runs_it_again(
     assert_eq!(rows.len(), 1, "{rows:#?}");
     assert_eq!(field(&rows[0], "outcome"), "succeeded", "{rows:#?}");
 }
+
+/// Three hosts made from one image that was never given machine ids of their own (one
+/// `/etc/machine-id`; each boot has its own boot id) share a PostgreSQL store. The slot
+/// fired on two at once runs once; while it runs, a recovery pass on every host leaves
+/// the live run alone (it is not a run of an earlier boot of their machine: they never
+/// had that boot); `status` on the others names the shared machine id and exits 1, and
+/// their recovery pass logs it once. The job's own log is the ground truth: one start.
+#[test]
+fn hosts_with_one_machine_id_run_each_slot_once_and_report_the_shared_id() {
+    let case = "hosts_with_one_machine_id_run_each_slot_once_and_report_the_shared_id";
+    let Some(store) = shared_store(server("postgres"), case, None) else {
+        return;
+    };
+    let shared_id = std::fs::read_to_string("/proc/sys/kernel/random/uuid")
+        .expect("uuid")
+        .trim()
+        .replace('-', "");
+    let jobs = LOGGING_JOB.replace(
+        "kill_grace = \"3s\"",
+        "kill_grace = \"3s\"\nenvironment = { FIRST_SECONDS = \"40\" }",
+    );
+    let cl = cluster("clone", &store, &jobs, |o| {
+        o.file("/etc/machine-id", format!("{shared_id}\n"))
+    });
+    let boots: Vec<String> = cl
+        .hosts
+        .iter()
+        .map(|c| c.boot_id().expect("boot id").replace('-', ""))
+        .collect();
+    for c in &cl.hosts {
+        assert_eq!(
+            c.exec_ok(&["cat", "/etc/machine-id"])
+                .expect("machine id")
+                .trim(),
+            shared_id
+        );
+    }
+    assert!(
+        boots[0] != boots[1] && boots[1] != boots[2] && boots[0] != boots[2],
+        "{boots:?}"
+    );
+    // A record proves a copy once it started a minute (identity::TWIN_MARGIN_USEC) after
+    // the reader's boot: the last host booted just now.
+    std::thread::sleep(Duration::from_secs(62));
+    std::thread::scope(|s| {
+        for c in &cl.hosts[..2] {
+            s.spawn(move || {
+                c.exec_ok(&["systemctl", "start", "--no-block", "jobguard@sync.service"])
+                    .expect("start")
+            });
+        }
+    });
+    let runner = common::wait_for(
+        "the job to start on one of the hosts",
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        || {
+            Ok(cl.hosts[..2]
+                .iter()
+                .position(|c| job_log(c).iter().any(|l| l.0 == "start")))
+        },
+    )
+    .expect("a start");
+    // While it runs: a recovery pass on every host, twice.
+    for _ in 0..2 {
+        for c in &cl.hosts {
+            c.exec_ok(&["systemctl", "start", "jobguard-recover.service"])
+                .expect("recover");
+            wait_unit_done(c, "jobguard-recover.service", Duration::from_secs(60));
+        }
+    }
+    let rows = history(&cl.hosts[0], "sync").expect("history");
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    assert_eq!(field(&rows[0], "outcome"), "running", "{rows:#?}");
+    for (i, c) in cl.hosts.iter().enumerate() {
+        let out = c.exec(&["jobguard", "status", "--json"]).expect("status");
+        let v: Value = serde_json::from_slice(&out.stdout).expect("status json");
+        let shared = v["jobs"][0]["machine_id_shared"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        if i == runner {
+            assert!(shared.is_empty(), "its own run: {v}");
+            continue;
+        }
+        assert_eq!(out.status.code(), Some(1), "{v}");
+        assert_eq!(shared.len(), 1, "{v}");
+        assert_eq!(shared[0]["boot_id"], boots[runner].as_str(), "{v}");
+        let events = c
+            .journal(&["JOBGUARD_EVENT=machine-id-shared"])
+            .expect("journal");
+        assert_eq!(events.len(), 1, "once per run, over two passes: {events:?}");
+        let text = c
+            .exec(&["jobguard", "status"])
+            .map(|o| text(&o))
+            .unwrap_or_default();
+        assert!(text.contains("systemd-machine-id-setup"), "{text}");
+    }
+    for c in &cl.hosts[..2] {
+        wait_unit_done(c, "jobguard@sync.service", Duration::from_secs(120));
+    }
+    let rows = history(&cl.hosts[2], "sync").expect("history");
+    assert_eq!(rows.len(), 1, "one run in the shared ledger: {rows:#?}");
+    assert_eq!(field(&rows[0], "outcome"), "succeeded", "{rows:#?}");
+    let starts: Vec<(usize, String)> = cl
+        .hosts
+        .iter()
+        .enumerate()
+        .flat_map(|(i, c)| {
+            job_log(c)
+                .into_iter()
+                .filter(|l| l.0 == "start")
+                .map(move |l| (i, l.2))
+        })
+        .collect();
+    assert_eq!(
+        starts.len(),
+        1,
+        "the command ran once across the hosts: {starts:?}"
+    );
+}

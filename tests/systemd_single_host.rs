@@ -648,6 +648,8 @@ fn a_killed_shims_leftover_processes_end_before_the_rerun_under_systemd() {
     // leftover cleanup is the second net. Either way the two attempts never overlap.
     let jobs = "[jobs.orphan]\n\
                 schedule = \"*-01-01 00:00:00 UTC\"\n\
+                lease_ttl = \"20s\"\n\
+                kill_grace = \"3s\"\n\
                 command = ['/bin/sh', '-c', 'echo \"$JOBGUARD_ATTEMPT start\" >> /var/lib/orphan-test/lines; \
                 if [ \"$JOBGUARD_ATTEMPT\" = 1 ]; then sh -c \"sleep 1000; echo late >> /var/lib/orphan-test/lines\"; fi; \
                 echo \"$JOBGUARD_ATTEMPT end\" >> /var/lib/orphan-test/lines']\n";
@@ -682,6 +684,15 @@ fn a_killed_shims_leftover_processes_end_before_the_rerun_under_systemd() {
         "jobguard@orphan.service",
     ])
     .expect("SIGKILL the shim");
+    let killed = std::time::Instant::now();
+    // Its lease (20 s) is unexpired: a recovery pass leaves the run to it.
+    c.exec_ok(&["systemctl", "start", "jobguard-recover.service"])
+        .expect("recover");
+    if killed.elapsed() < Duration::from_secs(15) {
+        let rows = history(&c, "orphan").expect("history");
+        assert_eq!(field(&rows[0], "outcome"), "running", "{rows:?}");
+    }
+    std::thread::sleep(Duration::from_secs(21).saturating_sub(killed.elapsed()));
     c.exec_ok(&["systemctl", "start", "jobguard-recover.service"])
         .expect("recover");
     let rows = common::wait_for(

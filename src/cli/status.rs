@@ -13,9 +13,10 @@
 //! slot that is not done has its latest attempt `failed`, held for a person, or cut off and
 //! waiting for its queued re-run; when a `running` record's holder is gone; when a slot
 //! elapsed past the job's grace with no record (*missed*), after the newest record or
-//! between the newest `RECENT` ones; or
-//! when systemd was read and the job's timer is not waiting for a next elapse (unless it
-//! is masked). `status` then exits [`exit::ATTENTION`] (1), so it serves as a monitoring
+//! between the newest `RECENT` ones; when systemd was read and the job's timer is not
+//! waiting for a next elapse (unless it is masked); or when a recent record proves
+//! another machine with this machine id ([`crate::identity::Installation::twin`], listed
+//! as `machine_id_shared`, with the fix). `status` then exits [`exit::ATTENTION`] (1), so it serves as a monitoring
 //! check; a store or job list it cannot read gives its own status (69, 78) instead.
 //!
 //! A paused job (`enabled = false`) is listed with STATE `paused; …`, no NEXT and
@@ -48,8 +49,12 @@ struct JobStatus {
     findings: Vec<Finding>,
     /// The timer is not waiting (systemd was read, the timer is not masked).
     timer_idle: bool,
-    /// [`audit::job_needs_attention`].
+    /// [`audit::job_needs_attention`], or records of another installation with this
+    /// machine id.
     needs_attention: bool,
+    /// Records of another installation with this machine id
+    /// ([`crate::identity::Installation::twin`]).
+    twins: Vec<Run>,
 }
 
 /// Whether systemd's view says the job's timer will not fire: not loaded (not found, bad
@@ -192,7 +197,12 @@ fn job_status(
     let waiting = timer_idle(units).map(|i| !(i && has_next));
     // A paused job's timer is not meant to wait: not something to attend to.
     let idle = timer_idle(units).map(|i| i && has_next && job.enabled);
-    let needs_attention = audit::job_needs_attention(&all, idle);
+    let twins: Vec<Run> = crate::identity::Installation::here()
+        .twins(&recent)
+        .into_iter()
+        .cloned()
+        .collect();
+    let needs_attention = audit::job_needs_attention(&all, idle) || !twins.is_empty();
     let json = json!({
         "job": job.name,
         "schedule": job.schedule,
@@ -208,6 +218,7 @@ fn job_status(
         "timer_waiting": waiting,
         "paused": !job.enabled,
         "needs_attention": needs_attention,
+        "machine_id_shared": twins.iter().map(view::run_json).collect::<Vec<_>>(),
         "systemd": units.map(systemd_json),
     });
     let last_text = last
@@ -232,7 +243,8 @@ fn job_status(
         last.and_then(view::duration_usec)
             .map_or_else(|| "-".into(), view::span),
         running_text,
-        (attention.len() + findings.len() + usize::from(idle == Some(true))).to_string(),
+        (attention.len() + findings.len() + usize::from(idle == Some(true)) + twins.len())
+            .to_string(),
     ];
     Ok(JobStatus {
         json,
@@ -241,6 +253,7 @@ fn job_status(
         findings,
         timer_idle: idle == Some(true),
         needs_attention,
+        twins,
     })
 }
 
@@ -307,6 +320,7 @@ pub fn run(args: &StatusArgs) -> u8 {
     let mut attention_all = Vec::new();
     let mut findings_all: Vec<(String, Finding)> = Vec::new();
     let mut idle_timers: Vec<String> = Vec::new();
+    let mut twins: Vec<Run> = Vec::new();
     let mut any_attention = false;
     let mut problems = Vec::new();
     let names: Vec<&str> = set.jobs.values().map(|j| j.name.as_str()).collect();
@@ -348,6 +362,7 @@ pub fn run(args: &StatusArgs) -> u8 {
                 if s.timer_idle {
                     idle_timers.push(job.name.clone());
                 }
+                twins.extend(s.twins);
             }
             Err(e) => {
                 problems.push(format!("{}: {e}", job.name));
@@ -395,8 +410,24 @@ pub fn run(args: &StatusArgs) -> u8 {
             )
         );
     }
-    if !attention_all.is_empty() || !findings_all.is_empty() || !idle_timers.is_empty() {
+    if !attention_all.is_empty()
+        || !findings_all.is_empty()
+        || !idle_timers.is_empty()
+        || !twins.is_empty()
+    {
         println!("\nneeds attention:");
+    }
+    for r in &twins {
+        println!(
+            "  {} slot {}: another machine has this machine id {}: host {} (boot {}) ran it at {}, under a boot this installation never had; {}",
+            r.job,
+            r.slot.rfc3339(),
+            r.machine_id,
+            r.host,
+            r.boot_id,
+            format_usec(r.started_at),
+            crate::identity::SHARED_MACHINE_ID_FIX
+        );
     }
     for job in &idle_timers {
         println!(

@@ -8,8 +8,8 @@
 //! process's environment), finds them by their environment ([`identity::leftovers`]: the job,
 //! the run id and a shim that is gone), ends them (SIGTERM, `kill_grace`, SIGKILL) before
 //! it claims anything, and marks the attempt's record interrupted if it still says
-//! `running` and was written by the very holder the processes name (this machine and
-//! boot, the gone shim's pid and start time): a process's environment is only a claim,
+//! `running`, its lease has expired, and it was written by the very holder the processes
+//! name (this machine and boot, the gone shim's pid and start time): a process's environment is only a claim,
 //! which any local user can make, so a record of another host or of a live shim is never
 //! ended by it, and only processes of the job's own user are looked at. Processes that cannot be ended (another user's, when not root; a process
 //! stuck in the kernel) make the run refuse. Processes that started with a cleaned
@@ -18,11 +18,13 @@
 //! a daemon that a command started in a session of its own and that outlived a shim which
 //! saw its run to the end.
 //!
-//! A claim refused for a lease whose holder ran on this machine and boot and is gone (a
-//! shim SIGKILLed with its command, as systemd ends a unit: nothing is left to find above,
-//! but the lease has not expired) ends that attempt the same way ([`end_gone_holder`]), so
-//! the next slot is not lost to a dead holder's lease. A holder on another machine or boot
-//! is left to the lease's expiry by the store's clock.
+//! A claim refused for a lease whose holder this installation ran and is gone (a shim
+//! SIGKILLed with its command, as systemd ends a unit; a run of an earlier boot) waits for
+//! that lease to expire by the store's clock and then ends the attempt the same way
+//! ([`end_gone_holder`]), so the next slot is not lost to a dead holder's lease. Local
+//! evidence never ends an unexpired lease: a copy of this machine resumed from one
+//! snapshot has the same boot id and pids. A holder of another installation (another
+//! machine, or one that shares this machine id) is left to `jobguard recover`.
 
 use crate::exit;
 use crate::identity;
@@ -112,36 +114,63 @@ fn mark_interrupted(job: &Job, store: &mut dyn Store, found: &[identity::Leftove
                 .iter()
                 .any(|p| p.run_id == r.run_id && p.holder == holder)
     };
+    // A record whose lease is still unexpired is left to that lease (recover::holder_gone).
     for run in running.iter().filter(|r| written_by_its_holder(r)) {
-        if let Err(e) = crate::recover::interrupt_cut(store, job, run, "process-gone") {
+        let cut = crate::recover::holder_gone(store, run).and_then(|gone| match gone {
+            Some(reason) => crate::recover::interrupt_cut(store, job, run, reason).map(|_| ()),
+            None => Ok(()),
+        });
+        if let Err(e) = cut {
             eprintln!("jobguard: {}: {e}", job.name);
         }
     }
 }
 
-/// Ends the attempt that holds the job's lease when it ran on this machine and boot and is
-/// gone: `lease` is the grant a claim was refused for ([`crate::store::Claim::Busy`]) and
-/// `run` its `running` record. The holder is gone when its shim (pid and start time) no
-/// longer runs and no process of the attempt is left ([`crate::recover::holder_gone`],
-/// which ends such processes); the record is then marked interrupted with the job's
-/// `on_interrupted`, as `jobguard recover` would ([`crate::recover::interrupt_cut`]), which
-/// ends the lease. Returns true when the record no longer holds the lease, so a claim
-/// may be tried again. A holder on another machine or boot, or one whose record is not
-/// the lease's, is never touched: false. Store errors are reported: false.
+/// Ends the attempt that holds the job's lease when this installation wrote it and its
+/// holder is gone by what this host sees: `lease` is the grant a claim was refused for
+/// ([`crate::store::Claim::Busy`]) and `run` its `running` record. The holder is gone when
+/// it ran under an earlier boot, or its shim (pid and start time) no longer runs and no
+/// process of the attempt is left ([`identity::end_run_survivors`]). Local evidence does
+/// not end a lease that is unexpired by the store's clock (a copy of this machine resumed
+/// from one snapshot has this boot id and pids too), so the shim first waits until the
+/// lease has expired (at most the job's `lease_ttl`); then the record is marked
+/// interrupted with the job's `on_interrupted`, as `jobguard recover` would
+/// ([`crate::recover::holder_gone`], [`crate::recover::interrupt_cut`]). Returns true when
+/// the record no longer holds the lease, so a claim may be tried again. A record of
+/// another installation, a live holder, or a record that is not the lease's is never
+/// touched: false. Store errors are reported: false.
 pub fn end_gone_holder(job: &Job, store: &mut dyn Store, lease: &Lease, run: &Run) -> bool {
-    let machine = identity::machine_id();
-    if machine.is_empty()
-        || run.machine_id != machine
-        || run.boot_id != identity::boot_id()
+    let me = identity::Installation::here();
+    let this_boot = run.boot_id == me.boot_id;
+    if !me.wrote(&run.machine_id, &run.boot_id)
         || run.fencing_token != lease.token
         || run.outcome != Outcome::Running
+        || (this_boot && identity::process_alive(run.pid, run.pid_start))
+        || (this_boot && !identity::end_run_survivors(&run.run_id))
     {
         return false;
     }
-    let gone = crate::recover::holder_gone(store, run).and_then(|gone| match gone {
-        Some(reason) => crate::recover::interrupt_cut(store, job, run, reason).map(|_| true),
-        None => Ok(false),
+    let waited = store.now().map(|now| {
+        let left = lease.expire_at.saturating_sub(now).max(0);
+        let ttl = i64::try_from(job.lease_ttl.as_micros()).unwrap_or(i64::MAX);
+        let left = std::time::Duration::from_micros(left.min(ttl).unsigned_abs());
+        if !left.is_zero() {
+            eprintln!(
+                "jobguard: {}: the lease of run {} (slot {}) is held by a holder of this host that is gone; waiting {} ms for it to expire by the store's clock",
+                job.name,
+                run.run_id,
+                run.slot.rfc3339(),
+                left.as_millis()
+            );
+            std::thread::sleep(left + std::time::Duration::from_millis(20));
+        }
     });
+    let gone = waited
+        .and_then(|()| crate::recover::holder_gone(store, run))
+        .and_then(|gone| match gone {
+            Some(reason) => crate::recover::interrupt_cut(store, job, run, reason).map(|_| true),
+            None => Ok(false),
+        });
     gone.unwrap_or_else(|e| {
         eprintln!("jobguard: {}: {e}", job.name);
         false

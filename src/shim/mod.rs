@@ -13,9 +13,9 @@
 //!    one is recorded as passed over (`gap` event, `jobguard audit`);
 //! 3. in one atomic store step ([`crate::store::Store::claim`]): skip if the slot is done
 //!    or held, skip if another holder's lease is unexpired, else take the lease (with a
-//!    new fencing token) and record `running`. A holder of this machine and boot that is
-//!    gone is first cut off as `jobguard recover` would, and the claim tried once more
-//!    ([`leftover::end_gone_holder`]);
+//!    new fencing token) and record `running`. A holder of this installation that is
+//!    gone is cut off as `jobguard recover` would once its lease has expired, and the
+//!    claim tried once more ([`leftover::end_gone_holder`]);
 //! 4. run the command as a child ([`child`]) with the `JOBGUARD_*` variables, renewing the
 //!    lease every third of its time to live (or more often, see [`renew`]) and forwarding
 //!    stop signals; the command is dead before the lease could expire;
@@ -830,8 +830,9 @@ fn run_slot(
             sendings += 1;
             store.claim(&req)
         });
-        // A holder on this machine and boot that is gone (its shim killed with its
-        // command) is cut off as `jobguard recover` would, and the claim is tried once more.
+        // A holder of this installation that is gone (its shim killed with its command, or
+        // an earlier boot) is cut off as `jobguard recover` would once its lease expired,
+        // and the claim is tried once more.
         if let Ok(Claim::Busy {
             lease,
             run: Some(held),

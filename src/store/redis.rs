@@ -170,14 +170,19 @@ if ARGV[22] == '1' and not picked and prev and tonumber(prev) > tonumber(slot) t
 end
 local lkey = p .. 'lease:' .. job
 local l = redis.call('HMGET', lkey, 'holder', 'host', 'token', 'acquired_at', 'expire_at', 'run_id')
+-- Whether a record by machine id m and boot id b is from another machine or boot than
+-- the claimer's (rules::from_another_boot).
+local function elsewhere(m, b)
+  return m ~= ARGV[14] or b ~= ARGV[15] or ARGV[14] == ''
+end
 -- A lease that lapsed less than ARGV[23] µs ago (rules::FOREIGN_GRACE_USEC) while its
--- holder, on another machine, still has this slot running: the holder may be cut off with
--- the outcome in hand.
+-- holder, on another machine or boot, still has this slot running: the holder may be cut
+-- off with the outcome in hand.
 local function lapsed_holder_keeps_slot()
   if not l[6] or tonumber(l[5]) + tonumber(ARGV[23]) <= now then return false end
-  local f = redis.call('HMGET', p .. 'run:' .. l[6], 'outcome', 'slot_usec', 'machine_id')
-  return f[1] == 'running' and tonumber(f[2]) == tonumber(slot)
-    and (f[3] ~= ARGV[14] or ARGV[14] == '')
+  local f = redis.call('HMGET', p .. 'run:' .. l[6], 'outcome', 'slot_usec', 'machine_id',
+    'boot_id')
+  return f[1] == 'running' and tonumber(f[2]) == tonumber(slot) and elsewhere(f[3], f[4])
 end
 if l[1] and l[1] ~= '' and l[1] ~= holder
    and (tonumber(l[5]) > now or lapsed_holder_keeps_slot()) then
@@ -185,14 +190,14 @@ if l[1] and l[1] ~= '' and l[1] ~= holder
   if l[6] then run = redis.call('HGETALL', p .. 'run:' .. l[6]) end
   return {'busy', {l[1], l[2], l[3], l[4], l[5]}, run}
 end
--- An earlier attempt at this slot on another machine, still running under a lease that
+-- An earlier attempt at this slot on another machine or boot, still running under a lease that
 -- has passed to a later grant since: when it lapsed is not known here, so the slot waits
 -- until a recovery pass judges the attempt.
 local earlier, es, eq = nil, -1, -1
 for _, id in ipairs(ids) do
   local f = redis.call('HMGET', p .. 'run:' .. id, 'outcome', 'fencing_token', 'machine_id',
-    'started_at', 'seq')
-  if f[1] == 'running' and f[2] ~= l[3] and (f[3] ~= ARGV[14] or ARGV[14] == '') then
+    'started_at', 'seq', 'boot_id')
+  if f[1] == 'running' and f[2] ~= l[3] and elsewhere(f[3], f[6]) then
     local s, q = tonumber(f[4]) or 0, tonumber(f[5]) or 0
     if s > es or (s == es and q > eq) then earlier, es, eq = id, s, q end
   end

@@ -26,8 +26,9 @@
 //! 4. with [`ClaimRequest::in_order`] and no queued slot picked, a slot behind the newest
 //!    recorded slot (no later than the store's time plus the clock tolerance) is refused;
 //! 5. another holder's unexpired lease is refused, and so is a lease that lapsed less than
-//!    [`FOREIGN_GRACE_USEC`] ago while its holder, on another machine, still has the asked
-//!    slot `running`, and so is a slot with a `running` attempt from another machine under
+//!    [`FOREIGN_GRACE_USEC`] ago while its holder, on another machine or boot, still has the
+//!    asked slot `running`, and so is a slot with a `running` attempt from another machine
+//!    or boot under
 //!    an earlier lease (until a recovery pass judges it);
 //! 6. the grant: a new lease with the next fencing token, a `running` record, and the
 //!    queued or held records of the slot (and, with `queued_first`, the queued records of
@@ -41,7 +42,8 @@ use crate::ledger::{Finish, Outcome, Resolution, Run, Slot};
 use crate::store::{Claim, ClaimRequest, Finished, Mark, Marking, ScheduleDecl};
 
 /// How long after a lease's expiry, µs by the store's clock, a holder on another machine
-/// still counts as alive when its record of the asked slot is still `running`: 90 s.
+/// (or another boot, [`from_another_boot`]) still counts as alive when its record of the
+/// asked slot is still `running`: 90 s.
 ///
 /// Such a holder may have ended its command and be cut off from the store with the outcome
 /// in hand: it keeps the outcome durably and gives up when its lease would expire, and its
@@ -52,9 +54,10 @@ use crate::store::{Claim, ClaimRequest, Finished, Mark, Marking, ScheduleDecl};
 /// not start at the same second. A holder cut off for longer is taken for gone, as
 /// `jobguard recover` takes it ([`crate::recover::holder_gone`]). Once a later grant has
 /// taken the lease on, when the attempt's lease lapsed is no longer known: its slot then
-/// waits until a recovery pass has judged the attempt ([`claim`], step 5). A claim from the same
-/// machine needs no grace: its own shim replays a kept outcome before it claims, and its
-/// local lock keeps a second run of the job on that machine out while the first waits. A
+/// waits until a recovery pass has judged the attempt ([`claim`], step 5). A claim from the
+/// same machine and boot needs no grace: its own shim replays a kept outcome before it
+/// claims, and its local lock keeps a second run of the job on that machine out while the
+/// first waits. A
 /// claimer without a machine id (`/etc/machine-id` unreadable or empty) is taken for
 /// another machine.
 pub const FOREIGN_GRACE_USEC: i64 = 90_000_000;
@@ -425,7 +428,7 @@ pub fn claim(state: &ClaimState, req: &ClaimRequest) -> Result<ClaimDecision, Ru
             run: state.lease_run.clone(),
         }));
     }
-    // 5b. The asked slot's attempt on another machine whose lease lapsed a moment ago: its
+    // 5b. The asked slot's attempt on another machine or boot whose lease lapsed a moment ago: its
     // holder may be cut off with the outcome in hand (see FOREIGN_GRACE_USEC).
     if let (Some(lease), Some(run)) = (&state.lease, &state.lease_run)
         && !lease.holder.is_empty()
@@ -433,21 +436,21 @@ pub fn claim(state: &ClaimState, req: &ClaimRequest) -> Result<ClaimDecision, Ru
         && now < lease.expire_at.saturating_add(FOREIGN_GRACE_USEC)
         && run.outcome == Outcome::Running
         && run.slot.usec == slot.usec
-        && from_another_machine(run, req)
+        && from_another_boot(run, req)
     {
         return Ok(ClaimDecision::Refuse(Claim::Busy {
             lease: lease.clone(),
             run: state.lease_run.clone(),
         }));
     }
-    // 5c. An earlier attempt at the slot on another machine, still running under a lease
+    // 5c. An earlier attempt at the slot on another machine or boot, still running under a lease
     // that has passed to a later grant since: when that lease lapsed is not known here, so
     // the slot waits until a recovery pass judges the attempt.
     if let Some(lease) = &state.lease
         && let Some(earlier) = newest_by(runs, |r| {
             (r.outcome == Outcome::Running
                 && r.fencing_token != lease.token
-                && from_another_machine(r, req))
+                && from_another_boot(r, req))
             .then_some(0)
         })
     {
@@ -544,10 +547,15 @@ pub fn settle_ahead(state: &ClaimState, grant: &Grant) -> Vec<Run> {
         .collect()
 }
 
-/// Whether `run` was recorded on another machine than `req`'s holder; a holder without a
-/// machine id counts as another machine ([`FOREIGN_GRACE_USEC`]).
-fn from_another_machine(run: &Run, req: &ClaimRequest) -> bool {
-    run.machine_id != req.holder.machine_id || req.holder.machine_id.is_empty()
+/// Whether `run` was recorded on another machine, or another boot, than `req`'s holder
+/// runs on; a holder without a machine id counts as another machine
+/// ([`FOREIGN_GRACE_USEC`]). Machines made from one image can share a machine id, and
+/// only this very boot's shim replays what it kept before it claims: a record of another
+/// boot (this machine's or a copy's) may have an outcome in hand elsewhere.
+fn from_another_boot(run: &Run, req: &ClaimRequest) -> bool {
+    run.machine_id != req.holder.machine_id
+        || run.boot_id != req.holder.boot_id
+        || req.holder.machine_id.is_empty()
 }
 
 /// Whether `row` (the job's lease row) is still the grant `lease` (same holder and token,

@@ -323,8 +323,9 @@ pub fn own_unexpired_lease_can_be_claimed_again(env: &dyn Env) {
 /// After a lease lapsed, its holder may be cut off from the store with the outcome of its
 /// run in hand: for `FOREIGN_GRACE_USEC` after the lapse, its slot stays busy for another
 /// machine's claim, forced or not, and for a claimer without a machine id, while the
-/// record is `running`. The same machine after a reboot, another slot, and a claim after
-/// `unlock` are not held back. Once a later grant took the lease on, the attempt keeps
+/// record is `running`; and so for the same machine id under another boot (a reboot, or a
+/// copy of the image with its own boot). The same boot (another process), another slot,
+/// and a claim after `unlock` are not held back. Once a later grant took the lease on, the attempt keeps
 /// its slot from other machines until it is judged (`interrupt`).
 pub fn a_lapsed_holder_on_another_machine_keeps_its_running_slot_for_the_grace(env: &dyn Env) {
     let mut s = connect(env);
@@ -346,10 +347,16 @@ pub fn a_lapsed_holder_on_another_machine_keeps_its_running_slot_for_the_grace(e
     let mut blank = request("blank", S1, 2, 8, false);
     blank.holder.machine_id = String::new();
     busy(&mut *s, &blank);
-    // The same machine, rebooted: it records its own kept outcome before it claims.
-    let mut rebooted = request("sync", S1, 2, 2, false);
-    rebooted.holder.machine_id = holder(1).machine_id;
-    let (l2, r2) = claimed(&mut *s, &rebooted);
+    // The same machine id under another boot: a reboot, or a copy of the image that may
+    // still hold the outcome.
+    let mut copy = request("sync", S1, 2, 2, false);
+    copy.holder.machine_id = holder(1).machine_id;
+    busy(&mut *s, &copy);
+    // The same boot, another process: it records its own kept outcome before it claims.
+    let mut same_boot = request("sync", S1, 2, 2, false);
+    same_boot.holder.machine_id = holder(1).machine_id;
+    same_boot.holder.boot_id = holder(1).boot_id;
+    let (l2, r2) = claimed(&mut *s, &same_boot);
     assert_eq!((l2.token, r2.attempt), (l1.token + 1, 2));
 
     // Another slot is not held back. Once its grant took the lease on, the attempt at S1
@@ -1537,10 +1544,12 @@ pub fn a_done_slot_with_a_held_record_settles_its_queued_one(env: &dyn Env) {
     env.advance(TAKEOVER_US);
     let (_, r2) = claimed(&mut *s, &request("sync", d, 2, 2, false));
     env.advance(TAKEOVER_US);
-    // The third is the first one's machine, rebooted: the first attempt, still running
-    // under an earlier lease, would keep the slot from any other machine until judged.
+    // The third is the first one's machine and boot: the first attempt, still running
+    // under an earlier lease, would keep the slot from any other machine or boot until
+    // judged.
     let mut third = request("sync", d, 3, 3, true);
     third.holder.machine_id = holder(1).machine_id;
+    third.holder.boot_id = holder(1).boot_id;
     let (l3, _) = claimed(&mut *s, &third);
     s.finish(&l3, &rid(3), &finish(Outcome::Succeeded)).unwrap();
     assert!(s.interrupt(&r2, "lease-expired", Resolution::Held).unwrap());

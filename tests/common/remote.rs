@@ -595,6 +595,8 @@ pub struct Proxy {
     stop: Arc<AtomicBool>,
     /// Bumped by [`Proxy::cut`]: a connection opened under an earlier value is closed.
     generation: Arc<AtomicU32>,
+    /// How many connections the target closed while frozen ([`Proxy::closed_by_target`]).
+    closed_by_target: Arc<AtomicU32>,
 }
 
 impl Proxy {
@@ -605,7 +607,13 @@ impl Proxy {
         let frozen = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(AtomicBool::new(false));
         let generation = Arc::new(AtomicU32::new(0));
-        let (f, s, g) = (frozen.clone(), stop.clone(), generation.clone());
+        let closed_by_target = Arc::new(AtomicU32::new(0));
+        let (f, s, g, c) = (
+            frozen.clone(),
+            stop.clone(),
+            generation.clone(),
+            closed_by_target.clone(),
+        );
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 if s.load(Ordering::SeqCst) {
@@ -615,16 +623,16 @@ impl Proxy {
                 let Ok(server) = TcpStream::connect(("127.0.0.1", target_port)) else {
                     continue;
                 };
-                for (from, to) in [
-                    (client.try_clone(), server.try_clone()),
-                    (server.try_clone(), client.try_clone()),
+                for (from, to, closes) in [
+                    (client.try_clone(), server.try_clone(), None),
+                    (server.try_clone(), client.try_clone(), Some(c.clone())),
                 ] {
                     let (Ok(from), Ok(to)) = (from, to) else {
                         continue;
                     };
                     let (f, s, g) = (f.clone(), s.clone(), g.clone());
                     let born = g.load(Ordering::SeqCst);
-                    std::thread::spawn(move || pump(from, to, &f, &s, &g, born));
+                    std::thread::spawn(move || pump(from, to, &f, &s, &g, born, closes));
                 }
             }
         });
@@ -633,7 +641,14 @@ impl Proxy {
             frozen,
             stop,
             generation,
+            closed_by_target,
         }
+    }
+
+    /// How many connections the target closed while the proxy was frozen. The close is
+    /// passed on to the client only after the thaw, as a partition hides it.
+    pub fn closed_by_target(&self) -> u32 {
+        self.closed_by_target.load(Ordering::SeqCst)
     }
 
     /// Closes every open connection, dropping the bytes held while frozen (requests that
@@ -664,15 +679,25 @@ fn pump(
     stop: &AtomicBool,
     generation: &AtomicU32,
     born: u32,
+    closes: Option<Arc<AtomicU32>>,
 ) {
     let _ = from.set_read_timeout(Some(Duration::from_millis(20)));
     let mut buf = [0u8; 16384];
     let cut = || generation.load(Ordering::SeqCst) != born;
+    let mut counted = false;
     loop {
         if stop.load(Ordering::SeqCst) || cut() {
             break;
         }
         if frozen.load(Ordering::SeqCst) {
+            // The target's end of the stream (a peek of 0 bytes) is seen without
+            // moving a byte.
+            if let (Some(closes), false) = (&closes, counted)
+                && matches!(from.peek(&mut buf[..1]), Ok(0))
+            {
+                closes.fetch_add(1, Ordering::SeqCst);
+                counted = true;
+            }
             std::thread::sleep(Duration::from_millis(10));
             continue;
         }
@@ -738,10 +763,11 @@ pub fn server_clock_judges(server: &'static Server, test: &str) {
         }
         other => panic!("expected Claimed, got {other:?}"),
     };
-    // The same machine after a reboot (another boot, another process): a lapsed lease is
-    // not kept from it for the grace another machine waits (rules::FOREIGN_GRACE_USEC).
+    // The same machine and boot (another process): a lapsed lease is not kept from it for
+    // the grace another machine or boot waits (rules::FOREIGN_GRACE_USEC).
     let mut other = request("sync", T0, 2, 2, false);
     other.holder.machine_id = holder(1).machine_id;
+    other.holder.boot_id = holder(1).boot_id;
     other.ttl = Duration::from_secs(1);
     assert!(matches!(b.claim(&other).unwrap(), Claim::Busy { .. }));
     // Wait until the store's clock is past the expiry.
@@ -857,11 +883,12 @@ pub fn etcd_lease_decides(test: &str) {
         Claim::Claimed { lease, .. } => lease,
         other => panic!("expected Claimed, got {other:?}"),
     };
-    // The same machine after a reboot: no grace for a lapsed lease (see
-    // server_clock_judges), so only the lease itself is in the way.
+    // The same machine and boot: no grace for a lapsed lease (see server_clock_judges),
+    // so only the lease itself is in the way.
     let other = |r: u32| {
         let mut o = request("sync", T0, 2, r, false);
         o.holder.machine_id = holder(1).machine_id;
+        o.holder.boot_id = holder(1).boot_id;
         o.ttl = Duration::from_secs(2);
         o
     };

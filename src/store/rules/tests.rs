@@ -17,6 +17,14 @@ const TTL_US: i64 = 60_000_000;
 /// When another machine may take a slot over from a holder whose lease lapsed.
 const TAKEOVER: i64 = TTL_US + FOREIGN_GRACE_USEC;
 
+/// Whether `held` was recorded on another machine or boot than `claimer`: by a holder
+/// that may keep an outcome this claimer cannot replay.
+fn elsewhere(held: &Run, claimer: &Run) -> bool {
+    held.machine_id != claimer.machine_id
+        || held.boot_id != claimer.boot_id
+        || claimer.machine_id.is_empty()
+}
+
 /// Holder number `n`.
 pub(crate) fn holder(n: u32) -> Holder {
     Holder {
@@ -94,10 +102,12 @@ fn another_holder_is_busy_until_expiry_then_takes_over() {
     assert_eq!((g2.lease.token, g2.run.attempt), (2, 2));
 }
 
-/// A holder on another machine whose lease lapsed while its record of the slot is still
-/// `running` may be cut off with the outcome in hand: the slot is busy for
-/// FOREIGN_GRACE_USEC more. Other slots, the same machine, an ended record and a lease
-/// unlocked by a person are not held back.
+/// A holder on another machine or boot whose lease lapsed while its record of the slot is
+/// still `running` may be cut off with the outcome in hand: the slot is busy for
+/// FOREIGN_GRACE_USEC more. A machine made from the same image (one machine id, another
+/// boot) counts as another machine, and so does the same machine after a reboot. Other
+/// slots, the same boot, an ended record and a lease unlocked by a person are not held
+/// back.
 #[test]
 fn a_lapsed_foreign_holders_running_slot_stays_busy_for_the_grace() {
     let expiry = T0 + TTL_US;
@@ -129,16 +139,40 @@ fn a_lapsed_foreign_holders_running_slot_stays_busy_for_the_grace() {
         Claim::Busy { run, .. } => assert_eq!(run.map(|r| r.run_id), Some(g1.run.run_id.clone())),
         other => panic!("{other:?}"),
     }
-    let mut from_its_machine = req(T0, 3, 9);
-    from_its_machine.holder.machine_id = holder(1).machine_id;
-    granted(&mut other_slot.clone(), &from_its_machine, later);
+    let mut from_its_boot = req(T0, 3, 9);
+    from_its_boot.holder.machine_id = holder(1).machine_id;
+    from_its_boot.holder.boot_id = holder(1).boot_id;
+    granted(&mut other_slot.clone(), &from_its_boot, later);
+    let mut from_a_copy = req(T0, 3, 9);
+    from_a_copy.holder.machine_id = holder(1).machine_id;
+    assert!(matches!(
+        answer(&mut other_slot.clone(), &from_a_copy, later),
+        Claim::Busy { .. }
+    ));
     assert!(other_slot.interrupt(&g1.run, "lease-expired", Resolution::Queued, later));
     granted(&mut other_slot, &req(T0, 3, 10), later);
-    // The same machine (after a reboot: another boot, another process) replays its own
-    // kept outcome before it claims.
-    let mut rebooted = req(T0, 2, 4);
-    rebooted.holder.machine_id = holder(1).machine_id;
-    granted(&mut m.clone(), &rebooted, expiry);
+    // The same boot (another process) replays its own kept outcome before it claims.
+    let mut same_boot = req(T0, 2, 4);
+    same_boot.holder.machine_id = holder(1).machine_id;
+    same_boot.holder.boot_id = holder(1).boot_id;
+    granted(&mut m.clone(), &same_boot, expiry);
+    // Another boot with the machine id (a reboot, or a copy of the image that still runs
+    // the slot elsewhere) waits out the grace.
+    let mut same_machine_id = req(T0, 2, 4);
+    same_machine_id.holder.machine_id = holder(1).machine_id;
+    assert!(matches!(
+        answer(
+            &mut m.clone(),
+            &same_machine_id,
+            expiry + FOREIGN_GRACE_USEC - 1
+        ),
+        Claim::Busy { .. }
+    ));
+    granted(
+        &mut m.clone(),
+        &same_machine_id,
+        expiry + FOREIGN_GRACE_USEC,
+    );
     // A claimer that cannot tell its machine (no /etc/machine-id) is taken for another.
     let mut unknown = req(T0, 2, 4);
     unknown.holder.machine_id = String::new();
@@ -578,6 +612,11 @@ proptest! {
                 Op::Claim { slot, holder: h, forced, queued_first, in_order } => {
                     next_run += 1;
                     let mut r = req(slot_usec(slot), u32::from(h), next_run);
+                    // Holder 2 runs on a copy of holder 1's machine: one machine id, its
+                    // own boot.
+                    if h == 2 {
+                        r.holder.machine_id = holder(1).machine_id;
+                    }
                     r.run.forced = forced;
                     r.queued_first = queued_first;
                     r.in_order = in_order;
@@ -623,7 +662,7 @@ proptest! {
                                     && l.holder != g.lease.holder
                                     && held.outcome == Outcome::Running
                                     && held.slot.usec == g.run.slot.usec
-                                    && (held.machine_id != g.run.machine_id || g.run.machine_id.is_empty())
+                                    && elsewhere(held, &g.run)
                                 {
                                     prop_assert!(now >= l.expire_at + FOREIGN_GRACE_USEC, "granted over {held:?}");
                                 }
@@ -632,7 +671,7 @@ proptest! {
                                 prop_assert!(!before.slot_runs("j", g.run.slot.usec).iter().any(|x|
                                     x.outcome == Outcome::Running
                                         && x.fencing_token != l.token
-                                        && (x.machine_id != g.run.machine_id || g.run.machine_id.is_empty())),
+                                        && elsewhere(x, &g.run)),
                                     "granted over an earlier attempt");
                             }
                             // Fencing tokens strictly increase, across releases and unlocks.
@@ -681,6 +720,7 @@ proptest! {
                                 let foreign_running = run.as_ref().is_some_and(|x| {
                                     x.outcome == Outcome::Running
                                         && (x.machine_id != r.holder.machine_id
+                                            || x.boot_id != r.holder.boot_id
                                             || r.holder.machine_id.is_empty())
                                 });
                                 let superseded =
