@@ -57,6 +57,14 @@ fn spawn_timer_run(sb: &Sandbox, name: &str, stderr: impl Into<Stdio>) -> std::p
         .unwrap()
 }
 
+/// `jobguard recover`, as a person runs it (no timer's firing in its environment).
+fn recover(sb: &Sandbox) -> std::process::Output {
+    sb.cmd(&["recover"])
+        .env_remove("TRIGGER_TIMER_REALTIME_USEC")
+        .output()
+        .expect("recover")
+}
+
 fn timer_run(sb: &Sandbox, name: &str) -> std::process::Output {
     sb.cmd(&["run", name])
         .env("TRIGGER_TIMER_REALTIME_USEC", FIRED)
@@ -352,11 +360,7 @@ fn killing_the_shim_kills_the_command_and_recover_reruns_the_slot_once_its_lease
     // The holder's process is gone, but its lease is unexpired by the store's clock: local
     // evidence alone ends no lease (a copy of this machine resumed from one snapshot has
     // this boot id and pid too). The record waits for its lease.
-    let rec = sb
-        .cmd(&["recover"])
-        .env_remove("TRIGGER_TIMER_REALTIME_USEC")
-        .output()
-        .unwrap();
+    let rec = recover(&sb);
     assert!(rec.status.success(), "{}", stderr(&rec));
     if killed.elapsed() < Duration::from_secs(3) {
         let h = sb.history("crash");
@@ -367,11 +371,7 @@ fn killing_the_shim_kills_the_command_and_recover_reruns_the_slot_once_its_lease
     std::thread::sleep(Duration::from_secs(5).saturating_sub(killed.elapsed()));
 
     // Without systemd, recover re-runs the slot itself.
-    let rec = sb
-        .cmd(&["recover"])
-        .env_remove("TRIGGER_TIMER_REALTIME_USEC")
-        .output()
-        .unwrap();
+    let rec = recover(&sb);
     let err = stderr(&rec);
     assert!(rec.status.success(), "{err}");
     assert!(
@@ -416,11 +416,7 @@ fn a_cut_runs_duration_is_its_own_time_not_the_downtime() {
     let alive = begun.elapsed() + Duration::from_secs(3);
     // The "downtime": the cut is found well after the lease expired.
     std::thread::sleep(Duration::from_secs(10));
-    let rec = sb
-        .cmd(&["recover"])
-        .env_remove("TRIGGER_TIMER_REALTIME_USEC")
-        .output()
-        .unwrap();
+    let rec = recover(&sb);
     assert!(rec.status.success(), "{}", stderr(&rec));
     let found = begun.elapsed();
     let h = sb.history("cut");

@@ -25,6 +25,16 @@ fn elsewhere(held: &Run, claimer: &Run) -> bool {
         || claimer.machine_id.is_empty()
 }
 
+/// `r` asked from holder `n`'s machine id: from that holder's boot too (another process
+/// of it) with `same_boot`, else from another boot (a reboot, or a copy of its image).
+fn on_machine_of(mut r: ClaimRequest, n: u32, same_boot: bool) -> ClaimRequest {
+    r.holder.machine_id = holder(n).machine_id;
+    if same_boot {
+        r.holder.boot_id = holder(n).boot_id;
+    }
+    r
+}
+
 /// Holder number `n`.
 pub(crate) fn holder(n: u32) -> Holder {
     Holder {
@@ -139,27 +149,30 @@ fn a_lapsed_foreign_holders_running_slot_stays_busy_for_the_grace() {
         Claim::Busy { run, .. } => assert_eq!(run.map(|r| r.run_id), Some(g1.run.run_id.clone())),
         other => panic!("{other:?}"),
     }
-    let mut from_its_boot = req(T0, 3, 9);
-    from_its_boot.holder.machine_id = holder(1).machine_id;
-    from_its_boot.holder.boot_id = holder(1).boot_id;
-    granted(&mut other_slot.clone(), &from_its_boot, later);
-    let mut from_a_copy = req(T0, 3, 9);
-    from_a_copy.holder.machine_id = holder(1).machine_id;
+    granted(
+        &mut other_slot.clone(),
+        &on_machine_of(req(T0, 3, 9), 1, true),
+        later,
+    );
     assert!(matches!(
-        answer(&mut other_slot.clone(), &from_a_copy, later),
+        answer(
+            &mut other_slot.clone(),
+            &on_machine_of(req(T0, 3, 9), 1, false),
+            later
+        ),
         Claim::Busy { .. }
     ));
     assert!(other_slot.interrupt(&g1.run, "lease-expired", Resolution::Queued, later));
     granted(&mut other_slot, &req(T0, 3, 10), later);
     // The same boot (another process) replays its own kept outcome before it claims.
-    let mut same_boot = req(T0, 2, 4);
-    same_boot.holder.machine_id = holder(1).machine_id;
-    same_boot.holder.boot_id = holder(1).boot_id;
-    granted(&mut m.clone(), &same_boot, expiry);
+    granted(
+        &mut m.clone(),
+        &on_machine_of(req(T0, 2, 4), 1, true),
+        expiry,
+    );
     // Another boot with the machine id (a reboot, or a copy of the image that still runs
     // the slot elsewhere) waits out the grace.
-    let mut same_machine_id = req(T0, 2, 4);
-    same_machine_id.holder.machine_id = holder(1).machine_id;
+    let same_machine_id = on_machine_of(req(T0, 2, 4), 1, false);
     assert!(matches!(
         answer(
             &mut m.clone(),
