@@ -1000,6 +1000,64 @@ fn a_stop_while_waiting_for_the_store_ends_the_wait() {
 }
 
 #[test]
+fn a_stop_while_waiting_out_a_gone_holders_lease_ends_the_wait() {
+    // The shim of one slot is killed with its command; the next slot's shim waits for its
+    // lease (60 s) to expire. `systemctl stop` must not have to wait for that (or SIGKILL),
+    // and the stopped shim starts nothing.
+    let sb = Sandbox::new(&job(
+        "waitlease",
+        WAIT_FOR_GO,
+        "lease_ttl = \"60s\"\nkill_grace = \"1s\"\nenvironment = { OUT = \"@DIR@/out\" }",
+    ));
+    let first = sb
+        .cmd(&["run", "waitlease", "--slot", "2026-11-10T02:00:00Z"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_until(20, || sb.lines("out") > 0), "the first slot ran");
+    kill_like_systemd(&sb, first, "out.pid");
+    let err_file = std::fs::File::create(sb.file("stderr")).unwrap();
+    let mut child = sb
+        .cmd(&["run", "waitlease", "--slot", "2026-11-11T02:00:00Z"])
+        .stdout(Stdio::null())
+        .stderr(err_file)
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_until(20, || sb.read("stderr").contains("waiting")),
+        "{}",
+        sb.read("stderr")
+    );
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    // A guard: a shim that does not hear the stop is killed after the lease's time.
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t0.elapsed() > Duration::from_secs(70) {
+            child.kill().unwrap();
+            break child.wait().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let err = sb.read("stderr");
+    assert_ne!(status.code(), None, "the stop was not heard: {err}");
+    assert!(
+        t0.elapsed() < Duration::from_secs(30),
+        "the stop ended the wait, not the lease's expiry: {err}"
+    );
+    assert!(err.contains("asked to stop"), "{err}");
+    assert_eq!(
+        sb.lines("out"),
+        1,
+        "the stopped shim started nothing: {err}"
+    );
+}
+
+#[test]
 fn the_finish_event_names_the_status_jobguard_exits_with() {
     // JOBGUARD_EXIT_STATUS is "as jobguard exits": 124 for a timeout, even though the
     // command itself died from SIGKILL (137) after ignoring SIGTERM.

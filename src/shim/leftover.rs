@@ -133,7 +133,7 @@ fn mark_interrupted(job: &Job, store: &mut dyn Store, found: &[identity::Leftove
 /// process of the attempt is left ([`identity::end_run_survivors`]). Local evidence does
 /// not end a lease that is unexpired by the store's clock (a copy of this machine resumed
 /// from one snapshot has this boot id and pids too), so the shim first waits until the
-/// lease has expired (at most the job's `lease_ttl`); then the record is marked
+/// lease has expired (at most the job's `lease_ttl`, less if asked to stop); then the record is marked
 /// interrupted with the job's `on_interrupted`, as `jobguard recover` would
 /// ([`crate::recover::holder_gone`], [`crate::recover::interrupt_cut`]). Returns true when
 /// the record no longer holds the lease, so a claim may be tried again. A record of
@@ -162,11 +162,24 @@ pub fn end_gone_holder(job: &Job, store: &mut dyn Store, lease: &Lease, run: &Ru
                 run.slot.rfc3339(),
                 left.as_millis()
             );
-            std::thread::sleep(left + std::time::Duration::from_millis(20));
+            // In short steps: the stop signals are blocked, so look for them.
+            let wake = std::time::Instant::now() + left + std::time::Duration::from_millis(20);
+            while std::time::Instant::now() < wake {
+                if crate::shim::child::stop_requested() {
+                    return false;
+                }
+                let rest = wake.saturating_duration_since(std::time::Instant::now());
+                std::thread::sleep(rest.min(std::time::Duration::from_millis(100)));
+            }
         }
+        true
     });
+    if matches!(waited, Ok(false)) {
+        eprintln!("jobguard: {}: asked to stop; no longer waiting", job.name);
+        return false;
+    }
     let gone = waited
-        .and_then(|()| crate::recover::holder_gone(store, run))
+        .and_then(|_| crate::recover::holder_gone(store, run))
         .and_then(|gone| match gone {
             Some(reason) => crate::recover::interrupt_cut(store, job, run, reason).map(|_| true),
             None => Ok(false),
