@@ -9,9 +9,10 @@
 //! the run id and a shim that is gone), ends them (SIGTERM, `kill_grace`, SIGKILL) before
 //! it claims anything, and marks the attempt's record interrupted if it still says
 //! `running`, its lease has expired, and it was written by the very holder the processes
-//! name (this machine and boot, the gone shim's pid and start time): a process's environment is only a claim,
-//! which any local user can make, so a record of another host or of a live shim is never
-//! ended by it, and only processes of the job's own user are looked at. Processes that cannot be ended (another user's, when not root; a process
+//! name (this machine and boot, the gone shim's pid and start time): a process's
+//! environment is only a claim, which any local user can make, so a record of another
+//! host or of a live shim is never ended by it, and only processes of the job's own user
+//! are looked at. Processes that cannot be ended (another user's, when not root; a process
 //! stuck in the kernel) make the run refuse. Processes that started with a cleaned
 //! environment cannot be found; under systemd the unit's cgroup ends them anyway.
 //! Other hosts' processes are beyond reach: their own next run ends them. Not looked for:
@@ -133,8 +134,9 @@ fn mark_interrupted(job: &Job, store: &mut dyn Store, found: &[identity::Leftove
 /// process of the attempt is left ([`identity::end_run_survivors`]). Local evidence does
 /// not end a lease that is unexpired by the store's clock (a copy of this machine resumed
 /// from one snapshot has this boot id and pids too), so the shim first waits until the
-/// lease has expired (at most the job's `lease_ttl`, less if asked to stop); then the record is marked
-/// interrupted with the job's `on_interrupted`, as `jobguard recover` would
+/// lease has expired (at most the job's `lease_ttl`; a stop request ends the wait: false);
+/// then the record is marked interrupted with the job's `on_interrupted`, as `jobguard
+/// recover` would
 /// ([`crate::recover::holder_gone`], [`crate::recover::interrupt_cut`]). Returns true when
 /// the record no longer holds the lease, so a claim may be tried again. A record of
 /// another installation, a live holder, or a record that is not the lease's is never

@@ -42,8 +42,8 @@ use crate::ledger::{Finish, Outcome, Resolution, Run, Slot};
 use crate::store::{Claim, ClaimRequest, Finished, Mark, Marking, ScheduleDecl};
 
 /// How long after a lease's expiry, µs by the store's clock, a holder on another machine
-/// (or another boot, [`from_another_boot`]) still counts as alive when its record of the
-/// asked slot is still `running`: 90 s.
+/// (or under another boot id of the same machine id) still counts as alive when its
+/// record of the asked slot is still `running`: 90 s.
 ///
 /// Such a holder may have ended its command and be cut off from the store with the outcome
 /// in hand: it keeps the outcome durably and gives up when its lease would expire, and its
