@@ -35,8 +35,9 @@ pub fn boot_time_usec() -> i64 {
 
 /// When this boot began, µs since the epoch: the start of PID 1 (`/proc/1/stat` field
 /// 22, in clock ticks after the kernel's boot, proc(5)) after [`boot_time_usec`]. In a
-/// container that is the container's boot (it shares the kernel's boot time, not its
-/// boot id); on a host it is the kernel's. [`boot_time_usec`] when PID 1 cannot be read.
+/// container with an init of its own that is the container's start (the kernel's boot
+/// time is shared; the boot id is the container's own under systemd-nspawn, but the
+/// kernel's under Docker and Podman); on a host it is the kernel's boot. [`boot_time_usec`] when PID 1 cannot be read.
 pub fn this_boot_usec() -> i64 {
     let btime = boot_time_usec();
     let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
@@ -261,8 +262,10 @@ pub const TWIN_MARGIN_USEC: i64 = 60_000_000;
 /// may be another machine's live run, not an earlier boot of this one. Boot ids are
 /// random per boot (`/proc/sys/kernel/random/boot_id`, random(4)), so the boots an
 /// installation wrote under are its own even where the image carried its state directory
-/// along: a boot after the copy is the copy's alone. A random key kept in the state
-/// directory would not be: it is copied with the image. Local evidence (a pid, a boot
+/// along: a boot after the copy is the copy's alone. (A disk copied from a running
+/// machine lists the boot it goes on running: [`Self::wrote`] believes a listed earlier
+/// boot only for records that started before this boot began.) A random key kept in the
+/// state directory would not be: it is copied with the image. Local evidence (a pid, a boot
 /// id) is believed only for a record written under one of these boots ([`Self::wrote`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Installation {
@@ -352,23 +355,34 @@ impl Installation {
         f.write_all(format!("{line}\n").as_bytes())
     }
 
-    /// Whether a record by holder `machine_id`, `boot_id` was written by this
-    /// installation: this machine id, and a boot it ran under.
-    pub fn wrote(&self, machine_id: &str, boot_id: &str) -> bool {
-        !self.machine_id.is_empty() && machine_id == self.machine_id && self.boots.contains(boot_id)
+    /// Whether `run` was written by this installation: this machine id, and this boot,
+    /// or an earlier boot it ran under that the record does not postdate. A disk copied
+    /// from a running machine lists that machine's boot of the moment, which goes on
+    /// after the copy: a record of it that started after this boot began
+    /// ([`Self::after_this_boot_began`]) is the original's.
+    pub fn wrote(&self, run: &crate::ledger::Run) -> bool {
+        !self.machine_id.is_empty()
+            && run.machine_id == self.machine_id
+            && (run.boot_id == self.boot_id
+                || (self.boots.contains(&run.boot_id) && !self.after_this_boot_began(run)))
     }
 
     /// Whether `run` proves another installation with this machine id: it has this
-    /// machine id and a boot this installation does not know, and it started (store
-    /// clock) more than [`TWIN_MARGIN_USEC`] after this boot began, when no earlier
-    /// boot of this machine can have written it.
+    /// machine id and another boot, and it started after this boot began
+    /// ([`Self::after_this_boot_began`]), when no earlier boot of this machine can have
+    /// written it.
     pub fn twin(&self, run: &crate::ledger::Run) -> bool {
         !self.machine_id.is_empty()
             && run.machine_id == self.machine_id
             && !run.boot_id.is_empty()
-            && !self.boots.contains(&run.boot_id)
-            && self.boot_usec > 0
-            && run.started_at > self.boot_usec.saturating_add(TWIN_MARGIN_USEC)
+            && run.boot_id != self.boot_id
+            && self.after_this_boot_began(run)
+    }
+
+    /// Whether `run` started (store clock) more than [`TWIN_MARGIN_USEC`] after this boot
+    /// began (this host's clock); false when the boot's start is unknown.
+    fn after_this_boot_began(&self, run: &crate::ledger::Run) -> bool {
+        self.boot_usec > 0 && run.started_at > self.boot_usec.saturating_add(TWIN_MARGIN_USEC)
     }
 }
 
@@ -488,16 +502,24 @@ mod tests {
 
     #[test]
     fn a_record_is_this_installations_only_under_a_boot_it_ran_under() {
-        let me = installation(&["b0", "b1"], 1_000_000_000);
-        assert!(me.wrote("m", "b0") && me.wrote("m", "b1"));
+        let boot = 1_000_000_000;
+        let me = installation(&["b0", "b1"], boot);
+        let (before, after) = (boot - 1, boot + TWIN_MARGIN_USEC + 1);
+        assert!(me.wrote(&run("m", "b0", before)) && me.wrote(&run("m", "b0", after)));
+        assert!(me.wrote(&run("m", "b1", before)));
         // Another machine with this machine id (a copied image): another boot.
-        assert!(!me.wrote("m", "c1"));
-        assert!(!me.wrote("n", "b1"));
+        assert!(!me.wrote(&run("m", "c1", before)));
+        assert!(!me.wrote(&run("n", "b1", before)));
+        // A disk copied from a running machine lists that machine's boot, which went on
+        // after the copy: its records that started after this boot began are not ours,
+        // and prove the copy.
+        assert!(!me.wrote(&run("m", "b1", after)));
+        assert!(me.twin(&run("m", "b1", after)));
         let unknown = Installation {
             machine_id: String::new(),
             ..me.clone()
         };
-        assert!(!unknown.wrote("", "b0"));
+        assert!(!unknown.wrote(&run("", "b0", before)));
     }
 
     #[test]
@@ -510,7 +532,7 @@ mod tests {
         // this installation knows, another machine id, or within the margin.
         assert!(!me.twin(&run("m", "c1", boot - 1)));
         assert!(!me.twin(&run("m", "c1", boot + TWIN_MARGIN_USEC)));
-        assert!(!me.twin(&run("m", "b1", after)));
+        assert!(!me.twin(&run("m", "b0", after)));
         assert!(!me.twin(&run("n", "c1", after)));
         assert_eq!(
             me.twins(&[run("m", "c1", after), run("m", "b0", after)])

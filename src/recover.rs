@@ -1,8 +1,10 @@
 //! Finding runs that were cut off, and getting their slots run again.
 //!
-//! A `running` record whose holder is gone is *interrupted*: a record from an earlier
-//! boot of this machine, from a process of this boot that no longer exists (pid and
-//! start time), or from another machine whose lease has expired by the store's clock and
+//! A `running` record whose holder is gone is *interrupted*. No record is while its lease
+//! is unexpired by the store's clock. After that: a record this installation wrote
+//! ([`identity::Installation::wrote`]) from an earlier boot, or from a process of this boot
+//! that no longer exists (pid and start time); or a record of another machine (or of
+//! another machine with this machine id) whose lease has expired and
 //! has stayed so for [`SIGHTING_GRACE_USEC`] since this host first saw it: long enough for
 //! that machine, back within 90 s, to record at its own next pass an outcome its shim kept
 //! because the store could not be reached as the run ended ([`crate::shim::pending`]).
@@ -146,7 +148,7 @@ pub fn holder_gone_observed(
 /// this installation ran under ([`identity::Installation`]). A record of another machine
 /// with this machine id (an image copied without `systemd-machine-id-setup`) is not.
 fn is_local(run: &Run) -> bool {
-    identity::Installation::here().wrote(&run.machine_id, &run.boot_id)
+    identity::Installation::here().wrote(run)
 }
 
 /// Another machine's run whose lease no longer holds, by the store's clock (µs since the
@@ -667,8 +669,9 @@ pub fn interrupt_removed(
 }
 
 /// The `running` records in `store` of jobs not in `known` (the job list's jobs and the
-/// jobs its errors name) written by this installation and held by a holder that is gone
-/// (its lease lapsed, and an earlier boot, or a process of this boot that no longer
+/// jobs its errors name) with this machine id (not [`identity::Installation::twin`]) held
+/// by a holder that is gone ([`holder_gone`]: its lease lapsed, and for this
+/// installation's own records an earlier boot, or a process of this boot that no longer
 /// exists and left no process behind): marked
 /// interrupted by [`interrupt_removed`], once the outcomes this host kept for those jobs
 /// are recorded ([`crate::shim::pending::replay`]; a record one of them ends is not cut).
@@ -685,8 +688,17 @@ pub fn recover_removed(
         outcomes: vec![Outcome::Running],
         ..RunQuery::default()
     })?;
+    // Records with this machine id, but not another installation's of this boot's time
+    // (theirs to judge): holder_gone believes local evidence only for this installation's
+    // own, and judges an earlier boot it does not list (before an upgrade, a lost state
+    // directory) by its lease, so no such record stays `running` for ever.
     let me = identity::Installation::here();
-    let mine = |run: &Run| !known.contains(&run.job) && me.wrote(&run.machine_id, &run.boot_id);
+    let mine = |run: &Run| {
+        !known.contains(&run.job)
+            && !me.machine_id.is_empty()
+            && run.machine_id == me.machine_id
+            && !me.twin(run)
+    };
     // Outcomes this host kept for those runs (the store could not take them as the runs
     // ended) end their records first, as for jobs still in the list.
     let removed: BTreeSet<String> = running

@@ -144,7 +144,7 @@ fn mark_interrupted(job: &Job, store: &mut dyn Store, found: &[identity::Leftove
 pub fn end_gone_holder(job: &Job, store: &mut dyn Store, lease: &Lease, run: &Run) -> bool {
     let me = identity::Installation::here();
     let this_boot = run.boot_id == me.boot_id;
-    if !me.wrote(&run.machine_id, &run.boot_id)
+    if !me.wrote(run)
         || run.fencing_token != lease.token
         || run.outcome != Outcome::Running
         || (this_boot && identity::process_alive(run.pid, run.pid_start))
