@@ -369,7 +369,7 @@ fn a_push_cut_anywhere_and_rerun_pushes_every_order_once() {
         let sb = support::Sandbox::new(&format!(
             "[jobs.store-push]\nschedule = \"*-*-* 02:30:00 UTC\"\n\
              command = [{PYTHON:?}, {push:?}]\nworking_directory = \"@DIR@\"\n\
-             on_interrupted = \"rerun\"\n\
+             on_interrupted = \"rerun\"\nlease_ttl = \"3s\"\nkill_grace = \"1s\"\n\
              environment = {{ STORE_SYNC_JOBGUARD = {bin:?}, STORE_SYNC_PAUSE_MS = \"30\" }}\n",
             push = script("push.py").display().to_string(),
             bin = env!("CARGO_BIN_EXE_jobguard"),
@@ -414,6 +414,8 @@ fn a_push_cut_anywhere_and_rerun_pushes_every_order_once() {
         std::thread::sleep(Duration::from_millis(200));
         let before = sb.lines("shipped.log");
         assert!(before < ORDERS, "the run was not cut: {before} pushed");
+        // The cut run is judged once its lease (3 s) has expired by the store's clock.
+        std::thread::sleep(Duration::from_millis(3500));
 
         let rec = sb.run(&["recover"]);
         assert!(
