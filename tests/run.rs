@@ -968,6 +968,25 @@ fn a_user_jobs_working_directory_is_entered_before_the_switch_to_its_user() {
     assert!(out.status.success(), "{}", stderr(&out));
 }
 
+/// Sends `child` SIGTERM (as `systemctl stop` does) and waits for it to exit; a guard
+/// SIGKILLs a shim that does not hear the stop within `guard` (its status then has no
+/// code). Returns the status and how long the exit took.
+fn stop(child: &mut std::process::Child, guard: Duration) -> (std::process::ExitStatus, Duration) {
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let t0 = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return (s, t0.elapsed());
+        }
+        if t0.elapsed() > guard {
+            child.kill().unwrap();
+            return (child.wait().unwrap(), t0.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 #[test]
 fn a_stop_while_waiting_for_the_store_ends_the_wait() {
     // The store's directory cannot be made (its parent is a file): unavailable, retried
@@ -980,20 +999,7 @@ fn a_stop_while_waiting_for_the_store_ends_the_wait() {
     while !sb.read("stderr").contains("retrying") && t0.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(20));
     }
-    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-    // A guard: a shim that does not hear the stop is killed after a minute.
-    let t0 = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if t0.elapsed() > Duration::from_secs(60) {
-            child.kill().unwrap();
-            break child.wait().unwrap();
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let (status, _) = stop(&mut child, Duration::from_secs(60));
     let err = sb.read("stderr");
     assert_ne!(status.code(), None, "the stop was not heard: {err}");
     assert!(err.contains("asked to stop"), "{err}");
@@ -1029,24 +1035,11 @@ fn a_stop_while_waiting_out_a_gone_holders_lease_ends_the_wait() {
         "{}",
         sb.read("stderr")
     );
-    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-    // A guard: a shim that does not hear the stop is killed after the lease's time.
-    let t0 = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if t0.elapsed() > Duration::from_secs(70) {
-            child.kill().unwrap();
-            break child.wait().unwrap();
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let (status, took) = stop(&mut child, Duration::from_secs(70));
     let err = sb.read("stderr");
     assert_ne!(status.code(), None, "the stop was not heard: {err}");
     assert!(
-        t0.elapsed() < Duration::from_secs(30),
+        took < Duration::from_secs(30),
         "the stop ended the wait, not the lease's expiry: {err}"
     );
     assert!(err.contains("asked to stop"), "{err}");
