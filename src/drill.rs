@@ -2,13 +2,20 @@
 //! second is refused or does nothing; zero duplicates", run against each layer without
 //! running the job's command and without touching its slots or lease.
 //!
-//! Every probe uses the job name `JOB.drill` (job names may hold dots; the generator
-//! never makes one with that suffix a unit of its own), in the job's own lock directory
-//! and store, and probe slots taken from the store's clock, so a drill never counts as a
-//! slot of the job and can run against a production store at any time. Its records stay
-//! in the ledger under `JOB.drill` (`jobguard history JOB.drill --config …` does not find
-//! them, as no such job is listed; `jobguard audit` lists them with the store's jobs).
+//! Every probe uses the job name `JOB@drill` ([`probe_name`]), in the job's own lock
+//! directory and store, and probe slots taken from the store's clock, so a drill never
+//! counts as a slot of the job and can run against a production store at any time. No job
+//! can have that name: job names never hold `@` ([`crate::job::is_valid_job_name`]), so a
+//! real job `JOB.drill` (which `jobguard import-crontab` can make) keeps its slots.
 //!
+//! A drill leaves nothing for `jobguard audit` to report: the fenced first holder of the
+//! lease layer is settled as taken over (`interrupted`, resolution `rerun`) once the
+//! second holder's attempt succeeded, and a probe record that a killed drill left
+//! `running` is settled (`interrupted`, resolution `done`) by the next drill once its
+//! lease has expired by the store's clock. The records stay in the ledger under
+//! `JOB@drill` until the job's `retention` lets them go: `jobguard prune` and
+//! `jobguard recover` prune them with the job's own ([`crate::retention::prune_job`]).
+
 //! The layers and what each must show:
 //! 1. **lock**: a second taker of the probe lock is refused at once (flock(2) `LOCK_NB`,
 //!    on a second open file description, as a second shim would).
@@ -23,7 +30,7 @@ use std::time::{Duration, Instant};
 use crate::identity;
 use crate::job::Job;
 use crate::lease::Holder;
-use crate::ledger::{Finish, NewRun, Outcome, Slot};
+use crate::ledger::{Finish, NewRun, Outcome, Resolution, Slot};
 use crate::lock::{JobLock, LockAttempt};
 use crate::store::{Claim, ClaimRequest, Store};
 
@@ -41,10 +48,14 @@ pub struct Verdict {
     pub detail: String,
 }
 
-/// The probe job name of `job`.
+/// The probe job name of `job`: `JOB@drill`, a name no job can have (job names never
+/// hold `@`), safe as a lock file name and in every store's keys.
 pub fn probe_name(job: &str) -> String {
-    format!("{job}.drill")
+    format!("{job}@drill")
 }
+
+/// Why a probe record of an earlier drill is settled: that drill was cut off.
+const LEFTOVER_REASON: &str = "drill-cut";
 
 /// Runs the drill of `job` with its store `store`; the lock probe takes its lock in
 /// `lock_dir`. Never fails as a whole: a layer that cannot be exercised (the store is
@@ -52,6 +63,10 @@ pub fn probe_name(job: &str) -> String {
 pub fn run(job: &Job, store: &mut dyn Store, lock_dir: &std::path::Path) -> Vec<Verdict> {
     let mut out = vec![lock_layer(job, lock_dir)];
     let store_v = store_layer(job, store);
+    if store_v.held {
+        // Best effort: a leftover that cannot be settled now is settled by the next drill.
+        let _ = settle_leftovers(job, store);
+    }
     let store_ok = store_v.held;
     out.push(store_v);
     if store_ok {
@@ -124,6 +139,34 @@ fn store_layer(job: &Job, store: &mut dyn Store) -> Verdict {
             detail: e.to_string(),
         },
     }
+}
+
+/// Settles the `running` probe records of `job` that an earlier drill left when it was
+/// cut off: each whose lease is not live by the store's clock (the probes never renew)
+/// becomes `interrupted`, resolution `done`, as no probe slot is ever run again. Returns
+/// how many were settled.
+fn settle_leftovers(job: &Job, store: &mut dyn Store) -> Result<usize, crate::store::StoreError> {
+    let probe = probe_name(&job.name);
+    let running = store.runs(&crate::store::RunQuery {
+        job: Some(probe.clone()),
+        outcomes: vec![Outcome::Running],
+        ..Default::default()
+    })?;
+    if running.is_empty() {
+        return Ok(0);
+    }
+    let now = store.now()?;
+    let lease = store.lease(&probe)?;
+    let mut settled = 0;
+    for run in &running {
+        let live = lease.as_ref().is_some_and(|l| {
+            l.holder == run.holder().id() && l.token == run.fencing_token && l.expire_at > now
+        });
+        if !live && store.interrupt(run, LEFTOVER_REASON, Resolution::Done)? {
+            settled += 1;
+        }
+    }
+    Ok(settled)
 }
 
 /// A second probe holder: this process, with a start time no process has.
@@ -209,6 +252,11 @@ fn lease_layer(job: &Job, store: &mut dyn Store) -> Verdict {
     let late = store.finish(&lease_a, &run_a.run_id, &succeeded());
     let _ = store.finish(&lease_b, &run_b.run_id, &succeeded());
     let fenced = matches!(late, Ok(ref f) if !f.recorded && !f.released);
+    // The first holder stopped long ago: its record says the second one took its slot over,
+    // and ends where that one's lease began (`rules::cut_end`), so nothing overlaps.
+    if fenced {
+        let _ = store.interrupt(&run_a, "drill", Resolution::Rerun);
+    }
     Verdict {
         layer: "lease",
         held: !early && token_up && fenced,

@@ -48,6 +48,9 @@ pub struct Pruned {
     pub deleted: usize,
     /// Records the job had before.
     pub total: usize,
+    /// Records of the job's drill probes ([`crate::drill::probe_name`]) deleted (with
+    /// `dry_run`: that would be), by the job's retention.
+    pub probes: usize,
     /// The job's marks deleted ([`crate::store::Store::delete_marks`]: those recorded
     /// before now − `retention`); 0 with `dry_run`, which does not count them.
     pub marks: usize,
@@ -63,22 +66,14 @@ pub fn prune_job(store: &mut dyn Store, job: &Job, dry_run: bool) -> Result<Prun
         return Ok(Pruned {
             deleted: 0,
             total: 0,
+            probes: 0,
             marks: 0,
         });
     }
-    let runs = store.runs(&RunQuery {
-        job: Some(job.name.clone()),
-        ..RunQuery::default()
-    })?;
     let now = store.now()?;
-    let (slots, started_before) = prunable(&runs, now, job.retention);
-    let deleted = if dry_run || slots.is_empty() {
-        runs.iter()
-            .filter(|r| slots.binary_search(&r.slot.usec).is_ok())
-            .count()
-    } else {
-        store.delete_slots(&job.name, &slots, started_before)?
-    };
+    let (deleted, total) = prune_name(store, &job.name, now, job.retention, dry_run)?;
+    let probe = crate::drill::probe_name(&job.name);
+    let (probes, _) = prune_name(store, &probe, now, job.retention, dry_run)?;
     // Marks keep as long as records: a key marked by a run is known while its record is.
     let marks = match kept_since(now, job.retention) {
         Some(before) if dry_run => store.count_marks(&job.name, before)?,
@@ -87,9 +82,34 @@ pub fn prune_job(store: &mut dyn Store, job: &Job, dry_run: bool) -> Result<Prun
     };
     Ok(Pruned {
         deleted,
-        total: runs.len(),
+        total,
+        probes,
         marks,
     })
+}
+
+/// Deletes (or with `dry_run` counts) the records of the job named `name` that `retention`
+/// lets go at store time `now`; returns (deleted, records before).
+fn prune_name(
+    store: &mut dyn Store,
+    name: &str,
+    now: i64,
+    retention: Option<Duration>,
+    dry_run: bool,
+) -> Result<(usize, usize), StoreError> {
+    let runs = store.runs(&RunQuery {
+        job: Some(name.to_string()),
+        ..RunQuery::default()
+    })?;
+    let (slots, started_before) = prunable(&runs, now, retention);
+    let deleted = if dry_run || slots.is_empty() {
+        runs.iter()
+            .filter(|r| slots.binary_search(&r.slot.usec).is_ok())
+            .count()
+    } else {
+        store.delete_slots(name, &slots, started_before)?
+    };
+    Ok((deleted, runs.len()))
 }
 
 /// Where `jobguard recover` notes when it last pruned `job`.

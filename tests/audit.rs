@@ -460,6 +460,11 @@ fn postgres_a_failed_slot_until_it_is_resolved() {
 /// takeover only after expiry and fencing, ledger), twice in a row, and the job's own
 /// ledger and lease are untouched. With this host's clock two minutes ahead of
 /// PostgreSQL's (libfaketime), the store layer fails and the drill exits 1.
+///
+/// Issue 38, items 5 and 6: a real job named `nightly.drill` keeps its slots (the probe's
+/// name is one no job can have), `audit` finds nothing in the probes' records (the
+/// fenced first holder's record is settled), and `prune` deletes them with the job's
+/// retention.
 #[test]
 fn drill_exercises_every_layer_on_every_store_without_touching_the_job() {
     for backend in [
@@ -469,9 +474,14 @@ fn drill_exercises_every_layer_on_every_store_without_touching_the_job() {
         Backend::redis("drill"),
     ] {
         let sb = Sandbox::new(&format!(
-            "[jobs.nightly]\nschedule = \"*-*-* 02:00:00 UTC\"\ncommand = [\"/bin/false\"]\n{}",
-            backend.store_line()
+            "[jobs.nightly]\nschedule = \"*-*-* 02:00:00 UTC\"\ncommand = [\"/bin/false\"]\n\
+             retention = \"1s\"\n{store}\
+             [jobs.\"nightly.drill\"]\nschedule = \"*-*-* 03:00:00 UTC\"\ncommand = [\"/bin/true\"]\n{store}",
+            store = backend.store_line()
         ));
+        // Its latest elapse: no slot of it is missed.
+        let out = sb.run(&["run", "nightly.drill"]);
+        assert!(out.status.success(), "{}", stderr(&out));
         for round in 0..2 {
             let out = sb.run(&["drill", "nightly", "--json"]);
             let verdicts: serde_json::Value = serde_json::from_slice(&out.stdout)
@@ -503,6 +513,32 @@ fn drill_exercises_every_layer_on_every_store_without_touching_the_job() {
         assert!(
             sb.history("nightly").is_empty(),
             "the job's ledger is untouched"
+        );
+        let real = sb.history("nightly.drill");
+        assert_eq!(
+            real.len(),
+            1,
+            "the job nightly.drill has its own run only: {real:#?}"
+        );
+        let again = sb.run(&["run", "nightly.drill"]);
+        assert!(
+            stderr(&again).contains("already succeeded"),
+            "its slot stays done: {}",
+            stderr(&again)
+        );
+        let (out, v) = audit(&sb, &[]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "the probes leave nothing to attend: {v:#}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        let out = sb.run(&["prune", "nightly"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(
+            stdout(&out).contains("probe"),
+            "prune deletes the drill's probe records: {}",
+            stdout(&out)
         );
         let out = sb.run(&["unlock", "nightly"]);
         assert!(

@@ -77,7 +77,8 @@ pub enum Command {
     /// Check every layer of a job's guard without running its command or touching its
     /// slots: trigger twice in one window, the second must be refused or do nothing.
     ///
-    /// Uses a probe job JOB.drill in the job's lock directory and store: the lock refuses
+    /// Uses a probe job JOB@drill (a name no job can have) in the job's lock directory
+    /// and store, and settles its records so that audit finds nothing: the lock refuses
     /// a second taker at once; the store answers, its clock within clock_tolerance; the
     /// lease refuses a second holder, passes only after expiry by the store's clock with
     /// a higher fencing token, and the first holder's late finish is refused; a done probe

@@ -55,10 +55,15 @@ pub fn run(args: &PruneArgs) -> u8 {
             };
             match retention::prune_job(store.as_mut(), job, args.dry_run) {
                 Ok(p) => println!(
-                    "{}: {verb} {} of {} records{} (retention {})",
+                    "{}: {verb} {} of {} records{}{} (retention {})",
                     job.name,
                     p.deleted,
                     p.total,
+                    if p.probes > 0 {
+                        format!(", {} drill probe records", p.probes)
+                    } else {
+                        String::new()
+                    },
                     if p.marks > 0 {
                         format!(" and {} marks", p.marks)
                     } else {
