@@ -1,6 +1,13 @@
 //! Fenced dedupe records (`jobguard mark NAMESPACE KEY`, `jobguard marked NAMESPACE
-//! KEY`): what a namespace and a key may be, and how a key is spelled in the key-value
-//! stores. The rule itself is [`crate::store::rules::mark`]; the stores keep the marks in
+//! KEY`): what a namespace and a key may be, whose a namespace is, and how a key is spelled
+//! in the key-value stores.
+//!
+//! A namespace is the job's own: `jobguard mark orders 1042` in the jobs `ship` and `mail`
+//! records two marks, one for each pipeline, stored under `ship@orders` and `mail@orders`
+//! ([`stored_namespace`]). With `--shared` it is one namespace for every job of the store,
+//! stored as it is written. Marks recorded before namespaces were the job's own are stored
+//! as shared ones; `jobguard mark` and `marked` count such a mark for the job that
+//! recorded it too (its `job`), so an upgrade repeats no key. The rule itself is [`crate::store::rules::mark`]; the stores keep the marks in
 //! a table (`jobguard_mark`) or keyspace (`mark/`) of their own
 //! ([`crate::store::Store::mark`]).
 
@@ -12,6 +19,35 @@ pub const MAX_NAMESPACE: usize = 64;
 /// The longest key, bytes: an order id, a message id or a hash fits, and every store
 /// can index it (MySQL's InnoDB index limit is 3,072 bytes).
 pub const MAX_KEY: usize = 512;
+
+/// Between the job and the namespace in a job's own namespace as stored: `JOB@NAMESPACE`.
+/// Neither a job name ([`crate::job::is_valid_job_name`]) nor a namespace
+/// ([`check_namespace`]) holds it, so a stored name is read back unambiguously and a
+/// shared namespace is never a job's own.
+pub const JOB_SEPARATOR: char = '@';
+
+/// The longest namespace as stored, bytes: a job's name, [`JOB_SEPARATOR`] and a
+/// namespace.
+pub const MAX_STORED_NAMESPACE: usize = crate::job::MAX_JOB_NAME_LEN + 1 + MAX_NAMESPACE;
+
+/// The namespace as the store keeps it: `JOB@NAMESPACE` for the job's own, `NAMESPACE`
+/// when `shared` (see the module documentation).
+pub fn stored_namespace(job: &str, namespace: &str, shared: bool) -> String {
+    if shared {
+        namespace.to_string()
+    } else {
+        format!("{job}{JOB_SEPARATOR}{namespace}")
+    }
+}
+
+/// A stored namespace read back: the namespace as written and the job it belongs to,
+/// `None` for a shared one.
+pub fn parse_stored_namespace(stored: &str) -> (&str, Option<&str>) {
+    match stored.split_once(JOB_SEPARATOR) {
+        Some((job, namespace)) => (namespace, Some(job)),
+        None => (stored, None),
+    }
+}
 
 /// Checks a namespace: 1 to [`MAX_NAMESPACE`] ASCII letters, digits, `-`, `_` or `.`,
 /// starting with a letter or a digit.
@@ -71,6 +107,20 @@ mod tests {
         for bad in ["", ".", "..", "-x", "a/b", "a b", "é", &"n".repeat(65)] {
             assert!(check_namespace(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_stored_namespace_is_read_back_whole() {
+        let own = stored_namespace("ship.v2-a_b", "orders.x", false);
+        assert_eq!(own, "ship.v2-a_b@orders.x");
+        assert_eq!(
+            parse_stored_namespace(&own),
+            ("orders.x", Some("ship.v2-a_b"))
+        );
+        let shared = stored_namespace("ship", "orders", true);
+        assert_eq!(parse_stored_namespace(&shared), ("orders", None));
+        let longest = stored_namespace(&"j".repeat(64), &"n".repeat(MAX_NAMESPACE), false);
+        assert_eq!(longest.len(), MAX_STORED_NAMESPACE);
     }
 
     #[test]

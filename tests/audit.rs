@@ -901,3 +901,87 @@ fn postgres_audit_of_every_job_over_a_busy_week() {
         }
     }
 }
+
+/// Issue 38, item 7: a dedupe mark is the job's own unless it is `--shared`. Two jobs of one
+/// store mark the same key each once (the second pipeline is not told "already marked"),
+/// a `--shared` mark is one for every job of the store, and a mark an older version
+/// recorded (namespace without the job, the table as it made it) still counts for the job
+/// that recorded it. On MariaDB the old table's namespace column (64 bytes) is widened
+/// for a job name of 64 characters.
+#[test]
+fn marks_are_per_job_unless_shared() {
+    let long = format!("m{}", "x".repeat(63));
+    for backend in [Backend::Sqlite, Backend::mysql("marks")] {
+        let sb = Sandbox::new(&format!(
+            "{}{}",
+            job("ship", "true", &backend),
+            job(&long, "true", &backend)
+        ));
+        if let Backend::Mysql(db) = &backend {
+            // The table and a mark as the previous version wrote them.
+            let out = Command::new("mysql")
+                .args(["-h", "127.0.0.1", "-u", "root", db, "-e"])
+                .arg(
+                    "CREATE TABLE jobguard_mark (namespace VARBINARY(64) NOT NULL, \
+                     mark_key VARBINARY(512) NOT NULL, job VARCHAR(255) NOT NULL, \
+                     run_id VARCHAR(255) NOT NULL, host VARCHAR(255) NOT NULL, \
+                     token BIGINT NOT NULL, marked_at BIGINT NOT NULL, \
+                     PRIMARY KEY (namespace, mark_key), KEY jobguard_mark_age (job, marked_at)) \
+                     ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin; \
+                     INSERT INTO jobguard_mark VALUES ('orders', 'legacy-1', 'ship', '', 'old 1', 0, 1)",
+                )
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{}", stderr(&out));
+        }
+        let code = |args: &[&str]| {
+            let out = sb.run(args);
+            (out.status.code(), stdout(&out) + &stderr(&out))
+        };
+        let what = backend.store_line();
+        assert_eq!(
+            code(&["mark", "orders", "1042", "--job", "ship"]).0,
+            Some(0),
+            "{what}"
+        );
+        let (c, text) = code(&["mark", "orders", "1042", "--job", "ship"]);
+        assert_eq!(c, Some(1), "{what}: {text}");
+        let (c, text) = code(&["mark", "orders", "1042", "--job", &long]);
+        assert_eq!(c, Some(0), "{what}: the other job's key is its own: {text}");
+        let (c, text) = code(&["marked", "orders", "1042", "--job", &long]);
+        assert_eq!(c, Some(0), "{what}: {text}");
+        assert!(text.contains(&format!("for {long}")), "{what}: {text}");
+        let (c, text) = code(&["mark", "--shared", "stock", "7", "--job", "ship"]);
+        assert_eq!(c, Some(0), "{what}: {text}");
+        let (c, text) = code(&["mark", "--shared", "stock", "7", "--job", &long]);
+        assert_eq!(c, Some(1), "{what}: a shared mark is one per store: {text}");
+        assert!(
+            text.contains("shared") && text.contains("for ship"),
+            "{what}: {text}"
+        );
+        let (c, text) = code(&["marked", "stock", "7", "--job", &long]);
+        assert_eq!(
+            c,
+            Some(1),
+            "{what}: the job's own namespace has no such key: {text}"
+        );
+        let (c, text) = code(&["marked", "--shared", "stock", "7", "--job", &long]);
+        assert_eq!(c, Some(0), "{what}: {text}");
+        if matches!(backend, Backend::Mysql(_)) {
+            let (c, text) = code(&["mark", "orders", "legacy-1", "--job", "ship"]);
+            assert_eq!(
+                c,
+                Some(1),
+                "{what}: the older version's mark counts: {text}"
+            );
+            let (c, text) = code(&["marked", "orders", "legacy-1", "--job", "ship"]);
+            assert_eq!(c, Some(0), "{what}: {text}");
+            let (c, text) = code(&["mark", "orders", "legacy-1", "--job", &long]);
+            assert_eq!(
+                c,
+                Some(0),
+                "{what}: another job's old mark is not this job's: {text}"
+            );
+        }
+    }
+}

@@ -6,6 +6,10 @@
 //! expired, `mark` exits 75 and records nothing, so a run that lost its lease cannot
 //! record "done" for a key that the holder that took over then skips. Outside a run,
 //! `--job` names the job whose store holds the marks; such marks are not fenced.
+//!
+//! A namespace is the job's own unless `--shared` ([`crate::mark`]); a job's own key is also
+//! found as a shared mark recorded by that job (as versions before per-job namespaces
+//! stored it).
 
 use crate::cli::{MarkArgs, find_job, open_job_store};
 use crate::exit;
@@ -18,6 +22,17 @@ pub fn mark(args: &MarkArgs) -> u8 {
         Ok(r) => r,
         Err(code) => return code,
     };
+    match earlier(args, &job.name, store.as_mut()) {
+        Ok(Some(m)) => {
+            println!("{}", describe(&m));
+            return exit::FAILURE;
+        }
+        Ok(None) => {}
+        Err(e) => {
+            eprintln!("jobguard: {e}");
+            return e.exit_status();
+        }
+    }
     match store.mark(&new, fenced) {
         Ok(Marking::New(_)) => exit::OK,
         Ok(Marking::Already(m)) => {
@@ -36,7 +51,7 @@ pub fn mark(args: &MarkArgs) -> u8 {
             };
             eprintln!(
                 "jobguard: {} {}: not marked: the run's lease of {} (token {}) is lost: {now}",
-                new.namespace, new.key, job.name, new.token
+                args.namespace, new.key, job.name, new.token
             );
             exit::LEASE_LOST
         }
@@ -49,11 +64,17 @@ pub fn mark(args: &MarkArgs) -> u8 {
 
 /// Runs `jobguard marked`; returns the exit status.
 pub fn marked(args: &MarkArgs) -> u8 {
-    let (_, new, _, mut store) = match request(args) {
+    let (job, new, _, mut store) = match request(args) {
         Ok(r) => r,
         Err(code) => return code,
     };
-    match store.read_mark(&new.namespace, &new.key) {
+    let found = store
+        .read_mark(&new.namespace, &new.key)
+        .and_then(|m| match m {
+            Some(m) => Ok(Some(m)),
+            None => earlier(args, &job.name, store.as_mut()),
+        });
+    match found {
         Ok(Some(m)) => {
             println!("{}", describe(&m));
             exit::OK
@@ -66,20 +87,41 @@ pub fn marked(args: &MarkArgs) -> u8 {
     }
 }
 
+/// For a job's own namespace: the shared mark of the key that the job itself recorded, if
+/// any (a mark from before namespaces were a job's own); `None` with `--shared`.
+fn earlier(
+    args: &MarkArgs,
+    job: &str,
+    store: &mut dyn crate::store::Store,
+) -> Result<Option<Mark>, crate::store::StoreError> {
+    if args.shared {
+        return Ok(None);
+    }
+    Ok(store
+        .read_mark(&args.namespace, &args.key)?
+        .filter(|m| m.job == job))
+}
+
 /// A recorded mark, for people: `NAMESPACE KEY: marked by run RUN (token N) of JOB on
-/// host HOST at TIME`.
+/// host HOST at TIME`, and `, in the namespace shared by the store's jobs` for a shared
+/// one.
 fn describe(m: &Mark) -> String {
     let by = if m.run_id.is_empty() {
         format!("outside a run, for {}", m.job)
     } else {
         format!("by run {} (token {}) of {}", m.run_id, m.token, m.job)
     };
+    let (namespace, own) = crate::mark::parse_stored_namespace(&m.namespace);
     format!(
-        "{} {}: marked {by} on host {} at {}",
-        m.namespace,
+        "{namespace} {}: marked {by} on host {} at {}{}",
         m.key,
         m.host,
-        format_usec(m.marked_at)
+        format_usec(m.marked_at),
+        if own.is_some() {
+            ""
+        } else {
+            ", in the namespace shared by the store's jobs"
+        }
     )
 }
 
@@ -130,7 +172,7 @@ fn request(
     let job = find_job(&args.config, &name)?;
     let holder = crate::identity::current_holder();
     let new = Mark {
-        namespace: args.namespace.clone(),
+        namespace: crate::mark::stored_namespace(&job.name, &args.namespace, args.shared),
         key: args.key.clone(),
         job: job.name.clone(),
         run_id: if in_run {

@@ -138,7 +138,11 @@ pub enum Command {
     /// (the job's command, JOBGUARD_JOB and JOBGUARD_FENCING_TOKEN set) the mark carries
     /// the run's fencing token and is refused when the run's lease has been taken over,
     /// released or has expired. Outside a run, --job names the job whose store holds the
-    /// mark. Marks are kept as long as the job's records (retention). Exit 0 when marked
+    /// mark. NAMESPACE is the job's own: two jobs marking one key mark it once each;
+    /// with --shared it is one namespace for every job of the store (marks recorded before
+    /// namespaces were a job's own are shared ones, and count for the job that recorded
+    /// them too).
+    /// Marks are kept as long as the job's records (retention). Exit 0 when marked
     /// now; 1 when KEY was marked already (printing by which run, host and when); 75 when
     /// fenced out; 2 for a bad namespace or key; 69, 70 or 78 when the store or the job
     /// list cannot be used.
@@ -377,6 +381,10 @@ pub struct MarkArgs {
     /// The job whose store holds the mark (default: the run's, JOBGUARD_JOB).
     #[arg(long, value_name = "JOB")]
     pub job: Option<String>,
+    /// One namespace for every job of the store, not the job's own: a key marked by one
+    /// job is marked for all of them.
+    #[arg(long)]
+    pub shared: bool,
     #[command(flatten)]
     pub config: ConfigArgs,
 }

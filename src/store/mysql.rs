@@ -515,6 +515,8 @@ pub struct MysqlStore {
     kills: remote::Cancels,
     describe: String,
     schema_ready: bool,
+    /// Whether the mark table was made, or widened, by this store ([`MARK_TABLE`]).
+    marks_ready: bool,
     test_clock: Option<Arc<dyn Clock>>,
 }
 
@@ -731,6 +733,7 @@ impl MysqlStore {
             kills: remote::Cancels::default(),
             describe,
             schema_ready: false,
+            marks_ready: false,
             test_clock: None,
         })
     }
@@ -1026,9 +1029,11 @@ impl MysqlStore {
 /// gets it with its migration, an older one with its first declaration.
 /// The table of marks ([`Store::mark`]), made with the first mark like the schedule
 /// table. Binary columns for the namespace and key: a `_bin` collation pads trailing
-/// spaces, and `a` and `a ` are two keys.
+/// spaces, and `a` and `a ` are two keys. The namespace is as long as
+/// [`crate::mark::MAX_STORED_NAMESPACE`] (129 bytes); a table made before a namespace was
+/// the job's own has 64 and is widened ([`WIDEN_MARK_NAMESPACE`]).
 const MARK_TABLE: &str = "CREATE TABLE IF NOT EXISTS jobguard_mark (
-    namespace VARBINARY(64) NOT NULL,
+    namespace VARBINARY(129) NOT NULL,
     mark_key  VARBINARY(512) NOT NULL,
     job       VARCHAR(255) NOT NULL,
     run_id    VARCHAR(255) NOT NULL,
@@ -1038,6 +1043,17 @@ const MARK_TABLE: &str = "CREATE TABLE IF NOT EXISTS jobguard_mark (
     PRIMARY KEY (namespace, mark_key),
     KEY jobguard_mark_age (job, marked_at)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin";
+
+/// The width of the mark table's namespace column, bytes.
+const MARK_NAMESPACE_WIDTH: &str = "SELECT CHARACTER_MAXIMUM_LENGTH FROM information_schema.COLUMNS
+     WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'jobguard_mark'
+       AND COLUMN_NAME = 'namespace'";
+
+/// Widens the namespace column of a mark table made with 64 bytes. A job's own namespace
+/// longer than the column would be refused in strict SQL mode, and cut short (and so
+/// perhaps another job's) without it.
+const WIDEN_MARK_NAMESPACE: &str =
+    "ALTER TABLE jobguard_mark MODIFY namespace VARBINARY(129) NOT NULL";
 
 const SCHEDULE_TABLE: &str = "CREATE TABLE IF NOT EXISTS jobguard_schedule (
     job         VARCHAR(255) NOT NULL PRIMARY KEY,
@@ -1429,6 +1445,18 @@ impl Store for MysqlStore {
 
     fn insert_mark(&mut self, mark: &Mark, fenced: bool) -> Result<bool, StoreError> {
         self.ready()?;
+        if !self.marks_ready {
+            self.with_schema("make the mark table", |c| {
+                c.query_drop(MARK_TABLE)?;
+                let width: Option<Option<i64>> = c.query_first(MARK_NAMESPACE_WIDTH)?;
+                let wide = i64::try_from(crate::mark::MAX_STORED_NAMESPACE).unwrap_or(i64::MAX);
+                if width.flatten().is_some_and(|w| w < wide) {
+                    c.query_drop(WIDEN_MARK_NAMESPACE)?;
+                }
+                Ok(())
+            })?;
+            self.marks_ready = true;
+        }
         // A locking read of the lease row orders the insert with every write to it: a
         // takeover that committed first is seen (a locking read reads the newest
         // version), and one that comes later waits for this commit.
@@ -1819,5 +1847,20 @@ impl MysqlStore {
                 released: get_int(&object, "released") == Some(1),
             })
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_mark_table_holds_the_longest_stored_namespace() {
+        let column = format!("namespace VARBINARY({})", crate::mark::MAX_STORED_NAMESPACE);
+        assert!(MARK_TABLE.contains(&column), "{MARK_TABLE}");
+        assert!(
+            WIDEN_MARK_NAMESPACE.contains(&column),
+            "{WIDEN_MARK_NAMESPACE}"
+        );
     }
 }

@@ -2170,6 +2170,30 @@ pub fn a_key_is_marked_once(env: &dyn Env) {
         b.read_mark("shipping", &long).unwrap().map(|m| m.key.len()),
         Some(jobguard::mark::MAX_KEY)
     );
+    // The longest namespace as stored (a job's own: JOB@NAMESPACE), and the same namespace
+    // one byte shorter, are two namespaces: nothing cuts it short.
+    let widest = jobguard::mark::stored_namespace(
+        &"j".repeat(jobguard::job::MAX_JOB_NAME_LEN),
+        &"n".repeat(jobguard::mark::MAX_NAMESPACE),
+        false,
+    );
+    assert_eq!(widest.len(), jobguard::mark::MAX_STORED_NAMESPACE);
+    for namespace in [&widest[..widest.len() - 1], &widest[..]] {
+        assert!(
+            matches!(
+                a.mark(&new_mark("sync", namespace, "ORDER-1", 1, 0), false)
+                    .unwrap(),
+                Marking::New(_)
+            ),
+            "{namespace} is a namespace of its own"
+        );
+        assert_eq!(
+            b.read_mark(namespace, "ORDER-1")
+                .unwrap()
+                .map(|m| m.namespace),
+            Some(namespace.to_string())
+        );
+    }
 }
 
 /// A fenced mark holds only while the job's lease carries the run's token: it is refused
