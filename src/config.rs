@@ -881,11 +881,19 @@ fn is_env_name(s: &str) -> bool {
 /// does). Each must parse and elapse at least once from now on: a timer whose expression
 /// never elapses (`*-02-30`, a year in the past) would never fire, so the job is refused
 /// rather than given a timer (`systemd-analyze calendar` says "Next elapse: never" for
-/// it). All expressions of a list must be in one time zone. Returns the text shown for the
+/// it). A zone that counts leap seconds (`right/…`, [`CalendarSpec::leap_second_zone`]) is
+/// refused. All expressions of a list must be in one time zone. Returns the text shown for the
 /// schedule (the expressions joined by `; `) and the schedule.
 fn schedule(v: &Spanned<DeValue<'_>>) -> Result<(String, Schedule), String> {
     let one = |s: &str| -> Result<(String, CalendarSpec), String> {
         let c = CalendarSpec::parse(s).map_err(|e| e.to_string())?;
+        if let Some((zone, plain)) = c.leap_second_zone() {
+            return Err(format!(
+                "schedule {s:?} is evaluated in {zone}, a zone that counts leap seconds: \
+                 systemd's timer would elapse 27 s after the slot jobguard computes, so a run \
+                 could take another slot; use {plain}"
+            ));
+        }
         let now = jiff::Timestamp::now();
         if c.next_elapse(now).is_none() {
             return Err(format!(

@@ -243,6 +243,80 @@ pub fn read_other_timers() -> Result<Vec<OtherTimer>, SystemdError> {
     })
 }
 
+/// What systemd gives a job's service to start with, as the system manager has it loaded
+/// (systemd.exec(5), "Environment Variables in Spawned Processes";
+/// org.freedesktop.systemd1(5): `Manager.Environment`, `Service.Environment`,
+/// `Service.EnvironmentFiles`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServiceEnvironment {
+    /// The manager's environment, `NAME=VALUE` (`systemctl show-environment`: `PATH`,
+    /// `LANG`, `DefaultEnvironment=`).
+    pub manager: Vec<String>,
+    /// The unit's `Environment=` assignments, `NAME=VALUE`, drop-ins included; empty when
+    /// `jobguard@JOB.service` is not loaded.
+    pub unit: Vec<String>,
+    /// The unit's `EnvironmentFile=` paths.
+    pub files: Vec<String>,
+}
+
+/// Reads the system manager's environment, `NAME=VALUE` (`Manager.Environment`).
+///
+/// # Errors
+/// [`SystemdError::Bus`] when the system bus or systemd cannot be reached, or a call
+/// fails.
+pub fn read_manager_environment() -> Result<Vec<String>, SystemdError> {
+    zbus::block_on(async {
+        let conn = zbus::connection::Builder::system()
+            .method_timeout(CALL_TIMEOUT)
+            .build()
+            .await?;
+        Ok(manager_environment(&conn).await?)
+    })
+}
+
+async fn manager_environment(conn: &zbus::Connection) -> Result<Vec<String>, zbus::Error> {
+    let root = zbus::OwnedObjectPath::try_from("/org/freedesktop/systemd1")?;
+    get(
+        conn,
+        &root,
+        "org.freedesktop.systemd1.Manager",
+        "Environment",
+    )
+    .await?
+    .try_into()
+    .map_err(Into::into)
+}
+
+/// Reads the environment systemd starts `jobguard@JOB.service` with.
+///
+/// # Errors
+/// [`SystemdError::Bus`] when the system bus or systemd cannot be reached, or a call
+/// fails.
+pub fn read_service_environment(job: &str) -> Result<ServiceEnvironment, SystemdError> {
+    zbus::block_on(async {
+        let conn = zbus::connection::Builder::system()
+            .method_timeout(CALL_TIMEOUT)
+            .build()
+            .await?;
+        let manager = manager_environment(&conn).await?;
+        let (_, service) = unit_names(job);
+        let (state, path) = unit(&conn, &service).await?;
+        let mut out = ServiceEnvironment {
+            manager,
+            ..ServiceEnvironment::default()
+        };
+        if state.load_state == "loaded" {
+            let iface = "org.freedesktop.systemd1.Service";
+            out.unit = get(&conn, &path, iface, "Environment").await?.try_into()?;
+            let files: Vec<(String, bool)> = get(&conn, &path, iface, "EnvironmentFiles")
+                .await?
+                .try_into()?;
+            out.files = files.into_iter().map(|f| f.0).collect();
+        }
+        Ok(out)
+    })
+}
+
 async fn load_unit(
     conn: &zbus::Connection,
     name: &str,

@@ -1433,3 +1433,46 @@ fn loading_one_job_builds_it_as_the_whole_list_does_and_reads_no_other_job() {
     assert_eq!(with_bad_file.errors.len(), 1, "{:?}", with_bad_file.errors);
     assert_eq!(with_bad_file.errors[0].scope, ErrorScope::File);
 }
+
+/// Issue 38, item 9: a `right/` zone counts leap seconds. systemd evaluates `OnCalendar=`
+/// with the C library, which counts them there, and fires 27 s after the elapse jobguard
+/// computes (`systemd-analyze calendar '*-*-* 02:00:00 right/UTC'`: 02:00:27 UTC), so a run
+/// could take another slot than its timer's. Such a schedule is refused, naming the file,
+/// line and key and the zone to use instead, whether the zone is the expression's own or
+/// the local one (`TZ`).
+#[test]
+fn a_zone_that_counts_leap_seconds_is_refused() {
+    let d = Dir::new();
+    let text = "[jobs.leap]\nschedule = \"*-*-* 02:00:00 right/Europe/Berlin\"\n\
+                command = [\"/bin/true\"]\n";
+    let f = d.write("jobs.toml", text);
+    let set = d.load();
+    let e = only_error(&set);
+    assert_at(e, &f, pos(text, "", "\"*-*-*"), "jobs.leap.schedule");
+    assert!(
+        e.message.contains("leap seconds") && e.message.contains("use Europe/Berlin"),
+        "{e}"
+    );
+    assert!(set.jobs.is_empty());
+
+    let local = Dir::new();
+    let f = local.write(
+        "jobs.toml",
+        "[jobs.local]\nschedule = \"*-*-* 02:00:00\"\ncommand = [\"/bin/true\"]\n",
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_jobguard"))
+        .args(["check", "--config"])
+        .arg(&f)
+        .env("TZ", "right/UTC")
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("jobs.local.schedule")
+            && text.contains("right/UTC")
+            && text.contains("use UTC"),
+        "{text}"
+    );
+}

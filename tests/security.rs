@@ -820,3 +820,67 @@ fn a_user_who_may_write_the_metrics_directory_cannot_make_root_write_through_a_l
     );
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "jobguard_up 2\n");
 }
+
+/// Third hostile trial, 4: a run started by hand sees what a timer-started run sees, not
+/// its caller's environment. `SECRET=x CREDENTIALS_DIRECTORY=… PATH=/tmp/evil:… jobguard
+/// run JOB` gives the job (as its `user`, and as root without one) none of them: its
+/// environment is a clean base (systemd's for services, here without a system manager its
+/// `PATH`), the account's `HOME`, `USER`, `LOGNAME` and `SHELL`, the job's `environment`
+/// and the run's `JOBGUARD_*` variables.
+#[test]
+fn a_run_started_by_hand_does_not_pass_on_the_callers_environment() {
+    if !as_root("a_run_started_by_hand_does_not_pass_on_the_callers_environment") {
+        return;
+    }
+    let sb = Sandbox::new(
+        "[jobs.as-user]\nschedule = \"*-*-* 02:00:00 UTC\"\nuser = \"nobody\"\n\
+         command = [\"/bin/sh\", \"-c\", \"env > @DIR@/out/as-user\"]\n\
+         environment = { GREETING = \"hi\" }\n\
+         [jobs.as-root]\nschedule = \"*-*-* 02:00:00 UTC\"\n\
+         command = [\"/bin/sh\", \"-c\", \"env > @DIR@/out/as-root\"]\n",
+    );
+    chmod(sb.path(), 0o755);
+    mkdir(&sb.file("out"), NOBODY, 0o777);
+    for job in ["as-user", "as-root"] {
+        let out = sb
+            .cmd(&["run", job, "--slot", "2026-11-24T02:00:00Z"])
+            .env("SECRET", "x")
+            .env("CREDENTIALS_DIRECTORY", sb.file("creds"))
+            .env(
+                "PATH",
+                format!("/tmp/evil:{}", std::env::var("PATH").unwrap()),
+            )
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{job}: {}", all(&out));
+        let env: std::collections::BTreeMap<String, String> = sb
+            .read(&format!("out/{job}"))
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        for gone in ["SECRET", "CREDENTIALS_DIRECTORY"] {
+            assert!(!env.contains_key(gone), "{job} saw {gone}: {env:#?}");
+        }
+        assert!(
+            !env["PATH"].contains("/tmp/evil"),
+            "{job} saw the caller's PATH: {}",
+            env["PATH"]
+        );
+        let user = if job == "as-user" { "nobody" } else { "root" };
+        assert_eq!(env.get("USER").map(String::as_str), Some(user), "{env:#?}");
+        assert_eq!(
+            env.get("LOGNAME").map(String::as_str),
+            Some(user),
+            "{env:#?}"
+        );
+        assert!(
+            env.contains_key("HOME") && env.contains_key("SHELL"),
+            "{env:#?}"
+        );
+        assert_eq!(env.get("JOBGUARD_JOB").map(String::as_str), Some(job));
+        if job == "as-user" {
+            assert_eq!(env.get("GREETING").map(String::as_str), Some("hi"));
+        }
+    }
+}

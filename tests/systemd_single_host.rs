@@ -1564,6 +1564,10 @@ fn after_downtime_all_runs_every_missed_slot_once_and_latest_passes_them_over() 
 /// Issue 12: `jobguard rerun JOB SLOT` under systemd runs the slot as the job's own unit
 /// (its journal, its user), forced, naming who asked; asked while the unit runs, the
 /// request waits for the end of that run.
+///
+/// Issue 38, item 4: the run started by hand (with a caller's `SECRET` and `PATH`) and the
+/// re-run its unit runs see one environment: the unit's `Environment=` (a drop-in) and the
+/// manager's `PATH`, not the caller's variables.
 #[test]
 fn rerun_runs_the_slot_as_the_jobs_own_unit_even_while_it_runs() {
     let test = "rerun_runs_the_slot_as_the_jobs_own_unit_even_while_it_runs";
@@ -1571,13 +1575,29 @@ fn rerun_runs_the_slot_as_the_jobs_own_unit_even_while_it_runs() {
         return;
     }
     let jobs = "[jobs.nightly]\nschedule = \"*-*-* 02:00:00 UTC\"\n\
-                command = [\"/bin/sh\", \"-c\", \"echo rerun-output \\\"$JOBGUARD_SLOT\\\"; sleep 3\"]\n\n\
+                command = [\"/bin/sh\", \"-c\", \"echo rerun-output \\\"$JOBGUARD_SLOT\\\"; \
+                echo \\\"$FROM_UNIT ${SECRET:-none} $PATH\\\" >> /tmp/envs; sleep 3\"]\n\n\
                 [jobs.flaky]\nschedule = \"*-*-* 02:00:00 UTC\"\n\
                 command = [\"/bin/sh\", \"-c\", \"! test -e /tmp/fail\"]\n";
     let c = boot("rerun", &jobguard_options(jobs));
+    c.write_file(
+        "/etc/systemd/system/jobguard@nightly.service.d/90-env.conf",
+        "[Service]\nEnvironment=FROM_UNIT=unit\n",
+    )
+    .expect("a drop-in");
+    c.exec_ok(&["systemctl", "daemon-reload"]).expect("reload");
     let slot = "2026-11-29T02:00:00Z";
-    c.exec_ok(&["jobguard", "run", "nightly", "--slot", slot])
-        .expect("first run");
+    c.exec_ok(&[
+        "env",
+        "SECRET=x",
+        "PATH=/tmp/evil:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "jobguard",
+        "run",
+        "nightly",
+        "--slot",
+        slot,
+    ])
+    .expect("first run");
     let out = c
         .exec_ok(&["jobguard", "rerun", "nightly", slot])
         .expect("rerun");
@@ -1618,6 +1638,14 @@ fn rerun_runs_the_slot_as_the_jobs_own_unit_even_while_it_runs() {
     assert!(
         journal.contains(&format!("rerun-output {slot}")),
         "the command's output is in the unit's journal: {journal}"
+    );
+    let envs = c.exec_ok(&["cat", "/tmp/envs"]).expect("envs");
+    let envs: Vec<&str> = envs.lines().collect();
+    assert_eq!(envs.len(), 2, "{envs:?}");
+    assert_eq!(envs[0], envs[1], "by hand and by its unit alike: {envs:?}");
+    assert!(
+        envs[0].starts_with("unit none /") && !envs[0].contains("/tmp/evil"),
+        "{envs:?}"
     );
 
     // While the unit runs (a re-run of another slot), a second request waits for its end.

@@ -104,7 +104,9 @@ fn offset_changes(zone: &Zone, from: i64, to: i64) -> (i64, Vec<i64>) {
     let mut at = Vec::new();
     for t in tz.following(start) {
         let us = t.timestamp().as_microsecond();
-        if us > to {
+        // A zone whose transitions do not advance (jiff reads a `right/` zone's leap-second
+        // records so) would otherwise be walked for ever.
+        if us > to || at.last().is_some_and(|&last| us <= last) {
             break;
         }
         let off = i64::from(t.offset().seconds());
@@ -185,6 +187,18 @@ mod tests {
     use crate::calendar::CalendarSpec;
     use jiff::Timestamp;
     use jiff::tz::TimeZone;
+
+    /// A `right/` zone (leap-second records) is walked to its end, not for ever. The job
+    /// list refuses such a zone; `jobguard calendar` still shows it.
+    #[test]
+    fn a_zone_with_leap_second_records_ends_the_search() {
+        if !std::path::Path::new("/usr/share/zoneinfo/right/Europe/Berlin").exists() {
+            return;
+        }
+        let from: Timestamp = "2026-06-01T00:00:00Z".parse().expect("valid");
+        let c = CalendarSpec::parse("*-*-* 02:00:00 right/Europe/Berlin").expect("parses");
+        assert_eq!(c.interval_at_most(1_000_000, from), None);
+    }
 
     /// The shortest interval is found exactly: at the limit, and not one µs below it.
     #[test]

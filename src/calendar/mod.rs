@@ -283,6 +283,16 @@ impl CalendarSpec {
         self.spec.timezone.is_some()
     }
 
+    /// The zone the expression is evaluated in, when it counts leap seconds: a `right/`
+    /// zone of the tzdb (tzfile(5): leap-second records). systemd evaluates `OnCalendar=`
+    /// with the C library, whose `mktime(3)` counts them there, so its timer elapses as
+    /// many seconds after the elapse this calendar computes as leap seconds have been
+    /// inserted (27 since 2017). Returns (that zone, the same zone without them).
+    pub fn leap_second_zone(&self) -> Option<(String, String)> {
+        let plain = self.zone_name.strip_prefix("right/")?;
+        Some((self.zone_name.clone(), plain.to_string()))
+    }
+
     /// The IANA name of the time zone the expression is evaluated in: its own zone when
     /// it names one, `"UTC"` for UTC, else the local zone the expression was parsed in.
     pub fn zone_name(&self) -> String {

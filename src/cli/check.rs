@@ -37,10 +37,6 @@ use crate::lease::FENCE_MARGIN;
 use crate::systemd_dbus::KillSettings;
 use crate::timespan::TimeSpan;
 
-/// The `PATH` a run looks commands up in when the shim has none (systemd's default for
-/// system services, systemd.exec(5)).
-const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin";
-
 /// Runs `jobguard check`; returns the exit status.
 pub fn run(args: &ConfigArgs) -> u8 {
     let source = ConfigSource::resolve(args.config.clone());
@@ -48,10 +44,13 @@ pub fn run(args: &ConfigArgs) -> u8 {
     for e in &set.errors {
         eprintln!("{e}");
     }
-    let path = std::env::var("PATH").unwrap_or_else(|_| DEFAULT_PATH.to_string());
+    // The PATH a run's command is looked up in: its service's (the caller's own plays no
+    // part, crate::shim::environment), or the job's own.
+    let service_path = crate::shim::environment::service_path();
     let mut on_host = 0;
     for job in set.jobs.values() {
-        for (key, message) in host_problems(job, &path) {
+        let path = job.environment.get("PATH").unwrap_or(&service_path);
+        for (key, message) in host_problems(job, path) {
             let at = job
                 .position(key)
                 .map_or_else(|| job.source.display().to_string(), ToString::to_string);

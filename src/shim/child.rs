@@ -123,9 +123,12 @@ pub fn lookup_account(name: &str) -> Result<Account, String> {
 pub struct Spec {
     /// argv; `argv[0]` without a `/` is looked up in `PATH`.
     pub argv: Vec<String>,
-    /// Variables to set (on top of the shim's environment).
+    /// The environment to start from: `None` for the shim's own, else these variables
+    /// alone ([`super::environment::base`]).
+    pub base: Option<Vec<(String, String)>>,
+    /// Variables to set (on top of the base).
     pub env: Vec<(String, String)>,
-    /// Variables to remove from the shim's environment.
+    /// Variables to remove from the base.
     pub env_remove: Vec<String>,
     /// Working directory.
     pub cwd: Option<PathBuf>,
@@ -206,9 +209,13 @@ impl Plan {
             .argv
             .split_first()
             .ok_or_else(|| std::io::Error::other("empty command"))?;
-        // The environment, as std::process::Command builds it: the shim's, less the
-        // removed names, plus the account's and the job's variables (the later wins).
-        let mut env: BTreeMap<OsString, OsString> = std::env::vars_os().collect();
+        // The environment, as std::process::Command builds it: the base (the shim's, or
+        // the clean one of a run started by hand), less the removed names, plus the
+        // account's and the job's variables (the later wins).
+        let mut env: BTreeMap<OsString, OsString> = match &spec.base {
+            None => std::env::vars_os().collect(),
+            Some(base) => base.iter().map(|(k, v)| (k.into(), v.into())).collect(),
+        };
         for k in &spec.env_remove {
             env.remove(OsStr::new(k));
         }

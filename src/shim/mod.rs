@@ -26,6 +26,7 @@
 //! its own attempt through the same steps.
 
 pub mod child;
+pub mod environment;
 pub mod leftover;
 pub mod pending;
 pub mod renew;
@@ -1098,6 +1099,7 @@ fn execute(
     });
     let spec = child::Spec {
         argv: job.command.clone(),
+        base: environment::base(job),
         env,
         env_remove: vec!["NOTIFY_SOCKET".into(), "JOBGUARD_CONFIG".into()],
         cwd,
