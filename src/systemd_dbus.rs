@@ -284,7 +284,6 @@ async fn manager_environment(conn: &zbus::Connection) -> Result<Vec<String>, zbu
     )
     .await?
     .try_into()
-    .map_err(Into::into)
 }
 
 /// Reads the environment systemd starts `jobguard@JOB.service` with.
