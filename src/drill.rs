@@ -15,7 +15,7 @@
 //! lease has expired by the store's clock. The records stay in the ledger under
 //! `JOB@drill` until the job's `retention` lets them go: `jobguard prune` and
 //! `jobguard recover` prune them with the job's own ([`crate::retention::prune_job`]).
-
+//!
 //! The layers and what each must show:
 //! 1. **lock**: a second taker of the probe lock is refused at once (flock(2) `LOCK_NB`,
 //!    on a second open file description, as a second shim would).

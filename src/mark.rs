@@ -7,7 +7,9 @@
 //! ([`stored_namespace`]). With `--shared` it is one namespace for every job of the store,
 //! stored as it is written. Marks recorded before namespaces were the job's own are stored
 //! as shared ones; `jobguard mark` and `marked` count such a mark for the job that
-//! recorded it too (its `job`), so an upgrade repeats no key. The rule itself is [`crate::store::rules::mark`]; the stores keep the marks in
+//! recorded it too (its `job`), so an upgrade repeats no key.
+//!
+//! The rule itself is [`crate::store::rules::mark`]; the stores keep the marks in
 //! a table (`jobguard_mark`) or keyspace (`mark/`) of their own
 //! ([`crate::store::Store::mark`]).
 
