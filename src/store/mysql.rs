@@ -19,8 +19,8 @@
 //! - `VERIFY_IDENTITY`: as `VERIFY_CA`, and the certificate must name the host of the
 //!   address (a DNS name or IP address in its subjectAltName).
 //!
-//! The trusted roots are the file `ssl-ca` names (PEM or DER; a relative path is relative
-//! to the current directory, `/` under systemd) when given; otherwise the
+//! The trusted roots are the file `ssl-ca` names (PEM or DER, by an absolute path; a
+//! relative one is refused) when given; otherwise the
 //! system's trust-store file (`/etc/ssl/certs/ca-certificates.crt` on Debian, or
 //! `SSL_CERT_FILE`), to which the client always adds Mozilla's root list that it carries
 //! (`webpki-roots`). As with the `mysql` client, `ssl-ca` without `ssl-mode` means
@@ -74,7 +74,7 @@ use mysql::{Conn, Opts, OptsBuilder, Row, SslOpts, Value};
 use crate::clock::Clock;
 use crate::lease::Lease;
 use crate::ledger::{Finish, Outcome, Resolution, Run};
-use crate::store::remote::{self, CALL_TIMEOUT, CANCEL_TIMEOUT, CONNECT_TIMEOUT, duration_usec};
+use crate::store::remote::{self, CALL_TIMEOUT, CANCEL_TIMEOUT, CONNECT_TIMEOUT};
 use crate::store::{
     Claim, ClaimRequest, Finished, Mark, RunQuery, ScheduleDecl, Store, StoreError, address, rules,
 };
@@ -1313,7 +1313,7 @@ impl Store for MysqlStore {
             lit(&lease.job),
             lit(&lease.holder),
             lease.token,
-            duration_usec(ttl)
+            rules::duration_usec(ttl)
         );
         self.with_schema("renew", |c| {
             let object = Self::call_proc(c, &sql)?.unwrap_or_default();

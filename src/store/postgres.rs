@@ -26,9 +26,9 @@
 //! - `verify-full`: as `verify-ca`, and the certificate must name the host of the address
 //!   (a DNS name or an IP address in its subjectAltName).
 //!
-//! `sslrootcert=PATH` names a file of PEM certificates (a relative path is relative to the
-//! current directory, `/` under systemd), read when the store is opened: a missing,
-//! unreadable or empty file is an address error in every mode. `sslrootcert=system`
+//! `sslrootcert=PATH` names a file of PEM certificates, by an absolute path (a relative one
+//! is refused: the shim runs in `/` under systemd and elsewhere in a shell), read when the
+//! store is opened: a missing, unreadable or empty file is an address error in every mode. `sslrootcert=system`
 //! trusts the system's store instead (`/etc/ssl/certs`, or `SSL_CERT_FILE`/`SSL_CERT_DIR`);
 //! as in libpq it implies `verify-full`, and any weaker `sslmode` is refused (a public
 //! certificate authority signs certificates for anyone's host names).
@@ -98,7 +98,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 use crate::clock::Clock;
 use crate::lease::Lease;
 use crate::ledger::{Finish, Outcome, Resolution, Run};
-use crate::store::remote::{self, CALL_TIMEOUT, CANCEL_TIMEOUT, CONNECT_TIMEOUT, duration_usec};
+use crate::store::remote::{self, CALL_TIMEOUT, CANCEL_TIMEOUT, CONNECT_TIMEOUT};
 use crate::store::rules::{self, ClaimDecision};
 use crate::store::{
     Claim, ClaimRequest, Finished, Mark, RunQuery, ScheduleDecl, Store, StoreError, address,
@@ -1486,7 +1486,7 @@ impl Store for PostgresStore {
 
     fn renew(&mut self, lease: &Lease, ttl: Duration) -> Result<Option<i64>, StoreError> {
         let now = self.test_now();
-        let ttl = duration_usec(ttl);
+        let ttl = rules::duration_usec(ttl);
         self.with_schema("renew", async |c| {
             let rows = c
                 .query_typed(

@@ -53,7 +53,7 @@ use redis::{Connection, Script};
 use crate::clock::Clock;
 use crate::lease::Lease;
 use crate::ledger::{Finish, Outcome, Resolution, Run};
-use crate::store::remote::{self, CALL_TIMEOUT, CONNECT_TIMEOUT, duration_usec};
+use crate::store::remote::{self, CALL_TIMEOUT, CONNECT_TIMEOUT};
 use crate::store::{
     Claim, ClaimRequest, Finished, Mark, RunQuery, ScheduleDecl, Store, StoreError, address, rules,
 };
@@ -944,13 +944,13 @@ impl Store for RedisStore {
                     .arg(&req.holder.boot_id)
                     .arg(req.holder.pid)
                     .arg(req.holder.pid_start)
-                    .arg(duration_usec(req.ttl))
+                    .arg(rules::duration_usec(req.ttl))
                     .arg(
                         req.clock
                             .map(|c| c.host_now.to_string())
                             .unwrap_or_default(),
                     )
-                    .arg(remote::tolerance_usec(req))
+                    .arg(rules::tolerance_usec(req))
                     .arg(if req.queued_first { "1" } else { "0" })
                     .arg(if req.in_order { "1" } else { "0" })
                     .arg(rules::FOREIGN_GRACE_USEC)
@@ -1006,7 +1006,7 @@ impl Store for RedisStore {
                 .arg(&lease.job)
                 .arg(&lease.holder)
                 .arg(lease.token)
-                .arg(duration_usec(ttl))
+                .arg(rules::duration_usec(ttl))
                 .invoke(c)?)
         })?;
         if until.is_empty() {

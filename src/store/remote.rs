@@ -1,9 +1,13 @@
-//! What the shared (remote) stores have in common: time limits on every call, reading a
-//! ledger record from the store's JSON or string form, and test clocks.
+//! What the shared (remote) stores have in common: time limits on every call
+//! ([`CONNECT_TIMEOUT`], [`CALL_TIMEOUT`], [`CANCEL_TIMEOUT`]), a ledger record, schedule
+//! and mark in the JSON or string form the key-value stores keep ([`run_from_object`],
+//! [`run_to_json`], [`mark_to_json`], ...), and the selection of records by a
+//! [`crate::store::RunQuery`] for stores that read them whole ([`select`]).
 //!
-//! Each remote backend ([`super::postgres`], [`super::mysql`], [`super::redis`]) judges
-//! time by the server's clock inside the statement or script that decides. This module
-//! holds no store logic of its own.
+//! Used by every backend but SQLite: [`super::postgres`], [`super::mysql`] and
+//! [`super::redis`] for the time limits and records, [`super::etcd`] and
+//! [`super::zookeeper`] for the JSON forms too. No lease or ledger rule is decided here;
+//! those are [`super::rules`]'.
 
 use std::time::Duration;
 
@@ -84,24 +88,6 @@ pub(crate) fn chain(e: &dyn std::error::Error) -> String {
         source = s.source();
     }
     text
-}
-
-/// The largest clock tolerance a remote store is sent, µs: 1000 years. A larger
-/// `clock_tolerance` (meaning "any difference") would overflow the server's 64-bit sum of
-/// its clock and the tolerance (the bound of the slots that count as recorded), which
-/// PostgreSQL and MySQL answer with an error; this bound means the same for any clock.
-pub(crate) const MAX_TOLERANCE_USEC: i64 = 1000 * 366 * 86_400 * 1_000_000;
-
-/// The clock tolerance of `req` for the server, µs: 0 without a clock check, else the
-/// tolerance limited to 0..=[`MAX_TOLERANCE_USEC`].
-pub(crate) fn tolerance_usec(req: &crate::store::ClaimRequest) -> i64 {
-    req.clock
-        .map_or(0, |c| c.tolerance.clamp(0, MAX_TOLERANCE_USEC))
-}
-
-/// Converts a time to live to µs, saturating at `i64::MAX`.
-pub(crate) fn duration_usec(d: Duration) -> i64 {
-    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
 }
 
 fn field<'a>(object: &'a serde_json::Map<String, Value>, name: &str) -> Option<&'a Value> {

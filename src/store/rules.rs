@@ -10,12 +10,21 @@
 //! it is the store layer's decision procedure: it answers in the store's own values
 //! ([`Claim`], [`Finished`]) and is called only by the backends and their tests.
 //!
-//! [`super::sqlite`] decides with these functions: it reads the snapshot and applies the
-//! writes in one `BEGIN IMMEDIATE` transaction. The other three backends still decide on
-//! the server (PL/pgSQL in `postgres`, a MySQL procedure in `mysql`, Lua in `redis`), one
-//! round trip per operation; `tests/store_differential.rs` drives every backend through
-//! random histories and compares every answer and every resulting state with these
-//! functions. The rule order ([`claim`]):
+//! Who decides with these functions, and who still decides on the server:
+//! - [`super::sqlite`], [`super::etcd`] and [`super::zookeeper`]: every operation. SQLite
+//!   reads the snapshot and applies the writes in one `BEGIN IMMEDIATE` transaction; etcd
+//!   in a `Txn` conditioned on the revisions it read; ZooKeeper in a `multi` conditioned on
+//!   the versions it read.
+//! - [`super::postgres`] and [`super::mysql`]: the claim, the schedule declaration and the
+//!   mark (MySQL's interrupt too), with a compare-and-set on what was read; renew, finish,
+//!   interrupt (PostgreSQL), unlock and resolve are still SQL, a CTE or a stored procedure.
+//!   The PL/pgSQL `jobguard_claim` and MySQL's claim procedure stay installed for older
+//!   binaries only.
+//! - [`super::redis`]: every operation is still a Lua script.
+//!
+//! `tests/store_differential.rs` drives every backend through random histories and
+//! compares every answer and every resulting state with these functions. The rule order
+//! ([`claim`]):
 //! 0. a claim sent again under a run id that is already recorded answers that grant again
 //!    while it holds, and is an error otherwise (SQLite and Redis decide this before the
 //!    clock check, PostgreSQL and MySQL after it; here it comes first, see [`claim`]);

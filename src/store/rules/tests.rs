@@ -537,16 +537,6 @@ fn a_cut_run_ends_when_its_lease_did_not_when_it_was_found() {
     assert_eq!(ended(&m, &g1.run), Some(found));
 }
 
-#[cfg(any(
-    feature = "store-postgres",
-    feature = "store-mysql",
-    feature = "store-redis"
-))]
-#[test]
-fn the_tolerance_bound_is_the_remote_stores_bound() {
-    assert_eq!(MAX_TOLERANCE_USEC, crate::store::remote::MAX_TOLERANCE_USEC);
-}
-
 // Property tests: random histories through [`Memory`], with invariants checked at every
 // step against the state before it.
 
