@@ -280,9 +280,12 @@ pub struct Installation {
 }
 
 impl Installation {
-    /// This installation, as [`BOOTS_FILE`] in [`crate::paths::state_dir`] lists it.
-    pub fn here() -> Installation {
-        Self::read(&crate::paths::state_dir())
+    /// This installation, as [`BOOTS_FILE`] in [`crate::paths::state_dir`] lists it, read
+    /// once per process (`recover` judges every record by it). A boot entered later by this
+    /// process is this boot, which [`Self::wrote`] counts without the list.
+    pub fn here() -> &'static Installation {
+        static HERE: std::sync::OnceLock<Installation> = std::sync::OnceLock::new();
+        HERE.get_or_init(|| Self::read(&crate::paths::state_dir()))
     }
 
     /// This installation, as [`BOOTS_FILE`] in `dir` lists it (an unreadable file lists
@@ -379,6 +382,12 @@ impl Installation {
             && self.after_this_boot_began(run)
     }
 
+    /// The records of `runs` that prove another installation with this machine id
+    /// ([`Self::twin`]).
+    pub fn twins<'a>(&self, runs: &'a [crate::ledger::Run]) -> Vec<&'a crate::ledger::Run> {
+        runs.iter().filter(|r| self.twin(r)).collect()
+    }
+
     /// Whether `run` started (store clock) more than [`TWIN_MARGIN_USEC`] after this boot
     /// began (this host's clock); false when the boot's start is unknown.
     fn after_this_boot_began(&self, run: &crate::ledger::Run) -> bool {
@@ -389,14 +398,6 @@ impl Installation {
 /// What to do about another installation with this machine id, for `status`, the journal
 /// and the alert (machine-id(5)).
 pub const SHARED_MACHINE_ID_FIX: &str = "give each machine its own id: on a machine made from an image, `rm /etc/machine-id && systemd-machine-id-setup` (then reboot), or empty /etc/machine-id in the image so that each machine makes its own at first boot; until then each judges the other's runs by their leases alone";
-
-impl Installation {
-    /// The records of `runs` that prove another installation with this machine id
-    /// ([`Self::twin`]).
-    pub fn twins<'a>(&self, runs: &'a [crate::ledger::Run]) -> Vec<&'a crate::ledger::Run> {
-        runs.iter().filter(|r| self.twin(r)).collect()
-    }
-}
 
 /// The identity of this process as a lease holder. This boot is first entered among the
 /// installation's boots ([`Installation::enter_this_boot`]); when that fails, a warning

@@ -56,6 +56,23 @@ pub fn stop_requested() -> bool {
         .any(|s| pending.contains(*s))
 }
 
+/// Sleeps `d`, in steps of at most 100 ms, looking for a stop between them
+/// ([`stop_requested`]: the stop signals are blocked, so nothing else would wake the
+/// sleep). Returns false, at once, when one was asked for, else true after `d`.
+pub fn sleep_unless_stopped(d: std::time::Duration) -> bool {
+    let wake = std::time::Instant::now() + d;
+    loop {
+        if stop_requested() {
+            return false;
+        }
+        let left = wake.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return true;
+        }
+        std::thread::sleep(left.min(std::time::Duration::from_millis(100)));
+    }
+}
+
 fn handled_set() -> SigSet {
     let mut set = SigSet::empty();
     for s in HANDLED {

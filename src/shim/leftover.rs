@@ -164,15 +164,9 @@ pub fn end_gone_holder(job: &Job, store: &mut dyn Store, lease: &Lease, run: &Ru
                 run.slot.rfc3339(),
                 left.as_millis()
             );
-            // In short steps: the stop signals are blocked, so look for them.
-            let wake = std::time::Instant::now() + left + std::time::Duration::from_millis(20);
-            while std::time::Instant::now() < wake {
-                if crate::shim::child::stop_requested() {
-                    return false;
-                }
-                let rest = wake.saturating_duration_since(std::time::Instant::now());
-                std::thread::sleep(rest.min(std::time::Duration::from_millis(100)));
-            }
+            return crate::shim::child::sleep_unless_stopped(
+                left + std::time::Duration::from_millis(20),
+            );
         }
         true
     });

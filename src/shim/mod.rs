@@ -588,15 +588,9 @@ fn with_retry<T>(job: &Job, mut f: impl FnMut() -> Result<T, StoreError>) -> Res
                     "jobguard: {}: store {store} unavailable ({detail}); retrying in {pause:?}",
                     job.name
                 );
-                // Sleep in short steps: the stop signals are blocked, so look for them.
-                let wake = Instant::now() + pause;
-                while Instant::now() < wake {
-                    if child::stop_requested() {
-                        eprintln!("jobguard: {}: asked to stop; no longer waiting", job.name);
-                        return Err(StoreError::Unavailable { store, detail });
-                    }
-                    let left = wake.saturating_duration_since(Instant::now());
-                    std::thread::sleep(left.min(Duration::from_millis(100)));
+                if !child::sleep_unless_stopped(pause) {
+                    eprintln!("jobguard: {}: asked to stop; no longer waiting", job.name);
+                    return Err(StoreError::Unavailable { store, detail });
                 }
                 pause = (pause * 2).min(Duration::from_secs(10));
             }
