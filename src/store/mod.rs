@@ -76,11 +76,34 @@ pub fn open_with_clock(address: &str, clock: Arc<dyn Clock>) -> Result<Box<dyn S
             let _ = clock;
             Err(not_built(address, "sqlite"))
         }
-        StoreAddress::Shared { kind, address: a } => match kind.open {
+        StoreAddress::Shared { kind, address: a } => match opener(kind.name) {
             Some(open) => open(&a, clock),
             None => Err(not_built(address, kind.name)),
         },
         StoreAddress::NotBuilt { scheme } => Err(not_built(address, &scheme)),
+    }
+}
+
+/// Opens a store of one kind: the address as written, and the clock that stores without a
+/// clock of their own read "now" from ([`open_with_clock`]).
+type Opener = fn(&str, Arc<dyn Clock>) -> Result<Box<dyn Store>, StoreError>;
+
+/// How a shared kind ([`registry::StoreKind::name`]) is opened: its backend's
+/// `open_boxed`, when this build contains it. Only [`open_with_clock`] reaches a backend,
+/// so a binary that never opens a store (the generator) links none.
+fn opener(kind: &str) -> Option<Opener> {
+    match kind {
+        #[cfg(feature = "store-postgres")]
+        "postgres" => Some(postgres::open_boxed),
+        #[cfg(feature = "store-mysql")]
+        "mysql" => Some(mysql::open_boxed),
+        #[cfg(feature = "store-redis")]
+        "redis" => Some(redis::open_boxed),
+        #[cfg(feature = "store-etcd")]
+        "etcd" => Some(etcd::open_boxed),
+        #[cfg(feature = "store-zookeeper")]
+        "zookeeper" => Some(zookeeper::open_boxed),
+        _ => None,
     }
 }
 
@@ -657,5 +680,17 @@ pub(crate) fn tls_provider() {
     #[cfg(any(feature = "store-postgres", feature = "store-zookeeper"))]
     {
         let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_shared_kind_this_build_contains_can_be_opened() {
+        for k in registry::KINDS.iter().filter(|k| k.shared) {
+            assert_eq!(k.built, opener(k.name).is_some(), "{}", k.name);
+        }
     }
 }

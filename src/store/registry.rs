@@ -6,32 +6,13 @@
 //! address parser ([`crate::store::address`]), the job-list loader (which refuses a
 //! kind this build cannot open, with file:line:column), `jobguard check`, a job's
 //! network dependency ([`crate::job::Job::needs_network`]) and the generator (which
-//! skips such a job), and [`crate::store::open`], which opens a shared kind with its
-//! entry's [`StoreKind::open`]. A new store is its backend file (with an `open_boxed`
-//! function), its cargo feature, its `mod` line in `store/mod.rs`, and an entry here; its
-//! tests are one entry in the tests' table of servers (`servers!` in
-//! `tests/common/remote.rs`), which gives it the conformance, contention, differential and
-//! TLS suites, and, for the soak, one entry in `ENGINES` (`tests/soak.rs`).
-
-use std::sync::Arc;
-
-use crate::clock::Clock;
-use crate::store::{Store, StoreError};
-
-/// Opens a store of one kind: the address as written, and the clock that stores without a
-/// clock of their own read "now" from ([`crate::store::open_with_clock`]).
-pub type Opener = fn(&str, Arc<dyn Clock>) -> Result<Box<dyn Store>, StoreError>;
-
-/// The opener of a shared kind when its cargo feature is built, else `None`.
-macro_rules! opener {
-    ($feature:literal, $module:ident) => {{
-        #[cfg(feature = $feature)]
-        let open: Option<Opener> = Some(super::$module::open_boxed);
-        #[cfg(not(feature = $feature))]
-        let open: Option<Opener> = None;
-        open
-    }};
-}
+//! skips such a job). The list says what a kind is, not how to open it: that is
+//! [`crate::store::open`]'s alone, so code that only reads the list (the generator,
+//! `config`) links no store client. A new store is its backend file (with an `open_boxed`
+//! function), its cargo feature, its `mod` line and its arm of `opener` in `store/mod.rs`,
+//! and an entry here; its tests are one entry in the tests' table of servers (`servers!`
+//! in `tests/common/remote.rs`), which gives it the conformance, contention, differential
+//! and TLS suites, and, for the soak, one entry in `ENGINES` (`tests/soak.rs`).
 
 /// One kind of store.
 #[derive(Debug, Clone, Copy)]
@@ -52,9 +33,6 @@ pub struct StoreKind {
     pub default_port: Option<u16>,
     /// The address forms, for messages (`postgres://USER@HOST/DB`).
     pub forms: &'static [&'static str],
-    /// How a shared kind is opened, when this build contains it (`None` for SQLite, which
-    /// [`crate::store::open`] opens itself, and for a kind left out of the build).
-    pub open: Option<Opener>,
 }
 
 /// Kinds are one per name ([`KINDS`]).
@@ -76,7 +54,6 @@ pub const KINDS: &[StoreKind] = &[
         shared: false,
         default_port: None,
         forms: &["sqlite:///PATH", "sqlite::memory:"],
-        open: None,
     },
     StoreKind {
         name: "postgres",
@@ -86,7 +63,6 @@ pub const KINDS: &[StoreKind] = &[
         shared: true,
         default_port: Some(5432),
         forms: &["postgres://USER@HOST/DB"],
-        open: opener!("store-postgres", postgres),
     },
     StoreKind {
         name: "mysql",
@@ -96,7 +72,6 @@ pub const KINDS: &[StoreKind] = &[
         shared: true,
         default_port: Some(3306),
         forms: &["mysql://USER@HOST/DB"],
-        open: opener!("store-mysql", mysql),
     },
     StoreKind {
         name: "redis",
@@ -106,7 +81,6 @@ pub const KINDS: &[StoreKind] = &[
         shared: true,
         default_port: Some(6379),
         forms: &["redis://HOST:PORT/DB", "rediss://HOST:PORT/DB"],
-        open: opener!("store-redis", redis),
     },
     StoreKind {
         name: "etcd",
@@ -119,7 +93,6 @@ pub const KINDS: &[StoreKind] = &[
             "etcd://HOST:PORT[,HOST:PORT…]",
             "etcds://HOST:PORT[,HOST:PORT…]",
         ],
-        open: opener!("store-etcd", etcd),
     },
     StoreKind {
         name: "zookeeper",
@@ -132,7 +105,6 @@ pub const KINDS: &[StoreKind] = &[
             "zookeeper://HOST:PORT[,HOST:PORT…][/PATH]",
             "zookeepers://HOST:PORT[,HOST:PORT…][/PATH][?ssl-ca=PATH]",
         ],
-        open: opener!("store-zookeeper", zookeeper),
     },
 ];
 
@@ -199,13 +171,6 @@ mod tests {
             let why = unavailable(scheme).unwrap();
             assert!(why.contains("unknown store kind"), "{why}");
             assert!(!supported().contains(scheme) || scheme.is_empty(), "{why}");
-        }
-    }
-
-    #[test]
-    fn every_shared_kind_this_build_contains_can_be_opened() {
-        for k in KINDS.iter().filter(|k| k.shared) {
-            assert_eq!(k.built, k.open.is_some(), "{}", k.name);
         }
     }
 
