@@ -11,8 +11,10 @@
 //! A drill leaves nothing for `jobguard audit` to report: the fenced first holder of the
 //! lease layer is settled as taken over (`interrupted`, resolution `rerun`) once the
 //! second holder's attempt succeeded, and a probe record that a killed drill left
-//! `running` is settled (`interrupted`, resolution `done`) by the next drill once its
-//! lease has expired by the store's clock. The records stay in the ledger under
+//! `running` is settled (`interrupted`, resolution `done`) once its lease has expired by
+//! the store's clock, by the next drill or by `jobguard recover`
+//! ([`crate::recover::settle_probes`]; for a job no longer in the job list, its probe
+//! is found by [`is_probe_name`] and settled, not held for a person). The records stay in the ledger under
 //! `JOB@drill` until the job's `retention` lets them go: `jobguard prune` and
 //! `jobguard recover` prune them with the job's own ([`crate::retention::prune_job`]).
 //!
@@ -52,6 +54,12 @@ pub struct Verdict {
 /// hold `@`), safe as a lock file name and in every store's keys.
 pub fn probe_name(job: &str) -> String {
     format!("{job}@drill")
+}
+
+/// Whether `name` is a probe job name ([`probe_name`]): no job's name holds `@`.
+pub fn is_probe_name(name: &str) -> bool {
+    name.strip_suffix("@drill")
+        .is_some_and(crate::job::is_valid_job_name)
 }
 
 /// Why a probe record of an earlier drill is settled: that drill was cut off.

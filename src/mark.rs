@@ -5,9 +5,9 @@
 //! A namespace is the job's own: `jobguard mark orders 1042` in the jobs `ship` and `mail`
 //! records two marks, one for each pipeline, stored under `ship@orders` and `mail@orders`
 //! ([`stored_namespace`]). With `--shared` it is one namespace for every job of the store,
-//! stored as it is written. Marks recorded before namespaces were the job's own are stored
-//! as shared ones; `jobguard mark` and `marked` count such a mark for the job that
-//! recorded it too (its `job`), so an upgrade repeats no key.
+//! stored as it is written. A shared mark of a key counts in every job's own namespace too:
+//! marks recorded before namespaces were a job's own are shared ones, so a key handled
+//! then is not handled again after an upgrade, nor after a job is renamed.
 //!
 //! The rule itself is [`crate::store::rules::mark`]; the stores keep the marks in
 //! a table (`jobguard_mark`) or keyspace (`mark/`) of their own

@@ -724,11 +724,41 @@ pub fn recover_removed(
         let Some(reason) = holder_gone(store, &run)? else {
             continue;
         };
-        if interrupt_removed(store, &run, reason)? {
+        // A drill's probe cut off with its drill: no probe slot is ever run again, so it is
+        // settled, not held for a person (crate::drill).
+        let ended = if crate::drill::is_probe_name(&run.job) {
+            store.interrupt(&run, reason, Resolution::Done)?
+        } else {
+            interrupt_removed(store, &run, reason)?
+        };
+        if ended {
             out.push(run);
         }
     }
     Ok(out)
+}
+
+/// Settles the `running` records of `job`'s drill probe ([`crate::drill::probe_name`])
+/// whose holder is gone ([`holder_gone`]: a drill cut off in its lease layer):
+/// `interrupted`, resolution `done`, as no probe slot is ever run again. Returns how many.
+///
+/// # Errors
+/// Store errors.
+pub fn settle_probes(store: &mut dyn Store, job: &str) -> Result<usize, StoreError> {
+    let running = store.runs(&RunQuery {
+        job: Some(crate::drill::probe_name(job)),
+        outcomes: vec![Outcome::Running],
+        ..RunQuery::default()
+    })?;
+    let mut settled = 0;
+    for run in running {
+        if let Some(reason) = holder_gone(store, &run)?
+            && store.interrupt(&run, reason, Resolution::Done)?
+        {
+            settled += 1;
+        }
+    }
+    Ok(settled)
 }
 
 /// Starts the job's unit without waiting, so it runs its queued slots.

@@ -19,10 +19,9 @@
 //! host too, printed as `FILE: jobs.JOB: jobguard@JOB.service: MESSAGE (on this host)`.
 //! Without systemd on the system bus this part is left out.
 //!
-//! In each shared store, the recent records of each job are read for another machine with
-//! this machine id ([`crate::identity::Installation::twin`]: copies of one image): a
-//! problem on this host, printed as `FILE: jobs.JOB: another machine has this machine id
-//! (…)` with the fix.
+//! It reads no store's records, so it does not report another machine with this machine
+//! id: a store's first read makes or migrates its schema, which a check must not do.
+//! `jobguard status`, `metrics` and the journal report it.
 //!
 //! Last, warnings that do not change the exit status (`FILE: KEY: warning: MESSAGE`):
 //! a `store_file` others may read, `#insecure` TLS, a Redis store without
@@ -86,7 +85,6 @@ pub fn run(args: &ConfigArgs) -> u8 {
             }
         }
     }
-    on_host += report_shared_machine_id(&set);
     // The same work run by another scheduler too: a warning each (issue: two schedulers).
     let jobs: Vec<&Job> = set.jobs.values().collect();
     let mut elsewhere = crate::schedulers::in_cron(&jobs, Path::new("/"));
@@ -125,62 +123,6 @@ pub fn run(args: &ConfigArgs) -> u8 {
     } else {
         crate::exit::FAILURE
     }
-}
-
-/// How many recent records of each job [`report_shared_machine_id`] reads.
-const RECENT_RECORDS: usize = 200;
-
-/// Prints, per job of a shared store, the recent records that prove another machine with
-/// this machine id ([`crate::identity::Installation::twin`]) as a problem on this host, with
-/// the fix; returns how many jobs had one. A SQLite store is this host's alone and is not
-/// read; a shared store that cannot be read (down, no schema yet) is passed over in
-/// silence, as `check` does not depend on a store being up.
-fn report_shared_machine_id(set: &JobSet) -> usize {
-    use crate::store::address::StoreAddress;
-    let mut by_store: std::collections::BTreeMap<String, Vec<&Job>> = Default::default();
-    for job in set.jobs.values() {
-        if let Ok(address) = job.store_address()
-            && matches!(
-                StoreAddress::parse(&address),
-                Ok(StoreAddress::Shared { .. })
-            )
-        {
-            by_store.entry(address).or_default().push(job);
-        }
-    }
-    let here = crate::identity::Installation::here();
-    let mut found = 0;
-    for (address, jobs) in by_store {
-        let Ok(mut store) = crate::store::open(&address) else {
-            continue;
-        };
-        for job in jobs {
-            let query = crate::store::RunQuery {
-                job: Some(job.name.clone()),
-                limit: RECENT_RECORDS,
-                ..Default::default()
-            };
-            let Ok(recent) = store.runs(&query) else {
-                break;
-            };
-            let Some(twin) = here.twins(&recent).into_iter().next() else {
-                continue;
-            };
-            eprintln!(
-                "{}: jobs.{}: another machine has this machine id ({}): run {} on host {} (boot {}) started {}; {} (on this host)",
-                job.source.display(),
-                job.name,
-                twin.machine_id,
-                twin.run_id,
-                twin.host,
-                twin.boot_id,
-                crate::ledger::format_usec(twin.started_at),
-                crate::identity::SHARED_MACHINE_ID_FIX
-            );
-            found += 1;
-        }
-    }
-    found
 }
 
 /// What is wrong with how systemd will end `job`'s service, `k`, or `None` when it keeps

@@ -7,9 +7,9 @@
 //! record "done" for a key that the holder that took over then skips. Outside a run,
 //! `--job` names the job whose store holds the marks; such marks are not fenced.
 //!
-//! A namespace is the job's own unless `--shared` ([`crate::mark`]); a job's own key is also
-//! found as a shared mark recorded by that job (as versions before per-job namespaces
-//! stored it).
+//! A namespace is the job's own unless `--shared` ([`crate::mark`]); a key of a job's own
+//! namespace is also found as a shared mark, which every mark recorded before per-job
+//! namespaces is.
 
 use crate::cli::{MarkArgs, find_job, open_job_store};
 use crate::exit;
@@ -22,19 +22,20 @@ pub fn mark(args: &MarkArgs) -> u8 {
         Ok(r) => r,
         Err(code) => return code,
     };
-    match earlier(args, &job.name, store.as_mut()) {
-        Ok(Some(m)) => {
-            println!("{}", describe(&m));
-            return exit::FAILURE;
-        }
-        Ok(None) => {}
-        Err(e) => {
-            eprintln!("jobguard: {e}");
-            return e.exit_status();
-        }
-    }
     match store.mark(&new, fenced) {
-        Ok(Marking::New(_)) => exit::OK,
+        // The fence first (75 for a run whose lease is gone), then a shared mark of the
+        // key from before namespaces were a job's own: the key was handled then.
+        Ok(Marking::New(_)) => match earlier(args, store.as_mut()) {
+            Ok(Some(m)) => {
+                println!("{}", describe(&m));
+                exit::FAILURE
+            }
+            Ok(None) => exit::OK,
+            Err(e) => {
+                eprintln!("jobguard: {e}");
+                e.exit_status()
+            }
+        },
         Ok(Marking::Already(m)) => {
             println!("{}", describe(&m));
             exit::FAILURE
@@ -64,7 +65,7 @@ pub fn mark(args: &MarkArgs) -> u8 {
 
 /// Runs `jobguard marked`; returns the exit status.
 pub fn marked(args: &MarkArgs) -> u8 {
-    let (job, new, _, mut store) = match request(args) {
+    let (_, new, _, mut store) = match request(args) {
         Ok(r) => r,
         Err(code) => return code,
     };
@@ -72,7 +73,7 @@ pub fn marked(args: &MarkArgs) -> u8 {
         .read_mark(&new.namespace, &new.key)
         .and_then(|m| match m {
             Some(m) => Ok(Some(m)),
-            None => earlier(args, &job.name, store.as_mut()),
+            None => earlier(args, store.as_mut()),
         });
     match found {
         Ok(Some(m)) => {
@@ -87,19 +88,18 @@ pub fn marked(args: &MarkArgs) -> u8 {
     }
 }
 
-/// For a job's own namespace: the shared mark of the key that the job itself recorded, if
-/// any (a mark from before namespaces were a job's own); `None` with `--shared`.
+/// For a job's own namespace: the shared mark of the key, if any, whichever job recorded it.
+/// Every mark from before namespaces were a job's own is a shared one, so a key handled
+/// then is not handled again after an upgrade (nor after a job's rename). `None` with
+/// `--shared`, which reads that mark itself.
 fn earlier(
     args: &MarkArgs,
-    job: &str,
     store: &mut dyn crate::store::Store,
 ) -> Result<Option<Mark>, crate::store::StoreError> {
     if args.shared {
         return Ok(None);
     }
-    Ok(store
-        .read_mark(&args.namespace, &args.key)?
-        .filter(|m| m.job == job))
+    store.read_mark(&args.namespace, &args.key)
 }
 
 /// A recorded mark, for people: `NAMESPACE KEY: marked by run RUN (token N) of JOB on

@@ -139,9 +139,9 @@ pub enum Command {
     /// the run's fencing token and is refused when the run's lease has been taken over,
     /// released or has expired. Outside a run, --job names the job whose store holds the
     /// mark. NAMESPACE is the job's own: two jobs marking one key mark it once each;
-    /// with --shared it is one namespace for every job of the store (marks recorded before
-    /// namespaces were a job's own are shared ones, and count for the job that recorded
-    /// them too).
+    /// with --shared it is one namespace for every job of the store (a shared mark counts
+    /// in every job's own namespace too; marks recorded before namespaces were a job's own
+    /// are shared ones).
     /// Marks are kept as long as the job's records (retention). Exit 0 when marked
     /// now; 1 when KEY was marked already (printing by which run, host and when); 75 when
     /// fenced out; 2 for a bad namespace or key; 69, 70 or 78 when the store or the job

@@ -122,6 +122,11 @@ pub fn run(args: &RecoverArgs) -> u8 {
                     status = e.exit_status();
                 }
             }
+            // The probes of a drill of this job that was cut off (crate::drill).
+            if let Err(e) = recover::settle_probes(store.as_mut(), &job.name) {
+                eprintln!("jobguard: {}: {e}", job.name);
+                status = e.exit_status();
+            }
             // Retention, once a day per job on this host (`crate::retention`).
             if crate::retention::due(job, now) {
                 match crate::retention::prune_job(store.as_mut(), job, false) {

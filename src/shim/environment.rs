@@ -10,11 +10,14 @@
 //! session, and the command must not see that caller's variables: a job's `user` would get
 //! root's `SECRET`, `CREDENTIALS_DIRECTORY` and `PATH`, and the run would not behave as
 //! the timer's. So the command then starts from what the service would have
-//! ([`base`]): the manager's and the unit's variables, read from systemd over D-Bus, or
-//! systemd's fixed `PATH` when no system manager answers. The unit's `EnvironmentFile=`s
-//! are not read (a warning names them; `systemctl start jobguard@JOB.service` applies
-//! them). The account's `HOME`, `USER`, `LOGNAME` and `SHELL`, the job's `environment`
-//! and the run's `JOBGUARD_*` variables come on top ([`super::child::Spec`]).
+//! ([`base`]): systemd's `PATH`, the account's `HOME`, `USER`, `LOGNAME` and `SHELL`, then
+//! the manager's variables and (for root, whose job list the system unit runs) the
+//! unit's `Environment=`, read from systemd over D-Bus; when systemd runs but does not
+//! answer, a warning says so. The job's `environment` and the run's `JOBGUARD_*`
+//! variables come on top ([`super::child::Spec`]). What systemd alone can give is
+//! missing: the unit's `EnvironmentFile=`s (a warning names them), `LoadCredential=`'s
+//! `CREDENTIALS_DIRECTORY`, `STATE_DIRECTORY`, `INVOCATION_ID`; `jobguard rerun` runs a
+//! slot in its unit with all of them.
 
 use crate::job::Job;
 
@@ -23,8 +26,9 @@ use crate::job::Job;
 /// with `:/sbin:/bin` appended by builds for an unmerged `/usr`, as Debian 12's).
 pub const SERVICE_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
-/// Variables of the shim that name where it keeps its state, passed on so that `jobguard
-/// mark` in the command finds what the shim used.
+/// Variables that name where the shim keeps its state ([`crate::paths::state_dir`],
+/// [`crate::paths::runtime_dir`]), passed on so that `jobguard mark` in the command finds
+/// what the shim used.
 const PASSED_ON: [&str; 2] = ["JOBGUARD_STATE_DIR", "JOBGUARD_RUNTIME_DIR"];
 
 /// The environment the command starts from: `None` to inherit the shim's (it runs in the
@@ -34,8 +38,27 @@ pub fn base(job: &Job) -> Option<Vec<(String, String)>> {
     if in_own_service(&job.name) {
         return None;
     }
-    let mut env = Vec::new();
-    match crate::systemd_dbus::read_service_environment(&job.name) {
+    let root = nix::unistd::geteuid().is_root();
+    let mut env = vec![("PATH".to_string(), SERVICE_PATH.to_string())];
+    // The account's variables first: the manager's and the unit's may set them too.
+    if let Ok(Some(me)) = nix::unistd::User::from_uid(nix::unistd::geteuid()) {
+        env.push(("HOME".into(), me.dir.display().to_string()));
+        env.push(("USER".into(), me.name.clone()));
+        env.push(("LOGNAME".into(), me.name));
+        env.push(("SHELL".into(), me.shell.display().to_string()));
+    }
+    // The system unit runs the system job list's job: a user's own job list is not its.
+    let read = if root {
+        crate::systemd_dbus::read_service_environment(&job.name)
+    } else {
+        crate::systemd_dbus::read_manager_environment().map(|manager| {
+            crate::systemd_dbus::ServiceEnvironment {
+                manager,
+                ..Default::default()
+            }
+        })
+    };
+    match read {
         Ok(service) => {
             if !service.files.is_empty() {
                 eprintln!(
@@ -50,20 +73,21 @@ pub fn base(job: &Job) -> Option<Vec<(String, String)>> {
                     .map(|(k, v)| (k.to_string(), v.to_string()))
             }));
         }
-        Err(_) => env.push(("PATH".to_string(), SERVICE_PATH.to_string())),
+        Err(e) if crate::recover::under_systemd() => eprintln!(
+            "jobguard: {}: warning: the environment of jobguard@{}.service could not be read ({e}); the command starts with PATH={SERVICE_PATH} and its job's environment alone",
+            job.name, job.name
+        ),
+        Err(_) => {}
     }
-    if !env.iter().any(|(k, _)| k == "PATH") {
-        env.push(("PATH".to_string(), SERVICE_PATH.to_string()));
-    }
-    if let Ok(Some(me)) = nix::unistd::User::from_uid(nix::unistd::geteuid()) {
-        env.push(("HOME".into(), me.dir.display().to_string()));
-        env.push(("USER".into(), me.name.clone()));
-        env.push(("LOGNAME".into(), me.name));
-        env.push(("SHELL".into(), me.shell.display().to_string()));
-    }
-    for name in PASSED_ON {
-        if let Some(v) = std::env::var_os(name).filter(|v| !v.is_empty()) {
-            env.push((name.to_string(), v.to_string_lossy().into_owned()));
+    // Where the shim keeps its state, for `jobguard mark` in the command: passed on when
+    // set, and always for a user's shim (whose directories come from its session's
+    // XDG_* variables, which the command does not get).
+    for (name, dir) in PASSED_ON
+        .iter()
+        .zip([crate::paths::state_dir(), crate::paths::runtime_dir()])
+    {
+        if !root || std::env::var_os(name).is_some_and(|v| !v.is_empty()) {
+            env.push((name.to_string(), dir.display().to_string()));
         }
     }
     Some(env)
@@ -82,20 +106,24 @@ pub fn service_path() -> String {
 }
 
 /// Whether this process runs in `jobguard@JOB.service`: a cgroup of `/proc/self/cgroup`
-/// (cgroups(7): `ID:CONTROLLERS:PATH`, one line per hierarchy) ends in that unit's name.
-/// Nothing a caller sets in the environment can make it so.
+/// (cgroups(7): `ID:CONTROLLERS:PATH`, one line per hierarchy) is that unit's own, made by
+/// the system manager: `/SLICE.slice/…/jobguard@JOB.service`, every component above the
+/// unit a slice. A user can make cgroups of any name only inside a subtree delegated to it
+/// (systemd.resource-control(5), `Delegate=`), which lies in a service or a scope (its
+/// `user@UID.service`), never directly in slices; nor can a variable make it so.
 fn in_own_service(job: &str) -> bool {
     let (_, service) = crate::systemd_dbus::unit_names(job);
     std::fs::read_to_string("/proc/self/cgroup").is_ok_and(|text| in_service(&text, &service))
 }
 
-/// Whether a `/proc/self/cgroup` text puts the process in the cgroup of `service`.
+/// Whether a `/proc/self/cgroup` text puts the process in the cgroup of `service`, directly
+/// under slices.
 fn in_service(cgroups: &str, service: &str) -> bool {
     cgroups.lines().any(|line| {
-        line.splitn(3, ':')
-            .nth(2)
-            .and_then(|path| path.rsplit('/').next())
-            .is_some_and(|last| last == service)
+        line.splitn(3, ':').nth(2).is_some_and(|path| {
+            let mut parts: Vec<&str> = path.split('/').skip(1).collect();
+            parts.pop() == Some(service) && parts.iter().all(|p| p.ends_with(".slice"))
+        })
     })
 }
 
@@ -116,5 +144,15 @@ mod tests {
         // A scope or service whose name only contains the unit's is another unit.
         let other = "0::/system.slice/cron.service/jobguard@nightly.service.x\n";
         assert!(!in_service(other, "jobguard@nightly.service"));
+        // A cgroup of that name that a user made in its delegated subtree is not the unit.
+        let made =
+            "0::/user.slice/user-1000.slice/user@1000.service/app.slice/jobguard@nightly.service\n";
+        assert!(!in_service(made, "jobguard@nightly.service"));
+        let nested = "0::/system.slice/docker.service/jobguard@nightly.service\n";
+        assert!(!in_service(nested, "jobguard@nightly.service"));
+        assert!(in_service(
+            "0::/jobguard@nightly.service\n",
+            "jobguard@nightly.service"
+        ));
     }
 }

@@ -515,7 +515,8 @@ pub struct MysqlStore {
     kills: remote::Cancels,
     describe: String,
     schema_ready: bool,
-    /// Whether the mark table was made, or widened, by this store ([`MARK_TABLE`]).
+    /// Whether the mark table's namespace column was found as wide as [`MARK_TABLE`]
+    /// makes it, or widened ([`WIDEN_MARK_NAMESPACE`]).
     marks_ready: bool,
     test_clock: Option<Arc<dyn Clock>>,
 }
@@ -1446,8 +1447,9 @@ impl Store for MysqlStore {
     fn insert_mark(&mut self, mark: &Mark, fenced: bool) -> Result<bool, StoreError> {
         self.ready()?;
         if !self.marks_ready {
-            self.with_schema("make the mark table", |c| {
-                c.query_drop(MARK_TABLE)?;
+            // Read first, so that a store user without ALTER can mark in a table that is
+            // already wide; a missing table comes with the first mark (1146 below).
+            self.with_schema("widen the mark table", |c| {
                 let width: Option<Option<i64>> = c.query_first(MARK_NAMESPACE_WIDTH)?;
                 let wide = i64::try_from(crate::mark::MAX_STORED_NAMESPACE).unwrap_or(i64::MAX);
                 if width.flatten().is_some_and(|w| w < wide) {
