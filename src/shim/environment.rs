@@ -31,10 +31,24 @@ pub const SERVICE_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bi
 /// what the shim used.
 const PASSED_ON: [&str; 2] = ["JOBGUARD_STATE_DIR", "JOBGUARD_RUNTIME_DIR"];
 
+/// The base of this process's run, once [`prepare`]d.
+static PREPARED: std::sync::OnceLock<Option<Vec<(String, String)>>> = std::sync::OnceLock::new();
+
+/// Reads the base environment of `job`'s run now ([`base`]), before the shim takes a lease:
+/// a run started by hand asks systemd over D-Bus, which can take up to its call time-outs,
+/// and the lease must not run out meanwhile. The shim runs one job per process.
+pub fn prepare(job: &Job) {
+    PREPARED.get_or_init(|| read_base(job));
+}
+
 /// The environment the command starts from: `None` to inherit the shim's (it runs in the
 /// job's own service), else the clean base of a run started by hand (module
-/// documentation), `NAME`/`VALUE` pairs, later ones winning.
+/// documentation), `NAME`/`VALUE` pairs, later ones winning. As [`prepare`] read it.
 pub fn base(job: &Job) -> Option<Vec<(String, String)>> {
+    PREPARED.get_or_init(|| read_base(job)).clone()
+}
+
+fn read_base(job: &Job) -> Option<Vec<(String, String)>> {
     if in_own_service(&job.name) {
         return None;
     }

@@ -97,6 +97,8 @@ pub fn run(job: &Job, req: &Request) -> u8 {
         eprintln!("jobguard: {}: {e}", job.name);
         return exit::OS_ERROR;
     }
+    // Before any lease: reading it may wait for systemd (crate::shim::environment).
+    environment::prepare(job);
     let mut lock = match JobLock::try_acquire(&paths::lock_dir(), &job.name) {
         Ok(LockAttempt::Acquired(l)) => l,
         Ok(LockAttempt::Busy { holder }) => {
