@@ -1475,4 +1475,15 @@ fn a_zone_that_counts_leap_seconds_is_refused() {
             && text.contains("use UTC"),
         "{text}"
     );
+    // A zone file given by its path is judged by its contents.
+    let out = Command::new(env!("CARGO_BIN_EXE_jobguard"))
+        .args(["check", "--config"])
+        .arg(&f)
+        .env("TZ", ":/usr/share/zoneinfo/right/Europe/Berlin")
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("leap seconds"), "{text}");
 }

@@ -150,6 +150,39 @@ pub fn local_zone() -> TimeZone {
     zone
 }
 
+/// The file the local zone is read from (`TZ` naming a file or a tzdb zone, else
+/// /etc/localtime); `None` for a POSIX `TZ` rule, which has no file.
+fn local_zone_file() -> Option<std::path::PathBuf> {
+    match std::env::var("TZ") {
+        Ok(tz) => {
+            let tz = tz.strip_prefix(':').unwrap_or(&tz);
+            if tz.starts_with('/') {
+                Some(tz.into())
+            } else if !tz.is_empty() && spec::load_timezone(tz).is_some() {
+                Some(format!("/usr/share/zoneinfo/{tz}").into())
+            } else {
+                None
+            }
+        }
+        Err(_) => Some("/etc/localtime".into()),
+    }
+}
+
+/// Whether the TZif file at `path` lists leap seconds: its version 1 header's `leapcnt`
+/// (tzfile(5): after the magic `TZif`, a version byte and 15 reserved bytes come six
+/// 4-byte big-endian counts, `isutcnt`, `isstdcnt`, `leapcnt`, ...) is not 0. False for a
+/// file that cannot be read or is no TZif file.
+fn tzif_counts_leap_seconds(path: &std::path::Path) -> bool {
+    use std::io::Read as _;
+    let mut head = [0u8; 32];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut head))
+        .is_ok_and(|()| {
+            head.starts_with(b"TZif")
+                && u32::from_be_bytes([head[28], head[29], head[30], head[31]]) > 0
+        })
+}
+
 fn read_local_zone() -> TimeZone {
     let named =
         match std::env::var("TZ") {
@@ -288,9 +321,26 @@ impl CalendarSpec {
     /// with the C library, whose `mktime(3)` counts them there, so its timer elapses as
     /// many seconds after the elapse this calendar computes as leap seconds have been
     /// inserted (27 since 2017). Returns (that zone, the same zone without them).
+    ///
+    /// Judged by the zone's file (its leap-second count), so a copied `/etc/localtime` or a
+    /// `TZ` path counts too; the plain zone is named when the zone is a `right/` one.
     pub fn leap_second_zone(&self) -> Option<(String, String)> {
-        let plain = self.zone_name.strip_prefix("right/")?;
-        Some((self.zone_name.clone(), plain.to_string()))
+        if self.spec.utc {
+            return None;
+        }
+        if let Some(plain) = self.zone_name.strip_prefix("right/") {
+            return Some((self.zone_name.clone(), plain.to_string()));
+        }
+        let file = match &self.spec.timezone {
+            Some(name) => std::path::PathBuf::from(format!("/usr/share/zoneinfo/{name}")),
+            None => local_zone_file()?,
+        };
+        tzif_counts_leap_seconds(&file).then(|| {
+            (
+                format!("{} ({})", self.zone_name, file.display()),
+                "the same zone without leap seconds (not from right/)".to_string(),
+            )
+        })
     }
 
     /// The IANA name of the time zone the expression is evaluated in: its own zone when
