@@ -2,21 +2,23 @@
 //! second is refused or does nothing; zero duplicates", run against each layer without
 //! running the job's command and without touching its slots or lease.
 //!
-//! Every probe uses the job name `JOB@drill` ([`probe_name`]), in the job's own lock
-//! directory and store, and probe slots taken from the store's clock, so a drill never
-//! counts as a slot of the job and can run against a production store at any time. No job
-//! can have that name: job names never hold `@` ([`crate::job::is_valid_job_name`]), so a
-//! real job `JOB.drill` (which `jobguard import-crontab` can make) keeps its slots.
+//! Every probe uses the job name `JOB@drill` ([`crate::job::drill_probe_name`]), in the
+//! job's own lock directory and store, and probe slots taken from the store's clock, so a
+//! drill never counts as a slot of the job and can run against a production store at any
+//! time. No job can have that name: job names never hold `@`
+//! ([`crate::job::is_valid_job_name`]), so a real job `JOB.drill` (which
+//! `jobguard import-crontab` can make) keeps its slots.
 //!
 //! A drill leaves nothing for `jobguard audit` to report: the fenced first holder of the
 //! lease layer is settled as taken over (`interrupted`, resolution `rerun`) once the
 //! second holder's attempt succeeded, and a probe record that a killed drill left
 //! `running` is settled (`interrupted`, resolution `done`) once its lease has expired by
 //! the store's clock, by the next drill or by `jobguard recover`
-//! ([`crate::recover::settle_probes`]; for a job no longer in the job list, its probe
-//! is found by [`is_probe_name`] and settled, not held for a person). The records stay in the ledger under
-//! `JOB@drill` until the job's `retention` lets them go: `jobguard prune` and
-//! `jobguard recover` prune them with the job's own ([`crate::retention::prune_job`]).
+//! ([`crate::recover::settle_probes`]; for a job no longer in the job list, its probe is
+//! found by [`crate::job::is_drill_probe_name`] and settled, not held for a person). The
+//! records stay in the ledger under `JOB@drill` until the job's `retention` lets them go:
+//! `jobguard prune` and `jobguard recover` prune them with the job's own
+//! ([`crate::retention::prune_job`]).
 //!
 //! The layers and what each must show:
 //! 1. **lock**: a second taker of the probe lock is refused at once (flock(2) `LOCK_NB`,
@@ -30,7 +32,7 @@
 use std::time::{Duration, Instant};
 
 use crate::identity;
-use crate::job::Job;
+use crate::job::{Job, drill_probe_name as probe_name};
 use crate::lease::Holder;
 use crate::ledger::{Finish, NewRun, Outcome, Resolution, Slot};
 use crate::lock::{JobLock, LockAttempt};
@@ -48,18 +50,6 @@ pub struct Verdict {
     pub held: bool,
     /// What was seen, with numbers.
     pub detail: String,
-}
-
-/// The probe job name of `job`: `JOB@drill`, a name no job can have (job names never
-/// hold `@`), safe as a lock file name and in every store's keys.
-pub fn probe_name(job: &str) -> String {
-    format!("{job}@drill")
-}
-
-/// Whether `name` is a probe job name ([`probe_name`]): no job's name holds `@`.
-pub fn is_probe_name(name: &str) -> bool {
-    name.strip_suffix("@drill")
-        .is_some_and(crate::job::is_valid_job_name)
 }
 
 /// Why a probe record of an earlier drill is settled: that drill was cut off.

@@ -36,6 +36,18 @@ pub fn is_valid_job_name(name: &str) -> bool {
         })
 }
 
+/// The job name of the probes of `jobguard drill JOB` ([`crate::drill`]): `JOB@drill`, a
+/// name no job can have ([`is_valid_job_name`] refuses `@`), safe as a lock file name and
+/// in every store's keys.
+pub fn drill_probe_name(job: &str) -> String {
+    format!("{job}@drill")
+}
+
+/// Whether `name` is a drill probe's job name ([`drill_probe_name`]).
+pub fn is_drill_probe_name(name: &str) -> bool {
+    name.strip_suffix("@drill").is_some_and(is_valid_job_name)
+}
+
 /// What `jobguard recover` does with a run that was cut off (key `on_interrupted`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum OnInterrupted {

@@ -726,7 +726,7 @@ pub fn recover_removed(
         };
         // A drill's probe cut off with its drill: no probe slot is ever run again, so it is
         // settled, not held for a person (crate::drill).
-        let ended = if crate::drill::is_probe_name(&run.job) {
+        let ended = if crate::job::is_drill_probe_name(&run.job) {
             store.interrupt(&run, reason, Resolution::Done)?
         } else {
             interrupt_removed(store, &run, reason)?
@@ -738,7 +738,7 @@ pub fn recover_removed(
     Ok(out)
 }
 
-/// Settles the `running` records of `job`'s drill probe ([`crate::drill::probe_name`])
+/// Settles the `running` records of `job`'s drill probe ([`crate::job::drill_probe_name`])
 /// whose holder is gone ([`holder_gone`]: a drill cut off in its lease layer):
 /// `interrupted`, resolution `done`, as no probe slot is ever run again. Returns how many.
 ///
@@ -746,7 +746,7 @@ pub fn recover_removed(
 /// Store errors.
 pub fn settle_probes(store: &mut dyn Store, job: &str) -> Result<usize, StoreError> {
     let running = store.runs(&RunQuery {
-        job: Some(crate::drill::probe_name(job)),
+        job: Some(crate::job::drill_probe_name(job)),
         outcomes: vec![Outcome::Running],
         ..RunQuery::default()
     })?;

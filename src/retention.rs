@@ -48,7 +48,7 @@ pub struct Pruned {
     pub deleted: usize,
     /// Records the job had before.
     pub total: usize,
-    /// Records of the job's drill probes ([`crate::drill::probe_name`]) deleted (with
+    /// Records of the job's drill probes ([`crate::job::drill_probe_name`]) deleted (with
     /// `dry_run`: that would be), by the job's retention.
     pub probes: usize,
     /// The job's marks deleted ([`crate::store::Store::delete_marks`]: those recorded
@@ -72,7 +72,7 @@ pub fn prune_job(store: &mut dyn Store, job: &Job, dry_run: bool) -> Result<Prun
     }
     let now = store.now()?;
     let (deleted, total) = prune_name(store, &job.name, now, job.retention, dry_run)?;
-    let probe = crate::drill::probe_name(&job.name);
+    let probe = crate::job::drill_probe_name(&job.name);
     let (probes, _) = prune_name(store, &probe, now, job.retention, dry_run)?;
     // Marks keep as long as records: a key marked by a run is known while its record is.
     let marks = match kept_since(now, job.retention) {
