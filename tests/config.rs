@@ -1460,15 +1460,20 @@ fn a_zone_that_counts_leap_seconds_is_refused() {
         "jobs.toml",
         "[jobs.local]\nschedule = \"*-*-* 02:00:00\"\ncommand = [\"/bin/true\"]\n",
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_jobguard"))
-        .args(["check", "--config"])
-        .arg(&f)
-        .env("TZ", "right/UTC")
-        .output()
-        .unwrap();
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{text}");
+    // `jobguard check` with the local zone from TZ: its exit status and what it printed.
+    let check_in = |tz: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_jobguard"))
+            .args(["check", "--config"])
+            .arg(&f)
+            .env("TZ", tz)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.code(), text)
+    };
+    let (code, text) = check_in("right/UTC");
+    assert_eq!(code, Some(1), "{text}");
     assert!(
         text.contains("jobs.local.schedule")
             && text.contains("right/UTC")
@@ -1476,14 +1481,9 @@ fn a_zone_that_counts_leap_seconds_is_refused() {
         "{text}"
     );
     // A zone file given by its path is judged by its contents.
-    let out = Command::new(env!("CARGO_BIN_EXE_jobguard"))
-        .args(["check", "--config"])
-        .arg(&f)
-        .env("TZ", ":/usr/share/zoneinfo/right/Europe/Berlin")
-        .output()
-        .unwrap();
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{text}");
+    let (code, text) = check_in(":/usr/share/zoneinfo/right/Europe/Berlin");
+    assert_eq!(code, Some(1), "{text}");
     assert!(text.contains("leap seconds"), "{text}");
+    let (code, text) = check_in("UTC");
+    assert_eq!(code, Some(0), "{text}");
 }
