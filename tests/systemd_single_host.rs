@@ -1576,7 +1576,8 @@ fn rerun_runs_the_slot_as_the_jobs_own_unit_even_while_it_runs() {
     }
     let jobs = "[jobs.nightly]\nschedule = \"*-*-* 02:00:00 UTC\"\n\
                 command = [\"/bin/sh\", \"-c\", \"echo rerun-output \\\"$JOBGUARD_SLOT\\\"; \
-                echo \\\"$FROM_UNIT ${SECRET:-none} $PATH\\\" >> /tmp/envs; sleep 3\"]\n\n\
+                echo \\\"$FROM_UNIT ${SECRET:-none} $PATH\\\" >> /tmp/envs; \
+                echo \\\"${INVOCATION_ID:+in-unit}\\\" >> /tmp/inv; sleep 3\"]\n\n\
                 [jobs.flaky]\nschedule = \"*-*-* 02:00:00 UTC\"\n\
                 command = [\"/bin/sh\", \"-c\", \"! test -e /tmp/fail\"]\n";
     let c = boot("rerun", &jobguard_options(jobs));
@@ -1647,6 +1648,10 @@ fn rerun_runs_the_slot_as_the_jobs_own_unit_even_while_it_runs() {
         envs[0].starts_with("unit none /") && !envs[0].contains("/tmp/evil"),
         "{envs:?}"
     );
+    // The run in its unit inherits the unit's environment (systemd's INVOCATION_ID): the
+    // shim knew it ran in jobguard@nightly.service.
+    let inv = c.exec_ok(&["cat", "/tmp/inv"]).expect("inv");
+    assert_eq!(inv.lines().collect::<Vec<_>>(), ["", "in-unit"], "{inv:?}");
 
     // While the unit runs (a re-run of another slot), a second request waits for its end.
     let other = "2026-11-28T02:00:00Z";

@@ -168,19 +168,38 @@ fn local_zone_file() -> Option<std::path::PathBuf> {
     }
 }
 
-/// Whether the TZif file at `path` lists leap seconds: its version 1 header's `leapcnt`
-/// (tzfile(5): after the magic `TZif`, a version byte and 15 reserved bytes come six
-/// 4-byte big-endian counts, `isutcnt`, `isstdcnt`, `leapcnt`, ...) is not 0. False for a
-/// file that cannot be read or is no TZif file.
+/// Whether the TZif file at `path` lists leap seconds (tzfile(5)). A header is the magic
+/// `TZif`, a version byte, 15 reserved bytes and six 4-byte big-endian counts: `isutcnt`,
+/// `isstdcnt`, `leapcnt`, `timecnt`, `typecnt`, `charcnt`. A version 2+ file repeats the
+/// header after the version 1 data, and its 64-bit block is the one that counts: zic's
+/// "slim" files (the default since tzcode 2020b) leave the version 1 block empty. False
+/// for a file that cannot be read or is no TZif file.
 fn tzif_counts_leap_seconds(path: &std::path::Path) -> bool {
-    use std::io::Read as _;
-    let mut head = [0u8; 32];
-    std::fs::File::open(path)
-        .and_then(|mut f| f.read_exact(&mut head))
-        .is_ok_and(|()| {
-            head.starts_with(b"TZif")
-                && u32::from_be_bytes([head[28], head[29], head[30], head[31]]) > 0
-        })
+    let Ok(data) = std::fs::read(path) else {
+        return false;
+    };
+    let count = |at: usize| -> Option<usize> {
+        let b = data.get(at..at + 4)?;
+        usize::try_from(u32::from_be_bytes([b[0], b[1], b[2], b[3]])).ok()
+    };
+    let leaps = |header: usize| -> Option<usize> {
+        (data.get(header..header + 4)? == b"TZif").then_some(())?;
+        count(header + 28)
+    };
+    let Some(v1) = leaps(0) else {
+        return false;
+    };
+    if data[4] < b'2' {
+        return v1 > 0;
+    }
+    // The version 1 data: transition times (4 bytes) and types (1), local time types (6),
+    // the abbreviations, leap records (4 + 4), standard/wall and UT/local indicators.
+    let v1_data = (|| {
+        let (ut, std, leap) = (count(20)?, count(24)?, count(28)?);
+        let (time, types, chars) = (count(32)?, count(36)?, count(40)?);
+        Some(time * 5 + types * 6 + chars + leap * 8 + std + ut)
+    })();
+    v1_data.and_then(|n| leaps(44 + n)).unwrap_or(v1) > 0
 }
 
 fn read_local_zone() -> TimeZone {
@@ -360,6 +379,57 @@ impl fmt::Display for CalendarSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A TZif header of `version` with the six counts `isutcnt`, `isstdcnt`, `leapcnt`,
+    /// `timecnt`, `typecnt`, `charcnt` (tzfile(5)).
+    fn tzif_header(version: u8, counts: [u32; 6]) -> Vec<u8> {
+        let mut h = b"TZif".to_vec();
+        h.push(version);
+        h.extend([0u8; 15]);
+        for c in counts {
+            h.extend(c.to_be_bytes());
+        }
+        h
+    }
+
+    #[test]
+    fn leap_seconds_are_read_from_the_block_that_counts() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = |name: &str, bytes: Vec<u8>| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, bytes).unwrap();
+            p
+        };
+        // zic's "slim" form: an empty version 1 block, the leap records in version 2's.
+        let mut slim = tzif_header(b'2', [0; 6]);
+        slim.extend(tzif_header(b'2', [0, 0, 27, 0, 1, 4]));
+        assert!(tzif_counts_leap_seconds(&file("slim-right", slim)));
+        let mut slim_plain = tzif_header(b'2', [0; 6]);
+        slim_plain.extend(tzif_header(b'2', [0, 0, 0, 0, 1, 4]));
+        assert!(!tzif_counts_leap_seconds(&file("slim", slim_plain)));
+        // The "fat" form: both blocks; version 1's 33 data bytes are skipped.
+        let mut fat = tzif_header(b'2', [1, 1, 1, 2, 1, 4]);
+        fat.extend([0u8; 2 * 5 + 6 + 4 + 8 + 1 + 1]);
+        fat.extend(tzif_header(b'2', [1, 1, 1, 2, 1, 4]));
+        assert!(tzif_counts_leap_seconds(&file("fat", fat)));
+        assert!(tzif_counts_leap_seconds(&file(
+            "v1",
+            tzif_header(0, [0, 0, 3, 0, 1, 4])
+        )));
+        assert!(!tzif_counts_leap_seconds(&file(
+            "other",
+            b"not a zone".to_vec()
+        )));
+        assert!(!tzif_counts_leap_seconds(&dir.path().join("missing")));
+        if std::path::Path::new("/usr/share/zoneinfo/right/UTC").exists() {
+            assert!(tzif_counts_leap_seconds(std::path::Path::new(
+                "/usr/share/zoneinfo/right/UTC"
+            )));
+            assert!(!tzif_counts_leap_seconds(std::path::Path::new(
+                "/usr/share/zoneinfo/UTC"
+            )));
+        }
+    }
 
     fn ts(s: &str) -> Timestamp {
         s.parse().expect("valid test timestamp")

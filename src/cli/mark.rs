@@ -22,20 +22,20 @@ pub fn mark(args: &MarkArgs) -> u8 {
         Ok(r) => r,
         Err(code) => return code,
     };
-    match store.mark(&new, fenced) {
-        // The fence first (75 for a run whose lease is gone), then a shared mark of the
-        // key from before namespaces were a job's own: the key was handled then.
-        Ok(Marking::New(_)) => match earlier(args, store.as_mut()) {
-            Ok(Some(m)) => {
-                println!("{}", describe(&m));
-                exit::FAILURE
-            }
-            Ok(None) => exit::OK,
-            Err(e) => {
-                eprintln!("jobguard: {e}");
-                e.exit_status()
-            }
-        },
+    // A shared mark of the key (every mark from before namespaces were a job's own) is
+    // read before anything is written, so a failure leaves no mark behind; the fence is
+    // judged first all the same (75 for a run whose lease is gone).
+    let answer = match earlier(args, store.as_mut()) {
+        Ok(Some(m)) if fenced => fence(store.as_mut(), &new).map(|lease| match lease {
+            Ok(()) => Marking::Already(m),
+            Err(lease) => Marking::Fenced(lease),
+        }),
+        Ok(Some(m)) => Ok(Marking::Already(m)),
+        Ok(None) => store.mark(&new, fenced),
+        Err(e) => Err(e),
+    };
+    match answer {
+        Ok(Marking::New(_)) => exit::OK,
         Ok(Marking::Already(m)) => {
             println!("{}", describe(&m));
             exit::FAILURE
@@ -86,6 +86,23 @@ pub fn marked(args: &MarkArgs) -> u8 {
             e.exit_status()
         }
     }
+}
+
+/// Whether the fence of `new` holds now ([`crate::store::rules::mark_fence_holds`], by the
+/// store's clock on the job's lease row); else the row as read.
+fn fence(
+    store: &mut dyn crate::store::Store,
+    new: &Mark,
+) -> Result<Result<(), Option<crate::lease::Lease>>, crate::store::StoreError> {
+    let now = store.now()?;
+    let lease = store.lease(&new.job)?;
+    Ok(
+        if crate::store::rules::mark_fence_holds(now, lease.as_ref(), new, true) {
+            Ok(())
+        } else {
+            Err(lease)
+        },
+    )
 }
 
 /// For a job's own namespace: the shared mark of the key, if any, whichever job recorded it.

@@ -31,21 +31,30 @@ pub const SERVICE_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bi
 /// what the shim used.
 const PASSED_ON: [&str; 2] = ["JOBGUARD_STATE_DIR", "JOBGUARD_RUNTIME_DIR"];
 
-/// The base of this process's run, once [`prepare`]d.
-static PREPARED: std::sync::OnceLock<Option<Vec<(String, String)>>> = std::sync::OnceLock::new();
+/// A base environment as read for a job, by the job's name ([`prepare`]).
+type Prepared = std::collections::BTreeMap<String, Option<Vec<(String, String)>>>;
+
+/// The bases read in this process (`jobguard recover` off systemd runs several jobs).
+static PREPARED: std::sync::Mutex<Prepared> = std::sync::Mutex::new(Prepared::new());
 
 /// Reads the base environment of `job`'s run now ([`base`]), before the shim takes a lease:
 /// a run started by hand asks systemd over D-Bus, which can take up to its call time-outs,
-/// and the lease must not run out meanwhile. The shim runs one job per process.
+/// and the lease must not run out meanwhile.
 pub fn prepare(job: &Job) {
-    PREPARED.get_or_init(|| read_base(job));
+    let _ = base(job);
 }
 
 /// The environment the command starts from: `None` to inherit the shim's (it runs in the
 /// job's own service), else the clean base of a run started by hand (module
-/// documentation), `NAME`/`VALUE` pairs, later ones winning. As [`prepare`] read it.
+/// documentation), `NAME`/`VALUE` pairs, later ones winning. Read once per job and process.
 pub fn base(job: &Job) -> Option<Vec<(String, String)>> {
-    PREPARED.get_or_init(|| read_base(job)).clone()
+    let mut prepared = PREPARED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    prepared
+        .entry(job.name.clone())
+        .or_insert_with(|| read_base(job))
+        .clone()
 }
 
 fn read_base(job: &Job) -> Option<Vec<(String, String)>> {
@@ -120,24 +129,45 @@ pub fn service_path() -> String {
 }
 
 /// Whether this process runs in `jobguard@JOB.service`: a cgroup of `/proc/self/cgroup`
-/// (cgroups(7): `ID:CONTROLLERS:PATH`, one line per hierarchy) is that unit's own, made by
-/// the system manager: `/SLICE.slice/…/jobguard@JOB.service`, every component above the
-/// unit a slice. A user can make cgroups of any name only inside a subtree delegated to it
-/// (systemd.resource-control(5), `Delegate=`), which lies in a service or a scope (its
-/// `user@UID.service`), never directly in slices; nor can a variable make it so.
+/// (cgroups(7): `ID:CONTROLLERS:PATH`, one line per hierarchy) ends in that unit's name,
+/// and its directory, where this process can see it, is root's. The system manager makes
+/// a unit's cgroup as root; a user can make cgroups of any name only inside a subtree
+/// delegated to it (systemd.resource-control(5), `Delegate=`: its `user@UID.service`),
+/// which it owns, so it cannot pass its shell off as the unit. A container without a
+/// cgroup namespace of its own sees the host's path, which may not be under its
+/// /sys/fs/cgroup: then the name alone decides. No variable plays a part.
 fn in_own_service(job: &str) -> bool {
     let (_, service) = crate::systemd_dbus::unit_names(job);
-    std::fs::read_to_string("/proc/self/cgroup").is_ok_and(|text| in_service(&text, &service))
+    std::fs::read_to_string("/proc/self/cgroup").is_ok_and(|text| {
+        in_service(&text, &service, |dir| {
+            std::fs::metadata(dir).ok().map(|m| {
+                use std::os::unix::fs::MetadataExt as _;
+                m.uid()
+            })
+        })
+    })
 }
 
-/// Whether a `/proc/self/cgroup` text puts the process in the cgroup of `service`, directly
-/// under slices.
-fn in_service(cgroups: &str, service: &str) -> bool {
+/// Whether a `/proc/self/cgroup` text puts the process in the cgroup of `service`:
+/// a line's path ends in it, and no directory of that path under /sys/fs/cgroup (the
+/// unified hierarchy, or cgroup v1's `systemd` and `unified` mounts) has an owner other
+/// than root (`owner` reads a directory's owner; `None` where there is none).
+fn in_service(cgroups: &str, service: &str, owner: impl Fn(&str) -> Option<u32>) -> bool {
     cgroups.lines().any(|line| {
-        line.splitn(3, ':').nth(2).is_some_and(|path| {
-            let mut parts: Vec<&str> = path.split('/').skip(1).collect();
-            parts.pop() == Some(service) && parts.iter().all(|p| p.ends_with(".slice"))
-        })
+        let mut fields = line.splitn(3, ':');
+        let (_, controllers, path) = (fields.next(), fields.next(), fields.next());
+        let Some(path) = path.filter(|p| p.rsplit('/').next() == Some(service)) else {
+            return false;
+        };
+        let mounts: &[&str] = match controllers {
+            Some("") => &["/sys/fs/cgroup", "/sys/fs/cgroup/unified"],
+            Some("name=systemd") => &["/sys/fs/cgroup/systemd"],
+            _ => &[],
+        };
+        mounts
+            .iter()
+            .filter_map(|m| owner(&format!("{m}{path}")))
+            .all(|uid| uid == 0)
     })
 }
 
@@ -147,26 +177,51 @@ mod tests {
 
     #[test]
     fn the_own_service_is_read_from_the_cgroup_path() {
+        let root = |_: &str| Some(0);
         let unified = "0::/system.slice/system-jobguard.slice/jobguard@nightly.service\n";
-        assert!(in_service(unified, "jobguard@nightly.service"));
-        assert!(!in_service(unified, "jobguard@night.service"));
+        assert!(in_service(unified, "jobguard@nightly.service", root));
+        assert!(!in_service(unified, "jobguard@night.service", root));
         let hybrid = "12:pids:/\n1:name=systemd:/system.slice/system-jobguard.slice/jobguard@a.b.service\n0::/\n";
-        assert!(in_service(hybrid, "jobguard@a.b.service"));
+        assert!(in_service(hybrid, "jobguard@a.b.service", root));
         let session = "0::/user.slice/user-0.slice/session-3.scope\n";
-        assert!(!in_service(session, "jobguard@nightly.service"));
-        assert!(!in_service("0::/\n", "jobguard@nightly.service"));
+        assert!(!in_service(session, "jobguard@nightly.service", root));
+        assert!(!in_service("0::/\n", "jobguard@nightly.service", root));
         // A scope or service whose name only contains the unit's is another unit.
         let other = "0::/system.slice/cron.service/jobguard@nightly.service.x\n";
-        assert!(!in_service(other, "jobguard@nightly.service"));
-        // A cgroup of that name that a user made in its delegated subtree is not the unit.
+        assert!(!in_service(other, "jobguard@nightly.service", root));
+        // A container without a cgroup namespace sees the host's path; not under its
+        // /sys/fs/cgroup, the name decides.
+        let docker = "0::/docker/0123abcd/system.slice/jobguard@nightly.service\n";
+        assert!(in_service(docker, "jobguard@nightly.service", |_| None));
+        // A cgroup of that name that a user made in its delegated subtree is the user's.
         let made =
             "0::/user.slice/user-1000.slice/user@1000.service/app.slice/jobguard@nightly.service\n";
-        assert!(!in_service(made, "jobguard@nightly.service"));
-        let nested = "0::/system.slice/docker.service/jobguard@nightly.service\n";
-        assert!(!in_service(nested, "jobguard@nightly.service"));
-        assert!(in_service(
-            "0::/jobguard@nightly.service\n",
-            "jobguard@nightly.service"
-        ));
+        let users = |dir: &str| {
+            Some(if dir.contains("user@1000.service") {
+                1000
+            } else {
+                0
+            })
+        };
+        assert!(!in_service(made, "jobguard@nightly.service", users));
+        assert!(in_service(unified, "jobguard@nightly.service", users));
+        // Where the path is seen, its directory is asked: the unified mount here.
+        let asked = std::cell::RefCell::new(Vec::new());
+        in_service(unified, "jobguard@nightly.service", |dir| {
+            asked.borrow_mut().push(dir.to_string());
+            None
+        });
+        assert_eq!(
+            asked.into_inner(),
+            [
+                "/sys/fs/cgroup/system.slice/system-jobguard.slice/jobguard@nightly.service",
+                "/sys/fs/cgroup/unified/system.slice/system-jobguard.slice/jobguard@nightly.service"
+            ]
+        );
+    }
+
+    #[test]
+    fn this_process_is_in_no_jobguard_unit() {
+        assert!(!in_own_service("nightly"));
     }
 }
