@@ -998,9 +998,14 @@ fn a_killed_drills_probe_is_settled_by_recover() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    // The lease layer waits for its first probe lease (2 s) to expire.
-    std::thread::sleep(std::time::Duration::from_millis(700));
+    // The lease layer waits for its first probe lease (2 s) to expire: kill it then.
+    let in_lease_layer = wait_until(10, || {
+        sb.history("nightly@drill")
+            .iter()
+            .any(|r| r["outcome"] == "running")
+    });
     drill.kill().unwrap();
+    assert!(in_lease_layer, "the drill reached its lease layer");
     drill.wait().unwrap();
     let probes = sb.history("nightly@drill");
     assert!(
