@@ -999,10 +999,14 @@ fn a_killed_drills_probe_is_settled_by_recover() {
         .spawn()
         .unwrap();
     // The lease layer waits for its first probe lease (2 s) to expire: kill it then.
+    // (`history` fails until the drill has made the store.)
     let in_lease_layer = wait_until(10, || {
-        sb.history("nightly@drill")
-            .iter()
-            .any(|r| r["outcome"] == "running")
+        let out = sb.run(&["history", "nightly@drill", "--json"]);
+        out.status.success()
+            && serde_json::from_slice::<serde_json::Value>(&out.stdout)
+                .ok()
+                .and_then(|v| v.as_array().cloned())
+                .is_some_and(|rows| rows.iter().any(|r| r["outcome"] == "running"))
     });
     drill.kill().unwrap();
     assert!(in_lease_layer, "the drill reached its lease layer");
