@@ -54,6 +54,26 @@ pub struct Lease {
     pub acquired_at: i64,
     /// When it expires unless renewed, µs since the Unix epoch, store clock.
     pub expire_at: i64,
+    /// The renewal generation: 0 at the grant, then the random value the last renewal
+    /// wrote ([`crate::store::Store::renew`]). Two copies of one holder (a host, VM or
+    /// container resumed twice from one memory snapshot) share holder and token; the
+    /// first copy to renew moves the generation on, and the other copy's renewal and final
+    /// write, which present the old one, are refused ([`crate::store::rules::renew`]).
+    pub renewal: i64,
+}
+
+/// A fresh renewal generation for [`crate::store::Store::renew`]: random, never 0 (the
+/// generation of a grant), read from the kernel's random source
+/// ([`crate::identity::new_run_id`]) at the moment of each renewal, so that copies of one
+/// process resumed from one snapshot draw different ones.
+pub fn next_renewal() -> i64 {
+    loop {
+        let id = crate::identity::new_run_id();
+        let v = i64::from_str_radix(&id[..15], 16).unwrap_or(0);
+        if v != 0 {
+            return v;
+        }
+    }
 }
 
 /// How long before its lease could expire a holder's command must be dead: the safety

@@ -163,10 +163,14 @@ macro_rules! one_store_only {
             )
             .expect("the session expires while cut off");
             proxy.freeze(false);
-            let until = s.renew(&lease, Duration::from_secs(300)).unwrap();
+            let until = s.renew(&lease, 1, Duration::from_secs(300)).unwrap();
             assert!(until.is_some_and(|u| u > lease.expire_at), "{until:?}");
+            let lease = jobguard::lease::Lease {
+                renewal: 1,
+                ..lease
+            };
             std::thread::sleep(Duration::from_secs(5));
-            let until = s.renew(&lease, Duration::from_secs(300)).unwrap();
+            let until = s.renew(&lease, 2, Duration::from_secs(300)).unwrap();
             assert!(until.is_some(), "{until:?}");
         }
 
@@ -666,7 +670,7 @@ fn a_renewal_waits_for_a_locked_file_at_most_a_sixth_of_the_lease() {
         .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
         .unwrap();
     let asked = Instant::now();
-    let err = s.renew(&lease, ttl).unwrap_err();
+    let err = s.renew(&lease, 1, ttl).unwrap_err();
     let waited = asked.elapsed();
     assert!(matches!(err, StoreError::Unavailable { .. }), "{err}");
     assert!(
@@ -674,7 +678,7 @@ fn a_renewal_waits_for_a_locked_file_at_most_a_sixth_of_the_lease() {
         "the renewal waited {waited:?}, about as long as the lease lives"
     );
     drop(tx);
-    assert!(s.renew(&lease, ttl).unwrap().is_some());
+    assert!(s.renew(&lease, 1, ttl).unwrap().is_some());
     // Claims still wait the whole busy timeout (10 s by default): they hold no lease yet.
     let mut blocker = rusqlite::Connection::open(&db).unwrap();
     let tx = blocker
@@ -960,10 +964,14 @@ fn a_user_with_data_rights_only_runs_jobs(server: &'static common::remote::Serve
         );
         let (lease, _) = claimed(&mut *s, &request("j", S1, 1, 1, false));
         assert!(
-            s.renew(&lease, std::time::Duration::from_secs(60))
+            s.renew(&lease, 1, std::time::Duration::from_secs(60))
                 .unwrap()
                 .is_some()
         );
+        let lease = jobguard::lease::Lease {
+            renewal: 1,
+            ..lease
+        };
         let done = s
             .finish(
                 &lease,

@@ -11,11 +11,9 @@
 //! `JOBGUARD_DIFF_STEPS=N` sets its length (default 400). A disagreement fails with the
 //! seed, the step and every call so far.
 //!
-//! Known disagreement, accepted and counted: MySQL answers a renewal at the very µs that
-//! would leave `expire_at` unchanged (the grant's µs, same time to live) as lost, because
-//! its procedure counts changed rows (`ROW_COUNT()`); the rules renew.
-//!
-//! `JOBGUARD_DIFF_STRICT=1` accepts no disagreement at all.
+//! Renewals present the renewal generation the holder last confirmed, or an earlier one
+//! (a copy of the holder resumed from an older snapshot), and write a fresh one or send
+//! the last one again (a renewal whose answer was lost); finishes present either.
 //!
 //! `JOBGUARD_DIFF_ZONES=1` lets the records of one slot name different zones (a job whose
 //! `timezone` changed). Redis then disagrees: a queued slot is claimed with the zone of a
@@ -101,9 +99,6 @@ struct Traits {
     /// The store reads this host's clock (SQLite): it does not compare clocks, so the rules
     /// see the host's time equal to the store's.
     host_clock: bool,
-    /// A renewal that would leave `expire_at` as it is answers "lost" (MySQL: its
-    /// procedure reads `ROW_COUNT()`, which counts changed rows, not matched ones).
-    unchanged_renewal_is_lost: bool,
 }
 
 /// An answer in a form both sides can be compared in: the `Debug` text of the value, or
@@ -131,8 +126,9 @@ struct Diff {
     next_run: u32,
     /// `JOBGUARD_DIFF_ZONES` is set: a slot's records may name different zones.
     zones: bool,
-    /// How often the known disagreement was seen.
-    known: usize,
+    /// The renewal generations each grant (job, token) confirmed, oldest first (0 at the
+    /// grant).
+    generations: std::collections::BTreeMap<(String, i64), Vec<i64>>,
     /// How often each kind of answer was seen (both sides agreed on it).
     seen: std::collections::BTreeMap<String, usize>,
 }
@@ -285,24 +281,31 @@ impl Diff {
         if self.rng.chance(10) {
             lease.token += 1;
         }
+        let key = (lease.job.clone(), lease.token);
+        let last = self.generations.get(&key).and_then(|g| g.last().copied());
+        // A fresh generation, or the last confirmed one again (a renewal whose answer was
+        // lost, sent again).
+        let next = match last {
+            Some(g) if g != 0 && self.rng.chance(20) => g,
+            _ => 1 + self.rng.below(1 << 40) as i64,
+        };
         let ttl = self.rng.pick(&[TTL, Duration::from_secs(5)]);
         let now = self.clock.now_usec();
         self.log.push(format!(
-            "now {now}: renew job {} holder {} token {} ttl {ttl:?}",
-            lease.job, lease.host, lease.token
+            "now {now}: renew job {} holder {} token {} generation {} next {next} ttl {ttl:?}",
+            lease.job, lease.host, lease.token, lease.renewal
         ));
-        let before = self.mirror.leases.get(&lease.job).map(|l| l.expire_at);
-        let mut expected = self.mirror.renew(&lease, ttl, now);
-        let strict = std::env::var_os("JOBGUARD_DIFF_STRICT").is_some();
-        if self.traits.unchanged_renewal_is_lost
-            && expected.is_some()
-            && expected == before
-            && !strict
-        {
-            self.known += 1;
-            expected = None;
+        let expected = self.mirror.renew(&lease, next, ttl, now);
+        let actual = self
+            .store
+            .renew(&lease, next, ttl)
+            .map_err(|e| e.to_string());
+        if expected.is_some() && last != Some(next) {
+            self.generations
+                .entry(key)
+                .or_insert_with(|| vec![0])
+                .push(next);
         }
-        let actual = self.store.renew(&lease, ttl).map_err(|e| e.to_string());
         self.compare(
             "renew",
             format!("{actual:?}"),
@@ -337,11 +340,12 @@ impl Diff {
         let kept = self.rng.chance(30);
         let now = self.clock.now_usec();
         self.log.push(format!(
-            "now {now}: finish{} job {} run {} token {} {:?} resolution {:?}",
+            "now {now}: finish{} job {} run {} token {} generation {} {:?} resolution {:?}",
             if kept { "_kept" } else { "" },
             lease.job,
             run.run_id,
             lease.token,
+            lease.renewal,
             end.outcome,
             end.resolution
         ));
@@ -444,11 +448,28 @@ impl Diff {
 
     /// One of the grants answered so far: half the time the latest (whose lease may
     /// still be held), else any.
+    /// A grant the store answered, presenting the renewal generation its holder last
+    /// confirmed or, one time in five, an earlier one (a copy of the holder).
     fn pick_grant(&mut self) -> Option<(Lease, Run)> {
-        if self.rng.chance(50) {
-            return self.grants.last().cloned();
-        }
-        (!self.grants.is_empty()).then(|| self.rng.pick(&self.grants))
+        let (mut lease, run) = if self.rng.chance(50) {
+            self.grants.last().cloned()?
+        } else {
+            if self.grants.is_empty() {
+                return None;
+            }
+            self.rng.pick(&self.grants)
+        };
+        let known = self
+            .generations
+            .get(&(lease.job.clone(), lease.token))
+            .cloned()
+            .unwrap_or_else(|| vec![0]);
+        lease.renewal = if self.rng.chance(20) {
+            self.rng.pick(&known)
+        } else {
+            *known.last().unwrap_or(&0)
+        };
+        Some((lease, run))
     }
 
     /// The store's lease and records of every job against the mirror's.
@@ -505,11 +526,10 @@ impl Diff {
         }
         let claimed = self.mirror.runs.len();
         eprintln!(
-            "{}: {n} calls agree (JOBGUARD_DIFF_SEED={}): {claimed} records, {} grants answered, known disagreement seen {} times; answers {:?}",
+            "{}: {n} calls agree (JOBGUARD_DIFF_SEED={}): {claimed} records, {} grants answered; answers {:?}",
             self.name,
             self.seed,
             self.grants.len(),
-            self.known,
             self.seen
         );
     }
@@ -531,7 +551,7 @@ fn diff(name: &'static str, store: Box<dyn Store>, clock: ManualClock, traits: T
         sent: Vec::new(),
         next_run: 0,
         zones: std::env::var_os("JOBGUARD_DIFF_ZONES").is_some(),
-        known: 0,
+        generations: Default::default(),
         seen: Default::default(),
     }
 }
@@ -545,16 +565,7 @@ fn sqlite_agrees_with_the_rules() {
         Arc::new(clock.clone()),
     )
     .expect("open the SQLite store");
-    diff(
-        "sqlite",
-        store,
-        clock,
-        Traits {
-            host_clock: true,
-            unchanged_renewal_is_lost: false,
-        },
-    )
-    .run();
+    diff("sqlite", store, clock, Traits { host_clock: true }).run();
 }
 
 #[cfg(all(
@@ -580,7 +591,6 @@ mod remote {
             clock,
             Traits {
                 host_clock: server.clock == Judge::Host,
-                unchanged_renewal_is_lost: server.unchanged_renewal_is_lost,
             },
         )
         .run();

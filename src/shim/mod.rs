@@ -863,7 +863,7 @@ fn run_slot(
         busy: false,
     };
     let mut passed_over = None;
-    let (lease, run) = match answer {
+    let (mut lease, run) = match answer {
         Ok(Claim::Claimed {
             lease,
             run,
@@ -977,8 +977,12 @@ fn run_slot(
         // time to live is then counted from a moment this host does not know. A renewal
         // now gives the lease a known start (one more round trip, only after a retry).
         let sent = Instant::now();
-        match store.renew(&lease, job.lease_ttl) {
-            Ok(Some(_)) => claimed_at = sent,
+        let mut renewal = renew::Renewal::new(lease.clone());
+        match renewal.renew(store, job.lease_ttl) {
+            Ok(Some(_)) => {
+                claimed_at = sent;
+                lease = renewal.lease;
+            }
             answer => {
                 let why = match answer {
                     Err(e) => e.to_string(),
@@ -998,7 +1002,8 @@ fn run_slot(
                     resolution: Some(Resolution::Queued),
                 };
                 PassedOver::record(passed_over, &mut lost.report);
-                if let Err(e) = store.finish(&lease, &run.run_id, &lost) {
+                renewal.settle(store, job.lease_ttl);
+                if let Err(e) = store.finish(&renewal.lease, &run.run_id, &lost) {
                     eprintln!("jobguard: {}: {e}", job.name);
                 }
                 return SlotResult {
@@ -1122,6 +1127,7 @@ fn execute(
 
     // The lease surely holds until here (by this host's monotonic clock), less a margin.
     let mut lease_good_until = renew::good_until(claimed_at, job.lease_ttl);
+    let mut renewal = renew::Renewal::new(lease.clone());
     // The logind inhibitor lock is taken just before the command starts and released as
     // soon as it ends (when `guard` is dropped); the guard also hears logind's
     // PrepareForShutdown/PrepareForSleep, polled by `supervise_watching`. See crate::logind.
@@ -1172,7 +1178,7 @@ fn execute(
                 let renewer = renew::Renewer::start(
                     scope,
                     &mut *store,
-                    lease,
+                    renewal,
                     job.lease_ttl,
                     job.kill_grace,
                     claimed_at,
@@ -1186,14 +1192,16 @@ fn execute(
                     }
                 };
                 let ended = child::supervise_watching(pid, limits, &mut renewer, watch);
-                Ok((ended, renewer.good_until()))
+                let good_until = renewer.good_until();
+                Ok((ended, good_until, renewer.into_renewal()))
             });
             let ended = match supervised {
-                Ok((Ok(e), good_until)) => {
+                Ok((Ok(e), good_until, renewed)) => {
                     lease_good_until = good_until;
+                    renewal = renewed;
                     e
                 }
-                Ok((Err(e), _)) | Err(e) => {
+                Ok((Err(e), _, _)) | Err(e) => {
                     eprintln!("jobguard: {}: lost track of the command: {e}", job.name);
                     return exit::OS_ERROR;
                 }
@@ -1236,7 +1244,18 @@ fn execute(
     // Recorded with the outcome: a shim that dies before it loses the decision, and
     // `jobguard audit` then calls the gap missed (louder, never quieter).
     finish.report.extend(decisions);
-    record(job, store, lease, run, &finish, code, lease_good_until)
+    // A renewal whose answer was lost is settled first: the final write presents the
+    // generation the store holds.
+    renewal.settle(store, job.lease_ttl);
+    record(
+        job,
+        store,
+        &mut renewal,
+        run,
+        &finish,
+        code,
+        lease_good_until,
+    )
 }
 
 /// Decides outcome and exit status from how the command ended; `cut` is what logind
@@ -1346,14 +1365,14 @@ fn keep_durably(job: &str, kept: &pending::Kept) -> bool {
 fn record(
     job: &Job,
     store: &mut dyn Store,
-    lease: &Lease,
+    renewal: &mut renew::Renewal,
     run: &Run,
     finish: &Finish,
     code: u8,
     lease_good_until: Instant,
 ) -> u8 {
     let slot_text = run.slot.rfc3339();
-    let kept = pending::Kept::new(&store.describe(), lease, run, finish);
+    let kept = pending::Kept::new(&store.describe(), &renewal.lease, run, finish);
     // Before the store write: a shim killed during it, or a store that cannot take it,
     // does not turn a run that ended into one that was cut off.
     if let Err(e) = pending::keep(&pending::runtime_dir(), &kept, false) {
@@ -1379,7 +1398,7 @@ fn record(
             job.name
         )
     };
-    let result = finish_with_retry(job, store, lease, run, finish, &kept, lease_good_until);
+    let result = finish_with_retry(job, store, renewal, run, finish, &kept, lease_good_until);
     let (note, failure) = match result {
         Ok(f) if f.recorded => {
             pending::forget(&run.run_id);
@@ -1431,7 +1450,7 @@ fn record(
     ev.outcome = Some(finish.outcome);
     ev.exit_status = Some(i32::from(status));
     ev.attempt = Some(run.attempt);
-    ev.fencing_token = Some(lease.token);
+    ev.fencing_token = Some(renewal.lease.token);
     ev.report = (!report.is_empty()).then_some(report);
     journal::emit(&ev);
     journal::status(&format!("slot {slot_text}: {}{note}", finish.outcome));
@@ -1453,7 +1472,7 @@ fn record(
 fn finish_with_retry(
     job: &Job,
     store: &mut dyn Store,
-    lease: &Lease,
+    renewal: &mut renew::Renewal,
     run: &Run,
     finish: &Finish,
     kept: &pending::Kept,
@@ -1473,7 +1492,8 @@ fn finish_with_retry(
     let mut kept_durably = false;
     loop {
         let result = if failed_once {
-            store.finish(lease, &run.run_id, finish)
+            renewal.settle(store, job.lease_ttl);
+            store.finish(&renewal.lease, &run.run_id, finish)
         } else {
             // On success the join waits for a durable write already under way.
             let (done, waiting) = std::sync::mpsc::channel::<()>();
@@ -1487,7 +1507,7 @@ fn finish_with_retry(
             if keeper.is_err() {
                 kept_durably = keep_durably(&job.name, kept);
             }
-            let result = store.finish(lease, &run.run_id, finish);
+            let result = store.finish(&renewal.lease, &run.run_id, finish);
             drop(done);
             if let Ok(k) = keeper {
                 kept_durably = k.join().unwrap_or(false);
@@ -1522,7 +1542,7 @@ fn finish_with_retry(
         pause = (pause * 2).min(Duration::from_secs(2));
         if lease_held && Instant::now() >= next_renewal {
             let sent = Instant::now();
-            match store.renew(lease, job.lease_ttl) {
+            match renewal.renew(store, job.lease_ttl) {
                 Ok(Some(_)) => lease_until = sent + job.lease_ttl - margin,
                 Ok(None) => {
                     lease_held = false;

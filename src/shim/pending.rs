@@ -58,6 +58,10 @@ pub struct Kept {
     pub slot_usec: i64,
     /// Fencing token of the run's grant.
     pub token: i64,
+    /// [`Lease::renewal`] of the grant when the outcome was kept (0 in a file written
+    /// before renewal generations).
+    #[serde(default)]
+    pub renewal: i64,
     /// [`crate::lease::Holder::id`] of the grant.
     pub holder: String,
     /// Host name of the holder.
@@ -89,6 +93,7 @@ impl Kept {
             run_id: run.run_id.clone(),
             slot_usec: run.slot.usec,
             token: lease.token,
+            renewal: lease.renewal,
             holder: lease.holder.clone(),
             host: lease.host.clone(),
             boot_id: run.boot_id.clone(),
@@ -110,6 +115,7 @@ impl Kept {
             token: self.token,
             acquired_at: 0,
             expire_at: 0,
+            renewal: self.renewal,
         }
     }
 

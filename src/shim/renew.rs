@@ -14,16 +14,21 @@
 //! client's time-outs. One call is in flight at a time; its answer comes back through a
 //! channel, announced on a pipe the supervisor polls. `jobguard check` refuses a job whose
 //! `kill_grace` leaves no time to renew ([`crate::lease::check_fence`]).
+//!
+//! Each renewal writes a fresh renewal generation ([`Renewal`]), so that two copies of
+//! one holder resumed from one memory snapshot cannot both keep the lease: the second
+//! copy's next renewal is refused and it stops its command
+//! ([`crate::store::rules::renew`]).
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::mpsc;
-use std::thread::Scope;
+use std::thread::{Scope, ScopedJoinHandle};
 use std::time::{Duration, Instant};
 
 use nix::fcntl::OFlag;
 
 use super::child::{Keep, Keeper};
-use crate::lease::{FENCE_MARGIN, Lease, renew_every};
+use crate::lease::{FENCE_MARGIN, Lease, next_renewal, renew_every};
 use crate::store::{Store, StoreError};
 
 /// What the renewal thread sends back: when the call was sent, and its answer.
@@ -36,8 +41,62 @@ pub fn good_until(sent: Instant, ttl: Duration) -> Instant {
     (sent + ttl).checked_sub(FENCE_MARGIN).unwrap_or(sent)
 }
 
+/// A lease as its holder knows it, with the renewal whose answer is in doubt, if any.
+#[derive(Debug, Clone)]
+pub struct Renewal {
+    /// The lease, with the renewal generation last confirmed ([`Lease::renewal`]).
+    pub lease: Lease,
+    /// The generation of a renewal that was sent and failed with an error: the store may
+    /// have applied it. The next renewal sends it again, so that the store, which then
+    /// holds it, still takes this holder for itself and not for a copy.
+    pending: Option<i64>,
+}
+
+impl Renewal {
+    /// The grant or confirmed renewal `lease`, with nothing in doubt.
+    pub fn new(lease: Lease) -> Self {
+        Renewal {
+            lease,
+            pending: None,
+        }
+    }
+
+    /// [`Store::renew`] with a fresh generation, or the one in doubt; a confirmed renewal
+    /// becomes the lease's generation.
+    ///
+    /// # Errors
+    /// As [`Store::renew`]; the generation stays in doubt.
+    pub fn renew(
+        &mut self,
+        store: &mut dyn Store,
+        ttl: Duration,
+    ) -> Result<Option<i64>, StoreError> {
+        let next = *self.pending.get_or_insert_with(next_renewal);
+        let got = store.renew(&self.lease, next, ttl);
+        match &got {
+            Ok(Some(expire_at)) => {
+                self.lease.renewal = next;
+                self.lease.expire_at = *expire_at;
+                self.pending = None;
+            }
+            Ok(None) => self.pending = None,
+            Err(_) => {}
+        }
+        got
+    }
+
+    /// Sends a renewal in doubt again, once, so that the final write presents the
+    /// generation the store holds; nothing when none is in doubt. The answer is left to
+    /// that write.
+    pub fn settle(&mut self, store: &mut dyn Store, ttl: Duration) {
+        if self.pending.is_some() {
+            let _ = self.renew(store, ttl);
+        }
+    }
+}
+
 /// Renews a lease from a thread of its own; a [`Keeper`] for the supervisor.
-pub struct Renewer {
+pub struct Renewer<'scope> {
     job: String,
     ttl: Duration,
     /// SIGTERM → SIGKILL grace of the job.
@@ -50,49 +109,55 @@ pub struct Renewer {
     in_flight: bool,
     /// The store said the lease is lost.
     lost: bool,
-    requests: mpsc::Sender<()>,
+    /// `None` once [`Renewer::into_renewal`] has ended the thread.
+    requests: Option<mpsc::Sender<()>>,
+    thread: ScopedJoinHandle<'scope, Renewal>,
     answers: mpsc::Receiver<Answer>,
     /// Readable when an answer is waiting in `answers`.
     wake: OwnedFd,
 }
 
-impl Renewer {
-    /// Starts the renewal thread in `scope` for `lease` of `ttl`, confirmed by a call sent
-    /// at `confirmed`. The thread ends when the renewer is dropped (after the call in
-    /// flight, if any, returns).
+impl<'scope> Renewer<'scope> {
+    /// Starts the renewal thread in `scope` for `renewal`'s lease of `ttl`, confirmed by
+    /// a call sent at `confirmed`. The thread ends with [`Renewer::into_renewal`], or when
+    /// the renewer is dropped (after the call in flight, if any, returns).
     ///
     /// # Errors
     /// The errno of `pipe2(2)`.
-    pub fn start<'scope, 'env>(
+    pub fn start<'env>(
         scope: &'scope Scope<'scope, 'env>,
         store: &'env mut dyn Store,
-        lease: &'env Lease,
+        renewal: Renewal,
         ttl: Duration,
         kill_grace: Duration,
         confirmed: Instant,
-    ) -> Result<Renewer, nix::errno::Errno> {
+    ) -> Result<Renewer<'scope>, nix::errno::Errno> {
         let (wake, ring) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
         let (requests, asked) = mpsc::channel::<()>();
         let (answer, answers) = mpsc::channel::<Answer>();
-        scope.spawn(move || {
+        let job = renewal.lease.job.clone();
+        let thread = scope.spawn(move || {
+            let mut renewal = renewal;
             for () in asked {
                 let sent = Instant::now();
-                let got = store.renew(lease, ttl);
+                let got = renewal.renew(store, ttl);
                 if answer.send((sent, got)).is_err() {
                     break;
                 }
                 let _ = nix::unistd::write(&ring, b"!");
             }
+            renewal
         });
         Ok(Renewer {
-            job: lease.job.clone(),
+            job,
             ttl,
             kill_grace,
             confirmed,
             next: confirmed + renew_every(ttl, kill_grace),
             in_flight: false,
             lost: false,
-            requests,
+            requests: Some(requests),
+            thread,
             answers,
             wake,
         })
@@ -101,6 +166,16 @@ impl Renewer {
     /// Until when the lease surely holds, less [`FENCE_MARGIN`] (see [`good_until`]).
     pub fn good_until(&self) -> Instant {
         good_until(self.confirmed, self.ttl)
+    }
+
+    /// Ends the renewal thread (after the call in flight, if any, returns) and answers the
+    /// lease as it stands: its confirmed generation and the one in doubt.
+    pub fn into_renewal(mut self) -> Renewal {
+        self.requests = None;
+        match self.thread.join() {
+            Ok(renewal) => renewal,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
     }
 
     fn take(&mut self, (sent, got): Answer) {
@@ -127,7 +202,7 @@ impl Renewer {
     }
 }
 
-impl Keeper for Renewer {
+impl Keeper for Renewer<'_> {
     fn fd(&self) -> Option<BorrowedFd<'_>> {
         Some(self.wake.as_fd())
     }
@@ -139,7 +214,7 @@ impl Keeper for Renewer {
             self.take(a);
         }
         if !self.lost && !self.in_flight && now >= self.next {
-            self.in_flight = self.requests.send(()).is_ok();
+            self.in_flight = self.requests.as_ref().is_some_and(|r| r.send(()).is_ok());
         }
         // While a call is in flight only its answer (on the pipe) or the fence matter.
         let wake = if self.in_flight || self.lost {

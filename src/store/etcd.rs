@@ -188,6 +188,7 @@ fn row_to_json(row: &Row) -> String {
         "token": row.lease.token,
         "acquired_at": row.lease.acquired_at,
         "expire_at": row.lease.expire_at,
+        "renewal": row.lease.renewal,
         "etcd_lease": row.etcd_lease,
         "run_key": row.run_key,
     })
@@ -210,6 +211,8 @@ fn row_from_json(job: &str, text: &[u8]) -> Result<Row, String> {
             token: n("token")?,
             acquired_at: n("acquired_at")?,
             expire_at: n("expire_at")?,
+            // Absent in a row an older jobguard wrote: its grants and renewals are at 0.
+            renewal: v.get("renewal").and_then(Value::as_i64).unwrap_or(0),
         },
         etcd_lease: n("etcd_lease")?,
         run_key: s("run_key"),
@@ -1231,12 +1234,17 @@ impl Store for EtcdStore {
         })
     }
 
-    fn renew(&mut self, lease: &Lease, ttl: Duration) -> Result<Option<i64>, StoreError> {
+    fn renew(
+        &mut self,
+        lease: &Lease,
+        next: i64,
+        ttl: Duration,
+    ) -> Result<Option<i64>, StoreError> {
         let job = lease.job.clone();
         self.retrying("renew", async |store, client| {
             let (mut state_job, _) = Job::read(store, client, &job, Vec::new()).await?;
             let row_lease = state_job.lease();
-            let Some(expire_at) = rules::renew(state_job.now, row_lease.as_ref(), lease, ttl)
+            let Some(expire_at) = rules::renew(state_job.now, row_lease.as_ref(), lease, next, ttl)
             else {
                 return Ok(Some(None));
             };
@@ -1254,6 +1262,7 @@ impl Store for EtcdStore {
                 }
             }
             row.lease.expire_at = expire_at;
+            row.lease.renewal = next;
             if state_job.commit(Writes::default(), Some(row)).await? {
                 Ok(Some(Some(expire_at)))
             } else {

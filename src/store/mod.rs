@@ -433,10 +433,14 @@ pub trait Store: Send {
     /// second record under one run id.
     fn claim(&mut self, req: &ClaimRequest) -> Result<Claim, StoreError>;
 
-    /// Extends the lease to store-now + `ttl` if it is still held by `lease.holder` with
-    /// `lease.token` and has not expired. Returns the new `expire_at`, or `None` when the
-    /// lease is lost.
-    fn renew(&mut self, lease: &Lease, ttl: Duration) -> Result<Option<i64>, StoreError>;
+    /// Extends the lease to store-now + `ttl` and writes the renewal generation `next`
+    /// ([`crate::lease::next_renewal`]) if it is still held by `lease.holder` with
+    /// `lease.token`, has not expired, and its generation is `lease.renewal` or `next`
+    /// (this renewal sent again): [`rules::renew`]. Returns the new `expire_at` (µs since
+    /// the epoch, store clock), or `None` when the lease is lost; the caller then uses
+    /// `next` as its `lease.renewal`.
+    fn renew(&mut self, lease: &Lease, next: i64, ttl: Duration)
+    -> Result<Option<i64>, StoreError>;
 
     /// Records how run `run_id` ended and releases the lease, both conditional on the
     /// fencing token: see [`Finished`]. `finished_at` is the store's clock.

@@ -49,12 +49,13 @@
 //! `jobguard_claim`, which decides the same rules on the server with the row locked by
 //! `SELECT … FOR UPDATE`: the row lock orders its writes and this store's.
 //!
-//! Renew, finish and unlock are each one `CALL` of a stored procedure (`jobguard_renew`,
-//! `jobguard_finish`, `jobguard_unlock`) that runs one READ COMMITTED transaction: it
-//! locks the job's lease row (`SELECT … FOR UPDATE`), reads the server's clock, decides
-//! and writes. Interrupt, rare (recovery), is the same transaction sent statement by
-//! statement and decided by [`rules::interrupt`]; the schema's `jobguard_interrupt`
-//! stays for older jobguards. Values are sent as literals
+//! Renew, finish and interrupt are decided by [`rules::renew`], [`rules::finish`] and
+//! [`rules::interrupt`] in one READ COMMITTED transaction sent statement by statement: it
+//! locks the job's lease row (`SELECT … FOR UPDATE`), then reads the server's clock and
+//! the records, decides and writes; unlock ([`rules::unlock`]) the same. The procedures
+//! `jobguard_renew`, `jobguard_finish`, `jobguard_interrupt` and `jobguard_unlock` of
+//! schemas 1 to 3 stay for older jobguards in the middle of a run when the schema is
+//! upgraded. Values are sent as literals
 //! in the text protocol (strings as hex literals, so nothing needs escaping), which
 //! avoids the extra prepare round trip of server-side prepared statements. Connecting does not ask the server for its settings
 //! (`max_allowed_packet` is given). On a database without the schema, the tool creates it
@@ -81,7 +82,7 @@ use crate::store::{
 use rules::ClaimDecision;
 
 /// The schema version this jobguard writes and understands (`jobguard_meta`).
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// The server's clock in µs since the epoch, independent of the session time zone.
 const SERVER_NOW: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
@@ -572,8 +573,10 @@ impl From<mysql::Error> for Fail {
 /// read, no such table (1146) or procedure (1305), or a procedure of an older schema that
 /// takes other arguments (1318).
 fn missing_schema(e: &Fail) -> bool {
+    // 1146 no such table, 1054 no such column (a schema before the column came), 1305 no
+    // such procedure, 1318 a procedure's arguments changed.
     matches!(e, Fail::Older)
-        || matches!(e, Fail::My(mysql::Error::MySqlError(e)) if e.code == 1146 || e.code == 1305 || e.code == 1318)
+        || matches!(e, Fail::My(mysql::Error::MySqlError(e)) if matches!(e.code, 1146 | 1054 | 1305 | 1318))
 }
 
 /// A string as a hex literal: safe in any SQL text, whatever it contains.
@@ -653,6 +656,7 @@ fn lease_from(
             "acquired"
         })?,
         expire_at: int(if p.is_empty() { "expire_at" } else { "expire" })?,
+        renewal: int("renewal")?,
     })
 }
 
@@ -1004,6 +1008,20 @@ impl MysqlStore {
                     conn.query_drop(statement)?;
                 }
             }
+            if version < 4 {
+                // The renewal generation (`Lease::renewal`), 0 at a grant. MySQL has no
+                // ADD COLUMN IF NOT EXISTS (MariaDB has).
+                let has_column: Option<i64> = conn.query_first(
+                    "SELECT 1 FROM information_schema.columns
+                      WHERE table_schema = DATABASE() AND table_name = 'jobguard_lease'
+                        AND column_name = 'renewal' LIMIT 1",
+                )?;
+                if has_column.is_none() {
+                    conn.query_drop(
+                        "ALTER TABLE jobguard_lease ADD COLUMN renewal BIGINT NOT NULL DEFAULT 0",
+                    )?;
+                }
+            }
             conn.query_drop(SCHEDULE_TABLE)?;
             conn.query_drop(format!(
                 "INSERT INTO jobguard_meta (name, value) VALUES ('schema_version', {SCHEMA_VERSION})
@@ -1013,15 +1031,6 @@ impl MysqlStore {
         })();
         let _ = conn.query_drop("DO RELEASE_LOCK(CONCAT('jobguard:', DATABASE()))");
         result
-    }
-
-    /// Calls a procedure and returns its result row as an object keyed by column name.
-    fn call_proc(
-        conn: &mut Conn,
-        sql: &str,
-    ) -> Result<Option<serde_json::Map<String, serde_json::Value>>, Fail> {
-        let row: Option<Row> = conn.query_first(sql)?;
-        Ok(row.as_ref().map(row_object))
     }
 }
 
@@ -1088,7 +1097,7 @@ fn claim_read_sql(now: &str, req: &ClaimRequest) -> String {
     let lease_run = "r.job = s.job AND s.lease_holder <> '' AND r.fencing_token = s.lease_token";
     format!(
         "SELECT s.store_now, s.schema_version, s.lease_found, s.lease_holder, s.lease_host,
-                s.lease_token, s.lease_acquired, s.lease_expire, s.newest,
+                s.lease_token, s.lease_acquired, s.lease_expire, s.lease_renewal, s.newest,
                 r.run_id = {run_id} AS is_retried, {slots} AS in_slots,
                 {lease_run} AS is_lease, r.seq, {RUN_COLUMNS}
          FROM (SELECT t.now AS store_now, {job} AS job,
@@ -1097,6 +1106,7 @@ fn claim_read_sql(now: &str, req: &ClaimRequest) -> String {
                  l.job IS NOT NULL AS lease_found, l.holder AS lease_holder,
                  l.host AS lease_host, l.token AS lease_token,
                  l.acquired_at AS lease_acquired, l.expire_at AS lease_expire,
+                 l.renewal AS lease_renewal,
                  (SELECT MAX(n.slot_usec) FROM jobguard_run n
                    WHERE n.job = {job} AND n.slot_usec <= t.now + {tolerance}) AS newest
                FROM (SELECT COALESCE({now}, {SERVER_NOW}) AS now) t
@@ -1178,20 +1188,22 @@ fn write_grant(c: &mut Conn, read: &Lease, grant: &rules::Grant) -> Result<bool,
     let mut tx = c.start_transaction(mysql::TxOpts::default())?;
     tx.query_drop(format!(
         "UPDATE jobguard_lease SET holder = {}, host = {}, token = {}, acquired_at = {},
-             expire_at = {}
+             expire_at = {}, renewal = {}
          WHERE job = {} AND holder = {} AND host = {} AND token = {} AND acquired_at = {}
-           AND expire_at = {}",
+           AND expire_at = {} AND renewal = {}",
         lit(&lease.holder),
         lit(&lease.host),
         lease.token,
         lease.acquired_at,
         lease.expire_at,
+        lease.renewal,
         lit(&lease.job),
         lit(&read.holder),
         lit(&read.host),
         read.token,
         read.acquired_at,
         read.expire_at,
+        read.renewal,
     ))?;
     if tx.affected_rows() != 1 {
         tx.rollback()?;
@@ -1307,18 +1319,26 @@ impl Store for MysqlStore {
         })
     }
 
-    fn renew(&mut self, lease: &Lease, ttl: Duration) -> Result<Option<i64>, StoreError> {
-        let sql = format!(
-            "CALL jobguard_renew({}, {}, {}, {}, {})",
-            self.test_now(),
-            lit(&lease.job),
-            lit(&lease.holder),
-            lease.token,
-            rules::duration_usec(ttl)
-        );
+    fn renew(
+        &mut self,
+        lease: &Lease,
+        next: i64,
+        ttl: Duration,
+    ) -> Result<Option<i64>, StoreError> {
+        let now = self.test_now();
         self.with_schema("renew", |c| {
-            let object = Self::call_proc(c, &sql)?.unwrap_or_default();
-            Ok(get_int(&object, "expire_at"))
+            let mut tx = c.start_transaction(read_committed())?;
+            let (row, store_now) = lock_lease(&mut tx, &lease.job, &now)?;
+            let expire_at = rules::renew(store_now, row.as_ref(), lease, next, ttl);
+            if let Some(expire_at) = expire_at {
+                tx.query_drop(format!(
+                    "UPDATE jobguard_lease SET expire_at = {expire_at}, renewal = {next}
+                     WHERE job = {}",
+                    lit(&lease.job)
+                ))?;
+            }
+            tx.commit()?;
+            Ok(expire_at)
         })
     }
 
@@ -1347,66 +1367,21 @@ impl Store for MysqlStore {
         resolution: Resolution,
     ) -> Result<bool, StoreError> {
         // Decided by `rules::interrupt` on the lease row and the record, both locked in one
-        // transaction; the lease row first, as `jobguard_claim` and every write here lock it.
-        // (Schemas 1 to 3 also hold the procedure `jobguard_interrupt`, which older
-        // jobguards call; it records the time the run was found as its end.)
+        // transaction. (Schemas 1 to 3 also hold the procedure `jobguard_interrupt`, which
+        // older jobguards call; it records the time the run was found as its end.)
         let now = self.test_now();
         self.with_schema("interrupt", |c| {
-            let isolation = mysql::TxOpts::default()
-                .set_isolation_level(Some(mysql::IsolationLevel::ReadCommitted));
-            let mut tx = c.start_transaction(isolation)?;
-            let lease: Option<Row> = tx.query_first(format!(
-                "SELECT holder, host, token, acquired_at, expire_at FROM jobguard_lease
-                 WHERE job = {} FOR UPDATE",
-                lit(&run.job)
-            ))?;
-            let lease = lease
-                .map(|r| lease_from(&run.job, &row_object(&r), ""))
-                .transpose()?;
-            let store_now: i64 = tx
-                .query_first(format!("SELECT COALESCE({now}, {SERVER_NOW})"))?
-                .ok_or_else(|| Fail::Data("the store's time: no answer".to_string()))?;
-            let record: Option<Row> = tx.query_first(format!(
-                "SELECT {RUN_COLUMNS} FROM jobguard_run r WHERE r.run_id = {} FOR UPDATE",
-                lit(&run.run_id)
-            ))?;
-            let record = record
-                .map(|r| remote::run_from_object(&row_object(&r)).map_err(Fail::Data))
-                .transpose()?;
-            let state = rules::RunState {
-                now: store_now,
-                lease: lease.as_ref(),
-                record: record.as_ref(),
-                slot_runs: &[],
-            };
-            let decision = rules::interrupt(&state, run, reason, resolution);
-            if let Some(r) = &decision.record {
-                tx.query_drop(format!(
-                    "UPDATE jobguard_run SET outcome = 'interrupted', reason = {}, resolution = {},
-                         finished_at = {}
-                     WHERE run_id = {} AND outcome = 'running'",
-                    lit(reason),
-                    lit(resolution.as_str()),
-                    int_opt(r.finished_at),
-                    lit(&r.run_id)
-                ))?;
-            }
-            if decision.release {
-                tx.query_drop(format!(
-                    "UPDATE jobguard_lease SET holder = '', host = '', expire_at = 0
-                     WHERE job = {}",
-                    lit(&run.job)
-                ))?;
-            }
-            tx.commit()?;
-            Ok(decision.record.is_some())
+            let decided = end_locked(c, &run.job, &run.run_id, &now, false, |state| {
+                Ok(rules::interrupt(state, run, reason, resolution))
+            })?;
+            Ok(decided.record.is_some())
         })
     }
 
     fn lease(&mut self, job: &str) -> Result<Option<Lease>, StoreError> {
         self.ready()?;
         let sql = format!(
-            "SELECT holder, host, token, acquired_at, expire_at FROM jobguard_lease
+            "SELECT holder, host, token, acquired_at, expire_at, renewal FROM jobguard_lease
              WHERE job = {} AND holder <> ''",
             lit(job)
         );
@@ -1808,11 +1783,20 @@ impl Store for MysqlStore {
     }
 
     fn unlock(&mut self, job: &str) -> Result<Option<Lease>, StoreError> {
-        let sql = format!("CALL jobguard_unlock({}, {})", self.test_now(), lit(job));
+        let now = self.test_now();
         self.with_schema("unlock", |c| {
-            Self::call_proc(c, &sql)?
-                .map(|o| lease_from(job, &o, ""))
-                .transpose()
+            let mut tx = c.start_transaction(read_committed())?;
+            let (row, store_now) = lock_lease(&mut tx, job, &now)?;
+            let (ended, release) = rules::unlock(store_now, row.as_ref());
+            if release {
+                tx.query_drop(format!(
+                    "UPDATE jobguard_lease SET holder = '', host = '', expire_at = 0
+                     WHERE job = {}",
+                    lit(job)
+                ))?;
+            }
+            tx.commit()?;
+            Ok(ended)
         })
     }
 }
@@ -1827,29 +1811,110 @@ impl MysqlStore {
         finish: &Finish,
         any_lease: bool,
     ) -> Result<Finished, StoreError> {
-        let report = super::finish_report_json(&self.describe, run_id, finish)?;
-        let sql = format!(
-            "CALL jobguard_finish({}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {})",
-            self.test_now(),
-            lit(&lease.job),
-            lit(&lease.holder),
-            lease.token,
-            lit(run_id),
-            lit(finish.outcome.as_str()),
-            lit_opt(finish.reason.as_deref()),
-            int_opt(finish.exit_status.map(i64::from)),
-            lit(&report),
-            lit_opt(finish.resolution.map(Resolution::as_str)),
-            i32::from(finish.outcome == Outcome::LeaseLost || any_lease),
-        );
+        // The report must serialize before anything is decided.
+        super::finish_report_json(&self.describe, run_id, finish)?;
+        let now = self.test_now();
         self.with_schema("finish", |c| {
-            let object = Self::call_proc(c, &sql)?.unwrap_or_default();
-            Ok(Finished {
-                recorded: get_int(&object, "recorded") == Some(1),
-                released: get_int(&object, "released") == Some(1),
-            })
+            let decided = end_locked(c, &lease.job, run_id, &now, true, |state| {
+                rules::finish(state, lease, run_id, finish, any_lease)
+                    .map_err(|e| Fail::Data(e.to_string()))
+            })?;
+            Ok(decided.finished())
         })
     }
+}
+
+/// READ COMMITTED, as every locking transaction here: each statement sees what committed
+/// before it, and the lease row's lock orders the writers.
+fn read_committed() -> mysql::TxOpts {
+    mysql::TxOpts::default().set_isolation_level(Some(mysql::IsolationLevel::ReadCommitted))
+}
+
+/// Locks `job`'s lease row (`SELECT … FOR UPDATE`, as every writer of the row does, the
+/// older jobguards' procedures too) and then reads the server's time (`now` is the test
+/// clock's literal or `NULL`): the row, if any, and the time.
+fn lock_lease(
+    tx: &mut mysql::Transaction<'_>,
+    job: &str,
+    now: &str,
+) -> Result<(Option<Lease>, i64), Fail> {
+    let row: Option<Row> = tx.query_first(format!(
+        "SELECT holder, host, token, acquired_at, expire_at, renewal FROM jobguard_lease
+         WHERE job = {} FOR UPDATE",
+        lit(job)
+    ))?;
+    let lease = row
+        .map(|r| lease_from(job, &row_object(&r), ""))
+        .transpose()?;
+    let store_now: i64 = tx
+        .query_first(format!("SELECT COALESCE({now}, {SERVER_NOW})"))?
+        .ok_or_else(|| Fail::Data("the store's time: no answer".to_string()))?;
+    Ok((lease, store_now))
+}
+
+/// Decides with `decide` ([`rules::finish`], [`rules::interrupt`]) on `job`'s lease row
+/// and the record `run_id` (with `slot_runs`, every record of its slot), all locked in one
+/// READ COMMITTED transaction, and applies the decision in it.
+fn end_locked(
+    c: &mut Conn,
+    job: &str,
+    run_id: &str,
+    now: &str,
+    slot_runs: bool,
+    decide: impl FnOnce(&rules::RunState<'_>) -> Result<rules::EndDecision, Fail>,
+) -> Result<rules::EndDecision, Fail> {
+    let mut tx = c.start_transaction(read_committed())?;
+    let (lease, store_now) = lock_lease(&mut tx, job, now)?;
+    let record: Option<Row> = tx.query_first(format!(
+        "SELECT {RUN_COLUMNS} FROM jobguard_run r WHERE r.run_id = {} FOR UPDATE",
+        lit(run_id)
+    ))?;
+    let record = record
+        .map(|r| remote::run_from_object(&row_object(&r)).map_err(Fail::Data))
+        .transpose()?;
+    let mut runs = Vec::new();
+    if let (true, Some(r)) = (slot_runs, &record) {
+        let rows: Vec<Row> = tx.query(format!(
+            "SELECT {RUN_COLUMNS} FROM jobguard_run r WHERE r.job = {} AND r.slot_usec = {}
+             ORDER BY r.seq",
+            lit(&r.job),
+            r.slot.usec
+        ))?;
+        for row in &rows {
+            runs.push(remote::run_from_object(&row_object(row)).map_err(Fail::Data)?);
+        }
+    }
+    let state = rules::RunState {
+        now: store_now,
+        lease: lease.as_ref(),
+        record: record.as_ref(),
+        slot_runs: &runs,
+    };
+    let decision = decide(&state)?;
+    if let Some(r) = &decision.record {
+        let report =
+            serde_json::to_string(&r.report).map_err(|e| Fail::Data(format!("report: {e}")))?;
+        tx.query_drop(format!(
+            "UPDATE jobguard_run SET outcome = {}, reason = {}, exit_status = {},
+                 finished_at = {}, report = {}, resolution = {}
+             WHERE run_id = {} AND outcome = 'running'",
+            lit(r.outcome.as_str()),
+            lit_opt(r.reason.as_deref()),
+            int_opt(r.exit_status.map(i64::from)),
+            int_opt(r.finished_at),
+            lit(&report),
+            lit_opt(r.resolution.map(Resolution::as_str)),
+            lit(&r.run_id)
+        ))?;
+    }
+    if decision.release {
+        tx.query_drop(format!(
+            "UPDATE jobguard_lease SET holder = '', host = '', expire_at = 0 WHERE job = {}",
+            lit(job)
+        ))?;
+    }
+    tx.commit()?;
+    Ok(decision)
 }
 
 #[cfg(test)]

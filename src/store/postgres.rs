@@ -76,7 +76,10 @@
 //! Statements are sent with `query_typed` (parse, bind and execute in one message flight);
 //! on a store that has no schema yet, or an older one, the tool creates or migrates it
 //! (under an advisory lock, so hosts starting together do not race) and asks again.
-//! `renew`, `finish`, `interrupt` and `unlock` are single statements (data-modifying CTEs).
+//! Renew, finish and interrupt are decided by [`rules::renew`], [`rules::finish`] and
+//! [`rules::interrupt`] the same way: one statement reads the lease row with its `xmin`
+//! and the records; one writes only if `xmin` is unchanged. `unlock` is one statement
+//! (a data-modifying CTE).
 //!
 //! Every call has a deadline ([`remote::CALL_TIMEOUT`], connect [`remote::CONNECT_TIMEOUT`]);
 //! the client is `tokio-postgres` driven by a private current-thread runtime, because the
@@ -105,7 +108,7 @@ use crate::store::{
 };
 
 /// The schema version this jobguard writes and understands (`jobguard_meta`).
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// The server's clock in µs, or the override a test passes (NULL in production).
 const NOW_US: &str =
@@ -378,6 +381,12 @@ CREATE OR REPLACE"#,
 "#,
         pg_claim_tail!()
     ),
+    r#"
+-- 3 -> 4: the renewal generation (Lease::renewal), 0 at a grant: renewals and the final
+-- write of two copies of one holder (one snapshot resumed twice) tell the copies apart.
+-- Renew and finish are decided by rules.rs and written with a compare-and-set on xmin.
+ALTER TABLE jobguard_lease ADD COLUMN IF NOT EXISTS renewal bigint NOT NULL DEFAULT 0;
+"#,
 ];
 
 /// libpq's TLS parameters that jobguard refuses: client certificates and their keys,
@@ -812,6 +821,7 @@ fn missing_schema(e: &Fail) -> bool {
             e.code(),
             Some(c) if *c == SqlState::UNDEFINED_FUNCTION
                 || *c == SqlState::UNDEFINED_TABLE
+                || *c == SqlState::UNDEFINED_COLUMN
                 || *c == SqlState::INVALID_SCHEMA_NAME
         ))
 }
@@ -1149,6 +1159,8 @@ fn lock_key(schema: &str) -> i64 {
     i64::from_ne_bytes(h.to_ne_bytes())
 }
 
+/// The lease in `row`'s columns `first` to `first + 5`: holder, host, token, acquired_at,
+/// expire_at, renewal.
 fn lease_from(job: &str, row: &Row, first: usize) -> Result<Lease, Fail> {
     Ok(Lease {
         job: job.to_string(),
@@ -1157,7 +1169,143 @@ fn lease_from(job: &str, row: &Row, first: usize) -> Result<Lease, Fail> {
         token: row.try_get(first + 2)?,
         acquired_at: row.try_get(first + 3)?,
         expire_at: row.try_get(first + 4)?,
+        renewal: row.try_get(first + 5)?,
     })
+}
+
+/// How often a renewal or a finish reads and decides again after the lease row changed
+/// between its read and its write.
+const END_TRIES: usize = 100;
+
+/// The job's lease row as one statement reads it, with the server's time and the row's
+/// version (`xmin`).
+struct PgRowState {
+    now: i64,
+    /// The row and its version, `None` while the job has no lease row.
+    row: Option<(String, Lease)>,
+    /// The record asked for, if any.
+    record: Option<Run>,
+    /// Every record of that record's slot, oldest first.
+    slot_runs: Vec<Run>,
+}
+
+/// Reads, in one statement (one snapshot), what [`rules::renew`] and [`rules::finish`]
+/// decide on: the server's time, `job`'s lease row and its version, the record `run_id`
+/// (none for an empty id) and every record of its slot.
+async fn read_row_state(
+    c: &mut Client,
+    now: Option<i64>,
+    job: &str,
+    run_id: &str,
+) -> Result<PgRowState, Fail> {
+    let rows = c
+        .query_typed(
+            &format!(
+                "WITH t AS (SELECT {NOW_US} AS now),
+                 rec AS (SELECT r.* FROM jobguard_run r WHERE r.run_id = $3)
+                 SELECT t.now, l.xmin::text, l.holder, l.host, l.token, l.acquired_at,
+                   l.expire_at, l.renewal,
+                   (SELECT to_jsonb(r)::text FROM rec r),
+                   (SELECT jsonb_agg(to_jsonb(o) ORDER BY o.seq)::text
+                      FROM jobguard_run o, rec WHERE o.job = rec.job
+                       AND o.slot_usec = rec.slot_usec)
+                 FROM t LEFT JOIN jobguard_lease l ON l.job = $2"
+            ),
+            &[
+                (&now, Type::INT8),
+                (&job, Type::TEXT),
+                (&run_id, Type::TEXT),
+            ],
+        )
+        .await?;
+    let row = rows
+        .first()
+        .ok_or_else(|| Fail::Data("the read of the lease row answered nothing".to_string()))?;
+    let version: Option<String> = row.try_get(1)?;
+    let lease = match version {
+        Some(v) => Some((v, lease_from(job, row, 2)?)),
+        None => None,
+    };
+    let mut slot_runs = Vec::new();
+    if let Some(json) = row.try_get::<_, Option<String>>(9)? {
+        let records: Vec<serde_json::Map<String, serde_json::Value>> =
+            serde_json::from_str(&json).map_err(|e| Fail::Data(format!("records: {e}")))?;
+        for object in &records {
+            slot_runs.push(remote::run_from_object(object).map_err(Fail::Data)?);
+        }
+    }
+    Ok(PgRowState {
+        now: row.try_get(0)?,
+        row: lease,
+        record: run_from(row.try_get(8)?)?,
+        slot_runs,
+    })
+}
+
+/// Applies `decision` ([`rules::finish`], [`rules::interrupt`]) decided on `state`: the
+/// lease row's release and the record's new state, in one statement, only if the row is
+/// still the version `state` read. `Some(recorded)` once written, `None` when the row
+/// changed (read and decide again). The record is written only while it is still
+/// `running`: an interrupt of a record under an earlier grant writes no lease row, so
+/// the row's version does not cover it.
+async fn write_end(
+    c: &mut Client,
+    job: &str,
+    state: &PgRowState,
+    decision: &rules::EndDecision,
+) -> Result<Option<bool>, Fail> {
+    let Some((version, _)) = &state.row else {
+        if let Some(r) = &decision.record {
+            return Err(Fail::Data(format!(
+                "run {} is recorded but job {job} has no lease row",
+                r.run_id
+            )));
+        }
+        return Ok(Some(false));
+    };
+    let r = decision.record.as_ref();
+    let report = r
+        .map(|r| serde_json::to_string(&r.report))
+        .transpose()
+        .map_err(|e| Fail::Data(format!("report: {e}")))?;
+    let rows = c
+        .query_typed(
+            "WITH l AS (
+               UPDATE jobguard_lease SET
+                 holder = CASE WHEN $3 THEN '' ELSE holder END,
+                 host = CASE WHEN $3 THEN '' ELSE host END,
+                 expire_at = CASE WHEN $3 THEN 0 ELSE expire_at END
+               WHERE job = $1 AND xmin::text = $2
+               RETURNING 1),
+             rec AS (
+               UPDATE jobguard_run SET outcome = $5, reason = $6, exit_status = $7,
+                 finished_at = $8, report = $9, resolution = $10
+               WHERE run_id = $4 AND outcome = 'running' AND EXISTS (SELECT 1 FROM l)
+               RETURNING 1)
+             SELECT (SELECT count(*) FROM l), (SELECT count(*) FROM rec)",
+            &[
+                (&job, Type::TEXT),
+                (version, Type::TEXT),
+                (&decision.release, Type::BOOL),
+                (&r.map(|r| r.run_id.as_str()), Type::TEXT),
+                (&r.map(|r| r.outcome.as_str()), Type::TEXT),
+                (&r.and_then(|r| r.reason.as_deref()), Type::TEXT),
+                (&r.and_then(|r| r.exit_status), Type::INT4),
+                (&r.and_then(|r| r.finished_at), Type::INT8),
+                (&report, Type::TEXT),
+                (
+                    &r.and_then(|r| r.resolution.map(Resolution::as_str)),
+                    Type::TEXT,
+                ),
+            ],
+        )
+        .await?;
+    let row = rows
+        .first()
+        .ok_or_else(|| Fail::Data("the end's write answered nothing".to_string()))?;
+    Ok((row.try_get::<_, i64>(0)? == 1)
+        .then(|| row.try_get::<_, i64>(1).map(|n| n == 1))
+        .transpose()?)
 }
 
 fn run_from(json: Option<String>) -> Result<Option<Run>, Fail> {
@@ -1262,6 +1410,7 @@ async fn read_claim_state(
                  SELECT t.now,
                    (SELECT value FROM jobguard_meta WHERE key = 'schema_version'),
                    l.xmin::text, l.holder, l.host, l.token, l.acquired_at, l.expire_at,
+                   l.renewal,
                    (SELECT to_jsonb(r)::text FROM jobguard_run r WHERE r.run_id = $3),
                    (SELECT jsonb_agg(to_jsonb(r) ORDER BY r.seq)::text FROM jobguard_run r
                      WHERE r.job = $2 AND (r.slot_usec = $4 OR ($5 AND r.slot_usec IN (
@@ -1298,7 +1447,7 @@ async fn read_claim_state(
         None => None,
     };
     let mut slots: std::collections::BTreeMap<i64, Vec<Run>> = std::collections::BTreeMap::new();
-    if let Some(json) = row.try_get::<_, Option<String>>(9)? {
+    if let Some(json) = row.try_get::<_, Option<String>>(10)? {
         let records: Vec<serde_json::Map<String, serde_json::Value>> =
             serde_json::from_str(&json).map_err(|e| Fail::Data(format!("records: {e}")))?;
         for object in &records {
@@ -1310,10 +1459,10 @@ async fn read_claim_state(
         claim: rules::ClaimState {
             now: row.try_get(0)?,
             lease,
-            retried: run_from(row.try_get(8)?)?,
+            retried: run_from(row.try_get(9)?)?,
             slots,
-            newest: row.try_get(10)?,
-            lease_run: run_from(row.try_get(11)?)?,
+            newest: row.try_get(11)?,
+            lease_run: run_from(row.try_get(12)?)?,
         },
         version,
     })
@@ -1334,7 +1483,7 @@ async fn write_grant(c: &mut Client, version: &str, grant: &rules::Grant) -> Res
         .query_typed(
             "WITH l AS (
                UPDATE jobguard_lease SET holder = $3, host = $4, token = $5,
-                 acquired_at = $6, expire_at = $7
+                 acquired_at = $6, expire_at = $7, renewal = $22
                WHERE job = $1 AND xmin::text = $2
                RETURNING 1),
              rerun AS (
@@ -1372,6 +1521,7 @@ async fn write_grant(c: &mut Client, version: &str, grant: &rules::Grant) -> Res
                 (&pid_start, Type::INT8),
                 (&run.invocation_id, Type::TEXT),
                 (&run.started_at, Type::INT8),
+                (&lease.renewal, Type::INT8),
             ],
         )
         .await?;
@@ -1484,29 +1634,42 @@ impl Store for PostgresStore {
         })
     }
 
-    fn renew(&mut self, lease: &Lease, ttl: Duration) -> Result<Option<i64>, StoreError> {
+    fn renew(
+        &mut self,
+        lease: &Lease,
+        next: i64,
+        ttl: Duration,
+    ) -> Result<Option<i64>, StoreError> {
         let now = self.test_now();
-        let ttl = rules::duration_usec(ttl);
+        // Read, decide with the rules, write only if the lease row is the version read.
         self.with_schema("renew", async |c| {
-            let rows = c
-                .query_typed(
-                    &format!(
-                        "UPDATE jobguard_lease l SET expire_at = t.now + $5
-                         FROM (SELECT {NOW_US} AS now) t
-                         WHERE l.job = $2 AND l.holder = $3 AND l.holder <> ''
-                           AND l.token = $4 AND l.expire_at > t.now
-                         RETURNING l.expire_at"
-                    ),
-                    &[
-                        (&now, Type::INT8),
-                        (&lease.job, Type::TEXT),
-                        (&lease.holder, Type::TEXT),
-                        (&lease.token, Type::INT8),
-                        (&ttl, Type::INT8),
-                    ],
-                )
-                .await?;
-            Ok(rows.first().map(|r| r.try_get(0)).transpose()?)
+            for _ in 0..END_TRIES {
+                let state = read_row_state(c, now, &lease.job, "").await?;
+                let Some((version, row)) = &state.row else {
+                    return Ok(None);
+                };
+                let Some(expire_at) = rules::renew(state.now, Some(row), lease, next, ttl) else {
+                    return Ok(None);
+                };
+                let n = c
+                    .execute_typed(
+                        "UPDATE jobguard_lease SET expire_at = $3, renewal = $4
+                         WHERE job = $1 AND xmin::text = $2",
+                        &[
+                            (&lease.job, Type::TEXT),
+                            (version, Type::TEXT),
+                            (&expire_at, Type::INT8),
+                            (&next, Type::INT8),
+                        ],
+                    )
+                    .await?;
+                if n == 1 {
+                    return Ok(Some(expire_at));
+                }
+            }
+            Err(Fail::Data(format!(
+                "renew: the lease row changed under {END_TRIES} tries in a row"
+            )))
         })
     }
 
@@ -1534,48 +1697,24 @@ impl Store for PostgresStore {
         reason: &str,
         resolution: Resolution,
     ) -> Result<bool, StoreError> {
-        let holder = run.holder().id();
         let now = self.test_now();
-        let resolution = resolution.as_str();
-        // The record's end is `rules::cut_end`, read off the lease row as the statement
-        // found it (before `rel` releases it).
         self.with_schema("interrupt", async |c| {
-            let rows = c
-                .query_typed(
-                    &format!(
-                        "WITH t AS (SELECT {NOW_US} AS now),
-                         rec AS (
-                           UPDATE jobguard_run r SET outcome = 'interrupted', reason = $3,
-                             resolution = $4,
-                             finished_at = GREATEST(r.started_at, LEAST(t.now, COALESCE(
-                               (SELECT CASE
-                                  WHEN l.holder <> '' AND l.holder = $6
-                                       AND l.token = r.fencing_token THEN l.expire_at
-                                  WHEN l.token > r.fencing_token THEN l.acquired_at END
-                                FROM jobguard_lease l WHERE l.job = $5), t.now)))
-                           FROM t WHERE r.run_id = $2 AND r.outcome = 'running'
-                           RETURNING 1),
-                         rel AS (
-                           UPDATE jobguard_lease SET holder = '', host = '', expire_at = 0
-                           WHERE job = $5 AND holder = $6 AND holder <> '' AND token = $7
-                           RETURNING 1)
-                         SELECT (SELECT count(*) FROM rec), (SELECT count(*) FROM rel)"
-                    ),
-                    &[
-                        (&now, Type::INT8),
-                        (&run.run_id, Type::TEXT),
-                        (&reason, Type::TEXT),
-                        (&resolution, Type::TEXT),
-                        (&run.job, Type::TEXT),
-                        (&holder, Type::TEXT),
-                        (&run.fencing_token, Type::INT8),
-                    ],
-                )
-                .await?;
-            let row = rows
-                .first()
-                .ok_or_else(|| Fail::Data("no answer".to_string()))?;
-            Ok(row.try_get::<_, i64>(0)? == 1)
+            for _ in 0..END_TRIES {
+                let state = read_row_state(c, now, &run.job, &run.run_id).await?;
+                let run_state = rules::RunState {
+                    now: state.now,
+                    lease: state.row.as_ref().map(|(_, l)| l),
+                    record: state.record.as_ref(),
+                    slot_runs: &[],
+                };
+                let decision = rules::interrupt(&run_state, run, reason, resolution);
+                if let Some(recorded) = write_end(c, &run.job, &state, &decision).await? {
+                    return Ok(recorded);
+                }
+            }
+            Err(Fail::Data(format!(
+                "interrupt: the lease row changed under {END_TRIES} tries in a row"
+            )))
         })
     }
 
@@ -1584,8 +1723,8 @@ impl Store for PostgresStore {
         self.with_schema("read lease", async |c| {
             let rows = c
                 .query_typed(
-                    "SELECT holder, host, token, acquired_at, expire_at FROM jobguard_lease
-                     WHERE job = $1 AND holder <> ''",
+                    "SELECT holder, host, token, acquired_at, expire_at, renewal
+                     FROM jobguard_lease WHERE job = $1 AND holder <> ''",
                     &[(&job, Type::TEXT)],
                 )
                 .await?;
@@ -1957,11 +2096,12 @@ impl Store for PostgresStore {
                 .query_typed(
                     &format!(
                         "WITH t AS (SELECT {NOW_US} AS now),
-                         old AS (SELECT holder, host, token, acquired_at, expire_at
+                         old AS (SELECT holder, host, token, acquired_at, expire_at, renewal
                                  FROM jobguard_lease WHERE job = $2 FOR UPDATE),
                          upd AS (UPDATE jobguard_lease SET holder = '', host = '', expire_at = 0
                                  WHERE job = $2 AND holder <> '' RETURNING 1)
-                         SELECT old.holder, old.host, old.token, old.acquired_at, old.expire_at
+                         SELECT old.holder, old.host, old.token, old.acquired_at, old.expire_at,
+                           old.renewal
                          FROM old, t WHERE old.holder <> '' AND old.expire_at > t.now"
                     ),
                     &[(&now, Type::INT8), (&job, Type::TEXT)],
@@ -1982,54 +2122,31 @@ impl PostgresStore {
         finish: &Finish,
         any_lease: bool,
     ) -> Result<Finished, StoreError> {
-        let report = super::finish_report_json(&self.describe, run_id, finish)?;
+        // The report must serialize before anything is decided.
+        super::finish_report_json(&self.describe, run_id, finish)?;
         let now = self.test_now();
-        let lost = finish.outcome == Outcome::LeaseLost || any_lease;
-        let outcome = finish.outcome.as_str();
-        let resolution = finish.resolution.map(Resolution::as_str);
+        // Read, decide with the rules, write only if the lease row is the version read.
         self.with_schema("finish", async |c| {
-            let rows = c
-                .query_typed(
-                    &format!(
-                        "WITH t AS (SELECT {NOW_US} AS now),
-                         rel AS (
-                           UPDATE jobguard_lease l SET holder = '', host = '', expire_at = 0
-                           FROM t
-                           WHERE l.job = $2 AND l.holder = $3 AND l.holder <> ''
-                             AND l.token = $4 AND l.expire_at > t.now
-                           RETURNING 1),
-                         rec AS (
-                           UPDATE jobguard_run r SET outcome = $6, reason = $7,
-                             exit_status = $8, finished_at = t.now, report = $9,
-                             resolution = $10
-                           FROM t
-                           WHERE r.run_id = $5 AND r.job = $2 AND r.outcome = 'running'
-                             AND r.fencing_token = $4 AND ($11 OR EXISTS (SELECT 1 FROM rel))
-                           RETURNING 1)
-                         SELECT (SELECT count(*) FROM rec), (SELECT count(*) FROM rel)"
-                    ),
-                    &[
-                        (&now, Type::INT8),
-                        (&lease.job, Type::TEXT),
-                        (&lease.holder, Type::TEXT),
-                        (&lease.token, Type::INT8),
-                        (&run_id, Type::TEXT),
-                        (&outcome, Type::TEXT),
-                        (&finish.reason, Type::TEXT),
-                        (&finish.exit_status, Type::INT4),
-                        (&report, Type::TEXT),
-                        (&resolution, Type::TEXT),
-                        (&lost, Type::BOOL),
-                    ],
-                )
-                .await?;
-            let row = rows
-                .first()
-                .ok_or_else(|| Fail::Data("no answer".to_string()))?;
-            Ok(Finished {
-                recorded: row.try_get::<_, i64>(0)? == 1,
-                released: row.try_get::<_, i64>(1)? == 1,
-            })
+            for _ in 0..END_TRIES {
+                let state = read_row_state(c, now, &lease.job, run_id).await?;
+                let run_state = rules::RunState {
+                    now: state.now,
+                    lease: state.row.as_ref().map(|(_, l)| l),
+                    record: state.record.as_ref(),
+                    slot_runs: &state.slot_runs,
+                };
+                let decision = rules::finish(&run_state, lease, run_id, finish, any_lease)
+                    .map_err(|e| Fail::Data(e.to_string()))?;
+                if let Some(recorded) = write_end(c, &lease.job, &state, &decision).await? {
+                    return Ok(Finished {
+                        recorded,
+                        released: decision.release,
+                    });
+                }
+            }
+            Err(Fail::Data(format!(
+                "finish: the lease row changed under {END_TRIES} tries in a row"
+            )))
         })
     }
 }

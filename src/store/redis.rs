@@ -91,10 +91,11 @@ local rkey = p .. 'run:' .. run_id
 if redis.call('EXISTS', rkey) == 1 then
   local r = redis.call('HMGET', rkey, 'job', 'outcome', 'fencing_token')
   local l = redis.call('HMGET', p .. 'lease:' .. job, 'holder', 'host', 'token', 'acquired_at',
-    'expire_at')
+    'expire_at', 'renewal')
   if r[1] == job and r[2] == 'running' and l[1] == holder and l[3] == r[3]
      and tonumber(l[5]) > now then
-    return {'claimed', {l[1], l[2], l[3], l[4], l[5], ''}, redis.call('HGETALL', rkey)}
+    return {'claimed', {l[1], l[2], l[3], l[4], l[5], '', l[6] or '0'},
+      redis.call('HGETALL', rkey)}
   end
   return redis.error_reply('run ' .. run_id .. ' is already recorded and no longer holds its lease')
 end
@@ -169,7 +170,8 @@ if ARGV[22] == '1' and not picked and prev and tonumber(prev) > tonumber(slot) t
   return {'behind', {prev}, {}}
 end
 local lkey = p .. 'lease:' .. job
-local l = redis.call('HMGET', lkey, 'holder', 'host', 'token', 'acquired_at', 'expire_at', 'run_id')
+local l = redis.call('HMGET', lkey, 'holder', 'host', 'token', 'acquired_at', 'expire_at', 'run_id',
+  'renewal')
 -- Whether a record by machine id m and boot id b is from another machine or boot than
 -- the claimer's (rules::from_another_boot).
 local function elsewhere(m, b)
@@ -188,7 +190,7 @@ if l[1] and l[1] ~= '' and l[1] ~= holder
    and (tonumber(l[5]) > now or lapsed_holder_keeps_slot()) then
   local run = {}
   if l[6] then run = redis.call('HGETALL', p .. 'run:' .. l[6]) end
-  return {'busy', {l[1], l[2], l[3], l[4], l[5]}, run}
+  return {'busy', {l[1], l[2], l[3], l[4], l[5], '', l[7] or '0'}, run}
 end
 -- An earlier attempt at this slot on another machine or boot, still running under a lease that
 -- has passed to a later grant since: when it lapsed is not known here, so the slot waits
@@ -203,13 +205,13 @@ for _, id in ipairs(ids) do
   end
 end
 if earlier then
-  return {'busy', {l[1] or '', l[2] or '', l[3] or '0', l[4] or '0', l[5] or '0'},
+  return {'busy', {l[1] or '', l[2] or '', l[3] or '0', l[4] or '0', l[5] or '0', '', l[7] or '0'},
     redis.call('HGETALL', p .. 'run:' .. earlier)}
 end
 local token = redis.call('INCR', p .. 'token:' .. job)
 local expire = fmt(now + ttl)
 redis.call('HSET', lkey, 'holder', holder, 'host', host, 'token', token,
-  'acquired_at', fmt(now), 'expire_at', expire, 'run_id', run_id)
+  'acquired_at', fmt(now), 'expire_at', expire, 'run_id', run_id, 'renewal', '0')
 local function settle(ids_of_slot, from)
   for _, id in ipairs(ids_of_slot) do
     local r = redis.call('HGET', p .. 'run:' .. id, 'resolution')
@@ -234,7 +236,7 @@ redis.call('SADD', slotkey, run_id)
 redis.call('ZADD', p .. 'runs:' .. job, now, run_id)
 redis.call('ZADD', p .. 'slots:' .. job, slot, slot)
 redis.call('SADD', p .. 'jobs', job)
-return {'claimed', {holder, host, tostring(token), fmt(now), expire, prev or ''},
+return {'claimed', {holder, host, tostring(token), fmt(now), expire, prev or '', '0'},
   redis.call('HGETALL', rkey)}
 "#;
 
@@ -261,14 +263,19 @@ redis.call('SET', p .. 'schema', version)
 return version
 "#;
 
+/// Renews (rules::renew): the grant still the holder's and token's, unexpired, and its
+/// renewal generation (absent: 0) the one presented (ARGV[7]) or this renewal's (ARGV[8]).
 const RENEW: &str = r#"
 local job, holder, token, ttl = ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6])
+local presented, next = ARGV[7], ARGV[8]
 local now = now_us(ARGV[2])
 local lkey = p .. 'lease:' .. job
-local l = redis.call('HMGET', lkey, 'holder', 'token', 'expire_at')
-if l[1] == holder and holder ~= '' and l[2] == token and tonumber(l[3]) > now then
+local l = redis.call('HMGET', lkey, 'holder', 'token', 'expire_at', 'renewal')
+local gen = l[4] or '0'
+if l[1] == holder and holder ~= '' and l[2] == token and tonumber(l[3]) > now
+   and (gen == presented or gen == next) then
   local until_ = fmt(now + ttl)
-  redis.call('HSET', lkey, 'expire_at', until_)
+  redis.call('HSET', lkey, 'expire_at', until_, 'renewal', next)
   return until_
 end
 return ''
@@ -279,12 +286,17 @@ local job, holder, token, run_id = ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local outcome, lost = ARGV[7], ARGV[12]
 local now = now_us(ARGV[2])
 local lkey = p .. 'lease:' .. job
-local l = redis.call('HMGET', lkey, 'holder', 'token', 'expire_at')
-local held = l[1] == holder and holder ~= '' and l[2] == token and tonumber(l[3]) > now
+local l = redis.call('HMGET', lkey, 'holder', 'token', 'expire_at', 'renewal')
+-- rules::holds, and rules::finish's copy of the holder: the same grant, unexpired, under
+-- another renewal generation than ARGV[13].
+local live = l[1] == holder and holder ~= '' and l[2] == token and tonumber(l[3]) > now
+local held = live and (l[4] or '0') == ARGV[13]
+local copy = live and not held
 local rkey = p .. 'run:' .. run_id
 local r = redis.call('HMGET', rkey, 'outcome', 'fencing_token', 'job', 'slot_usec', 'forced')
 local recorded = 0
-if r[1] == 'running' and r[2] == token and r[3] == job and (lost == '1' or held) then
+if r[1] == 'running' and r[2] == token and r[3] == job and (lost == '1' or held)
+   and not copy then
   if outcome == 'succeeded' and r[5] ~= '1' then
     for _, id in ipairs(redis.call('SMEMBERS', p .. 'slot:' .. job .. ':' .. r[4])) do
       local o = redis.call('HMGET', p .. 'run:' .. id, 'outcome', 'forced')
@@ -401,10 +413,11 @@ const UNLOCK: &str = r#"
 local job = ARGV[3]
 local now = now_us(ARGV[2])
 local lkey = p .. 'lease:' .. job
-local l = redis.call('HMGET', lkey, 'holder', 'host', 'token', 'acquired_at', 'expire_at')
+local l = redis.call('HMGET', lkey, 'holder', 'host', 'token', 'acquired_at', 'expire_at',
+  'renewal')
 if not l[1] or l[1] == '' then return {} end
 redis.call('HSET', lkey, 'holder', '', 'host', '', 'expire_at', '0')
-if tonumber(l[5]) > now then return {l[1], l[2], l[3], l[4], l[5]} end
+if tonumber(l[5]) > now then return {l[1], l[2], l[3], l[4], l[5], '', l[6] or '0'} end
 return {}
 "#;
 
@@ -580,6 +593,8 @@ fn run_from_pairs(pairs: &[String]) -> Result<Option<Run>, Fail> {
         .map_err(Fail::Data)
 }
 
+/// The lease in `fields`: holder, host, token, acquired_at, expire_at, (a field of the
+/// claim's answer), renewal (absent, empty: 0).
 fn lease_from(job: &str, fields: &[String]) -> Result<Lease, Fail> {
     let int = |i: usize| -> Result<i64, Fail> {
         fields
@@ -594,6 +609,10 @@ fn lease_from(job: &str, fields: &[String]) -> Result<Lease, Fail> {
         token: int(2)?,
         acquired_at: int(3)?,
         expire_at: int(4)?,
+        renewal: match fields.get(6).map(String::as_str) {
+            None | Some("") => 0,
+            Some(_) => int(6)?,
+        },
     })
 }
 
@@ -996,7 +1015,12 @@ impl Store for RedisStore {
         }
     }
 
-    fn renew(&mut self, lease: &Lease, ttl: Duration) -> Result<Option<i64>, StoreError> {
+    fn renew(
+        &mut self,
+        lease: &Lease,
+        next: i64,
+        ttl: Duration,
+    ) -> Result<Option<i64>, StoreError> {
         self.ready()?;
         let now = self.test_now();
         let until: String = self.call("renew", |c, s, p| {
@@ -1007,6 +1031,8 @@ impl Store for RedisStore {
                 .arg(&lease.holder)
                 .arg(lease.token)
                 .arg(rules::duration_usec(ttl))
+                .arg(lease.renewal)
+                .arg(next)
                 .invoke(c)?)
         })?;
         if until.is_empty() {
@@ -1065,7 +1091,15 @@ impl Store for RedisStore {
         let fields: Vec<Option<String>> = self.call("read lease", |c, _, p| {
             Ok(redis::cmd("HMGET")
                 .arg(format!("{p}lease:{job}"))
-                .arg(&["holder", "host", "token", "acquired_at", "expire_at"])
+                .arg(&[
+                    "holder",
+                    "host",
+                    "token",
+                    "acquired_at",
+                    "expire_at",
+                    "run_id",
+                    "renewal",
+                ])
                 .query(c)?)
         })?;
         let fields: Vec<String> = fields.into_iter().map(Option::unwrap_or_default).collect();
@@ -1346,6 +1380,7 @@ impl RedisStore {
                 } else {
                     "0"
                 })
+                .arg(lease.renewal)
                 .invoke(c)?)
         })?;
         Ok(Finished {

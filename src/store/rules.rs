@@ -482,6 +482,7 @@ pub fn claim(state: &ClaimState, req: &ClaimRequest) -> Result<ClaimDecision, Ru
         token,
         acquired_at: now,
         expire_at: now.saturating_add(duration_usec(req.ttl)),
+        renewal: 0,
     };
     let attempt = i64::try_from(runs.len())
         .unwrap_or(i64::MAX)
@@ -567,9 +568,15 @@ fn from_another_boot(run: &Run, req: &ClaimRequest) -> bool {
         || req.holder.machine_id.is_empty()
 }
 
-/// Whether `row` (the job's lease row) is still the grant `lease` (same holder and token,
-/// not released) and unexpired at `now`.
+/// Whether `row` (the job's lease row) is still the grant `lease` (same holder, token and
+/// renewal generation, not released) and unexpired at `now`.
 pub fn holds(row: Option<&Lease>, lease: &Lease, now: i64) -> bool {
+    grant_live(row, lease, now) && row.is_some_and(|l| l.renewal == lease.renewal)
+}
+
+/// Whether `row` is still the grant of `lease` (same holder and token, not released) and
+/// unexpired at `now`, whatever its renewal generation.
+fn grant_live(row: Option<&Lease>, lease: &Lease, now: i64) -> bool {
     row.is_some_and(|l| {
         !l.holder.is_empty()
             && l.holder == lease.holder
@@ -635,10 +642,33 @@ pub fn released(row: &Lease) -> Lease {
 }
 
 /// Decides a renewal ([`crate::store::Store::renew`]) at store time `now` on the job's
-/// lease row `row`: the new `expire_at` (`now` + `ttl`, µs) if `lease` still holds it
-/// ([`holds`]), else `None` (lost; nothing is written).
-pub fn renew(now: i64, row: Option<&Lease>, lease: &Lease, ttl: Duration) -> Option<i64> {
-    holds(row, lease, now).then(|| now.saturating_add(duration_usec(ttl)))
+/// lease row `row`: the new `expire_at` (`now` + `ttl`, µs), to be written with the
+/// renewal generation `next`, or `None` (lost; nothing is written).
+///
+/// The renewal holds when the row is still `lease`'s grant, unexpired, and its generation
+/// is the one `lease` presents (`lease.renewal`, the last this holder knows it wrote) or
+/// `next` itself (this very renewal, sent again after its answer was lost). Two copies of
+/// one holder resumed from one snapshot present the same generation with different
+/// `next`s: the first to arrive moves the row on, and every later renewal of the other is
+/// refused, so it stops its command ([`crate::shim::renew`]).
+pub fn renew(
+    now: i64,
+    row: Option<&Lease>,
+    lease: &Lease,
+    next: i64,
+    ttl: Duration,
+) -> Option<i64> {
+    (grant_live(row, lease, now)
+        && row.is_some_and(|l| l.renewal == lease.renewal || l.renewal == next))
+    .then(|| now.saturating_add(duration_usec(ttl)))
+}
+
+/// Whether a copy of `lease`'s holder holds the row at `now`: same holder and token,
+/// unexpired, but another renewal generation than `lease` presents. Such a row's record
+/// is the copy's as much as this one's, and stays with the copy that renewed
+/// ([`finish`]).
+fn copy_holds(row: Option<&Lease>, lease: &Lease, now: i64) -> bool {
+    grant_live(row, lease, now) && !holds(row, lease, now)
 }
 
 /// The writes of [`finish`] and [`interrupt`].
@@ -678,9 +708,11 @@ pub struct RunState<'a> {
 /// Decides [`crate::store::Store::finish`] (with `kept`, [`crate::store::Store::finish_kept`])
 /// on `state`: its lease row is that of `lease.job`, its record the one under `run_id`.
 ///
-/// The record changes if it is `running` with `lease.token` in `lease.job` and, unless
-/// `kept` or the outcome is `lease_lost`, `lease` still holds the row; the row is released
-/// if `lease` holds it.
+/// The record changes if it is `running` with `lease.token` in `lease.job`, unless `kept`
+/// or the outcome is `lease_lost` `lease` still holds the row ([`holds`]), and in every
+/// case no copy of the holder holds it (same holder and token, unexpired, another renewal
+/// generation: the copy that renewed last is the one whose command still runs). The row
+/// is released if `lease` holds it.
 ///
 /// # Errors
 /// [`RuleError::NotAnEndState`] for `running`; [`RuleError::SecondSuccess`] when a
@@ -699,12 +731,14 @@ pub fn finish(
     }
     let now = state.now;
     let held = holds(state.lease, lease, now);
+    let copy = copy_holds(state.lease, lease, now);
     let record = state.record.filter(|r| {
         r.run_id == run_id
             && r.outcome == Outcome::Running
             && r.fencing_token == lease.token
             && r.job == lease.job
             && (kept || finish.outcome == Outcome::LeaseLost || held)
+            && !copy
     });
     let record = match record {
         None => None,
@@ -910,10 +944,11 @@ impl Memory {
     }
 
     /// [`crate::store::Store::renew`] at `now`.
-    pub fn renew(&mut self, lease: &Lease, ttl: Duration, now: i64) -> Option<i64> {
+    pub fn renew(&mut self, lease: &Lease, next: i64, ttl: Duration, now: i64) -> Option<i64> {
         let row = self.leases.get_mut(&lease.job)?;
-        let expire_at = renew(now, Some(row), lease, ttl)?;
+        let expire_at = renew(now, Some(row), lease, next, ttl)?;
         row.expire_at = expire_at;
+        row.renewal = next;
         Some(expire_at)
     }
 

@@ -47,7 +47,7 @@ use crate::store::{
 };
 
 /// The schema version this jobguard writes and understands (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// Default time a statement waits for another process's write lock, after which the
 /// store answers [`StoreError::Unavailable`].
@@ -101,6 +101,10 @@ const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
     // 1 -> 2: queued re-runs are found by the claim.
     "
     CREATE INDEX jobguard_run_queued ON jobguard_run (job, slot_usec) WHERE resolution = 'queued';
+    ",
+    // 2 -> 3: the renewal generation (`Lease::renewal`): 0 at a grant.
+    "
+    ALTER TABLE jobguard_lease ADD COLUMN renewal INTEGER NOT NULL DEFAULT 0;
     ",
 ];
 
@@ -464,12 +468,24 @@ impl SqliteStore {
     }
 
     /// [`Store::renew`] with whatever busy timeout is set.
-    fn renew_now(&mut self, lease: &Lease, ttl: Duration) -> Result<Option<i64>, StoreError> {
+    fn renew_now(
+        &mut self,
+        lease: &Lease,
+        next: i64,
+        ttl: Duration,
+    ) -> Result<Option<i64>, StoreError> {
         self.write("renew", |tx, now| {
             let row = lease_row(tx, &lease.job)?;
-            let expire_at = rules::renew(now, row.as_ref(), lease, ttl);
+            let expire_at = rules::renew(now, row.as_ref(), lease, next, ttl);
             if let (Some(expire_at), Some(row)) = (expire_at, row) {
-                write_lease(tx, &Lease { expire_at, ..row })?;
+                write_lease(
+                    tx,
+                    &Lease {
+                        expire_at,
+                        renewal: next,
+                        ..row
+                    },
+                )?;
             }
             Ok(expire_at)
         })
@@ -612,7 +628,8 @@ fn select_run(
 fn lease_row(conn: &Connection, job: &str) -> Result<Option<Lease>, Fail> {
     Ok(conn
         .prepare_cached(
-            "SELECT holder, host, token, acquired_at, expire_at FROM jobguard_lease WHERE job = ?1",
+            "SELECT holder, host, token, acquired_at, expire_at, renewal FROM jobguard_lease
+             WHERE job = ?1",
         )?
         .query_row([job], |row| {
             Ok(Lease {
@@ -622,6 +639,7 @@ fn lease_row(conn: &Connection, job: &str) -> Result<Option<Lease>, Fail> {
                 token: row.get(2)?,
                 acquired_at: row.get(3)?,
                 expire_at: row.get(4)?,
+                renewal: row.get(5)?,
             })
         })
         .optional()?)
@@ -678,18 +696,20 @@ fn claim_state(conn: &Connection, req: &ClaimRequest, now: i64) -> Result<rules:
 /// Writes the job's lease row as `lease` says (a grant, or a release).
 fn write_lease(conn: &Connection, lease: &Lease) -> Result<(), Fail> {
     conn.execute(
-        "INSERT INTO jobguard_lease (job, holder, host, token, acquired_at, expire_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+        "INSERT INTO jobguard_lease (job, holder, host, token, acquired_at, expire_at, renewal)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
          ON CONFLICT (job) DO UPDATE SET holder = excluded.holder,
              host = excluded.host, token = excluded.token,
-             acquired_at = excluded.acquired_at, expire_at = excluded.expire_at",
+             acquired_at = excluded.acquired_at, expire_at = excluded.expire_at,
+             renewal = excluded.renewal",
         params![
             lease.job,
             lease.holder,
             lease.host,
             lease.token,
             lease.acquired_at,
-            lease.expire_at
+            lease.expire_at,
+            lease.renewal
         ],
     )?;
     Ok(())
@@ -905,7 +925,12 @@ impl Store for SqliteStore {
         })
     }
 
-    fn renew(&mut self, lease: &Lease, ttl: Duration) -> Result<Option<i64>, StoreError> {
+    fn renew(
+        &mut self,
+        lease: &Lease,
+        next: i64,
+        ttl: Duration,
+    ) -> Result<Option<i64>, StoreError> {
         // A renewal waits for another process's write lock at most a sixth of the time to
         // live (the shim's safety margin), so that the shim can still stop its command
         // before the lease would expire; the store answers unavailable after that.
@@ -913,7 +938,7 @@ impl Store for SqliteStore {
         self.conn
             .busy_timeout(wait)
             .map_err(|e| store_error(&self.describe, "set busy timeout", e.into()))?;
-        let result = self.renew_now(lease, ttl);
+        let result = self.renew_now(lease, next, ttl);
         let restored = self.conn.busy_timeout(self.busy_timeout);
         let value = result?;
         restored.map_err(|e| store_error(&self.describe, "set busy timeout", e.into()))?;

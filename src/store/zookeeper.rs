@@ -170,6 +170,7 @@ fn row_to_json(row: &Row) -> String {
         "token": row.lease.token,
         "acquired_at": row.lease.acquired_at,
         "expire_at": row.lease.expire_at,
+        "renewal": row.lease.renewal,
         "run_id": row.run_id,
         "run_slot": row.run_slot,
         "newest": row.newest,
@@ -194,6 +195,8 @@ fn row_from_json(job: &str, text: &[u8]) -> Result<Row, String> {
             token: n("token")?,
             acquired_at: n("acquired_at")?,
             expire_at: n("expire_at")?,
+            // Absent in a row an older jobguard wrote: its grants and renewals are at 0.
+            renewal: v.get("renewal").and_then(Value::as_i64).unwrap_or(0),
         },
         run_id: s("run_id"),
         run_slot: n("run_slot")?,
@@ -1281,17 +1284,23 @@ impl Store for ZooKeeperStore {
         })
     }
 
-    fn renew(&mut self, lease: &Lease, ttl: Duration) -> Result<Option<i64>, StoreError> {
+    fn renew(
+        &mut self,
+        lease: &Lease,
+        next: i64,
+        ttl: Duration,
+    ) -> Result<Option<i64>, StoreError> {
         let job = lease.job.clone();
         self.retrying("renew", async |store, client| {
             let snap = store.read_row(client, &job).await?;
             let Some(mut row) = snap.row.clone() else {
                 return Ok(Some(None));
             };
-            let Some(expire_at) = rules::renew(snap.now, Some(&row.lease), lease, ttl) else {
+            let Some(expire_at) = rules::renew(snap.now, Some(&row.lease), lease, next, ttl) else {
                 return Ok(Some(None));
             };
             row.lease.expire_at = expire_at;
+            row.lease.renewal = next;
             Ok(store
                 .commit(client, &snap, &row, &[])
                 .await?
@@ -1801,6 +1810,7 @@ mod tests {
                 token: 7,
                 acquired_at: 1,
                 expire_at: 2,
+                renewal: 3,
             },
             run_id: "r".into(),
             run_slot: -5,

@@ -70,6 +70,7 @@ macro_rules! conformance_suite {
             a_lapsed_holder_on_another_machine_keeps_its_running_slot_for_the_grace,
             own_unexpired_lease_can_be_claimed_again,
             renew_extends_by_store_clock,
+            two_copies_of_one_holder_keep_the_lease_once,
             token_grows_across_release_takeover_and_unlock,
             stale_holder_changes_nothing,
             lease_lost_needs_only_the_running_record,
@@ -387,7 +388,8 @@ pub fn renew_extends_by_store_clock(env: &dyn Env) {
     let mut b = connect(env);
     let (l1, _) = claimed(&mut *a, &request("sync", S1, 1, 1, false));
     env.advance(30_000_000);
-    let until = a.renew(&l1, TTL).unwrap();
+    let until = a.renew(&l1, 5, TTL).unwrap();
+    let l1 = Lease { renewal: 5, ..l1 };
     assert_eq!(until, Some(T0 + 30_000_000 + TTL_US));
     assert_eq!(b.lease("sync").unwrap().unwrap().expire_at, T0 + 90_000_000);
     // Past the original expiry, still held.
@@ -395,19 +397,73 @@ pub fn renew_extends_by_store_clock(env: &dyn Env) {
     busy(&mut *b, &request("sync", S1, 2, 2, false));
     env.advance(1);
     // Expired: renewal is refused and changes nothing.
-    assert_eq!(a.renew(&l1, TTL).unwrap(), None);
+    assert_eq!(a.renew(&l1, 6, TTL).unwrap(), None);
     assert_eq!(b.lease("sync").unwrap().unwrap().expire_at, T0 + 90_000_000);
     env.advance(FOREIGN_GRACE_USEC);
     claimed(&mut *b, &request("sync", S1, 2, 3, false));
-    assert_eq!(a.renew(&l1, TTL).unwrap(), None);
+    assert_eq!(a.renew(&l1, 6, TTL).unwrap(), None);
     // A lease value with the right token but another holder is not ours either.
     let l2 = b.lease("sync").unwrap().unwrap();
     let forged = Lease {
         holder: holder(1).id(),
         ..l2.clone()
     };
-    assert_eq!(a.renew(&forged, TTL).unwrap(), None);
+    assert_eq!(a.renew(&forged, 6, TTL).unwrap(), None);
     assert_eq!(b.lease("sync").unwrap(), Some(l2));
+}
+
+/// Two copies of one holder (one memory snapshot resumed twice, on two connections):
+/// one grant, one token, one run id. The first copy to renew moves the renewal
+/// generation on; the other copy's renewals, and its final writes (as a lost lease, or
+/// kept), are refused while the first copy's lease lives; the first copy's renewal sent
+/// again after a lost answer is still its own, and it finishes.
+pub fn two_copies_of_one_holder_keep_the_lease_once(env: &dyn Env) {
+    let mut a = connect(env);
+    let mut b = connect(env);
+    let (lease, _) = claimed(&mut *a, &request("sync", S1, 1, 1, false));
+    assert_eq!(lease.renewal, 0, "a grant's generation");
+    env.advance(10_000_000);
+    assert_eq!(
+        a.renew(&lease, 11, TTL).unwrap(),
+        Some(T0 + 10_000_000 + TTL_US)
+    );
+    env.advance(1_000_000);
+    // Copy b, resumed from the same snapshot: same lease, its own next generation.
+    assert_eq!(b.renew(&lease, 22, TTL).unwrap(), None);
+    for outcome in [Outcome::LeaseLost, Outcome::Succeeded] {
+        assert_eq!(
+            b.finish(&lease, &rid(1), &finish(outcome)).unwrap(),
+            NOTHING
+        );
+        assert_eq!(
+            b.finish_kept(&lease, &rid(1), &finish(outcome)).unwrap(),
+            NOTHING
+        );
+    }
+    assert_eq!(
+        run_by_id(&mut *b, "sync", &rid(1)).outcome,
+        Outcome::Running
+    );
+    // Copy a sends its renewal again (the answer was lost): still its own.
+    assert_eq!(
+        a.renew(&lease, 11, TTL).unwrap(),
+        Some(T0 + 11_000_000 + TTL_US)
+    );
+    let row = b.lease("sync").unwrap().expect("held");
+    assert_eq!((row.renewal, row.token), (11, lease.token));
+    let a_lease = Lease {
+        renewal: 11,
+        ..lease.clone()
+    };
+    assert_eq!(
+        a.finish(&a_lease, &rid(1), &finish(Outcome::Succeeded))
+            .unwrap(),
+        RECORDED_AND_RELEASED
+    );
+    assert_eq!(
+        run_by_id(&mut *a, "sync", &rid(1)).outcome,
+        Outcome::Succeeded
+    );
 }
 
 /// Tokens grow per job across every grant, also after release, takeover and unlock.
@@ -453,7 +509,7 @@ pub fn stale_holder_changes_nothing(env: &dyn Env) {
     env.advance(TTL_US);
 
     // Expired, nobody took over yet.
-    assert_eq!(a.renew(&l1, TTL).unwrap(), None);
+    assert_eq!(a.renew(&l1, 6, TTL).unwrap(), None);
     for outcome in [Outcome::Succeeded, Outcome::Failed] {
         assert_eq!(a.finish(&l1, &rid(1), &finish(outcome)).unwrap(), NOTHING);
     }
@@ -466,7 +522,7 @@ pub fn stale_holder_changes_nothing(env: &dyn Env) {
     // Taken over (past the grace another machine waits).
     env.advance(FOREIGN_GRACE_USEC);
     let (l2, _) = claimed(&mut *b, &request("sync", S1, 2, 2, false));
-    assert_eq!(a.renew(&l1, TTL).unwrap(), None);
+    assert_eq!(a.renew(&l1, 6, TTL).unwrap(), None);
     assert_eq!(
         a.finish(&l1, &rid(1), &finish(Outcome::Succeeded)).unwrap(),
         NOTHING
@@ -882,7 +938,7 @@ pub fn a_cut_run_ends_at_its_leases_expiry(env: &dyn Env) {
     let mut s = connect(env);
     let (l1, r1) = claimed(&mut *s, &request("sync", S1, 1, 1, false));
     env.advance(10_000_000);
-    let expiry = s.renew(&l1, TTL).unwrap().expect("renewed");
+    let expiry = s.renew(&l1, 5, TTL).unwrap().expect("renewed");
     env.advance(5 * HOUR_US);
     assert!(s.interrupt(&r1, "boot", Resolution::Queued).unwrap());
     let rec = run_by_id(&mut *s, "sync", &rid(1));
@@ -899,7 +955,7 @@ pub fn unlock_ends_any_lease(env: &dyn Env) {
     let (l1, _) = claimed(&mut *a, &request("sync", S1, 1, 1, false));
     assert_eq!(b.unlock("sync").unwrap(), Some(l1.clone()));
     assert_eq!(b.lease("sync").unwrap(), None);
-    assert_eq!(a.renew(&l1, TTL).unwrap(), None);
+    assert_eq!(a.renew(&l1, 6, TTL).unwrap(), None);
     let (l2, _) = claimed(&mut *b, &request("sync", S1, 2, 2, false));
     assert!(l2.token > l1.token);
     assert_eq!(

@@ -445,11 +445,90 @@ fn finish_needs_the_lease_unless_lost_or_kept_and_one_success_per_slot() {
 fn renew_only_while_held_and_unexpired() {
     let mut m = Memory::default();
     let g = granted(&mut m, &req(T0, 1, 1), T0);
-    assert_eq!(m.renew(&g.lease, TTL, T0 + 10), Some(T0 + 10 + TTL_US));
-    assert_eq!(m.renew(&g.lease, TTL, T0 + 10 + TTL_US), None);
-    let mut stale = g.lease.clone();
+    assert_eq!(g.lease.renewal, 0);
+    assert_eq!(m.renew(&g.lease, 7, TTL, T0 + 10), Some(T0 + 10 + TTL_US));
+    let renewed = Lease {
+        renewal: 7,
+        ..g.lease.clone()
+    };
+    assert_eq!(m.renew(&renewed, 8, TTL, T0 + 10 + TTL_US), None);
+    let mut stale = renewed.clone();
     stale.token += 1;
-    assert_eq!(m.renew(&stale, TTL, T0 + 11), None);
+    assert_eq!(m.renew(&stale, 9, TTL, T0 + 11), None);
+}
+
+/// Two copies of one holder (one snapshot resumed twice): the first renewal moves the
+/// generation on; the other copy's renewal and its final write are refused while the
+/// first copy's lease lives, and the first copy's renewal sent again after a lost answer
+/// is still its own.
+#[test]
+fn a_copy_of_the_holder_loses_at_its_next_renewal() {
+    let mut m = Memory::default();
+    let g = granted(&mut m, &req(T0, 1, 1), T0);
+    let (a, b) = (g.lease.clone(), g.lease.clone());
+    // Copy a renews (generation 11); its answer is lost and it sends it again.
+    assert_eq!(m.renew(&a, 11, TTL, T0 + 10), Some(T0 + 10 + TTL_US));
+    assert_eq!(m.renew(&a, 11, TTL, T0 + 20), Some(T0 + 20 + TTL_US));
+    // Copy b presents the same generation 0 with its own next: refused, nothing written.
+    assert_eq!(m.renew(&b, 22, TTL, T0 + 30), None);
+    assert_eq!(
+        m.lease("j").map(|l| (l.renewal, l.expire_at)),
+        Some((11, T0 + 20 + TTL_US))
+    );
+    // b stops its command and records the lost lease: refused, the record is a's.
+    for kept in [false, true] {
+        for outcome in [Outcome::LeaseLost, Outcome::Succeeded] {
+            assert_eq!(
+                m.finish(&b, &g.run.run_id, &end(outcome, None), kept, T0 + 40),
+                Ok(Finished {
+                    recorded: false,
+                    released: false
+                })
+            );
+        }
+    }
+    // a, with the generation it wrote, renews and finishes.
+    let a = Lease { renewal: 11, ..a };
+    assert_eq!(m.renew(&a, 12, TTL, T0 + 50), Some(T0 + 50 + TTL_US));
+    let a = Lease { renewal: 12, ..a };
+    assert_eq!(
+        m.finish(
+            &a,
+            &g.run.run_id,
+            &end(Outcome::Succeeded, None),
+            false,
+            T0 + 60
+        ),
+        Ok(Finished {
+            recorded: true,
+            released: true
+        })
+    );
+}
+
+/// A copy whose generation is behind may still record once the lease that the other copy
+/// renewed has expired and nothing else took the row: the other copy's command was
+/// stopped by then ([`crate::lease::fence_after`]), and its record would otherwise stay
+/// `running` until a recovery pass.
+#[test]
+fn a_copy_behind_records_its_lost_lease_once_the_other_copys_lease_expired() {
+    let mut m = Memory::default();
+    let g = granted(&mut m, &req(T0, 1, 1), T0);
+    assert!(m.renew(&g.lease, 5, TTL, T0 + 10).is_some());
+    let late = T0 + 10 + TTL_US;
+    assert_eq!(
+        m.finish(
+            &g.lease,
+            &g.run.run_id,
+            &end(Outcome::LeaseLost, None),
+            false,
+            late
+        ),
+        Ok(Finished {
+            recorded: true,
+            released: false
+        })
+    );
 }
 
 #[test]
@@ -515,7 +594,9 @@ fn a_cut_run_ends_when_its_lease_did_not_when_it_was_found() {
     // Its own grant, expired: its expiry (renewed once, at T0 + 10 s).
     let mut m = Memory::default();
     let g1 = granted(&mut m, &req(T0, 1, 1), T0);
-    let renewed = m.renew(&g1.lease, TTL, T0 + 10_000_000).expect("renewed");
+    let renewed = m
+        .renew(&g1.lease, 1, TTL, T0 + 10_000_000)
+        .expect("renewed");
     assert!(m.interrupt(&g1.run, "boot", Resolution::Queued, found));
     assert_eq!(ended(&m, &g1.run), Some(renewed));
     // Its own grant, unexpired (its shim found it gone): now.
@@ -940,5 +1021,121 @@ proptest! {
             (&record.fingerprint, record.defined_at),
             (&best.fingerprint, best.defined_at)
         );
+    }
+}
+
+/// One step of two copies of one holder in [`copies_of_one_holder_never_both_keep_the_lease`].
+#[derive(Debug, Clone)]
+enum CopyOp {
+    /// Copy `copy` renews; with `lost`, the store applies it but the answer never arrives.
+    Renew { copy: usize, lost: bool },
+    /// Copy `copy` ends: as the shim does, a renewal in doubt is sent again first, then the
+    /// outcome is written (`lease_lost` once the copy was refused).
+    Finish { copy: usize, kept: bool },
+    /// The store's clock moves on, µs.
+    Advance(i64),
+}
+
+fn copy_op() -> impl Strategy<Value = CopyOp> {
+    prop_oneof![
+        4 => (0usize..2, prop::bool::weighted(0.3)).prop_map(|(copy, lost)| CopyOp::Renew { copy, lost }),
+        1 => (0usize..2, any::<bool>()).prop_map(|(copy, kept)| CopyOp::Finish { copy, kept }),
+        2 => prop_oneof![1i64..TTL_US / 2, TTL_US / 2..2 * TTL_US].prop_map(CopyOp::Advance),
+    ]
+}
+
+/// What one copy knows.
+#[derive(Debug, Clone)]
+struct Copy {
+    lease: Lease,
+    /// A renewal sent whose answer was lost: sent again with the same generation.
+    pending: Option<i64>,
+    refused: bool,
+    done: bool,
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Two copies of one holder with one grant, in any interleaving of renewals (some
+    /// answers lost), ends and time: once one copy's renewal is in the store, the other
+    /// copy's renewals are refused for good; a copy records the outcome only while the
+    /// other copy's renewed lease is not live; a copy is refused only when the other copy
+    /// renewed or the lease expired.
+    #[test]
+    fn copies_of_one_holder_never_both_keep_the_lease(ops in prop::collection::vec(copy_op(), 1..40)) {
+        let mut m = Memory::default();
+        let g = granted(&mut m, &req(T0, 1, 1), T0);
+        let mut now = T0;
+        let mut copies = vec![
+            Copy { lease: g.lease.clone(), pending: None, refused: false, done: false };
+            2
+        ];
+        let mut fresh = 100i64;
+        // Which copy's generation the row holds, once a renewal went in.
+        let mut owner: Option<usize> = None;
+        let mut recorded = false;
+        for op in ops {
+            match op {
+                CopyOp::Advance(d) => now += d,
+                CopyOp::Renew { copy, lost } => {
+                    let c = &mut copies[copy];
+                    if c.refused || c.done {
+                        continue;
+                    }
+                    let next = c.pending.unwrap_or_else(|| { fresh += 1; fresh });
+                    let row = m.lease("j");
+                    let got = m.renew(&c.lease.clone(), next, TTL, now);
+                    if got.is_some() {
+                        if let Some(o) = owner {
+                            prop_assert_eq!(o, copy, "both copies renewed: {:?}", row);
+                        }
+                        owner = Some(copy);
+                    } else {
+                        // Refused only when the other copy renewed or the lease is gone.
+                        prop_assert!(
+                            owner.is_some_and(|o| o != copy)
+                                || row.as_ref().is_none_or(|l| l.expire_at <= now),
+                            "refused {copy} on {row:?} at {now}"
+                        );
+                    }
+                    match (got, lost) {
+                        (_, true) => c.pending = Some(next),
+                        (Some(expire_at), false) => {
+                            c.lease.renewal = next;
+                            c.lease.expire_at = expire_at;
+                            c.pending = None;
+                        }
+                        (None, false) => c.refused = true,
+                    }
+                }
+                CopyOp::Finish { copy, kept } => {
+                    if copies[copy].done {
+                        continue;
+                    }
+                    if let Some(next) = copies[copy].pending.take() {
+                        let l = copies[copy].lease.clone();
+                        match m.renew(&l, next, TTL, now) {
+                            Some(_) => copies[copy].lease.renewal = next,
+                            None => copies[copy].refused = true,
+                        }
+                    }
+                    let c = &mut copies[copy];
+                    c.done = true;
+                    let outcome = if c.refused { Outcome::LeaseLost } else { Outcome::Succeeded };
+                    let row = m.lease("j");
+                    let other_live = owner.is_some_and(|o| o != copy)
+                        && row.as_ref().is_some_and(|l| l.expire_at > now);
+                    let f = m
+                        .finish(&c.lease, &g.run.run_id, &end(outcome, None), kept, now)
+                        .expect("finish");
+                    if f.recorded {
+                        prop_assert!(!recorded, "recorded twice");
+                        prop_assert!(!other_live, "{copy} recorded over the other copy's live lease {row:?}");
+                        recorded = true;
+                    }
+                }
+            }
+        }
     }
 }
