@@ -49,6 +49,7 @@ fn claim_and_finish(store: &mut SqliteStore, i: u64) {
         exit_status: Some(0),
         report: Default::default(),
         resolution: None,
+        ended_at: None,
     };
     let done = store.finish(&lease, &run.run_id, &finish).unwrap();
     assert!(done.recorded && done.released);

@@ -69,6 +69,7 @@ fn finish() -> Finish {
         exit_status: Some(0),
         report: Default::default(),
         resolution: None,
+        ended_at: None,
     }
 }
 

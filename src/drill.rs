@@ -200,6 +200,7 @@ fn succeeded() -> Finish {
         exit_status: Some(0),
         report: Default::default(),
         resolution: None,
+        ended_at: None,
     }
 }
 

@@ -10,7 +10,8 @@
 //! from a seeded random schedule: power cuts and clean reboots of a host,
 //! `daemon-reload`, job-list edits (add, remove, a typo then its fix), SIGKILL of a shim,
 //! SIGKILL and SIGSTOP of a job's processes, the store server stopped and frozen past the
-//! lease, one host cut off from the store (its own TCP proxy frozen), a host's shim run
+//! lease, one host cut off from the store (its own TCP proxy frozen), a whole host frozen
+//! past its leases and thawed (the cgroup freezer, as a paused VM), a host's shim run
 //! with its clock offset within and beyond `clock_tolerance` (not with SQLite, whose one
 //! host's clock is the store's; libfaketime in a drop-in of `jobguard@.service`),
 //! and a full disk under the SQLite store. Then a quiet tail
@@ -1254,6 +1255,21 @@ impl Soak {
                 let to = now_us() + 10_000_000;
                 self.excuse(None, from, to, "store frozen");
             }
+            "host-freeze" => {
+                // The whole host paused, as a hypervisor pauses a VM or a snapshot is
+                // resumed later: past the 4 s lease of `long`, within the 90 s another
+                // machine leaves a lapsed holder's slot to it.
+                let i = self.rng.range(0, n as u64 - 1) as usize;
+                let name = self.host_name(i);
+                let hold = self.rng.range(6, 20);
+                if let Err(e) = self.hosts[i].freeze(true) {
+                    self.note(format!("{kind}: {name}: {e}; skipped"));
+                    return;
+                }
+                self.count(kind, format!("{name} frozen for {hold} s"));
+                self.sleep(hold);
+                self.hosts[i].freeze(false).expect("thaw the host");
+            }
             "host-cutoff" => {
                 let i = self.rng.range(0, n as u64 - 1) as usize;
                 let name = self.host_name(i);
@@ -1481,7 +1497,7 @@ fn every_slot_runs_once_under_faults() {
         // etcd has no clock to compare a host's with (its store reads the host's clock):
         // a host whose clock is wrong runs the slots its clock gives, as cron would, so
         // the soak keeps the hosts' clocks right and faults the rest.
-        kinds.extend(["store-stop", "store-freeze", "host-cutoff"]);
+        kinds.extend(["store-stop", "store-freeze", "host-cutoff", "host-freeze"]);
     } else {
         kinds.extend([
             "clock-within",
@@ -1489,6 +1505,7 @@ fn every_slot_runs_once_under_faults() {
             "store-stop",
             "store-freeze",
             "host-cutoff",
+            "host-freeze",
         ]);
     }
     let inject_until = Instant::now() + Duration::from_secs(secs.saturating_sub(TAIL_SECS));

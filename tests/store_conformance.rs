@@ -497,6 +497,7 @@ fn second_success_for_a_slot_is_refused_by_the_index() {
             exit_status: Some(0),
             report: Default::default(),
             resolution: None,
+            ended_at: None,
         },
     )
     .unwrap();
@@ -1244,6 +1245,7 @@ fn the_four_stores_answer_random_histories_alike() {
                     exit_status: Some(0),
                     report: Default::default(),
                     resolution,
+                    ended_at: None,
                 };
                 for s in stores.iter_mut() {
                     answers.push(format!("{:?}", s.finish(&lease, &run.run_id, &f).ok()));

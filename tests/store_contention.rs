@@ -656,8 +656,10 @@ fn outcome_kept_while_the_store_is_cut_off(server: &'static Server, test: &str) 
     for (n, slot) in slots.iter().enumerate() {
         let shim = start_cut(&sb, slot, n);
         proxy.freeze(true);
+        let go = jiff::Timestamp::now();
         std::fs::write(sb.file("out.go"), "").unwrap();
         let out = shim.wait_with_output().unwrap();
+        let exited = jiff::Timestamp::now();
         // The finish the shim sent never reaches the server (dropped with the connection).
         proxy.cut();
         proxy.freeze(false);
@@ -665,12 +667,27 @@ fn outcome_kept_while_the_store_is_cut_off(server: &'static Server, test: &str) 
         assert_eq!(out.status.code(), Some(69), "{err}");
         assert!(err.contains("NOT recorded"), "{err}");
         assert_eq!(sb.history("cut")[0]["outcome"], "running");
+        // Recorded a while later; the record keeps the command's own end.
+        std::thread::sleep(Duration::from_secs(3));
         let next = if n == 0 {
             sb.run(&["recover"])
         } else {
             sb.run(&["run", "cut", "--slot", slot])
         };
         recorded_late_once(&sb, &next, slot);
+        let h = sb.history("cut");
+        let row = h
+            .iter()
+            .find(|r| r["slot"] == *slot)
+            .expect("the slot's record");
+        let ended: jiff::Timestamp = row["finished_at"]
+            .as_str()
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| panic!("finished_at of {row}"));
+        assert!(
+            go <= ended && ended <= exited,
+            "finished_at {ended} is the command's end (between {go} and {exited}), not the late write's time"
+        );
     }
     assert_eq!(
         sb.read("out").lines().collect::<Vec<_>>(),

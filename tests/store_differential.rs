@@ -336,18 +336,27 @@ impl Diff {
                 Some(Resolution::Queued),
                 Some(Resolution::Held),
             ]),
+            ended_at: None,
         };
         let kept = self.rng.chance(30);
         let now = self.clock.now_usec();
+        // A kept outcome's own end, by a host clock that may be off: before its start,
+        // within its run, or after the latest its lease allowed.
+        let end = Finish {
+            ended_at: (kept && self.rng.chance(70))
+                .then(|| now - self.rng.pick(&[-HOUR, 0, 5_000_000, 70_000_000, HOUR])),
+            ..end
+        };
         self.log.push(format!(
-            "now {now}: finish{} job {} run {} token {} generation {} {:?} resolution {:?}",
+            "now {now}: finish{} job {} run {} token {} generation {} {:?} resolution {:?} ended {:?}",
             if kept { "_kept" } else { "" },
             lease.job,
             run.run_id,
             lease.token,
             lease.renewal,
             end.outcome,
-            end.resolution
+            end.resolution,
+            end.ended_at
         ));
         let expected = self
             .mirror

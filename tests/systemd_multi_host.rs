@@ -793,3 +793,103 @@ fn hosts_with_one_machine_id_run_each_slot_once_and_report_the_shared_id() {
         "the command ran once across the hosts: {starts:?}"
     );
 }
+
+/// A whole host paused past its lease, as a hypervisor pauses a VM or a snapshot is
+/// resumed later: the holder's container is frozen (cgroup v2 freezer) a few seconds into
+/// a long run, on three hosts made from one image (one machine id). The others' recovery
+/// passes judge the run cut only by the store's clock (its lease expired, then a pass's
+/// grace), and one of them runs the slot again and records its success. Then the frozen
+/// host is thawed with its command, its shim and its lease as they were: the shim finds
+/// its lease long gone, kills the command before it gets further, writes nothing over the
+/// new attempt, and exits 75. The job's own logs are the ground truth: one `end` in all.
+#[test]
+fn a_host_frozen_past_its_lease_is_fenced_when_it_resumes() {
+    let case = "a_host_frozen_past_its_lease_is_fenced_when_it_resumes";
+    let Some(store) = shared_store(server("postgres"), case, None) else {
+        return;
+    };
+    let shared_id = std::fs::read_to_string("/proc/sys/kernel/random/uuid")
+        .expect("uuid")
+        .trim()
+        .replace('-', "");
+    let jobs = LOGGING_JOB.replace(
+        "kill_grace = \"3s\"",
+        "kill_grace = \"3s\"\nenvironment = { FIRST_SECONDS = \"900\" }",
+    );
+    let cl = cluster("frozen", &store, &jobs, |o| {
+        o.file("/etc/machine-id", format!("{shared_id}\n"))
+    });
+    let h1 = &cl.hosts[0];
+    h1.exec_ok(&["systemctl", "start", "--no-block", "jobguard@sync.service"])
+        .expect("start");
+    common::wait_for(
+        "the job to start on h1",
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        || Ok(job_log(h1).iter().any(|l| l.0 == "start").then_some(())),
+    )
+    .expect("started");
+    std::thread::sleep(Duration::from_secs(3));
+    h1.freeze(true).expect("freeze h1");
+    let frozen_at = now_secs();
+
+    // Another host's recovery pass judges the run cut and runs the slot again.
+    let other = common::wait_for(
+        "another host to run the slot again",
+        Duration::from_secs(480),
+        Duration::from_secs(2),
+        || {
+            Ok(cl.hosts[1..]
+                .iter()
+                .position(|c| job_log(c).iter().any(|l| l.0 == "end"))
+                .map(|i| i + 1))
+        },
+    )
+    .expect("run again elsewhere");
+    let succeeded = |rows: &[Value]| {
+        rows.iter()
+            .filter(|r| field(r, "outcome") == "succeeded")
+            .count()
+    };
+    common::wait_for(
+        "the other host's success to be recorded",
+        Duration::from_secs(60),
+        Duration::from_secs(1),
+        || {
+            Ok(history(&cl.hosts[other], "sync")
+                .ok()
+                .filter(|rows| succeeded(rows) == 1))
+        },
+    )
+    .expect("recorded");
+    let paused = now_secs() - frozen_at;
+    assert!(paused > 30.0, "frozen past the lease: {paused} s");
+
+    h1.freeze(false).expect("thaw h1");
+    let result = wait_unit_done(h1, "jobguard@sync.service", Duration::from_secs(60));
+    assert_eq!(
+        prop(h1, "jobguard@sync.service", "ExecMainStatus"),
+        "75",
+        "the resumed holder's lease is lost ({result})"
+    );
+    let rows = history(&cl.hosts[2], "sync").expect("history");
+    assert_eq!(succeeded(&rows), 1, "{rows:#?}");
+    let first = rows
+        .iter()
+        .find(|r| field(r, "attempt") == "1")
+        .expect("first attempt");
+    assert_eq!(field(first, "outcome"), "interrupted", "{rows:#?}");
+    let ends: Vec<(usize, String)> = cl
+        .hosts
+        .iter()
+        .enumerate()
+        .flat_map(|(i, c)| {
+            job_log(c)
+                .into_iter()
+                .filter(|l| l.0 == "end")
+                .map(move |l| (i, l.2))
+        })
+        .collect();
+    assert_eq!(ends.len(), 1, "the command completed once: {ends:?}");
+    assert_ne!(ends[0].0, 0, "not on the resumed host: {ends:?}");
+}

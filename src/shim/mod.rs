@@ -1000,6 +1000,7 @@ fn run_slot(
                     exit_status: None,
                     report: Default::default(),
                     resolution: Some(Resolution::Queued),
+                    ended_at: None,
                 };
                 PassedOver::record(passed_over, &mut lost.report);
                 renewal.settle(store, job.lease_ttl);
@@ -1158,6 +1159,7 @@ fn execute(
                 exit_status: Some(i32::from(code)),
                 report: Default::default(),
                 resolution: None,
+                ended_at: None,
             };
             (f, code)
         }
@@ -1269,6 +1271,7 @@ fn classify(job: &Job, ended: &child::Ended, cut: Option<logind::Cut>) -> (Finis
         exit_status: status,
         report: Default::default(),
         resolution,
+        ended_at: None,
     };
     let policy = match job.on_interrupted {
         OnInterrupted::Rerun => Resolution::Queued,

@@ -82,6 +82,10 @@ pub struct Kept {
     pub report: BTreeMap<String, String>,
     /// See [`Finish::resolution`]: [`Resolution::as_str`].
     pub resolution: Option<String>,
+    /// When the command ended, µs since the Unix epoch, this host's clock (the moment the
+    /// outcome was kept): [`Finish::ended_at`]. Absent in a file written before.
+    #[serde(default)]
+    pub ended_at: Option<i64>,
 }
 
 impl Kept {
@@ -104,6 +108,7 @@ impl Kept {
             exit_status: finish.exit_status,
             report: finish.report.clone(),
             resolution: finish.resolution.map(|r| r.as_str().to_string()),
+            ended_at: Some(jiff::Timestamp::now().as_microsecond()),
         }
     }
 
@@ -129,6 +134,7 @@ impl Kept {
                 Some(r) => Some(r.parse::<Resolution>().ok()?),
                 None => None,
             },
+            ended_at: self.ended_at,
         })
     }
 

@@ -286,14 +286,15 @@ local job, holder, token, run_id = ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local outcome, lost = ARGV[7], ARGV[12]
 local now = now_us(ARGV[2])
 local lkey = p .. 'lease:' .. job
-local l = redis.call('HMGET', lkey, 'holder', 'token', 'expire_at', 'renewal')
+local l = redis.call('HMGET', lkey, 'holder', 'token', 'expire_at', 'renewal', 'acquired_at')
 -- rules::holds, and rules::finish's copy of the holder: the same grant, unexpired, under
 -- another renewal generation than ARGV[13].
 local live = l[1] == holder and holder ~= '' and l[2] == token and tonumber(l[3]) > now
 local held = live and (l[4] or '0') == ARGV[13]
 local copy = live and not held
 local rkey = p .. 'run:' .. run_id
-local r = redis.call('HMGET', rkey, 'outcome', 'fencing_token', 'job', 'slot_usec', 'forced')
+local r = redis.call('HMGET', rkey, 'outcome', 'fencing_token', 'job', 'slot_usec', 'forced',
+  'started_at', 'machine_id', 'boot_id', 'pid', 'pid_start')
 local recorded = 0
 if r[1] == 'running' and r[2] == token and r[3] == job and (lost == '1' or held)
    and not copy then
@@ -305,7 +306,21 @@ if r[1] == 'running' and r[2] == token and r[3] == job and (lost == '1' or held)
       end
     end
   end
-  redis.call('HSET', rkey, 'outcome', outcome, 'finished_at', fmt(now), 'report', ARGV[10])
+  -- A kept outcome (ARGV[14] '1') ends when its command ended (ARGV[15], the host's µs),
+  -- within the record's start and rules::cut_end.
+  local finished = now
+  if ARGV[14] == '1' and ARGV[15] ~= '' then
+    local bound = now
+    local rholder = r[7] .. ':' .. r[8] .. ':' .. r[9] .. ':' .. r[10]
+    if l[1] and l[1] ~= '' and l[1] == rholder and l[2] == r[2] then
+      bound = tonumber(l[3])
+    elseif l[2] and tonumber(l[2]) > tonumber(r[2]) then
+      bound = tonumber(l[5])
+    end
+    bound = math.max(tonumber(r[6]), math.min(now, bound))
+    finished = math.min(math.max(tonumber(ARGV[15]), tonumber(r[6])), bound)
+  end
+  redis.call('HSET', rkey, 'outcome', outcome, 'finished_at', fmt(finished), 'report', ARGV[10])
   local optional = {reason = ARGV[8], exit_status = ARGV[9], resolution = ARGV[11]}
   for k, val in pairs(optional) do
     if val ~= '' then redis.call('HSET', rkey, k, val) else redis.call('HDEL', rkey, k) end
@@ -1381,6 +1396,8 @@ impl RedisStore {
                     "0"
                 })
                 .arg(lease.renewal)
+                .arg(if any_lease { "1" } else { "0" })
+                .arg(finish.ended_at.map(|t| t.to_string()).unwrap_or_default())
                 .invoke(c)?)
         })?;
         Ok(Finished {

@@ -15,11 +15,12 @@
 //!   reads the snapshot and applies the writes in one `BEGIN IMMEDIATE` transaction; etcd
 //!   in a `Txn` conditioned on the revisions it read; ZooKeeper in a `multi` conditioned on
 //!   the versions it read.
-//! - [`super::postgres`] and [`super::mysql`]: the claim, the schedule declaration and the
-//!   mark (MySQL's interrupt too), with a compare-and-set on what was read; renew, finish,
-//!   interrupt (PostgreSQL), unlock and resolve are still SQL, a CTE or a stored procedure.
-//!   The PL/pgSQL `jobguard_claim` and MySQL's claim procedure stay installed for older
-//!   binaries only.
+//! - [`super::postgres`] and [`super::mysql`]: the claim, renew, finish, interrupt, unlock
+//!   (MySQL), the schedule declaration and the mark, with a compare-and-set on what was
+//!   read (PostgreSQL: the lease row's `xmin`) or under the lease row's lock (MySQL's
+//!   renew, finish, interrupt and unlock); PostgreSQL's unlock and both stores' resolve are
+//!   still SQL. The PL/pgSQL `jobguard_claim` and MySQL's procedures stay installed for
+//!   older binaries only.
 //! - [`super::redis`]: every operation is still a Lua script.
 //!
 //! `tests/store_differential.rs` drives every backend through random histories and
@@ -712,7 +713,9 @@ pub struct RunState<'a> {
 /// or the outcome is `lease_lost` `lease` still holds the row ([`holds`]), and in every
 /// case no copy of the holder holds it (same holder and token, unexpired, another renewal
 /// generation: the copy that renewed last is the one whose command still runs). The row
-/// is released if `lease` holds it.
+/// is released if `lease` holds it. The record's `finished_at` is `now`, or with `kept`
+/// the command's own end ([`Finish::ended_at`]) within the record's start and
+/// [`cut_end`].
 ///
 /// # Errors
 /// [`RuleError::NotAnEndState`] for `running`; [`RuleError::SecondSuccess`] when a
@@ -754,11 +757,16 @@ pub fn finish(
                     by: by.run_id.clone(),
                 });
             }
+            // A kept outcome ends when its command ended, as far as the store allows.
+            let finished_at = match (kept, finish.ended_at) {
+                (true, Some(t)) => t.max(r.started_at).min(cut_end(r, state.lease, now)),
+                _ => now,
+            };
             Some(Run {
                 outcome: finish.outcome,
                 reason: finish.reason.clone(),
                 exit_status: finish.exit_status,
-                finished_at: Some(now),
+                finished_at: Some(finished_at),
                 report: finish.report.clone(),
                 resolution: finish.resolution,
                 ..r.clone()

@@ -94,6 +94,7 @@ macro_rules! conformance_suite {
             every_way_of_queueing_a_slot_is_seen_by_the_claim,
             a_rerun_is_not_queued_for_a_done_slot,
             a_kept_outcome_is_recorded_without_the_lease,
+            a_kept_outcome_ends_when_its_command_ended,
             delete_slots_deletes_only_whole_settled_slots_of_the_job,
             schedules_are_declared_and_swapped_only_if_unchanged,
             a_long_history_of_large_reports_reads_back,
@@ -214,6 +215,7 @@ pub fn finish(outcome: Outcome) -> Finish {
         },
         report: BTreeMap::new(),
         resolution: None,
+        ended_at: None,
     }
 }
 
@@ -809,6 +811,57 @@ pub fn a_rerun_is_not_queued_for_a_done_slot(env: &dyn Env) {
     assert_eq!(s.resolve("sync", S1, Resolution::Held).unwrap(), 1);
 }
 
+/// An outcome kept on its host and recorded late (the store was away when the command
+/// ended) keeps the command's own end as `finished_at`, not the time of the late write,
+/// within the record's start and the latest its lease let it run (`rules::cut_end`):
+/// the lease's expiry while the row is still its grant, a later grant's start once one
+/// took over.
+pub fn a_kept_outcome_ends_when_its_command_ended(env: &dyn Env) {
+    let mut s = connect(env);
+    let kept = |outcome, ended_at| Finish {
+        ended_at: Some(ended_at),
+        ..finish(outcome)
+    };
+    // S1: ended 20 s in, recorded two hours later.
+    let (l, _) = claimed(&mut *s, &request("sync", S1, 1, 1, false));
+    env.advance(2 * 3_600_000_000);
+    let done = s
+        .finish_kept(&l, &rid(1), &kept(Outcome::Succeeded, T0 + 20_000_000))
+        .unwrap();
+    assert!(done.recorded, "{done:?}");
+    let r = run_by_id(&mut *s, "sync", &rid(1));
+    assert_eq!(r.finished_at, Some(T0 + 20_000_000));
+    // S2: a host clock far ahead says it ended after its lease expired: the expiry.
+    let t = T0 + 2 * 3_600_000_000;
+    let (l, _) = claimed(&mut *s, &request("sync", S2, 1, 2, false));
+    env.advance(10 * 60_000_000);
+    assert!(
+        s.finish_kept(&l, &rid(2), &kept(Outcome::Failed, t + 9 * 60_000_000))
+            .unwrap()
+            .recorded
+    );
+    assert_eq!(
+        run_by_id(&mut *s, "sync", &rid(2)).finished_at,
+        Some(l.expire_at)
+    );
+    // S3: a clock behind says it ended before it started: the start (a later grant's
+    // start bounds it from above).
+    let t = t + 10 * 60_000_000;
+    let (l, r3) = claimed(&mut *s, &request("sync", S3, 1, 3, false));
+    env.advance(TAKEOVER_US + 5);
+    let (l4, _) = claimed(&mut *s, &request("sync", S3, 2, 4, false));
+    assert!(
+        s.finish_kept(&l, &rid(3), &kept(Outcome::Failed, t - 1))
+            .unwrap()
+            .recorded
+    );
+    assert_eq!(
+        run_by_id(&mut *s, "sync", &rid(3)).finished_at,
+        Some(r3.started_at)
+    );
+    assert!(l4.token > l.token);
+}
+
 /// `finish_kept` records an outcome that its shim could not record in time (kept on its
 /// host and replayed): without the lease, only on a record still `running` with the
 /// token, and it releases the lease only while that grant holds.
@@ -1076,6 +1129,7 @@ pub fn finish_records_every_field(env: &dyn Env) {
                 exit_status: Some(143),
                 report: report.clone(),
                 resolution: None,
+                ended_at: None,
             },
         )
         .unwrap();

@@ -980,6 +980,7 @@ pub fn success_is_unique_in_the_schema(server: &'static Server, test: &str) {
                 exit_status: Some(0),
                 report: Default::default(),
                 resolution: None,
+                ended_at: None,
             },
         )
         .unwrap();

@@ -73,6 +73,7 @@ pub(crate) fn end(outcome: Outcome, resolution: Option<Resolution>) -> Finish {
         exit_status: None,
         report: BTreeMap::new(),
         resolution,
+        ended_at: None,
     }
 }
 
