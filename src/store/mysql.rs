@@ -52,7 +52,8 @@
 //! Renew, finish and interrupt are decided by [`rules::renew`], [`rules::finish`] and
 //! [`rules::interrupt`] in one READ COMMITTED transaction sent statement by statement: it
 //! locks the job's lease row (`SELECT … FOR UPDATE`), then reads the server's clock and
-//! the records, decides and writes; unlock ([`rules::unlock`]) the same. The procedures
+//! the records, decides and writes; unlock ([`rules::unlock`]) and resolve
+//! ([`rules::resolve`]) the same. The procedures
 //! `jobguard_renew`, `jobguard_finish`, `jobguard_interrupt` and `jobguard_unlock` of
 //! schemas 1 to 3 stay for older jobguards in the middle of a run when the schema is
 //! upgraded. Values are sent as literals
@@ -1715,21 +1716,32 @@ impl Store for MysqlStore {
         slot: i64,
         resolution: Resolution,
     ) -> Result<usize, StoreError> {
-        let r = lit(resolution.as_str());
-        let sql = format!(
-            "UPDATE jobguard_run SET resolution = {r}
-             WHERE job = {j} AND slot_usec = {slot}
-               AND outcome IN ('interrupted', 'lease_lost', 'failed')
-               AND (resolution IS NULL OR resolution NOT IN ('rerun', 'done', {r}))
-               AND ({r} <> 'queued' OR NOT EXISTS (
-                 SELECT 1 FROM (SELECT 1 FROM jobguard_run d
-                   WHERE d.job = {j} AND d.slot_usec = {slot}
-                     AND (d.outcome = 'succeeded' OR d.resolution = 'done')) AS done))",
-            j = lit(job)
-        );
+        // Decided by `rules::resolve` on the slot's records, under the lease row's lock
+        // (every claim, finish and interrupt takes it).
+        let now = self.test_now();
         self.with_schema("resolve", |c| {
-            c.query_drop(&sql)?;
-            Ok(usize::try_from(c.affected_rows()).unwrap_or(0))
+            let mut tx = c.start_transaction(read_committed())?;
+            let _ = lock_lease(&mut tx, job, &now)?;
+            let rows: Vec<Row> = tx.query(format!(
+                "SELECT {RUN_COLUMNS} FROM jobguard_run r WHERE r.job = {} AND r.slot_usec = {slot}
+                 ORDER BY r.seq",
+                lit(job)
+            ))?;
+            let runs = rows
+                .iter()
+                .map(|row| remote::run_from_object(&row_object(row)).map_err(Fail::Data))
+                .collect::<Result<Vec<Run>, Fail>>()?;
+            let ids = rules::resolve(&runs, resolution);
+            if !ids.is_empty() {
+                let list: Vec<String> = ids.iter().map(|id| lit(id)).collect();
+                tx.query_drop(format!(
+                    "UPDATE jobguard_run SET resolution = {} WHERE run_id IN ({})",
+                    lit(resolution.as_str()),
+                    list.join(", ")
+                ))?;
+            }
+            tx.commit()?;
+            Ok(ids.len())
         })
     }
 

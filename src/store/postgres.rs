@@ -78,8 +78,8 @@
 //! (under an advisory lock, so hosts starting together do not race) and asks again.
 //! Renew, finish and interrupt are decided by [`rules::renew`], [`rules::finish`] and
 //! [`rules::interrupt`] the same way: one statement reads the lease row with its `xmin`
-//! and the records; one writes only if `xmin` is unchanged. `unlock` is one statement
-//! (a data-modifying CTE).
+//! and the records; one writes only if `xmin` is unchanged. Unlock ([`rules::unlock`])
+//! and resolve ([`rules::resolve`]) too.
 //!
 //! Every call has a deadline ([`remote::CALL_TIMEOUT`], connect [`remote::CONNECT_TIMEOUT`]);
 //! the client is `tokio-postgres` driven by a private current-thread runtime, because the
@@ -1226,20 +1226,25 @@ async fn read_row_state(
         Some(v) => Some((v, lease_from(job, row, 2)?)),
         None => None,
     };
-    let mut slot_runs = Vec::new();
-    if let Some(json) = row.try_get::<_, Option<String>>(9)? {
-        let records: Vec<serde_json::Map<String, serde_json::Value>> =
-            serde_json::from_str(&json).map_err(|e| Fail::Data(format!("records: {e}")))?;
-        for object in &records {
-            slot_runs.push(remote::run_from_object(object).map_err(Fail::Data)?);
-        }
-    }
     Ok(PgRowState {
         now: row.try_get(0)?,
         row: lease,
         record: run_from(row.try_get(8)?)?,
-        slot_runs,
+        slot_runs: runs_from_json(row.try_get(9)?)?,
     })
+}
+
+/// The records of a `jsonb_agg(to_jsonb(r))` column, in its order; none for NULL.
+fn runs_from_json(json: Option<String>) -> Result<Vec<Run>, Fail> {
+    let Some(json) = json else {
+        return Ok(Vec::new());
+    };
+    let records: Vec<serde_json::Map<String, serde_json::Value>> =
+        serde_json::from_str(&json).map_err(|e| Fail::Data(format!("records: {e}")))?;
+    records
+        .iter()
+        .map(|o| remote::run_from_object(o).map_err(Fail::Data))
+        .collect()
 }
 
 /// Applies `decision` ([`rules::finish`], [`rules::interrupt`]) decided on `state`: the
@@ -2024,27 +2029,57 @@ impl Store for PostgresStore {
         slot: i64,
         resolution: Resolution,
     ) -> Result<usize, StoreError> {
-        let resolution = resolution.as_str();
+        // Decided by `rules::resolve` on the slot's records; written only if the job's
+        // lease row is the version read (every claim, finish and interrupt writes it).
         self.with_schema("resolve", async |c| {
-            let n = c
-                .query_typed(
-                    "UPDATE jobguard_run SET resolution = $3
-                     WHERE job = $1 AND slot_usec = $2
-                       AND outcome IN ('interrupted', 'lease_lost', 'failed')
-                       AND (resolution IS NULL OR resolution NOT IN ('rerun', 'done', $3))
-                       AND ($3 <> 'queued' OR NOT EXISTS (
-                         SELECT 1 FROM jobguard_run d WHERE d.job = $1 AND d.slot_usec = $2
-                           AND (d.outcome = 'succeeded' OR d.resolution = 'done')))
-                     RETURNING 1",
-                    &[
-                        (&job, Type::TEXT),
-                        (&slot, Type::INT8),
-                        (&resolution, Type::TEXT),
-                    ],
-                )
-                .await?
-                .len();
-            Ok(n)
+            for _ in 0..END_TRIES {
+                let rows = c
+                    .query_typed(
+                        "SELECT l.xmin::text,
+                           (SELECT jsonb_agg(to_jsonb(r) ORDER BY r.seq)::text
+                              FROM jobguard_run r WHERE r.job = $1 AND r.slot_usec = $2)
+                         FROM jobguard_lease l WHERE l.job = $1",
+                        &[(&job, Type::TEXT), (&slot, Type::INT8)],
+                    )
+                    .await?;
+                let Some(row) = rows.first() else {
+                    return Ok(0);
+                };
+                let version: String = row.try_get(0)?;
+                let runs = runs_from_json(row.try_get(1)?)?;
+                let ids = rules::resolve(&runs, resolution);
+                if ids.is_empty() {
+                    return Ok(0);
+                }
+                let resolution = resolution.as_str();
+                let rows = c
+                    .query_typed(
+                        "WITH l AS (
+                           UPDATE jobguard_lease SET holder = holder
+                           WHERE job = $1 AND xmin::text = $2 RETURNING 1),
+                         r AS (
+                           UPDATE jobguard_run SET resolution = $4
+                           WHERE run_id = ANY($3) AND EXISTS (SELECT 1 FROM l)
+                           RETURNING 1)
+                         SELECT (SELECT count(*) FROM l), (SELECT count(*) FROM r)",
+                        &[
+                            (&job, Type::TEXT),
+                            (&version, Type::TEXT),
+                            (&ids, Type::TEXT_ARRAY),
+                            (&resolution, Type::TEXT),
+                        ],
+                    )
+                    .await?;
+                let row = rows.first().ok_or_else(|| {
+                    Fail::Data("the resolve's write answered nothing".to_string())
+                })?;
+                if row.try_get::<_, i64>(0)? == 1 {
+                    return Ok(usize::try_from(row.try_get::<_, i64>(1)?).unwrap_or(0));
+                }
+            }
+            Err(Fail::Data(format!(
+                "resolve: the lease row changed under {END_TRIES} tries in a row"
+            )))
         })
     }
 
@@ -2092,22 +2127,29 @@ impl Store for PostgresStore {
     fn unlock(&mut self, job: &str) -> Result<Option<Lease>, StoreError> {
         let now = self.test_now();
         self.with_schema("unlock", async |c| {
-            let rows = c
-                .query_typed(
-                    &format!(
-                        "WITH t AS (SELECT {NOW_US} AS now),
-                         old AS (SELECT holder, host, token, acquired_at, expire_at, renewal
-                                 FROM jobguard_lease WHERE job = $2 FOR UPDATE),
-                         upd AS (UPDATE jobguard_lease SET holder = '', host = '', expire_at = 0
-                                 WHERE job = $2 AND holder <> '' RETURNING 1)
-                         SELECT old.holder, old.host, old.token, old.acquired_at, old.expire_at,
-                           old.renewal
-                         FROM old, t WHERE old.holder <> '' AND old.expire_at > t.now"
-                    ),
-                    &[(&now, Type::INT8), (&job, Type::TEXT)],
-                )
-                .await?;
-            rows.first().map(|r| lease_from(job, r, 0)).transpose()
+            for _ in 0..END_TRIES {
+                let state = read_row_state(c, now, job, "").await?;
+                let Some((version, row)) = &state.row else {
+                    return Ok(None);
+                };
+                let (ended, release) = rules::unlock(state.now, Some(row));
+                if !release {
+                    return Ok(ended);
+                }
+                let n = c
+                    .execute_typed(
+                        "UPDATE jobguard_lease SET holder = '', host = '', expire_at = 0
+                         WHERE job = $1 AND xmin::text = $2",
+                        &[(&job, Type::TEXT), (version, Type::TEXT)],
+                    )
+                    .await?;
+                if n == 1 {
+                    return Ok(ended);
+                }
+            }
+            Err(Fail::Data(format!(
+                "unlock: the lease row changed under {END_TRIES} tries in a row"
+            )))
         })
     }
 }

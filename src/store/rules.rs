@@ -15,11 +15,10 @@
 //!   reads the snapshot and applies the writes in one `BEGIN IMMEDIATE` transaction; etcd
 //!   in a `Txn` conditioned on the revisions it read; ZooKeeper in a `multi` conditioned on
 //!   the versions it read.
-//! - [`super::postgres`] and [`super::mysql`]: the claim, renew, finish, interrupt, unlock
-//!   (MySQL), the schedule declaration and the mark, with a compare-and-set on what was
-//!   read (PostgreSQL: the lease row's `xmin`) or under the lease row's lock (MySQL's
-//!   renew, finish, interrupt and unlock); PostgreSQL's unlock and both stores' resolve are
-//!   still SQL. The PL/pgSQL `jobguard_claim` and MySQL's procedures stay installed for
+//! - [`super::postgres`] and [`super::mysql`]: every operation too, with a
+//!   compare-and-set on what was read (PostgreSQL: the lease row's `xmin`; MySQL's claim:
+//!   every column of the lease row) or under the lease row's lock (MySQL's other
+//!   operations). The PL/pgSQL `jobguard_claim` and MySQL's procedures stay installed for
 //!   older binaries only.
 //! - [`super::redis`]: every operation is still a Lua script.
 //!
