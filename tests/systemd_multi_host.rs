@@ -674,6 +674,24 @@ fn a_host_cut_off_as_its_job_ends_records_the_success_and_no_host_runs_it_again(
 }
 
 /// Three hosts made from one image that was never given machine ids of their own (one
+/// random `/etc/machine-id`, answered too), with [`LOGGING_JOB`] whose first attempt runs
+/// `first_seconds`.
+fn one_image_cluster(tag: &str, store: &Namespace, first_seconds: u32) -> (Cluster, String) {
+    let shared_id = std::fs::read_to_string("/proc/sys/kernel/random/uuid")
+        .expect("uuid")
+        .trim()
+        .replace('-', "");
+    let jobs = LOGGING_JOB.replace(
+        "kill_grace = \"3s\"",
+        &format!("kill_grace = \"3s\"\nenvironment = {{ FIRST_SECONDS = \"{first_seconds}\" }}"),
+    );
+    let cl = cluster(tag, store, &jobs, |o| {
+        o.file("/etc/machine-id", format!("{shared_id}\n"))
+    });
+    (cl, shared_id)
+}
+
+/// Three hosts made from one image that was never given machine ids of their own (one
 /// `/etc/machine-id`; each boot has its own boot id) share a PostgreSQL store. The slot
 /// fired on two at once runs once; while it runs, a recovery pass on every host leaves
 /// the live run alone (it is not a run of an earlier boot of their machine: they never
@@ -685,17 +703,7 @@ fn hosts_with_one_machine_id_run_each_slot_once_and_report_the_shared_id() {
     let Some(store) = shared_store(server("postgres"), case, None) else {
         return;
     };
-    let shared_id = std::fs::read_to_string("/proc/sys/kernel/random/uuid")
-        .expect("uuid")
-        .trim()
-        .replace('-', "");
-    let jobs = LOGGING_JOB.replace(
-        "kill_grace = \"3s\"",
-        "kill_grace = \"3s\"\nenvironment = { FIRST_SECONDS = \"40\" }",
-    );
-    let cl = cluster("clone", &store, &jobs, |o| {
-        o.file("/etc/machine-id", format!("{shared_id}\n"))
-    });
+    let (cl, shared_id) = one_image_cluster("clone", &store, 40);
     let boots: Vec<String> = cl
         .hosts
         .iter()
@@ -808,17 +816,7 @@ fn a_host_frozen_past_its_lease_is_fenced_when_it_resumes() {
     let Some(store) = shared_store(server("postgres"), case, None) else {
         return;
     };
-    let shared_id = std::fs::read_to_string("/proc/sys/kernel/random/uuid")
-        .expect("uuid")
-        .trim()
-        .replace('-', "");
-    let jobs = LOGGING_JOB.replace(
-        "kill_grace = \"3s\"",
-        "kill_grace = \"3s\"\nenvironment = { FIRST_SECONDS = \"900\" }",
-    );
-    let cl = cluster("frozen", &store, &jobs, |o| {
-        o.file("/etc/machine-id", format!("{shared_id}\n"))
-    });
+    let (cl, _) = one_image_cluster("frozen", &store, 900);
     let h1 = &cl.hosts[0];
     h1.exec_ok(&["systemctl", "start", "--no-block", "jobguard@sync.service"])
         .expect("start");
