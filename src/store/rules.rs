@@ -18,8 +18,10 @@
 //! - [`super::postgres`] and [`super::mysql`]: every operation too, with a
 //!   compare-and-set on what was read (PostgreSQL: the lease row's `xmin`; MySQL's claim:
 //!   every column of the lease row) or under the lease row's lock (MySQL's other
-//!   operations). The PL/pgSQL `jobguard_claim` and MySQL's procedures stay installed for
-//!   older binaries only.
+//!   operations), except the mark's fence ([`mark_fence_holds`]), which is still a
+//!   condition of the insert's statement, on the lease row read under a share lock. The
+//!   PL/pgSQL `jobguard_claim` and MySQL's procedures stay installed for older binaries
+//!   only.
 //! - [`super::redis`]: every operation is still a Lua script.
 //!
 //! `tests/store_differential.rs` drives every backend through random histories and
