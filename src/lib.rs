@@ -13,6 +13,11 @@
 //!
 //! Binaries under `src/bin/` only parse arguments and call into [`cli`].
 
+// The test mirror of the store rules (`tests/common/memory.rs`) names the crate
+// `jobguard`, as the integration tests do; the rules' unit tests include it.
+#[cfg(test)]
+extern crate self as jobguard;
+
 pub mod audit;
 pub mod calendar;
 pub mod cli;

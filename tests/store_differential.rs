@@ -3,7 +3,7 @@
 //! on 127.0.0.1 in a fresh namespace each) is
 //! driven through one random sequence of claim, renew, finish, finish_kept, interrupt,
 //! resolve and unlock calls with random jobs, slots, holders, options and clock moves.
-//! The same calls go to [`Memory`], a mirror that moves only by the rules. After every
+//! The same calls go to `Memory` (`common/memory.rs`), a mirror that moves only by the rules. After every
 //! call the store's answer must equal the rules' answer, and the store's lease and records
 //! of every job (read with `Store::lease` and `Store::runs`) must equal the mirror's.
 //!
@@ -29,10 +29,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use jobguard::clock::{Clock, ManualClock};
 use jobguard::lease::{Holder, Lease};
 use jobguard::ledger::{Finish, NewRun, Outcome, Resolution, Run, Slot};
-use jobguard::store::rules::{ClaimDecision, Memory, RuleError};
+use jobguard::store::rules::{ClaimDecision, RuleError};
 use jobguard::store::{Claim, ClaimRequest, ClockCheck, RunQuery, Store, StoreError};
 
 use common::conformance::{T0, holder};
+use common::memory::Memory;
 
 const HOUR: i64 = 3_600_000_000;
 const TTL: Duration = Duration::from_secs(60);

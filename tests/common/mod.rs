@@ -8,6 +8,7 @@ pub mod conformance;
 pub mod container;
 pub mod helper;
 pub mod host;
+pub mod memory;
 #[cfg(all(
     feature = "store-postgres",
     feature = "store-mysql",

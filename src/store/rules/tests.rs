@@ -6,9 +6,13 @@ use std::time::Duration;
 use proptest::prelude::*;
 
 use super::*;
+
+#[path = "../../../tests/common/memory.rs"]
+mod memory;
 use crate::lease::Holder;
 use crate::ledger::NewRun;
 use crate::store::ClockCheck;
+use memory::Memory;
 
 const T0: i64 = 1_800_000_000_000_000;
 const HOUR: i64 = 3_600_000_000;
