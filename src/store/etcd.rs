@@ -1126,25 +1126,6 @@ impl EtcdStore {
         }
         Ok(Some(decision))
     }
-
-    fn finish_as(
-        &mut self,
-        lease: &Lease,
-        run_id: &str,
-        finish: &Finish,
-        kept: bool,
-    ) -> Result<Finished, StoreError> {
-        super::finish_report_json(&self.describe, run_id, finish)?;
-        let decision = self.retrying("finish", async |store, client| {
-            store
-                .end_once(client, &lease.job, run_id, &|state| {
-                    rules::finish(state, lease, run_id, finish, kept)
-                        .map_err(|e| Fail::Data(e.to_string()))
-                })
-                .await
-        })?;
-        Ok(decision.finished())
-    }
 }
 
 /// Opens the store at `address` for [`crate::store::registry`]; "now" comes from `clock` (this store has no clock of its own).
@@ -1271,22 +1252,23 @@ impl Store for EtcdStore {
         })
     }
 
-    fn finish(
+    fn finish_as(
         &mut self,
         lease: &Lease,
         run_id: &str,
         finish: &Finish,
+        kept: bool,
     ) -> Result<Finished, StoreError> {
-        self.finish_as(lease, run_id, finish, false)
-    }
-
-    fn finish_kept(
-        &mut self,
-        lease: &Lease,
-        run_id: &str,
-        finish: &Finish,
-    ) -> Result<Finished, StoreError> {
-        self.finish_as(lease, run_id, finish, true)
+        super::finish_report_json(&self.describe, run_id, finish)?;
+        let decision = self.retrying("finish", async |store, client| {
+            store
+                .end_once(client, &lease.job, run_id, &|state| {
+                    rules::finish(state, lease, run_id, finish, kept)
+                        .map_err(|e| Fail::Data(e.to_string()))
+                })
+                .await
+        })?;
+        Ok(decision.finished())
     }
 
     fn interrupt(

@@ -449,7 +449,9 @@ pub trait Store: Send {
         lease: &Lease,
         run_id: &str,
         finish: &Finish,
-    ) -> Result<Finished, StoreError>;
+    ) -> Result<Finished, StoreError> {
+        self.finish_as(lease, run_id, finish, false)
+    }
 
     /// Records how run `run_id` ended when its shim could not (the store was unavailable
     /// or full at the end of the run) and kept the outcome on its host instead: as
@@ -463,6 +465,23 @@ pub trait Store: Send {
         lease: &Lease,
         run_id: &str,
         finish: &Finish,
+    ) -> Result<Finished, StoreError> {
+        self.finish_as(lease, run_id, finish, true)
+    }
+
+    /// What a backend implements for both [`Store::finish`] (`kept` false) and
+    /// [`Store::finish_kept`] (`kept` true): [`rules::finish`] decided on the job's lease
+    /// row, the record and its slot's records as the store holds them, in one atomic step.
+    ///
+    /// # Errors
+    /// [`StoreError::Invalid`] for an outcome that is not an end state or would be the
+    /// slot's second non-forced success ([`rules::RuleError`]); the store's own errors.
+    fn finish_as(
+        &mut self,
+        lease: &Lease,
+        run_id: &str,
+        finish: &Finish,
+        kept: bool,
     ) -> Result<Finished, StoreError>;
 
     /// Marks a `running` record whose holder is gone as `interrupted` with `reason` and

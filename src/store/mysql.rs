@@ -1343,22 +1343,23 @@ impl Store for MysqlStore {
         })
     }
 
-    fn finish(
+    fn finish_as(
         &mut self,
         lease: &Lease,
         run_id: &str,
         finish: &Finish,
+        kept: bool,
     ) -> Result<Finished, StoreError> {
-        self.finish_as(lease, run_id, finish, false)
-    }
-
-    fn finish_kept(
-        &mut self,
-        lease: &Lease,
-        run_id: &str,
-        finish: &Finish,
-    ) -> Result<Finished, StoreError> {
-        self.finish_as(lease, run_id, finish, true)
+        // The report must serialize before anything is decided.
+        super::finish_report_json(&self.describe, run_id, finish)?;
+        let now = self.test_now();
+        self.with_schema("finish", |c| {
+            let decided = end_locked(c, &lease.job, run_id, &now, true, |state| {
+                rules::finish(state, lease, run_id, finish, kept)
+                    .map_err(|e| Fail::Data(e.to_string()))
+            })?;
+            Ok(decided.finished())
+        })
     }
 
     fn interrupt(
@@ -1809,29 +1810,6 @@ impl Store for MysqlStore {
             }
             tx.commit()?;
             Ok(ended)
-        })
-    }
-}
-
-impl MysqlStore {
-    /// [`Store::finish`], and with `any_lease` [`Store::finish_kept`]: the record is
-    /// written without the lease being held (as for a `lease_lost` outcome).
-    fn finish_as(
-        &mut self,
-        lease: &Lease,
-        run_id: &str,
-        finish: &Finish,
-        any_lease: bool,
-    ) -> Result<Finished, StoreError> {
-        // The report must serialize before anything is decided.
-        super::finish_report_json(&self.describe, run_id, finish)?;
-        let now = self.test_now();
-        self.with_schema("finish", |c| {
-            let decided = end_locked(c, &lease.job, run_id, &now, true, |state| {
-                rules::finish(state, lease, run_id, finish, any_lease)
-                    .map_err(|e| Fail::Data(e.to_string()))
-            })?;
-            Ok(decided.finished())
         })
     }
 }

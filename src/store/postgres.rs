@@ -1678,22 +1678,39 @@ impl Store for PostgresStore {
         })
     }
 
-    fn finish(
+    fn finish_as(
         &mut self,
         lease: &Lease,
         run_id: &str,
         finish: &Finish,
+        kept: bool,
     ) -> Result<Finished, StoreError> {
-        self.finish_as(lease, run_id, finish, false)
-    }
-
-    fn finish_kept(
-        &mut self,
-        lease: &Lease,
-        run_id: &str,
-        finish: &Finish,
-    ) -> Result<Finished, StoreError> {
-        self.finish_as(lease, run_id, finish, true)
+        // The report must serialize before anything is decided.
+        super::finish_report_json(&self.describe, run_id, finish)?;
+        let now = self.test_now();
+        // Read, decide with the rules, write only if the lease row is the version read.
+        self.with_schema("finish", async |c| {
+            for _ in 0..END_TRIES {
+                let state = read_row_state(c, now, &lease.job, run_id).await?;
+                let run_state = rules::RunState {
+                    now: state.now,
+                    lease: state.row.as_ref().map(|(_, l)| l),
+                    record: state.record.as_ref(),
+                    slot_runs: &state.slot_runs,
+                };
+                let decision = rules::finish(&run_state, lease, run_id, finish, kept)
+                    .map_err(|e| Fail::Data(e.to_string()))?;
+                if let Some(recorded) = write_end(c, &lease.job, &state, &decision).await? {
+                    return Ok(Finished {
+                        recorded,
+                        released: decision.release,
+                    });
+                }
+            }
+            Err(Fail::Data(format!(
+                "finish: the lease row changed under {END_TRIES} tries in a row"
+            )))
+        })
     }
 
     fn interrupt(
@@ -2149,45 +2166,6 @@ impl Store for PostgresStore {
             }
             Err(Fail::Data(format!(
                 "unlock: the lease row changed under {END_TRIES} tries in a row"
-            )))
-        })
-    }
-}
-
-impl PostgresStore {
-    /// [`Store::finish`], and with `any_lease` [`Store::finish_kept`]: the record is
-    /// written without the lease being held (as for a `lease_lost` outcome).
-    fn finish_as(
-        &mut self,
-        lease: &Lease,
-        run_id: &str,
-        finish: &Finish,
-        any_lease: bool,
-    ) -> Result<Finished, StoreError> {
-        // The report must serialize before anything is decided.
-        super::finish_report_json(&self.describe, run_id, finish)?;
-        let now = self.test_now();
-        // Read, decide with the rules, write only if the lease row is the version read.
-        self.with_schema("finish", async |c| {
-            for _ in 0..END_TRIES {
-                let state = read_row_state(c, now, &lease.job, run_id).await?;
-                let run_state = rules::RunState {
-                    now: state.now,
-                    lease: state.row.as_ref().map(|(_, l)| l),
-                    record: state.record.as_ref(),
-                    slot_runs: &state.slot_runs,
-                };
-                let decision = rules::finish(&run_state, lease, run_id, finish, any_lease)
-                    .map_err(|e| Fail::Data(e.to_string()))?;
-                if let Some(recorded) = write_end(c, &lease.job, &state, &decision).await? {
-                    return Ok(Finished {
-                        recorded,
-                        released: decision.release,
-                    });
-                }
-            }
-            Err(Fail::Data(format!(
-                "finish: the lease row changed under {END_TRIES} tries in a row"
             )))
         })
     }

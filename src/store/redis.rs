@@ -1059,22 +1059,48 @@ impl Store for RedisStore {
             .map_err(|_| self.error("renew", Fail::Data(format!("bad expiry {until:?}"))))
     }
 
-    fn finish(
+    fn finish_as(
         &mut self,
         lease: &Lease,
         run_id: &str,
         finish: &Finish,
+        kept: bool,
     ) -> Result<Finished, StoreError> {
-        self.finish_as(lease, run_id, finish, false)
-    }
-
-    fn finish_kept(
-        &mut self,
-        lease: &Lease,
-        run_id: &str,
-        finish: &Finish,
-    ) -> Result<Finished, StoreError> {
-        self.finish_as(lease, run_id, finish, true)
+        let report = super::finish_report_json(&self.describe, run_id, finish)?;
+        self.ready()?;
+        let now = self.test_now();
+        let (recorded, released): (i64, i64) = self.call("finish", |c, s, p| {
+            Ok(s.finish
+                .arg(p)
+                .arg(&now)
+                .arg(&lease.job)
+                .arg(&lease.holder)
+                .arg(lease.token)
+                .arg(run_id)
+                .arg(finish.outcome.as_str())
+                .arg(finish.reason.as_deref().unwrap_or(""))
+                .arg(
+                    finish
+                        .exit_status
+                        .map(|s| s.to_string())
+                        .unwrap_or_default(),
+                )
+                .arg(&report)
+                .arg(finish.resolution.map(Resolution::as_str).unwrap_or(""))
+                .arg(if finish.outcome == Outcome::LeaseLost || kept {
+                    "1"
+                } else {
+                    "0"
+                })
+                .arg(lease.renewal)
+                .arg(if kept { "1" } else { "0" })
+                .arg(finish.ended_at.map(|t| t.to_string()).unwrap_or_default())
+                .invoke(c)?)
+        })?;
+        Ok(Finished {
+            recorded: recorded == 1,
+            released: released == 1,
+        })
     }
 
     fn interrupt(
@@ -1356,53 +1382,5 @@ impl Store for RedisStore {
             n += usize::try_from(deleted).unwrap_or(0);
         }
         Ok(n)
-    }
-}
-
-impl RedisStore {
-    /// [`Store::finish`], and with `any_lease` [`Store::finish_kept`]: the record is
-    /// written without the lease being held (as for a `lease_lost` outcome).
-    fn finish_as(
-        &mut self,
-        lease: &Lease,
-        run_id: &str,
-        finish: &Finish,
-        any_lease: bool,
-    ) -> Result<Finished, StoreError> {
-        let report = super::finish_report_json(&self.describe, run_id, finish)?;
-        self.ready()?;
-        let now = self.test_now();
-        let (recorded, released): (i64, i64) = self.call("finish", |c, s, p| {
-            Ok(s.finish
-                .arg(p)
-                .arg(&now)
-                .arg(&lease.job)
-                .arg(&lease.holder)
-                .arg(lease.token)
-                .arg(run_id)
-                .arg(finish.outcome.as_str())
-                .arg(finish.reason.as_deref().unwrap_or(""))
-                .arg(
-                    finish
-                        .exit_status
-                        .map(|s| s.to_string())
-                        .unwrap_or_default(),
-                )
-                .arg(&report)
-                .arg(finish.resolution.map(Resolution::as_str).unwrap_or(""))
-                .arg(if finish.outcome == Outcome::LeaseLost || any_lease {
-                    "1"
-                } else {
-                    "0"
-                })
-                .arg(lease.renewal)
-                .arg(if any_lease { "1" } else { "0" })
-                .arg(finish.ended_at.map(|t| t.to_string()).unwrap_or_default())
-                .invoke(c)?)
-        })?;
-        Ok(Finished {
-            recorded: recorded == 1,
-            released: released == 1,
-        })
     }
 }

@@ -945,22 +945,37 @@ impl Store for SqliteStore {
         Ok(value)
     }
 
-    fn finish(
+    fn finish_as(
         &mut self,
         lease: &Lease,
         run_id: &str,
         finish: &Finish,
+        kept: bool,
     ) -> Result<Finished, StoreError> {
-        self.finish_as(lease, run_id, finish, false)
-    }
-
-    fn finish_kept(
-        &mut self,
-        lease: &Lease,
-        run_id: &str,
-        finish: &Finish,
-    ) -> Result<Finished, StoreError> {
-        self.finish_as(lease, run_id, finish, true)
+        // The report must serialize before anything is decided.
+        super::finish_report_json(&self.describe, run_id, finish)?;
+        self.write("finish", |tx, now| {
+            let row = lease_row(tx, &lease.job)?;
+            let record = select_run(tx, "WHERE run_id = ?1", [run_id])?;
+            let slot_runs = match &record {
+                Some(r) => select_runs(
+                    tx,
+                    "WHERE job = ?1 AND slot_usec = ?2 ORDER BY rowid",
+                    params![r.job, r.slot.usec],
+                )?,
+                None => Vec::new(),
+            };
+            let state = rules::RunState {
+                now,
+                lease: row.as_ref(),
+                record: record.as_ref(),
+                slot_runs: &slot_runs,
+            };
+            let decision = rules::finish(&state, lease, run_id, finish, kept)
+                .map_err(|e| Fail::Data(e.to_string()))?;
+            apply_end(tx, &lease.job, &decision)?;
+            Ok(decision.finished())
+        })
     }
 
     fn interrupt(
@@ -1349,43 +1364,6 @@ impl Store for SqliteStore {
             })?;
         }
         Ok(n)
-    }
-}
-
-impl SqliteStore {
-    /// [`Store::finish`], and with `any_lease` [`Store::finish_kept`]: the record is
-    /// written without the lease being held (as for a `lease_lost` outcome).
-    fn finish_as(
-        &mut self,
-        lease: &Lease,
-        run_id: &str,
-        finish: &Finish,
-        any_lease: bool,
-    ) -> Result<Finished, StoreError> {
-        // The report must serialize before anything is decided.
-        super::finish_report_json(&self.describe, run_id, finish)?;
-        self.write("finish", |tx, now| {
-            let row = lease_row(tx, &lease.job)?;
-            let record = select_run(tx, "WHERE run_id = ?1", [run_id])?;
-            let slot_runs = match &record {
-                Some(r) => select_runs(
-                    tx,
-                    "WHERE job = ?1 AND slot_usec = ?2 ORDER BY rowid",
-                    params![r.job, r.slot.usec],
-                )?,
-                None => Vec::new(),
-            };
-            let state = rules::RunState {
-                now,
-                lease: row.as_ref(),
-                record: record.as_ref(),
-                slot_runs: &slot_runs,
-            };
-            let decision = rules::finish(&state, lease, run_id, finish, any_lease)
-                .map_err(|e| Fail::Data(e.to_string()))?;
-            apply_end(tx, &lease.job, &decision)?;
-            Ok(decision.finished())
-        })
     }
 }
 

@@ -1094,25 +1094,6 @@ impl ZooKeeperStore {
             .then_some(decision))
     }
 
-    fn finish_as(
-        &mut self,
-        lease: &Lease,
-        run_id: &str,
-        finish: &Finish,
-        kept: bool,
-    ) -> Result<Finished, StoreError> {
-        super::finish_report_json(&self.describe, run_id, finish)?;
-        let decision = self.retrying("finish", async |store, client| {
-            store
-                .end_once(client, &lease.job, run_id, &|state| {
-                    rules::finish(state, lease, run_id, finish, kept)
-                        .map_err(|e| Fail::Data(e.to_string()))
-                })
-                .await
-        })?;
-        Ok(decision.finished())
-    }
-
     /// The records of the job's last grants that are still there (retention may have
     /// deleted some), as many as its lease row lists ([`Row::grants`]), read by their
     /// nodes alone: every record not among them is older than each of them. `None` when
@@ -1308,22 +1289,23 @@ impl Store for ZooKeeperStore {
         })
     }
 
-    fn finish(
+    fn finish_as(
         &mut self,
         lease: &Lease,
         run_id: &str,
         finish: &Finish,
+        kept: bool,
     ) -> Result<Finished, StoreError> {
-        self.finish_as(lease, run_id, finish, false)
-    }
-
-    fn finish_kept(
-        &mut self,
-        lease: &Lease,
-        run_id: &str,
-        finish: &Finish,
-    ) -> Result<Finished, StoreError> {
-        self.finish_as(lease, run_id, finish, true)
+        super::finish_report_json(&self.describe, run_id, finish)?;
+        let decision = self.retrying("finish", async |store, client| {
+            store
+                .end_once(client, &lease.job, run_id, &|state| {
+                    rules::finish(state, lease, run_id, finish, kept)
+                        .map_err(|e| Fail::Data(e.to_string()))
+                })
+                .await
+        })?;
+        Ok(decision.finished())
     }
 
     fn interrupt(
