@@ -63,13 +63,21 @@ pub struct Lease {
 }
 
 /// A fresh renewal generation for [`crate::store::Store::renew`]: random, never 0 (the
-/// generation of a grant), read from the kernel's random source
-/// ([`crate::identity::new_run_id`]) at the moment of each renewal, so that copies of one
-/// process resumed from one snapshot draw different ones.
+/// generation of a grant), drawn at the moment of each renewal so that copies of one
+/// process resumed from one memory snapshot draw different ones. The kernel's random
+/// source ([`crate::identity::new_run_id`]) is part of a VM's snapshot unless the
+/// hypervisor gives the guest a VM generation id (Linux reseeds it then, since 5.18), so
+/// the wall clock's nanoseconds are mixed in: copies resumed on two hosts do not renew in
+/// one nanosecond.
 pub fn next_renewal() -> i64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
     loop {
         let id = crate::identity::new_run_id();
-        let v = i64::from_str_radix(&id[..15], 16).unwrap_or(0);
+        let random = u64::from_str_radix(&id[..16], 16).unwrap_or(0);
+        let v = (random ^ nanos.rotate_left(29)) as i64 & i64::MAX;
         if v != 0 {
             return v;
         }

@@ -1229,3 +1229,69 @@ fn mysql_hosts_of_the_previous_schema_are_refused_and_never_granted() {
         },
     );
 }
+
+/// The store takes renewals but not the outcome (a person's transaction holds the run's
+/// record locked) for longer than `store_wait`: the shim renews the lease meanwhile, each
+/// renewal with a new generation, gives up and keeps the success (exit 69). The lock goes
+/// while the lease still lives; the next `jobguard recover` records the kept success:
+/// the kept copies carry the generation of the last renewal, so the store does not take
+/// them for a copy of the holder and the outcome is not dropped (it was, and the slot
+/// then ran again once the lease expired). Ground truth: one line per execution.
+#[test]
+fn postgres_an_outcome_kept_while_the_lease_was_renewed_is_recorded_while_it_lives() {
+    let server = server("postgres");
+    let Some(ns) = Namespace::new(server, "store_contention::kept_renewed_pg") else {
+        return;
+    };
+    let address = ns.address();
+    let sb = Sandbox::new(&format!(
+        "[jobs.cut]\nschedule = \"*-*-* 02:00:00 UTC\"\nstore = {address:?}\n\
+         lease_ttl = \"30s\"\nstore_wait = \"20s\"\n\
+         environment = {{ OUT = \"@DIR@/out\" }}\n\
+         command = [\"/bin/sh\", \"-c\", \"echo $JOBGUARD_SLOT >> $OUT; \
+         while [ ! -e $OUT.go ]; do sleep 0.05; done\"]\n"
+    ));
+    let slot = "2026-11-27T02:00:00Z";
+    let shim = start_cut(&sb, slot, 0);
+    let run_id = sb.history("cut")[0]["run_id"]
+        .as_str()
+        .expect("run id")
+        .to_string();
+    // Holds the record's row for 40 s: the finish waits and times out, renewals go on.
+    let lock = Command::new("psql")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-d",
+            "test",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-qc",
+        ])
+        .arg(format!(
+            "BEGIN; SELECT 1 FROM {}.jobguard_run WHERE run_id = '{run_id}' FOR UPDATE; \
+             SELECT pg_sleep(40); COMMIT;",
+            ns.name
+        ))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("psql");
+    std::thread::sleep(Duration::from_secs(1));
+    std::fs::write(sb.file("out.go"), "").unwrap();
+    let out = shim.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(69), "{err}");
+    assert!(err.contains("NOT recorded"), "{err}");
+    let lock = lock.wait_with_output().unwrap();
+    assert!(lock.status.success(), "{}", stderr(&lock));
+    let lease = sb.run(&["status", "--json"]);
+    let next = sb.run(&["recover"]);
+    recorded_late_once(&sb, &next, slot);
+    assert_eq!(
+        sb.lines("out"),
+        1,
+        "the slot ran once ({})",
+        support::stdout(&lease)
+    );
+}

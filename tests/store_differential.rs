@@ -456,10 +456,9 @@ impl Diff {
         self.clock.advance(d);
     }
 
-    /// One of the grants answered so far: half the time the latest (whose lease may
-    /// still be held), else any.
-    /// A grant the store answered, presenting the renewal generation its holder last
-    /// confirmed or, one time in five, an earlier one (a copy of the holder).
+    /// One of the grants answered so far (half the time the latest, whose lease may still
+    /// be held, else any), presenting the renewal generation its holder last confirmed
+    /// or, one time in five, an earlier one (a copy of the holder).
     fn pick_grant(&mut self) -> Option<(Lease, Run)> {
         let (mut lease, run) = if self.rng.chance(50) {
             self.grants.last().cloned()?

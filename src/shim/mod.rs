@@ -1003,8 +1003,7 @@ fn run_slot(
                     ended_at: None,
                 };
                 PassedOver::record(passed_over, &mut lost.report);
-                renewal.settle(store, job.lease_ttl);
-                if let Err(e) = store.finish(&renewal.lease, &run.run_id, &lost) {
+                if let Err(e) = renewal.present(|l| store.finish(l, &run.run_id, &lost)) {
                     eprintln!("jobguard: {}: {e}", job.name);
                 }
                 return SlotResult {
@@ -1216,6 +1215,7 @@ fn execute(
         }
     };
     // The command has ended: release the inhibitor lock before the final writes.
+    let ended_at = jiff::Timestamp::now().as_microsecond();
     drop(guard);
     let mut finish = finish;
     if finish.resolution == Some(Resolution::Queued) {
@@ -1246,9 +1246,6 @@ fn execute(
     // Recorded with the outcome: a shim that dies before it loses the decision, and
     // `jobguard audit` then calls the gap missed (louder, never quieter).
     finish.report.extend(decisions);
-    // A renewal whose answer was lost is settled first: the final write presents the
-    // generation the store holds.
-    renewal.settle(store, job.lease_ttl);
     record(
         job,
         store,
@@ -1257,6 +1254,7 @@ fn execute(
         &finish,
         code,
         lease_good_until,
+        ended_at,
     )
 }
 
@@ -1365,6 +1363,7 @@ fn keep_durably(job: &str, kept: &pending::Kept) -> bool {
 /// unavailable (a full disk, a lock held long, a server down) is retried while the lease
 /// holds, renewing it ([`finish_with_retry`]). When the lease expired meanwhile, the
 /// outcome is still recorded if its record waits for it.
+#[allow(clippy::too_many_arguments)]
 fn record(
     job: &Job,
     store: &mut dyn Store,
@@ -1373,9 +1372,17 @@ fn record(
     finish: &Finish,
     code: u8,
     lease_good_until: Instant,
+    ended_at: i64,
 ) -> u8 {
     let slot_text = run.slot.rfc3339();
-    let kept = pending::Kept::new(&store.describe(), &renewal.lease, run, finish);
+    let mut kept = pending::Kept::new(
+        &store.describe(),
+        &renewal.lease,
+        renewal.in_doubt(),
+        run,
+        finish,
+        ended_at,
+    );
     // Before the store write: a shim killed during it, or a store that cannot take it,
     // does not turn a run that ended into one that was cut off.
     if let Err(e) = pending::keep(&pending::runtime_dir(), &kept, false) {
@@ -1401,7 +1408,15 @@ fn record(
             job.name
         )
     };
-    let result = finish_with_retry(job, store, renewal, run, finish, &kept, lease_good_until);
+    let result = finish_with_retry(
+        job,
+        store,
+        renewal,
+        run,
+        finish,
+        &mut kept,
+        lease_good_until,
+    );
     let (note, failure) = match result {
         Ok(f) if f.recorded => {
             pending::forget(&run.run_id);
@@ -1415,7 +1430,9 @@ fn record(
                 exit::OK,
             ),
             Ok(pending::Settled::Waiting) => (
-                kept_note(&"the lease expired and another attempt at the slot runs"),
+                kept_note(
+                    &"another attempt at the slot runs, or the lease lives on under a renewal this shim did not confirm",
+                ),
                 exit::LEASE_LOST,
             ),
             Ok(pending::Settled::Dropped) => (
@@ -1478,7 +1495,7 @@ fn finish_with_retry(
     renewal: &mut renew::Renewal,
     run: &Run,
     finish: &Finish,
-    kept: &pending::Kept,
+    kept: &mut pending::Kept,
     lease_good_until: Instant,
 ) -> Result<store::Finished, StoreError> {
     let start = Instant::now();
@@ -1495,8 +1512,7 @@ fn finish_with_retry(
     let mut kept_durably = false;
     loop {
         let result = if failed_once {
-            renewal.settle(store, job.lease_ttl);
-            store.finish(&renewal.lease, &run.run_id, finish)
+            renewal.present(|l| store.finish(l, &run.run_id, finish))
         } else {
             // On success the join waits for a durable write already under way.
             let (done, waiting) = std::sync::mpsc::channel::<()>();
@@ -1510,7 +1526,7 @@ fn finish_with_retry(
             if keeper.is_err() {
                 kept_durably = keep_durably(&job.name, kept);
             }
-            let result = store.finish(&renewal.lease, &run.run_id, finish);
+            let result = renewal.present(|l| store.finish(l, &run.run_id, finish));
             drop(done);
             if let Ok(k) = keeper {
                 kept_durably = k.join().unwrap_or(false);
@@ -1545,7 +1561,17 @@ fn finish_with_retry(
         pause = (pause * 2).min(Duration::from_secs(2));
         if lease_held && Instant::now() >= next_renewal {
             let sent = Instant::now();
-            match renewal.renew(store, job.lease_ttl) {
+            let renewed = renewal.renew(store, job.lease_ttl);
+            // The kept copies present what the store may now hold, should the shim give up.
+            if (kept.renewal, kept.renewing) != (renewal.lease.renewal, renewal.in_doubt()) {
+                kept.renewal = renewal.lease.renewal;
+                kept.renewing = renewal.in_doubt();
+                let _ = pending::keep(&pending::runtime_dir(), kept, false);
+                if kept_durably || failed_once {
+                    keep_durably(&job.name, kept);
+                }
+            }
+            match renewed {
                 Ok(Some(_)) => lease_until = sent + job.lease_ttl - margin,
                 Ok(None) => {
                     lease_held = false;

@@ -58,10 +58,14 @@ pub struct Kept {
     pub slot_usec: i64,
     /// Fencing token of the run's grant.
     pub token: i64,
-    /// [`Lease::renewal`] of the grant when the outcome was kept (0 in a file written
-    /// before renewal generations).
+    /// [`Lease::renewal`] of the grant when the outcome was kept, or last rewritten (0 in
+    /// a file written before renewal generations).
     #[serde(default)]
     pub renewal: i64,
+    /// The generation of a renewal in doubt then (sent, its answer lost): the store may
+    /// hold it instead ([`crate::shim::renew::Renewal`]).
+    #[serde(default)]
+    pub renewing: Option<i64>,
     /// [`crate::lease::Holder::id`] of the grant.
     pub holder: String,
     /// Host name of the holder.
@@ -89,8 +93,17 @@ pub struct Kept {
 }
 
 impl Kept {
-    /// The kept form of `finish` for `run` under `lease` in `store` (its describe()).
-    pub fn new(store: &str, lease: &Lease, run: &Run, finish: &Finish) -> Self {
+    /// The kept form of `finish` for `run` under `lease` in `store` (its describe()),
+    /// with the generation of a renewal in doubt, `renewing`, and the command's end,
+    /// `ended_at` (µs since the Unix epoch, this host's clock).
+    pub fn new(
+        store: &str,
+        lease: &Lease,
+        renewing: Option<i64>,
+        run: &Run,
+        finish: &Finish,
+        ended_at: i64,
+    ) -> Self {
         Kept {
             store: store.to_string(),
             job: run.job.clone(),
@@ -98,6 +111,7 @@ impl Kept {
             slot_usec: run.slot.usec,
             token: lease.token,
             renewal: lease.renewal,
+            renewing,
             holder: lease.holder.clone(),
             host: lease.host.clone(),
             boot_id: run.boot_id.clone(),
@@ -108,12 +122,14 @@ impl Kept {
             exit_status: finish.exit_status,
             report: finish.report.clone(),
             resolution: finish.resolution.map(|r| r.as_str().to_string()),
-            ended_at: Some(jiff::Timestamp::now().as_microsecond()),
+            ended_at: Some(ended_at),
         }
     }
 
-    fn lease(&self) -> Lease {
-        Lease {
+    /// The grant as kept, presenting each generation the store may hold for it: the
+    /// confirmed one, then the one in doubt.
+    fn leases(&self) -> Vec<Lease> {
+        let lease = Lease {
             job: self.job.clone(),
             holder: self.holder.clone(),
             host: self.host.clone(),
@@ -121,7 +137,14 @@ impl Kept {
             acquired_at: 0,
             expire_at: 0,
             renewal: self.renewal,
-        }
+        };
+        let mut out = vec![lease.clone()];
+        out.extend(
+            self.renewing
+                .filter(|g| *g != self.renewal)
+                .map(|renewal| Lease { renewal, ..lease }),
+        );
+        out
     }
 
     fn finish(&self) -> Option<Finish> {
@@ -237,7 +260,8 @@ pub fn load(job: &str, store: &str) -> Vec<Kept> {
 pub enum Settled {
     /// The store has it now.
     Recorded,
-    /// Left for later: its shim still runs, or another attempt at the slot runs now.
+    /// Left for later: its shim still runs, another attempt at the slot runs now, or the
+    /// run's lease lives on under another renewal generation than the one kept.
     Waiting,
     /// Dropped: the record had moved on (see the message on stderr and in the journal).
     Dropped,
@@ -311,8 +335,22 @@ pub fn settle(store: &mut dyn Store, kept: &Kept, announce: bool) -> Result<Sett
         );
         return Ok(drop_kept(kept, why));
     }
-    let done = store.finish_kept(&kept.lease(), &kept.run_id, &finish)?;
-    if !done.recorded {
+    let mut recorded = false;
+    for lease in kept.leases() {
+        if store.finish_kept(&lease, &kept.run_id, &finish)?.recorded {
+            recorded = true;
+            break;
+        }
+    }
+    if !recorded {
+        // Still the run's grant and unexpired, under another renewal generation: this
+        // host's shim renewed after it kept the outcome (or a copy of it runs). The
+        // outcome is recorded once that lease ends; nothing else may take the slot before.
+        if store.lease(&kept.job)?.is_some_and(|l| {
+            l.holder == kept.holder && l.token == kept.token && l.renewal != kept.renewal
+        }) {
+            return Ok(Settled::Waiting);
+        }
         return Ok(drop_kept(kept, "the record moved on meanwhile".to_string()));
     }
     forget(&kept.run_id);

@@ -29,7 +29,7 @@ use nix::fcntl::OFlag;
 
 use super::child::{Keep, Keeper};
 use crate::lease::{FENCE_MARGIN, Lease, next_renewal, renew_every};
-use crate::store::{Store, StoreError};
+use crate::store::{Finished, Store, StoreError};
 
 /// What the renewal thread sends back: when the call was sent, and its answer.
 type Answer = (Instant, Result<Option<i64>, StoreError>);
@@ -85,13 +85,36 @@ impl Renewal {
         got
     }
 
-    /// Sends a renewal in doubt again, once, so that the final write presents the
-    /// generation the store holds; nothing when none is in doubt. The answer is left to
-    /// that write.
-    pub fn settle(&mut self, store: &mut dyn Store, ttl: Duration) {
-        if self.pending.is_some() {
-            let _ = self.renew(store, ttl);
+    /// The generation of the renewal in doubt, if one is.
+    pub fn in_doubt(&self) -> Option<i64> {
+        self.pending
+    }
+
+    /// A final write (`write`: [`Store::finish`] of the lease it is given), presenting
+    /// the confirmed generation and, when that changes nothing and a renewal is in doubt,
+    /// the doubtful one: the store holds one of the two if the lease is still this
+    /// holder's. A write that takes the doubtful one confirms it.
+    ///
+    /// # Errors
+    /// As `write`.
+    pub fn present(
+        &mut self,
+        mut write: impl FnMut(&Lease) -> Result<Finished, StoreError>,
+    ) -> Result<Finished, StoreError> {
+        let first = write(&self.lease)?;
+        let Some(renewal) = self.pending.filter(|_| !first.recorded && !first.released) else {
+            return Ok(first);
+        };
+        let doubtful = Lease {
+            renewal,
+            ..self.lease.clone()
+        };
+        let second = write(&doubtful)?;
+        if second.recorded || second.released {
+            self.lease = doubtful;
+            self.pending = None;
         }
+        Ok(second)
     }
 }
 

@@ -455,11 +455,14 @@ pub trait Store: Send {
 
     /// Records how run `run_id` ended when its shim could not (the store was unavailable
     /// or full at the end of the run) and kept the outcome on its host instead: as
-    /// [`Store::finish`], except that the lease need not be held any more. The record must
-    /// still be `running` with `lease.token`, so an attempt that was since marked
-    /// interrupted is left as it is (`recorded` false). The lease is released if it is
-    /// still that grant and unexpired. The caller checks that no other attempt at the slot
-    /// runs or succeeded (see [`crate::shim::pending`]).
+    /// [`Store::finish`], except that the lease need not be held any more, and
+    /// `finished_at` is the command's own end ([`Finish::ended_at`], kept within the
+    /// record's start and [`rules::cut_end`]). The record must still be `running` with
+    /// `lease.token`, so an attempt that was since marked interrupted is left as it is
+    /// (`recorded` false), and no copy of the holder may hold the lease (same holder and
+    /// token, unexpired, another renewal generation: [`rules::finish`]). The lease is
+    /// released if `lease` still holds it. The caller checks that no other attempt at the
+    /// slot runs or succeeded (see [`crate::shim::pending`]).
     fn finish_kept(
         &mut self,
         lease: &Lease,

@@ -710,9 +710,9 @@ pub struct RunState<'a> {
 /// Decides [`crate::store::Store::finish`] (with `kept`, [`crate::store::Store::finish_kept`])
 /// on `state`: its lease row is that of `lease.job`, its record the one under `run_id`.
 ///
-/// The record changes if it is `running` with `lease.token` in `lease.job`, unless `kept`
-/// or the outcome is `lease_lost` `lease` still holds the row ([`holds`]), and in every
-/// case no copy of the holder holds it (same holder and token, unexpired, another renewal
+/// The record changes if it is `running` with `lease.token` in `lease.job`; if `lease`
+/// still holds the row ([`holds`]), unless `kept` or the outcome is `lease_lost`; and in
+/// every case if no copy of the holder holds it (same holder and token, unexpired, another renewal
 /// generation: the copy that renewed last is the one whose command still runs). The row
 /// is released if `lease` holds it. The record's `finished_at` is `now`, or with `kept`
 /// the command's own end ([`Finish::ended_at`]) within the record's start and

@@ -844,8 +844,8 @@ pub fn a_kept_outcome_ends_when_its_command_ended(env: &dyn Env) {
         run_by_id(&mut *s, "sync", &rid(2)).finished_at,
         Some(l.expire_at)
     );
-    // S3: a clock behind says it ended before it started: the start (a later grant's
-    // start bounds it from above).
+    // S3: a clock behind says it ended before it started: the start, also once a later
+    // grant holds the row.
     let t = t + 10 * 60_000_000;
     let (l, r3) = claimed(&mut *s, &request("sync", S3, 1, 3, false));
     env.advance(TAKEOVER_US + 5);

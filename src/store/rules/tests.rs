@@ -1034,8 +1034,9 @@ proptest! {
 enum CopyOp {
     /// Copy `copy` renews; with `lost`, the store applies it but the answer never arrives.
     Renew { copy: usize, lost: bool },
-    /// Copy `copy` ends: as the shim does, a renewal in doubt is sent again first, then the
-    /// outcome is written (`lease_lost` once the copy was refused).
+    /// Copy `copy` ends: as the shim does ([`crate::shim::renew::Renewal::present`]), the
+    /// outcome (`lease_lost` once the copy was refused) is written presenting the confirmed
+    /// generation, then, if that changed nothing, the one in doubt.
     Finish { copy: usize, kept: bool },
     /// The store's clock moves on, µs.
     Advance(i64),
@@ -1118,26 +1119,32 @@ proptest! {
                     if copies[copy].done {
                         continue;
                     }
-                    if let Some(next) = copies[copy].pending.take() {
-                        let l = copies[copy].lease.clone();
-                        match m.renew(&l, next, TTL, now) {
-                            Some(_) => copies[copy].lease.renewal = next,
-                            None => copies[copy].refused = true,
-                        }
-                    }
                     let c = &mut copies[copy];
                     c.done = true;
                     let outcome = if c.refused { Outcome::LeaseLost } else { Outcome::Succeeded };
                     let row = m.lease("j");
-                    let other_live = owner.is_some_and(|o| o != copy)
-                        && row.as_ref().is_some_and(|l| l.expire_at > now);
-                    let f = m
+                    let live = row.as_ref().is_some_and(|l| l.expire_at > now);
+                    let other_live = owner.is_some_and(|o| o != copy) && live;
+                    let mut f = m
                         .finish(&c.lease, &g.run.run_id, &end(outcome, None), kept, now)
                         .expect("finish");
+                    if !f.recorded && !f.released && let Some(p) = c.pending {
+                        let doubtful = Lease { renewal: p, ..c.lease.clone() };
+                        f = m
+                            .finish(&doubtful, &g.run.run_id, &end(outcome, None), kept, now)
+                            .expect("finish");
+                    }
                     if f.recorded {
                         prop_assert!(!recorded, "recorded twice");
                         prop_assert!(!other_live, "{copy} recorded over the other copy's live lease {row:?}");
                         recorded = true;
+                    } else {
+                        // The copy whose generation the live row holds (or either, before any
+                        // renewal) records, lost answers or not.
+                        prop_assert!(
+                            recorded || c.refused || !live || owner.is_some_and(|o| o != copy),
+                            "{copy}'s own finish refused on {row:?} at {now}"
+                        );
                     }
                 }
             }
