@@ -228,11 +228,11 @@ pub struct Finish {
     pub report: BTreeMap<String, String>,
     /// For `Interrupted`: what happens next (queued re-run or held for a person).
     pub resolution: Option<Resolution>,
-    /// When the command ended, µs since the Unix epoch by its host's clock, for an outcome
-    /// the host kept and records later ([`crate::store::Store::finish_kept`]): the
-    /// record's `finished_at` is then this moment, not the moment of the late write, kept
-    /// within the record's start and the latest its lease let it run
-    /// ([`crate::store::rules::cut_end`]). `None`, and for every other write: the store's
-    /// time of the write.
+    /// When the command ended, µs since the Unix epoch by its host's clock (`None`: no
+    /// command ran). Used only by an outcome the host kept and records later
+    /// ([`crate::store::Store::finish_kept`]): the record's `finished_at` is then this
+    /// moment, not the moment of the late write, kept within the record's start and the
+    /// latest its lease let it run ([`crate::store::rules::cut_end`]). Every other write
+    /// records the store's time of the write.
     pub ended_at: Option<i64>,
 }

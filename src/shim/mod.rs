@@ -1158,7 +1158,7 @@ fn execute(
                 exit_status: Some(i32::from(code)),
                 report: Default::default(),
                 resolution: None,
-                ended_at: None,
+                ended_at: Some(jiff::Timestamp::now().as_microsecond()),
             };
             (f, code)
         }
@@ -1193,16 +1193,18 @@ fn execute(
                     }
                 };
                 let ended = child::supervise_watching(pid, limits, &mut renewer, watch);
+                // The command's end, before the renewal thread's last call returns.
+                let ended_at = jiff::Timestamp::now().as_microsecond();
                 let good_until = renewer.good_until();
-                Ok((ended, good_until, renewer.into_renewal()))
+                Ok((ended, ended_at, good_until, renewer.into_renewal()))
             });
-            let ended = match supervised {
-                Ok((Ok(e), good_until, renewed)) => {
+            let (ended, ended_at) = match supervised {
+                Ok((Ok(e), ended_at, good_until, renewed)) => {
                     lease_good_until = good_until;
                     renewal = renewed;
-                    e
+                    (e, ended_at)
                 }
-                Ok((Err(e), _, _)) | Err(e) => {
+                Ok((Err(e), ..)) | Err(e) => {
                     eprintln!("jobguard: {}: lost track of the command: {e}", job.name);
                     return exit::OS_ERROR;
                 }
@@ -1211,11 +1213,12 @@ fn execute(
                 // Processes of the attempt that left its process group (setsid) go too.
                 identity::end_run_survivors(&run.run_id);
             }
-            classify(job, &ended, guard.cut())
+            let (mut finish, code) = classify(job, &ended, guard.cut());
+            finish.ended_at = Some(ended_at);
+            (finish, code)
         }
     };
     // The command has ended: release the inhibitor lock before the final writes.
-    let ended_at = jiff::Timestamp::now().as_microsecond();
     drop(guard);
     let mut finish = finish;
     if finish.resolution == Some(Resolution::Queued) {
@@ -1254,7 +1257,6 @@ fn execute(
         &finish,
         code,
         lease_good_until,
-        ended_at,
     )
 }
 
@@ -1363,7 +1365,6 @@ fn keep_durably(job: &str, kept: &pending::Kept) -> bool {
 /// unavailable (a full disk, a lock held long, a server down) is retried while the lease
 /// holds, renewing it ([`finish_with_retry`]). When the lease expired meanwhile, the
 /// outcome is still recorded if its record waits for it.
-#[allow(clippy::too_many_arguments)]
 fn record(
     job: &Job,
     store: &mut dyn Store,
@@ -1372,7 +1373,6 @@ fn record(
     finish: &Finish,
     code: u8,
     lease_good_until: Instant,
-    ended_at: i64,
 ) -> u8 {
     let slot_text = run.slot.rfc3339();
     let mut kept = pending::Kept::new(
@@ -1381,7 +1381,6 @@ fn record(
         renewal.in_doubt(),
         run,
         finish,
-        ended_at,
     );
     // Before the store write: a shim killed during it, or a store that cannot take it,
     // does not turn a run that ended into one that was cut off.
@@ -1561,17 +1560,18 @@ fn finish_with_retry(
         pause = (pause * 2).min(Duration::from_secs(2));
         if lease_held && Instant::now() >= next_renewal {
             let sent = Instant::now();
-            let renewed = renewal.renew(store, job.lease_ttl);
-            // The kept copies present what the store may now hold, should the shim give up.
-            if (kept.renewal, kept.renewing) != (renewal.lease.renewal, renewal.in_doubt()) {
+            // The kept copies name the generation this renewal writes before it is sent:
+            // should the shim give up or die, they name every one the store may hold.
+            let next = renewal.draw();
+            if (kept.renewal, kept.renewing) != (renewal.lease.renewal, Some(next)) {
                 kept.renewal = renewal.lease.renewal;
-                kept.renewing = renewal.in_doubt();
-                let _ = pending::keep(&pending::runtime_dir(), kept, false);
-                if kept_durably || failed_once {
-                    keep_durably(&job.name, kept);
+                kept.renewing = Some(next);
+                if let Err(e) = pending::keep(&pending::runtime_dir(), kept, false) {
+                    eprintln!("jobguard: {}: cannot keep the outcome again: {e}", job.name);
                 }
+                keep_durably(&job.name, kept);
             }
-            match renewed {
+            match renewal.renew(store, job.lease_ttl) {
                 Ok(Some(_)) => lease_until = sent + job.lease_ttl - margin,
                 Ok(None) => {
                     lease_held = false;

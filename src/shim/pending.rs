@@ -62,8 +62,9 @@ pub struct Kept {
     /// a file written before renewal generations).
     #[serde(default)]
     pub renewal: i64,
-    /// The generation of a renewal in doubt then (sent, its answer lost): the store may
-    /// hold it instead ([`crate::shim::renew::Renewal`]).
+    /// The generation of a renewal about to be sent, or sent and its answer lost: the
+    /// store may hold it instead ([`crate::shim::renew::Renewal::draw`]). The shim writes
+    /// the kept files again before each renewal.
     #[serde(default)]
     pub renewing: Option<i64>,
     /// [`crate::lease::Holder::id`] of the grant.
@@ -86,23 +87,21 @@ pub struct Kept {
     pub report: BTreeMap<String, String>,
     /// See [`Finish::resolution`]: [`Resolution::as_str`].
     pub resolution: Option<String>,
-    /// When the command ended, µs since the Unix epoch, this host's clock (the moment the
-    /// outcome was kept): [`Finish::ended_at`]. Absent in a file written before.
+    /// When the command ended, µs since the Unix epoch, this host's clock:
+    /// [`Finish::ended_at`]. Absent in a file written before.
     #[serde(default)]
     pub ended_at: Option<i64>,
 }
 
 impl Kept {
     /// The kept form of `finish` for `run` under `lease` in `store` (its describe()),
-    /// with the generation of a renewal in doubt, `renewing`, and the command's end,
-    /// `ended_at` (µs since the Unix epoch, this host's clock).
+    /// with the generation of a renewal in doubt, `renewing`.
     pub fn new(
         store: &str,
         lease: &Lease,
         renewing: Option<i64>,
         run: &Run,
         finish: &Finish,
-        ended_at: i64,
     ) -> Self {
         Kept {
             store: store.to_string(),
@@ -122,7 +121,7 @@ impl Kept {
             exit_status: finish.exit_status,
             report: finish.report.clone(),
             resolution: finish.resolution.map(|r| r.as_str().to_string()),
-            ended_at: Some(ended_at),
+            ended_at: finish.ended_at,
         }
     }
 
@@ -260,8 +259,7 @@ pub fn load(job: &str, store: &str) -> Vec<Kept> {
 pub enum Settled {
     /// The store has it now.
     Recorded,
-    /// Left for later: its shim still runs, another attempt at the slot runs now, or the
-    /// run's lease lives on under another renewal generation than the one kept.
+    /// Left for later: its shim still runs, or another attempt at the slot runs now.
     Waiting,
     /// Dropped: the record had moved on (see the message on stderr and in the journal).
     Dropped,
@@ -343,15 +341,17 @@ pub fn settle(store: &mut dyn Store, kept: &Kept, announce: bool) -> Result<Sett
         }
     }
     if !recorded {
-        // Still the run's grant and unexpired, under another renewal generation: this
-        // host's shim renewed after it kept the outcome (or a copy of it runs). The
-        // outcome is recorded once that lease ends; nothing else may take the slot before.
-        if store.lease(&kept.job)?.is_some_and(|l| {
+        // The kept file names every generation its shim may have written (it is written
+        // again before each renewal): a lease under another one is a copy's.
+        let copy = store.lease(&kept.job)?.is_some_and(|l| {
             l.holder == kept.holder && l.token == kept.token && l.renewal != kept.renewal
-        }) {
-            return Ok(Settled::Waiting);
-        }
-        return Ok(drop_kept(kept, "the record moved on meanwhile".to_string()));
+        });
+        let why = if copy {
+            "a copy of its holder (a machine resumed from the same snapshot) holds the lease"
+        } else {
+            "the record moved on meanwhile"
+        };
+        return Ok(drop_kept(kept, why.to_string()));
     }
     forget(&kept.run_id);
     if !announce {

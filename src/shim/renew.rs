@@ -90,6 +90,13 @@ impl Renewal {
         self.pending
     }
 
+    /// The generation the next [`Renewal::renew`] writes, drawn now if none is in doubt:
+    /// a holder that keeps its outcome on disk writes it there before it sends the
+    /// renewal, so that what it kept names every generation the store may hold.
+    pub fn draw(&mut self) -> i64 {
+        *self.pending.get_or_insert_with(next_renewal)
+    }
+
     /// A final write (`write`: [`Store::finish`] of the lease it is given), presenting
     /// the confirmed generation and, when that changes nothing and a renewal is in doubt,
     /// the doubtful one: the store holds one of the two if the lease is still this

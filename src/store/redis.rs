@@ -59,7 +59,7 @@ use crate::store::{
 };
 
 /// The schema (key layout) version this jobguard writes and understands (`P schema`).
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// The key prefix when the address names none.
 pub const DEFAULT_PREFIX: &str = "jobguard:";
@@ -243,11 +243,18 @@ return {'claimed', {holder, host, tostring(token), fmt(now), expire, prev or '',
 /// Schema 1 -> 2: builds the `slots:JOB` and `queued:JOB` indexes from every record.
 /// Slots with a `running` record go into `queued:JOB` too: a host of schema 1 may still
 /// be running one, and its finish script queues the slot without indexing it; the claim
-/// drops such a slot once no record of it is queued or running.
+/// drops such a slot once no record of it is queued or running. Schema 2 -> 3 changes no
+/// key: a lease's `renewal` field (the renewal generation, absent: 0) comes with its next
+/// grant, and the version refuses the claims of older jobguards, whose grants would leave
+/// the previous holder's generation in the lease.
 const MIGRATE: &str = r#"
 local version = ARGV[3]
 local v = redis.call('GET', p .. 'schema')
 if v and tonumber(v) >= tonumber(version) then return v end
+if v and tonumber(v) >= 2 then
+  redis.call('SET', p .. 'schema', version)
+  return version
+end
 for _, job in ipairs(redis.call('SMEMBERS', p .. 'jobs')) do
   for _, id in ipairs(redis.call('ZRANGE', p .. 'runs:' .. job, 0, -1)) do
     local f = redis.call('HMGET', p .. 'run:' .. id, 'slot_usec', 'resolution', 'outcome')
