@@ -215,6 +215,20 @@ fn job_log(c: &Container) -> Vec<(String, f64, String)> {
         .collect()
 }
 
+/// Every line of `event` in the job's own logs of `hosts`: (host index, run id).
+fn log_lines(hosts: &[Container], event: &str) -> Vec<(usize, String)> {
+    hosts
+        .iter()
+        .enumerate()
+        .flat_map(|(i, c)| {
+            job_log(c)
+                .into_iter()
+                .filter(|l| l.0 == event)
+                .map(move |l| (i, l.2))
+        })
+        .collect()
+}
+
 const LOGGING_JOB: &str = r#"
 [defaults]
 store_file = "/etc/jobguard/store.url"
@@ -784,17 +798,7 @@ fn hosts_with_one_machine_id_run_each_slot_once_and_report_the_shared_id() {
     let rows = history(&cl.hosts[2], "sync").expect("history");
     assert_eq!(rows.len(), 1, "one run in the shared ledger: {rows:#?}");
     assert_eq!(field(&rows[0], "outcome"), "succeeded", "{rows:#?}");
-    let starts: Vec<(usize, String)> = cl
-        .hosts
-        .iter()
-        .enumerate()
-        .flat_map(|(i, c)| {
-            job_log(c)
-                .into_iter()
-                .filter(|l| l.0 == "start")
-                .map(move |l| (i, l.2))
-        })
-        .collect();
+    let starts = log_lines(&cl.hosts, "start");
     assert_eq!(
         starts.len(),
         1,
@@ -877,17 +881,7 @@ fn a_host_frozen_past_its_lease_is_fenced_when_it_resumes() {
         .find(|r| field(r, "attempt") == "1")
         .expect("first attempt");
     assert_eq!(field(first, "outcome"), "interrupted", "{rows:#?}");
-    let ends: Vec<(usize, String)> = cl
-        .hosts
-        .iter()
-        .enumerate()
-        .flat_map(|(i, c)| {
-            job_log(c)
-                .into_iter()
-                .filter(|l| l.0 == "end")
-                .map(move |l| (i, l.2))
-        })
-        .collect();
+    let ends = log_lines(&cl.hosts, "end");
     assert_eq!(ends.len(), 1, "the command completed once: {ends:?}");
     assert_ne!(ends[0].0, 0, "not on the resumed host: {ends:?}");
 }
