@@ -215,6 +215,19 @@ fn job_log(c: &Container) -> Vec<(String, f64, String)> {
         .collect()
 }
 
+/// Starts `sync` on `host` and waits until its command logged its start.
+fn start_and_wait(host: &Container) {
+    host.exec_ok(&["systemctl", "start", "--no-block", "jobguard@sync.service"])
+        .expect("start");
+    common::wait_for(
+        &format!("the job to start on {}", host.name()),
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        || Ok(job_log(host).iter().any(|l| l.0 == "start").then_some(())),
+    )
+    .expect("started");
+}
+
 /// Every line of `event` in the job's own logs of `hosts`: (host index, run id).
 fn log_lines(hosts: &[Container], event: &str) -> Vec<(usize, String)> {
     hosts
@@ -485,15 +498,7 @@ fn a_host_cut_off_from_the_store_stops_before_another_takes_over(server: &'stati
     );
     let cl = cluster("part", &store, &jobs, |o| o);
     let (h1, proxy1) = (&cl.hosts[0], &cl.proxies[0]);
-    h1.exec_ok(&["systemctl", "start", "--no-block", "jobguard@sync.service"])
-        .expect("start");
-    common::wait_for(
-        "the job to start on h1",
-        Duration::from_secs(60),
-        Duration::from_millis(100),
-        || Ok(job_log(h1).iter().any(|l| l.0 == "start").then_some(())),
-    )
-    .expect("started");
+    start_and_wait(h1);
     proxy1.freeze();
     let frozen_at = now_secs();
 
@@ -598,15 +603,7 @@ fn a_host_cut_off_as_its_job_ends_records_the_success_and_no_host_runs_it_again(
         );
     let cl = cluster("kept", &store, &jobs, |o| o);
     let (h1, proxy1) = (&cl.hosts[0], &cl.proxies[0]);
-    h1.exec_ok(&["systemctl", "start", "--no-block", "jobguard@sync.service"])
-        .expect("start");
-    common::wait_for(
-        "the job to start on h1",
-        Duration::from_secs(60),
-        Duration::from_millis(100),
-        || Ok(job_log(h1).iter().any(|l| l.0 == "start").then_some(())),
-    )
-    .expect("started");
+    start_and_wait(h1);
     // Cut off before the command ends: its success cannot be recorded.
     proxy1.freeze();
     let frozen_at = now_secs();
@@ -822,15 +819,7 @@ fn a_host_frozen_past_its_lease_is_fenced_when_it_resumes() {
     };
     let (cl, _) = one_image_cluster("frozen", &store, 900);
     let h1 = &cl.hosts[0];
-    h1.exec_ok(&["systemctl", "start", "--no-block", "jobguard@sync.service"])
-        .expect("start");
-    common::wait_for(
-        "the job to start on h1",
-        Duration::from_secs(60),
-        Duration::from_millis(100),
-        || Ok(job_log(h1).iter().any(|l| l.0 == "start").then_some(())),
-    )
-    .expect("started");
+    start_and_wait(h1);
     std::thread::sleep(Duration::from_secs(3));
     h1.freeze(true).expect("freeze h1");
     let frozen_at = now_secs();

@@ -1452,13 +1452,8 @@ async fn read_claim_state(
         None => None,
     };
     let mut slots: std::collections::BTreeMap<i64, Vec<Run>> = std::collections::BTreeMap::new();
-    if let Some(json) = row.try_get::<_, Option<String>>(10)? {
-        let records: Vec<serde_json::Map<String, serde_json::Value>> =
-            serde_json::from_str(&json).map_err(|e| Fail::Data(format!("records: {e}")))?;
-        for object in &records {
-            let run = remote::run_from_object(object).map_err(Fail::Data)?;
-            slots.entry(run.slot.usec).or_default().push(run);
-        }
+    for run in runs_from_json(row.try_get(10)?)? {
+        slots.entry(run.slot.usec).or_default().push(run);
     }
     Ok(PgClaimState {
         claim: rules::ClaimState {
