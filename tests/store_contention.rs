@@ -1051,7 +1051,8 @@ fn postgres_a_removed_jobs_kept_outcome_is_recorded() {
 
 /// A mixed fleet in a rolling upgrade: hosts of the previous version (schema 3) claim by
 /// calling the schema's `jobguard_claim` (PL/pgSQL, or MySQL's procedure), which the
-/// store's schema 4 keeps; hosts of this version decide with the rules in the client.
+/// store's schema 4 keeps, or on Redis by sending schema 3's claim script; hosts of this
+/// version decide with the rules in the client.
 /// Four of each race for each slot, all released at one instant (the old ones sleep in
 /// the server until it, the new ones in the test), round after round: every old host is
 /// refused ("schema version 4 is newer than this jobguard knows (3)"; MySQL's procedure
@@ -1225,6 +1226,34 @@ fn mysql_hosts_of_the_previous_schema_are_refused_and_never_granted() {
             );
             let mut cmd = Command::new("mariadb");
             cmd.args(["-uroot", "-h127.0.0.1", "-N", "-B", ns, "-e", &sql]);
+            cmd
+        },
+    );
+}
+
+#[test]
+fn redis_hosts_of_the_previous_schema_are_refused_and_never_granted() {
+    mixed_fleet(
+        server("redis"),
+        "contention::mixed_fleet",
+        |ns, at, slot, run, i| {
+            // The claim script of schema 3 as those hosts send it (EVAL), and their reading
+            // of its "newer" answer.
+            let script = concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/fixtures/redis-schema-3-claim.lua"
+            );
+            let claim = format!(
+                "d=$(( {at} - $(date +%s%6N) )); \
+                 [ $d -gt 0 ] && sleep $(printf '%d.%06d' $((d / 1000000)) $((d % 1000000))); \
+                 out=$(redis-cli EVAL \"$(cat {script})\" 0 '{ns}:' '' 3 '' race {slot} UTC {run} \
+                   0 timer '' old-host-{i}:1:1 old-host-{i} m-old-{i} b-old-{i} 1 1 300000000 '' \
+                   0 1 1 90000000) || exit 2; \
+                 case \"$out\" in newer*) echo \"schema version $(echo \"$out\" | sed -n 2p) \
+                   is newer than this jobguard knows (3)\" >&2; exit 1;; esac; echo \"$out\""
+            );
+            let mut cmd = Command::new("sh");
+            cmd.args(["-c", &claim]);
             cmd
         },
     );

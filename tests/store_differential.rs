@@ -15,11 +15,8 @@
 //! (a copy of the holder resumed from an older snapshot), and write a fresh one or send
 //! the last one again (a renewal whose answer was lost); finishes present either.
 //!
-//! `JOBGUARD_DIFF_ZONES=1` lets the records of one slot name different zones (a job whose
-//! `timezone` changed). Redis then disagrees: a queued slot is claimed with the zone of a
-//! random record of the slot (`SRANDMEMBER`), where the rules take the oldest queued
-//! record's zone (the SQL stores' order is unspecified there, and matched in every run
-//! so far). Off by default: the zone is for display only.
+//! The records of one slot may name different zones (a job whose `timezone` changed): a
+//! queued slot is claimed with the zone of its oldest queued record.
 
 mod common;
 
@@ -125,8 +122,6 @@ struct Diff {
     /// Every claim request sent, for resending.
     sent: Vec<ClaimRequest>,
     next_run: u32,
-    /// `JOBGUARD_DIFF_ZONES` is set: a slot's records may name different zones.
-    zones: bool,
     /// The renewal generations each grant (job, token) confirmed, oldest first (0 at the
     /// grant).
     generations: std::collections::BTreeMap<(String, i64), Vec<i64>>,
@@ -187,7 +182,7 @@ impl Diff {
                 job: self.rng.pick(&JOBS).to_string(),
                 slot: Slot {
                     usec: slot,
-                    zone: if self.zones && self.rng.chance(30) {
+                    zone: if self.rng.chance(30) {
                         "UTC"
                     } else {
                         "Europe/Berlin"
@@ -559,7 +554,6 @@ fn diff(name: &'static str, store: Box<dyn Store>, clock: ManualClock, traits: T
         grants: Vec::new(),
         sent: Vec::new(),
         next_run: 0,
-        zones: std::env::var_os("JOBGUARD_DIFF_ZONES").is_some(),
         generations: Default::default(),
         seen: Default::default(),
     }

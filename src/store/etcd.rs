@@ -76,7 +76,7 @@ use serde_json::{Value, json};
 
 use crate::clock::{Clock, SystemClock};
 use crate::lease::Lease;
-use crate::ledger::{Finish, Outcome, Resolution, Run};
+use crate::ledger::{Finish, Resolution, Run};
 use crate::store::remote::{self, CALL_TIMEOUT, CONNECT_TIMEOUT, slot_part};
 use crate::store::rules::{self, ClaimDecision};
 use crate::store::{
@@ -1595,10 +1595,7 @@ impl Store for EtcdStore {
                 let (mut n, mut done) = (0, 0);
                 for (slot, kvs) in chunk.iter().zip(&found) {
                     let mut runs = runs_of(kvs)?;
-                    if runs
-                        .iter()
-                        .any(|r| r.outcome == Outcome::Running || r.started_at >= started_before)
-                    {
+                    if !rules::retention_may_delete(&runs, started_before) {
                         done += 1;
                         continue;
                     }

@@ -1,4 +1,6 @@
-//! The Redis store: leases and the run ledger in Redis, decided by Lua scripts.
+//! The Redis store: leases and the run ledger in Redis, decided by the pure rules of
+//! [`super::rules`] and applied in one `MULTI`/`EXEC` transaction that holds only while
+//! nothing it read changed (`WATCH`).
 //!
 //! Address: `redis://[[USER]:PASSWORD@]HOST[:PORT][/DB][?prefix=PREFIX]` (the `redis` crate's
 //! URL form, <https://docs.rs/redis/latest/redis/#connection-parameters>); `prefix` (default
@@ -15,14 +17,18 @@
 //! ring provider; client certificates are not supported.
 //!
 //! Key layout (P is the prefix):
-//! - `P schema`: the schema version (set once with `SETNX`).
-//! - `P lease:JOB`: hash `holder host token acquired_at expire_at run_id`; never expires
-//!   and is never deleted (a released lease has an empty holder and `expire_at` 0).
-//! - `P token:JOB`: the job's fencing-token counter (`INCR` at every grant; never expires).
+//! - `P schema`: the schema version (set once with `SETNX`, raised by a migration).
+//! - `P lease:JOB`: hash `holder host token acquired_at expire_at run_id renewal`; never
+//!   expires and is never deleted (a released lease has an empty holder and `expire_at`
+//!   0). Its token is the job's fencing-token counter.
+//! - `P token:JOB`: the same counter, kept equal to the lease's token for schema 3 and
+//!   earlier, whose claims read it.
 //! - `P run:RUN_ID`: hash of one ledger record, fields named as the SQL stores' columns
 //!   (`job slot_usec slot_zone attempt outcome reason exit_status forced trigger_kind host
 //!   machine_id boot_id pid pid_start invocation_id started_at finished_at fencing_token
-//!   report resolution seq`); absent fields are NULL.
+//!   report resolution`); absent fields are NULL. A job's records that started in the same
+//!   µs are ordered by their fencing tokens (every grant makes one record). Records of
+//!   schema 3 and earlier may carry a field `seq`, which nothing reads.
 //! - `P runs:JOB`: sorted set of the job's run ids, scored by `started_at`.
 //! - `P slot:JOB:SLOT_USEC`: set of the run ids of one (job, slot).
 //! - `P slots:JOB`: sorted set of the job's recorded slots (member and score: the slot in µs),
@@ -31,493 +37,65 @@
 //!   running). Since schema 2, whose migration builds both from the records (putting
 //!   slots with a running record into `queued:JOB` too: a host of schema 1 may end that
 //!   run with its own finish script, which does not index what it queues).
-//! - `P jobs`: set of job names; `P seq`: a counter ordering records started in the same µs.
+//! - `P jobs`: set of job names.
+//! - `P schedule:JOB`, `P mark:NAMESPACE:KEY`, `P marks:JOB`: see [`Store::swap_schedule`]
+//!   and [`Store::insert_mark`].
 //!
-//! Every decision is one Lua script, which Redis runs atomically, judging time by the
-//! server's `TIME` (allowed in scripts since Redis 5 with effects replication, the only
-//! mode of Redis 7). `claim` does the done check, the held check, the lease check, the
-//! token `INCR`, the run record and the index updates in one script: one round trip
-//! (`EVALSHA`; the first call on a server that does not have the script cached adds one
-//! `EVAL`). A second non-forced `succeeded` record for a slot is refused inside `finish`.
-//! The scripts build key names from the prefix, so this layout is for a single Redis
-//! server (or a primary with replicas), not Redis Cluster.
+//! Every operation reads what its rule needs under `WATCH` (the lease hash and every key
+//! it reads: the slot's set and each of its records, the queued and slot indexes), judges
+//! time by the server's `TIME`, decides with the rules, and writes in one `MULTI`/`EXEC`,
+//! which Redis refuses when a watched key changed meanwhile (or expired: Redis 6.0.9 and
+//! later); the operation then starts again, at most [`RETRIES`] times. A refusal writes
+//! nothing and needs no transaction. A claim takes three round trips and a fourth to
+//! commit (one more when it reads queued slots); a renewal two. No Lua script runs: the
+//! server stores, compares and sets. Since schema 4 every older jobguard's claim is
+//! refused (its scripts decided on the server). Key names are built from the prefix, so
+//! this layout is for a single Redis server (or a primary with replicas), not Redis
+//! Cluster.
+//!
+//! A decision is judged at its read, and its transaction commits only while what it read
+//! is unchanged: a holder frozen between its read and its commit (one round trip) writes
+//! nothing once another host took the lease, as with PostgreSQL's compare-and-set.
 //!
 //! Durability is the server's: a Redis without AOF (`appendonly yes`, `appendfsync
 //! always` or `everysec`) loses the latest leases and records when it restarts.
 
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::{Connection, Script};
+use redis::{Connection, Pipeline, Value};
 
 use crate::clock::Clock;
 use crate::lease::Lease;
 use crate::ledger::{Finish, Outcome, Resolution, Run};
 use crate::store::remote::{self, CALL_TIMEOUT, CONNECT_TIMEOUT};
+use crate::store::rules::{self, ClaimDecision};
 use crate::store::{
-    Claim, ClaimRequest, Finished, Mark, RunQuery, ScheduleDecl, Store, StoreError, address, rules,
+    Claim, ClaimRequest, Finished, Mark, RunQuery, ScheduleDecl, Store, StoreError, address,
 };
 
 /// The schema (key layout) version this jobguard writes and understands (`P schema`).
-pub const SCHEMA_VERSION: i64 = 3;
+/// 4: every decision is the rules', applied with `WATCH`/`MULTI`/`EXEC`; older claims
+/// (Lua) are refused.
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// The key prefix when the address names none.
 pub const DEFAULT_PREFIX: &str = "jobguard:";
 
-/// Lua shared by the scripts: the time (server's, or the test override) and number format.
-const PRELUDE: &str = r#"
-local p = ARGV[1]
-local function now_us(override)
-  if override ~= '' then return tonumber(override) end
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-local function fmt(n) return string.format('%.0f', n) end
-"#;
+/// How many times an operation starts again after another host changed what it read
+/// between its read and its commit, before it answers [`StoreError::Unavailable`].
+pub const RETRIES: u32 = 50;
 
-const CLAIM: &str = r#"
-local version, job, slot, run_id, forced = ARGV[3], ARGV[5], ARGV[6], ARGV[8], ARGV[9]
-local zone, trigger = ARGV[7], ARGV[10]
-local holder, host, ttl = ARGV[12], ARGV[13], tonumber(ARGV[18])
-local host_now, tolerance = ARGV[19], tonumber(ARGV[20])
-local v = redis.call('GET', p .. 'schema')
-if v and tonumber(v) > tonumber(version) then return {'newer', {v}, {}} end
-if v and tonumber(v) < tonumber(version) then return {'older', {v}, {}} end
-if not v then redis.call('SETNX', p .. 'schema', version) end
-local now = now_us(ARGV[4])
--- A claim sent again after its answer was lost: the same grant while it holds; never a
--- second record under the same run id.
-local rkey = p .. 'run:' .. run_id
-if redis.call('EXISTS', rkey) == 1 then
-  local r = redis.call('HMGET', rkey, 'job', 'outcome', 'fencing_token')
-  local l = redis.call('HMGET', p .. 'lease:' .. job, 'holder', 'host', 'token', 'acquired_at',
-    'expire_at', 'renewal')
-  if r[1] == job and r[2] == 'running' and l[1] == holder and l[3] == r[3]
-     and tonumber(l[5]) > now then
-    return {'claimed', {l[1], l[2], l[3], l[4], l[5], '', l[6] or '0'},
-      redis.call('HGETALL', rkey)}
-  end
-  return redis.error_reply('run ' .. run_id .. ' is already recorded and no longer holds its lease')
-end
-if host_now ~= '' and math.abs(now - tonumber(host_now)) > tolerance then
-  return {'skew', {fmt(now)}, {}}
-end
--- The state of a slot's records: 'done' (also when one is held), 'held' or nil;
--- whether one is queued; whether one is running.
-local function slot_state(s)
-  local done, held, queued, running = false, false, false, false
-  for _, id in ipairs(redis.call('SMEMBERS', p .. 'slot:' .. job .. ':' .. s)) do
-    local f = redis.call('HMGET', p .. 'run:' .. id, 'outcome', 'resolution')
-    if f[1] == 'succeeded' or f[2] == 'done' then done = true end
-    if f[2] == 'held' then held = true end
-    if f[2] == 'queued' then queued = true end
-    if f[1] == 'running' then running = true end
-  end
-  if done then return 'done', queued, running end
-  if held then return 'held', queued, running end
-  return nil, queued, running
-end
-local qkey = p .. 'queued:' .. job
-local settled = {}
-local picked = false
-if ARGV[21] == '1' then
-  -- Every queued slot is looked at, so that the queue entries of every done slot are
-  -- settled, as the SQL stores do.
-  for _, s in ipairs(redis.call('ZRANGE', qkey, 0, -1)) do
-    local state, queued, running = slot_state(s)
-    if not queued then
-      -- A slot with a running record stays: the migration put it here, as its end may
-      -- be written by a finish of schema 1, which queues without indexing.
-      if not running then redis.call('ZREM', qkey, s) end
-    elseif state == 'done' then
-      table.insert(settled, s)
-    elseif not state and not picked then
-      slot, picked, trigger = s, true, 'rerun'
-      local any = redis.call('SRANDMEMBER', p .. 'slot:' .. job .. ':' .. s)
-      zone = redis.call('HGET', p .. 'run:' .. any, 'slot_zone')
-    end
-  end
-end
-local slotkey = p .. 'slot:' .. job .. ':' .. slot
-local ids = redis.call('SMEMBERS', slotkey)
-local function newest(pred)
-  local best, bs, bss, bseq = nil, -1, -1, -1
-  for _, id in ipairs(ids) do
-    local f = redis.call('HMGET', p .. 'run:' .. id, 'outcome', 'resolution', 'started_at', 'seq')
-    local rank = pred(f[1], f[2])
-    if rank then
-      local s, q = tonumber(f[3]), tonumber(f[4])
-      if rank > bs or (rank == bs and (s > bss or (s == bss and q > bseq))) then
-        best, bs, bss, bseq = id, rank, s, q
-      end
-    end
-  end
-  return best
-end
-if forced ~= '1' then
-  local done = newest(function(o, r)
-    if o == 'succeeded' then return 1 elseif r == 'done' then return 0 end
-  end)
-  if done then return {'done', {}, redis.call('HGETALL', p .. 'run:' .. done)} end
-  local held = newest(function(o, r) if r == 'held' then return 0 end end)
-  if held then return {'held', {}, redis.call('HGETALL', p .. 'run:' .. held)} end
-end
--- Slots further ahead than the clock tolerance were forced or recorded by a clock that
--- was ahead: they do not hold back later slots.
-local prev = redis.call('ZREVRANGEBYSCORE', p .. 'slots:' .. job, fmt(now + tolerance), '-inf',
-  'LIMIT', 0, 1)[1]
-if ARGV[22] == '1' and not picked and prev and tonumber(prev) > tonumber(slot) then
-  return {'behind', {prev}, {}}
-end
-local lkey = p .. 'lease:' .. job
-local l = redis.call('HMGET', lkey, 'holder', 'host', 'token', 'acquired_at', 'expire_at', 'run_id',
-  'renewal')
--- Whether a record by machine id m and boot id b is from another machine or boot than
--- the claimer's (rules::from_another_boot).
-local function elsewhere(m, b)
-  return m ~= ARGV[14] or b ~= ARGV[15] or ARGV[14] == ''
-end
--- A lease that lapsed less than ARGV[23] µs ago (rules::FOREIGN_GRACE_USEC) while its
--- holder, on another machine or boot, still has this slot running: the holder may be cut
--- off with the outcome in hand.
-local function lapsed_holder_keeps_slot()
-  if not l[6] or tonumber(l[5]) + tonumber(ARGV[23]) <= now then return false end
-  local f = redis.call('HMGET', p .. 'run:' .. l[6], 'outcome', 'slot_usec', 'machine_id',
-    'boot_id')
-  return f[1] == 'running' and tonumber(f[2]) == tonumber(slot) and elsewhere(f[3], f[4])
-end
-if l[1] and l[1] ~= '' and l[1] ~= holder
-   and (tonumber(l[5]) > now or lapsed_holder_keeps_slot()) then
-  local run = {}
-  if l[6] then run = redis.call('HGETALL', p .. 'run:' .. l[6]) end
-  return {'busy', {l[1], l[2], l[3], l[4], l[5], '', l[7] or '0'}, run}
-end
--- An earlier attempt at this slot on another machine or boot, still running under a lease that
--- has passed to a later grant since: when it lapsed is not known here, so the slot waits
--- until a recovery pass judges the attempt.
-local earlier, es, eq = nil, -1, -1
-for _, id in ipairs(ids) do
-  local f = redis.call('HMGET', p .. 'run:' .. id, 'outcome', 'fencing_token', 'machine_id',
-    'started_at', 'seq', 'boot_id')
-  if f[1] == 'running' and f[2] ~= l[3] and elsewhere(f[3], f[6]) then
-    local s, q = tonumber(f[4]) or 0, tonumber(f[5]) or 0
-    if s > es or (s == es and q > eq) then earlier, es, eq = id, s, q end
-  end
-end
-if earlier then
-  return {'busy', {l[1] or '', l[2] or '', l[3] or '0', l[4] or '0', l[5] or '0', '', l[7] or '0'},
-    redis.call('HGETALL', p .. 'run:' .. earlier)}
-end
-local token = redis.call('INCR', p .. 'token:' .. job)
-local expire = fmt(now + ttl)
-redis.call('HSET', lkey, 'holder', holder, 'host', host, 'token', token,
-  'acquired_at', fmt(now), 'expire_at', expire, 'run_id', run_id, 'renewal', '0')
-local function settle(ids_of_slot, from)
-  for _, id in ipairs(ids_of_slot) do
-    local r = redis.call('HGET', p .. 'run:' .. id, 'resolution')
-    if r and from[r] then redis.call('HSET', p .. 'run:' .. id, 'resolution', 'rerun') end
-  end
-end
-settle(ids, {queued = true, held = true})
-redis.call('ZREM', qkey, slot)
--- Queued re-runs of slots that are done by now: nothing is left to re-run.
-for _, s in ipairs(settled) do
-  settle(redis.call('SMEMBERS', p .. 'slot:' .. job .. ':' .. s), {queued = true})
-  redis.call('ZREM', qkey, s)
-end
-local seq = redis.call('INCR', p .. 'seq')
-redis.call('HSET', rkey, 'run_id', run_id, 'job', job, 'slot_usec', slot, 'slot_zone', zone,
-  'attempt', #ids + 1, 'outcome', 'running', 'forced', forced, 'trigger_kind', trigger,
-  'host', host, 'machine_id', ARGV[14], 'boot_id', ARGV[15], 'pid', ARGV[16],
-  'pid_start', ARGV[17], 'started_at', fmt(now), 'fencing_token', token, 'report', '{}',
-  'seq', seq)
-if ARGV[11] ~= '' then redis.call('HSET', rkey, 'invocation_id', ARGV[11]) end
-redis.call('SADD', slotkey, run_id)
-redis.call('ZADD', p .. 'runs:' .. job, now, run_id)
-redis.call('ZADD', p .. 'slots:' .. job, slot, slot)
-redis.call('SADD', p .. 'jobs', job)
-return {'claimed', {holder, host, tostring(token), fmt(now), expire, prev or '', '0'},
-  redis.call('HGETALL', rkey)}
-"#;
+/// The most queued slots a claim reads (oldest first): the rules pick the oldest that is
+/// neither done nor held, and settle the done ones, so later claims get to the rest.
+const MAX_QUEUED_READ: usize = 60;
 
-/// Schema 1 -> 2: builds the `slots:JOB` and `queued:JOB` indexes from every record.
-/// Slots with a `running` record go into `queued:JOB` too: a host of schema 1 may still
-/// be running one, and its finish script queues the slot without indexing it; the claim
-/// drops such a slot once no record of it is queued or running. Schema 2 -> 3 changes no
-/// key: a lease's `renewal` field (the renewal generation, absent: 0) comes with its next
-/// grant, and the version refuses the claims of older jobguards, whose grants would leave
-/// the previous holder's generation in the lease.
-const MIGRATE: &str = r#"
-local version = ARGV[3]
-local v = redis.call('GET', p .. 'schema')
-if v and tonumber(v) >= tonumber(version) then return v end
-if v and tonumber(v) >= 2 then
-  redis.call('SET', p .. 'schema', version)
-  return version
-end
-for _, job in ipairs(redis.call('SMEMBERS', p .. 'jobs')) do
-  for _, id in ipairs(redis.call('ZRANGE', p .. 'runs:' .. job, 0, -1)) do
-    local f = redis.call('HMGET', p .. 'run:' .. id, 'slot_usec', 'resolution', 'outcome')
-    if f[1] then
-      redis.call('ZADD', p .. 'slots:' .. job, f[1], f[1])
-      if f[2] == 'queued' or f[3] == 'running' then
-        redis.call('ZADD', p .. 'queued:' .. job, f[1], f[1])
-      end
-    end
-  end
-end
-redis.call('SET', p .. 'schema', version)
-return version
-"#;
+/// How many marks one transaction of [`Store::delete_marks`] deletes.
+const DELETE_MARKS_BATCH: usize = 1000;
 
-/// Renews (rules::renew): the grant still the holder's and token's, unexpired, and its
-/// renewal generation (absent: 0) the one presented (ARGV[7]) or this renewal's (ARGV[8]).
-const RENEW: &str = r#"
-local job, holder, token, ttl = ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6])
-local presented, next = ARGV[7], ARGV[8]
-local now = now_us(ARGV[2])
-local lkey = p .. 'lease:' .. job
-local l = redis.call('HMGET', lkey, 'holder', 'token', 'expire_at', 'renewal')
-local gen = l[4] or '0'
-if l[1] == holder and holder ~= '' and l[2] == token and tonumber(l[3]) > now
-   and (gen == presented or gen == next) then
-  local until_ = fmt(now + ttl)
-  redis.call('HSET', lkey, 'expire_at', until_, 'renewal', next)
-  return until_
-end
-return ''
-"#;
-
-const FINISH: &str = r#"
-local job, holder, token, run_id = ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-local outcome, lost = ARGV[7], ARGV[12]
-local now = now_us(ARGV[2])
-local lkey = p .. 'lease:' .. job
-local l = redis.call('HMGET', lkey, 'holder', 'token', 'expire_at', 'renewal', 'acquired_at')
--- rules::holds, and rules::finish's copy of the holder: the same grant, unexpired, under
--- another renewal generation than ARGV[13].
-local live = l[1] == holder and holder ~= '' and l[2] == token and tonumber(l[3]) > now
-local held = live and (l[4] or '0') == ARGV[13]
-local copy = live and not held
-local rkey = p .. 'run:' .. run_id
-local r = redis.call('HMGET', rkey, 'outcome', 'fencing_token', 'job', 'slot_usec', 'forced',
-  'started_at', 'machine_id', 'boot_id', 'pid', 'pid_start')
-local recorded = 0
-if r[1] == 'running' and r[2] == token and r[3] == job and (lost == '1' or held)
-   and not copy then
-  if outcome == 'succeeded' and r[5] ~= '1' then
-    for _, id in ipairs(redis.call('SMEMBERS', p .. 'slot:' .. job .. ':' .. r[4])) do
-      local o = redis.call('HMGET', p .. 'run:' .. id, 'outcome', 'forced')
-      if id ~= run_id and o[1] == 'succeeded' and o[2] ~= '1' then
-        return redis.error_reply('slot already succeeded by run ' .. id)
-      end
-    end
-  end
-  -- A kept outcome (ARGV[14] '1') ends when its command ended (ARGV[15], the host's µs),
-  -- within the record's start and rules::cut_end.
-  local finished = now
-  if ARGV[14] == '1' and ARGV[15] ~= '' then
-    local bound = now
-    local rholder = r[7] .. ':' .. r[8] .. ':' .. r[9] .. ':' .. r[10]
-    if l[1] and l[1] ~= '' and l[1] == rholder and l[2] == r[2] then
-      bound = tonumber(l[3])
-    elseif l[2] and tonumber(l[2]) > tonumber(r[2]) then
-      bound = tonumber(l[5])
-    end
-    bound = math.max(tonumber(r[6]), math.min(now, bound))
-    finished = math.min(math.max(tonumber(ARGV[15]), tonumber(r[6])), bound)
-  end
-  redis.call('HSET', rkey, 'outcome', outcome, 'finished_at', fmt(finished), 'report', ARGV[10])
-  local optional = {reason = ARGV[8], exit_status = ARGV[9], resolution = ARGV[11]}
-  for k, val in pairs(optional) do
-    if val ~= '' then redis.call('HSET', rkey, k, val) else redis.call('HDEL', rkey, k) end
-  end
-  if ARGV[11] == 'queued' then redis.call('ZADD', p .. 'queued:' .. job, r[4], r[4]) end
-  recorded = 1
-end
-local released = 0
-if held then
-  redis.call('HSET', lkey, 'holder', '', 'host', '', 'expire_at', '0')
-  released = 1
-end
-return {recorded, released}
-"#;
-
-const INTERRUPT: &str = r#"
-local run_id, reason, resolution, job, holder, token = ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]
-local now = now_us(ARGV[2])
-local rkey = p .. 'run:' .. run_id
-local lkey = p .. 'lease:' .. job
-local changed = 0
-if redis.call('HGET', rkey, 'outcome') == 'running' then
-  -- The end is rules::cut_end: the run's own lease's expiry, a later grant's start, or now.
-  local r = redis.call('HMGET', rkey, 'started_at', 'fencing_token')
-  local started, rtoken = tonumber(r[1]), tonumber(r[2])
-  local l = redis.call('HMGET', lkey, 'holder', 'token', 'acquired_at', 'expire_at')
-  local ended = now
-  if l[2] then
-    local ltoken = tonumber(l[2])
-    if l[1] ~= '' and l[1] == holder and ltoken == rtoken then
-      ended = tonumber(l[4])
-    elseif ltoken > rtoken then
-      ended = tonumber(l[3])
-    end
-  end
-  ended = math.max(started, math.min(now, ended))
-  redis.call('HSET', rkey, 'outcome', 'interrupted', 'reason', reason, 'resolution', resolution,
-    'finished_at', fmt(ended))
-  if resolution == 'queued' then
-    local slot = redis.call('HGET', rkey, 'slot_usec')
-    redis.call('ZADD', p .. 'queued:' .. job, slot, slot)
-  end
-  changed = 1
-end
-local l = redis.call('HMGET', lkey, 'holder', 'token')
-if l[1] == holder and holder ~= '' and l[2] == token then
-  redis.call('HSET', lkey, 'holder', '', 'host', '', 'expire_at', '0')
-end
-return changed
-"#;
-
-const RESOLVE: &str = r#"
-local job, slot, resolution = ARGV[2], ARGV[3], ARGV[4]
-local n = 0
-local ids = redis.call('SMEMBERS', p .. 'slot:' .. job .. ':' .. slot)
--- Nothing is queued in a done slot: nothing is left to re-run.
-if resolution == 'queued' then
-  for _, id in ipairs(ids) do
-    local f = redis.call('HMGET', p .. 'run:' .. id, 'outcome', 'resolution')
-    if f[1] == 'succeeded' or f[2] == 'done' then return 0 end
-  end
-end
-for _, id in ipairs(ids) do
-  local f = redis.call('HMGET', p .. 'run:' .. id, 'outcome', 'resolution')
-  local o, r = f[1], f[2]
-  if (o == 'interrupted' or o == 'lease_lost' or o == 'failed')
-     and (not r or (r ~= 'rerun' and r ~= 'done' and r ~= resolution)) then
-    redis.call('HSET', p .. 'run:' .. id, 'resolution', resolution)
-    n = n + 1
-  end
-end
--- A slot that is no longer queued leaves `queued:JOB` at the next claim.
-if n > 0 and resolution == 'queued' then redis.call('ZADD', p .. 'queued:' .. job, slot, slot) end
-return n
-"#;
-
-const DELETE: &str = r#"
-local job, before = ARGV[2], tonumber(ARGV[3])
-local n = 0
-for i = 4, #ARGV do
-  local slot = ARGV[i]
-  local skey = p .. 'slot:' .. job .. ':' .. slot
-  local ids = redis.call('SMEMBERS', skey)
-  local busy = false
-  for _, id in ipairs(ids) do
-    local f = redis.call('HMGET', p .. 'run:' .. id, 'outcome', 'started_at')
-    if f[1] == 'running' or tonumber(f[2]) >= before then busy = true end
-  end
-  if not busy and #ids > 0 then
-    for _, id in ipairs(ids) do
-      redis.call('DEL', p .. 'run:' .. id)
-      redis.call('ZREM', p .. 'runs:' .. job, id)
-      n = n + 1
-    end
-    redis.call('DEL', skey)
-    -- A slot with no record left is no longer recorded, as in the SQL stores.
-    redis.call('ZREM', p .. 'slots:' .. job, slot)
-    redis.call('ZREM', p .. 'queued:' .. job, slot)
-  end
-end
-return n
-"#;
-
-const UNLOCK: &str = r#"
-local job = ARGV[3]
-local now = now_us(ARGV[2])
-local lkey = p .. 'lease:' .. job
-local l = redis.call('HMGET', lkey, 'holder', 'host', 'token', 'acquired_at', 'expire_at',
-  'renewal')
-if not l[1] or l[1] == '' then return {} end
-redis.call('HSET', lkey, 'holder', '', 'host', '', 'expire_at', '0')
-if tonumber(l[5]) > now then return {l[1], l[2], l[3], l[4], l[5], '', l[6] or '0'} end
-return {}
-"#;
-
-/// Returns every record of the runs named by a slot set, a job's sorted set or all jobs.
-const RUNS: &str = r#"
-local job, slot = ARGV[2], ARGV[3]
-local ids
-if job ~= '' and slot ~= '' then
-  ids = redis.call('SMEMBERS', p .. 'slot:' .. job .. ':' .. slot)
-elseif job ~= '' then
-  ids = redis.call('ZRANGE', p .. 'runs:' .. job, 0, -1)
-else
-  ids = {}
-  for _, j in ipairs(redis.call('SMEMBERS', p .. 'jobs')) do
-    for _, id in ipairs(redis.call('ZRANGE', p .. 'runs:' .. j, 0, -1)) do
-      table.insert(ids, id)
-    end
-  end
-end
-local out = {}
-for _, id in ipairs(ids) do table.insert(out, redis.call('HGETALL', p .. 'run:' .. id)) end
-return out
-"#;
-
-/// Replaces the schedule hash `KEYS[1]` with ARGV[4..8] if it still holds the fingerprint
-/// ARGV[1], time ARGV[2] and last declaration ARGV[3] (ARGV[1] empty: if there is none);
-/// 1 if replaced, else 0.
-const SWAP_SCHEDULE: &str = r"
-local cur = redis.call('HMGET', KEYS[1], 'fingerprint', 'defined_at', 'seen_at')
-if ARGV[1] == '' then
-  if cur[1] then return 0 end
-elseif cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2] or cur[3] ~= ARGV[3] then
-  return 0
-end
-redis.call('HSET', KEYS[1], 'fingerprint', ARGV[4], 'defined_at', ARGV[5], 'host', ARGV[6],
-  'seen_at', ARGV[7], 'horizon', ARGV[8])
-return 1
-";
-
-/// Inserts a mark ([`Store::insert_mark`]): KEYS mark, lease of the job, the job's index
-/// of marks (a sorted set by `marked_at`, for retention); ARGV fenced (`1`/`0`), token,
-/// job, run id, host, marked_at, index member, the test clock's time (empty: the server's
-/// `TIME`). 1 when inserted. A fenced insert also judges the lease's expiry, so a run
-/// frozen between its read of the lease and this script records nothing once it expired.
-const INSERT_MARK: &str = r"
-if ARGV[1] == '1' then
-  local l = redis.call('HMGET', KEYS[2], 'holder', 'token', 'expire_at')
-  if not l[1] or l[1] == '' or l[2] ~= ARGV[2] then return 0 end
-  local now
-  if ARGV[8] ~= '' then
-    now = tonumber(ARGV[8])
-  else
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  end
-  if not (tonumber(l[3]) > now) then return 0 end
-end
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], 'job', ARGV[3], 'run_id', ARGV[4], 'host', ARGV[5],
-  'token', ARGV[2], 'marked_at', ARGV[6])
-redis.call('ZADD', KEYS[3], ARGV[6], ARGV[7])
-return 1
-";
-
-/// Deletes up to ARGV[3] marks of a job recorded before ARGV[2] ([`Store::delete_marks`]):
-/// KEYS the job's index of marks; ARGV[1] the marks' key prefix. Answers how many.
-const DELETE_MARKS: &str = r"
-local old = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[2], 'LIMIT', 0, ARGV[3])
-for _, m in ipairs(old) do
-  redis.call('DEL', ARGV[1] .. m)
-  redis.call('ZREM', KEYS[1], m)
-end
-return #old
-";
-
-/// How many marks one call of [`DELETE_MARKS`] deletes: the server runs nothing else
-/// meanwhile.
-const DELETE_MARKS_BATCH: i64 = 1000;
+/// How many slots one transaction of [`Store::delete_slots`] judges and deletes.
+const DELETE_SLOTS_BATCH: usize = 200;
 
 /// A mark's member in its job's index, and its key after `PREFIX mark:`: the namespace
 /// (no `:` in it, [`crate::mark::check_namespace`]) and the encoded key.
@@ -530,33 +108,33 @@ fn mark_key(prefix: &str, namespace: &str, key: &str) -> String {
     format!("{prefix}mark:{}", mark_member(namespace, key))
 }
 
-/// The Lua scripts, compiled once per process.
-struct Scripts {
-    claim: Script,
-    renew: Script,
-    finish: Script,
-    interrupt: Script,
-    resolve: Script,
-    unlock: Script,
-    delete: Script,
-    runs: Script,
-    migrate: Script,
+/// The keys of one job.
+struct Keys<'a> {
+    p: &'a str,
+    job: &'a str,
 }
 
-impl Scripts {
-    fn new() -> Scripts {
-        let s = |body: &str| Script::new(&format!("{PRELUDE}{body}"));
-        Scripts {
-            claim: s(CLAIM),
-            renew: s(RENEW),
-            finish: s(FINISH),
-            interrupt: s(INTERRUPT),
-            resolve: s(RESOLVE),
-            migrate: s(MIGRATE),
-            unlock: s(UNLOCK),
-            delete: s(DELETE),
-            runs: s(RUNS),
-        }
+impl Keys<'_> {
+    fn lease(&self) -> String {
+        format!("{}lease:{}", self.p, self.job)
+    }
+    fn token(&self) -> String {
+        format!("{}token:{}", self.p, self.job)
+    }
+    fn runs(&self) -> String {
+        format!("{}runs:{}", self.p, self.job)
+    }
+    fn slots(&self) -> String {
+        format!("{}slots:{}", self.p, self.job)
+    }
+    fn queued(&self) -> String {
+        format!("{}queued:{}", self.p, self.job)
+    }
+    fn slot(&self, slot: i64) -> String {
+        format!("{}slot:{}:{slot}", self.p, self.job)
+    }
+    fn run(&self, run_id: &str) -> String {
+        format!("{}run:{run_id}", self.p)
     }
 }
 
@@ -566,7 +144,6 @@ pub struct RedisStore {
     conn: Option<Connection>,
     describe: String,
     prefix: String,
-    scripts: Scripts,
     schema_ready: bool,
     test_clock: Option<Arc<dyn Clock>>,
 }
@@ -583,6 +160,10 @@ impl std::fmt::Debug for RedisStore {
 enum Fail {
     Redis(redis::RedisError),
     Data(String),
+    /// What the operation read changed before its commit, [`RETRIES`] times in a row.
+    Contended,
+    /// The store's schema is newer than this jobguard's.
+    Newer(i64),
 }
 
 impl From<redis::RedisError> for Fail {
@@ -591,51 +172,168 @@ impl From<redis::RedisError> for Fail {
     }
 }
 
+impl From<redis::ParsingError> for Fail {
+    fn from(e: redis::ParsingError) -> Self {
+        Fail::Data(e.to_string())
+    }
+}
+
+type Hash = HashMap<String, String>;
+
+/// A run record from its hash (`HGETALL`); `None` for an empty hash (no such record).
+fn run_of(hash: Hash) -> Result<Option<Run>, Fail> {
+    if hash.is_empty() {
+        return Ok(None);
+    }
+    let object: serde_json::Map<String, serde_json::Value> = hash
+        .into_iter()
+        .map(|(k, v)| (k, serde_json::Value::String(v)))
+        .collect();
+    remote::run_from_object(&object)
+        .map(Some)
+        .map_err(Fail::Data)
+}
+
+/// The fields of a run's hash (absent: NULL), as [`run_of`] reads them.
+fn run_fields(run: &Run) -> Result<Vec<(&'static str, String)>, Fail> {
+    let report = serde_json::to_string(&run.report).map_err(|e| Fail::Data(e.to_string()))?;
+    let mut f = vec![
+        ("run_id", run.run_id.clone()),
+        ("job", run.job.clone()),
+        ("slot_usec", run.slot.usec.to_string()),
+        ("slot_zone", run.slot.zone.clone()),
+        ("attempt", run.attempt.to_string()),
+        ("outcome", run.outcome.as_str().to_string()),
+        ("forced", if run.forced { "1" } else { "0" }.to_string()),
+        ("trigger_kind", run.trigger.clone()),
+        ("host", run.host.clone()),
+        ("machine_id", run.machine_id.clone()),
+        ("boot_id", run.boot_id.clone()),
+        ("pid", run.pid.to_string()),
+        ("pid_start", run.pid_start.to_string()),
+        ("started_at", run.started_at.to_string()),
+        ("fencing_token", run.fencing_token.to_string()),
+        ("report", report),
+    ];
+    let optional = [
+        ("reason", run.reason.clone()),
+        ("exit_status", run.exit_status.map(|s| s.to_string())),
+        ("invocation_id", run.invocation_id.clone()),
+        ("finished_at", run.finished_at.map(|t| t.to_string())),
+        ("resolution", run.resolution.map(|r| r.as_str().to_string())),
+    ];
+    f.extend(optional.into_iter().filter_map(|(k, v)| Some((k, v?))));
+    Ok(f)
+}
+
+/// The lease in a lease hash (`HGETALL`); `None` when the job was never granted. An
+/// absent `renewal` (a grant of schema 2 or earlier) is 0.
+fn lease_of(job: &str, hash: &Hash) -> Result<Option<Lease>, Fail> {
+    if hash.is_empty() {
+        return Ok(None);
+    }
+    let int = |name: &str| -> Result<i64, Fail> {
+        match hash.get(name).map(String::as_str) {
+            None | Some("") if name == "renewal" => Ok(0),
+            v => v.and_then(|v| v.parse().ok()).ok_or_else(|| {
+                Fail::Data(format!(
+                    "job {job}: lease field {name} is {v:?}, not a number"
+                ))
+            }),
+        }
+    };
+    Ok(Some(Lease {
+        job: job.to_string(),
+        holder: hash.get("holder").cloned().unwrap_or_default(),
+        host: hash.get("host").cloned().unwrap_or_default(),
+        token: int("token")?,
+        acquired_at: int("acquired_at")?,
+        expire_at: int("expire_at")?,
+        renewal: int("renewal")?,
+    }))
+}
+
+/// Queues the writes of `lease` (with the run id of its record, `run_id`) on `pipe`.
+fn put_lease(pipe: &mut Pipeline, keys: &Keys<'_>, lease: &Lease, run_id: Option<&str>) {
+    let mut fields = vec![
+        ("holder", lease.holder.clone()),
+        ("host", lease.host.clone()),
+        ("token", lease.token.to_string()),
+        ("acquired_at", lease.acquired_at.to_string()),
+        ("expire_at", lease.expire_at.to_string()),
+        ("renewal", lease.renewal.to_string()),
+    ];
+    if let Some(id) = run_id {
+        fields.push(("run_id", id.to_string()));
+    }
+    pipe.hset_multiple(keys.lease(), &fields);
+}
+
+/// Queues the whole of `run`'s record on `pipe`: its hash replaced.
+fn put_run(pipe: &mut Pipeline, keys: &Keys<'_>, run: &Run) -> Result<(), Fail> {
+    let key = keys.run(&run.run_id);
+    pipe.del(&key).hset_multiple(&key, &run_fields(run)?);
+    Ok(())
+}
+
+/// The records of `hashes`, oldest first (by start, then fencing token).
+fn runs_of(hashes: Vec<Hash>) -> Result<Vec<Run>, Fail> {
+    let mut runs = Vec::with_capacity(hashes.len());
+    for h in hashes {
+        if let Some(run) = run_of(h)? {
+            runs.push(run);
+        }
+    }
+    runs.sort_by_key(|r| (r.started_at, r.fencing_token));
+    Ok(runs)
+}
+
+/// A pipeline that first drops what an earlier try watched (a refusal leaves its keys
+/// watched), then watches `keys`.
+fn watching(keys: &[String]) -> Pipeline {
+    let mut pipe = redis::pipe();
+    pipe.cmd("UNWATCH").ignore().cmd("WATCH").arg(keys).ignore();
+    pipe
+}
+
+/// A pipeline that watches `keys` too (after a first [`watching`]), then reads.
+fn watching_more(keys: &[String]) -> Pipeline {
+    let mut pipe = redis::pipe();
+    if !keys.is_empty() {
+        pipe.cmd("WATCH").arg(keys).ignore();
+    }
+    pipe
+}
+
+/// Reads the hashes at `keys` with `pipe` (which may watch first).
+fn hashes(c: &mut Connection, mut pipe: Pipeline, keys: &[String]) -> Result<Vec<Hash>, Fail> {
+    if keys.is_empty() {
+        return Ok(Vec::new());
+    }
+    for k in keys {
+        pipe.hgetall(k);
+    }
+    Ok(pipe.query(c)?)
+}
+
+/// Commits `pipe` as one `MULTI`/`EXEC`: false when a watched key changed (nothing was
+/// written).
+fn commit(c: &mut Connection, mut pipe: Pipeline) -> Result<bool, Fail> {
+    let done: Option<Vec<Value>> = pipe.atomic().query(c)?;
+    Ok(done.is_some())
+}
+
+/// The server's time from a `TIME` answer (seconds, microseconds), µs since the epoch.
+fn usec((secs, micros): (i64, i64)) -> i64 {
+    secs.saturating_mul(1_000_000).saturating_add(micros)
+}
+
 fn unavailable(e: &redis::RedisError) -> bool {
     e.is_io_error()
         || e.is_timeout()
         || e.is_connection_refusal()
         || e.is_connection_dropped()
         || e.is_unrecoverable_error()
-}
-
-/// Turns a flat `HGETALL` answer into a run record.
-fn run_from_pairs(pairs: &[String]) -> Result<Option<Run>, Fail> {
-    if pairs.is_empty() {
-        return Ok(None);
-    }
-    let mut object = serde_json::Map::new();
-    for pair in pairs.chunks(2) {
-        if let [k, v] = pair {
-            object.insert(k.clone(), serde_json::Value::String(v.clone()));
-        }
-    }
-    remote::run_from_object(&object)
-        .map(Some)
-        .map_err(Fail::Data)
-}
-
-/// The lease in `fields`: holder, host, token, acquired_at, expire_at, (a field of the
-/// claim's answer), renewal (absent, empty: 0).
-fn lease_from(job: &str, fields: &[String]) -> Result<Lease, Fail> {
-    let int = |i: usize| -> Result<i64, Fail> {
-        fields
-            .get(i)
-            .and_then(|v| v.parse().ok())
-            .ok_or_else(|| Fail::Data(format!("job {job}: malformed lease {fields:?}")))
-    };
-    Ok(Lease {
-        job: job.to_string(),
-        holder: fields.first().cloned().unwrap_or_default(),
-        host: fields.get(1).cloned().unwrap_or_default(),
-        token: int(2)?,
-        acquired_at: int(3)?,
-        expire_at: int(4)?,
-        renewal: match fields.get(6).map(String::as_str) {
-            None | Some("") => 0,
-            Some(_) => int(6)?,
-        },
-    })
 }
 
 impl RedisStore {
@@ -702,25 +400,17 @@ impl RedisStore {
             conn: None,
             describe,
             prefix,
-            scripts: Scripts::new(),
             schema_ready: false,
             test_clock: None,
         })
     }
 
-    /// Judges time by `clock` instead of the server's `TIME`: the scripts still make every
-    /// decision, with `clock`'s time passed in. Only for tests that move time (the store
+    /// Judges time by `clock` instead of the server's `TIME`: the rules still make every
+    /// decision, with `clock`'s time. Only for tests that move time (the store
     /// conformance suite); jobguard itself never calls it.
     #[doc(hidden)]
     pub fn judge_time_by(&mut self, clock: Arc<dyn Clock>) {
         self.test_clock = Some(clock);
-    }
-
-    fn test_now(&self) -> String {
-        self.test_clock
-            .as_ref()
-            .map(|c| c.now_usec().to_string())
-            .unwrap_or_default()
     }
 
     fn error(&self, op: &str, fail: Fail) -> StoreError {
@@ -730,6 +420,11 @@ impl RedisStore {
                 store,
                 detail: format!("{op}: {detail}"),
             },
+            Fail::Contended => StoreError::Unavailable {
+                store,
+                detail: format!("{op}: the job's state changed under {RETRIES} attempts in a row"),
+            },
+            Fail::Newer(version) => self.newer_schema(version),
             Fail::Redis(e) => {
                 let detail = format!("{op}: {}", self.explain(op, &e));
                 if unavailable(&e) {
@@ -775,7 +470,7 @@ impl RedisStore {
     fn call<T>(
         &mut self,
         op: &str,
-        f: impl FnOnce(&mut Connection, &Scripts, &str) -> Result<T, Fail>,
+        f: impl FnOnce(&mut Connection, &str) -> Result<T, Fail>,
     ) -> Result<T, StoreError> {
         if self.conn.is_none() {
             let conn = self
@@ -792,7 +487,7 @@ impl RedisStore {
         let Some(conn) = self.conn.as_mut() else {
             return Err(self.error(op, Fail::Data("no connection".to_string())));
         };
-        match f(conn, &self.scripts, &self.prefix) {
+        match f(conn, &self.prefix) {
             Ok(v) => Ok(v),
             Err(Fail::Redis(e)) if unavailable(&e) => {
                 self.conn = None;
@@ -813,7 +508,7 @@ impl RedisStore {
     /// As any call: [`StoreError::Unavailable`] when the server cannot be reached.
     pub fn weak_settings(&mut self) -> Result<Vec<String>, StoreError> {
         type Pairs = Vec<(String, String)>;
-        let config: Result<Pairs, StoreError> = self.call("config get", |c, _, _| {
+        let config: Result<Pairs, StoreError> = self.call("config get", |c, _| {
             Ok(redis::cmd("CONFIG")
                 .arg("GET")
                 .arg("appendonly")
@@ -836,7 +531,7 @@ impl RedisStore {
                 )
             }
             Err(StoreError::Invalid { .. }) => {
-                let info: String = self.call("info", |c, _, _| {
+                let info: String = self.call("info", |c, _| {
                     Ok(redis::cmd("INFO")
                         .arg("persistence")
                         .arg("memory")
@@ -899,12 +594,307 @@ impl RedisStore {
     }
 }
 
-/// The first element of a script's answer as an integer (µs).
-fn first_number(values: &[String]) -> Result<i64, Fail> {
-    values
+/// What a try of an operation sees besides the connection: the key prefix, and the test
+/// clock that stands in for the server's `TIME`.
+struct Ctx<'a> {
+    p: &'a str,
+    clock: Option<Arc<dyn Clock>>,
+}
+
+impl Ctx<'_> {
+    /// The store's time, µs since the epoch: the server's `TIME` answer read with the
+    /// snapshot, or the test clock's.
+    fn now(&self, time: (i64, i64)) -> i64 {
+        self.clock
+            .as_ref()
+            .map_or_else(|| usec(time), |c| c.now_usec())
+    }
+
+    fn keys<'k>(&'k self, job: &'k str) -> Keys<'k> {
+        Keys { p: self.p, job }
+    }
+}
+
+impl RedisStore {
+    /// Runs `attempt` until it answers (it answers `None` when what it read changed before
+    /// its commit; at most [`RETRIES`] tries), on one connection with [`CALL_TIMEOUT`] per
+    /// call.
+    fn deciding<T>(
+        &mut self,
+        op: &str,
+        mut attempt: impl FnMut(&mut Connection, &Ctx<'_>) -> Result<Option<T>, Fail>,
+    ) -> Result<T, StoreError> {
+        self.ready()?;
+        let clock = self.test_clock.clone();
+        self.call(op, |c, p| {
+            let ctx = Ctx { p, clock };
+            for _ in 0..RETRIES {
+                if let Some(v) = attempt(c, &ctx)? {
+                    return Ok(v);
+                }
+            }
+            Err(Fail::Contended)
+        })
+    }
+}
+
+/// One try of a claim: `Some(None)` when the store's schema is older than this
+/// jobguard's (set back since this store was opened: migrate, then claim again).
+fn claim_once(
+    c: &mut Connection,
+    ctx: &Ctx<'_>,
+    req: &ClaimRequest,
+) -> Result<Option<Option<Claim>>, Fail> {
+    let new = &req.run;
+    let k = ctx.keys(&new.job);
+    let asked = new.slot.usec;
+    // 1: the time, the schema, the lease, the asked slot's run ids, the queued slots and
+    // a record under the run id (a claim sent again).
+    let mut pipe = watching(&[
+        k.lease(),
+        k.slot(asked),
+        k.queued(),
+        k.slots(),
+        k.run(&new.run_id),
+    ]);
+    pipe.cmd("TIME")
+        .get(format!("{}schema", ctx.p))
+        .hgetall(k.lease())
+        .smembers(k.slot(asked))
+        .zrange(k.queued(), 0, -1)
+        .hgetall(k.run(&new.run_id));
+    type First = (
+        (i64, i64),
+        Option<String>,
+        Hash,
+        Vec<String>,
+        Vec<String>,
+        Hash,
+    );
+    let (time, schema, lease_hash, ids, queued, retried): First = pipe.query(c)?;
+    let version = schema.and_then(|v| v.parse::<i64>().ok()).unwrap_or(0);
+    if version > SCHEMA_VERSION {
+        return Err(Fail::Newer(version));
+    }
+    if version < SCHEMA_VERSION {
+        return Ok(Some(None));
+    }
+    let now = ctx.now(time);
+    let lease = lease_of(&new.job, &lease_hash)?;
+    let retried = run_of(retried)?;
+    let indexed: Vec<i64> = queued.iter().filter_map(|s| s.parse().ok()).collect();
+    let queued_slots: Vec<i64> = if req.queued_first {
+        indexed
+            .iter()
+            .copied()
+            .filter(|s| *s != asked)
+            .take(MAX_QUEUED_READ)
+            .collect()
+    } else {
+        Vec::new()
+    };
+    // 2: the asked slot's records, the lease's record, the queued slots' run ids, and the
+    // newest slot.
+    let lease_run_id = lease_hash
+        .get("run_id")
+        .filter(|id| !id.is_empty() && lease.is_some());
+    let record_keys: Vec<String> = ids.iter().map(|id| k.run(id)).collect();
+    let mut watch = record_keys.clone();
+    watch.extend(lease_run_id.map(|id| k.run(id)));
+    watch.extend(queued_slots.iter().map(|s| k.slot(*s)));
+    let mut pipe = watching_more(&watch);
+    for key in &record_keys {
+        pipe.hgetall(key);
+    }
+    if let Some(id) = lease_run_id {
+        pipe.hgetall(k.run(id));
+    }
+    for s in &queued_slots {
+        pipe.smembers(k.slot(*s));
+    }
+    pipe.zrevrangebyscore_limit(k.slots(), rules::newest_bound(now, req), "-inf", 0, 1);
+    let mut got = pipe.query::<Vec<Value>>(c)?.into_iter();
+    let mut next = || got.next().unwrap_or(Value::Nil);
+    let mut slot_hashes = Vec::with_capacity(record_keys.len());
+    for _ in &record_keys {
+        slot_hashes.push(redis::from_redis_value::<Hash>(next())?);
+    }
+    let lease_run = match lease_run_id {
+        Some(_) => run_of(redis::from_redis_value(next())?)?,
+        None => None,
+    };
+    let mut queued_ids = Vec::with_capacity(queued_slots.len());
+    for _ in &queued_slots {
+        queued_ids.push(redis::from_redis_value::<Vec<String>>(next())?);
+    }
+    let newest: Option<i64> = redis::from_redis_value::<Vec<String>>(next())?
         .first()
-        .and_then(|v| v.parse().ok())
-        .ok_or_else(|| Fail::Data(format!("expected a number, got {values:?}")))
+        .and_then(|s| s.parse().ok());
+    let mut slots = BTreeMap::new();
+    slots.insert(asked, runs_of(slot_hashes)?);
+    // 3: the queued slots' records.
+    let keys: Vec<String> = queued_ids.iter().flatten().map(|id| k.run(id)).collect();
+    let mut queued_hashes = hashes(c, watching_more(&keys), &keys)?.into_iter();
+    for (s, ids) in queued_slots.iter().zip(&queued_ids) {
+        slots.insert(
+            *s,
+            runs_of(queued_hashes.by_ref().take(ids.len()).collect())?,
+        );
+    }
+    let state = rules::ClaimState {
+        now,
+        lease,
+        retried,
+        slots,
+        newest,
+        lease_run,
+    };
+    let decision = rules::claim(&state, req).map_err(|e| Fail::Data(e.to_string()))?;
+    let ClaimDecision::Grant(grant) = &decision else {
+        return Ok(Some(Some(decision.answer())));
+    };
+    let run = &grant.run;
+    let mut pipe = redis::pipe();
+    put_lease(&mut pipe, &k, &grant.lease, Some(&run.run_id));
+    pipe.set(k.token(), grant.lease.token);
+    put_run(&mut pipe, &k, run)?;
+    pipe.sadd(k.slot(run.slot.usec), &run.run_id)
+        .zadd(k.runs(), &run.run_id, run.started_at)
+        .zadd(k.slots(), run.slot.usec, run.slot.usec)
+        .sadd(format!("{}jobs", ctx.p), &new.job);
+    for id in &grant.rerun {
+        pipe.hset(k.run(id), "resolution", Resolution::Rerun.as_str());
+    }
+    // The queued index: the granted slot leaves it; so does every slot read that has no
+    // record queued or running any more.
+    for (slot, runs) in &state.slots {
+        let stays = *slot != run.slot.usec
+            && runs.iter().any(|r| {
+                r.outcome == Outcome::Running
+                    || (r.resolution == Some(Resolution::Queued)
+                        && !grant.rerun.contains(&r.run_id))
+            });
+        if !stays && indexed.contains(slot) {
+            pipe.zrem(k.queued(), slot);
+        }
+    }
+    Ok(commit(c, pipe)?.then(|| Some(decision.answer())))
+}
+
+/// One try of a finish or an interrupt of `run_id` (a record of `job`): reads the lease,
+/// the record and (with `slot`) every record of its slot, decides with `decide`, and
+/// writes the decision. `None` when what it read changed before the commit.
+fn end_once(
+    c: &mut Connection,
+    ctx: &Ctx<'_>,
+    job: &str,
+    run_id: &str,
+    slot: bool,
+    decide: &dyn Fn(&rules::RunState<'_>) -> Result<rules::EndDecision, Fail>,
+) -> Result<Option<rules::EndDecision>, Fail> {
+    let k = ctx.keys(job);
+    let mut pipe = watching(&[k.lease(), k.run(run_id)]);
+    pipe.cmd("TIME").hgetall(k.lease()).hgetall(k.run(run_id));
+    let (time, lease_hash, record): ((i64, i64), Hash, Hash) = pipe.query(c)?;
+    let now = ctx.now(time);
+    let lease = lease_of(job, &lease_hash)?;
+    // A record of another job is not this job's to change.
+    let record = run_of(record)?.filter(|r| r.job == job);
+    let slot_runs = match &record {
+        Some(r) if slot => {
+            let slot_key = k.slot(r.slot.usec);
+            let mut pipe = watching_more(std::slice::from_ref(&slot_key));
+            pipe.smembers(&slot_key);
+            let (ids,): (Vec<String>,) = pipe.query(c)?;
+            let keys: Vec<String> = ids.iter().map(|id| k.run(id)).collect();
+            runs_of(hashes(c, watching_more(&keys), &keys)?)?
+        }
+        _ => Vec::new(),
+    };
+    let state = rules::RunState {
+        now,
+        lease: lease.as_ref(),
+        record: record.as_ref(),
+        slot_runs: &slot_runs,
+    };
+    let decision = decide(&state)?;
+    if decision.record.is_none() && !decision.release {
+        return Ok(Some(decision));
+    }
+    let mut pipe = redis::pipe();
+    if let Some(new) = &decision.record {
+        put_run(&mut pipe, &k, new)?;
+        if new.resolution == Some(Resolution::Queued) {
+            pipe.zadd(k.queued(), new.slot.usec, new.slot.usec);
+        }
+    }
+    if decision.release
+        && let Some(row) = &lease
+    {
+        put_lease(&mut pipe, &k, &rules::released(row), None);
+    }
+    Ok(commit(c, pipe)?.then_some(decision))
+}
+
+/// One try of the migration to [`SCHEMA_VERSION`]: from schema 1, builds the `slots:JOB`
+/// and `queued:JOB` indexes from every record (slots with a `running` record go into
+/// `queued:JOB` too: a host of schema 1 may still be running one, and its finish script
+/// queues the slot without indexing it; the claim drops such a slot once no record of it
+/// is queued or running). From schemas 2 and 3 no key changes: a lease's `renewal` comes
+/// with its next grant (absent: 0), and records' `seq` is no longer read. The version is
+/// set in the same transaction, which holds only while no record was added meanwhile.
+/// Answers the version found.
+fn migrate_once(c: &mut Connection, p: &str) -> Result<Option<i64>, Fail> {
+    let schema = format!("{p}schema");
+    let jobs_key = format!("{p}jobs");
+    redis::cmd("SETNX")
+        .arg(&schema)
+        .arg(SCHEMA_VERSION)
+        .exec(c)?;
+    let mut pipe = watching(&[schema.clone(), jobs_key.clone()]);
+    pipe.get(&schema).smembers(&jobs_key);
+    let (version, jobs): (Option<String>, Vec<String>) = pipe.query(c)?;
+    let version: i64 = version
+        .as_deref()
+        .unwrap_or("0")
+        .parse()
+        .map_err(|_| Fail::Data(format!("bad schema version {version:?}")))?;
+    if version >= SCHEMA_VERSION {
+        return Ok(Some(version));
+    }
+    let mut pipe = redis::pipe();
+    if version < 2 {
+        let runs_keys: Vec<String> = jobs.iter().map(|j| format!("{p}runs:{j}")).collect();
+        let mut read = watching_more(&runs_keys);
+        for key in &runs_keys {
+            read.zrange(key, 0, -1);
+        }
+        let ids: Vec<Vec<String>> = if runs_keys.is_empty() {
+            Vec::new()
+        } else {
+            read.query(c)?
+        };
+        let record_keys: Vec<String> = ids
+            .iter()
+            .flatten()
+            .map(|id| format!("{p}run:{id}"))
+            .collect();
+        let mut hashes = hashes(c, watching_more(&record_keys), &record_keys)?.into_iter();
+        for (job, ids) in jobs.iter().zip(&ids) {
+            for h in hashes.by_ref().take(ids.len()) {
+                let Some(slot) = h.get("slot_usec") else {
+                    continue;
+                };
+                pipe.zadd(format!("{p}slots:{job}"), slot, slot);
+                let queued = h.get("resolution").is_some_and(|r| r == "queued");
+                if queued || h.get("outcome").is_some_and(|o| o == "running") {
+                    pipe.zadd(format!("{p}queued:{job}"), slot, slot);
+                }
+            }
+        }
+    }
+    pipe.set(&schema, SCHEMA_VERSION);
+    Ok(commit(c, pipe)?.then_some(SCHEMA_VERSION))
 }
 
 /// Opens the store at `address` for [`crate::store::registry`]; `clock` is not used: the server's clock judges.
@@ -925,28 +915,16 @@ impl Store for RedisStore {
     }
 
     fn init(&mut self) -> Result<(), StoreError> {
-        let version: Option<String> = self.call("init", |c, _, p| {
-            // SETNX: hosts starting together agree on the first version written.
-            redis::cmd("SETNX")
-                .arg(format!("{p}schema"))
-                .arg(SCHEMA_VERSION)
-                .exec(c)?;
-            Ok(redis::cmd("GET").arg(format!("{p}schema")).query(c)?)
-        })?;
-        let version: i64 = version.as_deref().unwrap_or("0").parse().map_err(|_| {
-            self.error(
-                "init",
-                Fail::Data(format!("bad schema version {version:?}")),
-            )
+        let version = self.call("init", |c, p| {
+            for _ in 0..RETRIES {
+                if let Some(v) = migrate_once(c, p)? {
+                    return Ok(v);
+                }
+            }
+            Err(Fail::Contended)
         })?;
         if version > SCHEMA_VERSION {
             return Err(self.newer_schema(version));
-        }
-        if version < SCHEMA_VERSION {
-            // One script: atomic, and hosts starting together migrate once.
-            let _: String = self.call("migrate", |c, s, p| {
-                Ok(s.migrate.arg(p).arg("").arg(SCHEMA_VERSION).invoke(c)?)
-            })?;
         }
         self.schema_ready = true;
         Ok(())
@@ -956,85 +934,24 @@ impl Store for RedisStore {
         if let Some(clock) = &self.test_clock {
             return Ok(clock.now_usec());
         }
-        let (secs, micros): (i64, i64) =
-            self.call("read time", |c, _, _| Ok(redis::cmd("TIME").query(c)?))?;
-        Ok(secs.saturating_mul(1_000_000).saturating_add(micros))
+        let time = self.call("read time", |c, _| Ok(redis::cmd("TIME").query(c)?))?;
+        Ok(usec(time))
     }
 
     fn claim(&mut self, req: &ClaimRequest) -> Result<Claim, StoreError> {
-        let now = self.test_now();
-        let new = &req.run;
-        let holder = req.holder.id();
-        let (kind, lease, run): (String, Vec<String>, Vec<String>) =
-            self.call("claim", |c, s, p| {
-                Ok(s.claim
-                    .arg(p)
-                    .arg("")
-                    .arg(SCHEMA_VERSION)
-                    .arg(&now)
-                    .arg(&new.job)
-                    .arg(new.slot.usec)
-                    .arg(&new.slot.zone)
-                    .arg(&new.run_id)
-                    .arg(if new.forced { "1" } else { "0" })
-                    .arg(&new.trigger)
-                    .arg(new.invocation_id.as_deref().unwrap_or(""))
-                    .arg(&holder)
-                    .arg(&req.holder.host)
-                    .arg(&req.holder.machine_id)
-                    .arg(&req.holder.boot_id)
-                    .arg(req.holder.pid)
-                    .arg(req.holder.pid_start)
-                    .arg(rules::duration_usec(req.ttl))
-                    .arg(
-                        req.clock
-                            .map(|c| c.host_now.to_string())
-                            .unwrap_or_default(),
-                    )
-                    .arg(rules::tolerance_usec(req))
-                    .arg(if req.queued_first { "1" } else { "0" })
-                    .arg(if req.in_order { "1" } else { "0" })
-                    .arg(rules::FOREIGN_GRACE_USEC)
-                    .invoke(c)?)
-            })?;
-        let data = |e: Fail| self.error("claim", e);
-        let run = run_from_pairs(&run).map_err(data)?;
-        let need_run =
-            |run: Option<Run>| run.ok_or_else(|| data(Fail::Data(format!("{kind}: no record"))));
-        match kind.as_str() {
-            "newer" => {
-                let v = lease.first().and_then(|v| v.parse().ok()).unwrap_or(0);
-                Err(self.newer_schema(v))
+        for _ in 0..2 {
+            match self.deciding("claim", |c, ctx| claim_once(c, ctx, req))? {
+                Some(claim) => return Ok(claim),
+                None => {
+                    self.schema_ready = false;
+                    self.init()?;
+                }
             }
-            "older" => {
-                self.init()?;
-                self.claim(req)
-            }
-            "skew" => Ok(Claim::ClockSkew {
-                store_now: first_number(&lease).map_err(data)?,
-            }),
-            "behind" => Ok(Claim::SlotBehind {
-                newest: first_number(&lease).map_err(data)?,
-            }),
-            "done" => Ok(Claim::SlotDone { by: need_run(run)? }),
-            "held" => Ok(Claim::SlotHeld { by: need_run(run)? }),
-            "busy" => Ok(Claim::Busy {
-                lease: lease_from(&new.job, &lease).map_err(data)?,
-                run,
-            }),
-            "claimed" => Ok(Claim::Claimed {
-                lease: lease_from(&new.job, &lease).map_err(data)?,
-                run: need_run(run)?,
-                previous_slot: match lease.get(5).map(String::as_str) {
-                    None | Some("") => None,
-                    Some(v) => Some(
-                        v.parse()
-                            .map_err(|_| data(Fail::Data(format!("bad slot {v:?}"))))?,
-                    ),
-                },
-            }),
-            other => Err(data(Fail::Data(format!("unknown answer {other:?}")))),
         }
+        Err(self.error(
+            "claim",
+            Fail::Data("the schema version went back twice during the claim".to_string()),
+        ))
     }
 
     fn renew(
@@ -1043,27 +960,26 @@ impl Store for RedisStore {
         next: i64,
         ttl: Duration,
     ) -> Result<Option<i64>, StoreError> {
-        self.ready()?;
-        let now = self.test_now();
-        let until: String = self.call("renew", |c, s, p| {
-            Ok(s.renew
-                .arg(p)
-                .arg(&now)
-                .arg(&lease.job)
-                .arg(&lease.holder)
-                .arg(lease.token)
-                .arg(rules::duration_usec(ttl))
-                .arg(lease.renewal)
-                .arg(next)
-                .invoke(c)?)
-        })?;
-        if until.is_empty() {
-            return Ok(None);
-        }
-        until
-            .parse()
-            .map(Some)
-            .map_err(|_| self.error("renew", Fail::Data(format!("bad expiry {until:?}"))))
+        self.deciding("renew", |c, ctx| {
+            let k = ctx.keys(&lease.job);
+            let mut pipe = watching(&[k.lease()]);
+            pipe.cmd("TIME").hgetall(k.lease());
+            let (time, row): ((i64, i64), Hash) = pipe.query(c)?;
+            let row = lease_of(&lease.job, &row)?;
+            let Some(expire_at) = rules::renew(ctx.now(time), row.as_ref(), lease, next, ttl)
+            else {
+                return Ok(Some(None));
+            };
+            let mut pipe = redis::pipe();
+            pipe.hset_multiple(
+                k.lease(),
+                &[
+                    ("expire_at", expire_at.to_string()),
+                    ("renewal", next.to_string()),
+                ],
+            );
+            Ok(commit(c, pipe)?.then_some(Some(expire_at)))
+        })
     }
 
     fn finish_as(
@@ -1073,41 +989,16 @@ impl Store for RedisStore {
         finish: &Finish,
         kept: bool,
     ) -> Result<Finished, StoreError> {
-        let report = super::finish_report_json(&self.describe, run_id, finish)?;
-        self.ready()?;
-        let now = self.test_now();
-        let (recorded, released): (i64, i64) = self.call("finish", |c, s, p| {
-            Ok(s.finish
-                .arg(p)
-                .arg(&now)
-                .arg(&lease.job)
-                .arg(&lease.holder)
-                .arg(lease.token)
-                .arg(run_id)
-                .arg(finish.outcome.as_str())
-                .arg(finish.reason.as_deref().unwrap_or(""))
-                .arg(
-                    finish
-                        .exit_status
-                        .map(|s| s.to_string())
-                        .unwrap_or_default(),
-                )
-                .arg(&report)
-                .arg(finish.resolution.map(Resolution::as_str).unwrap_or(""))
-                .arg(if finish.outcome == Outcome::LeaseLost || kept {
-                    "1"
-                } else {
-                    "0"
-                })
-                .arg(lease.renewal)
-                .arg(if kept { "1" } else { "0" })
-                .arg(finish.ended_at.map(|t| t.to_string()).unwrap_or_default())
-                .invoke(c)?)
+        super::finish_report_json(&self.describe, run_id, finish)?;
+        // The slot's records matter only to the one-success rule.
+        let slot = finish.outcome == Outcome::Succeeded;
+        let decision = self.deciding("finish", |c, ctx| {
+            end_once(c, ctx, &lease.job, run_id, slot, &|state| {
+                rules::finish(state, lease, run_id, finish, kept)
+                    .map_err(|e| Fail::Data(e.to_string()))
+            })
         })?;
-        Ok(Finished {
-            recorded: recorded == 1,
-            released: released == 1,
-        })
+        Ok(decision.finished())
     }
 
     fn interrupt(
@@ -1116,52 +1007,28 @@ impl Store for RedisStore {
         reason: &str,
         resolution: Resolution,
     ) -> Result<bool, StoreError> {
-        self.ready()?;
-        let holder = run.holder().id();
-        let now = self.test_now();
-        let changed: i64 = self.call("interrupt", |c, s, p| {
-            Ok(s.interrupt
-                .arg(p)
-                .arg(&now)
-                .arg(&run.run_id)
-                .arg(reason)
-                .arg(resolution.as_str())
-                .arg(&run.job)
-                .arg(&holder)
-                .arg(run.fencing_token)
-                .invoke(c)?)
+        let decision = self.deciding("interrupt", |c, ctx| {
+            end_once(c, ctx, &run.job, &run.run_id, false, &|state| {
+                Ok(rules::interrupt(state, run, reason, resolution))
+            })
         })?;
-        Ok(changed == 1)
+        Ok(decision.record.is_some())
     }
 
     fn lease(&mut self, job: &str) -> Result<Option<Lease>, StoreError> {
         self.ready()?;
-        let fields: Vec<Option<String>> = self.call("read lease", |c, _, p| {
-            Ok(redis::cmd("HMGET")
+        let hash: Hash = self.call("read lease", |c, p| {
+            Ok(redis::cmd("HGETALL")
                 .arg(format!("{p}lease:{job}"))
-                .arg(&[
-                    "holder",
-                    "host",
-                    "token",
-                    "acquired_at",
-                    "expire_at",
-                    "run_id",
-                    "renewal",
-                ])
                 .query(c)?)
         })?;
-        let fields: Vec<String> = fields.into_iter().map(Option::unwrap_or_default).collect();
-        if fields.first().is_none_or(|h| h.is_empty()) {
-            return Ok(None);
-        }
-        lease_from(job, &fields)
-            .map(Some)
-            .map_err(|e| self.error("read lease", e))
+        let lease = lease_of(job, &hash).map_err(|e| self.error("read lease", e))?;
+        Ok(lease.filter(|l| !l.holder.is_empty()))
     }
 
     fn read_mark(&mut self, namespace: &str, key: &str) -> Result<Option<Mark>, StoreError> {
         self.ready()?;
-        let fields: Vec<Option<String>> = self.call("read a mark", |c, _, p| {
+        let fields: Vec<Option<String>> = self.call("read a mark", |c, p| {
             Ok(redis::cmd("HMGET")
                 .arg(mark_key(p, namespace, key))
                 .arg(&["job", "run_id", "host", "token", "marked_at"])
@@ -1189,40 +1056,67 @@ impl Store for RedisStore {
         }))
     }
 
+    /// The fence ([`rules::mark_fence_holds`]) is judged on the lease and the server's time
+    /// read under `WATCH`, and the mark is written only while neither the lease nor the
+    /// mark's key changed since.
     fn insert_mark(&mut self, mark: &Mark, fenced: bool) -> Result<bool, StoreError> {
-        self.ready()?;
-        let now = self.test_now();
-        let inserted: i64 = self.call("mark", |c, _, p| {
-            Ok(redis::Script::new(INSERT_MARK)
-                .key(mark_key(p, &mark.namespace, &mark.key))
-                .key(format!("{p}lease:{}", mark.job))
-                .key(format!("{p}marks:{}", mark.job))
-                .arg(if fenced { "1" } else { "0" })
-                .arg(mark.token)
-                .arg(&mark.job)
-                .arg(&mark.run_id)
-                .arg(&mark.host)
-                .arg(mark.marked_at)
-                .arg(mark_member(&mark.namespace, &mark.key))
-                .arg(&now)
-                .invoke(c)?)
-        })?;
-        Ok(inserted == 1)
+        self.deciding("mark", |c, ctx| {
+            let k = ctx.keys(&mark.job);
+            let key = mark_key(ctx.p, &mark.namespace, &mark.key);
+            let mut pipe = watching(&[key.clone(), k.lease()]);
+            pipe.cmd("TIME").exists(&key).hgetall(k.lease());
+            let (time, exists, row): ((i64, i64), bool, Hash) = pipe.query(c)?;
+            let row = lease_of(&mark.job, &row)?;
+            if exists || !rules::mark_fence_holds(ctx.now(time), row.as_ref(), mark, fenced) {
+                return Ok(Some(false));
+            }
+            let mut pipe = redis::pipe();
+            pipe.hset_multiple(
+                &key,
+                &[
+                    ("job", mark.job.clone()),
+                    ("run_id", mark.run_id.clone()),
+                    ("host", mark.host.clone()),
+                    ("token", mark.token.to_string()),
+                    ("marked_at", mark.marked_at.to_string()),
+                ],
+            )
+            .zadd(
+                format!("{}marks:{}", ctx.p, mark.job),
+                mark_member(&mark.namespace, &mark.key),
+                mark.marked_at,
+            );
+            Ok(commit(c, pipe)?.then_some(true))
+        })
     }
 
     fn delete_marks(&mut self, job: &str, before: i64) -> Result<usize, StoreError> {
         self.ready()?;
         let mut n = 0;
         loop {
-            let deleted: i64 = self.call("delete marks", |c, _, p| {
-                Ok(redis::Script::new(DELETE_MARKS)
-                    .key(format!("{p}marks:{job}"))
-                    .arg(format!("{p}mark:"))
-                    .arg(before)
-                    .arg(DELETE_MARKS_BATCH)
-                    .invoke(c)?)
+            let deleted = self.call("delete marks", |c, p| {
+                let index = format!("{p}marks:{job}");
+                let mut pipe = redis::pipe();
+                pipe.cmd("UNWATCH").ignore().zrangebyscore_limit(
+                    &index,
+                    "-inf",
+                    format!("({before}"),
+                    0,
+                    DELETE_MARKS_BATCH as isize,
+                );
+                let (old,): (Vec<String>,) = pipe.query(c)?;
+                if old.is_empty() {
+                    return Ok(0);
+                }
+                let mut pipe = redis::pipe();
+                for m in &old {
+                    pipe.del(format!("{p}mark:{m}"));
+                }
+                pipe.zrem(&index, &old);
+                commit(c, pipe)?;
+                Ok(old.len())
             })?;
-            n += usize::try_from(deleted).unwrap_or(0);
+            n += deleted;
             if deleted < DELETE_MARKS_BATCH {
                 return Ok(n);
             }
@@ -1231,7 +1125,7 @@ impl Store for RedisStore {
 
     fn count_marks(&mut self, job: &str, before: i64) -> Result<usize, StoreError> {
         self.ready()?;
-        let n: i64 = self.call("count marks", |c, _, p| {
+        let n: i64 = self.call("count marks", |c, p| {
             Ok(redis::cmd("ZCOUNT")
                 .arg(format!("{p}marks:{job}"))
                 .arg("-inf")
@@ -1243,7 +1137,7 @@ impl Store for RedisStore {
 
     fn read_schedule(&mut self, job: &str) -> Result<Option<ScheduleDecl>, StoreError> {
         self.ready()?;
-        let fields: Vec<Option<String>> = self.call("read the schedule", |c, _, p| {
+        let fields: Vec<Option<String>> = self.call("read the schedule", |c, p| {
             Ok(redis::cmd("HMGET")
                 .arg(format!("{p}schedule:{job}"))
                 .arg(&["fingerprint", "defined_at", "host", "seen_at", "horizon"])
@@ -1269,68 +1163,102 @@ impl Store for RedisStore {
         }))
     }
 
+    /// Replaces the schedule hash if it still holds `expected`'s fingerprint, time and
+    /// last declaration (none: if there is none), read under `WATCH`; false when it did
+    /// not or changed before the commit.
     fn swap_schedule(
         &mut self,
         expected: Option<&ScheduleDecl>,
         new: &ScheduleDecl,
     ) -> Result<bool, StoreError> {
         self.ready()?;
-        let (fp, at, seen) = expected.map_or((String::new(), String::new(), String::new()), |e| {
-            (
-                e.fingerprint.clone(),
-                e.defined_at.to_string(),
-                e.seen_at.to_string(),
-            )
-        });
-        let swapped: i64 = self.call("declare the schedule", |c, _, p| {
-            Ok(redis::Script::new(SWAP_SCHEDULE)
-                .key(format!("{p}schedule:{}", new.job))
-                .arg(&fp)
-                .arg(&at)
-                .arg(&seen)
-                .arg(&new.fingerprint)
-                .arg(new.defined_at)
-                .arg(&new.host)
-                .arg(new.seen_at)
-                .arg(new.horizon)
-                .invoke(c)?)
-        })?;
-        Ok(swapped == 1)
+        self.call("declare the schedule", |c, p| {
+            let key = format!("{p}schedule:{}", new.job);
+            let mut pipe = watching(std::slice::from_ref(&key));
+            pipe.cmd("HMGET")
+                .arg(&key)
+                .arg(&["fingerprint", "defined_at", "seen_at"]);
+            let (cur,): ((Option<String>, Option<String>, Option<String>),) = pipe.query(c)?;
+            let expected = expected.map(|e| {
+                (
+                    Some(e.fingerprint.clone()),
+                    Some(e.defined_at.to_string()),
+                    Some(e.seen_at.to_string()),
+                )
+            });
+            let unchanged = match expected {
+                None => cur.0.is_none(),
+                Some(e) => e == cur,
+            };
+            if !unchanged {
+                return Ok(false);
+            }
+            let mut pipe = redis::pipe();
+            pipe.hset_multiple(
+                &key,
+                &[
+                    ("fingerprint", new.fingerprint.clone()),
+                    ("defined_at", new.defined_at.to_string()),
+                    ("host", new.host.clone()),
+                    ("seen_at", new.seen_at.to_string()),
+                    ("horizon", new.horizon.to_string()),
+                ],
+            );
+            commit(c, pipe)
+        })
     }
 
     fn runs(&mut self, query: &RunQuery) -> Result<Vec<Run>, StoreError> {
         self.ready()?;
-        let job = query.job.clone().unwrap_or_default();
-        let slot = match (&query.job, query.slot) {
-            (Some(_), Some(slot)) => slot.to_string(),
-            _ => String::new(),
-        };
-        let records: Vec<Vec<String>> = self.call("read runs", |c, s, p| {
-            Ok(s.runs.arg(p).arg(&job).arg(&slot).invoke(c)?)
+        let hashes: Vec<Hash> = self.call("read runs", |c, p| {
+            let ids: Vec<String> = match (&query.job, query.slot) {
+                (Some(job), Some(slot)) => redis::cmd("SMEMBERS")
+                    .arg(format!("{p}slot:{job}:{slot}"))
+                    .query(c)?,
+                (Some(job), None) => redis::cmd("ZRANGE")
+                    .arg(format!("{p}runs:{job}"))
+                    .arg(0)
+                    .arg(-1)
+                    .query(c)?,
+                (None, _) => {
+                    let jobs: Vec<String> =
+                        redis::cmd("SMEMBERS").arg(format!("{p}jobs")).query(c)?;
+                    let mut pipe = redis::pipe();
+                    for j in &jobs {
+                        pipe.zrange(format!("{p}runs:{j}"), 0, -1);
+                    }
+                    let per_job: Vec<Vec<String>> = if jobs.is_empty() {
+                        Vec::new()
+                    } else {
+                        pipe.query(c)?
+                    };
+                    per_job.into_iter().flatten().collect()
+                }
+            };
+            let mut out = Vec::with_capacity(ids.len());
+            for chunk in ids.chunks(1000) {
+                let keys: Vec<String> = chunk.iter().map(|id| format!("{p}run:{id}")).collect();
+                out.extend(hashes(c, redis::pipe(), &keys)?);
+            }
+            Ok(out)
         })?;
-        let mut runs = Vec::with_capacity(records.len());
-        for pairs in &records {
-            let seq = pairs
-                .chunks(2)
-                .find(|p| p.first().is_some_and(|k| k == "seq"))
-                .and_then(|p| p.get(1))
-                .and_then(|s| s.parse::<i64>().ok())
-                .unwrap_or(0);
-            if let Some(run) = run_from_pairs(pairs).map_err(|e| self.error("read runs", e))? {
-                runs.push((run, seq));
+        let mut runs = Vec::with_capacity(hashes.len());
+        for h in hashes {
+            // A record deleted between the read of its index and its own read is gone.
+            if let Some(run) = run_of(h).map_err(|e| self.error("read runs", e))? {
+                runs.push(run);
             }
         }
         if let Some(from) = query.slots_from {
-            crate::store::rules::window(&mut runs, from, |(r, _)| r);
+            rules::window(&mut runs, from, |r| r);
         }
-        runs.retain(|(r, _)| {
+        runs.retain(|r| {
             (query.outcomes.is_empty() || query.outcomes.contains(&r.outcome))
                 && (query.resolutions.is_empty()
                     || r.resolution.is_some_and(|x| query.resolutions.contains(&x)))
                 && query.slot.is_none_or(|s| r.slot.usec == s)
         });
-        runs.sort_by(|(a, aq), (b, bq)| (b.started_at, bq).cmp(&(a.started_at, aq)));
-        let mut runs: Vec<Run> = runs.into_iter().map(|(r, _)| r).collect();
+        runs.sort_by_key(|r| std::cmp::Reverse((r.started_at, r.fencing_token)));
         if query.limit > 0 {
             runs.truncate(query.limit);
         }
@@ -1343,50 +1271,89 @@ impl Store for RedisStore {
         slot: i64,
         resolution: Resolution,
     ) -> Result<usize, StoreError> {
-        self.ready()?;
-        let n: i64 = self.call("resolve", |c, s, p| {
-            Ok(s.resolve
-                .arg(p)
-                .arg(job)
-                .arg(slot)
-                .arg(resolution.as_str())
-                .invoke(c)?)
-        })?;
-        Ok(usize::try_from(n).unwrap_or(0))
+        self.deciding("resolve", |c, ctx| {
+            let k = ctx.keys(job);
+            let mut pipe = watching(&[k.slot(slot)]);
+            pipe.smembers(k.slot(slot));
+            let (ids,): (Vec<String>,) = pipe.query(c)?;
+            let keys: Vec<String> = ids.iter().map(|id| k.run(id)).collect();
+            let runs = runs_of(hashes(c, watching_more(&keys), &keys)?)?;
+            let change = rules::resolve(&runs, resolution);
+            if change.is_empty() {
+                return Ok(Some(0));
+            }
+            let mut pipe = redis::pipe();
+            for id in &change {
+                pipe.hset(k.run(id), "resolution", resolution.as_str());
+            }
+            // A slot that is no longer queued leaves `queued:JOB` at the next claim.
+            if resolution == Resolution::Queued {
+                pipe.zadd(k.queued(), slot, slot);
+            }
+            Ok(commit(c, pipe)?.then_some(change.len()))
+        })
     }
 
     fn unlock(&mut self, job: &str) -> Result<Option<Lease>, StoreError> {
-        self.ready()?;
-        let now = self.test_now();
-        let fields: Vec<String> = self.call("unlock", |c, s, p| {
-            Ok(s.unlock.arg(p).arg(&now).arg(job).invoke(c)?)
-        })?;
-        if fields.is_empty() {
-            return Ok(None);
-        }
-        lease_from(job, &fields)
-            .map(Some)
-            .map_err(|e| self.error("unlock", e))
+        self.deciding("unlock", |c, ctx| {
+            let k = ctx.keys(job);
+            let mut pipe = watching(&[k.lease()]);
+            pipe.cmd("TIME").hgetall(k.lease());
+            let (time, row): ((i64, i64), Hash) = pipe.query(c)?;
+            let row = lease_of(job, &row)?;
+            let (ended, held) = rules::unlock(ctx.now(time), row.as_ref());
+            let Some(row) = row.filter(|_| held) else {
+                return Ok(Some(ended));
+            };
+            let mut pipe = redis::pipe();
+            put_lease(&mut pipe, &k, &rules::released(&row), None);
+            Ok(commit(c, pipe)?.then_some(ended))
+        })
     }
 
+    /// Judges the slots a batch at a time on their records read under `WATCH`, and
+    /// deletes the whole of each slot that may go in one transaction.
     fn delete_slots(
         &mut self,
         job: &str,
         slots: &[i64],
         started_before: i64,
     ) -> Result<usize, StoreError> {
-        self.ready()?;
+        let slots = remote::distinct_slots(slots);
         let mut n = 0;
-        for chunk in slots.chunks(200) {
-            let deleted: i64 = self.call("delete runs", |c, s, p| {
-                let mut call = s.delete.prepare_invoke();
-                call.arg(p).arg(job).arg(started_before);
-                for slot in chunk {
-                    call.arg(slot);
+        for chunk in slots.chunks(DELETE_SLOTS_BATCH) {
+            n += self.deciding("delete runs", |c, ctx| {
+                let k = ctx.keys(job);
+                let slot_keys: Vec<String> = chunk.iter().map(|s| k.slot(*s)).collect();
+                let mut pipe = watching(&slot_keys);
+                for key in &slot_keys {
+                    pipe.smembers(key);
                 }
-                Ok(call.invoke(c)?)
+                let ids: Vec<Vec<String>> = pipe.query(c)?;
+                let keys: Vec<String> = ids.iter().flatten().map(|id| k.run(id)).collect();
+                let mut records = hashes(c, watching_more(&keys), &keys)?.into_iter();
+                let mut pipe = redis::pipe();
+                let mut deleted = 0;
+                for (slot, ids) in chunk.iter().zip(&ids) {
+                    let runs = runs_of(records.by_ref().take(ids.len()).collect())?;
+                    if ids.is_empty() || !rules::retention_may_delete(&runs, started_before) {
+                        continue;
+                    }
+                    for id in ids {
+                        pipe.del(k.run(id));
+                    }
+                    // A slot with no record left is no longer recorded, as in the SQL stores.
+                    pipe.zrem(k.runs(), ids)
+                        .del(k.slot(*slot))
+                        .zrem(k.slots(), slot)
+                        .zrem(k.queued(), slot);
+                    deleted += ids.len();
+                }
+                if deleted == 0 {
+                    return Ok(Some(0));
+                }
+                Ok(commit(c, pipe)?.then_some(deleted))
             })?;
-            n += usize::try_from(deleted).unwrap_or(0);
         }
         Ok(n)
     }

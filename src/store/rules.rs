@@ -11,10 +11,11 @@
 //! ([`Claim`], [`Finished`]) and is called only by the backends and their tests.
 //!
 //! Who decides with these functions, and who still decides on the server:
-//! - [`super::sqlite`], [`super::etcd`] and [`super::zookeeper`]: every operation. SQLite
-//!   reads the snapshot and applies the writes in one `BEGIN IMMEDIATE` transaction; etcd
-//!   in a `Txn` conditioned on the revisions it read; ZooKeeper in a `multi` conditioned on
-//!   the versions it read.
+//! - [`super::sqlite`], [`super::etcd`], [`super::zookeeper`] and [`super::redis`]: every
+//!   operation. SQLite reads the snapshot and applies the writes in one `BEGIN IMMEDIATE`
+//!   transaction; etcd in a `Txn` conditioned on the revisions it read; ZooKeeper in a
+//!   `multi` conditioned on the versions it read; Redis in a `MULTI`/`EXEC` that holds
+//!   only while no key it read under `WATCH` changed.
 //! - [`super::postgres`] and [`super::mysql`]: every operation too, with a
 //!   compare-and-set on what was read (PostgreSQL: the lease row's `xmin`; MySQL's claim:
 //!   every column of the lease row) or under the lease row's lock (MySQL's other
@@ -22,14 +23,12 @@
 //!   condition of the insert's statement, on the lease row read under a share lock. The
 //!   PL/pgSQL `jobguard_claim` and MySQL's procedures stay installed for older binaries
 //!   only.
-//! - [`super::redis`]: every operation is still a Lua script.
 //!
 //! `tests/store_differential.rs` drives every backend through random histories and
 //! compares every answer and every resulting state with these functions. The rule order
 //! ([`claim`]):
 //! 0. a claim sent again under a run id that is already recorded answers that grant again
-//!    while it holds, and is an error otherwise (SQLite and Redis decide this before the
-//!    clock check, PostgreSQL and MySQL after it; here it comes first, see [`claim`]);
+//!    while it holds, and is an error otherwise;
 //! 1. with [`ClaimRequest::clock`], the clock check;
 //! 2. with [`ClaimRequest::queued_first`], the oldest queued slot that is neither done nor
 //!    held replaces the asked slot;
@@ -158,8 +157,8 @@ pub enum RuleError {
         /// The job.
         job: String,
     },
-    /// A second non-forced `succeeded` record for one slot (the SQL stores' unique index
-    /// `jobguard_run_one_success`, the Redis finish script).
+    /// A second non-forced `succeeded` record for one slot (also the unique index
+    /// `jobguard_run_one_success` of PostgreSQL and MySQL/MariaDB).
     #[error("slot already succeeded by run {by}")]
     SecondSuccess {
         /// The run id of the record that succeeded first.
@@ -842,6 +841,16 @@ pub fn cut_end(record: &Run, lease: Option<&Lease>, now: i64) -> i64 {
 pub fn unlock(now: i64, row: Option<&Lease>) -> (Option<Lease>, bool) {
     let held = row.filter(|l| !l.holder.is_empty());
     (held.filter(|l| l.expire_at > now).cloned(), held.is_some())
+}
+
+/// Whether retention may delete a slot whose records are `slot_runs`
+/// ([`crate::store::Store::delete_slots`]): none of them is `running` or started at or after
+/// `started_before` (µs since the epoch, store clock), so a claim that added an attempt
+/// since retention chose the slot keeps the slot whole.
+pub fn retention_may_delete(slot_runs: &[Run], started_before: i64) -> bool {
+    !slot_runs
+        .iter()
+        .any(|r| r.outcome == Outcome::Running || r.started_at >= started_before)
 }
 
 /// Decides [`crate::store::Store::resolve`] on every record of one slot: the run ids whose

@@ -71,7 +71,7 @@ use zookeeper_client::{Acls, Client, CreateMode, MultiReadResult, MultiWriteErro
 
 use crate::clock::Clock;
 use crate::lease::Lease;
-use crate::ledger::{Finish, Outcome, Resolution, Run};
+use crate::ledger::{Finish, Resolution, Run};
 use crate::store::remote::{self, CALL_TIMEOUT, CONNECT_TIMEOUT, slot_part};
 use crate::store::rules::{self, ClaimDecision};
 use crate::store::{
@@ -1676,10 +1676,7 @@ impl Store for ZooKeeperStore {
                 let mut gone = Vec::new();
                 for (slot, runs) in chunk.iter().zip(found) {
                     let Some(runs) = runs else { continue };
-                    if runs
-                        .iter()
-                        .any(|r| r.outcome == Outcome::Running || r.started_at >= started_before)
-                    {
+                    if !rules::retention_may_delete(&runs, started_before) {
                         continue;
                     }
                     for r in &runs {
