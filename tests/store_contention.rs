@@ -129,6 +129,14 @@ macro_rules! racers {
             }
 
             #[test]
+            fn a_mark_whose_insert_is_held_past_its_lease_is_not_recorded() {
+                super::a_held_mark_is_not_recorded(
+                    crate::common::remote::server(stringify!($name)),
+                    concat!("store_contention::", stringify!($name), "::held"),
+                );
+            }
+
+            #[test]
             fn a_mark_sent_after_its_lease_expired_is_not_recorded() {
                 super::a_late_mark_is_not_recorded(
                     crate::common::remote::server(stringify!($name)),
@@ -244,6 +252,61 @@ fn a_late_mark_is_not_recorded(server: &'static Server, test: &str) {
     );
     assert_eq!(b.read_mark("shipping", "LATE").expect("read"), None);
     assert!(b.read_mark("shipping", "EARLY").expect("read").is_some());
+}
+
+/// A run frozen just before its mark's write (a proxy holds the write, and only the
+/// write, until the lease has expired by the store's own clock; nobody takes over): the
+/// mark is not recorded, and the run is told its lease ended. The write is the request
+/// that carries the mark: Redis's `MULTI`/`EXEC`, the SQL stores' insert, etcd's and
+/// ZooKeeper's transaction (the mark's JSON).
+fn a_held_mark_is_not_recorded(server: &'static Server, test: &str) {
+    use common::conformance::{claimed, new_mark, request};
+    use jobguard::store::Marking;
+    let Some(ns) = Namespace::new(server, test) else {
+        return;
+    };
+    let write: &[u8] = match server.name {
+        "redis" => b"MULTI",
+        "postgres" | "mysql" => b"INSERT INTO jobguard_mark",
+        _ => b"marked_at",
+    };
+    let proxy = Proxy::start(server.port);
+    let mut via_proxy = (server.address)(&proxy.listen, &ns.name);
+    if server.name == "postgres" {
+        // In the clear, for the proxy to see the insert (the server offers TLS).
+        via_proxy.push_str("&sslmode=disable");
+    }
+    let mut a = jobguard::store::open(&via_proxy).expect("open the store");
+    let mut b = jobguard::store::open(&ns.address()).expect("open the store");
+    let mut req = request("held", common::conformance::S1, 1, 1, false);
+    req.ttl = Duration::from_secs(1);
+    let (lease, _) = claimed(&mut *a, &req);
+    proxy.freeze_on(write);
+    let marker = std::thread::spawn(move || {
+        let mark = new_mark("held", "shipping", "K", 1, lease.token);
+        a.mark(&mark, true)
+    });
+    assert!(
+        wait_until(10, || proxy.is_frozen()),
+        "the mark's write reached the proxy: {:?}",
+        proxy
+            .is_frozen()
+            .then_some(())
+            .ok_or_else(|| marker.is_finished())
+    );
+    let expired = wait_until(15, || {
+        let now = b.now().expect("now");
+        let row = b.lease("held").expect("read the lease");
+        row.is_none_or(|l| l.expire_at <= now)
+    });
+    assert!(expired, "the lease expired by the store's clock");
+    proxy.freeze(false);
+    let answer = marker.join().expect("the marker");
+    assert!(
+        matches!(answer, Ok(Marking::Fenced(_))),
+        "a mark written after its lease expired: {answer:?}"
+    );
+    assert_eq!(b.read_mark("shipping", "K").expect("read"), None);
 }
 
 /// The store commits a claim but its answer never arrives (the call times out while the

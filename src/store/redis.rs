@@ -21,6 +21,9 @@
 //! - `P lease:JOB`: hash `holder host token acquired_at expire_at run_id renewal`; never
 //!   expires and is never deleted (a released lease has an empty holder and `expire_at`
 //!   0). Its token is the job's fencing-token counter.
+//! - `P alive:JOB`: the holder's id while its lease lives, expiring by the server's clock
+//!   (`SET … PXAT`) at the lease's `expire_at` rounded down to the millisecond: set at a
+//!   grant and at each renewal, deleted at a release. Since schema 4.
 //! - `P token:JOB`: the same counter, kept equal to the lease's token for schema 3 and
 //!   earlier, whose claims read it.
 //! - `P run:RUN_ID`: hash of one ledger record, fields named as the SQL stores' columns
@@ -55,7 +58,12 @@
 //!
 //! A decision is judged at its read, and its transaction commits only while what it read
 //! is unchanged: a holder frozen between its read and its commit (one round trip) writes
-//! nothing once another host took the lease, as with PostgreSQL's compare-and-set.
+//! nothing once another host took the lease. Nor once the lease expired by the server's
+//! clock, taken over or not: a renewal, a finish and a fenced mark also watch
+//! `P alive:JOB`, and Redis refuses a transaction whose watched key expired before its
+//! `EXEC` (Redis 6.0.9 and later; <https://redis.io/docs/latest/develop/interact/transactions/>),
+//! as the lease's expiry is judged in the same atomic step as the write. With a test clock
+//! ([`RedisStore::judge_time_by`]) no `alive` key is written: the rules judge alone.
 //!
 //! Durability is the server's: a Redis without AOF (`appendonly yes`, `appendfsync
 //! always` or `everysec`) loses the latest leases and records when it restarts.
@@ -117,6 +125,9 @@ struct Keys<'a> {
 impl Keys<'_> {
     fn lease(&self) -> String {
         format!("{}lease:{}", self.p, self.job)
+    }
+    fn alive(&self) -> String {
+        format!("{}alive:{}", self.p, self.job)
     }
     fn token(&self) -> String {
         format!("{}token:{}", self.p, self.job)
@@ -253,8 +264,17 @@ fn lease_of(job: &str, hash: &Hash) -> Result<Option<Lease>, Fail> {
     }))
 }
 
-/// Queues the writes of `lease` (with the run id of its record, `run_id`) on `pipe`.
-fn put_lease(pipe: &mut Pipeline, keys: &Keys<'_>, lease: &Lease, run_id: Option<&str>) {
+/// Queues the writes of `lease` (with the run id of its record, `run_id`) on `pipe`, and
+/// of its `alive` key unless a test clock judges (`judged`): set to expire with a held
+/// lease, deleted with a released one.
+fn put_lease(
+    pipe: &mut Pipeline,
+    keys: &Keys<'_>,
+    lease: &Lease,
+    run_id: Option<&str>,
+    judged: bool,
+) {
+    put_alive(pipe, keys, lease, judged);
     let mut fields = vec![
         ("holder", lease.holder.clone()),
         ("host", lease.host.clone()),
@@ -267,6 +287,19 @@ fn put_lease(pipe: &mut Pipeline, keys: &Keys<'_>, lease: &Lease, run_id: Option
         fields.push(("run_id", id.to_string()));
     }
     pipe.hset_multiple(keys.lease(), &fields);
+}
+
+/// Queues the write of `lease`'s `alive` key on `pipe` (see [`put_lease`]).
+fn put_alive(pipe: &mut Pipeline, keys: &Keys<'_>, lease: &Lease, judged: bool) {
+    if lease.holder.is_empty() {
+        pipe.del(keys.alive());
+    } else if !judged {
+        pipe.cmd("SET")
+            .arg(keys.alive())
+            .arg(&lease.holder)
+            .arg("PXAT")
+            .arg(lease.expire_at.div_euclid(1000).max(1));
+    }
 }
 
 /// Queues the whole of `run`'s record on `pipe`: its hash replaced.
@@ -755,7 +788,13 @@ fn claim_once(
     };
     let run = &grant.run;
     let mut pipe = redis::pipe();
-    put_lease(&mut pipe, &k, &grant.lease, Some(&run.run_id));
+    put_lease(
+        &mut pipe,
+        &k,
+        &grant.lease,
+        Some(&run.run_id),
+        ctx.clock.is_some(),
+    );
     pipe.set(k.token(), grant.lease.token);
     put_run(&mut pipe, &k, run)?;
     pipe.sadd(k.slot(run.slot.usec), &run.run_id)
@@ -793,7 +832,7 @@ fn end_once(
     decide: &dyn Fn(&rules::RunState<'_>) -> Result<rules::EndDecision, Fail>,
 ) -> Result<Option<rules::EndDecision>, Fail> {
     let k = ctx.keys(job);
-    let mut pipe = watching(&[k.lease(), k.run(run_id)]);
+    let mut pipe = watching(&[k.lease(), k.alive(), k.run(run_id)]);
     pipe.cmd("TIME").hgetall(k.lease()).hgetall(k.run(run_id));
     let (time, lease_hash, record): ((i64, i64), Hash, Hash) = pipe.query(c)?;
     let now = ctx.now(time);
@@ -831,7 +870,7 @@ fn end_once(
     if decision.release
         && let Some(row) = &lease
     {
-        put_lease(&mut pipe, &k, &rules::released(row), None);
+        put_lease(&mut pipe, &k, &rules::released(row), None, true);
     }
     Ok(commit(c, pipe)?.then_some(decision))
 }
@@ -962,7 +1001,7 @@ impl Store for RedisStore {
     ) -> Result<Option<i64>, StoreError> {
         self.deciding("renew", |c, ctx| {
             let k = ctx.keys(&lease.job);
-            let mut pipe = watching(&[k.lease()]);
+            let mut pipe = watching(&[k.lease(), k.alive()]);
             pipe.cmd("TIME").hgetall(k.lease());
             let (time, row): ((i64, i64), Hash) = pipe.query(c)?;
             let row = lease_of(&lease.job, &row)?;
@@ -971,6 +1010,11 @@ impl Store for RedisStore {
                 return Ok(Some(None));
             };
             let mut pipe = redis::pipe();
+            let renewed = Lease {
+                expire_at,
+                ..lease.clone()
+            };
+            put_alive(&mut pipe, &k, &renewed, ctx.clock.is_some());
             pipe.hset_multiple(
                 k.lease(),
                 &[
@@ -1063,7 +1107,7 @@ impl Store for RedisStore {
         self.deciding("mark", |c, ctx| {
             let k = ctx.keys(&mark.job);
             let key = mark_key(ctx.p, &mark.namespace, &mark.key);
-            let mut pipe = watching(&[key.clone(), k.lease()]);
+            let mut pipe = watching(&[key.clone(), k.lease(), k.alive()]);
             pipe.cmd("TIME").exists(&key).hgetall(k.lease());
             let (time, exists, row): ((i64, i64), bool, Hash) = pipe.query(c)?;
             let row = lease_of(&mark.job, &row)?;
@@ -1306,7 +1350,7 @@ impl Store for RedisStore {
                 return Ok(Some(ended));
             };
             let mut pipe = redis::pipe();
-            put_lease(&mut pipe, &k, &rules::released(&row), None);
+            put_lease(&mut pipe, &k, &rules::released(&row), None, true);
             Ok(commit(c, pipe)?.then_some(ended))
         })
     }

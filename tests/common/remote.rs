@@ -591,7 +591,13 @@ pub struct Proxy {
     generation: Arc<AtomicU32>,
     /// How many connections the target closed while frozen ([`Proxy::closed_by_target`]).
     closed_by_target: Arc<AtomicU32>,
+    /// Bytes whose arrival from a client freezes the proxy before they pass
+    /// ([`Proxy::freeze_on`]).
+    trigger: Trigger,
 }
+
+/// What [`Proxy::freeze_on`] waits for.
+type Trigger = Arc<std::sync::Mutex<Option<Vec<u8>>>>;
 
 impl Proxy {
     /// Starts a proxy to `127.0.0.1:target_port`.
@@ -602,11 +608,13 @@ impl Proxy {
         let stop = Arc::new(AtomicBool::new(false));
         let generation = Arc::new(AtomicU32::new(0));
         let closed_by_target = Arc::new(AtomicU32::new(0));
-        let (f, s, g, c) = (
+        let trigger: Trigger = Arc::default();
+        let (f, s, g, c, t) = (
             frozen.clone(),
             stop.clone(),
             generation.clone(),
             closed_by_target.clone(),
+            trigger.clone(),
         );
         std::thread::spawn(move || {
             for client in listener.incoming() {
@@ -617,16 +625,28 @@ impl Proxy {
                 let Ok(server) = TcpStream::connect(("127.0.0.1", target_port)) else {
                     continue;
                 };
-                for (from, to, closes) in [
-                    (client.try_clone(), server.try_clone(), None),
-                    (server.try_clone(), client.try_clone(), Some(c.clone())),
+                for (from, to, closes, trigger) in [
+                    (
+                        client.try_clone(),
+                        server.try_clone(),
+                        None,
+                        Some(t.clone()),
+                    ),
+                    (
+                        server.try_clone(),
+                        client.try_clone(),
+                        Some(c.clone()),
+                        None,
+                    ),
                 ] {
                     let (Ok(from), Ok(to)) = (from, to) else {
                         continue;
                     };
                     let (f, s, g) = (f.clone(), s.clone(), g.clone());
                     let born = g.load(Ordering::SeqCst);
-                    std::thread::spawn(move || pump(from, to, &f, &s, &g, born, closes));
+                    std::thread::spawn(move || {
+                        pump(from, to, &f, &s, &g, born, closes, trigger);
+                    });
                 }
             }
         });
@@ -636,6 +656,7 @@ impl Proxy {
             stop,
             generation,
             closed_by_target,
+            trigger,
         }
     }
 
@@ -656,6 +677,17 @@ impl Proxy {
     pub fn freeze(&self, frozen: bool) {
         self.frozen.store(frozen, Ordering::SeqCst);
     }
+
+    /// Freezes the proxy when a client next sends `bytes` (within one read), before they
+    /// pass: a client frozen just before that request, as a paused VM is.
+    pub fn freeze_on(&self, bytes: &[u8]) {
+        *self.trigger.lock().unwrap() = Some(bytes.to_vec());
+    }
+
+    /// Whether the proxy is frozen.
+    pub fn is_frozen(&self) -> bool {
+        self.frozen.load(Ordering::SeqCst)
+    }
 }
 
 impl Drop for Proxy {
@@ -674,6 +706,7 @@ fn pump(
     generation: &AtomicU32,
     born: u32,
     closes: Option<Arc<AtomicU32>>,
+    trigger: Option<Trigger>,
 ) {
     let _ = from.set_read_timeout(Some(Duration::from_millis(20)));
     let mut buf = [0u8; 16384];
@@ -698,6 +731,15 @@ fn pump(
         match from.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => {
+                if let Some(t) = &trigger {
+                    let mut t = t.lock().unwrap();
+                    if t.as_ref()
+                        .is_some_and(|b| buf[..n].windows(b.len()).any(|w| w == b))
+                    {
+                        *t = None;
+                        frozen.store(true, Ordering::SeqCst);
+                    }
+                }
                 // Bytes read just as the proxy froze wait for the thaw: none pass while
                 // frozen, and none are lost.
                 while frozen.load(Ordering::SeqCst) && !stop.load(Ordering::SeqCst) && !cut() {
