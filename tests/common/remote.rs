@@ -599,6 +599,13 @@ pub struct Proxy {
 /// What [`Proxy::freeze_on`] waits for.
 type Trigger = Arc<std::sync::Mutex<Option<Vec<u8>>>>;
 
+/// The direction a pump moves bytes in, with what it watches for: from a client to the
+/// target (the bytes that freeze the proxy), or back (the count of closes by the target).
+enum Way {
+    Up(Trigger),
+    Down(Arc<AtomicU32>),
+}
+
 impl Proxy {
     /// Starts a proxy to `127.0.0.1:target_port`.
     pub fn start(target_port: u16) -> Proxy {
@@ -625,19 +632,9 @@ impl Proxy {
                 let Ok(server) = TcpStream::connect(("127.0.0.1", target_port)) else {
                     continue;
                 };
-                for (from, to, closes, trigger) in [
-                    (
-                        client.try_clone(),
-                        server.try_clone(),
-                        None,
-                        Some(t.clone()),
-                    ),
-                    (
-                        server.try_clone(),
-                        client.try_clone(),
-                        Some(c.clone()),
-                        None,
-                    ),
+                for (from, to, way) in [
+                    (client.try_clone(), server.try_clone(), Way::Up(t.clone())),
+                    (server.try_clone(), client.try_clone(), Way::Down(c.clone())),
                 ] {
                     let (Ok(from), Ok(to)) = (from, to) else {
                         continue;
@@ -645,7 +642,7 @@ impl Proxy {
                     let (f, s, g) = (f.clone(), s.clone(), g.clone());
                     let born = g.load(Ordering::SeqCst);
                     std::thread::spawn(move || {
-                        pump(from, to, &f, &s, &g, born, closes, trigger);
+                        pump(from, to, &f, &s, &g, born, way);
                     });
                 }
             }
@@ -705,9 +702,12 @@ fn pump(
     stop: &AtomicBool,
     generation: &AtomicU32,
     born: u32,
-    closes: Option<Arc<AtomicU32>>,
-    trigger: Option<Trigger>,
+    way: Way,
 ) {
+    let (closes, trigger) = match way {
+        Way::Up(t) => (None, Some(t)),
+        Way::Down(c) => (Some(c), None),
+    };
     let _ = from.set_read_timeout(Some(Duration::from_millis(20)));
     let mut buf = [0u8; 16384];
     let cut = || generation.load(Ordering::SeqCst) != born;
