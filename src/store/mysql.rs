@@ -1438,48 +1438,50 @@ impl Store for MysqlStore {
         }
         // A locking read of the lease row orders the insert with every write to it: a
         // takeover that committed first is seen (a locking read reads the newest
-        // version), and one that comes later waits for this commit.
-        let fence = format!(
-            "SELECT expire_at FROM jobguard_lease
-              WHERE job = {} AND token = {} AND holder <> '' LOCK IN SHARE MODE",
-            lit(&mark.job),
-            mark.token
-        );
-        // Expiry is judged inside the transaction by the server's clock, read in its own
-        // statement once the lock is held (`UTC_TIMESTAMP` is the time its statement
-        // began): a run frozen between its read of the lease and this insert records
-        // nothing once the lease has expired, taken over or not.
-        let clock = format!("SELECT COALESCE({}, {SERVER_NOW})", self.test_now());
-        let insert = format!(
-            "INSERT INTO jobguard_mark (namespace, mark_key, job, run_id, host, token, marked_at)
-             VALUES ({}, {}, {}, {}, {}, {}, {})",
-            lit(&mark.namespace),
-            lit(&mark.key),
-            lit(&mark.job),
-            lit(&mark.run_id),
-            lit(&mark.host),
-            mark.token,
-            mark.marked_at
-        );
+        // version), and one that comes later waits for this commit. The fence is the
+        // rules' (`rules::mark_fence_holds`) on that row and the server's time; the insert
+        // then holds only while the server's clock is before `rules::fence_deadline`,
+        // judged by its own statement: a run frozen between its read and its insert
+        // records nothing once the lease has expired.
+        let now = self.test_now();
+        let insert = |deadline: Option<i64>| {
+            format!(
+                "INSERT INTO jobguard_mark (namespace, mark_key, job, run_id, host, token, marked_at)
+                 SELECT {}, {}, {}, {}, {}, {}, {} FROM DUAL WHERE {}",
+                lit(&mark.namespace),
+                lit(&mark.key),
+                lit(&mark.job),
+                lit(&mark.run_id),
+                lit(&mark.host),
+                mark.token,
+                mark.marked_at,
+                deadline.map_or("TRUE".to_string(), |d| format!(
+                    "COALESCE({now}, {SERVER_NOW}) < {d}"
+                ))
+            )
+        };
         self.with_schema("mark", |c| {
             let mut created = false;
             loop {
-                let mut tx = c.start_transaction(mysql::TxOpts::default())?;
+                let mut tx = c.start_transaction(read_committed())?;
+                let mut deadline = None;
                 if fenced {
-                    let expire_at: Option<i64> = tx.query_first(&fence)?;
-                    let now: Option<i64> = match expire_at {
-                        Some(_) => tx.query_first(&clock)?,
-                        None => None,
-                    };
-                    if !matches!((expire_at, now), (Some(e), Some(n)) if e > n) {
+                    let (row, store_now) = share_lease(&mut tx, &mark.job, &now)?;
+                    if !rules::mark_fence_holds(store_now, row.as_ref(), mark, true) {
                         tx.rollback()?;
                         return Ok(false);
                     }
+                    deadline = rules::fence_deadline(row.as_ref(), true);
                 }
-                return match tx.query_drop(&insert) {
-                    Ok(()) => {
+                return match tx.query_drop(insert(deadline)) {
+                    Ok(()) if tx.affected_rows() == 1 => {
                         tx.commit()?;
                         Ok(true)
+                    }
+                    // The deadline passed before the insert.
+                    Ok(()) => {
+                        tx.rollback()?;
+                        Ok(false)
                     }
                     // 1062: the key is recorded.
                     Err(mysql::Error::MySqlError(e)) if e.code == 1062 => {
@@ -1828,9 +1830,28 @@ fn lock_lease(
     job: &str,
     now: &str,
 ) -> Result<(Option<Lease>, i64), Fail> {
+    read_lease_locked(tx, job, now, "FOR UPDATE")
+}
+
+/// As [`lock_lease`], with a share lock (`LOCK IN SHARE MODE`: writers of the row wait,
+/// readers do not).
+fn share_lease(
+    tx: &mut mysql::Transaction<'_>,
+    job: &str,
+    now: &str,
+) -> Result<(Option<Lease>, i64), Fail> {
+    read_lease_locked(tx, job, now, "LOCK IN SHARE MODE")
+}
+
+fn read_lease_locked(
+    tx: &mut mysql::Transaction<'_>,
+    job: &str,
+    now: &str,
+    lock: &str,
+) -> Result<(Option<Lease>, i64), Fail> {
     let row: Option<Row> = tx.query_first(format!(
         "SELECT holder, host, token, acquired_at, expire_at, renewal FROM jobguard_lease
-         WHERE job = {} FOR UPDATE",
+         WHERE job = {} {lock}",
         lit(job)
     ))?;
     let lease = row

@@ -1776,27 +1776,36 @@ impl Store for PostgresStore {
         })
     }
 
+    /// The fence ([`rules::mark_fence_holds`]) is judged on the lease row and the server's
+    /// time read in one statement; the insert then holds only while the row is the version
+    /// read (locked `FOR SHARE`, so a takeover that comes later waits for this commit and
+    /// sees the mark) and the server's clock is before [`rules::fence_deadline`].
     fn insert_mark(&mut self, mark: &Mark, fenced: bool) -> Result<bool, StoreError> {
         self.ready()?;
-        // `FOR SHARE` orders the insert with every write to the lease row: a takeover
-        // that committed first is seen (the row is read again at its newest version and
-        // no longer has the token), and one that comes later waits for this commit, so
-        // the holder that took over sees the mark.
-        // Expiry is judged here too, by the server's clock in the same statement: a run
-        // frozen between its read of the lease and this insert records nothing once the
-        // lease has expired, taken over or not.
         let now = self.test_now();
-        let sql = "INSERT INTO jobguard_mark
-                     (namespace, mark_key, job, run_id, host, token, marked_at)
-                   SELECT $1, $2, $3, $4, $5, $6, $7
-                    WHERE NOT $8 OR EXISTS (SELECT 1 FROM jobguard_lease
-                      WHERE job = $3 AND token = $6 AND holder <> ''
-                        AND expire_at > COALESCE($9::bigint,
-                            (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)
-                      FOR SHARE)
-                   ON CONFLICT (namespace, mark_key) DO NOTHING RETURNING 1";
+        let sql = format!(
+            "INSERT INTO jobguard_mark (namespace, mark_key, job, run_id, host, token, marked_at)
+             SELECT $2, $3, $4, $5, $6, $7, $8
+              WHERE $9::text IS NULL OR (EXISTS (SELECT 1 FROM jobguard_lease
+                      WHERE job = $4 AND xmin::text = $9 FOR SHARE) AND {NOW_US} < $10)
+             ON CONFLICT (namespace, mark_key) DO NOTHING RETURNING 1"
+        );
         self.with_schema("mark", async |c| {
-            let values: [(&(dyn tokio_postgres::types::ToSql + Sync), Type); 9] = [
+            let (version, deadline) = if fenced {
+                let state = read_row_state(c, now, &mark.job, "").await?;
+                let row = state.row.as_ref().map(|(_, l)| l);
+                if !rules::mark_fence_holds(state.now, row, mark, true) {
+                    return Ok(false);
+                }
+                (
+                    state.row.as_ref().map(|(v, _)| v.clone()),
+                    rules::fence_deadline(row, true),
+                )
+            } else {
+                (None, None)
+            };
+            let values: [(&(dyn tokio_postgres::types::ToSql + Sync), Type); 10] = [
+                (&now, Type::INT8),
                 (&mark.namespace, Type::TEXT),
                 (&mark.key, Type::TEXT),
                 (&mark.job, Type::TEXT),
@@ -1804,13 +1813,13 @@ impl Store for PostgresStore {
                 (&mark.host, Type::TEXT),
                 (&mark.token, Type::INT8),
                 (&mark.marked_at, Type::INT8),
-                (&fenced, Type::BOOL),
-                (&now, Type::INT8),
+                (&version, Type::TEXT),
+                (&deadline, Type::INT8),
             ];
-            match c.query_typed(sql, &values).await {
+            match c.query_typed(&sql, &values).await {
                 Err(e) if e.code() == Some(&SqlState::UNDEFINED_TABLE) => {
                     create_table(c, MARK_TABLE).await?;
-                    Ok(c.query_typed(sql, &values).await?.len() == 1)
+                    Ok(c.query_typed(&sql, &values).await?.len() == 1)
                 }
                 got => Ok(got?.len() == 1),
             }

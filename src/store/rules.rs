@@ -19,10 +19,13 @@
 //! - [`super::postgres`] and [`super::mysql`]: every operation too, with a
 //!   compare-and-set on what was read (PostgreSQL: the lease row's `xmin`; MySQL's claim:
 //!   every column of the lease row) or under the lease row's lock (MySQL's other
-//!   operations), except the mark's fence ([`mark_fence_holds`]), which is still a
-//!   condition of the insert's statement, on the lease row read under a share lock. The
-//!   PL/pgSQL `jobguard_claim` and MySQL's procedures stay installed for older binaries
-//!   only.
+//!   operations and the mark). The PL/pgSQL `jobguard_claim` and MySQL's procedures stay
+//!   installed for older binaries only.
+//!
+//! A fenced mark's insert also compares the store's clock with [`fence_deadline`] (SQL
+//! stores: in the insert's statement; Redis: the lease's `alive` key, watched; etcd: the
+//! holder's `alive` key, gone with its etcd lease), so a mark never lands after its
+//! lease ended, however late its write arrives.
 //!
 //! `tests/store_differential.rs` drives every backend through random histories and
 //! compares every answer and every resulting state with these functions. The rule order
@@ -629,6 +632,14 @@ pub fn mark(
 pub fn mark_fence_holds(now: i64, row: Option<&Lease>, mark: &Mark, fenced: bool) -> bool {
     !fenced
         || row.is_some_and(|l| !l.holder.is_empty() && l.token == mark.token && l.expire_at > now)
+}
+
+/// Until when a fenced write that [`mark_fence_holds`] allowed on `row` may commit, µs since
+/// the epoch by the store's clock: the lease's expiry (`None` without a fence). A store
+/// whose commit comes later than its read (a round trip, a host frozen in between) writes
+/// only before this time by its own clock, so a mark never lands after its lease ended.
+pub fn fence_deadline(row: Option<&Lease>, fenced: bool) -> Option<i64> {
+    fenced.then(|| row.map_or(i64::MIN, |l| l.expire_at))
 }
 
 /// The lease row once released: no holder, `expire_at` 0; the token (the job's counter)
