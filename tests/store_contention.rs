@@ -133,6 +133,16 @@ macro_rules! racers {
                 super::a_held_mark_is_not_recorded(
                     crate::common::remote::server(stringify!($name)),
                     concat!("store_contention::", stringify!($name), "::held"),
+                    super::LeaseEnd::Expiry,
+                );
+            }
+
+            #[test]
+            fn a_mark_whose_insert_is_held_while_another_host_takes_over_is_not_recorded() {
+                super::a_held_mark_is_not_recorded(
+                    crate::common::remote::server(stringify!($name)),
+                    concat!("store_contention::", stringify!($name), "::taken"),
+                    super::LeaseEnd::Takeover,
                 );
             }
 
@@ -254,12 +264,23 @@ fn a_late_mark_is_not_recorded(server: &'static Server, test: &str) {
     assert!(b.read_mark("shipping", "EARLY").expect("read").is_some());
 }
 
+/// How the lease of [`a_held_mark_is_not_recorded`] ends while its mark's write is held.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum LeaseEnd {
+    /// It expires by the store's clock; nobody takes over.
+    Expiry,
+    /// Another host unlocks the job and claims it.
+    Takeover,
+}
+
 /// A run frozen just before its mark's write (a proxy holds the write, and only the
-/// write, until the lease has expired by the store's own clock; nobody takes over): the
-/// mark is not recorded, and the run is told its lease ended. The write is the request
-/// that carries the mark: Redis's `MULTI`/`EXEC`, the SQL stores' insert, etcd's and
-/// ZooKeeper's transaction (the mark's JSON).
-fn a_held_mark_is_not_recorded(server: &'static Server, test: &str) {
+/// write) while its lease ends (`end`): once the write goes on, the mark is not recorded
+/// and the run is told its lease ended. Unless the store held off the takeover until the
+/// mark's commit (MySQL/MariaDB's share lock on the lease row): then the mark is recorded
+/// and the new holder sees it. The write is the request that carries the mark: Redis's
+/// `MULTI`/`EXEC`, the SQL stores' insert, etcd's and ZooKeeper's transaction (the mark's
+/// JSON).
+fn a_held_mark_is_not_recorded(server: &'static Server, test: &str, end: LeaseEnd) {
     use common::conformance::{claimed, new_mark, request};
     use jobguard::store::Marking;
     let Some(ns) = Namespace::new(server, test) else {
@@ -279,7 +300,7 @@ fn a_held_mark_is_not_recorded(server: &'static Server, test: &str) {
     let mut a = jobguard::store::open(&via_proxy).expect("open the store");
     let mut b = jobguard::store::open(&ns.address()).expect("open the store");
     let mut req = request("held", common::conformance::S1, 1, 1, false);
-    req.ttl = Duration::from_secs(1);
+    req.ttl = Duration::from_secs(if end == LeaseEnd::Expiry { 1 } else { 60 });
     let (lease, _) = claimed(&mut *a, &req);
     // A first mark makes the mark table or keyspace, so the held write is the insert
     // itself (not a retry after the table was made).
@@ -298,19 +319,51 @@ fn a_held_mark_is_not_recorded(server: &'static Server, test: &str) {
             .then_some(())
             .ok_or_else(|| marker.is_finished())
     );
-    let expired = wait_until(15, || {
-        let now = b.now().expect("now");
-        let row = b.lease("held").expect("read the lease");
-        row.is_none_or(|l| l.expire_at <= now)
-    });
-    assert!(expired, "the lease expired by the store's clock");
-    proxy.freeze(false);
+    let taken = match end {
+        LeaseEnd::Expiry => {
+            let expired = wait_until(15, || {
+                let now = b.now().expect("now");
+                let row = b.lease("held").expect("read the lease");
+                row.is_none_or(|l| l.expire_at <= now)
+            });
+            assert!(expired, "the lease expired by the store's clock");
+            proxy.freeze(false);
+            None
+        }
+        LeaseEnd::Takeover => {
+            let taker = std::thread::spawn(move || {
+                b.unlock("held").expect("unlock");
+                let next = request(
+                    "held",
+                    common::conformance::S1 + 86_400_000_000,
+                    2,
+                    2,
+                    false,
+                );
+                claimed(&mut *b, &next);
+                b
+            });
+            // A store that orders the takeover after the held mark keeps it waiting.
+            let took = wait_until(3, || taker.is_finished());
+            proxy.freeze(false);
+            b = taker.join().expect("the taker");
+            Some(took)
+        }
+    };
     let answer = marker.join().expect("the marker");
+    let recorded = b.read_mark("shipping", "K").expect("read");
+    if taken == Some(false) {
+        assert!(
+            matches!(&answer, Ok(Marking::New(m)) if recorded.as_ref() == Some(m)),
+            "the takeover waited for the mark, which must then be recorded: {answer:?} {recorded:?}"
+        );
+        return;
+    }
     assert!(
         matches!(answer, Ok(Marking::Fenced(_))),
-        "a mark written after its lease expired: {answer:?}"
+        "a mark written after its lease ended ({end:?}): {answer:?}"
     );
-    assert_eq!(b.read_mark("shipping", "K").expect("read"), None);
+    assert_eq!(recorded, None);
 }
 
 /// The store commits a claim but its answer never arrives (the call times out while the
@@ -1035,6 +1088,64 @@ fn mysql_a_lapsed_holder_cut_off_with_its_outcome_keeps_its_slot() {
         server("mysql"),
         "store_contention::lapsed_my",
     );
+}
+
+/// Redis's `alive` key, which refuses a write held past the lease's expiry, never
+/// outlives the lease: at a grant and at a renewal it expires at the last millisecond
+/// before the lease's `expire_at` (Redis keeps a key through its expiry millisecond), and
+/// a release deletes it.
+#[test]
+fn redis_the_alive_key_never_outlives_its_lease() {
+    use common::conformance::{claimed, request};
+    use jobguard::ledger::{Finish, Outcome};
+    let Some(ns) = Namespace::new(server("redis"), "store_contention::alive") else {
+        return;
+    };
+    let mut s = jobguard::store::open(&ns.address()).expect("open the store");
+    let alive = format!("{}:alive:sync", ns.name);
+    let expiry_ms = || -> i64 {
+        common::remote::redis_cli(&["PEXPIRETIME", &alive])
+            .trim()
+            .parse()
+            .expect("PEXPIRETIME")
+    };
+    let kept_until = |lease_expiry: i64, what: &str| {
+        let ms = expiry_ms();
+        // Alive through millisecond `ms`, that is until µs (ms + 1) * 1000.
+        assert!(
+            (ms + 1) * 1000 <= lease_expiry && (ms + 2) * 1000 > lease_expiry,
+            "{what}: the alive key expires at ms {ms}, the lease at µs {lease_expiry}"
+        );
+    };
+    let (lease, run) = claimed(
+        &mut *s,
+        &request("sync", common::conformance::S1, 1, 1, false),
+    );
+    kept_until(lease.expire_at, "grant");
+    let renewed = s
+        .renew(&lease, 7, Duration::from_secs(300))
+        .expect("renew")
+        .expect("renewed");
+    kept_until(renewed, "renewal");
+    let lease = jobguard::lease::Lease {
+        expire_at: renewed,
+        renewal: 7,
+        ..lease
+    };
+    let finish = Finish {
+        outcome: Outcome::Succeeded,
+        reason: None,
+        exit_status: Some(0),
+        report: Default::default(),
+        resolution: None,
+        ended_at: None,
+    };
+    assert!(
+        s.finish(&lease, &run.run_id, &finish)
+            .expect("finish")
+            .released
+    );
+    assert_eq!(expiry_ms(), -2, "a release deletes the alive key");
 }
 
 #[test]

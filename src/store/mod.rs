@@ -653,10 +653,12 @@ pub trait Store: Send {
 
     /// Inserts `mark` in one atomic step if its key is not recorded and, with `fenced`,
     /// the lease row of `mark.job` still has a holder and `mark.token` and has not expired
-    /// by the store's clock ([`rules::mark_fence_holds`], judged in that same step: a run
-    /// frozen after its read records nothing once its lease ended); false otherwise
-    /// (nothing written). The mark's table or keyspace is made on first use, like the
-    /// schedule's.
+    /// by the store's clock ([`rules::mark_fence_holds`] on the row as read, and the write
+    /// applied only before [`rules::fence_deadline`] by the store's clock and while the
+    /// row is unchanged: a run frozen after its read records nothing once its lease
+    /// ended); false otherwise, nothing written (also when the row changed meanwhile, a
+    /// renewal say: [`Store::mark`] reads and decides again). The mark's table or keyspace
+    /// is made on first use, like the schedule's.
     ///
     /// # Errors
     /// The store's.

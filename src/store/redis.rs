@@ -22,8 +22,8 @@
 //!   expires and is never deleted (a released lease has an empty holder and `expire_at`
 //!   0). Its token is the job's fencing-token counter.
 //! - `P alive:JOB`: the holder's id while its lease lives, expiring by the server's clock
-//!   (`SET … PXAT`) at the lease's `expire_at` rounded down to the millisecond: set at a
-//!   grant and at each renewal, deleted at a release. Since schema 4.
+//!   (`PEXPIREAT`) at the last millisecond before the lease's `expire_at`: set at a grant
+//!   and at each renewal, deleted at a release. Since schema 4.
 //! - `P token:JOB`: the same counter, kept equal to the lease's token for schema 3 and
 //!   earlier, whose claims read it.
 //! - `P run:RUN_ID`: hash of one ledger record, fields named as the SQL stores' columns
@@ -61,8 +61,10 @@
 //! nothing once another host took the lease. Nor once the lease expired by the server's
 //! clock, taken over or not: a renewal, a finish and a fenced mark also watch
 //! `P alive:JOB`, and Redis refuses a transaction whose watched key expired before its
-//! `EXEC` (Redis 6.0.9 and later; <https://redis.io/docs/latest/develop/interact/transactions/>),
-//! as the lease's expiry is judged in the same atomic step as the write. With a test clock
+//! `EXEC` (Redis 6.0.9 and later; <https://redis.io/docs/latest/develop/interact/transactions/>;
+//! [`RedisStore::weak_settings`] names an older server), as the lease's expiry is judged
+//! in the same atomic step as the write. For those writes a lease whose `alive` key is
+//! gone counts as expired, whatever its `expire_at`. With a test clock
 //! ([`RedisStore::judge_time_by`]) no `alive` key is written: the rules judge alone.
 //!
 //! Durability is the server's: a Redis without AOF (`appendonly yes`, `appendfsync
@@ -94,10 +96,6 @@ pub const DEFAULT_PREFIX: &str = "jobguard:";
 /// How many times an operation starts again after another host changed what it read
 /// between its read and its commit, before it answers [`StoreError::Unavailable`].
 pub const RETRIES: u32 = 50;
-
-/// The most queued slots a claim reads (oldest first): the rules pick the oldest that is
-/// neither done nor held, and settle the done ones, so later claims get to the rest.
-const MAX_QUEUED_READ: usize = 60;
 
 /// How many marks one transaction of [`Store::delete_marks`] deletes.
 const DELETE_MARKS_BATCH: usize = 1000;
@@ -289,17 +287,56 @@ fn put_lease(
     pipe.hset_multiple(keys.lease(), &fields);
 }
 
-/// Queues the write of `lease`'s `alive` key on `pipe` (see [`put_lease`]).
+/// Queues the write of `lease`'s `alive` key on `pipe` (see [`put_lease`]). It expires
+/// (`PEXPIREAT`, Redis 2.6) at the last whole millisecond before the lease's `expire_at`
+/// (µs): Redis keeps a key while its millisecond clock is at or before the expiry, so the
+/// key is gone by `expire_at` and never outlives the lease.
 fn put_alive(pipe: &mut Pipeline, keys: &Keys<'_>, lease: &Lease, judged: bool) {
     if lease.holder.is_empty() {
         pipe.del(keys.alive());
     } else if !judged {
-        pipe.cmd("SET")
+        let last_ms = lease.expire_at.div_euclid(1000).saturating_sub(1).max(1);
+        pipe.set(keys.alive(), &lease.holder)
+            .cmd("PEXPIREAT")
             .arg(keys.alive())
-            .arg(&lease.holder)
-            .arg("PXAT")
-            .arg(lease.expire_at.div_euclid(1000).max(1));
+            .arg(last_ms);
     }
+}
+
+/// A pipeline that drops what an earlier try watched, watches `keys` and the job's
+/// `alive` key, and first reads whether that key exists (its first answer). An expired
+/// key is removed by an `EXISTS` before the `WATCH` (Redis 6.0 aborts a transaction that
+/// watched a key already expired but not yet removed, every time).
+fn watching_alive(k: &Keys<'_>, keys: &[String]) -> Pipeline {
+    let mut watch = keys.to_vec();
+    watch.push(k.alive());
+    let mut pipe = redis::pipe();
+    pipe.cmd("UNWATCH")
+        .ignore()
+        .exists(k.alive())
+        .ignore()
+        .cmd("WATCH")
+        .arg(watch)
+        .ignore()
+        .exists(k.alive());
+    pipe
+}
+
+/// The lease row as the rules may judge it for a write that must land while the lease
+/// lives (a renewal, a finish while held, a fenced mark): with no `alive` key watched
+/// (`alive` false, and no test clock: `judged` false), nothing would refuse a commit that
+/// comes after the expiry, so the lease counts as expired now.
+fn as_watched(row: Option<Lease>, alive: bool, judged: bool, now: i64) -> Option<Lease> {
+    row.map(|l| {
+        if alive || judged || l.holder.is_empty() {
+            l
+        } else {
+            Lease {
+                expire_at: l.expire_at.min(now),
+                ..l
+            }
+        }
+    })
 }
 
 /// Queues the whole of `run`'s record on `pipe`: its hash replaced.
@@ -531,8 +568,10 @@ impl RedisStore {
     }
 
     /// Settings of the server that can lose a lease or a record, one sentence each:
-    /// no persistence (`appendonly no`, and no `save` points either), and a
-    /// `maxmemory-policy` other than `noeviction` (an evicted lease key is a lost lock).
+    /// no persistence (`appendonly no`, and no `save` points either), a
+    /// `maxmemory-policy` other than `noeviction` (an evicted lease key is a lost lock),
+    /// and a server older than 6.0.9 (`INFO server`), which commits a transaction whose
+    /// watched `alive` key expired.
     /// Read with `CONFIG GET`; where that command is not allowed (managed servers), from
     /// `INFO persistence` and `INFO memory` (which tell AOF but not `save`). See
     /// <https://redis.io/docs/latest/operate/oss_and_stack/management/persistence/>.
@@ -600,6 +639,21 @@ impl RedisStore {
                     .to_string(),
             ),
             _ => {}
+        }
+        let info: String = self.call("info server", |c, _| {
+            Ok(redis::cmd("INFO").arg("server").query(c)?)
+        })?;
+        let version = info
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("redis_version:"))
+            .unwrap_or("");
+        let number: Vec<u32> = version.split('.').map_while(|n| n.parse().ok()).collect();
+        if !number.is_empty() && number < vec![6, 0, 9] {
+            out.push(format!(
+                "Redis {version} does not refuse a transaction whose watched key expired \
+                 (6.0.9 and later do): a renewal, a finish or a fenced mark that reaches it \
+                 after its lease expired may still be written; upgrade Redis"
+            ));
         }
         if let Some(policy) = policy.filter(|p| p != "noeviction") {
             out.push(format!(
@@ -684,6 +738,7 @@ fn claim_once(
     // 1: the time, the schema, the lease, the asked slot's run ids, the queued slots and
     // a record under the run id (a claim sent again).
     let mut pipe = watching(&[
+        format!("{}schema", ctx.p),
         k.lease(),
         k.slot(asked),
         k.queued(),
@@ -717,12 +772,7 @@ fn claim_once(
     let retried = run_of(retried)?;
     let indexed: Vec<i64> = queued.iter().filter_map(|s| s.parse().ok()).collect();
     let queued_slots: Vec<i64> = if req.queued_first {
-        indexed
-            .iter()
-            .copied()
-            .filter(|s| *s != asked)
-            .take(MAX_QUEUED_READ)
-            .collect()
+        indexed.iter().copied().filter(|s| *s != asked).collect()
     } else {
         Vec::new()
     };
@@ -822,21 +872,30 @@ fn claim_once(
 
 /// One try of a finish or an interrupt of `run_id` (a record of `job`): reads the lease,
 /// the record and (with `slot`) every record of its slot, decides with `decide`, and
-/// writes the decision. `None` when what it read changed before the commit.
+/// writes the decision. With `live` (a finish) the lease counts as held only while its
+/// `alive` key is watched ([`as_watched`]). `None` when what it read changed before the
+/// commit.
 fn end_once(
     c: &mut Connection,
     ctx: &Ctx<'_>,
     job: &str,
     run_id: &str,
     slot: bool,
+    live: bool,
     decide: &dyn Fn(&rules::RunState<'_>) -> Result<rules::EndDecision, Fail>,
 ) -> Result<Option<rules::EndDecision>, Fail> {
     let k = ctx.keys(job);
-    let mut pipe = watching(&[k.lease(), k.alive(), k.run(run_id)]);
+    let mut pipe = watching_alive(&k, &[k.lease(), k.run(run_id)]);
     pipe.cmd("TIME").hgetall(k.lease()).hgetall(k.run(run_id));
-    let (time, lease_hash, record): ((i64, i64), Hash, Hash) = pipe.query(c)?;
+    type Read = (bool, (i64, i64), Hash, Hash);
+    let (alive, time, lease_hash, record): Read = pipe.query(c)?;
     let now = ctx.now(time);
     let lease = lease_of(job, &lease_hash)?;
+    let lease = if live {
+        as_watched(lease, alive, ctx.clock.is_some(), now)
+    } else {
+        lease
+    };
     // A record of another job is not this job's to change.
     let record = run_of(record)?.filter(|r| r.job == job);
     let slot_runs = match &record {
@@ -1001,12 +1060,12 @@ impl Store for RedisStore {
     ) -> Result<Option<i64>, StoreError> {
         self.deciding("renew", |c, ctx| {
             let k = ctx.keys(&lease.job);
-            let mut pipe = watching(&[k.lease(), k.alive()]);
+            let mut pipe = watching_alive(&k, &[k.lease()]);
             pipe.cmd("TIME").hgetall(k.lease());
-            let (time, row): ((i64, i64), Hash) = pipe.query(c)?;
-            let row = lease_of(&lease.job, &row)?;
-            let Some(expire_at) = rules::renew(ctx.now(time), row.as_ref(), lease, next, ttl)
-            else {
+            let (alive, time, row): (bool, (i64, i64), Hash) = pipe.query(c)?;
+            let now = ctx.now(time);
+            let row = as_watched(lease_of(&lease.job, &row)?, alive, ctx.clock.is_some(), now);
+            let Some(expire_at) = rules::renew(now, row.as_ref(), lease, next, ttl) else {
                 return Ok(Some(None));
             };
             let mut pipe = redis::pipe();
@@ -1037,7 +1096,7 @@ impl Store for RedisStore {
         // The slot's records matter only to the one-success rule.
         let slot = finish.outcome == Outcome::Succeeded;
         let decision = self.deciding("finish", |c, ctx| {
-            end_once(c, ctx, &lease.job, run_id, slot, &|state| {
+            end_once(c, ctx, &lease.job, run_id, slot, true, &|state| {
                 rules::finish(state, lease, run_id, finish, kept)
                     .map_err(|e| Fail::Data(e.to_string()))
             })
@@ -1052,7 +1111,7 @@ impl Store for RedisStore {
         resolution: Resolution,
     ) -> Result<bool, StoreError> {
         let decision = self.deciding("interrupt", |c, ctx| {
-            end_once(c, ctx, &run.job, &run.run_id, false, &|state| {
+            end_once(c, ctx, &run.job, &run.run_id, false, false, &|state| {
                 Ok(rules::interrupt(state, run, reason, resolution))
             })
         })?;
@@ -1107,11 +1166,12 @@ impl Store for RedisStore {
         self.deciding("mark", |c, ctx| {
             let k = ctx.keys(&mark.job);
             let key = mark_key(ctx.p, &mark.namespace, &mark.key);
-            let mut pipe = watching(&[key.clone(), k.lease(), k.alive()]);
+            let mut pipe = watching_alive(&k, &[key.clone(), k.lease()]);
             pipe.cmd("TIME").exists(&key).hgetall(k.lease());
-            let (time, exists, row): ((i64, i64), bool, Hash) = pipe.query(c)?;
-            let row = lease_of(&mark.job, &row)?;
-            if exists || !rules::mark_fence_holds(ctx.now(time), row.as_ref(), mark, fenced) {
+            let (alive, time, exists, row): (bool, (i64, i64), bool, Hash) = pipe.query(c)?;
+            let now = ctx.now(time);
+            let row = as_watched(lease_of(&mark.job, &row)?, alive, ctx.clock.is_some(), now);
+            if exists || !rules::mark_fence_holds(now, row.as_ref(), mark, fenced) {
                 return Ok(Some(false));
             }
             let mut pipe = redis::pipe();

@@ -22,10 +22,13 @@
 //!   operations and the mark). The PL/pgSQL `jobguard_claim` and MySQL's procedures stay
 //!   installed for older binaries only.
 //!
-//! A fenced mark's insert also compares the store's clock with [`fence_deadline`] (SQL
-//! stores: in the insert's statement; Redis: the lease's `alive` key, watched; etcd: the
-//! holder's `alive` key, gone with its etcd lease), so a mark never lands after its
-//! lease ended, however late its write arrives.
+//! A fenced mark's insert also compares the store's clock with [`fence_deadline`]
+//! (PostgreSQL and MySQL/MariaDB: in the insert's statement; Redis: the lease's `alive`
+//! key, watched; etcd: the holder's `alive` key, gone with its etcd lease; SQLite reads
+//! and inserts in one transaction under its write lock), so a mark whose insert arrives
+//! after its lease ended is not recorded. (On MySQL/MariaDB the commit is one more round
+//! trip after the insert, and holds the lease row's share lock until then: a takeover
+//! waits for it and sees the mark.)
 //!
 //! `tests/store_differential.rs` drives every backend through random histories and
 //! compares every answer and every resulting state with these functions. The rule order
@@ -634,10 +637,11 @@ pub fn mark_fence_holds(now: i64, row: Option<&Lease>, mark: &Mark, fenced: bool
         || row.is_some_and(|l| !l.holder.is_empty() && l.token == mark.token && l.expire_at > now)
 }
 
-/// Until when a fenced write that [`mark_fence_holds`] allowed on `row` may commit, µs since
-/// the epoch by the store's clock: the lease's expiry (`None` without a fence). A store
-/// whose commit comes later than its read (a round trip, a host frozen in between) writes
-/// only before this time by its own clock, so a mark never lands after its lease ended.
+/// Until when a fenced write that [`mark_fence_holds`] allowed on `row` may be applied, µs
+/// since the epoch by the store's clock: the lease's expiry (`None` without a fence;
+/// `i64::MIN`, never, without a lease row). A store whose write comes later than its read
+/// (a round trip, a host frozen in between) applies it only before this time by its own
+/// clock, so a mark whose write arrives after its lease ended is not recorded.
 pub fn fence_deadline(row: Option<&Lease>, fenced: bool) -> Option<i64> {
     fenced.then(|| row.map_or(i64::MIN, |l| l.expire_at))
 }
