@@ -15,6 +15,8 @@
 //! (a copy of the holder resumed from an older snapshot), and write a fresh one or send
 //! the last one again (a renewal whose answer was lost); finishes present either.
 //!
+//! Marks (fenced by a grant's token, current or stale, or not) are compared too.
+//!
 //! The records of one slot may name different zones (a job whose `timezone` changed): a
 //! queued slot is claimed with the zone of its oldest queued record.
 
@@ -27,7 +29,7 @@ use jobguard::clock::{Clock, ManualClock};
 use jobguard::lease::{Holder, Lease};
 use jobguard::ledger::{Finish, NewRun, Outcome, Resolution, Run, Slot};
 use jobguard::store::rules::{ClaimDecision, RuleError};
-use jobguard::store::{Claim, ClaimRequest, ClockCheck, RunQuery, Store, StoreError};
+use jobguard::store::{Claim, ClaimRequest, ClockCheck, Mark, RunQuery, Store, StoreError};
 
 use common::conformance::{T0, holder};
 use common::memory::Memory;
@@ -400,6 +402,52 @@ impl Diff {
         );
     }
 
+    /// A mark of one of a few keys, fenced (by a grant's token, current or not) or not.
+    fn mark(&mut self) {
+        let job = self.rng.pick(&JOBS);
+        let key = self.rng.pick(&["a", "b", "c"]);
+        let fenced = self.rng.chance(70);
+        let grants: Vec<(Lease, Run)> = self
+            .grants
+            .iter()
+            .filter(|(l, _)| l.job == job)
+            .cloned()
+            .collect();
+        let (token, run_id, host) = match grants.is_empty() {
+            true => (0, String::new(), "outside".to_string()),
+            false => {
+                let (l, r) = self.rng.pick(&grants);
+                (l.token, r.run_id, r.host)
+            }
+        };
+        let new = Mark {
+            namespace: format!("{job}.ns"),
+            key: key.to_string(),
+            job: job.to_string(),
+            run_id,
+            host,
+            token,
+            marked_at: 0,
+        };
+        let now = self.clock.now_usec();
+        self.log.push(format!(
+            "now {now}: mark {job} {key} token {token} fenced {fenced}"
+        ));
+        let expected = self.mirror.mark(&new, fenced, now);
+        let kind = match &expected {
+            jobguard::store::Marking::New(_) => "mark-new",
+            jobguard::store::Marking::Already(_) => "mark-already",
+            jobguard::store::Marking::Fenced(_) => "mark-fenced",
+        };
+        *self.seen.entry(kind.to_string()).or_default() += 1;
+        let actual = self.store.mark(&new, fenced).map_err(|e| e.to_string());
+        self.compare(
+            "mark",
+            format!("{actual:?}"),
+            format!("{:?}", Ok::<_, String>(expected)),
+        );
+    }
+
     fn resolve(&mut self) {
         let job = self.rng.pick(&JOBS);
         let slot = self.rng.pick(&slots());
@@ -524,6 +572,7 @@ impl Diff {
                 63..70 => self.interrupt(),
                 70..78 => self.resolve(),
                 78..82 => self.unlock(),
+                82..88 => self.mark(),
                 _ => self.advance(),
             }
             self.check_state();

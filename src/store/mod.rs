@@ -367,7 +367,7 @@ pub enum Marking {
     Already(Mark),
     /// The mark was fenced ([`Store::mark`] with `fenced`): the job's lease no longer
     /// carries the mark's token (taken over, released or expired); nothing was written.
-    /// The job's lease row as read, if any.
+    /// The job's lease, if held (a released row is none).
     Fenced(Option<Lease>),
 }
 

@@ -616,7 +616,9 @@ pub fn mark(
     fenced: bool,
 ) -> MarkStep {
     if !mark_fence_holds(now, lease, new, fenced) {
-        return MarkStep::Answer(Marking::Fenced(lease.cloned()));
+        // The lease that fenced it, unless released (as `Store::lease` answers).
+        let held = lease.filter(|l| !l.holder.is_empty());
+        return MarkStep::Answer(Marking::Fenced(held.cloned()));
     }
     if let Some(m) = existing {
         return MarkStep::Answer(Marking::Already(m));

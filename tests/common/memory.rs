@@ -12,10 +12,10 @@ use std::time::Duration;
 use jobguard::lease::Lease;
 use jobguard::ledger::{Finish, Resolution, Run};
 use jobguard::store::rules::{
-    ClaimDecision, ClaimState, EndDecision, RuleError, RunState, claim, finish, interrupt,
-    newest_bound, newest_by, released, renew, resolve, unlock,
+    ClaimDecision, ClaimState, EndDecision, MarkStep, RuleError, RunState, claim, finish,
+    interrupt, mark, newest_bound, newest_by, released, renew, resolve, unlock,
 };
-use jobguard::store::{ClaimRequest, Finished};
+use jobguard::store::{ClaimRequest, Finished, Mark, Marking};
 
 /// A store held in memory and moved only by the rules: the reference that
 /// `tests/store_differential.rs` compares the real stores with, and the world of the
@@ -26,6 +26,8 @@ pub struct Memory {
     pub leases: BTreeMap<String, Lease>,
     /// Every record, in the order recorded.
     pub runs: Vec<Run>,
+    /// The marks, by namespace and key.
+    pub marks: BTreeMap<(String, String), Mark>,
 }
 
 impl Memory {
@@ -184,6 +186,26 @@ impl Memory {
             }
         }
         ids.len()
+    }
+
+    /// [`jobguard::store::Store::mark`] at `now`: the fence on the job's lease (read only
+    /// when `fenced`, as the store does), then the key.
+    pub fn mark(&mut self, new: &Mark, fenced: bool, now: i64) -> Marking {
+        let lease = if fenced { self.lease(&new.job) } else { None };
+        let key = (new.namespace.clone(), new.key.clone());
+        match mark(
+            now,
+            lease.as_ref(),
+            self.marks.get(&key).cloned(),
+            new,
+            fenced,
+        ) {
+            MarkStep::Answer(answer) => answer,
+            MarkStep::Insert(m) => {
+                self.marks.insert(key, m.clone());
+                Marking::New(m)
+            }
+        }
     }
 
     /// [`jobguard::store::Store::lease`]: the job's lease row unless released.
