@@ -1097,7 +1097,7 @@ fn mysql_a_lapsed_holder_cut_off_with_its_outcome_keeps_its_slot() {
 #[test]
 fn redis_the_alive_key_never_outlives_its_lease() {
     use common::conformance::{claimed, request};
-    use jobguard::ledger::{Finish, Outcome};
+    use jobguard::ledger::Outcome;
     let Some(ns) = Namespace::new(server("redis"), "store_contention::alive") else {
         return;
     };
@@ -1132,14 +1132,7 @@ fn redis_the_alive_key_never_outlives_its_lease() {
         renewal: 7,
         ..lease
     };
-    let finish = Finish {
-        outcome: Outcome::Succeeded,
-        reason: None,
-        exit_status: Some(0),
-        report: Default::default(),
-        resolution: None,
-        ended_at: None,
-    };
+    let finish = common::conformance::finish(Outcome::Succeeded);
     assert!(
         s.finish(&lease, &run.run_id, &finish)
             .expect("finish")
