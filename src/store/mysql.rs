@@ -1329,7 +1329,7 @@ impl Store for MysqlStore {
         let now = self.test_now();
         self.with_schema("renew", |c| {
             let mut tx = c.start_transaction(read_committed())?;
-            let (row, store_now) = lock_lease(&mut tx, &lease.job, &now)?;
+            let (row, store_now) = lock_lease(&mut tx, &lease.job, &now, false)?;
             let expire_at = rules::renew(store_now, row.as_ref(), lease, next, ttl);
             if let Some(expire_at) = expire_at {
                 tx.query_drop(format!(
@@ -1466,7 +1466,7 @@ impl Store for MysqlStore {
                 let mut tx = c.start_transaction(read_committed())?;
                 let mut deadline = None;
                 if fenced {
-                    let (row, store_now) = share_lease(&mut tx, &mark.job, &now)?;
+                    let (row, store_now) = lock_lease(&mut tx, &mark.job, &now, true)?;
                     if !rules::mark_fence_holds(store_now, row.as_ref(), mark, true) {
                         tx.rollback()?;
                         return Ok(false);
@@ -1724,7 +1724,7 @@ impl Store for MysqlStore {
         let now = self.test_now();
         self.with_schema("resolve", |c| {
             let mut tx = c.start_transaction(read_committed())?;
-            let _ = lock_lease(&mut tx, job, &now)?;
+            let _ = lock_lease(&mut tx, job, &now, false)?;
             let rows: Vec<Row> = tx.query(format!(
                 "SELECT {RUN_COLUMNS} FROM jobguard_run r WHERE r.job = {} AND r.slot_usec = {slot}
                  ORDER BY r.seq",
@@ -1801,7 +1801,7 @@ impl Store for MysqlStore {
         let now = self.test_now();
         self.with_schema("unlock", |c| {
             let mut tx = c.start_transaction(read_committed())?;
-            let (row, store_now) = lock_lease(&mut tx, job, &now)?;
+            let (row, store_now) = lock_lease(&mut tx, job, &now, false)?;
             let (ended, release) = rules::unlock(store_now, row.as_ref());
             if release {
                 tx.query_drop(format!(
@@ -1822,33 +1822,21 @@ fn read_committed() -> mysql::TxOpts {
     mysql::TxOpts::default().set_isolation_level(Some(mysql::IsolationLevel::ReadCommitted))
 }
 
-/// Locks `job`'s lease row (`SELECT … FOR UPDATE`, as every writer of the row does, the
-/// older jobguards' procedures too) and then reads the server's time (`now` is the test
-/// clock's literal or `NULL`): the row, if any, and the time.
+/// Locks `job`'s lease row and then reads the server's time (`now` is the test clock's
+/// literal or `NULL`): the row, if any, and the time. The lock is `FOR UPDATE`, as every
+/// writer of the row takes it (the older jobguards' procedures too), or with `share` a
+/// share lock (`LOCK IN SHARE MODE`: writers of the row wait, readers do not).
 fn lock_lease(
     tx: &mut mysql::Transaction<'_>,
     job: &str,
     now: &str,
+    share: bool,
 ) -> Result<(Option<Lease>, i64), Fail> {
-    read_lease_locked(tx, job, now, "FOR UPDATE")
-}
-
-/// As [`lock_lease`], with a share lock (`LOCK IN SHARE MODE`: writers of the row wait,
-/// readers do not).
-fn share_lease(
-    tx: &mut mysql::Transaction<'_>,
-    job: &str,
-    now: &str,
-) -> Result<(Option<Lease>, i64), Fail> {
-    read_lease_locked(tx, job, now, "LOCK IN SHARE MODE")
-}
-
-fn read_lease_locked(
-    tx: &mut mysql::Transaction<'_>,
-    job: &str,
-    now: &str,
-    lock: &str,
-) -> Result<(Option<Lease>, i64), Fail> {
+    let lock = if share {
+        "LOCK IN SHARE MODE"
+    } else {
+        "FOR UPDATE"
+    };
     let row: Option<Row> = tx.query_first(format!(
         "SELECT holder, host, token, acquired_at, expire_at, renewal FROM jobguard_lease
          WHERE job = {} {lock}",
@@ -1875,7 +1863,7 @@ fn end_locked(
     decide: impl FnOnce(&rules::RunState<'_>) -> Result<rules::EndDecision, Fail>,
 ) -> Result<rules::EndDecision, Fail> {
     let mut tx = c.start_transaction(read_committed())?;
-    let (lease, store_now) = lock_lease(&mut tx, job, now)?;
+    let (lease, store_now) = lock_lease(&mut tx, job, now, false)?;
     let record: Option<Row> = tx.query_first(format!(
         "SELECT {RUN_COLUMNS} FROM jobguard_run r WHERE r.run_id = {} FOR UPDATE",
         lit(run_id)

@@ -24,8 +24,8 @@
 //! - `P alive:JOB`: the holder's id while its lease lives, expiring by the server's clock
 //!   (`PEXPIREAT`) at the last millisecond before the lease's `expire_at`: set at a grant
 //!   and at each renewal, deleted at a release. Since schema 4.
-//! - `P token:JOB`: the same counter, kept equal to the lease's token for schema 3 and
-//!   earlier, whose claims read it.
+//! - `P token:JOB`: the counter of schema 3 and earlier, whose claims `INCR`ed it; no longer
+//!   written or read (a claim of those versions is refused before it reads it).
 //! - `P run:RUN_ID`: hash of one ledger record, fields named as the SQL stores' columns
 //!   (`job slot_usec slot_zone attempt outcome reason exit_status forced trigger_kind host
 //!   machine_id boot_id pid pid_start invocation_id started_at finished_at fencing_token
@@ -126,9 +126,6 @@ impl Keys<'_> {
     }
     fn alive(&self) -> String {
         format!("{}alive:{}", self.p, self.job)
-    }
-    fn token(&self) -> String {
-        format!("{}token:{}", self.p, self.job)
     }
     fn runs(&self) -> String {
         format!("{}runs:{}", self.p, self.job)
@@ -845,7 +842,6 @@ fn claim_once(
         Some(&run.run_id),
         ctx.clock.is_some(),
     );
-    pipe.set(k.token(), grant.lease.token);
     put_run(&mut pipe, &k, run)?;
     pipe.sadd(k.slot(run.slot.usec), &run.run_id)
         .zadd(k.runs(), &run.run_id, run.started_at)
