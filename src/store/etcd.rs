@@ -77,8 +77,9 @@ use serde_json::{Value, json};
 use crate::clock::{Clock, SystemClock};
 use crate::lease::Lease;
 use crate::ledger::{Finish, Resolution, Run};
+use crate::store::engine::{self, Commit, LeaseRead, LeaseWrite, Need, RETRIES, Read, RunRead};
 use crate::store::remote::{self, CALL_TIMEOUT, CONNECT_TIMEOUT, slot_part};
-use crate::store::rules::{self, ClaimDecision};
+use crate::store::rules;
 use crate::store::{
     Claim, ClaimRequest, Finished, Mark, RunQuery, ScheduleDecl, Store, StoreError, address,
 };
@@ -88,10 +89,6 @@ pub const SCHEMA_VERSION: i64 = 1;
 
 /// The key prefix when the address names none.
 pub const DEFAULT_PREFIX: &str = "jobguard/";
-
-/// How many times an operation starts again after another host changed the job between
-/// its read and its write, before it answers [`StoreError::Unavailable`].
-pub const RETRIES: u32 = 50;
 
 /// The longest time to live etcd grants a lease, s (`MaxLeaseTTL` of etcd's lessor).
 const MAX_ETCD_TTL_SECS: u64 = 9_000_000_000;
@@ -716,36 +713,31 @@ impl<'a> Job<'a> {
     }
 }
 
-/// What one try of an operation that may take several transactions did.
-enum Step<T> {
-    /// It ended with this answer.
-    Answer(T),
-    /// The job changed between its read and its write: nothing was written.
-    Changed,
-    /// It wrote a part of its work: read again and go on.
-    Progress,
-}
-
 impl Job<'_> {
-    /// Marks the records [`rules::settle_ahead`] picks for `grant` as re-run, as many as
-    /// one transaction holds, if the job is unchanged since the read: a grant that would
-    /// settle more records than one transaction holds comes after one or more of these.
-    async fn settle_ahead(
-        &mut self,
-        state: &rules::ClaimState,
-        grant: &rules::Grant,
-        all: &[Run],
-    ) -> Result<Step<Claim>, Fail> {
+    /// What this read saw, to condition a later commit on.
+    fn seen(self) -> Seen {
+        Seen {
+            job: self.job.to_string(),
+            snapshot: self.snapshot,
+            now: self.now,
+        }
+    }
+
+    /// Marks the records that [`rules::settle_ahead`] picked for a grant (`ahead`) as
+    /// re-run, as many as one transaction holds, if the job is unchanged since the read:
+    /// a grant that would settle more records than one transaction holds comes after one
+    /// or more of these. `all` is every record the claim read.
+    async fn settle_ahead(&mut self, ahead: &[Run], all: &[Run]) -> Result<Commit, Fail> {
         let mut part: Vec<Run> = Vec::new();
         let mut slots = std::collections::BTreeSet::new();
-        for run in rules::settle_ahead(state, grant) {
+        for run in ahead {
             // A record and, the first time, its slot's queued marker; and the lease row.
             let more = 1 + usize::from(!slots.contains(&run.slot.usec));
             if part.len() + slots.len() + more + 1 > MAX_TXN_OPS {
                 break;
             }
             slots.insert(run.slot.usec);
-            part.push(run);
+            part.push(run.clone());
         }
         if part.is_empty() {
             return Err(Fail::Data(format!(
@@ -756,9 +748,9 @@ impl Job<'_> {
         let mut writes = Writes::default();
         self.put_runs(&mut writes, &part, all)?;
         Ok(if self.commit(writes, None).await? {
-            Step::Progress
+            Commit::Part
         } else {
-            Step::Changed
+            Commit::Changed
         })
     }
 }
@@ -880,6 +872,24 @@ fn slot_of_key(key: &[u8], after: &str) -> Option<i64> {
 }
 
 impl EtcdStore {
+    /// Runs `f` with this store's part of [`engine`]'s loop. A failure of the connection
+    /// drops it, so the next call connects again.
+    fn engine<T>(
+        &mut self,
+        op: &str,
+        f: impl FnOnce(&mut Session<'_>) -> Result<T, Fail>,
+    ) -> Result<T, StoreError> {
+        let mut client = self.ready()?;
+        let result = f(&mut Session {
+            store: self,
+            client: &mut client,
+        });
+        if matches!(result, Err(Fail::Etcd(_))) {
+            self.client = None;
+        }
+        result.map_err(|e| self.error(op, e))
+    }
+
     /// Runs `attempt` on the runtime with a handle to the client, each try within
     /// [`CALL_TIMEOUT`], until it commits or answers without writing (`None` from it means
     /// the job changed between read and write; at most [`RETRIES`] tries). A failure of
@@ -913,218 +923,320 @@ impl EtcdStore {
         }
         result.map_err(|e| self.error(op, e))
     }
+}
 
-    async fn claim_once(
-        &self,
-        client: &mut Client,
-        req: &ClaimRequest,
-    ) -> Result<Step<Claim>, Fail> {
-        let job = req.run.job.as_str();
-        let now = self.now_usec();
-        let bound = rules::newest_bound(now, req);
-        let runs_prefix = self.key(&format!("run/{job}/"));
-        let mut extra = vec![
-            // 0: the asked slot's records.
-            TxnOp::get(
-                self.slot_prefix(job, req.run.slot.usec).into_bytes(),
-                Some(GetOptions::new().with_prefix()),
-            ),
-            // 1: a record under the run id (a claim sent again).
-            TxnOp::get(self.id_key(&req.run.run_id).into_bytes(), None),
-            // 2: the newest recorded slot no later than the bound.
-            TxnOp::get(
-                runs_prefix.clone().into_bytes(),
-                Some(
-                    GetOptions::new()
-                        .with_range(
-                            self.slot_prefix(job, bound.saturating_add(1))
-                                .trim_end_matches('/')
-                                .as_bytes()
-                                .to_vec(),
-                        )
-                        .with_sort(SortTarget::Key, SortOrder::Descend)
-                        .with_limit(1)
-                        .with_keys_only(),
+/// What a read saw: the job, its lease row and `alive` key as of one revision, and the
+/// time the read was judged at.
+struct Seen {
+    job: String,
+    snapshot: Snapshot,
+    now: i64,
+}
+
+/// One client's part of [`engine`]'s loop: each read is one `Txn` (one revision) and
+/// reads after it compare the lease row's `mod_revision`; a commit is a `Txn` that
+/// compares it too. Each call within [`CALL_TIMEOUT`].
+struct Session<'a> {
+    store: &'a EtcdStore,
+    client: &'a mut Client,
+}
+
+impl engine::Failure for Fail {
+    fn contended() -> Self {
+        Fail::Contended
+    }
+    fn rule(e: rules::RuleError) -> Self {
+        Fail::Data(e.to_string())
+    }
+}
+
+impl Session<'_> {
+    /// Runs `f` within [`CALL_TIMEOUT`]; a read that found the job changed (or a read at
+    /// a revision the keyspace was compacted past) is [`Read::Changed`].
+    fn reading<T>(
+        &mut self,
+        f: impl AsyncFnOnce(&EtcdStore, &mut Client) -> Result<T, Fail>,
+    ) -> Result<Read<T>, Fail> {
+        let (store, client) = (self.store, &mut *self.client);
+        let once = store
+            .rt
+            .block_on(async { tokio::time::timeout(CALL_TIMEOUT, f(store, client)).await });
+        match once.unwrap_or_else(|_| Err(timed_out())) {
+            Ok(v) => Ok(Read::Got(v)),
+            Err(Fail::Etcd(e)) if compacted(&e) => Ok(Read::Changed),
+            Err(Fail::Changed) => Ok(Read::Changed),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl engine::Backend for Session<'_> {
+    type Version = Seen;
+    type Fail = Fail;
+
+    /// Reads the lease row, `alive` key, the asked slot's records, a record under the
+    /// run id, the newest slot and (queued first) the queued markers at one revision;
+    /// then the retried record, the lease's record and the queued slots' records while
+    /// the row is unchanged.
+    fn read_claim(&mut self, req: &ClaimRequest) -> Result<Read<(rules::ClaimState, Seen)>, Fail> {
+        self.reading(async |store, client| {
+            let job = req.run.job.as_str();
+            let now = store.now_usec();
+            let bound = rules::newest_bound(now, req);
+            let runs_prefix = store.key(&format!("run/{job}/"));
+            let mut extra = vec![
+                // 0: the asked slot's records.
+                TxnOp::get(
+                    store.slot_prefix(job, req.run.slot.usec).into_bytes(),
+                    Some(GetOptions::new().with_prefix()),
                 ),
-            ),
-        ];
-        if req.queued_first {
-            // 3: the slots with a queued record.
-            let queued = self.key(&format!("queued/{job}/"));
-            extra.push(TxnOp::get(
-                queued.into_bytes(),
-                Some(GetOptions::new().with_prefix().with_keys_only()),
-            ));
-        }
-        let (mut state_job, found) = Job::read(self, client, job, extra).await?;
-        state_job.now = now;
-        let mut slots = std::collections::BTreeMap::new();
-        slots.insert(req.run.slot.usec, runs_of(&found[0])?);
-        let newest = found[2]
-            .first()
-            .and_then(|kv| slot_of_key(kv.key(), &runs_prefix));
-        let mut more = Vec::new();
-        let id_kv = found[1].first();
-        if let Some(kv) = id_kv {
-            more.push(state_job.record_at(String::from_utf8_lossy(kv.value()).into_owned()));
-        }
-        let lease_run_key = state_job
-            .snapshot
-            .row
-            .as_ref()
-            .map(|r| r.run_key.clone())
-            .filter(|k| !k.is_empty());
-        if let Some(k) = &lease_run_key {
-            more.push(state_job.record_at(k.clone()));
-        }
-        let queued_prefix = self.key(&format!("queued/{job}/"));
-        let queued_slots: Vec<i64> = found
-            .get(3)
-            .map(|kvs| {
-                kvs.iter()
-                    .filter_map(|kv| slot_of_key(kv.key(), &queued_prefix))
-                    .filter(|s| *s != req.run.slot.usec)
-                    .take(MAX_QUEUED_READ)
-                    .collect()
-            })
-            .unwrap_or_default();
-        for s in &queued_slots {
-            more.push(state_job.range_at(self.slot_prefix(job, *s)));
-        }
-        let mut got = state_job.read_more(more).await?.into_iter();
-        let retried = match id_kv {
-            Some(_) => runs_of(&got.next().unwrap_or_default())?.pop(),
-            None => None,
-        };
-        let lease_run = match lease_run_key {
-            Some(_) => runs_of(&got.next().unwrap_or_default())?.pop(),
-            None => None,
-        };
-        for s in &queued_slots {
-            let kvs = got.next().unwrap_or_default();
-            slots.insert(*s, runs_of(&kvs)?);
-        }
-        let state = rules::ClaimState {
-            now,
-            lease: state_job.lease(),
-            retried,
-            slots,
-            newest,
-            lease_run,
-        };
-        // This store's clock is this host's: the clock check always passes.
-        let mut req = req.clone();
-        if let Some(check) = &mut req.clock {
-            check.host_now = now;
-        }
-        let decision = rules::claim(&state, &req).map_err(|e| Fail::Data(e.to_string()))?;
-        let ClaimDecision::Grant(grant) = &decision else {
-            return Ok(Step::Answer(decision.answer()));
-        };
-        let all: Vec<Run> = state.slots.values().flatten().cloned().collect();
-        let mut writes = Writes::default();
-        let run_key = self.run_key(&grant.run);
-        let mut changed = vec![grant.run.clone()];
-        for r in &all {
-            if grant.rerun.contains(&r.run_id) {
-                changed.push(Run {
-                    resolution: Some(Resolution::Rerun),
-                    ..r.clone()
-                });
+                // 1: a record under the run id (a claim sent again).
+                TxnOp::get(store.id_key(&req.run.run_id).into_bytes(), None),
+                // 2: the newest recorded slot no later than the bound.
+                TxnOp::get(
+                    runs_prefix.clone().into_bytes(),
+                    Some(
+                        GetOptions::new()
+                            .with_range(
+                                store
+                                    .slot_prefix(job, bound.saturating_add(1))
+                                    .trim_end_matches('/')
+                                    .as_bytes()
+                                    .to_vec(),
+                            )
+                            .with_sort(SortTarget::Key, SortOrder::Descend)
+                            .with_limit(1)
+                            .with_keys_only(),
+                    ),
+                ),
+            ];
+            let queued_prefix = store.key(&format!("queued/{job}/"));
+            if req.queued_first {
+                // 3: the slots with a queued record.
+                extra.push(TxnOp::get(
+                    queued_prefix.clone().into_bytes(),
+                    Some(GetOptions::new().with_prefix().with_keys_only()),
+                ));
             }
-        }
-        changed.sort_by_key(|r| r.slot.usec);
-        state_job.put_runs(&mut writes, &changed, &all)?;
-        // With its run id, alive key and lease row, the grant must fit in one transaction.
-        if writes.len() + 3 > MAX_TXN_OPS {
-            return state_job.settle_ahead(&state, grant, &all).await;
-        }
-        // The etcd lease the holder keeps alive; whole seconds, at least 1.
-        let ttl_secs = (req.ttl.as_secs() + u64::from(req.ttl.subsec_nanos() > 0))
-            .clamp(1, MAX_ETCD_TTL_SECS) as i64;
-        let etcd_lease = state_job.client.lease_grant(ttl_secs, None).await?.id();
-        writes.put(self.id_key(&grant.run.run_id), run_key.clone());
-        writes.put_leased(self.alive_key(job), grant.lease.holder.clone(), etcd_lease);
-        let row = Row {
-            lease: grant.lease.clone(),
-            etcd_lease,
-            run_key,
-        };
-        // The etcd lease of a lost race is left to expire with nothing attached to it:
-        // revoking it would be one more write through Raft for every loser of a race.
-        Ok(if state_job.commit(writes, Some(row)).await? {
-            Step::Answer(decision.answer())
-        } else {
-            Step::Changed
+            let (mut read, found) = Job::read(store, client, job, extra).await?;
+            read.now = now;
+            let mut slots = std::collections::BTreeMap::new();
+            slots.insert(req.run.slot.usec, runs_of(&found[0])?);
+            let newest = found[2]
+                .first()
+                .and_then(|kv| slot_of_key(kv.key(), &runs_prefix));
+            let mut more = Vec::new();
+            let id_kv = found[1].first();
+            if let Some(kv) = id_kv {
+                more.push(read.record_at(String::from_utf8_lossy(kv.value()).into_owned()));
+            }
+            let lease_run_key = read
+                .snapshot
+                .row
+                .as_ref()
+                .map(|r| r.run_key.clone())
+                .filter(|k| !k.is_empty());
+            if let Some(k) = &lease_run_key {
+                more.push(read.record_at(k.clone()));
+            }
+            let queued_slots: Vec<i64> = found
+                .get(3)
+                .map(|kvs| {
+                    kvs.iter()
+                        .filter_map(|kv| slot_of_key(kv.key(), &queued_prefix))
+                        .filter(|s| *s != req.run.slot.usec)
+                        .take(MAX_QUEUED_READ)
+                        .collect()
+                })
+                .unwrap_or_default();
+            for s in &queued_slots {
+                more.push(read.range_at(store.slot_prefix(job, *s)));
+            }
+            let mut got = read.read_more(more).await?.into_iter();
+            let retried = match id_kv {
+                Some(_) => runs_of(&got.next().unwrap_or_default())?.pop(),
+                None => None,
+            };
+            let lease_run = match lease_run_key {
+                Some(_) => runs_of(&got.next().unwrap_or_default())?.pop(),
+                None => None,
+            };
+            for s in &queued_slots {
+                let kvs = got.next().unwrap_or_default();
+                slots.insert(*s, runs_of(&kvs)?);
+            }
+            let state = rules::ClaimState {
+                now,
+                lease: read.lease(),
+                retried,
+                slots,
+                newest,
+                lease_run,
+            };
+            Ok((state, read.seen()))
         })
     }
 
-    async fn end_once(
-        &self,
-        client: &mut Client,
+    /// Reads the lease row, `alive` key and the run id's index at one revision, then the
+    /// record's slot (every record: this store always reads them) while the row is
+    /// unchanged. The row's lease is judged by its `alive` key for a finish and an
+    /// interrupt alike: an etcd lease that expired is a lease that ended.
+    fn read_run(
+        &mut self,
         job: &str,
         run_id: &str,
-        decide: &dyn Fn(&rules::RunState<'_>) -> Result<rules::EndDecision, Fail>,
-    ) -> Result<Option<rules::EndDecision>, Fail> {
-        let (mut state_job, found) = Job::read(
-            self,
-            client,
-            job,
-            vec![TxnOp::get(self.id_key(run_id).into_bytes(), None)],
-        )
-        .await?;
-        let record_key = found[0]
-            .first()
-            .map(|kv| String::from_utf8_lossy(kv.value()).into_owned());
-        let (record, slot_runs) = match &record_key {
-            Some(key) => {
-                let slot_prefix = key
-                    .rsplit_once('/')
-                    .map_or(String::new(), |(p, _)| format!("{p}/"));
-                let got = state_job
-                    .read_more(vec![
-                        state_job.record_at(key.clone()),
-                        state_job.range_at(slot_prefix),
-                    ])
-                    .await?;
-                (runs_of(&got[0])?.pop(), runs_of(&got[1])?)
-            }
-            None => (None, Vec::new()),
-        };
-        // A record of another job is not this job's to change.
-        let record = record.filter(|r| r.job == job);
-        let lease = state_job.lease();
-        let state = rules::RunState {
-            now: state_job.now,
-            lease: lease.as_ref(),
-            record: record.as_ref(),
-            slot_runs: &slot_runs,
-        };
-        let decision = decide(&state)?;
-        if decision.record.is_none() && !decision.release {
-            return Ok(Some(decision));
-        }
-        let mut writes = Writes::default();
-        if let Some(new) = &decision.record {
-            state_job.put_runs(&mut writes, std::slice::from_ref(new), &slot_runs)?;
-        }
-        let mut row = state_job.snapshot.row.clone();
-        let mut revoke = None;
-        if decision.release
-            && let Some(r) = &mut row
-        {
-            r.lease = rules::released(&r.lease);
-            revoke = Some(r.etcd_lease).filter(|id| *id != 0);
-            r.etcd_lease = 0;
-            writes.delete(self.alive_key(job));
-        }
-        if !state_job.commit(writes, row).await? {
-            return Ok(None);
-        }
-        if let Some(id) = revoke {
-            let _ = state_job.client.lease_revoke(id).await;
-        }
-        Ok(Some(decision))
+        _need: Need,
+    ) -> Result<Read<(RunRead, Seen)>, Fail> {
+        self.reading(async |store, client| {
+            let (mut read, found) = Job::read(
+                store,
+                client,
+                job,
+                vec![TxnOp::get(store.id_key(run_id).into_bytes(), None)],
+            )
+            .await?;
+            let record_key = found[0]
+                .first()
+                .map(|kv| String::from_utf8_lossy(kv.value()).into_owned());
+            let (record, slot_runs) = match &record_key {
+                Some(key) => {
+                    let slot_prefix = key
+                        .rsplit_once('/')
+                        .map_or(String::new(), |(p, _)| format!("{p}/"));
+                    let got = read
+                        .read_more(vec![
+                            read.record_at(key.clone()),
+                            read.range_at(slot_prefix),
+                        ])
+                        .await?;
+                    (runs_of(&got[0])?.pop(), runs_of(&got[1])?)
+                }
+                None => (None, Vec::new()),
+            };
+            // A record of another job is not this job's to change.
+            let record = record.filter(|r| r.job == job);
+            let slot_runs = if record.is_some() {
+                slot_runs
+            } else {
+                Vec::new()
+            };
+            let run = RunRead {
+                now: read.now,
+                lease: read.lease(),
+                record,
+                slot_runs,
+            };
+            Ok((run, read.seen()))
+        })
+    }
+
+    /// Reads the lease row and its `alive` key at one revision; the row's lease is judged
+    /// by its `alive` key whatever `live` says.
+    fn read_lease(&mut self, job: &str, _live: bool) -> Result<Read<(LeaseRead, Seen)>, Fail> {
+        self.reading(async |store, client| {
+            let (read, _) = Job::read(store, client, job, Vec::new()).await?;
+            let lease = LeaseRead {
+                now: read.now,
+                lease: read.lease(),
+            };
+            Ok((lease, read.seen()))
+        })
+    }
+
+    /// Writes each changed record (its report when new or changed) and its slot's queued
+    /// marker, and the lease row: a grant's with a new etcd lease that its `alive` key is
+    /// attached to and its run id's index; a release's with the `alive` key deleted and
+    /// its etcd lease revoked after the commit. A grant whose writes do not fit in one
+    /// transaction ([`MAX_TXN_OPS`]) first settles [`Writes::ahead`] in parts.
+    fn commit(&mut self, seen: Seen, writes: &engine::Writes) -> Result<Commit, Fail> {
+        let (store, client) = (self.store, &mut *self.client);
+        let once = store.rt.block_on(async {
+            tokio::time::timeout(CALL_TIMEOUT, async {
+                let mut job = Job {
+                    store,
+                    client,
+                    job: &seen.job,
+                    snapshot: seen.snapshot,
+                    now: seen.now,
+                };
+                let mut ops = Writes::default();
+                for s in &writes.slots {
+                    let changed: Vec<Run> = s.changed().map(|(r, _)| r.clone()).collect();
+                    if !changed.is_empty() {
+                        job.put_runs(&mut ops, &changed, &s.before)?;
+                    }
+                }
+                let mut row = job.snapshot.row.clone();
+                let mut revoke = None;
+                match &writes.lease {
+                    LeaseWrite::Grant { lease, run, ttl } => {
+                        // With its run id, alive key and lease row, the grant must fit in
+                        // one transaction.
+                        if ops.len() + 3 > MAX_TXN_OPS {
+                            let all: Vec<Run> =
+                                writes.slots.iter().flat_map(|s| s.before.clone()).collect();
+                            return job.settle_ahead(&writes.ahead, &all).await;
+                        }
+                        // The etcd lease the holder keeps alive; whole seconds, at least 1.
+                        let ttl_secs = (ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0))
+                            .clamp(1, MAX_ETCD_TTL_SECS)
+                            as i64;
+                        let etcd_lease = job.client.lease_grant(ttl_secs, None).await?.id();
+                        let run_key = store.run_key(run);
+                        ops.put(store.id_key(&run.run_id), run_key.clone());
+                        ops.put_leased(
+                            store.alive_key(&seen.job),
+                            lease.holder.clone(),
+                            etcd_lease,
+                        );
+                        // The etcd lease of a lost race is left to expire with nothing
+                        // attached to it: revoking it would be one more write through Raft
+                        // for every loser of a race.
+                        row = Some(Row {
+                            lease: lease.clone(),
+                            etcd_lease,
+                            run_key,
+                        });
+                    }
+                    LeaseWrite::Renew(renewed) => {
+                        let Some(r) = &mut row else {
+                            return Ok(Commit::Changed);
+                        };
+                        if !store.judged {
+                            // Keep the etcd lease alive first: when it is gone, so is the
+                            // lease.
+                            let (mut keeper, mut stream) =
+                                job.client.lease_keep_alive(r.etcd_lease).await?;
+                            keeper.keep_alive().await?;
+                            let alive = stream.message().await?.is_some_and(|r| r.ttl() > 0);
+                            if !alive {
+                                return Ok(Commit::Lost);
+                            }
+                        }
+                        r.lease.expire_at = renewed.expire_at;
+                        r.lease.renewal = renewed.renewal;
+                    }
+                    LeaseWrite::Release(released) => {
+                        if let Some(r) = &mut row {
+                            r.lease = released.clone();
+                            revoke = Some(r.etcd_lease).filter(|id| *id != 0);
+                            r.etcd_lease = 0;
+                            ops.delete(store.alive_key(&seen.job));
+                        }
+                    }
+                    LeaseWrite::Keep => {}
+                }
+                if !job.commit(ops, row).await? {
+                    return Ok(Commit::Changed);
+                }
+                if let Some(id) = revoke {
+                    let _ = job.client.lease_revoke(id).await;
+                }
+                Ok(Commit::Done)
+            })
+            .await
+        });
+        once.unwrap_or_else(|_| Err(timed_out()))
     }
 }
 
@@ -1204,15 +1316,12 @@ impl Store for EtcdStore {
     }
 
     fn claim(&mut self, req: &ClaimRequest) -> Result<Claim, StoreError> {
-        self.retrying("claim", async |store, client| {
-            loop {
-                match store.claim_once(client, req).await? {
-                    Step::Answer(claim) => return Ok(Some(claim)),
-                    Step::Changed => return Ok(None),
-                    Step::Progress => {}
-                }
-            }
-        })
+        // This store's clock is this host's: the clock check always passes.
+        let mut req = req.clone();
+        if let Some(check) = &mut req.clock {
+            check.host_now = self.now_usec();
+        }
+        self.engine("claim", |s| engine::claim(s, &req))
     }
 
     fn renew(
@@ -1221,35 +1330,7 @@ impl Store for EtcdStore {
         next: i64,
         ttl: Duration,
     ) -> Result<Option<i64>, StoreError> {
-        let job = lease.job.clone();
-        self.retrying("renew", async |store, client| {
-            let (mut state_job, _) = Job::read(store, client, &job, Vec::new()).await?;
-            let row_lease = state_job.lease();
-            let Some(expire_at) = rules::renew(state_job.now, row_lease.as_ref(), lease, next, ttl)
-            else {
-                return Ok(Some(None));
-            };
-            let Some(mut row) = state_job.snapshot.row.clone() else {
-                return Ok(Some(None));
-            };
-            if !store.judged {
-                // Keep the etcd lease alive first: when it is gone, so is the lease.
-                let (mut keeper, mut stream) =
-                    state_job.client.lease_keep_alive(row.etcd_lease).await?;
-                keeper.keep_alive().await?;
-                let alive = stream.message().await?.is_some_and(|r| r.ttl() > 0);
-                if !alive {
-                    return Ok(Some(None));
-                }
-            }
-            row.lease.expire_at = expire_at;
-            row.lease.renewal = next;
-            if state_job.commit(Writes::default(), Some(row)).await? {
-                Ok(Some(Some(expire_at)))
-            } else {
-                Ok(None)
-            }
-        })
+        self.engine("renew", |s| engine::renew(s, lease, next, ttl))
     }
 
     fn finish_as(
@@ -1260,13 +1341,14 @@ impl Store for EtcdStore {
         kept: bool,
     ) -> Result<Finished, StoreError> {
         super::finish_report_json(&self.describe, run_id, finish)?;
-        let decision = self.retrying("finish", async |store, client| {
-            store
-                .end_once(client, &lease.job, run_id, &|state| {
-                    rules::finish(state, lease, run_id, finish, kept)
-                        .map_err(|e| Fail::Data(e.to_string()))
-                })
-                .await
+        let need = Need {
+            slot: true,
+            live: true,
+        };
+        let decision = self.engine("finish", |s| {
+            engine::end(s, &lease.job, run_id, need, |state| {
+                rules::finish(state, lease, run_id, finish, kept)
+            })
         })?;
         Ok(decision.finished())
     }
@@ -1277,12 +1359,14 @@ impl Store for EtcdStore {
         reason: &str,
         resolution: Resolution,
     ) -> Result<bool, StoreError> {
-        let decision = self.retrying("interrupt", async |store, client| {
-            store
-                .end_once(client, &run.job, &run.run_id, &|state| {
-                    Ok(rules::interrupt(state, run, reason, resolution))
-                })
-                .await
+        let need = Need {
+            slot: false,
+            live: false,
+        };
+        let decision = self.engine("interrupt", |s| {
+            engine::end(s, &run.job, &run.run_id, need, |state| {
+                Ok(rules::interrupt(state, run, reason, resolution))
+            })
         })?;
         Ok(decision.record.is_some())
     }
@@ -1545,25 +1629,7 @@ impl Store for EtcdStore {
     }
 
     fn unlock(&mut self, job: &str) -> Result<Option<Lease>, StoreError> {
-        self.retrying("unlock", async |store, client| {
-            let (mut state_job, _) = Job::read(store, client, job, Vec::new()).await?;
-            let (ended, release) = rules::unlock(state_job.now, state_job.lease().as_ref());
-            let Some(mut row) = state_job.snapshot.row.clone().filter(|_| release) else {
-                return Ok(Some(ended));
-            };
-            let revoke = row.etcd_lease;
-            row.lease = rules::released(&row.lease);
-            row.etcd_lease = 0;
-            let mut writes = Writes::default();
-            writes.delete(store.alive_key(job));
-            if !state_job.commit(writes, Some(row)).await? {
-                return Ok(None);
-            }
-            if revoke != 0 {
-                let _ = state_job.client.lease_revoke(revoke).await;
-            }
-            Ok(Some(ended))
-        })
+        self.engine("unlock", |s| engine::unlock(s, job))
     }
 
     fn delete_slots(

@@ -16,6 +16,12 @@ use crate::lease::{Holder, Lease};
 use crate::ledger::{Finish, NewRun, Outcome, Resolution, Run};
 
 pub mod address;
+#[cfg(any(
+    feature = "store-redis",
+    feature = "store-etcd",
+    feature = "store-zookeeper"
+))]
+mod engine;
 #[cfg(feature = "store-etcd")]
 pub mod etcd;
 #[cfg(feature = "store-mysql")]

@@ -76,11 +76,11 @@ use mysql::{Conn, Opts, OptsBuilder, Row, SslOpts, Value};
 use crate::clock::Clock;
 use crate::lease::Lease;
 use crate::ledger::{Finish, Outcome, Resolution, Run};
+use crate::store::engine::{self, Commit, LeaseRead, LeaseWrite, Need, Read, RunRead, Writes};
 use crate::store::remote::{self, CALL_TIMEOUT, CANCEL_TIMEOUT, CONNECT_TIMEOUT};
 use crate::store::{
     Claim, ClaimRequest, Finished, Mark, RunQuery, ScheduleDecl, Store, StoreError, address, rules,
 };
-use rules::ClaimDecision;
 
 /// The schema version this jobguard writes and understands (`jobguard_meta`).
 pub const SCHEMA_VERSION: i64 = 4;
@@ -923,6 +923,23 @@ impl MysqlStore {
         }
     }
 
+    /// Runs `f` with this store's part of [`engine`]'s loop ([`Session`]), as
+    /// [`MysqlStore::with_schema`].
+    fn engine<T>(
+        &mut self,
+        op: &str,
+        mut f: impl FnMut(&mut Session<'_>) -> Result<T, Fail>,
+    ) -> Result<T, StoreError> {
+        let now = self.test_now();
+        self.with_schema(op, |c| {
+            f(&mut Session {
+                c,
+                now: &now,
+                open: false,
+            })
+        })
+    }
+
     fn newer_schema(&self, version: i64) -> StoreError {
         StoreError::Invalid {
             store: self.describe.clone(),
@@ -1075,10 +1092,6 @@ const SCHEDULE_TABLE: &str = "CREATE TABLE IF NOT EXISTS jobguard_schedule (
     horizon     BIGINT NOT NULL
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin";
 
-/// How often a claim reads and decides again after the lease row changed between its read
-/// and its write (another host's claim, renewal or finish won the race).
-const CLAIM_TRIES: usize = 100;
-
 /// The one statement that reads what [`rules::claim`] decides `req` on, in one consistent
 /// read (InnoDB gives a statement one read view): a row per record that matters (the
 /// record of a claim sent again, the asked slot's, with `queued_first` every queued
@@ -1184,8 +1197,13 @@ fn claim_state(job: &str, run_id: &str, rows: &[Row]) -> Result<rules::ClaimStat
 /// write to the job's lease row, including those of the procedure `jobguard_claim`
 /// (schema 2 and 3), which older jobguards call and which locks the row with
 /// `SELECT … FOR UPDATE` before deciding.
-fn write_grant(c: &mut Conn, read: &Lease, grant: &rules::Grant) -> Result<bool, Fail> {
-    let (lease, run) = (&grant.lease, &grant.run);
+fn write_grant(
+    c: &mut Conn,
+    read: &Lease,
+    lease: &Lease,
+    run: &Run,
+    changed: &[&Run],
+) -> Result<bool, Fail> {
     let mut tx = c.start_transaction(mysql::TxOpts::default())?;
     tx.query_drop(format!(
         "UPDATE jobguard_lease SET holder = {}, host = {}, token = {}, acquired_at = {},
@@ -1210,11 +1228,11 @@ fn write_grant(c: &mut Conn, read: &Lease, grant: &rules::Grant) -> Result<bool,
         tx.rollback()?;
         return Ok(false);
     }
-    if !grant.rerun.is_empty() {
-        let ids: Vec<String> = grant.rerun.iter().map(|id| lit(id)).collect();
+    for r in changed {
         tx.query_drop(format!(
-            "UPDATE jobguard_run SET resolution = 'rerun' WHERE run_id IN ({})",
-            ids.join(", ")
+            "UPDATE jobguard_run SET resolution = {} WHERE run_id = {}",
+            lit_opt(r.resolution.map(Resolution::as_str)),
+            lit(&r.run_id)
         ))?;
     }
     tx.query_drop(format!(
@@ -1289,35 +1307,7 @@ impl Store for MysqlStore {
     }
 
     fn claim(&mut self, req: &ClaimRequest) -> Result<Claim, StoreError> {
-        let read = claim_read_sql(&self.test_now(), req);
-        self.with_schema("claim", |c| {
-            // Read, decide with the rules, write only if the lease row is as it was read;
-            // a claim that lost that race reads and decides again.
-            for _ in 0..CLAIM_TRIES {
-                let rows: Vec<Row> = c.query(&read)?;
-                let state = claim_state(&req.run.job, &req.run.run_id, &rows)?;
-                let decision = rules::claim(&state, req).map_err(|e| Fail::Data(e.to_string()))?;
-                let ClaimDecision::Grant(grant) = &decision else {
-                    return Ok(decision.answer());
-                };
-                let Some(read_lease) = &state.lease else {
-                    // The job's first grant: its lease row (the token counter) first.
-                    c.query_drop(format!(
-                        "INSERT IGNORE INTO jobguard_lease
-                             (job, holder, host, token, acquired_at, expire_at)
-                         VALUES ({}, '', '', 0, 0, 0)",
-                        lit(&req.run.job)
-                    ))?;
-                    continue;
-                };
-                if write_grant(c, read_lease, grant)? {
-                    return Ok(decision.answer());
-                }
-            }
-            Err(Fail::Data(format!(
-                "claim: the lease row changed under {CLAIM_TRIES} tries in a row"
-            )))
-        })
+        self.engine("claim", |s| engine::claim(s, req))
     }
 
     fn renew(
@@ -1326,21 +1316,7 @@ impl Store for MysqlStore {
         next: i64,
         ttl: Duration,
     ) -> Result<Option<i64>, StoreError> {
-        let now = self.test_now();
-        self.with_schema("renew", |c| {
-            let mut tx = c.start_transaction(read_committed())?;
-            let (row, store_now) = lock_lease(&mut tx, &lease.job, &now, false)?;
-            let expire_at = rules::renew(store_now, row.as_ref(), lease, next, ttl);
-            if let Some(expire_at) = expire_at {
-                tx.query_drop(format!(
-                    "UPDATE jobguard_lease SET expire_at = {expire_at}, renewal = {next}
-                     WHERE job = {}",
-                    lit(&lease.job)
-                ))?;
-            }
-            tx.commit()?;
-            Ok(expire_at)
-        })
+        self.engine("renew", |s| engine::renew(s, lease, next, ttl))
     }
 
     fn finish_as(
@@ -1352,14 +1328,16 @@ impl Store for MysqlStore {
     ) -> Result<Finished, StoreError> {
         // The report must serialize before anything is decided.
         super::finish_report_json(&self.describe, run_id, finish)?;
-        let now = self.test_now();
-        self.with_schema("finish", |c| {
-            let decided = end_locked(c, &lease.job, run_id, &now, true, |state| {
+        let need = Need {
+            slot: true,
+            live: true,
+        };
+        let decision = self.engine("finish", |s| {
+            engine::end(s, &lease.job, run_id, need, |state| {
                 rules::finish(state, lease, run_id, finish, kept)
-                    .map_err(|e| Fail::Data(e.to_string()))
-            })?;
-            Ok(decided.finished())
-        })
+            })
+        })?;
+        Ok(decision.finished())
     }
 
     fn interrupt(
@@ -1368,16 +1346,18 @@ impl Store for MysqlStore {
         reason: &str,
         resolution: Resolution,
     ) -> Result<bool, StoreError> {
-        // Decided by `rules::interrupt` on the lease row and the record, both locked in one
-        // transaction. (Schemas 1 to 3 also hold the procedure `jobguard_interrupt`, which
-        // older jobguards call; it records the time the run was found as its end.)
-        let now = self.test_now();
-        self.with_schema("interrupt", |c| {
-            let decided = end_locked(c, &run.job, &run.run_id, &now, false, |state| {
+        // (Schemas 1 to 3 also hold the procedure `jobguard_interrupt`, which older
+        // jobguards call; it records the time the run was found as its end.)
+        let need = Need {
+            slot: false,
+            live: false,
+        };
+        let decision = self.engine("interrupt", |s| {
+            engine::end(s, &run.job, &run.run_id, need, |state| {
                 Ok(rules::interrupt(state, run, reason, resolution))
-            })?;
-            Ok(decided.record.is_some())
-        })
+            })
+        })?;
+        Ok(decision.record.is_some())
     }
 
     fn lease(&mut self, job: &str) -> Result<Option<Lease>, StoreError> {
@@ -1798,21 +1778,7 @@ impl Store for MysqlStore {
     }
 
     fn unlock(&mut self, job: &str) -> Result<Option<Lease>, StoreError> {
-        let now = self.test_now();
-        self.with_schema("unlock", |c| {
-            let mut tx = c.start_transaction(read_committed())?;
-            let (row, store_now) = lock_lease(&mut tx, job, &now, false)?;
-            let (ended, release) = rules::unlock(store_now, row.as_ref());
-            if release {
-                tx.query_drop(format!(
-                    "UPDATE jobguard_lease SET holder = '', host = '', expire_at = 0
-                     WHERE job = {}",
-                    lit(job)
-                ))?;
-            }
-            tx.commit()?;
-            Ok(ended)
-        })
+        self.engine("unlock", |s| engine::unlock(s, job))
     }
 }
 
@@ -1827,7 +1793,7 @@ fn read_committed() -> mysql::TxOpts {
 /// writer of the row takes it (the older jobguards' procedures too), or with `share` a
 /// share lock (`LOCK IN SHARE MODE`: writers of the row wait, readers do not).
 fn lock_lease(
-    tx: &mut mysql::Transaction<'_>,
+    tx: &mut impl Queryable,
     job: &str,
     now: &str,
     share: bool,
@@ -1851,69 +1817,188 @@ fn lock_lease(
     Ok((lease, store_now))
 }
 
-/// Decides with `decide` ([`rules::finish`], [`rules::interrupt`]) on `job`'s lease row
-/// and the record `run_id` (with `slot_runs`, every record of its slot), all locked in one
-/// READ COMMITTED transaction, and applies the decision in it.
-fn end_locked(
-    c: &mut Conn,
-    job: &str,
-    run_id: &str,
-    now: &str,
-    slot_runs: bool,
-    decide: impl FnOnce(&rules::RunState<'_>) -> Result<rules::EndDecision, Fail>,
-) -> Result<rules::EndDecision, Fail> {
-    let mut tx = c.start_transaction(read_committed())?;
-    let (lease, store_now) = lock_lease(&mut tx, job, now, false)?;
-    let record: Option<Row> = tx.query_first(format!(
-        "SELECT {RUN_COLUMNS} FROM jobguard_run r WHERE r.run_id = {} FOR UPDATE",
-        lit(run_id)
-    ))?;
-    let record = record
-        .map(|r| remote::run_from_object(&row_object(&r)).map_err(Fail::Data))
-        .transpose()?;
-    let mut runs = Vec::new();
-    if let (true, Some(r)) = (slot_runs, &record) {
-        let rows: Vec<Row> = tx.query(format!(
-            "SELECT {RUN_COLUMNS} FROM jobguard_run r WHERE r.job = {} AND r.slot_usec = {}
-             ORDER BY r.seq",
-            lit(&r.job),
-            r.slot.usec
-        ))?;
-        for row in &rows {
-            runs.push(remote::run_from_object(&row_object(row)).map_err(Fail::Data)?);
+/// One connection's part of [`engine`]'s loop. A claim reads in one statement and
+/// writes only if the lease row is still every column it read ([`write_grant`]); an end,
+/// a renewal and an unlock read and write in one READ COMMITTED transaction that locks
+/// the lease row first ([`lock_lease`]), so nothing they read changes before their commit.
+/// A transaction left open (a refusal writes nothing) is rolled back when the session
+/// ends or reads again.
+struct Session<'a> {
+    c: &'a mut Conn,
+    /// The test clock's literal, or `NULL`.
+    now: &'a str,
+    open: bool,
+}
+
+/// What a read of [`Session`] saw.
+enum Seen {
+    /// A claim's read: the lease row (`None`: the job has none).
+    Row(Option<Lease>),
+    /// The lease row is locked in the session's open transaction.
+    Locked,
+}
+
+impl Session<'_> {
+    /// Starts a READ COMMITTED transaction (after rolling back one left open).
+    fn begin(&mut self) -> Result<(), Fail> {
+        self.end()?;
+        self.c
+            .query_drop("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")?;
+        self.c.query_drop("START TRANSACTION")?;
+        self.open = true;
+        Ok(())
+    }
+
+    /// Rolls back the transaction left open, if any.
+    fn end(&mut self) -> Result<(), Fail> {
+        if self.open {
+            self.open = false;
+            self.c.query_drop("ROLLBACK")?;
         }
+        Ok(())
     }
-    let state = rules::RunState {
-        now: store_now,
-        lease: lease.as_ref(),
-        record: record.as_ref(),
-        slot_runs: &runs,
-    };
-    let decision = decide(&state)?;
-    if let Some(r) = &decision.record {
-        let report =
-            serde_json::to_string(&r.report).map_err(|e| Fail::Data(format!("report: {e}")))?;
-        tx.query_drop(format!(
-            "UPDATE jobguard_run SET outcome = {}, reason = {}, exit_status = {},
-                 finished_at = {}, report = {}, resolution = {}
-             WHERE run_id = {} AND outcome = 'running'",
-            lit(r.outcome.as_str()),
-            lit_opt(r.reason.as_deref()),
-            int_opt(r.exit_status.map(i64::from)),
-            int_opt(r.finished_at),
-            lit(&report),
-            lit_opt(r.resolution.map(Resolution::as_str)),
-            lit(&r.run_id)
+}
+
+impl Drop for Session<'_> {
+    fn drop(&mut self) {
+        let _ = self.end();
+    }
+}
+
+impl engine::Failure for Fail {
+    fn contended() -> Self {
+        Fail::Data(format!(
+            "the lease row changed under {} tries in a row",
+            engine::RETRIES
+        ))
+    }
+    fn rule(e: rules::RuleError) -> Self {
+        Fail::Data(e.to_string())
+    }
+}
+
+impl engine::Backend for Session<'_> {
+    type Version = Seen;
+    type Fail = Fail;
+
+    fn read_claim(&mut self, req: &ClaimRequest) -> Result<Read<(rules::ClaimState, Seen)>, Fail> {
+        self.end()?;
+        let rows: Vec<Row> = self.c.query(claim_read_sql(self.now, req))?;
+        let state = claim_state(&req.run.job, &req.run.run_id, &rows)?;
+        let lease = state.lease.clone();
+        Ok(Read::Got((state, Seen::Row(lease))))
+    }
+
+    /// Locks the lease row, reads the server's time after the lock, then the record (and
+    /// with [`Need::slot`] every record of its slot).
+    fn read_run(
+        &mut self,
+        job: &str,
+        run_id: &str,
+        need: Need,
+    ) -> Result<Read<(RunRead, Seen)>, Fail> {
+        self.begin()?;
+        let (lease, now) = lock_lease(self.c, job, self.now, false)?;
+        let record: Option<Row> = self.c.query_first(format!(
+            "SELECT {RUN_COLUMNS} FROM jobguard_run r WHERE r.run_id = {} FOR UPDATE",
+            lit(run_id)
         ))?;
+        let record = record
+            .map(|r| remote::run_from_object(&row_object(&r)).map_err(Fail::Data))
+            .transpose()?
+            // A record of another job is not this job's to change.
+            .filter(|r| r.job == job);
+        let mut slot_runs = Vec::new();
+        if let (true, Some(r)) = (need.slot, &record) {
+            let rows: Vec<Row> = self.c.query(format!(
+                "SELECT {RUN_COLUMNS} FROM jobguard_run r WHERE r.job = {} AND r.slot_usec = {}
+                 ORDER BY r.seq",
+                lit(&r.job),
+                r.slot.usec
+            ))?;
+            for row in &rows {
+                slot_runs.push(remote::run_from_object(&row_object(row)).map_err(Fail::Data)?);
+            }
+        }
+        let read = RunRead {
+            now,
+            lease,
+            record,
+            slot_runs,
+        };
+        Ok(Read::Got((read, Seen::Locked)))
     }
-    if decision.release {
-        tx.query_drop(format!(
-            "UPDATE jobguard_lease SET holder = '', host = '', expire_at = 0 WHERE job = {}",
-            lit(job)
-        ))?;
+
+    fn read_lease(&mut self, job: &str, _live: bool) -> Result<Read<(LeaseRead, Seen)>, Fail> {
+        self.begin()?;
+        let (lease, now) = lock_lease(self.c, job, self.now, false)?;
+        Ok(Read::Got((LeaseRead { now, lease }, Seen::Locked)))
     }
-    tx.commit()?;
-    Ok(decision)
+
+    /// A grant: [`write_grant`] (the job's first grant first inserts its lease row, the
+    /// token counter, and reads again). Under the lock: the record (while still
+    /// `running`) and the lease row, then `COMMIT`.
+    fn commit(&mut self, seen: Seen, writes: &Writes) -> Result<Commit, Fail> {
+        let job = lit(&writes.job);
+        let locked = match (seen, &writes.lease) {
+            (Seen::Row(None), LeaseWrite::Grant { .. }) => {
+                self.c.query_drop(format!(
+                    "INSERT IGNORE INTO jobguard_lease
+                         (job, holder, host, token, acquired_at, expire_at)
+                     VALUES ({job}, '', '', 0, 0, 0)"
+                ))?;
+                return Ok(Commit::Changed);
+            }
+            (Seen::Row(Some(read)), LeaseWrite::Grant { lease, run, .. }) => {
+                let changed: Vec<&Run> = writes
+                    .changed()
+                    .filter(|(_, before)| before.is_some())
+                    .map(|(r, _)| r)
+                    .collect();
+                return Ok(if write_grant(self.c, &read, lease, run, &changed)? {
+                    Commit::Done
+                } else {
+                    Commit::Changed
+                });
+            }
+            (Seen::Locked, _) if self.open => true,
+            _ => false,
+        };
+        if !locked {
+            return Err(Fail::Data(
+                "a write without the read it depends on".to_string(),
+            ));
+        }
+        for (r, _) in writes.changed() {
+            let report =
+                serde_json::to_string(&r.report).map_err(|e| Fail::Data(format!("report: {e}")))?;
+            self.c.query_drop(format!(
+                "UPDATE jobguard_run SET outcome = {}, reason = {}, exit_status = {},
+                     finished_at = {}, report = {}, resolution = {}
+                 WHERE run_id = {} AND outcome = 'running'",
+                lit(r.outcome.as_str()),
+                lit_opt(r.reason.as_deref()),
+                int_opt(r.exit_status.map(i64::from)),
+                int_opt(r.finished_at),
+                lit(&report),
+                lit_opt(r.resolution.map(Resolution::as_str)),
+                lit(&r.run_id)
+            ))?;
+        }
+        match &writes.lease {
+            LeaseWrite::Renew(l) => self.c.query_drop(format!(
+                "UPDATE jobguard_lease SET expire_at = {}, renewal = {} WHERE job = {job}",
+                l.expire_at, l.renewal
+            ))?,
+            LeaseWrite::Release(_) => self.c.query_drop(format!(
+                "UPDATE jobguard_lease SET holder = '', host = '', expire_at = 0 WHERE job = {job}"
+            ))?,
+            LeaseWrite::Keep | LeaseWrite::Grant { .. } => {}
+        }
+        self.open = false;
+        self.c.query_drop("COMMIT")?;
+        Ok(Commit::Done)
+    }
 }
 
 #[cfg(test)]

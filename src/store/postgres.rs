@@ -101,8 +101,9 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 use crate::clock::Clock;
 use crate::lease::Lease;
 use crate::ledger::{Finish, Outcome, Resolution, Run};
+use crate::store::engine::{self, Commit, LeaseRead, LeaseWrite, Need, Read, RunRead, Writes};
 use crate::store::remote::{self, CALL_TIMEOUT, CANCEL_TIMEOUT, CONNECT_TIMEOUT};
-use crate::store::rules::{self, ClaimDecision};
+use crate::store::rules;
 use crate::store::{
     Claim, ClaimRequest, Finished, Mark, RunQuery, ScheduleDecl, Store, StoreError, address,
 };
@@ -990,6 +991,16 @@ impl PostgresStore {
     /// Runs `f` on the connection (connecting first if needed) within [`CALL_TIMEOUT`].
     /// A timeout or a broken connection drops the connection.
     fn call<T>(&mut self, f: impl AsyncFnOnce(&mut Client) -> Result<T, Fail>) -> Result<T, Fail> {
+        self.session(|s| s.run(f))
+    }
+
+    /// Runs `f` with a session on the connection (connecting first if needed), each of its
+    /// calls within [`CALL_TIMEOUT`]. A timeout or a broken connection drops the
+    /// connection.
+    fn session<T>(
+        &mut self,
+        f: impl FnOnce(&mut Session<'_>) -> Result<T, Fail>,
+    ) -> Result<T, Fail> {
         if self.client.as_ref().is_none_or(|c| c.is_closed()) {
             (self.client, self.driver) = (None, None);
             let connector = match &self.connector {
@@ -1015,15 +1026,18 @@ impl PostgresStore {
             self.client = Some(client.0);
             self.driver = Some(client.1);
         }
+        let now = self.test_now();
         let Some(client) = self.client.as_mut() else {
             return Err(Fail::Data("no connection".to_string()));
         };
-        let result = self
-            .rt
-            .block_on(async { tokio::time::timeout(CALL_TIMEOUT, f(client)).await });
+        let result = f(&mut Session {
+            rt: &self.rt,
+            client,
+            now,
+        });
         // A connection given up on is not waited for when the store is dropped.
         match result {
-            Err(_) => {
+            Err(Fail::Timeout) => {
                 let cancel = self.client.as_ref().map(Client::cancel_token);
                 (self.client, self.driver) = (None, None);
                 // The server goes on with a statement until it next reads from or writes
@@ -1047,11 +1061,11 @@ impl PostgresStore {
                 }
                 Err(Fail::Timeout)
             }
-            Ok(Err(Fail::Pg(e))) if e.as_db_error().is_none() => {
+            Err(Fail::Pg(e)) if e.as_db_error().is_none() => {
                 (self.client, self.driver) = (None, None);
                 Err(Fail::Pg(e))
             }
-            Ok(other) => other,
+            other => other,
         }
     }
 
@@ -1121,15 +1135,24 @@ impl PostgresStore {
         op: &str,
         mut f: impl AsyncFnMut(&mut Client) -> Result<T, Fail>,
     ) -> Result<T, StoreError> {
-        match self.call(async |c| f(c).await) {
+        self.schema_session(op, |s| s.run(async |c| f(c).await))
+    }
+
+    /// Runs a session that needs the schema ([`PostgresStore::session`]); on a store
+    /// without one, creates it and runs it again.
+    fn schema_session<T>(
+        &mut self,
+        op: &str,
+        mut f: impl FnMut(&mut Session<'_>) -> Result<T, Fail>,
+    ) -> Result<T, StoreError> {
+        match self.session(&mut f) {
             Ok(v) => {
                 self.schema_ready = true;
                 Ok(v)
             }
             Err(e) if missing_schema(&e) => {
                 self.init()?;
-                self.call(async |c| f(c).await)
-                    .map_err(|e| self.error(op, e))
+                self.session(&mut f).map_err(|e| self.error(op, e))
             }
             Err(Fail::Pg(e))
                 if e.code() == Some(&SqlState::RAISE_EXCEPTION)
@@ -1172,10 +1195,6 @@ fn lease_from(job: &str, row: &Row, first: usize) -> Result<Lease, Fail> {
         renewal: row.try_get(first + 5)?,
     })
 }
-
-/// How often a renewal or a finish reads and decides again after the lease row changed
-/// between its read and its write.
-const END_TRIES: usize = 100;
 
 /// The job's lease row as one statement reads it, with the server's time and the row's
 /// version (`xmin`).
@@ -1247,51 +1266,56 @@ fn runs_from_json(json: Option<String>) -> Result<Vec<Run>, Fail> {
         .collect()
 }
 
-/// Applies `decision` ([`rules::finish`], [`rules::interrupt`]) decided on `state`: the
-/// lease row's release and the record's new state, in one statement, only if the row is
-/// still the version `state` read. `Some(recorded)` once written, `None` when the row
-/// changed (read and decide again). The record is written only while it is still
-/// `running`: an interrupt of a record under an earlier grant writes no lease row, so
-/// the row's version does not cover it.
+/// Applies an end ([`rules::finish`], [`rules::interrupt`]) or an unlock in one
+/// statement, only if the job's lease row is still at `version`: the row released (with
+/// `release`; otherwise rewritten as it is, so that its version moves) and `record`'s new
+/// state. The record is written only while it is still `running` (an interrupt of a record
+/// under an earlier grant writes no lease row, so the row's version does not cover it),
+/// and nothing is written when it is not. False, with nothing written, when the row
+/// changed or the record is no longer `running` (read and decide again).
 async fn write_end(
     c: &mut Client,
     job: &str,
-    state: &PgRowState,
-    decision: &rules::EndDecision,
-) -> Result<Option<bool>, Fail> {
-    let Some((version, _)) = &state.row else {
-        if let Some(r) = &decision.record {
+    version: Option<&str>,
+    release: bool,
+    record: Option<&Run>,
+) -> Result<bool, Fail> {
+    let Some(version) = version else {
+        if let Some(r) = record {
             return Err(Fail::Data(format!(
                 "run {} is recorded but job {job} has no lease row",
                 r.run_id
             )));
         }
-        return Ok(Some(false));
+        return Ok(true);
     };
-    let r = decision.record.as_ref();
+    let r = record;
     let report = r
         .map(|r| serde_json::to_string(&r.report))
         .transpose()
         .map_err(|e| Fail::Data(format!("report: {e}")))?;
     let rows = c
         .query_typed(
-            "WITH l AS (
+            "WITH v AS (
+               SELECT 1 FROM jobguard_lease WHERE job = $1 AND xmin::text = $2 FOR UPDATE),
+             rec AS (
+               UPDATE jobguard_run SET outcome = $5, reason = $6, exit_status = $7,
+                 finished_at = $8, report = $9, resolution = $10
+               WHERE run_id = $4 AND outcome = 'running' AND EXISTS (SELECT 1 FROM v)
+               RETURNING 1),
+             l AS (
                UPDATE jobguard_lease SET
                  holder = CASE WHEN $3 THEN '' ELSE holder END,
                  host = CASE WHEN $3 THEN '' ELSE host END,
                  expire_at = CASE WHEN $3 THEN 0 ELSE expire_at END
-               WHERE job = $1 AND xmin::text = $2
-               RETURNING 1),
-             rec AS (
-               UPDATE jobguard_run SET outcome = $5, reason = $6, exit_status = $7,
-                 finished_at = $8, report = $9, resolution = $10
-               WHERE run_id = $4 AND outcome = 'running' AND EXISTS (SELECT 1 FROM l)
+               WHERE job = $1 AND EXISTS (SELECT 1 FROM v)
+                 AND ($4::text IS NULL OR EXISTS (SELECT 1 FROM rec))
                RETURNING 1)
-             SELECT (SELECT count(*) FROM l), (SELECT count(*) FROM rec)",
+             SELECT count(*) FROM l",
             &[
                 (&job, Type::TEXT),
-                (version, Type::TEXT),
-                (&decision.release, Type::BOOL),
+                (&version, Type::TEXT),
+                (&release, Type::BOOL),
                 (&r.map(|r| r.run_id.as_str()), Type::TEXT),
                 (&r.map(|r| r.outcome.as_str()), Type::TEXT),
                 (&r.and_then(|r| r.reason.as_deref()), Type::TEXT),
@@ -1308,9 +1332,7 @@ async fn write_end(
     let row = rows
         .first()
         .ok_or_else(|| Fail::Data("the end's write answered nothing".to_string()))?;
-    Ok((row.try_get::<_, i64>(0)? == 1)
-        .then(|| row.try_get::<_, i64>(1).map(|n| n == 1))
-        .transpose()?)
+    Ok(row.try_get::<_, i64>(0)? == 1)
 }
 
 fn run_from(json: Option<String>) -> Result<Option<Run>, Fail> {
@@ -1387,8 +1409,6 @@ async fn create_table(c: &Client, sql: &str) -> Result<(), Fail> {
 
 /// How often a claim reads and decides again after the lease row changed between its read
 /// and its write (another host's claim, renewal or finish won the race).
-const CLAIM_TRIES: usize = 100;
-
 /// [`rules::ClaimState`] and the version of the job's lease row it was read at (the row's
 /// `xmin`: every write to the row, by any jobguard version, makes a new one), `None`
 /// while the job has no lease row.
@@ -1468,14 +1488,25 @@ async fn read_claim_state(
     })
 }
 
-/// Writes `grant` in one statement if the job's lease row is still at `version`: the new
-/// lease, the records it re-runs and its `running` record. False, with nothing written,
-/// when the row changed since it was read. The update of the lease row comes first and
+/// Writes a grant in one statement if the job's lease row is still at `version`: the new
+/// `lease`, the resolution of each record in `changed` (those it re-runs) and its
+/// `running` record `run`. False, with nothing written, when the row changed since it was
+/// read. The update of the lease row comes first and
 /// gates the rest; its row lock orders this write against every other write to the job's
 /// lease row, including those of `jobguard_claim` (schema 2 and 3), which older jobguards
 /// call and which lock the row with `SELECT … FOR UPDATE` before deciding.
-async fn write_grant(c: &mut Client, version: &str, grant: &rules::Grant) -> Result<bool, Fail> {
-    let (lease, run) = (&grant.lease, &grant.run);
+async fn write_grant(
+    c: &mut Client,
+    version: &str,
+    lease: &Lease,
+    run: &Run,
+    changed: &[&Run],
+) -> Result<bool, Fail> {
+    let ids: Vec<&str> = changed.iter().map(|r| r.run_id.as_str()).collect();
+    let resolutions: Vec<Option<&str>> = changed
+        .iter()
+        .map(|r| r.resolution.map(Resolution::as_str))
+        .collect();
     let pid = i64::from(run.pid);
     let pid_start = i64::try_from(run.pid_start)
         .map_err(|_| Fail::Data(format!("pid_start {} out of range", run.pid_start)))?;
@@ -1486,9 +1517,10 @@ async fn write_grant(c: &mut Client, version: &str, grant: &rules::Grant) -> Res
                  acquired_at = $6, expire_at = $7, renewal = $22
                WHERE job = $1 AND xmin::text = $2
                RETURNING 1),
-             rerun AS (
-               UPDATE jobguard_run SET resolution = 'rerun'
-               WHERE run_id = ANY($8) AND EXISTS (SELECT 1 FROM l)
+             changed AS (
+               UPDATE jobguard_run r SET resolution = u.resolution
+               FROM unnest($8::text[], $23::text[]) AS u(run_id, resolution)
+               WHERE r.run_id = u.run_id AND EXISTS (SELECT 1 FROM l)
                RETURNING 1),
              ins AS (
                INSERT INTO jobguard_run (run_id, job, slot_usec, slot_zone, attempt, outcome,
@@ -1507,7 +1539,7 @@ async fn write_grant(c: &mut Client, version: &str, grant: &rules::Grant) -> Res
                 (&lease.token, Type::INT8),
                 (&lease.acquired_at, Type::INT8),
                 (&lease.expire_at, Type::INT8),
-                (&grant.rerun, Type::TEXT_ARRAY),
+                (&ids, Type::TEXT_ARRAY),
                 (&run.run_id, Type::TEXT),
                 (&run.slot.usec, Type::INT8),
                 (&run.slot.zone, Type::TEXT),
@@ -1522,6 +1554,7 @@ async fn write_grant(c: &mut Client, version: &str, grant: &rules::Grant) -> Res
                 (&run.invocation_id, Type::TEXT),
                 (&run.started_at, Type::INT8),
                 (&lease.renewal, Type::INT8),
+                (&resolutions, Type::TEXT_ARRAY),
             ],
         )
         .await?;
@@ -1529,6 +1562,148 @@ async fn write_grant(c: &mut Client, version: &str, grant: &rules::Grant) -> Res
         .first()
         .ok_or_else(|| Fail::Data("the claim's write answered nothing".to_string()))?;
     Ok(row.try_get::<_, i64>(0)? == 1)
+}
+
+/// One connection's part of [`engine`]'s loop: each read is one statement (one
+/// snapshot) that returns the lease row's version (`xmin`: every write to the row, by any
+/// jobguard version, makes a new one), and each commit one statement that writes only if
+/// the row is still that version.
+struct Session<'a> {
+    rt: &'a tokio::runtime::Runtime,
+    client: &'a mut Client,
+    /// The test clock's time (µs since the epoch) that stands in for the server's.
+    now: Option<i64>,
+}
+
+impl Session<'_> {
+    /// Runs `f` on the connection within [`CALL_TIMEOUT`].
+    fn run<T>(&mut self, f: impl AsyncFnOnce(&mut Client) -> Result<T, Fail>) -> Result<T, Fail> {
+        let client = &mut *self.client;
+        self.rt
+            .block_on(async { tokio::time::timeout(CALL_TIMEOUT, f(client)).await })
+            .unwrap_or(Err(Fail::Timeout))
+    }
+}
+
+impl engine::Failure for Fail {
+    fn contended() -> Self {
+        Fail::Data(format!(
+            "the lease row changed under {} tries in a row",
+            engine::RETRIES
+        ))
+    }
+    fn rule(e: rules::RuleError) -> Self {
+        Fail::Data(e.to_string())
+    }
+}
+
+impl engine::Backend for Session<'_> {
+    /// The lease row's `xmin`; `None` while the job has none.
+    type Version = Option<String>;
+    type Fail = Fail;
+
+    fn read_claim(
+        &mut self,
+        req: &ClaimRequest,
+    ) -> Result<Read<(rules::ClaimState, Self::Version)>, Fail> {
+        let now = self.now;
+        let state = self.run(async |c| read_claim_state(c, now, req).await)?;
+        Ok(Read::Got((state.claim, state.version)))
+    }
+
+    fn read_run(
+        &mut self,
+        job: &str,
+        run_id: &str,
+        need: Need,
+    ) -> Result<Read<(RunRead, Self::Version)>, Fail> {
+        let now = self.now;
+        let state = self.run(async |c| read_row_state(c, now, job, run_id).await)?;
+        let (version, lease) = state.row.unzip();
+        let read = RunRead {
+            now: state.now,
+            lease,
+            // A record of another job is not this job's to change.
+            record: state.record.filter(|r| r.job == job),
+            slot_runs: if need.slot {
+                state.slot_runs
+            } else {
+                Vec::new()
+            },
+        };
+        Ok(Read::Got((read, version)))
+    }
+
+    fn read_lease(
+        &mut self,
+        job: &str,
+        _live: bool,
+    ) -> Result<Read<(LeaseRead, Self::Version)>, Fail> {
+        let now = self.now;
+        let state = self.run(async |c| read_row_state(c, now, job, "").await)?;
+        let (version, lease) = state.row.unzip();
+        Ok(Read::Got((
+            LeaseRead {
+                now: state.now,
+                lease,
+            },
+            version,
+        )))
+    }
+
+    /// A grant: the lease row, the records it changes and its new record
+    /// ([`write_grant`]); the job's first grant first inserts its lease row (the token
+    /// counter) and reads again. A renewal: the row's `expire_at` and `renewal`. An end
+    /// or an unlock: the row released or kept and the record changed ([`write_end`]).
+    fn commit(&mut self, version: Self::Version, writes: &Writes) -> Result<Commit, Fail> {
+        let job = writes.job.as_str();
+        let done = match (&writes.lease, &version) {
+            (LeaseWrite::Grant { .. }, None) => {
+                self.run(async |c| {
+                    c.execute_typed(
+                        "INSERT INTO jobguard_lease (job, holder, host, token, acquired_at,
+                             expire_at) VALUES ($1, '', '', 0, 0, 0)
+                         ON CONFLICT (job) DO NOTHING",
+                        &[(&job, Type::TEXT)],
+                    )
+                    .await?;
+                    Ok(())
+                })?;
+                false
+            }
+            (LeaseWrite::Grant { lease, run, .. }, Some(v)) => {
+                let changed: Vec<&Run> = writes
+                    .changed()
+                    .filter(|(_, before)| before.is_some())
+                    .map(|(r, _)| r)
+                    .collect();
+                self.run(async |c| write_grant(c, v, lease, run, &changed).await)?
+            }
+            (LeaseWrite::Renew(renewed), Some(v)) => {
+                let n = self.run(async |c| {
+                    Ok(c.execute_typed(
+                        "UPDATE jobguard_lease SET expire_at = $3, renewal = $4
+                         WHERE job = $1 AND xmin::text = $2",
+                        &[
+                            (&job, Type::TEXT),
+                            (v, Type::TEXT),
+                            (&renewed.expire_at, Type::INT8),
+                            (&renewed.renewal, Type::INT8),
+                        ],
+                    )
+                    .await?)
+                })?;
+                n == 1
+            }
+            (LeaseWrite::Renew(_), None) => false,
+            (LeaseWrite::Release(_) | LeaseWrite::Keep, version) => {
+                let release = matches!(writes.lease, LeaseWrite::Release(_));
+                let record = writes.changed().next().map(|(r, _)| r);
+                self.run(async |c| write_end(c, job, version.as_deref(), release, record).await)?
+            }
+        };
+        Ok(if done { Commit::Done } else { Commit::Changed })
+    }
 }
 
 /// Opens the store at `address` for [`crate::store::registry`]; `clock` is not used: the server's clock judges.
@@ -1601,37 +1776,7 @@ impl Store for PostgresStore {
     }
 
     fn claim(&mut self, req: &ClaimRequest) -> Result<Claim, StoreError> {
-        let now = self.test_now();
-        self.with_schema("claim", async |c| {
-            // Read, decide with the rules, write only if the lease row is the version that
-            // was read; a claim that lost that race reads and decides again.
-            for _ in 0..CLAIM_TRIES {
-                let state = read_claim_state(c, now, req).await?;
-
-                let decision =
-                    rules::claim(&state.claim, req).map_err(|e| Fail::Data(e.to_string()))?;
-                let ClaimDecision::Grant(grant) = &decision else {
-                    return Ok(decision.answer());
-                };
-                let Some(version) = &state.version else {
-                    // The job's first grant: its lease row (the token counter) first.
-                    c.execute_typed(
-                        "INSERT INTO jobguard_lease (job, holder, host, token, acquired_at,
-                             expire_at) VALUES ($1, '', '', 0, 0, 0)
-                         ON CONFLICT (job) DO NOTHING",
-                        &[(&req.run.job, Type::TEXT)],
-                    )
-                    .await?;
-                    continue;
-                };
-                if write_grant(c, version, grant).await? {
-                    return Ok(decision.answer());
-                }
-            }
-            Err(Fail::Data(format!(
-                "claim: the lease row changed under {CLAIM_TRIES} tries in a row"
-            )))
-        })
+        self.schema_session("claim", |s| engine::claim(s, req))
     }
 
     fn renew(
@@ -1640,37 +1785,7 @@ impl Store for PostgresStore {
         next: i64,
         ttl: Duration,
     ) -> Result<Option<i64>, StoreError> {
-        let now = self.test_now();
-        // Read, decide with the rules, write only if the lease row is the version read.
-        self.with_schema("renew", async |c| {
-            for _ in 0..END_TRIES {
-                let state = read_row_state(c, now, &lease.job, "").await?;
-                let Some((version, row)) = &state.row else {
-                    return Ok(None);
-                };
-                let Some(expire_at) = rules::renew(state.now, Some(row), lease, next, ttl) else {
-                    return Ok(None);
-                };
-                let n = c
-                    .execute_typed(
-                        "UPDATE jobguard_lease SET expire_at = $3, renewal = $4
-                         WHERE job = $1 AND xmin::text = $2",
-                        &[
-                            (&lease.job, Type::TEXT),
-                            (version, Type::TEXT),
-                            (&expire_at, Type::INT8),
-                            (&next, Type::INT8),
-                        ],
-                    )
-                    .await?;
-                if n == 1 {
-                    return Ok(Some(expire_at));
-                }
-            }
-            Err(Fail::Data(format!(
-                "renew: the lease row changed under {END_TRIES} tries in a row"
-            )))
-        })
+        self.schema_session("renew", |s| engine::renew(s, lease, next, ttl))
     }
 
     fn finish_as(
@@ -1682,30 +1797,16 @@ impl Store for PostgresStore {
     ) -> Result<Finished, StoreError> {
         // The report must serialize before anything is decided.
         super::finish_report_json(&self.describe, run_id, finish)?;
-        let now = self.test_now();
-        // Read, decide with the rules, write only if the lease row is the version read.
-        self.with_schema("finish", async |c| {
-            for _ in 0..END_TRIES {
-                let state = read_row_state(c, now, &lease.job, run_id).await?;
-                let run_state = rules::RunState {
-                    now: state.now,
-                    lease: state.row.as_ref().map(|(_, l)| l),
-                    record: state.record.as_ref(),
-                    slot_runs: &state.slot_runs,
-                };
-                let decision = rules::finish(&run_state, lease, run_id, finish, kept)
-                    .map_err(|e| Fail::Data(e.to_string()))?;
-                if let Some(recorded) = write_end(c, &lease.job, &state, &decision).await? {
-                    return Ok(Finished {
-                        recorded,
-                        released: decision.release,
-                    });
-                }
-            }
-            Err(Fail::Data(format!(
-                "finish: the lease row changed under {END_TRIES} tries in a row"
-            )))
-        })
+        let need = Need {
+            slot: true,
+            live: true,
+        };
+        let decision = self.schema_session("finish", |s| {
+            engine::end(s, &lease.job, run_id, need, |state| {
+                rules::finish(state, lease, run_id, finish, kept)
+            })
+        })?;
+        Ok(decision.finished())
     }
 
     fn interrupt(
@@ -1714,25 +1815,16 @@ impl Store for PostgresStore {
         reason: &str,
         resolution: Resolution,
     ) -> Result<bool, StoreError> {
-        let now = self.test_now();
-        self.with_schema("interrupt", async |c| {
-            for _ in 0..END_TRIES {
-                let state = read_row_state(c, now, &run.job, &run.run_id).await?;
-                let run_state = rules::RunState {
-                    now: state.now,
-                    lease: state.row.as_ref().map(|(_, l)| l),
-                    record: state.record.as_ref(),
-                    slot_runs: &[],
-                };
-                let decision = rules::interrupt(&run_state, run, reason, resolution);
-                if let Some(recorded) = write_end(c, &run.job, &state, &decision).await? {
-                    return Ok(recorded);
-                }
-            }
-            Err(Fail::Data(format!(
-                "interrupt: the lease row changed under {END_TRIES} tries in a row"
-            )))
-        })
+        let need = Need {
+            slot: false,
+            live: false,
+        };
+        let decision = self.schema_session("interrupt", |s| {
+            engine::end(s, &run.job, &run.run_id, need, |state| {
+                Ok(rules::interrupt(state, run, reason, resolution))
+            })
+        })?;
+        Ok(decision.record.is_some())
     }
 
     fn lease(&mut self, job: &str) -> Result<Option<Lease>, StoreError> {
@@ -2053,7 +2145,7 @@ impl Store for PostgresStore {
         // Decided by `rules::resolve` on the slot's records; written only if the job's
         // lease row is the version read (every claim, finish and interrupt writes it).
         self.with_schema("resolve", async |c| {
-            for _ in 0..END_TRIES {
+            for _ in 0..engine::RETRIES {
                 let rows = c
                     .query_typed(
                         "SELECT l.xmin::text,
@@ -2099,7 +2191,8 @@ impl Store for PostgresStore {
                 }
             }
             Err(Fail::Data(format!(
-                "resolve: the lease row changed under {END_TRIES} tries in a row"
+                "resolve: the lease row changed under {} tries in a row",
+                engine::RETRIES
             )))
         })
     }
@@ -2146,32 +2239,7 @@ impl Store for PostgresStore {
     }
 
     fn unlock(&mut self, job: &str) -> Result<Option<Lease>, StoreError> {
-        let now = self.test_now();
-        self.with_schema("unlock", async |c| {
-            for _ in 0..END_TRIES {
-                let state = read_row_state(c, now, job, "").await?;
-                let Some((version, row)) = &state.row else {
-                    return Ok(None);
-                };
-                let (ended, release) = rules::unlock(state.now, Some(row));
-                if !release {
-                    return Ok(ended);
-                }
-                let n = c
-                    .execute_typed(
-                        "UPDATE jobguard_lease SET holder = '', host = '', expire_at = 0
-                         WHERE job = $1 AND xmin::text = $2",
-                        &[(&job, Type::TEXT), (version, Type::TEXT)],
-                    )
-                    .await?;
-                if n == 1 {
-                    return Ok(ended);
-                }
-            }
-            Err(Fail::Data(format!(
-                "unlock: the lease row changed under {END_TRIES} tries in a row"
-            )))
-        })
+        self.schema_session("unlock", |s| engine::unlock(s, job))
     }
 }
 

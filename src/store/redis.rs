@@ -79,8 +79,11 @@ use redis::{Connection, Pipeline, Value};
 use crate::clock::Clock;
 use crate::lease::Lease;
 use crate::ledger::{Finish, Outcome, Resolution, Run};
+use crate::store::engine::{
+    self, Commit, LeaseRead, LeaseWrite, Need, RETRIES, Read, RunRead, Writes,
+};
 use crate::store::remote::{self, CALL_TIMEOUT, CONNECT_TIMEOUT};
-use crate::store::rules::{self, ClaimDecision};
+use crate::store::rules;
 use crate::store::{
     Claim, ClaimRequest, Finished, Mark, RunQuery, ScheduleDecl, Store, StoreError, address,
 };
@@ -92,10 +95,6 @@ pub const SCHEMA_VERSION: i64 = 4;
 
 /// The key prefix when the address names none.
 pub const DEFAULT_PREFIX: &str = "jobguard:";
-
-/// How many times an operation starts again after another host changed what it read
-/// between its read and its commit, before it answers [`StoreError::Unavailable`].
-pub const RETRIES: u32 = 50;
 
 /// How many marks one transaction of [`Store::delete_marks`] deletes.
 const DELETE_MARKS_BATCH: usize = 1000;
@@ -701,8 +700,8 @@ impl Ctx<'_> {
 
 impl RedisStore {
     /// Runs `attempt` until it answers (it answers `None` when what it read changed before
-    /// its commit; at most [`RETRIES`] tries), on one connection with [`CALL_TIMEOUT`] per
-    /// call.
+    /// its commit; at most [`RETRIES`] tries), on one connection with
+    /// [`CALL_TIMEOUT`] per call.
     fn deciding<T>(
         &mut self,
         op: &str,
@@ -720,214 +719,289 @@ impl RedisStore {
             Err(Fail::Contended)
         })
     }
+
+    /// Runs `f` with this store's part of [`engine`]'s loop, on one connection with
+    /// [`CALL_TIMEOUT`] per call.
+    fn engine<T>(
+        &mut self,
+        op: &str,
+        f: impl FnOnce(&mut Session<'_>) -> Result<T, Fail>,
+    ) -> Result<T, StoreError> {
+        self.ready()?;
+        let clock = self.test_clock.clone();
+        self.call(op, |c, p| {
+            f(&mut Session {
+                c,
+                ctx: Ctx { p, clock },
+            })
+        })
+    }
 }
 
-/// One try of a claim: `Some(None)` when the store's schema is older than this
-/// jobguard's (set back since this store was opened: migrate, then claim again).
-fn claim_once(
-    c: &mut Connection,
-    ctx: &Ctx<'_>,
-    req: &ClaimRequest,
-) -> Result<Option<Option<Claim>>, Fail> {
-    let new = &req.run;
-    let k = ctx.keys(&new.job);
-    let asked = new.slot.usec;
-    // 1: the time, the schema, the lease, the asked slot's run ids, the queued slots and
-    // a record under the run id (a claim sent again).
-    let mut pipe = watching(&[
-        format!("{}schema", ctx.p),
-        k.lease(),
-        k.slot(asked),
-        k.queued(),
-        k.slots(),
-        k.run(&new.run_id),
-    ]);
-    pipe.cmd("TIME")
-        .get(format!("{}schema", ctx.p))
-        .hgetall(k.lease())
-        .smembers(k.slot(asked))
-        .zrange(k.queued(), 0, -1)
-        .hgetall(k.run(&new.run_id));
-    type First = (
-        (i64, i64),
-        Option<String>,
-        Hash,
-        Vec<String>,
-        Vec<String>,
-        Hash,
-    );
-    let (time, schema, lease_hash, ids, queued, retried): First = pipe.query(c)?;
-    let version = schema.and_then(|v| v.parse::<i64>().ok()).unwrap_or(0);
-    if version > SCHEMA_VERSION {
-        return Err(Fail::Newer(version));
+/// One connection's part of [`engine`]'s loop: every key a read reads is watched before
+/// it is read, and a commit is one `MULTI`/`EXEC`, which holds only while none of them
+/// changed.
+struct Session<'a> {
+    c: &'a mut Connection,
+    ctx: Ctx<'a>,
+}
+
+impl engine::Failure for Fail {
+    fn contended() -> Self {
+        Fail::Contended
     }
-    if version < SCHEMA_VERSION {
-        return Ok(Some(None));
+    fn rule(e: rules::RuleError) -> Self {
+        Fail::Data(e.to_string())
     }
-    let now = ctx.now(time);
-    let lease = lease_of(&new.job, &lease_hash)?;
-    let retried = run_of(retried)?;
-    let indexed: Vec<i64> = queued.iter().filter_map(|s| s.parse().ok()).collect();
-    let queued_slots: Vec<i64> = if req.queued_first {
-        indexed.iter().copied().filter(|s| *s != asked).collect()
-    } else {
-        Vec::new()
-    };
-    // 2: the asked slot's records, the lease's record, the queued slots' run ids, and the
-    // newest slot.
-    let lease_run_id = lease_hash
-        .get("run_id")
-        .filter(|id| !id.is_empty() && lease.is_some());
-    let record_keys: Vec<String> = ids.iter().map(|id| k.run(id)).collect();
-    let mut watch = record_keys.clone();
-    watch.extend(lease_run_id.map(|id| k.run(id)));
-    watch.extend(queued_slots.iter().map(|s| k.slot(*s)));
-    let mut pipe = watching_more(&watch);
-    for key in &record_keys {
-        pipe.hgetall(key);
-    }
-    if let Some(id) = lease_run_id {
-        pipe.hgetall(k.run(id));
-    }
-    for s in &queued_slots {
-        pipe.smembers(k.slot(*s));
-    }
-    pipe.zrevrangebyscore_limit(k.slots(), rules::newest_bound(now, req), "-inf", 0, 1);
-    let mut got = pipe.query::<Vec<Value>>(c)?.into_iter();
-    let mut next = || got.next().unwrap_or(Value::Nil);
-    let mut slot_hashes = Vec::with_capacity(record_keys.len());
-    for _ in &record_keys {
-        slot_hashes.push(redis::from_redis_value::<Hash>(next())?);
-    }
-    let lease_run = match lease_run_id {
-        Some(_) => run_of(redis::from_redis_value(next())?)?,
-        None => None,
-    };
-    let mut queued_ids = Vec::with_capacity(queued_slots.len());
-    for _ in &queued_slots {
-        queued_ids.push(redis::from_redis_value::<Vec<String>>(next())?);
-    }
-    let newest: Option<i64> = redis::from_redis_value::<Vec<String>>(next())?
-        .first()
-        .and_then(|s| s.parse().ok());
-    let mut slots = BTreeMap::new();
-    slots.insert(asked, runs_of(slot_hashes)?);
-    // 3: the queued slots' records.
-    let keys: Vec<String> = queued_ids.iter().flatten().map(|id| k.run(id)).collect();
-    let mut queued_hashes = hashes(c, watching_more(&keys), &keys)?.into_iter();
-    for (s, ids) in queued_slots.iter().zip(&queued_ids) {
-        slots.insert(
-            *s,
-            runs_of(queued_hashes.by_ref().take(ids.len()).collect())?,
+}
+
+impl engine::Backend for Session<'_> {
+    /// The slots in the job's queued index when read (`None`: not read).
+    type Version = Option<Vec<i64>>;
+    type Fail = Fail;
+
+    fn read_claim(
+        &mut self,
+        req: &ClaimRequest,
+    ) -> Result<Read<(rules::ClaimState, Self::Version)>, Fail> {
+        let (c, ctx) = (&mut *self.c, &self.ctx);
+        let new = &req.run;
+        let k = ctx.keys(&new.job);
+        let asked = new.slot.usec;
+        // 1: the time, the schema, the lease, the asked slot's run ids, the queued slots
+        // and a record under the run id (a claim sent again).
+        let mut pipe = watching(&[
+            format!("{}schema", ctx.p),
+            k.lease(),
+            k.slot(asked),
+            k.queued(),
+            k.slots(),
+            k.run(&new.run_id),
+        ]);
+        pipe.cmd("TIME")
+            .get(format!("{}schema", ctx.p))
+            .hgetall(k.lease())
+            .smembers(k.slot(asked))
+            .zrange(k.queued(), 0, -1)
+            .hgetall(k.run(&new.run_id));
+        type First = (
+            (i64, i64),
+            Option<String>,
+            Hash,
+            Vec<String>,
+            Vec<String>,
+            Hash,
         );
-    }
-    let state = rules::ClaimState {
-        now,
-        lease,
-        retried,
-        slots,
-        newest,
-        lease_run,
-    };
-    let decision = rules::claim(&state, req).map_err(|e| Fail::Data(e.to_string()))?;
-    let ClaimDecision::Grant(grant) = &decision else {
-        return Ok(Some(Some(decision.answer())));
-    };
-    let run = &grant.run;
-    let mut pipe = redis::pipe();
-    put_lease(
-        &mut pipe,
-        &k,
-        &grant.lease,
-        Some(&run.run_id),
-        ctx.clock.is_some(),
-    );
-    put_run(&mut pipe, &k, run)?;
-    pipe.sadd(k.slot(run.slot.usec), &run.run_id)
-        .zadd(k.runs(), &run.run_id, run.started_at)
-        .zadd(k.slots(), run.slot.usec, run.slot.usec)
-        .sadd(format!("{}jobs", ctx.p), &new.job);
-    for id in &grant.rerun {
-        pipe.hset(k.run(id), "resolution", Resolution::Rerun.as_str());
-    }
-    // The queued index: the granted slot leaves it; so does every slot read that has no
-    // record queued or running any more.
-    for (slot, runs) in &state.slots {
-        let stays = *slot != run.slot.usec
-            && runs.iter().any(|r| {
-                r.outcome == Outcome::Running
-                    || (r.resolution == Some(Resolution::Queued)
-                        && !grant.rerun.contains(&r.run_id))
-            });
-        if !stays && indexed.contains(slot) {
-            pipe.zrem(k.queued(), slot);
+        let (time, schema, lease_hash, ids, queued, retried): First = pipe.query(c)?;
+        let version = schema.and_then(|v| v.parse::<i64>().ok()).unwrap_or(0);
+        if version > SCHEMA_VERSION {
+            return Err(Fail::Newer(version));
         }
+        if version < SCHEMA_VERSION {
+            // Set back since this store was opened: migrate, then read again.
+            migrate(c, ctx.p)?;
+            return Ok(Read::Changed);
+        }
+        let now = ctx.now(time);
+        let lease = lease_of(&new.job, &lease_hash)?;
+        let retried = run_of(retried)?;
+        let indexed: Vec<i64> = queued.iter().filter_map(|s| s.parse().ok()).collect();
+        let queued_slots: Vec<i64> = if req.queued_first {
+            indexed.iter().copied().filter(|s| *s != asked).collect()
+        } else {
+            Vec::new()
+        };
+        // 2: the asked slot's records, the lease's record, the queued slots' run ids, and
+        // the newest slot.
+        let lease_run_id = lease_hash
+            .get("run_id")
+            .filter(|id| !id.is_empty() && lease.is_some());
+        let record_keys: Vec<String> = ids.iter().map(|id| k.run(id)).collect();
+        let mut watch = record_keys.clone();
+        watch.extend(lease_run_id.map(|id| k.run(id)));
+        watch.extend(queued_slots.iter().map(|s| k.slot(*s)));
+        let mut pipe = watching_more(&watch);
+        for key in &record_keys {
+            pipe.hgetall(key);
+        }
+        if let Some(id) = lease_run_id {
+            pipe.hgetall(k.run(id));
+        }
+        for s in &queued_slots {
+            pipe.smembers(k.slot(*s));
+        }
+        pipe.zrevrangebyscore_limit(k.slots(), rules::newest_bound(now, req), "-inf", 0, 1);
+        let mut got = pipe.query::<Vec<Value>>(c)?.into_iter();
+        let mut next = || got.next().unwrap_or(Value::Nil);
+        let mut slot_hashes = Vec::with_capacity(record_keys.len());
+        for _ in &record_keys {
+            slot_hashes.push(redis::from_redis_value::<Hash>(next())?);
+        }
+        let lease_run = match lease_run_id {
+            Some(_) => run_of(redis::from_redis_value(next())?)?,
+            None => None,
+        };
+        let mut queued_ids = Vec::with_capacity(queued_slots.len());
+        for _ in &queued_slots {
+            queued_ids.push(redis::from_redis_value::<Vec<String>>(next())?);
+        }
+        let newest: Option<i64> = redis::from_redis_value::<Vec<String>>(next())?
+            .first()
+            .and_then(|s| s.parse().ok());
+        let mut slots = BTreeMap::new();
+        slots.insert(asked, runs_of(slot_hashes)?);
+        // 3: the queued slots' records.
+        let keys: Vec<String> = queued_ids.iter().flatten().map(|id| k.run(id)).collect();
+        let mut queued_hashes = hashes(c, watching_more(&keys), &keys)?.into_iter();
+        for (s, ids) in queued_slots.iter().zip(&queued_ids) {
+            slots.insert(
+                *s,
+                runs_of(queued_hashes.by_ref().take(ids.len()).collect())?,
+            );
+        }
+        let state = rules::ClaimState {
+            now,
+            lease,
+            retried,
+            slots,
+            newest,
+            lease_run,
+        };
+        Ok(Read::Got((state, Some(indexed))))
     }
-    Ok(commit(c, pipe)?.then(|| Some(decision.answer())))
+
+    /// Reads the lease, the record and (with [`Need::slot`]) every record of its slot.
+    /// With [`Need::live`] the lease counts as held only while its `alive` key is watched
+    /// ([`as_watched`]).
+    fn read_run(
+        &mut self,
+        job: &str,
+        run_id: &str,
+        need: Need,
+    ) -> Result<Read<(RunRead, Self::Version)>, Fail> {
+        let (c, ctx) = (&mut *self.c, &self.ctx);
+        let k = ctx.keys(job);
+        let mut pipe = watching_alive(&k, &[k.lease(), k.run(run_id)]);
+        pipe.cmd("TIME").hgetall(k.lease()).hgetall(k.run(run_id));
+        type First = (bool, (i64, i64), Hash, Hash);
+        let (alive, time, lease_hash, record): First = pipe.query(c)?;
+        let now = ctx.now(time);
+        let lease = lease_of(job, &lease_hash)?;
+        let lease = if need.live {
+            as_watched(lease, alive, ctx.clock.is_some(), now)
+        } else {
+            lease
+        };
+        // A record of another job is not this job's to change.
+        let record = run_of(record)?.filter(|r| r.job == job);
+        let slot_runs = match &record {
+            Some(r) if need.slot => {
+                let slot_key = k.slot(r.slot.usec);
+                let mut pipe = watching_more(std::slice::from_ref(&slot_key));
+                pipe.smembers(&slot_key);
+                let (ids,): (Vec<String>,) = pipe.query(c)?;
+                let keys: Vec<String> = ids.iter().map(|id| k.run(id)).collect();
+                runs_of(hashes(c, watching_more(&keys), &keys)?)?
+            }
+            _ => Vec::new(),
+        };
+        let read = RunRead {
+            now,
+            lease,
+            record,
+            slot_runs,
+        };
+        Ok(Read::Got((read, None)))
+    }
+
+    /// Reads the lease hash and the server's `TIME`; with `live`, the `alive` key too
+    /// ([`as_watched`]).
+    fn read_lease(
+        &mut self,
+        job: &str,
+        live: bool,
+    ) -> Result<Read<(LeaseRead, Self::Version)>, Fail> {
+        let (c, ctx) = (&mut *self.c, &self.ctx);
+        let k = ctx.keys(job);
+        let (alive, time, row): (bool, (i64, i64), Hash) = if live {
+            let mut pipe = watching_alive(&k, &[k.lease()]);
+            pipe.cmd("TIME").hgetall(k.lease());
+            pipe.query(c)?
+        } else {
+            let mut pipe = watching(&[k.lease()]);
+            pipe.cmd("TIME").hgetall(k.lease());
+            let (time, row): ((i64, i64), Hash) = pipe.query(c)?;
+            (true, time, row)
+        };
+        let now = ctx.now(time);
+        let row = as_watched(lease_of(job, &row)?, alive, ctx.clock.is_some(), now);
+        Ok(Read::Got((LeaseRead { now, lease: row }, None)))
+    }
+
+    /// Writes each changed record whole, the lease hash and its `alive` key, and keeps the
+    /// slot indexes: a grant's slot joins `slots:JOB`; a slot with a record resolved
+    /// queued joins `queued:JOB`, and a claim drops from it each slot it read that has no
+    /// record queued (nor, for a slot other than the granted one, `running`: a host of
+    /// schema 1 may queue it without indexing it).
+    fn commit(&mut self, indexed: Self::Version, writes: &Writes) -> Result<Commit, Fail> {
+        let (c, ctx) = (&mut *self.c, &self.ctx);
+        let k = ctx.keys(&writes.job);
+        let judged = ctx.clock.is_some();
+        let mut pipe = redis::pipe();
+        let mut granted = None;
+        match &writes.lease {
+            LeaseWrite::Grant { lease, run, .. } => {
+                put_lease(&mut pipe, &k, lease, Some(&run.run_id), judged);
+                pipe.sadd(k.slot(run.slot.usec), &run.run_id)
+                    .zadd(k.runs(), &run.run_id, run.started_at)
+                    .zadd(k.slots(), run.slot.usec, run.slot.usec)
+                    .sadd(format!("{}jobs", ctx.p), &writes.job);
+                granted = Some(run.slot.usec);
+            }
+            LeaseWrite::Renew(row) => {
+                put_alive(&mut pipe, &k, row, judged);
+                pipe.hset_multiple(
+                    k.lease(),
+                    &[
+                        ("expire_at", row.expire_at.to_string()),
+                        ("renewal", row.renewal.to_string()),
+                    ],
+                );
+            }
+            LeaseWrite::Release(row) => put_lease(&mut pipe, &k, row, None, judged),
+            LeaseWrite::Keep => {}
+        }
+        for (run, _) in writes.changed() {
+            put_run(&mut pipe, &k, run)?;
+        }
+        for s in &writes.slots {
+            let indexed = indexed.as_ref().map(|i| i.contains(&s.slot));
+            let needed = s.is_queued()
+                || (granted.is_some_and(|g| g != s.slot)
+                    && s.after.iter().any(|r| r.outcome == Outcome::Running));
+            if needed && indexed != Some(true) && s.is_queued() {
+                pipe.zadd(k.queued(), s.slot, s.slot);
+            } else if !needed && indexed == Some(true) {
+                pipe.zrem(k.queued(), s.slot);
+            }
+        }
+        Ok(if commit(c, pipe)? {
+            Commit::Done
+        } else {
+            Commit::Changed
+        })
+    }
 }
 
-/// One try of a finish or an interrupt of `run_id` (a record of `job`): reads the lease,
-/// the record and (with `slot`) every record of its slot, decides with `decide`, and
-/// writes the decision. With `live` (a finish) the lease counts as held only while its
-/// `alive` key is watched ([`as_watched`]). `None` when what it read changed before the
-/// commit.
-fn end_once(
-    c: &mut Connection,
-    ctx: &Ctx<'_>,
-    job: &str,
-    run_id: &str,
-    slot: bool,
-    live: bool,
-    decide: &dyn Fn(&rules::RunState<'_>) -> Result<rules::EndDecision, Fail>,
-) -> Result<Option<rules::EndDecision>, Fail> {
-    let k = ctx.keys(job);
-    let mut pipe = watching_alive(&k, &[k.lease(), k.run(run_id)]);
-    pipe.cmd("TIME").hgetall(k.lease()).hgetall(k.run(run_id));
-    type Read = (bool, (i64, i64), Hash, Hash);
-    let (alive, time, lease_hash, record): Read = pipe.query(c)?;
-    let now = ctx.now(time);
-    let lease = lease_of(job, &lease_hash)?;
-    let lease = if live {
-        as_watched(lease, alive, ctx.clock.is_some(), now)
-    } else {
-        lease
-    };
-    // A record of another job is not this job's to change.
-    let record = run_of(record)?.filter(|r| r.job == job);
-    let slot_runs = match &record {
-        Some(r) if slot => {
-            let slot_key = k.slot(r.slot.usec);
-            let mut pipe = watching_more(std::slice::from_ref(&slot_key));
-            pipe.smembers(&slot_key);
-            let (ids,): (Vec<String>,) = pipe.query(c)?;
-            let keys: Vec<String> = ids.iter().map(|id| k.run(id)).collect();
-            runs_of(hashes(c, watching_more(&keys), &keys)?)?
-        }
-        _ => Vec::new(),
-    };
-    let state = rules::RunState {
-        now,
-        lease: lease.as_ref(),
-        record: record.as_ref(),
-        slot_runs: &slot_runs,
-    };
-    let decision = decide(&state)?;
-    if decision.record.is_none() && !decision.release {
-        return Ok(Some(decision));
-    }
-    let mut pipe = redis::pipe();
-    if let Some(new) = &decision.record {
-        put_run(&mut pipe, &k, new)?;
-        if new.resolution == Some(Resolution::Queued) {
-            pipe.zadd(k.queued(), new.slot.usec, new.slot.usec);
+/// Migrates to [`SCHEMA_VERSION`] ([`migrate_once`], at most [`RETRIES`] tries);
+/// answers the version found.
+fn migrate(c: &mut Connection, p: &str) -> Result<i64, Fail> {
+    for _ in 0..RETRIES {
+        if let Some(v) = migrate_once(c, p)? {
+            return Ok(v);
         }
     }
-    if decision.release
-        && let Some(row) = &lease
-    {
-        put_lease(&mut pipe, &k, &rules::released(row), None, true);
-    }
-    Ok(commit(c, pipe)?.then_some(decision))
+    Err(Fail::Contended)
 }
 
 /// One try of the migration to [`SCHEMA_VERSION`]: from schema 1, builds the `slots:JOB`
@@ -1009,14 +1083,7 @@ impl Store for RedisStore {
     }
 
     fn init(&mut self) -> Result<(), StoreError> {
-        let version = self.call("init", |c, p| {
-            for _ in 0..RETRIES {
-                if let Some(v) = migrate_once(c, p)? {
-                    return Ok(v);
-                }
-            }
-            Err(Fail::Contended)
-        })?;
+        let version = self.call("init", migrate)?;
         if version > SCHEMA_VERSION {
             return Err(self.newer_schema(version));
         }
@@ -1033,19 +1100,7 @@ impl Store for RedisStore {
     }
 
     fn claim(&mut self, req: &ClaimRequest) -> Result<Claim, StoreError> {
-        for _ in 0..2 {
-            match self.deciding("claim", |c, ctx| claim_once(c, ctx, req))? {
-                Some(claim) => return Ok(claim),
-                None => {
-                    self.schema_ready = false;
-                    self.init()?;
-                }
-            }
-        }
-        Err(self.error(
-            "claim",
-            Fail::Data("the schema version went back twice during the claim".to_string()),
-        ))
+        self.engine("claim", |s| engine::claim(s, req))
     }
 
     fn renew(
@@ -1054,31 +1109,7 @@ impl Store for RedisStore {
         next: i64,
         ttl: Duration,
     ) -> Result<Option<i64>, StoreError> {
-        self.deciding("renew", |c, ctx| {
-            let k = ctx.keys(&lease.job);
-            let mut pipe = watching_alive(&k, &[k.lease()]);
-            pipe.cmd("TIME").hgetall(k.lease());
-            let (alive, time, row): (bool, (i64, i64), Hash) = pipe.query(c)?;
-            let now = ctx.now(time);
-            let row = as_watched(lease_of(&lease.job, &row)?, alive, ctx.clock.is_some(), now);
-            let Some(expire_at) = rules::renew(now, row.as_ref(), lease, next, ttl) else {
-                return Ok(Some(None));
-            };
-            let mut pipe = redis::pipe();
-            let renewed = Lease {
-                expire_at,
-                ..lease.clone()
-            };
-            put_alive(&mut pipe, &k, &renewed, ctx.clock.is_some());
-            pipe.hset_multiple(
-                k.lease(),
-                &[
-                    ("expire_at", expire_at.to_string()),
-                    ("renewal", next.to_string()),
-                ],
-            );
-            Ok(commit(c, pipe)?.then_some(Some(expire_at)))
-        })
+        self.engine("renew", |s| engine::renew(s, lease, next, ttl))
     }
 
     fn finish_as(
@@ -1091,10 +1122,10 @@ impl Store for RedisStore {
         super::finish_report_json(&self.describe, run_id, finish)?;
         // The slot's records matter only to the one-success rule.
         let slot = finish.outcome == Outcome::Succeeded;
-        let decision = self.deciding("finish", |c, ctx| {
-            end_once(c, ctx, &lease.job, run_id, slot, true, &|state| {
+        let need = Need { slot, live: true };
+        let decision = self.engine("finish", |s| {
+            engine::end(s, &lease.job, run_id, need, |state| {
                 rules::finish(state, lease, run_id, finish, kept)
-                    .map_err(|e| Fail::Data(e.to_string()))
             })
         })?;
         Ok(decision.finished())
@@ -1106,8 +1137,12 @@ impl Store for RedisStore {
         reason: &str,
         resolution: Resolution,
     ) -> Result<bool, StoreError> {
-        let decision = self.deciding("interrupt", |c, ctx| {
-            end_once(c, ctx, &run.job, &run.run_id, false, false, &|state| {
+        let need = Need {
+            slot: false,
+            live: false,
+        };
+        let decision = self.engine("interrupt", |s| {
+            engine::end(s, &run.job, &run.run_id, need, |state| {
                 Ok(rules::interrupt(state, run, reason, resolution))
             })
         })?;
@@ -1395,20 +1430,7 @@ impl Store for RedisStore {
     }
 
     fn unlock(&mut self, job: &str) -> Result<Option<Lease>, StoreError> {
-        self.deciding("unlock", |c, ctx| {
-            let k = ctx.keys(job);
-            let mut pipe = watching(&[k.lease()]);
-            pipe.cmd("TIME").hgetall(k.lease());
-            let (time, row): ((i64, i64), Hash) = pipe.query(c)?;
-            let row = lease_of(job, &row)?;
-            let (ended, held) = rules::unlock(ctx.now(time), row.as_ref());
-            let Some(row) = row.filter(|_| held) else {
-                return Ok(Some(ended));
-            };
-            let mut pipe = redis::pipe();
-            put_lease(&mut pipe, &k, &rules::released(&row), None, true);
-            Ok(commit(c, pipe)?.then_some(ended))
-        })
+        self.engine("unlock", |s| engine::unlock(s, job))
     }
 
     /// Judges the slots a batch at a time on their records read under `WATCH`, and

@@ -10,17 +10,15 @@
 //! it is the store layer's decision procedure: it answers in the store's own values
 //! ([`Claim`], [`Finished`]) and is called only by the backends and their tests.
 //!
-//! Who decides with these functions, and who still decides on the server:
-//! - [`super::sqlite`], [`super::etcd`], [`super::zookeeper`] and [`super::redis`]: every
-//!   operation. SQLite reads the snapshot and applies the writes in one `BEGIN IMMEDIATE`
-//!   transaction; etcd in a `Txn` conditioned on the revisions it read; ZooKeeper in a
-//!   `multi` conditioned on the versions it read; Redis in a `MULTI`/`EXEC` that holds
-//!   only while no key it read under `WATCH` changed.
-//! - [`super::postgres`] and [`super::mysql`]: every operation too, with a
-//!   compare-and-set on what was read (PostgreSQL: the lease row's `xmin`; MySQL's claim:
-//!   every column of the lease row) or under the lease row's lock (MySQL's other
-//!   operations and the mark). The PL/pgSQL `jobguard_claim` and MySQL's procedures stay
-//!   installed for older binaries only.
+//! Every store decides with these functions. Claim, renew, finish, interrupt and unlock
+//! run in [`super::engine`]'s one loop: read one job's snapshot with a version, decide
+//! here, commit only while the version is unchanged (SQLite: one `BEGIN IMMEDIATE`
+//! transaction; PostgreSQL: the lease row's `xmin`; MySQL/MariaDB: every column of the
+//! lease row for a claim, the lease row's lock for the rest; Redis: `WATCH`/`MULTI`/`EXEC`;
+//! etcd: a `Txn` on the lease row's `mod_revision`; ZooKeeper: a `multi` that sets the
+//! lease node at its version). Resolve, the mark's fence, retention and the schedule are
+//! decided here too, each store still with a loop of its own. The PL/pgSQL
+//! `jobguard_claim` and MySQL's procedures stay installed for older binaries only.
 //!
 //! A fenced mark's insert also compares the store's clock with [`fence_deadline`]
 //! (PostgreSQL and MySQL/MariaDB: in the insert's statement; Redis: the lease's `alive`

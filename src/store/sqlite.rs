@@ -41,7 +41,8 @@ use rusqlite::{
 use crate::clock::{Clock, SystemClock};
 use crate::lease::Lease;
 use crate::ledger::{Finish, Outcome, Resolution, Run, Slot};
-use crate::store::rules::{self, ClaimDecision};
+use crate::store::engine::{self, Commit, LeaseRead, LeaseWrite, Need, Read, RunRead, Writes};
+use crate::store::rules;
 use crate::store::{
     Claim, ClaimRequest, Finished, Mark, Marking, RunQuery, ScheduleDecl, Store, StoreError,
 };
@@ -475,19 +476,7 @@ impl SqliteStore {
         ttl: Duration,
     ) -> Result<Option<i64>, StoreError> {
         self.write("renew", |tx, now| {
-            let row = lease_row(tx, &lease.job)?;
-            let expire_at = rules::renew(now, row.as_ref(), lease, next, ttl);
-            if let (Some(expire_at), Some(row)) = (expire_at, row) {
-                write_lease(
-                    tx,
-                    &Lease {
-                        expire_at,
-                        renewal: next,
-                        ..row
-                    },
-                )?;
-            }
-            Ok(expire_at)
+            engine::renew(&mut Session { tx, now }, lease, next, ttl)
         })
     }
 
@@ -715,32 +704,106 @@ fn write_lease(conn: &Connection, lease: &Lease) -> Result<(), Fail> {
     Ok(())
 }
 
-/// Applies the writes of [`rules::finish`] or [`rules::interrupt`] for `job`.
-fn apply_end(conn: &Connection, job: &str, decision: &rules::EndDecision) -> Result<(), Fail> {
-    if let Some(run) = &decision.record {
-        let report = serde_json::to_string(&run.report)
-            .map_err(|e| Fail::Data(format!("run {}: report: {e}", run.run_id)))?;
-        conn.execute(
-            "UPDATE jobguard_run SET outcome = ?2, reason = ?3, exit_status = ?4,
-                 finished_at = ?5, report = ?6, resolution = ?7
-             WHERE run_id = ?1",
-            params![
-                run.run_id,
-                run.outcome.as_str(),
-                run.reason,
-                run.exit_status,
-                run.finished_at,
-                report,
-                run.resolution.map(Resolution::as_str)
-            ],
-        )?;
-    }
-    if decision.release
-        && let Some(row) = lease_row(conn, job)?
-    {
-        write_lease(conn, &rules::released(&row))?;
-    }
+/// Writes what changes in a record after its start: its end, report and resolution.
+fn update_run(conn: &Connection, run: &Run) -> Result<(), Fail> {
+    let report = serde_json::to_string(&run.report)
+        .map_err(|e| Fail::Data(format!("run {}: report: {e}", run.run_id)))?;
+    conn.execute(
+        "UPDATE jobguard_run SET outcome = ?2, reason = ?3, exit_status = ?4,
+             finished_at = ?5, report = ?6, resolution = ?7
+         WHERE run_id = ?1",
+        params![
+            run.run_id,
+            run.outcome.as_str(),
+            run.reason,
+            run.exit_status,
+            run.finished_at,
+            report,
+            run.resolution.map(Resolution::as_str)
+        ],
+    )?;
     Ok(())
+}
+
+/// One `BEGIN IMMEDIATE` transaction's part of [`engine`]'s loop: it holds the
+/// database's write lock from its first read, so nothing read changes before its commit
+/// (the transaction's own `COMMIT`, after the loop).
+struct Session<'a> {
+    tx: &'a rusqlite::Transaction<'a>,
+    /// The store's time, µs since the epoch, taken once the lock was held.
+    now: i64,
+}
+
+impl engine::Failure for Fail {
+    fn contended() -> Self {
+        Fail::Data("the job changed under its own write lock".to_string())
+    }
+    fn rule(e: rules::RuleError) -> Self {
+        Fail::Data(e.to_string())
+    }
+}
+
+impl engine::Backend for Session<'_> {
+    type Version = ();
+    type Fail = Fail;
+
+    fn read_claim(&mut self, req: &ClaimRequest) -> Result<Read<(rules::ClaimState, ())>, Fail> {
+        Ok(Read::Got((claim_state(self.tx, req, self.now)?, ())))
+    }
+
+    fn read_run(
+        &mut self,
+        job: &str,
+        run_id: &str,
+        need: Need,
+    ) -> Result<Read<(RunRead, ())>, Fail> {
+        let lease = lease_row(self.tx, job)?;
+        let record = select_run(self.tx, "WHERE run_id = ?1", [run_id])?;
+        let slot_runs = match &record {
+            Some(r) if need.slot => select_runs(
+                self.tx,
+                "WHERE job = ?1 AND slot_usec = ?2 ORDER BY rowid",
+                params![r.job, r.slot.usec],
+            )?,
+            _ => Vec::new(),
+        };
+        let read = RunRead {
+            now: self.now,
+            lease,
+            // A record of another job is not this job's to change.
+            record: record.filter(|r| r.job == job),
+            slot_runs,
+        };
+        Ok(Read::Got((read, ())))
+    }
+
+    fn read_lease(&mut self, job: &str, _live: bool) -> Result<Read<(LeaseRead, ())>, Fail> {
+        let lease = lease_row(self.tx, job)?;
+        Ok(Read::Got((
+            LeaseRead {
+                now: self.now,
+                lease,
+            },
+            (),
+        )))
+    }
+
+    /// Writes the lease row whole, inserts a grant's record and updates each changed one.
+    fn commit(&mut self, (): (), writes: &Writes) -> Result<Commit, Fail> {
+        match &writes.lease {
+            LeaseWrite::Grant { lease, .. }
+            | LeaseWrite::Renew(lease)
+            | LeaseWrite::Release(lease) => write_lease(self.tx, lease)?,
+            LeaseWrite::Keep => {}
+        }
+        for (run, before) in writes.changed() {
+            match before {
+                None => insert_run(self.tx, run)?,
+                Some(_) => update_run(self.tx, run)?,
+            }
+        }
+        Ok(Commit::Done)
+    }
 }
 
 /// The table of marks ([`Store::mark`]), made with the first mark (no schema version for
@@ -909,19 +972,7 @@ impl Store for SqliteStore {
             if let Some(check) = &mut req.clock {
                 check.host_now = now;
             }
-            let state = claim_state(tx, &req, now)?;
-            let decision = rules::claim(&state, &req).map_err(|e| Fail::Data(e.to_string()))?;
-            if let ClaimDecision::Grant(grant) = &decision {
-                write_lease(tx, &grant.lease)?;
-                insert_run(tx, &grant.run)?;
-                for run_id in &grant.rerun {
-                    tx.execute(
-                        "UPDATE jobguard_run SET resolution = 'rerun' WHERE run_id = ?1",
-                        [run_id],
-                    )?;
-                }
-            }
-            Ok(decision.answer())
+            engine::claim(&mut Session { tx, now }, &req)
         })
     }
 
@@ -954,26 +1005,18 @@ impl Store for SqliteStore {
     ) -> Result<Finished, StoreError> {
         // The report must serialize before anything is decided.
         super::finish_report_json(&self.describe, run_id, finish)?;
+        let need = Need {
+            slot: true,
+            live: true,
+        };
         self.write("finish", |tx, now| {
-            let row = lease_row(tx, &lease.job)?;
-            let record = select_run(tx, "WHERE run_id = ?1", [run_id])?;
-            let slot_runs = match &record {
-                Some(r) => select_runs(
-                    tx,
-                    "WHERE job = ?1 AND slot_usec = ?2 ORDER BY rowid",
-                    params![r.job, r.slot.usec],
-                )?,
-                None => Vec::new(),
-            };
-            let state = rules::RunState {
-                now,
-                lease: row.as_ref(),
-                record: record.as_ref(),
-                slot_runs: &slot_runs,
-            };
-            let decision = rules::finish(&state, lease, run_id, finish, kept)
-                .map_err(|e| Fail::Data(e.to_string()))?;
-            apply_end(tx, &lease.job, &decision)?;
+            let decision = engine::end(
+                &mut Session { tx, now },
+                &lease.job,
+                run_id,
+                need,
+                |state| rules::finish(state, lease, run_id, finish, kept),
+            )?;
             Ok(decision.finished())
         })
     }
@@ -984,17 +1027,18 @@ impl Store for SqliteStore {
         reason: &str,
         resolution: Resolution,
     ) -> Result<bool, StoreError> {
+        let need = Need {
+            slot: false,
+            live: false,
+        };
         self.write("interrupt", |tx, now| {
-            let lease = lease_row(tx, &run.job)?;
-            let record = select_run(tx, "WHERE run_id = ?1", [&run.run_id])?;
-            let state = rules::RunState {
-                now,
-                lease: lease.as_ref(),
-                record: record.as_ref(),
-                slot_runs: &[],
-            };
-            let decision = rules::interrupt(&state, run, reason, resolution);
-            apply_end(tx, &run.job, &decision)?;
+            let decision = engine::end(
+                &mut Session { tx, now },
+                &run.job,
+                &run.run_id,
+                need,
+                |state| Ok(rules::interrupt(state, run, reason, resolution)),
+            )?;
             Ok(decision.record.is_some())
         })
     }
@@ -1253,12 +1297,7 @@ impl Store for SqliteStore {
 
     fn unlock(&mut self, job: &str) -> Result<Option<Lease>, StoreError> {
         self.write("unlock", |tx, now| {
-            let row = lease_row(tx, job)?;
-            let (ended, release) = rules::unlock(now, row.as_ref());
-            if let (true, Some(row)) = (release, &row) {
-                write_lease(tx, &rules::released(row))?;
-            }
-            Ok(ended)
+            engine::unlock(&mut Session { tx, now }, job)
         })
     }
 

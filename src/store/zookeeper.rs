@@ -72,8 +72,11 @@ use zookeeper_client::{Acls, Client, CreateMode, MultiReadResult, MultiWriteErro
 use crate::clock::Clock;
 use crate::lease::Lease;
 use crate::ledger::{Finish, Resolution, Run};
+use crate::store::engine::{
+    self, Commit, LeaseRead, LeaseWrite, Need, RETRIES, Read, RunRead, SlotWrite, Writes,
+};
 use crate::store::remote::{self, CALL_TIMEOUT, CONNECT_TIMEOUT, slot_part};
-use crate::store::rules::{self, ClaimDecision};
+use crate::store::rules;
 use crate::store::{
     Claim, ClaimRequest, Finished, Mark, RunQuery, ScheduleDecl, Store, StoreError, address,
 };
@@ -83,10 +86,6 @@ pub const SCHEMA_VERSION: i64 = 1;
 
 /// The path when the address names none.
 pub const DEFAULT_PATH: &str = "/jobguard";
-
-/// How many times an operation starts again after another host changed the job between
-/// its read and its write, before it answers [`StoreError::Unavailable`].
-pub const RETRIES: u32 = 50;
 
 /// The session time-out jobguard asks for. The server grants it limited to its
 /// `minSessionTimeout`..`maxSessionTimeout` (2 to 20 ticks); no state depends on it.
@@ -596,6 +595,23 @@ impl ZooKeeperStore {
         op: &str,
         attempt: impl AsyncFn(&ZooKeeperStore, &Client) -> Result<Option<T>, Fail>,
     ) -> Result<T, StoreError> {
+        self.engine(op, |s| {
+            for _ in 0..RETRIES {
+                if let Some(v) = s.call(async |store, client| attempt(store, client).await)? {
+                    return Ok(v);
+                }
+            }
+            Err(Fail::Contended)
+        })
+    }
+
+    /// Runs `f` with this store's part of [`engine`]'s loop, once more on a new session
+    /// after a failure of the session, as [`ZooKeeperStore::retrying`].
+    fn engine<T>(
+        &mut self,
+        op: &str,
+        mut f: impl FnMut(&mut Session<'_>) -> Result<T, Fail>,
+    ) -> Result<T, StoreError> {
         if !self.schema_ready {
             self.init()?;
         }
@@ -603,17 +619,9 @@ impl ZooKeeperStore {
         self.call_now.set(None);
         loop {
             let client = self.connect()?;
-            let this: &ZooKeeperStore = self;
-            let result = this.rt.block_on(async {
-                for _ in 0..RETRIES {
-                    let once = tokio::time::timeout(CALL_TIMEOUT, attempt(this, &client)).await;
-                    match once.unwrap_or(Err(Fail::Zk(zookeeper_client::Error::Timeout))) {
-                        Ok(Some(v)) => return Ok(v),
-                        Ok(None) => continue,
-                        Err(e) => return Err(e),
-                    }
-                }
-                Err(Fail::Contended)
+            let result = f(&mut Session {
+                store: self,
+                client: &client,
             });
             match result {
                 // The session failed (expired, closed, a connection that stopped
@@ -787,17 +795,17 @@ impl ZooKeeperStore {
             .collect())
     }
 
-    /// The writes that turn the records of one slot from `before` into `runs` (creating
-    /// its node when `existed` is false): a new record's node and report node, a changed
-    /// record's node, a changed report's node, and its queued marker, kept true.
+    /// The writes that turn the records of one slot from what they were into what they
+    /// become (creating its node when `existed` is false): a new record's node and report
+    /// node, a changed record's node, a changed report's node, and its queued marker, kept
+    /// true.
     fn slot_writes(
         &self,
         job: &str,
-        slot: i64,
-        before: &[Run],
-        runs: &[Run],
+        change: &SlotWrite,
         existed: bool,
     ) -> Result<Vec<Write>, Fail> {
+        let (slot, before, runs) = (change.slot, &change.before, &change.after);
         let mut w = Vec::new();
         if !existed {
             w.push(Write::Create(self.slot_node(job, slot), Vec::new()));
@@ -826,12 +834,7 @@ impl ZooKeeperStore {
                 }
             }
         }
-        let was = before
-            .iter()
-            .any(|r| r.resolution == Some(Resolution::Queued));
-        let is = runs
-            .iter()
-            .any(|r| r.resolution == Some(Resolution::Queued));
+        let (was, is) = (change.was_queued(), change.is_queued());
         if is && !was {
             w.push(Write::Create(self.queued_node(job, slot), Vec::new()));
         } else if was && !is {
@@ -840,7 +843,166 @@ impl ZooKeeperStore {
         Ok(w)
     }
 
-    async fn claim_once(&self, client: &Client, req: &ClaimRequest) -> Result<Option<Claim>, Fail> {
+    /// The records of the job's last grants that are still there (retention may have
+    /// deleted some), as many as its lease row lists ([`Row::grants`]), read by their
+    /// nodes alone: every record not among them is older than each of them. `None` when
+    /// the job has no lease row.
+    async fn newest_runs(&self, client: &Client, job: &str) -> Result<Option<Vec<Run>>, Fail> {
+        let mut reader = client.new_multi_reader();
+        reader.add_get_data(&self.lease_node(job))?;
+        let Some(data) = data_of(reader.commit().await?.remove(0))? else {
+            return Ok(None);
+        };
+        let row = row_from_json(job, &data).map_err(Fail::Data)?;
+        let runs = self.read_records(client, job, &row.grants).await?;
+        Ok(Some(runs.into_iter().flatten().collect()))
+    }
+
+    /// The records of `job` at `(slot, token)` each with its report, in batches; `None`
+    /// for a record that is not there (deleted since it was listed).
+    async fn read_records(
+        &self,
+        client: &Client,
+        job: &str,
+        records: &[(i64, i64)],
+    ) -> Result<Vec<Option<Run>>, Fail> {
+        let mut runs = Vec::with_capacity(records.len());
+        for chunk in records.chunks(READ_BATCH / 2) {
+            let mut reader = client.new_multi_reader();
+            for (slot, token) in chunk {
+                reader.add_get_data(&self.record_node(job, *slot, *token))?;
+                reader.add_get_data(&self.report_node(job, *slot, *token))?;
+            }
+            let mut got = reader.commit().await?.into_iter();
+            for _ in chunk {
+                let record = got.next().map(data_of).transpose()?.flatten();
+                let report = got.next().map(data_of).transpose()?.flatten();
+                runs.push(
+                    record
+                        .map(|r| remote::run_with_report(&r, report.as_deref()))
+                        .transpose()
+                        .map_err(Fail::Data)?,
+                );
+            }
+        }
+        Ok(runs)
+    }
+
+    /// Every slot of `job` with records, oldest first.
+    async fn slots_of(&self, client: &Client, job: &str) -> Result<Vec<i64>, Fail> {
+        let mut slots: Vec<i64> = match client
+            .list_children(&self.node(&format!("run/{job}")))
+            .await
+        {
+            Ok(c) => c.iter().filter_map(|c| remote::slot_from_part(c)).collect(),
+            Err(zookeeper_client::Error::NoNode) => Vec::new(),
+            Err(e) => return Err(Fail::Zk(e)),
+        };
+        slots.sort_unstable();
+        Ok(slots)
+    }
+
+    /// The names under the run node: every job that has held a record (retention deletes
+    /// slot nodes, not a job's node), in the server's order.
+    async fn job_nodes(&self, client: &Client) -> Result<Vec<String>, Fail> {
+        match client.list_children(&self.node("run")).await {
+            Ok(c) => Ok(c),
+            Err(zookeeper_client::Error::NoNode) => Ok(Vec::new()),
+            Err(e) => Err(Fail::Zk(e)),
+        }
+    }
+}
+
+/// What a read saw: the lease row at its version, and which of the slots read have a
+/// node.
+struct Seen {
+    snap: Snapshot,
+    existing: std::collections::BTreeSet<i64>,
+}
+
+/// One session's part of [`engine`]'s loop: reads in `multi` reads, a commit in one
+/// `multi` that sets the lease node at the version read. Each call within
+/// [`CALL_TIMEOUT`].
+struct Session<'a> {
+    store: &'a ZooKeeperStore,
+    client: &'a Client,
+}
+
+impl engine::Failure for Fail {
+    fn contended() -> Self {
+        Fail::Contended
+    }
+    fn rule(e: rules::RuleError) -> Self {
+        Fail::Data(e.to_string())
+    }
+}
+
+impl Session<'_> {
+    /// Runs `f` within [`CALL_TIMEOUT`].
+    fn call<T>(
+        &self,
+        f: impl AsyncFnOnce(&ZooKeeperStore, &Client) -> Result<T, Fail>,
+    ) -> Result<T, Fail> {
+        let (store, client) = (self.store, self.client);
+        store
+            .rt
+            .block_on(async { tokio::time::timeout(CALL_TIMEOUT, f(store, client)).await })
+            .unwrap_or(Err(Fail::Zk(zookeeper_client::Error::Timeout)))
+    }
+}
+
+impl engine::Backend for Session<'_> {
+    type Version = Seen;
+    type Fail = Fail;
+
+    /// Reads the lease row, a record under the run id and (queued first) the queued
+    /// slots, then the records of the asked slot, the retried record's, the lease's
+    /// record's and the queued slots; and the newest slot, from the row (or, when a slot
+    /// ahead of the bound was recorded, from the job's slot nodes).
+    fn read_claim(&mut self, req: &ClaimRequest) -> Result<Read<(rules::ClaimState, Seen)>, Fail> {
+        self.call(async |store, client| store.read_claim(client, req).await)
+            .map(Read::Got)
+    }
+
+    /// Reads the lease row and the run id's index, then every record of the record's
+    /// slot (this store always reads them).
+    fn read_run(
+        &mut self,
+        job: &str,
+        run_id: &str,
+        _need: Need,
+    ) -> Result<Read<(RunRead, Seen)>, Fail> {
+        self.call(async |store, client| store.read_run(client, job, run_id).await)
+            .map(Read::Got)
+    }
+
+    fn read_lease(&mut self, job: &str, _live: bool) -> Result<Read<(LeaseRead, Seen)>, Fail> {
+        self.call(async |store, client| {
+            let snap = store.read_row(client, job).await?;
+            let lease = snap.row.as_ref().map(|r| r.lease.clone());
+            let existing = std::collections::BTreeSet::new();
+            let read = LeaseRead {
+                now: snap.now,
+                lease,
+            };
+            Ok(Read::Got((read, Seen { snap, existing })))
+        })
+    }
+
+    /// Sets the lease node at the version read (a grant's row names its record and keeps
+    /// the newest slot and the last grants; a release's row is released) and writes each
+    /// changed slot's records, reports and queued marker, and a grant's run id index.
+    fn commit(&mut self, seen: Seen, writes: &Writes) -> Result<Commit, Fail> {
+        self.call(async |store, client| store.commit_writes(client, seen, writes).await)
+    }
+}
+
+impl ZooKeeperStore {
+    async fn read_claim(
+        &self,
+        client: &Client,
+        req: &ClaimRequest,
+    ) -> Result<(rules::ClaimState, Seen), Fail> {
         let job = req.run.job.as_str();
         let now = self.now_on(client).await?;
         let bound = rules::newest_bound(now, req);
@@ -956,79 +1118,15 @@ impl ZooKeeperStore {
             newest,
             lease_run,
         };
-        let decision = rules::claim(&state, req).map_err(|e| Fail::Data(e.to_string()))?;
-        let ClaimDecision::Grant(grant) = &decision else {
-            return Ok(Some(decision.answer()));
-        };
-        let mut by_slot: std::collections::BTreeMap<i64, Vec<Run>> =
-            std::collections::BTreeMap::new();
-        for (slot, runs) in &state.slots {
-            let changed: Vec<Run> = runs
-                .iter()
-                .map(|r| {
-                    if grant.rerun.contains(&r.run_id) {
-                        Run {
-                            resolution: Some(Resolution::Rerun),
-                            ..r.clone()
-                        }
-                    } else {
-                        r.clone()
-                    }
-                })
-                .collect();
-            by_slot.insert(*slot, changed);
-        }
-        by_slot
-            .entry(grant.run.slot.usec)
-            .or_default()
-            .push(grant.run.clone());
-        let mut writes = Vec::new();
-        for (slot, runs) in &by_slot {
-            let before = state.slots.get(slot).map_or(&[][..], Vec::as_slice);
-            let touched = *slot == grant.run.slot.usec
-                || before.iter().any(|r| grant.rerun.contains(&r.run_id));
-            if touched {
-                writes.extend(self.slot_writes(
-                    job,
-                    *slot,
-                    before,
-                    runs,
-                    existing.contains(slot),
-                )?);
-            }
-        }
-        writes.push(Write::Create(
-            self.id_node(&grant.run.run_id),
-            format!("{job}/{}", slot_part(grant.run.slot.usec)).into_bytes(),
-        ));
-        let row = Row {
-            lease: grant.lease.clone(),
-            run_id: grant.run.run_id.clone(),
-            run_slot: grant.run.slot.usec,
-            newest: Some(
-                snap.row
-                    .as_ref()
-                    .and_then(|r| r.newest)
-                    .map_or(grant.run.slot.usec, |n| n.max(grant.run.slot.usec)),
-            ),
-            grants: std::iter::once((grant.run.slot.usec, grant.lease.token))
-                .chain(snap.row.iter().flat_map(|r| r.grants.iter().copied()))
-                .take(RECENT_GRANTS)
-                .collect(),
-        };
-        Ok(self
-            .commit(client, &snap, &row, &writes)
-            .await?
-            .then(|| decision.answer()))
+        Ok((state, Seen { snap, existing }))
     }
 
-    async fn end_once(
+    async fn read_run(
         &self,
         client: &Client,
         job: &str,
         run_id: &str,
-        decide: &dyn Fn(&rules::RunState<'_>) -> Result<rules::EndDecision, Fail>,
-    ) -> Result<Option<rules::EndDecision>, Fail> {
+    ) -> Result<(RunRead, Seen), Fail> {
         let now = self.now_on(client).await?;
         let mut reader = client.new_multi_reader();
         reader.add_get_data(&self.lease_node(job))?;
@@ -1057,110 +1155,70 @@ impl ZooKeeperStore {
             None => Vec::new(),
         };
         let record = slot_runs.iter().find(|r| r.run_id == run_id).cloned();
-        let lease = snap.row.as_ref().map(|r| r.lease.clone());
-        let state = rules::RunState {
+        let read = RunRead {
             now,
-            lease: lease.as_ref(),
-            record: record.as_ref(),
-            slot_runs: &slot_runs,
+            lease: snap.row.as_ref().map(|r| r.lease.clone()),
+            record,
+            slot_runs,
         };
-        let decision = decide(&state)?;
-        if decision.record.is_none() && !decision.release {
-            return Ok(Some(decision));
-        }
-        let Some(mut row) = snap.row.clone() else {
-            return Ok(Some(decision));
-        };
-        let mut writes = Vec::new();
-        if let (Some(new), Some(slot)) = (&decision.record, slot) {
-            let runs: Vec<Run> = slot_runs
-                .iter()
-                .map(|r| {
-                    if r.run_id == new.run_id {
-                        new.clone()
-                    } else {
-                        r.clone()
-                    }
-                })
-                .collect();
-            writes = self.slot_writes(job, slot, &slot_runs, &runs, true)?;
-        }
-        if decision.release {
-            row.lease = rules::released(&row.lease);
-        }
-        Ok(self
-            .commit(client, &snap, &row, &writes)
-            .await?
-            .then_some(decision))
+        let existing = slot.into_iter().collect();
+        Ok((read, Seen { snap, existing }))
     }
 
-    /// The records of the job's last grants that are still there (retention may have
-    /// deleted some), as many as its lease row lists ([`Row::grants`]), read by their
-    /// nodes alone: every record not among them is older than each of them. `None` when
-    /// the job has no lease row.
-    async fn newest_runs(&self, client: &Client, job: &str) -> Result<Option<Vec<Run>>, Fail> {
-        let mut reader = client.new_multi_reader();
-        reader.add_get_data(&self.lease_node(job))?;
-        let Some(data) = data_of(reader.commit().await?.remove(0))? else {
-            return Ok(None);
-        };
-        let row = row_from_json(job, &data).map_err(Fail::Data)?;
-        let runs = self.read_records(client, job, &row.grants).await?;
-        Ok(Some(runs.into_iter().flatten().collect()))
-    }
-
-    /// The records of `job` at `(slot, token)` each with its report, in batches; `None`
-    /// for a record that is not there (deleted since it was listed).
-    async fn read_records(
+    async fn commit_writes(
         &self,
         client: &Client,
-        job: &str,
-        records: &[(i64, i64)],
-    ) -> Result<Vec<Option<Run>>, Fail> {
-        let mut runs = Vec::with_capacity(records.len());
-        for chunk in records.chunks(READ_BATCH / 2) {
-            let mut reader = client.new_multi_reader();
-            for (slot, token) in chunk {
-                reader.add_get_data(&self.record_node(job, *slot, *token))?;
-                reader.add_get_data(&self.report_node(job, *slot, *token))?;
-            }
-            let mut got = reader.commit().await?.into_iter();
-            for _ in chunk {
-                let record = got.next().map(data_of).transpose()?.flatten();
-                let report = got.next().map(data_of).transpose()?.flatten();
-                runs.push(
-                    record
-                        .map(|r| remote::run_with_report(&r, report.as_deref()))
-                        .transpose()
-                        .map_err(Fail::Data)?,
-                );
+        seen: Seen,
+        writes: &Writes,
+    ) -> Result<Commit, Fail> {
+        let Seen { snap, existing } = seen;
+        let job = writes.job.as_str();
+        let mut ops = Vec::new();
+        for s in &writes.slots {
+            if s.changed().next().is_some() {
+                ops.extend(self.slot_writes(job, s, existing.contains(&s.slot))?);
             }
         }
-        Ok(runs)
-    }
-
-    /// Every slot of `job` with records, oldest first.
-    async fn slots_of(&self, client: &Client, job: &str) -> Result<Vec<i64>, Fail> {
-        let mut slots: Vec<i64> = match client
-            .list_children(&self.node(&format!("run/{job}")))
-            .await
-        {
-            Ok(c) => c.iter().filter_map(|c| remote::slot_from_part(c)).collect(),
-            Err(zookeeper_client::Error::NoNode) => Vec::new(),
-            Err(e) => return Err(Fail::Zk(e)),
+        let row = match &writes.lease {
+            LeaseWrite::Grant { lease, run, .. } => {
+                ops.push(Write::Create(
+                    self.id_node(&run.run_id),
+                    format!("{job}/{}", slot_part(run.slot.usec)).into_bytes(),
+                ));
+                let old = snap.row.as_ref();
+                Row {
+                    lease: lease.clone(),
+                    run_id: run.run_id.clone(),
+                    run_slot: run.slot.usec,
+                    newest: Some(
+                        old.and_then(|r| r.newest)
+                            .map_or(run.slot.usec, |n| n.max(run.slot.usec)),
+                    ),
+                    grants: std::iter::once((run.slot.usec, lease.token))
+                        .chain(old.iter().flat_map(|r| r.grants.iter().copied()))
+                        .take(RECENT_GRANTS)
+                        .collect(),
+                }
+            }
+            // A record is never without its job's lease node.
+            _ if snap.row.is_none() => return Ok(Commit::Done),
+            LeaseWrite::Release(released) => Row {
+                lease: released.clone(),
+                ..snap.row.clone().expect("a lease row")
+            },
+            LeaseWrite::Renew(renewed) => {
+                let mut row = snap.row.clone().expect("a lease row");
+                row.lease.expire_at = renewed.expire_at;
+                row.lease.renewal = renewed.renewal;
+                row
+            }
+            LeaseWrite::Keep => snap.row.clone().expect("a lease row"),
         };
-        slots.sort_unstable();
-        Ok(slots)
-    }
-
-    /// The names under the run node: every job that has held a record (retention deletes
-    /// slot nodes, not a job's node), in the server's order.
-    async fn job_nodes(&self, client: &Client) -> Result<Vec<String>, Fail> {
-        match client.list_children(&self.node("run")).await {
-            Ok(c) => Ok(c),
-            Err(zookeeper_client::Error::NoNode) => Ok(Vec::new()),
-            Err(e) => Err(Fail::Zk(e)),
-        }
+        Ok(if self.commit(client, &snap, &row, &ops).await? {
+            Commit::Done
+        } else {
+            Commit::Changed
+        })
     }
 }
 
@@ -1260,9 +1318,7 @@ impl Store for ZooKeeperStore {
     }
 
     fn claim(&mut self, req: &ClaimRequest) -> Result<Claim, StoreError> {
-        self.retrying("claim", async |store, client| {
-            store.claim_once(client, req).await
-        })
+        self.engine("claim", |s| engine::claim(s, req))
     }
 
     fn renew(
@@ -1271,22 +1327,7 @@ impl Store for ZooKeeperStore {
         next: i64,
         ttl: Duration,
     ) -> Result<Option<i64>, StoreError> {
-        let job = lease.job.clone();
-        self.retrying("renew", async |store, client| {
-            let snap = store.read_row(client, &job).await?;
-            let Some(mut row) = snap.row.clone() else {
-                return Ok(Some(None));
-            };
-            let Some(expire_at) = rules::renew(snap.now, Some(&row.lease), lease, next, ttl) else {
-                return Ok(Some(None));
-            };
-            row.lease.expire_at = expire_at;
-            row.lease.renewal = next;
-            Ok(store
-                .commit(client, &snap, &row, &[])
-                .await?
-                .then_some(Some(expire_at)))
-        })
+        self.engine("renew", |s| engine::renew(s, lease, next, ttl))
     }
 
     fn finish_as(
@@ -1297,13 +1338,14 @@ impl Store for ZooKeeperStore {
         kept: bool,
     ) -> Result<Finished, StoreError> {
         super::finish_report_json(&self.describe, run_id, finish)?;
-        let decision = self.retrying("finish", async |store, client| {
-            store
-                .end_once(client, &lease.job, run_id, &|state| {
-                    rules::finish(state, lease, run_id, finish, kept)
-                        .map_err(|e| Fail::Data(e.to_string()))
-                })
-                .await
+        let need = Need {
+            slot: true,
+            live: true,
+        };
+        let decision = self.engine("finish", |s| {
+            engine::end(s, &lease.job, run_id, need, |state| {
+                rules::finish(state, lease, run_id, finish, kept)
+            })
         })?;
         Ok(decision.finished())
     }
@@ -1314,12 +1356,14 @@ impl Store for ZooKeeperStore {
         reason: &str,
         resolution: Resolution,
     ) -> Result<bool, StoreError> {
-        let decision = self.retrying("interrupt", async |store, client| {
-            store
-                .end_once(client, &run.job, &run.run_id, &|state| {
-                    Ok(rules::interrupt(state, run, reason, resolution))
-                })
-                .await
+        let need = Need {
+            slot: false,
+            live: false,
+        };
+        let decision = self.engine("interrupt", |s| {
+            engine::end(s, &run.job, &run.run_id, need, |state| {
+                Ok(rules::interrupt(state, run, reason, resolution))
+            })
         })?;
         Ok(decision.record.is_some())
     }
@@ -1419,7 +1463,13 @@ impl Store for ZooKeeperStore {
                     }
                 })
                 .collect();
-            let writes = store.slot_writes(job, slot, &slot_runs, &runs, true)?;
+            let change = SlotWrite {
+                slot,
+                before: slot_runs.clone(),
+                after: runs,
+                whole: true,
+            };
+            let writes = store.slot_writes(job, &change, true)?;
             Ok(store
                 .commit(client, &snap, &row, &writes)
                 .await?
@@ -1641,19 +1691,7 @@ impl Store for ZooKeeperStore {
     }
 
     fn unlock(&mut self, job: &str) -> Result<Option<Lease>, StoreError> {
-        self.retrying("unlock", async |store, client| {
-            let snap = store.read_row(client, job).await?;
-            let lease = snap.row.as_ref().map(|r| r.lease.clone());
-            let (ended, release) = rules::unlock(snap.now, lease.as_ref());
-            let Some(mut row) = snap.row.clone().filter(|_| release) else {
-                return Ok(Some(ended));
-            };
-            row.lease = rules::released(&row.lease);
-            Ok(store
-                .commit(client, &snap, &row, &[])
-                .await?
-                .then_some(ended))
-        })
+        self.engine("unlock", |s| engine::unlock(s, job))
     }
 
     fn delete_slots(

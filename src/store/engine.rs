@@ -1,0 +1,651 @@
+//! The one loop that applies the rules: read one job's snapshot with a version, decide with
+//! [`rules`], commit the decision's writes only if the version is unchanged, and read
+//! again when it changed.
+//!
+//! A backend implements [`Backend`]: what it reads for an operation (the rules' state and
+//! the version it was read at), and how it commits a set of [`Writes`] conditioned on that
+//! version (Redis: `MULTI`/`EXEC` under `WATCH`; etcd: a `Txn` that compares the lease
+//! row's `mod_revision`; ZooKeeper: a `multi` that sets the lease node at the version
+//! read). The decision, the records a decision changes and the retry loop are here, once.
+//!
+//! The writes are given as what each read slot's records were and what they become
+//! ([`SlotWrite`]), and what the lease row becomes ([`LeaseWrite`]): a backend derives
+//! its own keys and indexes (a queued marker, a slot index) from those, and nothing more
+//! is decided below this module.
+//!
+//! Each read and commit is one call with the backend's own deadline (`remote::CALL_TIMEOUT`);
+//! a backend classifies its client's errors into its own failure type, which passes
+//! through this loop untouched, and names the two this loop adds ([`Failure`]).
+
+use std::time::Duration;
+
+use crate::lease::Lease;
+use crate::ledger::Run;
+use crate::store::rules::{self, ClaimDecision, ClaimState, EndDecision, RuleError, RunState};
+use crate::store::{Claim, ClaimRequest};
+
+/// Reads of one operation that may find the job changed between them (the snapshot's
+/// version moved), and commits that may find it changed, before the operation gives up:
+/// contention is rare (one job's hosts fire together once per slot), so 50 tries in a row
+/// mean something is wrong.
+pub const RETRIES: u32 = 50;
+
+/// What a read answers.
+pub(crate) enum Read<T> {
+    /// The state, consistent as of one version.
+    Got(T),
+    /// The job changed between the read's parts: nothing is decided; read again.
+    Changed,
+}
+
+/// What a commit did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Commit {
+    /// Every write was applied.
+    Done,
+    /// The version moved since the read: nothing was written.
+    Changed,
+    /// Nothing was written: the store's own expiry ended the lease the writes needed
+    /// (etcd: the etcd lease a renewal keeps alive is gone). A renewal answers that the
+    /// lease is lost; any other operation reads again.
+    Lost,
+    /// A part was written that leaves every slot's state as it was
+    /// ([`rules::settle_ahead`]: one transaction cannot hold the whole grant); the
+    /// operation reads again and goes on. Does not count as a try.
+    Part,
+}
+
+/// A backend's failure, as this loop makes two of its own.
+pub(crate) trait Failure {
+    /// The job changed between read and commit [`RETRIES`] times in a row.
+    fn contended() -> Self;
+    /// The rules refused the request ([`RuleError`]); nothing was written.
+    fn rule(e: RuleError) -> Self;
+}
+
+/// What an end ([`crate::store::Store::finish`], [`crate::store::Store::interrupt`]) needs to
+/// read besides the lease row and the record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Need {
+    /// Every record of the record's slot (the one-success rule of a finish that
+    /// succeeded). A backend may read them anyway.
+    pub slot: bool,
+    /// Whether the lease row counts as held only while the store's own expiry still
+    /// keeps it (a finish: Redis's and etcd's `alive` key); an interrupt judges the row
+    /// as written.
+    pub live: bool,
+}
+
+/// The owned form of [`RunState`], as a backend reads it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RunRead {
+    /// The store's time, µs since the epoch.
+    pub now: i64,
+    /// The job's lease row, released or not.
+    pub lease: Option<Lease>,
+    /// The record under the run id, if it is this job's.
+    pub record: Option<Run>,
+    /// Every record of the record's slot, the record among them, in the store's order;
+    /// empty when [`Need::slot`] was not asked and the backend did not read them.
+    pub slot_runs: Vec<Run>,
+}
+
+/// A job's lease row as a backend reads it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LeaseRead {
+    /// The store's time, µs since the epoch.
+    pub now: i64,
+    /// The row, released or not.
+    pub lease: Option<Lease>,
+}
+
+/// What the job's lease row becomes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum LeaseWrite {
+    /// A new grant: the row becomes `lease`, the grant of `run`, which lives for `ttl`
+    /// (the request's time to live; etcd keeps an etcd lease of that many seconds).
+    Grant {
+        lease: Lease,
+        run: Box<Run>,
+        ttl: Duration,
+    },
+    /// A renewal: the row's `expire_at` and `renewal` become this lease's (the rest is the
+    /// row as read).
+    Renew(Lease),
+    /// The row is released: it becomes this ([`rules::released`]).
+    Release(Lease),
+    /// The row is unchanged (a backend whose version is the row's own still rewrites it,
+    /// so that the version moves).
+    Keep,
+}
+
+/// What one slot's records were when read, and what they become.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SlotWrite {
+    /// The slot, µs since the epoch.
+    pub slot: i64,
+    /// Its records as read, in the store's order.
+    pub before: Vec<Run>,
+    /// Its records after the commit: those of `before`, changed or not, in their order,
+    /// then the new ones.
+    pub after: Vec<Run>,
+    /// Whether `before` is every record of the slot (false: only the record an end
+    /// changes was read; a backend then keeps any index of the slot that the change
+    /// does not settle).
+    pub whole: bool,
+}
+
+impl SlotWrite {
+    /// The records of `after` that are new or differ from their `before`.
+    pub fn changed(&self) -> impl Iterator<Item = (&Run, Option<&Run>)> {
+        self.after.iter().filter_map(|run| {
+            let was = self.before.iter().find(|b| b.run_id == run.run_id);
+            (was != Some(run)).then_some((run, was))
+        })
+    }
+
+    /// Whether the slot had a record resolved queued when read.
+    pub fn was_queued(&self) -> bool {
+        self.before.iter().any(queued)
+    }
+
+    /// Whether the slot has a record resolved queued after the commit.
+    pub fn is_queued(&self) -> bool {
+        self.after.iter().any(queued)
+    }
+}
+
+/// The writes of one decision, to apply in one atomic step conditioned on the version read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Writes {
+    /// The job.
+    pub job: String,
+    /// What its lease row becomes.
+    pub lease: LeaseWrite,
+    /// Every slot the operation read, oldest first, changed or not (a backend may
+    /// settle an index of an unchanged slot in the same step).
+    pub slots: Vec<SlotWrite>,
+    /// A grant's records that may be settled ahead of it in writes of their own
+    /// ([`rules::settle_ahead`]), for a backend whose transaction cannot hold every write
+    /// of the grant ([`Commit::Part`]).
+    pub ahead: Vec<Run>,
+}
+
+impl Writes {
+    /// The writes of `grant`, decided on `state`: the new record in its slot, and each
+    /// record named in [`rules::Grant::rerun`] resolved re-run.
+    pub fn grant(state: &ClaimState, grant: &rules::Grant, ttl: Duration) -> Writes {
+        let mut slots: Vec<SlotWrite> = state
+            .slots
+            .iter()
+            .map(|(slot, before)| SlotWrite {
+                slot: *slot,
+                before: before.clone(),
+                after: before.iter().map(|r| rerun(r, grant)).collect(),
+                whole: true,
+            })
+            .collect();
+        let granted = grant.run.slot.usec;
+        match slots.iter_mut().find(|s| s.slot == granted) {
+            Some(s) => s.after.push(grant.run.clone()),
+            None => {
+                slots.push(SlotWrite {
+                    slot: granted,
+                    before: Vec::new(),
+                    after: vec![grant.run.clone()],
+                    whole: true,
+                });
+                slots.sort_by_key(|s| s.slot);
+            }
+        }
+        Writes {
+            job: grant.lease.job.clone(),
+            lease: LeaseWrite::Grant {
+                lease: grant.lease.clone(),
+                run: Box::new(grant.run.clone()),
+                ttl,
+            },
+            slots,
+            ahead: rules::settle_ahead(state, grant),
+        }
+    }
+
+    /// The writes of `decision`, an end decided on `read`.
+    pub fn end(job: &str, read: &RunRead, decision: &EndDecision) -> Writes {
+        let lease = match (&read.lease, decision.release) {
+            (Some(row), true) => LeaseWrite::Release(rules::released(row)),
+            _ => LeaseWrite::Keep,
+        };
+        let slots = decision
+            .record
+            .iter()
+            .map(|new| {
+                let whole = read.slot_runs.iter().any(|r| r.run_id == new.run_id);
+                let before = if whole {
+                    read.slot_runs.clone()
+                } else {
+                    read.record.iter().cloned().collect()
+                };
+                let after = before
+                    .iter()
+                    .map(|r| {
+                        if r.run_id == new.run_id {
+                            new.clone()
+                        } else {
+                            r.clone()
+                        }
+                    })
+                    .collect();
+                SlotWrite {
+                    slot: new.slot.usec,
+                    before,
+                    after,
+                    whole,
+                }
+            })
+            .collect();
+        Writes {
+            job: job.to_string(),
+            lease,
+            slots,
+            ahead: Vec::new(),
+        }
+    }
+
+    /// The records the writes change or add, oldest slot first.
+    pub fn changed(&self) -> impl Iterator<Item = (&Run, Option<&Run>)> {
+        self.slots.iter().flat_map(SlotWrite::changed)
+    }
+}
+
+fn queued(run: &Run) -> bool {
+    run.resolution == Some(crate::ledger::Resolution::Queued)
+}
+
+fn rerun(run: &Run, grant: &rules::Grant) -> Run {
+    if grant.rerun.contains(&run.run_id) {
+        Run {
+            resolution: Some(crate::ledger::Resolution::Rerun),
+            ..run.clone()
+        }
+    } else {
+        run.clone()
+    }
+}
+
+/// A store's part of the loop: what it reads, and how it commits.
+pub(crate) trait Backend {
+    /// What a read saw that its commit is conditioned on (a revision, a version, the keys
+    /// under `WATCH`), with whatever the backend needs again to write.
+    type Version;
+    /// The backend's failure.
+    type Fail: Failure;
+
+    /// Reads what [`rules::claim`] needs for `req`, and the version it was read at. The
+    /// state's `now` is the store's time.
+    fn read_claim(
+        &mut self,
+        req: &ClaimRequest,
+    ) -> Result<Read<(ClaimState, Self::Version)>, Self::Fail>;
+
+    /// Reads what an end of `run_id` (a record of `job`) needs, and the version it was
+    /// read at.
+    fn read_run(
+        &mut self,
+        job: &str,
+        run_id: &str,
+        need: Need,
+    ) -> Result<Read<(RunRead, Self::Version)>, Self::Fail>;
+
+    /// Reads the job's lease row and the store's time (µs since the epoch), and the
+    /// version they were read at. With `live`, the row is judged as [`Need::live`] says.
+    fn read_lease(
+        &mut self,
+        job: &str,
+        live: bool,
+    ) -> Result<Read<(LeaseRead, Self::Version)>, Self::Fail>;
+
+    /// Applies `writes` in one atomic step if nothing read under `version` changed.
+    fn commit(&mut self, version: Self::Version, writes: &Writes) -> Result<Commit, Self::Fail>;
+}
+
+/// Decides and applies a claim ([`crate::store::Store::claim`]) on `backend`.
+///
+/// # Errors
+/// [`Failure::rule`] for a request the rules refuse as malformed; [`Failure::contended`]
+/// after [`RETRIES`] changed reads or commits in a row; the backend's failures.
+pub(crate) fn claim<B: Backend>(backend: &mut B, req: &ClaimRequest) -> Result<Claim, B::Fail> {
+    let mut tries = 0;
+    while tries < RETRIES {
+        let Read::Got((state, version)) = backend.read_claim(req)? else {
+            tries += 1;
+            continue;
+        };
+        let decision = rules::claim(&state, req).map_err(B::Fail::rule)?;
+        let ClaimDecision::Grant(grant) = &decision else {
+            return Ok(decision.answer());
+        };
+        let writes = Writes::grant(&state, grant, req.ttl);
+        match backend.commit(version, &writes)? {
+            Commit::Done => return Ok(decision.answer()),
+            Commit::Changed | Commit::Lost => tries += 1,
+            Commit::Part => {}
+        }
+    }
+    Err(B::Fail::contended())
+}
+
+/// Decides with `decide` and applies an end of `run_id`, a record of `job`
+/// ([`crate::store::Store::finish`], [`crate::store::Store::interrupt`]), on `backend`.
+///
+/// # Errors
+/// As [`claim`]; `decide`'s refusals as [`Failure::rule`].
+pub(crate) fn end<B: Backend>(
+    backend: &mut B,
+    job: &str,
+    run_id: &str,
+    need: Need,
+    decide: impl Fn(&RunState<'_>) -> Result<EndDecision, RuleError>,
+) -> Result<EndDecision, B::Fail> {
+    for _ in 0..RETRIES {
+        let Read::Got((read, version)) = backend.read_run(job, run_id, need)? else {
+            continue;
+        };
+        let state = RunState {
+            now: read.now,
+            lease: read.lease.as_ref(),
+            record: read.record.as_ref(),
+            slot_runs: &read.slot_runs,
+        };
+        let decision = decide(&state).map_err(B::Fail::rule)?;
+        if decision.record.is_none() && !decision.release {
+            return Ok(decision);
+        }
+        let writes = Writes::end(job, &read, &decision);
+        if backend.commit(version, &writes)? == Commit::Done {
+            return Ok(decision);
+        }
+    }
+    Err(B::Fail::contended())
+}
+
+/// Decides with [`rules::renew`] and applies a renewal of `lease` to generation `next`
+/// for `ttl` ([`crate::store::Store::renew`]): the new `expire_at` (µs since the epoch,
+/// store clock), or `None` when the lease is lost.
+///
+/// # Errors
+/// As [`claim`].
+pub(crate) fn renew<B: Backend>(
+    backend: &mut B,
+    lease: &Lease,
+    next: i64,
+    ttl: Duration,
+) -> Result<Option<i64>, B::Fail> {
+    for _ in 0..RETRIES {
+        let Read::Got((LeaseRead { now, lease: row }, version)) =
+            backend.read_lease(&lease.job, true)?
+        else {
+            continue;
+        };
+        let (Some(expire_at), Some(row)) = (rules::renew(now, row.as_ref(), lease, next, ttl), row)
+        else {
+            return Ok(None);
+        };
+        let writes = Writes {
+            job: lease.job.clone(),
+            lease: LeaseWrite::Renew(Lease {
+                expire_at,
+                renewal: next,
+                ..row
+            }),
+            slots: Vec::new(),
+            ahead: Vec::new(),
+        };
+        match backend.commit(version, &writes)? {
+            Commit::Done => return Ok(Some(expire_at)),
+            Commit::Lost => return Ok(None),
+            Commit::Changed | Commit::Part => {}
+        }
+    }
+    Err(B::Fail::contended())
+}
+
+/// Decides with [`rules::unlock`] and applies an unlock of `job`
+/// ([`crate::store::Store::unlock`]): the lease it ended, if one was unexpired.
+///
+/// # Errors
+/// As [`claim`].
+pub(crate) fn unlock<B: Backend>(backend: &mut B, job: &str) -> Result<Option<Lease>, B::Fail> {
+    for _ in 0..RETRIES {
+        let Read::Got((LeaseRead { now, lease: row }, version)) = backend.read_lease(job, false)?
+        else {
+            continue;
+        };
+        let (ended, release) = rules::unlock(now, row.as_ref());
+        let Some(row) = row.filter(|_| release) else {
+            return Ok(ended);
+        };
+        let writes = Writes {
+            job: job.to_string(),
+            lease: LeaseWrite::Release(rules::released(&row)),
+            slots: Vec::new(),
+            ahead: Vec::new(),
+        };
+        if backend.commit(version, &writes)? == Commit::Done {
+            return Ok(ended);
+        }
+    }
+    Err(B::Fail::contended())
+}
+
+#[cfg(test)]
+mod tests {
+    //! The loop itself, over a store kept in memory whose version can be made to move
+    //! between a read and its commit (the real stores run it in
+    //! `tests/store_conformance.rs` and `tests/store_differential.rs`).
+
+    use super::*;
+    use crate::ledger::{Outcome, Resolution};
+    use crate::store::rules::tests::{end as ended, req};
+
+    /// One job's state, a version that every commit moves, and how many more commits
+    /// are to find it moved by someone else (`steal`) or to write only a part (`parts`).
+    #[derive(Default)]
+    struct Kept {
+        lease: Option<Lease>,
+        runs: Vec<Run>,
+        version: u64,
+        steal: u32,
+        parts: u32,
+        commits: u32,
+    }
+
+    impl Failure for String {
+        fn contended() -> Self {
+            "contended".to_string()
+        }
+        fn rule(e: RuleError) -> Self {
+            e.to_string()
+        }
+    }
+
+    const NOW: i64 = 1_000_000_000;
+
+    impl Backend for Kept {
+        type Version = u64;
+        type Fail = String;
+
+        fn read_claim(&mut self, req: &ClaimRequest) -> Result<Read<(ClaimState, u64)>, String> {
+            let slot = req.run.slot.usec;
+            let state = ClaimState {
+                now: NOW,
+                lease: self.lease.clone(),
+                retried: self
+                    .runs
+                    .iter()
+                    .find(|r| r.run_id == req.run.run_id)
+                    .cloned(),
+                slots: [(
+                    slot,
+                    self.runs
+                        .iter()
+                        .filter(|r| r.slot.usec == slot)
+                        .cloned()
+                        .collect(),
+                )]
+                .into(),
+                newest: self.runs.iter().map(|r| r.slot.usec).max(),
+                lease_run: None,
+            };
+            Ok(Read::Got((state, self.version)))
+        }
+
+        fn read_run(
+            &mut self,
+            _job: &str,
+            run_id: &str,
+            _need: Need,
+        ) -> Result<Read<(RunRead, u64)>, String> {
+            let record = self.runs.iter().find(|r| r.run_id == run_id).cloned();
+            let slot_runs = self
+                .runs
+                .iter()
+                .filter(|r| record.as_ref().is_some_and(|x| x.slot == r.slot))
+                .cloned()
+                .collect();
+            let read = RunRead {
+                now: NOW + 1,
+                lease: self.lease.clone(),
+                record,
+                slot_runs,
+            };
+            Ok(Read::Got((read, self.version)))
+        }
+
+        fn read_lease(
+            &mut self,
+            _job: &str,
+            _live: bool,
+        ) -> Result<Read<(LeaseRead, u64)>, String> {
+            let read = LeaseRead {
+                now: NOW + 1,
+                lease: self.lease.clone(),
+            };
+            Ok(Read::Got((read, self.version)))
+        }
+
+        fn commit(&mut self, version: u64, writes: &Writes) -> Result<Commit, String> {
+            self.commits += 1;
+            if self.steal > 0 {
+                self.steal -= 1;
+                self.version += 1;
+            }
+            if version != self.version {
+                return Ok(Commit::Changed);
+            }
+            if self.parts > 0 {
+                self.parts -= 1;
+                return Ok(Commit::Part);
+            }
+            self.version += 1;
+            match &writes.lease {
+                LeaseWrite::Grant { lease, .. }
+                | LeaseWrite::Renew(lease)
+                | LeaseWrite::Release(lease) => self.lease = Some(lease.clone()),
+                LeaseWrite::Keep => {}
+            }
+            for (run, before) in writes.changed() {
+                match before {
+                    None => self.runs.push(run.clone()),
+                    Some(_) => {
+                        let at = self.runs.iter().position(|r| r.run_id == run.run_id);
+                        self.runs[at.expect("a record read")] = run.clone();
+                    }
+                }
+            }
+            Ok(Commit::Done)
+        }
+    }
+
+    #[test]
+    fn a_claim_that_lost_a_race_decides_again_and_gives_up_only_after_the_retries() {
+        let mut kept = Kept {
+            steal: RETRIES - 1,
+            ..Kept::default()
+        };
+        assert!(matches!(
+            claim(&mut kept, &req(60_000_000, 1, 1)),
+            Ok(Claim::Claimed { .. })
+        ));
+        assert_eq!(kept.commits, RETRIES);
+        assert_eq!(kept.runs.len(), 1);
+
+        let mut kept = Kept {
+            steal: RETRIES,
+            ..Kept::default()
+        };
+        assert_eq!(
+            claim(&mut kept, &req(60_000_000, 1, 1)).map(|_| ()),
+            Err("contended".to_string())
+        );
+        assert!(kept.runs.is_empty() && kept.lease.is_none());
+    }
+
+    #[test]
+    fn a_commit_in_parts_does_not_count_as_a_try() {
+        let mut kept = Kept {
+            parts: RETRIES * 2,
+            ..Kept::default()
+        };
+        assert!(matches!(
+            claim(&mut kept, &req(60_000_000, 1, 1)),
+            Ok(Claim::Claimed { .. })
+        ));
+        assert_eq!(kept.commits, RETRIES * 2 + 1);
+    }
+
+    #[test]
+    fn a_finish_writes_the_whole_slot_it_read_and_releases_the_lease() {
+        let mut kept = Kept::default();
+        let asked = req(60_000_000, 1, 1);
+        let Ok(Claim::Claimed { lease, run, .. }) = claim(&mut kept, &asked) else {
+            panic!("no grant");
+        };
+        let finish = ended(Outcome::Failed, Some(Resolution::Queued));
+        let need = Need {
+            slot: true,
+            live: true,
+        };
+        let decided = end(&mut kept, "j", &run.run_id, need, |state| {
+            let writes = Writes::end(
+                "j",
+                &read_of(state),
+                &rules::finish(state, &lease, &run.run_id, &finish, false)?,
+            );
+            assert!(writes.slots.iter().all(|s| s.whole));
+            assert!(writes.slots.iter().all(SlotWrite::is_queued));
+            assert!(!writes.slots.iter().any(SlotWrite::was_queued));
+            rules::finish(state, &lease, &run.run_id, &finish, false)
+        })
+        .expect("finish");
+        assert!(decided.release && decided.record.is_some());
+        assert_eq!(kept.runs[0].outcome, Outcome::Failed);
+        assert!(kept.lease.as_ref().is_some_and(|l| l.holder.is_empty()));
+        // Renewing a released lease writes nothing.
+        let version = kept.version;
+        assert_eq!(
+            renew(&mut kept, &lease, 1, Duration::from_secs(60)),
+            Ok(None)
+        );
+        assert_eq!(kept.version, version);
+    }
+
+    fn read_of(state: &RunState<'_>) -> RunRead {
+        RunRead {
+            now: state.now,
+            lease: state.lease.cloned(),
+            record: state.record.cloned(),
+            slot_runs: state.slot_runs.to_vec(),
+        }
+    }
+}
