@@ -280,6 +280,10 @@ pub(crate) trait Backend {
     type Version;
     /// The backend's failure.
     type Fail: Failure;
+    /// Whether the store's clock is this host's (SQLite, etcd): a claim's clock check
+    /// then compares the host's clock with itself, and always passes (the clock
+    /// tolerance still bounds the slots that count as recorded).
+    const HOST_CLOCK: bool = false;
 
     /// Reads what [`rules::claim`] needs for `req`, and the version it was read at. The
     /// state's `now` is the store's time.
@@ -321,7 +325,19 @@ pub(crate) fn claim<B: Backend>(backend: &mut B, req: &ClaimRequest) -> Result<C
             tries += 1;
             continue;
         };
-        let decision = rules::claim(&state, req).map_err(B::Fail::rule)?;
+        let decision = if B::HOST_CLOCK
+            && let Some(check) = &req.clock
+        {
+            let mut req = req.clone();
+            req.clock = Some(crate::store::ClockCheck {
+                host_now: state.now,
+                ..*check
+            });
+            rules::claim(&state, &req)
+        } else {
+            rules::claim(&state, req)
+        }
+        .map_err(B::Fail::rule)?;
         let ClaimDecision::Grant(grant) = &decision else {
             return Ok(decision.answer());
         };
@@ -437,6 +453,76 @@ pub(crate) fn unlock<B: Backend>(backend: &mut B, job: &str) -> Result<Option<Le
     }
     Err(B::Fail::contended())
 }
+
+/// The [`crate::store::Store`] methods that are this module's loop: `claim`,
+/// `finish_as`, `interrupt` and `unlock` (with `renew`, `renew` too), each run with the
+/// store's own `fn engine<T>(&mut self, op: &str, f: impl FnMut(&mut Session<'_>) ->
+/// Result<T, Fail>) -> Result<T, StoreError>`, which gives `f` its [`Backend`] and names a
+/// failure after the store and `op`.
+macro_rules! store_ops {
+    () => {
+        fn claim(&mut self, req: &ClaimRequest) -> Result<Claim, StoreError> {
+            self.engine("claim", |s| engine::claim(s, req))
+        }
+
+        fn finish_as(
+            &mut self,
+            lease: &Lease,
+            run_id: &str,
+            finish: &Finish,
+            kept: bool,
+        ) -> Result<Finished, StoreError> {
+            // The report must serialize before anything is decided.
+            super::finish_report_json(&self.describe(), run_id, finish)?;
+            // The slot's records matter only to the one-success rule.
+            let need = engine::Need {
+                slot: finish.outcome == crate::ledger::Outcome::Succeeded,
+                live: true,
+            };
+            let decision = self.engine("finish", |s| {
+                engine::end(s, &lease.job, run_id, need, |state| {
+                    rules::finish(state, lease, run_id, finish, kept)
+                })
+            })?;
+            Ok(decision.finished())
+        }
+
+        fn interrupt(
+            &mut self,
+            run: &Run,
+            reason: &str,
+            resolution: Resolution,
+        ) -> Result<bool, StoreError> {
+            let need = engine::Need {
+                slot: false,
+                live: false,
+            };
+            let decision = self.engine("interrupt", |s| {
+                engine::end(s, &run.job, &run.run_id, need, |state| {
+                    Ok(rules::interrupt(state, run, reason, resolution))
+                })
+            })?;
+            Ok(decision.record.is_some())
+        }
+
+        fn unlock(&mut self, job: &str) -> Result<Option<Lease>, StoreError> {
+            self.engine("unlock", |s| engine::unlock(s, job))
+        }
+    };
+    (renew) => {
+        engine::store_ops!();
+
+        fn renew(
+            &mut self,
+            lease: &Lease,
+            next: i64,
+            ttl: Duration,
+        ) -> Result<Option<i64>, StoreError> {
+            self.engine("renew", |s| engine::renew(s, lease, next, ttl))
+        }
+    };
+}
+pub(crate) use store_ops;
 
 #[cfg(test)]
 mod tests {

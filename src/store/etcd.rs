@@ -973,6 +973,7 @@ impl Session<'_> {
 impl engine::Backend for Session<'_> {
     type Version = Seen;
     type Fail = Fail;
+    const HOST_CLOCK: bool = true;
 
     /// Reads the lease row, `alive` key, the asked slot's records, a record under the
     /// run id, the newest slot and (queued first) the queued markers at one revision;
@@ -1258,6 +1259,8 @@ impl Store for EtcdStore {
         self.describe.clone()
     }
 
+    engine::store_ops!(renew);
+
     fn init(&mut self) -> Result<(), StoreError> {
         let mut client = self.connect()?;
         let key = self.key("schema");
@@ -1313,62 +1316,6 @@ impl Store for EtcdStore {
 
     fn now(&mut self) -> Result<i64, StoreError> {
         Ok(self.now_usec())
-    }
-
-    fn claim(&mut self, req: &ClaimRequest) -> Result<Claim, StoreError> {
-        // This store's clock is this host's: the clock check always passes.
-        let mut req = req.clone();
-        if let Some(check) = &mut req.clock {
-            check.host_now = self.now_usec();
-        }
-        self.engine("claim", |s| engine::claim(s, &req))
-    }
-
-    fn renew(
-        &mut self,
-        lease: &Lease,
-        next: i64,
-        ttl: Duration,
-    ) -> Result<Option<i64>, StoreError> {
-        self.engine("renew", |s| engine::renew(s, lease, next, ttl))
-    }
-
-    fn finish_as(
-        &mut self,
-        lease: &Lease,
-        run_id: &str,
-        finish: &Finish,
-        kept: bool,
-    ) -> Result<Finished, StoreError> {
-        super::finish_report_json(&self.describe, run_id, finish)?;
-        let need = Need {
-            slot: true,
-            live: true,
-        };
-        let decision = self.engine("finish", |s| {
-            engine::end(s, &lease.job, run_id, need, |state| {
-                rules::finish(state, lease, run_id, finish, kept)
-            })
-        })?;
-        Ok(decision.finished())
-    }
-
-    fn interrupt(
-        &mut self,
-        run: &Run,
-        reason: &str,
-        resolution: Resolution,
-    ) -> Result<bool, StoreError> {
-        let need = Need {
-            slot: false,
-            live: false,
-        };
-        let decision = self.engine("interrupt", |s| {
-            engine::end(s, &run.job, &run.run_id, need, |state| {
-                Ok(rules::interrupt(state, run, reason, resolution))
-            })
-        })?;
-        Ok(decision.record.is_some())
     }
 
     fn lease(&mut self, job: &str) -> Result<Option<Lease>, StoreError> {
@@ -1626,10 +1573,6 @@ impl Store for EtcdStore {
                 .and_then(vec![TxnOp::put(key.as_bytes(), value.as_bytes(), None)]);
             Ok(Some(client.txn(txn).await?.succeeded()))
         })
-    }
-
-    fn unlock(&mut self, job: &str) -> Result<Option<Lease>, StoreError> {
-        self.engine("unlock", |s| engine::unlock(s, job))
     }
 
     fn delete_slots(

@@ -1277,6 +1277,8 @@ impl Store for MysqlStore {
         self.describe.clone()
     }
 
+    engine::store_ops!(renew);
+
     fn init(&mut self) -> Result<(), StoreError> {
         let version = self
             .call(Self::version)
@@ -1304,60 +1306,6 @@ impl Store for MysqlStore {
                 .ok_or_else(|| Fail::Data("no time".to_string()))
         })
         .map_err(|e| self.error("read time", e))
-    }
-
-    fn claim(&mut self, req: &ClaimRequest) -> Result<Claim, StoreError> {
-        self.engine("claim", |s| engine::claim(s, req))
-    }
-
-    fn renew(
-        &mut self,
-        lease: &Lease,
-        next: i64,
-        ttl: Duration,
-    ) -> Result<Option<i64>, StoreError> {
-        self.engine("renew", |s| engine::renew(s, lease, next, ttl))
-    }
-
-    fn finish_as(
-        &mut self,
-        lease: &Lease,
-        run_id: &str,
-        finish: &Finish,
-        kept: bool,
-    ) -> Result<Finished, StoreError> {
-        // The report must serialize before anything is decided.
-        super::finish_report_json(&self.describe, run_id, finish)?;
-        let need = Need {
-            slot: true,
-            live: true,
-        };
-        let decision = self.engine("finish", |s| {
-            engine::end(s, &lease.job, run_id, need, |state| {
-                rules::finish(state, lease, run_id, finish, kept)
-            })
-        })?;
-        Ok(decision.finished())
-    }
-
-    fn interrupt(
-        &mut self,
-        run: &Run,
-        reason: &str,
-        resolution: Resolution,
-    ) -> Result<bool, StoreError> {
-        // (Schemas 1 to 3 also hold the procedure `jobguard_interrupt`, which older
-        // jobguards call; it records the time the run was found as its end.)
-        let need = Need {
-            slot: false,
-            live: false,
-        };
-        let decision = self.engine("interrupt", |s| {
-            engine::end(s, &run.job, &run.run_id, need, |state| {
-                Ok(rules::interrupt(state, run, reason, resolution))
-            })
-        })?;
-        Ok(decision.record.is_some())
     }
 
     fn lease(&mut self, job: &str) -> Result<Option<Lease>, StoreError> {
@@ -1775,10 +1723,6 @@ impl Store for MysqlStore {
             }
             Ok(n)
         })
-    }
-
-    fn unlock(&mut self, job: &str) -> Result<Option<Lease>, StoreError> {
-        self.engine("unlock", |s| engine::unlock(s, job))
     }
 }
 

@@ -1138,6 +1138,16 @@ impl PostgresStore {
         self.schema_session(op, |s| s.run(async |c| f(c).await))
     }
 
+    /// Runs `f` with this store's part of [`engine`]'s loop ([`Session`]), as
+    /// [`PostgresStore::schema_session`].
+    fn engine<T>(
+        &mut self,
+        op: &str,
+        f: impl FnMut(&mut Session<'_>) -> Result<T, Fail>,
+    ) -> Result<T, StoreError> {
+        self.schema_session(op, f)
+    }
+
     /// Runs a session that needs the schema ([`PostgresStore::session`]); on a store
     /// without one, creates it and runs it again.
     fn schema_session<T>(
@@ -1723,6 +1733,8 @@ impl Store for PostgresStore {
         self.describe.clone()
     }
 
+    engine::store_ops!(renew);
+
     fn init(&mut self) -> Result<(), StoreError> {
         let fast = self.call(async |c| {
             let rows = c
@@ -1773,58 +1785,6 @@ impl Store for PostgresStore {
             Ok(row.try_get(0)?)
         })
         .map_err(|e| self.error("read time", e))
-    }
-
-    fn claim(&mut self, req: &ClaimRequest) -> Result<Claim, StoreError> {
-        self.schema_session("claim", |s| engine::claim(s, req))
-    }
-
-    fn renew(
-        &mut self,
-        lease: &Lease,
-        next: i64,
-        ttl: Duration,
-    ) -> Result<Option<i64>, StoreError> {
-        self.schema_session("renew", |s| engine::renew(s, lease, next, ttl))
-    }
-
-    fn finish_as(
-        &mut self,
-        lease: &Lease,
-        run_id: &str,
-        finish: &Finish,
-        kept: bool,
-    ) -> Result<Finished, StoreError> {
-        // The report must serialize before anything is decided.
-        super::finish_report_json(&self.describe, run_id, finish)?;
-        let need = Need {
-            slot: true,
-            live: true,
-        };
-        let decision = self.schema_session("finish", |s| {
-            engine::end(s, &lease.job, run_id, need, |state| {
-                rules::finish(state, lease, run_id, finish, kept)
-            })
-        })?;
-        Ok(decision.finished())
-    }
-
-    fn interrupt(
-        &mut self,
-        run: &Run,
-        reason: &str,
-        resolution: Resolution,
-    ) -> Result<bool, StoreError> {
-        let need = Need {
-            slot: false,
-            live: false,
-        };
-        let decision = self.schema_session("interrupt", |s| {
-            engine::end(s, &run.job, &run.run_id, need, |state| {
-                Ok(rules::interrupt(state, run, reason, resolution))
-            })
-        })?;
-        Ok(decision.record.is_some())
     }
 
     fn lease(&mut self, job: &str) -> Result<Option<Lease>, StoreError> {
@@ -2236,10 +2196,6 @@ impl Store for PostgresStore {
             })?;
         }
         Ok(n)
-    }
-
-    fn unlock(&mut self, job: &str) -> Result<Option<Lease>, StoreError> {
-        self.schema_session("unlock", |s| engine::unlock(s, job))
     }
 }
 

@@ -1082,6 +1082,8 @@ impl Store for RedisStore {
         self.describe.clone()
     }
 
+    engine::store_ops!(renew);
+
     fn init(&mut self) -> Result<(), StoreError> {
         let version = self.call("init", migrate)?;
         if version > SCHEMA_VERSION {
@@ -1097,56 +1099,6 @@ impl Store for RedisStore {
         }
         let time = self.call("read time", |c, _| Ok(redis::cmd("TIME").query(c)?))?;
         Ok(usec(time))
-    }
-
-    fn claim(&mut self, req: &ClaimRequest) -> Result<Claim, StoreError> {
-        self.engine("claim", |s| engine::claim(s, req))
-    }
-
-    fn renew(
-        &mut self,
-        lease: &Lease,
-        next: i64,
-        ttl: Duration,
-    ) -> Result<Option<i64>, StoreError> {
-        self.engine("renew", |s| engine::renew(s, lease, next, ttl))
-    }
-
-    fn finish_as(
-        &mut self,
-        lease: &Lease,
-        run_id: &str,
-        finish: &Finish,
-        kept: bool,
-    ) -> Result<Finished, StoreError> {
-        super::finish_report_json(&self.describe, run_id, finish)?;
-        // The slot's records matter only to the one-success rule.
-        let slot = finish.outcome == Outcome::Succeeded;
-        let need = Need { slot, live: true };
-        let decision = self.engine("finish", |s| {
-            engine::end(s, &lease.job, run_id, need, |state| {
-                rules::finish(state, lease, run_id, finish, kept)
-            })
-        })?;
-        Ok(decision.finished())
-    }
-
-    fn interrupt(
-        &mut self,
-        run: &Run,
-        reason: &str,
-        resolution: Resolution,
-    ) -> Result<bool, StoreError> {
-        let need = Need {
-            slot: false,
-            live: false,
-        };
-        let decision = self.engine("interrupt", |s| {
-            engine::end(s, &run.job, &run.run_id, need, |state| {
-                Ok(rules::interrupt(state, run, reason, resolution))
-            })
-        })?;
-        Ok(decision.record.is_some())
     }
 
     fn lease(&mut self, job: &str) -> Result<Option<Lease>, StoreError> {
@@ -1427,10 +1379,6 @@ impl Store for RedisStore {
             }
             Ok(commit(c, pipe)?.then_some(change.len()))
         })
-    }
-
-    fn unlock(&mut self, job: &str) -> Result<Option<Lease>, StoreError> {
-        self.engine("unlock", |s| engine::unlock(s, job))
     }
 
     /// Judges the slots a batch at a time on their records read under `WATCH`, and

@@ -475,9 +475,7 @@ impl SqliteStore {
         next: i64,
         ttl: Duration,
     ) -> Result<Option<i64>, StoreError> {
-        self.write("renew", |tx, now| {
-            engine::renew(&mut Session { tx, now }, lease, next, ttl)
-        })
+        self.engine("renew", |s| engine::renew(s, lease, next, ttl))
     }
 
     /// Runs [`Store::init`] once per connection.
@@ -486,6 +484,16 @@ impl SqliteStore {
             return Ok(());
         }
         self.init()
+    }
+
+    /// Runs `f` with this store's part of [`engine`]'s loop ([`Session`]) in one
+    /// [`SqliteStore::write`] transaction.
+    fn engine<T>(
+        &mut self,
+        op: &str,
+        mut f: impl FnMut(&mut Session<'_>) -> Result<T, Fail>,
+    ) -> Result<T, StoreError> {
+        self.write(op, |tx, now| f(&mut Session { tx, now }))
     }
 
     /// Runs `f` in one `BEGIN IMMEDIATE` transaction with the store's time taken after the
@@ -746,6 +754,7 @@ impl engine::Failure for Fail {
 impl engine::Backend for Session<'_> {
     type Version = ();
     type Fail = Fail;
+    const HOST_CLOCK: bool = true;
 
     fn read_claim(&mut self, req: &ClaimRequest) -> Result<Read<(rules::ClaimState, ())>, Fail> {
         Ok(Read::Got((claim_state(self.tx, req, self.now)?, ())))
@@ -922,6 +931,8 @@ impl Store for SqliteStore {
         self.describe.clone()
     }
 
+    engine::store_ops!();
+
     fn init(&mut self) -> Result<(), StoreError> {
         let version = self.schema_version()?;
         if version == SCHEMA_VERSION {
@@ -964,18 +975,6 @@ impl Store for SqliteStore {
         Ok(self.clock.now_usec())
     }
 
-    fn claim(&mut self, req: &ClaimRequest) -> Result<Claim, StoreError> {
-        // This store's clock is this host's clock: the clock check always passes (the
-        // tolerance still bounds the slots that count as recorded).
-        let mut req = req.clone();
-        self.write("claim", |tx, now| {
-            if let Some(check) = &mut req.clock {
-                check.host_now = now;
-            }
-            engine::claim(&mut Session { tx, now }, &req)
-        })
-    }
-
     fn renew(
         &mut self,
         lease: &Lease,
@@ -994,53 +993,6 @@ impl Store for SqliteStore {
         let value = result?;
         restored.map_err(|e| store_error(&self.describe, "set busy timeout", e.into()))?;
         Ok(value)
-    }
-
-    fn finish_as(
-        &mut self,
-        lease: &Lease,
-        run_id: &str,
-        finish: &Finish,
-        kept: bool,
-    ) -> Result<Finished, StoreError> {
-        // The report must serialize before anything is decided.
-        super::finish_report_json(&self.describe, run_id, finish)?;
-        let need = Need {
-            slot: true,
-            live: true,
-        };
-        self.write("finish", |tx, now| {
-            let decision = engine::end(
-                &mut Session { tx, now },
-                &lease.job,
-                run_id,
-                need,
-                |state| rules::finish(state, lease, run_id, finish, kept),
-            )?;
-            Ok(decision.finished())
-        })
-    }
-
-    fn interrupt(
-        &mut self,
-        run: &Run,
-        reason: &str,
-        resolution: Resolution,
-    ) -> Result<bool, StoreError> {
-        let need = Need {
-            slot: false,
-            live: false,
-        };
-        self.write("interrupt", |tx, now| {
-            let decision = engine::end(
-                &mut Session { tx, now },
-                &run.job,
-                &run.run_id,
-                need,
-                |state| Ok(rules::interrupt(state, run, reason, resolution)),
-            )?;
-            Ok(decision.record.is_some())
-        })
     }
 
     fn lease(&mut self, job: &str) -> Result<Option<Lease>, StoreError> {
@@ -1292,12 +1244,6 @@ impl Store for SqliteStore {
                 )?,
             };
             Ok(n == 1)
-        })
-    }
-
-    fn unlock(&mut self, job: &str) -> Result<Option<Lease>, StoreError> {
-        self.write("unlock", |tx, now| {
-            engine::unlock(&mut Session { tx, now }, job)
         })
     }
 

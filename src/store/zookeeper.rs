@@ -1256,6 +1256,8 @@ impl Store for ZooKeeperStore {
         self.describe.clone()
     }
 
+    engine::store_ops!(renew);
+
     fn init(&mut self) -> Result<(), StoreError> {
         let client = self.connect()?;
         let options = CreateMode::Persistent.with_acls(self.acls());
@@ -1315,57 +1317,6 @@ impl Store for ZooKeeperStore {
         self.retrying("read the time", async |store, client| {
             store.now_on(client).await.map(Some)
         })
-    }
-
-    fn claim(&mut self, req: &ClaimRequest) -> Result<Claim, StoreError> {
-        self.engine("claim", |s| engine::claim(s, req))
-    }
-
-    fn renew(
-        &mut self,
-        lease: &Lease,
-        next: i64,
-        ttl: Duration,
-    ) -> Result<Option<i64>, StoreError> {
-        self.engine("renew", |s| engine::renew(s, lease, next, ttl))
-    }
-
-    fn finish_as(
-        &mut self,
-        lease: &Lease,
-        run_id: &str,
-        finish: &Finish,
-        kept: bool,
-    ) -> Result<Finished, StoreError> {
-        super::finish_report_json(&self.describe, run_id, finish)?;
-        let need = Need {
-            slot: true,
-            live: true,
-        };
-        let decision = self.engine("finish", |s| {
-            engine::end(s, &lease.job, run_id, need, |state| {
-                rules::finish(state, lease, run_id, finish, kept)
-            })
-        })?;
-        Ok(decision.finished())
-    }
-
-    fn interrupt(
-        &mut self,
-        run: &Run,
-        reason: &str,
-        resolution: Resolution,
-    ) -> Result<bool, StoreError> {
-        let need = Need {
-            slot: false,
-            live: false,
-        };
-        let decision = self.engine("interrupt", |s| {
-            engine::end(s, &run.job, &run.run_id, need, |state| {
-                Ok(rules::interrupt(state, run, reason, resolution))
-            })
-        })?;
-        Ok(decision.record.is_some())
     }
 
     fn lease(&mut self, job: &str) -> Result<Option<Lease>, StoreError> {
@@ -1688,10 +1639,6 @@ impl Store for ZooKeeperStore {
                 Err(e) => Err(Fail::Zk(e)),
             }
         })
-    }
-
-    fn unlock(&mut self, job: &str) -> Result<Option<Lease>, StoreError> {
-        self.engine("unlock", |s| engine::unlock(s, job))
     }
 
     fn delete_slots(
