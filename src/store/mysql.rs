@@ -39,7 +39,8 @@
 //! clock: `TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6))`, which does not
 //! depend on the session's time zone.
 //!
-//! The claim is decided by [`rules::claim`], as on every store: one `SELECT` reads the
+//! The claim is decided by [`rules::claim`] in [`engine`]'s loop, as on every store: one
+//! `SELECT` reads the
 //! job's state (the server's time, the schema version, the lease row, the records the
 //! rules need) in one consistent read; a refusal is answered from it (one round trip), and
 //! a grant is one transaction whose first statement updates the lease row only if every
@@ -49,11 +50,10 @@
 //! `jobguard_claim`, which decides the same rules on the server with the row locked by
 //! `SELECT … FOR UPDATE`: the row lock orders its writes and this store's.
 //!
-//! Renew, finish and interrupt are decided by [`rules::renew`], [`rules::finish`] and
-//! [`rules::interrupt`] in one READ COMMITTED transaction sent statement by statement: it
-//! locks the job's lease row (`SELECT … FOR UPDATE`), then reads the server's clock and
-//! the records, decides and writes; unlock ([`rules::unlock`]) and resolve
-//! ([`rules::resolve`]) the same. The procedures
+//! Renew, finish, interrupt and unlock run the same loop ([`engine`]) in one READ
+//! COMMITTED transaction sent statement by statement: it locks the job's lease row
+//! (`SELECT … FOR UPDATE`), then reads the server's clock and the records, decides and
+//! writes; resolve ([`rules::resolve`]) the same, with a loop of its own. The procedures
 //! `jobguard_renew`, `jobguard_finish`, `jobguard_interrupt` and `jobguard_unlock` of
 //! schemas 1 to 3 stay for older jobguards in the middle of a run when the schema is
 //! upgraded. Values are sent as literals
@@ -1228,11 +1228,20 @@ fn write_grant(
         tx.rollback()?;
         return Ok(false);
     }
-    for r in changed {
+    if !changed.is_empty() {
+        let mut cases = String::new();
+        for r in changed {
+            let _ = write!(
+                cases,
+                " WHEN {} THEN {}",
+                lit(&r.run_id),
+                lit_opt(r.resolution.map(Resolution::as_str))
+            );
+        }
+        let ids: Vec<String> = changed.iter().map(|r| lit(&r.run_id)).collect();
         tx.query_drop(format!(
-            "UPDATE jobguard_run SET resolution = {} WHERE run_id = {}",
-            lit_opt(r.resolution.map(Resolution::as_str)),
-            lit(&r.run_id)
+            "UPDATE jobguard_run SET resolution = CASE run_id{cases} END WHERE run_id IN ({})",
+            ids.join(", ")
         ))?;
     }
     tx.query_drop(format!(

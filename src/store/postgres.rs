@@ -62,8 +62,8 @@
 //! non-forced `succeeded` row per (job, slot)). All times are `bigint` µs since the epoch
 //! by the *server's* clock (`clock_timestamp()`), read inside the statement that decides.
 //!
-//! The claim is decided by [`rules::claim`], as on every store: one statement reads the
-//! job's state (the schema version, the server's time, the lease row with its `xmin`, the
+//! The claim is decided by [`rules::claim`] in [`engine`]'s loop, as on every store: one
+//! statement reads the job's state (the schema version, the server's time, the lease row with its `xmin`, the
 //! records the rules need) in one snapshot; a refusal is answered from it, and a grant is
 //! one more statement whose first part updates the lease row only if its `xmin` is still
 //! the one read (every write to the row, by any jobguard version, makes a new row version
@@ -76,12 +76,13 @@
 //! Statements are sent with `query_typed` (parse, bind and execute in one message flight);
 //! on a store that has no schema yet, or an older one, the tool creates or migrates it
 //! (under an advisory lock, so hosts starting together do not race) and asks again.
-//! Renew, finish and interrupt are decided by [`rules::renew`], [`rules::finish`] and
-//! [`rules::interrupt`] the same way: one statement reads the lease row with its `xmin`
-//! and the records; one writes only if `xmin` is unchanged. Unlock ([`rules::unlock`])
-//! and resolve ([`rules::resolve`]) too.
+//! Renew, finish, interrupt and unlock run the same loop: one statement reads the lease
+//! row with its `xmin` and the records; one writes only if `xmin` is unchanged (and an
+//! end's record only while it is still `running`: when it is not, nothing is written and
+//! the end is decided again). Resolve ([`rules::resolve`]) too, with a loop of its own.
 //!
-//! Every call has a deadline ([`remote::CALL_TIMEOUT`], connect [`remote::CONNECT_TIMEOUT`]);
+//! Every call (each read and each write of the loop) has a deadline
+//! ([`remote::CALL_TIMEOUT`], connect [`remote::CONNECT_TIMEOUT`]);
 //! the client is `tokio-postgres` driven by a private current-thread runtime, because the
 //! synchronous `postgres` wrapper has no per-call time limit and a partitioned server
 //! would hang the shim's renewal loop. A call that times out drops the connection, and
