@@ -17,6 +17,9 @@ use crate::ledger::{Finish, NewRun, Outcome, Resolution, Run};
 
 pub mod address;
 #[cfg(any(
+    feature = "store-sqlite",
+    feature = "store-postgres",
+    feature = "store-mysql",
     feature = "store-redis",
     feature = "store-etcd",
     feature = "store-zookeeper"

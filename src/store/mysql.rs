@@ -1948,8 +1948,9 @@ impl engine::Backend for Session<'_> {
             ))?,
             LeaseWrite::Keep | LeaseWrite::Grant { .. } => {}
         }
-        self.open = false;
+        // A failed `COMMIT` leaves the transaction to the rollback of [`Session::end`].
         self.c.query_drop("COMMIT")?;
+        self.open = false;
         Ok(Commit::Done)
     }
 }

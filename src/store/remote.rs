@@ -341,7 +341,11 @@ pub(crate) fn select(mut runs: Vec<Run>, query: &crate::store::RunQuery) -> Vec<
 
 /// `slots` sorted, each once: a slot listed twice to [`crate::store::Store::delete_slots`]
 /// is deleted (and counted) once.
-#[cfg(any(feature = "store-etcd", feature = "store-zookeeper"))]
+#[cfg(any(
+    feature = "store-redis",
+    feature = "store-etcd",
+    feature = "store-zookeeper"
+))]
 pub(crate) fn distinct_slots(slots: &[i64]) -> Vec<i64> {
     let mut slots = slots.to_vec();
     slots.sort_unstable();
