@@ -129,10 +129,6 @@ pub(crate) struct SlotWrite {
     /// Its records after the commit: those of `before`, changed or not, in their order,
     /// then the new ones.
     pub after: Vec<Run>,
-    /// Whether `before` is every record of the slot (false: only the record an end
-    /// changes was read; a backend then keeps any index of the slot that the change
-    /// does not settle).
-    pub whole: bool,
 }
 
 impl SlotWrite {
@@ -182,7 +178,6 @@ impl Writes {
                 slot: *slot,
                 before: before.clone(),
                 after: before.iter().map(|r| rerun(r, grant)).collect(),
-                whole: true,
             })
             .collect();
         let granted = grant.run.slot.usec;
@@ -193,7 +188,6 @@ impl Writes {
                     slot: granted,
                     before: Vec::new(),
                     after: vec![grant.run.clone()],
-                    whole: true,
                 });
                 slots.sort_by_key(|s| s.slot);
             }
@@ -240,7 +234,6 @@ impl Writes {
                     slot: new.slot.usec,
                     before,
                     after,
-                    whole,
                 }
             })
             .collect();
@@ -708,7 +701,12 @@ mod tests {
                 &read_of(state),
                 &rules::finish(state, &lease, &run.run_id, &finish, false)?,
             );
-            assert!(writes.slots.iter().all(|s| s.whole));
+            assert!(
+                writes
+                    .slots
+                    .iter()
+                    .all(|s| s.before.len() == state.slot_runs.len())
+            );
             assert!(writes.slots.iter().all(SlotWrite::is_queued));
             assert!(!writes.slots.iter().any(SlotWrite::was_queued));
             rules::finish(state, &lease, &run.run_id, &finish, false)

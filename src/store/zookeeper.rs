@@ -1418,7 +1418,6 @@ impl Store for ZooKeeperStore {
                 slot,
                 before: slot_runs.clone(),
                 after: runs,
-                whole: true,
             };
             let writes = store.slot_writes(job, &change, true)?;
             Ok(store
