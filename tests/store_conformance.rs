@@ -887,14 +887,19 @@ fn mysql_migration_cut_short_is_completed() {
         .unwrap()
         .init()
         .unwrap();
+    // Cut short of schema 4 after its tables, before its index, with a procedure of
+    // schema 4 not yet dropped.
     server("mysql").sql(&format!(
-        "DELETE FROM {n}.jobguard_meta; DROP PROCEDURE {n}.jobguard_unlock",
+        "DELETE FROM {n}.jobguard_meta; DROP INDEX jobguard_run_queued ON {n}.jobguard_run;
+         CREATE PROCEDURE {n}.jobguard_unlock() BEGIN END",
         n = ns.name
     ));
     let mut s = jobguard::store::open(&ns.address()).unwrap();
     s.init().unwrap();
     claimed(&mut *s, &request("j", S1, 1, 1, false));
     assert!(s.unlock("j").unwrap().is_some());
+    let routines = server("mysql").routines.unwrap();
+    assert_eq!(server("mysql").sql(&routines(&ns.name)).trim(), "");
 }
 
 /// A deployment whose database administrator creates the schema (an `init` as the owner)

@@ -1226,15 +1226,16 @@ fn postgres_a_removed_jobs_kept_outcome_is_recorded() {
     a_removed_jobs_kept_outcome_is_recorded(server("postgres"), "store_contention::removed_pg");
 }
 
-/// A mixed fleet in a rolling upgrade: hosts of the previous version (schema 3) claim by
-/// calling the schema's `jobguard_claim` (PL/pgSQL, or MySQL's procedure), which the
-/// store's schema 4 keeps, or on Redis by sending schema 3's claim script; hosts of this
+/// A mixed fleet in a rolling upgrade: hosts of schema 3 claim as their jobguard does,
+/// by calling the schema's `jobguard_claim` (PL/pgSQL, or MySQL's procedure; schema 5
+/// dropped both, and such a host then reads the version and refuses, see
+/// [`schema_3_host`]), or on Redis by sending schema 3's claim script; hosts of this
 /// version decide with the rules in the client.
 /// Four of each race for each slot, all released at one instant (the old ones sleep in
 /// the server until it, the new ones in the test), round after round: every old host is
-/// refused ("schema version 4 is newer than this jobguard knows (3)"; MySQL's procedure
-/// names no version), never granted, and exactly one new host is granted each slot. `old_claim(sql_schema, at, slot, name)` is the command line
-/// of an old host's claim, printing the answer's kind last.
+/// refused ("schema version 5 is newer than this jobguard knows (3)"), never granted,
+/// and exactly one new host is granted each slot. `old_claim(sql_schema, at, slot, name)`
+/// is the command line of an old host's claim, printing the answer's kind last.
 fn mixed_fleet(
     server: &'static Server,
     test: &str,
@@ -1368,23 +1369,44 @@ fn mixed_fleet(
     );
 }
 
+/// The command line of a host of schema 3 on PostgreSQL or MySQL/MariaDB: `call` (a
+/// shell command) calls the schema's claim function or procedure; where the store has
+/// none any more (schema 5 dropped them), it reads the schema version (`version`, a shell
+/// command) and refuses as that jobguard does (it takes a missing function or procedure
+/// for an older schema, migrates under the schema lock, finds the version newer).
+fn schema_3_host(call: &str, version: &str) -> Command {
+    let script = format!(
+        "err=$({call} 2>&1 >/dev/null) && exit 0; \
+         case \"$err\" in *'does not exist'*) ;; *) echo \"$err\" >&2; exit 2;; esac; \
+         v=$({version}) || exit 2; \
+         echo \"schema version $v is newer than this jobguard knows (3); upgrade jobguard\" >&2; \
+         exit 1"
+    );
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", &script]);
+    cmd
+}
+
 #[test]
 fn postgres_hosts_of_the_previous_schema_are_refused_and_never_granted() {
     mixed_fleet(
         server("postgres"),
         "contention::mixed_fleet",
         |ns, at, slot, run, i| {
-            let sql = format!(
-                "SET search_path = {ns}; \
-             SELECT pg_sleep_until(to_timestamp({at} / 1000000.0)); \
-             SELECT o_kind FROM jobguard_claim(3, NULL, 'race', {slot}, 'UTC', '{run}', \
-               false, 'timer', NULL, 'old-host-{i}:1:1', 'old-host-{i}', 'm-old-{i}', \
-               'b-old-{i}', 1, 1, 300000000, NULL, NULL, true, true)"
-            );
-            let mut cmd = Command::new("psql");
-            cmd.args(["-h", "127.0.0.1", "-d", "test", "-v", "ON_ERROR_STOP=1"])
-                .args(["-tAqc", &sql]);
-            cmd
+            let psql = "psql -h 127.0.0.1 -d test -v ON_ERROR_STOP=1 -tAq";
+            schema_3_host(
+                &format!(
+                    "{psql} -c \"SET search_path = {ns}; \
+                     SELECT pg_sleep_until(to_timestamp({at} / 1000000.0)); \
+                     SELECT o_kind FROM jobguard_claim(3, NULL, 'race', {slot}, 'UTC', '{run}', \
+                       false, 'timer', NULL, 'old-host-{i}:1:1', 'old-host-{i}', 'm-old-{i}', \
+                       'b-old-{i}', 1, 1, 300000000, NULL, NULL, true, true)\""
+                ),
+                &format!(
+                    "{psql} -c \"SELECT value FROM {ns}.jobguard_meta \
+                     WHERE key = 'schema_version'\""
+                ),
+            )
         },
     );
 }
@@ -1395,15 +1417,18 @@ fn mysql_hosts_of_the_previous_schema_are_refused_and_never_granted() {
         server("mysql"),
         "contention::mixed_fleet",
         |ns, at, slot, run, i| {
-            let sql = format!(
-                "DO SLEEP(GREATEST(0, {at} / 1000000.0 - UNIX_TIMESTAMP(NOW(6)))); \
-             CALL jobguard_claim(3, NULL, 'race', {slot}, 'UTC', '{run}', 0, 'timer', NULL, \
-               'old-host-{i}:1:1', 'old-host-{i}', 'm-old-{i}', 'b-old-{i}', 1, 1, \
-               300000000, NULL, NULL, 1, 1)"
-            );
-            let mut cmd = Command::new("mariadb");
-            cmd.args(["-uroot", "-h127.0.0.1", "-N", "-B", ns, "-e", &sql]);
-            cmd
+            let mariadb = format!("mariadb -uroot -h127.0.0.1 -N -B {ns}");
+            schema_3_host(
+                &format!(
+                    "{mariadb} -e \"DO SLEEP(GREATEST(0, {at} / 1000000.0 - UNIX_TIMESTAMP(NOW(6)))); \
+                     CALL jobguard_claim(3, NULL, 'race', {slot}, 'UTC', '{run}', 0, 'timer', \
+                       NULL, 'old-host-{i}:1:1', 'old-host-{i}', 'm-old-{i}', 'b-old-{i}', 1, 1, \
+                       300000000, NULL, NULL, 1, 1)\""
+                ),
+                &format!(
+                    "{mariadb} -e \"SELECT value FROM jobguard_meta WHERE name = 'schema_version'\""
+                ),
+            )
         },
     );
 }

@@ -145,6 +145,9 @@ enum Fail {
     /// The job changed between an operation's first read and a later one: the try starts
     /// again.
     Changed,
+    /// The store's key layout is this version, newer than [`SCHEMA_VERSION`] (another
+    /// jobguard upgraded it after this one opened it).
+    Newer(i64),
 }
 
 impl From<etcd_client::Error> for Fail {
@@ -461,6 +464,9 @@ impl EtcdStore {
                 store: self.describe.clone(),
                 detail: format!("{op}: the job's state changed under {RETRIES} attempts in a row"),
             },
+            Fail::Newer(version) => {
+                StoreError::newer_schema(&self.describe, version, SCHEMA_VERSION)
+            }
         }
     }
 
@@ -1010,16 +1016,25 @@ impl engine::Backend for Session<'_> {
                             .with_keys_only(),
                     ),
                 ),
+                // 3: the layout version: a claim on a store that a newer jobguard has
+                // upgraded since this one opened it is refused.
+                TxnOp::get(store.key("schema").into_bytes(), None),
             ];
             let queued_prefix = store.key(&format!("queued/{job}/"));
             if req.queued_first {
-                // 3: the slots with a queued record.
+                // 4: the slots with a queued record.
                 extra.push(TxnOp::get(
                     queued_prefix.clone().into_bytes(),
                     Some(GetOptions::new().with_prefix().with_keys_only()),
                 ));
             }
             let (mut read, found) = Job::read(store, client, job, extra).await?;
+            if let Some(kv) = found[3].first()
+                && let Some(v) =
+                    remote::newer_version(kv.value(), SCHEMA_VERSION).map_err(Fail::Data)?
+            {
+                return Err(Fail::Newer(v));
+            }
             read.now = now;
             let mut slots = std::collections::BTreeMap::new();
             slots.insert(req.run.slot.usec, runs_of(&found[0])?);
@@ -1041,7 +1056,7 @@ impl engine::Backend for Session<'_> {
                 more.push(read.record_at(k.clone()));
             }
             let queued_slots: Vec<i64> = found
-                .get(3)
+                .get(4)
                 .map(|kvs| {
                     kvs.iter()
                         .filter_map(|kv| slot_of_key(kv.key(), &queued_prefix))
@@ -1295,19 +1310,12 @@ impl Store for EtcdStore {
                 .iter()
                 .flat_map(get_kvs)
                 .next()
-                .map(|kv| String::from_utf8_lossy(kv.value()).into_owned())
+                .map(|kv| kv.value().to_vec())
                 .unwrap_or_default();
-            let version: i64 = found.trim().parse().map_err(|_| StoreError::Invalid {
-                store: self.describe.clone(),
-                detail: format!("schema version {found:?} is not a number"),
-            })?;
-            if version > SCHEMA_VERSION {
-                return Err(StoreError::Invalid {
-                    store: self.describe.clone(),
-                    detail: format!(
-                        "key layout version {version} is newer than this jobguard understands ({SCHEMA_VERSION}); upgrade jobguard"
-                    ),
-                });
+            if let Some(v) = remote::newer_version(&found, SCHEMA_VERSION)
+                .map_err(|e| self.error("read the schema version", Fail::Data(e)))?
+            {
+                return Err(self.error("read the schema version", Fail::Newer(v)));
             }
         }
         self.schema_ready = true;

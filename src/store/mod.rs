@@ -163,6 +163,17 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// The refusal of a store whose schema (or key layout) version `found` is newer than
+    /// `known`, the one this jobguard writes: [`StoreError::Invalid`], naming both.
+    pub(crate) fn newer_schema(store: &str, found: i64, known: i64) -> StoreError {
+        StoreError::Invalid {
+            store: store.to_string(),
+            detail: format!(
+                "schema version {found} is newer than this jobguard knows ({known}); upgrade jobguard"
+            ),
+        }
+    }
+
     /// The one exit status every command gives for this error (README, "Exit statuses"):
     /// 69 (`EX_UNAVAILABLE`) for a store that could not be reached, 78 (`EX_CONFIG`) for a
     /// bad or unsafe address, 70 (`EX_SOFTWARE`) for a store that answered with something

@@ -46,17 +46,15 @@
 //! a grant is one transaction whose first statement updates the lease row only if every
 //! column is still as read, then inserts the `running` record and marks the re-run
 //! records (four round trips in all). A claim that lost that race reads and decides
-//! again. Older jobguards (schema 2 and 3 are unchanged) call the procedure
-//! `jobguard_claim`, which decides the same rules on the server with the row locked by
-//! `SELECT … FOR UPDATE`: the row lock orders its writes and this store's.
+//! again. No procedure runs on the server: schema 5 dropped those that jobguards of
+//! schema 3 and older call, so such a jobguard finds none, reads the newer version and
+//! refuses.
 //!
 //! Renew, finish, interrupt and unlock run the same loop ([`engine`]) in one READ
 //! COMMITTED transaction sent statement by statement: it locks the job's lease row
 //! (`SELECT … FOR UPDATE`), then reads the server's clock and the records, decides and
-//! writes; resolve ([`rules::resolve`]) the same, with a loop of its own. The procedures
-//! `jobguard_renew`, `jobguard_finish`, `jobguard_interrupt` and `jobguard_unlock` of
-//! schemas 1 to 3 stay for older jobguards in the middle of a run when the schema is
-//! upgraded. Values are sent as literals
+//! writes; resolve ([`rules::resolve`]) the same, with a loop of its own. Values are sent
+//! as literals
 //! in the text protocol (strings as hex literals, so nothing needs escaping), which
 //! avoids the extra prepare round trip of server-side prepared statements. Connecting does not ask the server for its settings
 //! (`max_allowed_packet` is given). On a database without the schema, the tool creates it
@@ -83,7 +81,7 @@ use crate::store::{
 };
 
 /// The schema version this jobguard writes and understands (`jobguard_meta`).
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// The server's clock in µs since the epoch, independent of the session time zone.
 const SERVER_NOW: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
@@ -94,9 +92,9 @@ const RUN_COLUMNS: &str = "r.run_id, r.job, r.slot_usec, r.slot_zone, r.attempt,
     r.pid_start, r.invocation_id, r.started_at, r.finished_at, r.fencing_token, r.report, \
     r.resolution";
 
-/// Statements of migration 0 -> 1, each sent on its own.
+/// Statements of migration 0 -> 1, each sent on its own: the tables. (Schemas 1 to 4 also
+/// made stored procedures that decided on the server; migration 5 drops them.)
 fn migration_1() -> Vec<String> {
-    let now = format!("COALESCE(p_now, {SERVER_NOW})");
     vec![
         "CREATE TABLE IF NOT EXISTS jobguard_lease (
             job          VARCHAR(255) NOT NULL PRIMARY KEY,
@@ -141,306 +139,6 @@ fn migration_1() -> Vec<String> {
             KEY jobguard_run_history (job, started_at)
         ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin"
             .to_string(),
-        format!(
-            "CREATE PROCEDURE jobguard_renew(IN p_now BIGINT, IN p_job VARBINARY(1024),
-                IN p_holder VARBINARY(1024), IN p_token BIGINT, IN p_ttl BIGINT)
-            BEGIN
-                DECLARE v_now BIGINT;
-                DECLARE v_n INT DEFAULT 0;
-                DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
-                SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
-                START TRANSACTION;
-                SELECT COUNT(*) INTO v_n FROM jobguard_lease WHERE job = p_job FOR UPDATE;
-                SET v_now = {now};
-                UPDATE jobguard_lease SET expire_at = v_now + p_ttl
-                 WHERE job = p_job AND holder = p_holder AND holder <> '' AND token = p_token
-                   AND expire_at > v_now;
-                SET v_n = ROW_COUNT();
-                COMMIT;
-                SELECT CASE WHEN v_n = 1 THEN v_now + p_ttl END AS expire_at;
-            END"
-        ),
-        format!(
-            "CREATE PROCEDURE jobguard_finish(IN p_now BIGINT, IN p_job VARBINARY(1024),
-                IN p_holder VARBINARY(1024), IN p_token BIGINT, IN p_run_id VARBINARY(256),
-                IN p_outcome VARCHAR(16), IN p_reason BLOB, IN p_exit INT, IN p_report LONGBLOB,
-                IN p_resolution VARCHAR(16), IN p_lost TINYINT)
-            BEGIN
-                DECLARE v_now BIGINT;
-                DECLARE v_holder VARBINARY(1024);
-                DECLARE v_token, v_expire BIGINT;
-                DECLARE v_held, v_recorded INT DEFAULT 0;
-                DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
-                SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
-                START TRANSACTION;
-                SELECT holder, token, expire_at INTO v_holder, v_token, v_expire
-                  FROM jobguard_lease WHERE job = p_job FOR UPDATE;
-                SET v_now = {now};
-                SET v_held = COALESCE(v_holder = p_holder AND p_holder <> ''
-                                      AND v_token = p_token AND v_expire > v_now, 0);
-                UPDATE jobguard_run SET outcome = p_outcome, reason = p_reason,
-                       exit_status = p_exit, finished_at = v_now, report = p_report,
-                       resolution = p_resolution
-                 WHERE run_id = p_run_id AND job = p_job AND outcome = 'running'
-                   AND fencing_token = p_token AND (p_lost = 1 OR v_held = 1);
-                SET v_recorded = ROW_COUNT();
-                IF v_held = 1 THEN
-                    UPDATE jobguard_lease SET holder = '', host = '', expire_at = 0
-                     WHERE job = p_job;
-                END IF;
-                COMMIT;
-                SELECT v_recorded AS recorded, v_held AS released;
-            END"
-        ),
-        format!(
-            "CREATE PROCEDURE jobguard_interrupt(IN p_now BIGINT, IN p_run_id VARBINARY(256),
-                IN p_reason BLOB, IN p_resolution VARCHAR(16), IN p_job VARBINARY(1024),
-                IN p_holder VARBINARY(1024), IN p_token BIGINT)
-            BEGIN
-                DECLARE v_now BIGINT;
-                DECLARE v_changed, v_n INT DEFAULT 0;
-                DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
-                SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
-                START TRANSACTION;
-                SELECT COUNT(*) INTO v_n FROM jobguard_lease WHERE job = p_job FOR UPDATE;
-                SET v_now = {now};
-                UPDATE jobguard_run SET outcome = 'interrupted', reason = p_reason,
-                       resolution = p_resolution, finished_at = v_now
-                 WHERE run_id = p_run_id AND outcome = 'running';
-                SET v_changed = ROW_COUNT();
-                UPDATE jobguard_lease SET holder = '', host = '', expire_at = 0
-                 WHERE job = p_job AND holder = p_holder AND holder <> '' AND token = p_token;
-                COMMIT;
-                SELECT v_changed AS changed;
-            END"
-        ),
-        format!(
-            "CREATE PROCEDURE jobguard_unlock(IN p_now BIGINT, IN p_job VARBINARY(1024))
-            BEGIN
-                DECLARE v_now BIGINT;
-                DECLARE v_holder, v_host VARBINARY(1024);
-                DECLARE v_token, v_acquired, v_expire BIGINT;
-                DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
-                SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
-                START TRANSACTION;
-                SELECT holder, host, token, acquired_at, expire_at
-                  INTO v_holder, v_host, v_token, v_acquired, v_expire
-                  FROM jobguard_lease WHERE job = p_job FOR UPDATE;
-                SET v_now = {now};
-                UPDATE jobguard_lease SET holder = '', host = '', expire_at = 0
-                 WHERE job = p_job AND holder <> '';
-                COMMIT;
-                SELECT v_holder AS holder, v_host AS host, v_token AS token,
-                       v_acquired AS acquired_at, v_expire AS expire_at
-                 FROM (SELECT 1) one WHERE v_holder <> '' AND v_expire > v_now;
-            END"
-        ),
-    ]
-}
-
-/// Statements that make the claim procedure of this schema, each sent on its own (and
-/// safe to run again). Migration 1 -> 2 made the claim check the host's clock, pick queued
-/// re-runs, refuse a slot behind the ledger and answer the previous slot, so that a run
-/// needs one call. Migration 2 -> 3 made a lease that lapsed less than
-/// [`rules::FOREIGN_GRACE_USEC`] ago keep its slot from another machine while its holder's
-/// record of the slot is running, and an attempt from another machine under an earlier
-/// lease keep it until judged.
-fn claim_procedure() -> Vec<String> {
-    let now = format!("COALESCE(p_now, {SERVER_NOW})");
-    let grace = rules::FOREIGN_GRACE_USEC;
-    vec![
-        "DROP PROCEDURE IF EXISTS jobguard_claim".to_string(),
-        format!(
-            "CREATE PROCEDURE jobguard_claim(
-                IN p_version BIGINT, IN p_now BIGINT, IN p_job VARBINARY(1024),
-                IN p_slot BIGINT, IN p_zone VARBINARY(256), IN p_run_id VARBINARY(256),
-                IN p_forced TINYINT, IN p_trigger VARBINARY(128),
-                IN p_invocation VARBINARY(256), IN p_holder VARBINARY(1024),
-                IN p_host VARBINARY(1024), IN p_machine VARBINARY(256),
-                IN p_boot VARBINARY(256), IN p_pid BIGINT, IN p_pid_start BIGINT,
-                IN p_ttl BIGINT, IN p_host_now BIGINT, IN p_tolerance BIGINT,
-                IN p_queued_first TINYINT, IN p_in_order TINYINT)
-            BEGIN
-                DECLARE v_version BIGINT DEFAULT 0;
-                DECLARE v_now BIGINT;
-                DECLARE v_holder, v_host VARBINARY(1024);
-                DECLARE v_token, v_acquired, v_expire, v_attempt, v_previous BIGINT;
-                DECLARE v_slot BIGINT;
-                DECLARE v_zone VARBINARY(256);
-                DECLARE v_trigger VARBINARY(128);
-                DECLARE v_picked TINYINT DEFAULT 0;
-                DECLARE v_kind VARCHAR(16);
-                DECLARE v_pass INT;
-                DECLARE v_by VARBINARY(256) DEFAULT NULL;
-                DECLARE v_rjob VARBINARY(1024);
-                DECLARE v_routcome VARCHAR(16) DEFAULT NULL;
-                DECLARE v_rtoken BIGINT;
-                DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
-                SELECT value INTO v_version FROM jobguard_meta WHERE name = 'schema_version';
-                IF v_version > p_version THEN
-                    SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT =
-                        'schema version is newer than this jobguard knows; upgrade jobguard';
-                END IF;
-                IF p_host_now IS NOT NULL THEN
-                    SET v_now = {now};
-                    IF ABS(v_now - p_host_now) > p_tolerance THEN
-                        SET v_kind = 'skew';
-                    END IF;
-                END IF;
-                -- Pass 1 reads without locking: a slot that is done, held or behind, or a
-                -- lease another holder keeps, is answered at once, so racing claims that
-                -- lose do not queue on the lease row. Pass 2 locks the row and decides
-                -- again.
-                SET v_pass = 1;
-                passes: LOOP
-                    IF v_kind IS NOT NULL THEN
-                        LEAVE passes;
-                    END IF;
-                    IF v_pass = 1 THEN
-                        SELECT holder, host, token, acquired_at, expire_at
-                          INTO v_holder, v_host, v_token, v_acquired, v_expire
-                          FROM jobguard_lease WHERE job = p_job;
-                    ELSE
-                        -- The job's lease row (its lock and token counter, never deleted)
-                        -- is made in a statement of its own: inserted inside the
-                        -- transaction, racing claims for a new job would deadlock
-                        -- upgrading their duplicate-key share locks.
-                        INSERT IGNORE INTO jobguard_lease
-                            (job, holder, host, token, acquired_at, expire_at)
-                            VALUES (p_job, '', '', 0, 0, 0);
-                        SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
-                        START TRANSACTION;
-                        SELECT holder, host, token, acquired_at, expire_at
-                          INTO v_holder, v_host, v_token, v_acquired, v_expire
-                          FROM jobguard_lease WHERE job = p_job FOR UPDATE;
-                    END IF;
-                    SET v_now = {now}, v_slot = p_slot, v_zone = p_zone,
-                        v_trigger = p_trigger, v_picked = 0, v_by = NULL;
-                    -- A claim sent again after its answer was lost (checked again under
-                    -- the lock: the first sending may commit while this one waits for
-                    -- it): the same grant while it holds, never a second record.
-                    SET v_routcome = NULL;
-                    SELECT job, outcome, fencing_token INTO v_rjob, v_routcome, v_rtoken
-                      FROM jobguard_run WHERE run_id = p_run_id;
-                    IF v_routcome IS NOT NULL THEN
-                        IF v_rjob = p_job AND v_routcome = 'running' AND v_holder = p_holder
-                           AND v_token = v_rtoken AND v_expire > v_now THEN
-                            SET v_kind = 'retried', v_by = p_run_id;
-                            LEAVE passes;
-                        END IF;
-                        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT =
-                            'run is already recorded and no longer holds its lease';
-                    END IF;
-                    IF p_queued_first = 1 THEN
-                        SELECT q.slot_usec, q.slot_zone, 1 INTO v_slot, v_zone, v_picked
-                          FROM jobguard_run q
-                         WHERE q.job = p_job AND q.resolution = 'queued'
-                           AND NOT EXISTS (SELECT 1 FROM jobguard_run d
-                                WHERE d.job = p_job AND d.slot_usec = q.slot_usec
-                                  AND (d.outcome = 'succeeded'
-                                       OR d.resolution IN ('done', 'held')))
-                         ORDER BY q.slot_usec LIMIT 1;
-                        IF v_picked = 1 THEN
-                            SET v_trigger = 'rerun';
-                        END IF;
-                    END IF;
-                    IF p_forced = 0 THEN
-                        SELECT run_id INTO v_by FROM jobguard_run
-                         WHERE job = p_job AND slot_usec = v_slot
-                           AND (outcome = 'succeeded' OR resolution = 'done')
-                         ORDER BY outcome = 'succeeded' DESC, started_at DESC, seq DESC
-                         LIMIT 1;
-                        IF v_by IS NOT NULL THEN
-                            SET v_kind = 'done';
-                        ELSE
-                            SELECT run_id INTO v_by FROM jobguard_run
-                             WHERE job = p_job AND slot_usec = v_slot AND resolution = 'held'
-                             ORDER BY started_at DESC, seq DESC LIMIT 1;
-                            IF v_by IS NOT NULL THEN
-                                SET v_kind = 'held';
-                            END IF;
-                        END IF;
-                    END IF;
-                    -- Slots further ahead than the clock tolerance were forced or recorded
-                    -- by a clock that was ahead: they do not hold back later slots.
-                    SELECT MAX(slot_usec) INTO v_previous FROM jobguard_run
-                     WHERE job = p_job AND slot_usec <= v_now + COALESCE(p_tolerance, 0);
-                    IF v_kind IS NULL AND p_in_order = 1 AND v_picked = 0
-                       AND v_previous > v_slot THEN
-                        SET v_kind = 'behind';
-                    END IF;
-                    -- Another holder's lease, or one that lapsed a moment ago while its
-                    -- holder, on another machine, still has this slot running: the holder
-                    -- may be cut off with the outcome in hand.
-                    IF v_kind IS NULL AND v_holder <> '' AND v_holder <> p_holder
-                       AND (v_expire > v_now
-                            OR (v_expire + {grace} > v_now
-                                AND EXISTS (SELECT 1 FROM jobguard_run
-                                     WHERE job = p_job AND fencing_token = v_token
-                                       AND outcome = 'running' AND slot_usec = v_slot
-                                       AND (machine_id <> p_machine OR p_machine = '')))) THEN
-                        SET v_kind = 'busy';
-                        SELECT run_id INTO v_by FROM jobguard_run
-                         WHERE job = p_job AND fencing_token = v_token
-                         ORDER BY started_at DESC, seq DESC LIMIT 1;
-                    END IF;
-                    -- An earlier attempt at this slot on another machine, still running
-                    -- under a lease that has passed to a later grant since: when it lapsed
-                    -- is not known here, so the slot waits until a recovery pass judges it.
-                    IF v_kind IS NULL THEN
-                        SELECT run_id INTO v_by FROM jobguard_run
-                         WHERE job = p_job AND slot_usec = v_slot AND outcome = 'running'
-                           AND fencing_token <> v_token
-                           AND (machine_id <> p_machine OR p_machine = '')
-                         ORDER BY started_at DESC, seq DESC LIMIT 1;
-                        IF v_by IS NOT NULL THEN
-                            SET v_kind = 'busy';
-                        END IF;
-                    END IF;
-                    IF v_kind IS NOT NULL OR v_pass = 2 THEN
-                        LEAVE passes;
-                    END IF;
-                    SET v_pass = 2;
-                END LOOP passes;
-                IF v_kind IS NULL THEN
-                    SET v_kind = 'claimed', v_token = v_token + 1, v_holder = p_holder,
-                        v_host = p_host, v_acquired = v_now, v_expire = v_now + p_ttl,
-                        v_by = p_run_id;
-                    UPDATE jobguard_lease SET holder = v_holder, host = v_host, token = v_token,
-                           acquired_at = v_acquired, expire_at = v_expire
-                     WHERE job = p_job;
-                    SELECT COUNT(*) + 1 INTO v_attempt FROM jobguard_run
-                     WHERE job = p_job AND slot_usec = v_slot;
-                    UPDATE jobguard_run SET resolution = 'rerun'
-                     WHERE job = p_job AND slot_usec = v_slot AND resolution IN ('queued', 'held');
-                    IF p_queued_first = 1 THEN
-                        -- Queued re-runs of slots that are done by now: nothing is left to
-                        -- re-run. (The slots are read first: MySQL cannot update a table
-                        -- that a subquery of the same statement reads.)
-                        UPDATE jobguard_run q
-                          JOIN (SELECT DISTINCT slot_usec FROM jobguard_run
-                                 WHERE job = p_job
-                                   AND (outcome = 'succeeded' OR resolution = 'done')) d
-                            ON d.slot_usec = q.slot_usec
-                           SET q.resolution = 'rerun'
-                         WHERE q.job = p_job AND q.resolution = 'queued';
-                    END IF;
-                    INSERT INTO jobguard_run (run_id, job, slot_usec, slot_zone, attempt,
-                            outcome, forced, trigger_kind, host, machine_id, boot_id, pid,
-                            pid_start, invocation_id, started_at, fencing_token, report)
-                        VALUES (p_run_id, p_job, v_slot, v_zone, v_attempt, 'running', p_forced,
-                            v_trigger, p_host, p_machine, p_boot, p_pid, p_pid_start,
-                            p_invocation, v_now, v_token, '{{}}');
-                END IF;
-                COMMIT;
-                SELECT IF(v_kind = 'retried', 'claimed', v_kind) AS kind,
-                       v_holder AS lease_holder, v_host AS lease_host,
-                       v_token AS lease_token, v_acquired AS lease_acquired,
-                       v_expire AS lease_expire, v_previous AS previous_slot,
-                       v_now AS store_now, {RUN_COLUMNS}
-                  FROM (SELECT 1) one LEFT JOIN jobguard_run r ON r.run_id = v_by;
-            END"
-        ),
     ]
 }
 
@@ -571,13 +269,10 @@ impl From<mysql::Error> for Fail {
 }
 
 /// Errors that mean "the schema is not there yet, or is older": an older schema version
-/// read, no such table (1146) or procedure (1305), or a procedure of an older schema that
-/// takes other arguments (1318).
+/// read, no such table (1146) or column (1054: a schema before the column came).
 fn missing_schema(e: &Fail) -> bool {
-    // 1146 no such table, 1054 no such column (a schema before the column came), 1305 no
-    // such procedure, 1318 a procedure's arguments changed.
     matches!(e, Fail::Older)
-        || matches!(e, Fail::My(mysql::Error::MySqlError(e)) if matches!(e.code, 1146 | 1054 | 1305 | 1318))
+        || matches!(e, Fail::My(mysql::Error::MySqlError(e)) if matches!(e.code, 1146 | 1054))
 }
 
 /// A string as a hex literal: safe in any SQL text, whatever it contains.
@@ -744,8 +439,8 @@ impl MysqlStore {
         })
     }
 
-    /// Judges time by `clock` instead of the server's clock: the stored procedures still
-    /// make every decision, with `clock`'s time passed in. Only for tests that move time
+    /// Judges time by `clock` instead of the server's clock: every statement that reads
+    /// the server's time gets `clock`'s time instead. Only for tests that move time
     /// (the store conformance suite); jobguard itself never calls it.
     #[doc(hidden)]
     pub fn judge_time_by(&mut self, clock: Arc<dyn Clock>) {
@@ -941,12 +636,7 @@ impl MysqlStore {
     }
 
     fn newer_schema(&self, version: i64) -> StoreError {
-        StoreError::Invalid {
-            store: self.describe.clone(),
-            detail: format!(
-                "schema version {version} is newer than this jobguard knows ({SCHEMA_VERSION}); upgrade jobguard"
-            ),
-        }
+        StoreError::newer_schema(&self.describe, version, SCHEMA_VERSION)
     }
 
     fn ready(&mut self) -> Result<(), StoreError> {
@@ -991,15 +681,6 @@ impl MysqlStore {
             if version < 1 {
                 // MySQL commits each DDL statement on its own, so a migration cut short
                 // leaves part of the schema: every step can be run again.
-                for name in [
-                    "jobguard_claim",
-                    "jobguard_renew",
-                    "jobguard_finish",
-                    "jobguard_interrupt",
-                    "jobguard_unlock",
-                ] {
-                    conn.query_drop(format!("DROP PROCEDURE IF EXISTS {name}"))?;
-                }
                 for statement in migration_1() {
                     conn.query_drop(statement)?;
                 }
@@ -1021,11 +702,6 @@ impl MysqlStore {
                     )?;
                 }
             }
-            if version < 3 {
-                for statement in claim_procedure() {
-                    conn.query_drop(statement)?;
-                }
-            }
             if version < 4 {
                 // The renewal generation (`Lease::renewal`), 0 at a grant. MySQL has no
                 // ADD COLUMN IF NOT EXISTS (MariaDB has).
@@ -1038,6 +714,21 @@ impl MysqlStore {
                     conn.query_drop(
                         "ALTER TABLE jobguard_lease ADD COLUMN renewal BIGINT NOT NULL DEFAULT 0",
                     )?;
+                }
+            }
+            if version < 5 {
+                // Nothing is decided on the server any more: the procedures of schemas 1
+                // to 4 (called only by jobguards of schema 3 and older) go. Such a
+                // jobguard then finds no procedure (1305), reads the newer version and
+                // refuses by name.
+                for name in [
+                    "jobguard_claim",
+                    "jobguard_renew",
+                    "jobguard_finish",
+                    "jobguard_interrupt",
+                    "jobguard_unlock",
+                ] {
+                    conn.query_drop(format!("DROP PROCEDURE IF EXISTS {name}"))?;
                 }
             }
             conn.query_drop(SCHEDULE_TABLE)?;
@@ -1194,9 +885,7 @@ fn claim_state(job: &str, run_id: &str, rows: &[Row]) -> Result<rules::ClaimStat
 /// unchanged): the new lease, the records it re-runs and its `running` record, in one
 /// transaction. False, with nothing written, when the row changed since it was read. The
 /// update of the lease row comes first; its row lock orders this write against every other
-/// write to the job's lease row, including those of the procedure `jobguard_claim`
-/// (schema 2 and 3), which older jobguards call and which locks the row with
-/// `SELECT … FOR UPDATE` before deciding.
+/// write to the job's lease row.
 fn write_grant(
     c: &mut Conn,
     read: &Lease,
@@ -1743,7 +1432,7 @@ fn read_committed() -> mysql::TxOpts {
 
 /// Locks `job`'s lease row and then reads the server's time (`now` is the test clock's
 /// literal or `NULL`): the row, if any, and the time. The lock is `FOR UPDATE`, as every
-/// writer of the row takes it (the older jobguards' procedures too), or with `share` a
+/// writer of the row takes it, or with `share` a
 /// share lock (`LOCK IN SHARE MODE`: writers of the row wait, readers do not).
 fn lock_lease(
     tx: &mut impl Queryable,

@@ -69,10 +69,9 @@
 //! the one read (every write to the row, by any jobguard version, makes a new row version
 //! with a new `xmin`), and whose other parts (the `running` record, the re-run records)
 //! happen only if that update did. A claim that lost that race reads and decides again.
-//! So a granted claim is two round trips and a refused one is one. Older jobguards (schema
-//! 2 and 3 are unchanged) call the PL/pgSQL function `jobguard_claim`, which decides the
-//! same rules on the server with the row locked by `SELECT … FOR UPDATE`: the row lock
-//! orders its writes and this store's, so a host of either kind sees the other's grant.
+//! So a granted claim is two round trips and a refused one is one. No function runs on
+//! the server: schema 5 dropped the PL/pgSQL claim that jobguards of schema 3 and older
+//! call, so such a jobguard finds no function, reads the newer version and refuses.
 //! Statements are sent with `query_typed` (parse, bind and execute in one message flight);
 //! on a store that has no schema yet, or an older one, the tool creates or migrates it
 //! (under an advisory lock, so hosts starting together do not race) and asks again.
@@ -110,179 +109,11 @@ use crate::store::{
 };
 
 /// The schema version this jobguard writes and understands (`jobguard_meta`).
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// The server's clock in µs, or the override a test passes (NULL in production).
 const NOW_US: &str =
     "COALESCE($1::bigint, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)";
-
-/// The text of the claim function after `CREATE` up to its lease check (migrations 2 and
-/// 3 differ only in their lease checks).
-macro_rules! pg_claim_head {
-    () => {
-        r#" FUNCTION jobguard_claim(
-    p_version bigint, p_now bigint, p_job text, p_slot bigint, p_zone text, p_run_id text,
-    p_forced boolean, p_trigger text, p_invocation text, p_holder text, p_host text,
-    p_machine text, p_boot text, p_pid bigint, p_pid_start bigint, p_ttl bigint,
-    p_host_now bigint, p_tolerance bigint, p_queued_first boolean, p_in_order boolean)
-RETURNS TABLE (o_kind text, o_holder text, o_host text, o_token bigint,
-               o_acquired bigint, o_expire bigint, o_run text, o_previous bigint,
-               o_store_now bigint)
-LANGUAGE plpgsql VOLATILE AS $f$
-DECLARE
-    v_version bigint;
-    v_now bigint;
-    v_lease jobguard_lease%ROWTYPE;
-    v_run jobguard_run%ROWTYPE;
-    v_found boolean;
-    v_attempt bigint;
-    v_pass integer;
-    v_slot bigint;
-    v_zone text;
-    v_trigger text;
-    v_picked boolean;
-    v_previous bigint;
-BEGIN
-    SELECT value INTO v_version FROM jobguard_meta WHERE key = 'schema_version';
-    IF v_version > p_version THEN
-        RAISE EXCEPTION 'schema version % is newer than this jobguard knows (%); upgrade jobguard',
-            v_version, p_version;
-    END IF;
-    IF p_host_now IS NOT NULL THEN
-        v_now := jobguard_now_us(p_now);
-        IF abs(v_now - p_host_now) > p_tolerance THEN
-            RETURN QUERY SELECT 'skew'::text, NULL::text, NULL::text, NULL::bigint,
-                NULL::bigint, NULL::bigint, NULL::text, NULL::bigint, v_now;
-            RETURN;
-        END IF;
-    END IF;
-    -- Pass 1 reads without locking: a slot that is done, held or behind, or a lease
-    -- another holder keeps, is answered at once, so racing claims that lose do not queue
-    -- on the lease row. Pass 2 locks the row and decides again before granting.
-    FOR v_pass IN 1..2 LOOP
-        IF v_pass = 1 THEN
-            SELECT * INTO v_lease FROM jobguard_lease WHERE job = p_job;
-        ELSE
-            -- The lease row is the job's lock and token counter; it is never deleted.
-            INSERT INTO jobguard_lease (job, holder, host, token, acquired_at, expire_at)
-                VALUES (p_job, '', '', 0, 0, 0) ON CONFLICT (job) DO NOTHING;
-            SELECT * INTO v_lease FROM jobguard_lease WHERE job = p_job FOR UPDATE;
-        END IF;
-        v_now := jobguard_now_us(p_now);
-        -- A claim sent again after its answer was lost (checked again under the lock: the
-        -- first sending may commit while this one waits for it): the same grant while it
-        -- holds, never a second record.
-        SELECT * INTO v_run FROM jobguard_run WHERE run_id = p_run_id;
-        IF FOUND THEN
-            IF v_run.job = p_job AND v_run.outcome = 'running' AND v_lease.holder = p_holder
-               AND v_lease.token = v_run.fencing_token AND v_lease.expire_at > v_now THEN
-                RETURN QUERY SELECT 'claimed'::text, v_lease.holder, v_lease.host,
-                    v_lease.token, v_lease.acquired_at, v_lease.expire_at,
-                    to_jsonb(v_run)::text, NULL::bigint, v_now;
-                RETURN;
-            END IF;
-            RAISE EXCEPTION 'run % is already recorded and no longer holds its lease', p_run_id;
-        END IF;
-        v_slot := p_slot;
-        v_zone := p_zone;
-        v_trigger := p_trigger;
-        v_picked := false;
-        IF p_queued_first THEN
-            SELECT q.slot_usec, q.slot_zone INTO v_slot, v_zone FROM jobguard_run q
-             WHERE q.job = p_job AND q.resolution = 'queued'
-               AND NOT EXISTS (SELECT 1 FROM jobguard_run d
-                                WHERE d.job = p_job AND d.slot_usec = q.slot_usec
-                                  AND (d.outcome = 'succeeded'
-                                       OR d.resolution IN ('done', 'held')))
-             ORDER BY q.slot_usec LIMIT 1;
-            IF FOUND THEN
-                v_trigger := 'rerun';
-                v_picked := true;
-            ELSE
-                v_slot := p_slot;
-                v_zone := p_zone;
-            END IF;
-        END IF;
-        IF NOT p_forced THEN
-            SELECT * INTO v_run FROM jobguard_run
-             WHERE job = p_job AND slot_usec = v_slot
-               AND (outcome = 'succeeded' OR resolution = 'done')
-             ORDER BY outcome = 'succeeded' DESC, started_at DESC, seq DESC LIMIT 1;
-            IF FOUND THEN
-                RETURN QUERY SELECT 'done'::text, NULL::text, NULL::text, NULL::bigint,
-                    NULL::bigint, NULL::bigint, to_jsonb(v_run)::text, NULL::bigint, v_now;
-                RETURN;
-            END IF;
-            SELECT * INTO v_run FROM jobguard_run
-             WHERE job = p_job AND slot_usec = v_slot AND resolution = 'held'
-             ORDER BY started_at DESC, seq DESC LIMIT 1;
-            IF FOUND THEN
-                RETURN QUERY SELECT 'held'::text, NULL::text, NULL::text, NULL::bigint,
-                    NULL::bigint, NULL::bigint, to_jsonb(v_run)::text, NULL::bigint, v_now;
-                RETURN;
-            END IF;
-        END IF;
-        -- Slots further ahead than the clock tolerance were forced or recorded by a
-        -- clock that was ahead: they do not hold back later slots.
-        SELECT max(slot_usec) INTO v_previous FROM jobguard_run
-         WHERE job = p_job AND slot_usec <= v_now + COALESCE(p_tolerance, 0);
-        IF p_in_order AND NOT v_picked AND v_previous > v_slot THEN
-            RETURN QUERY SELECT 'behind'::text, NULL::text, NULL::text, NULL::bigint,
-                NULL::bigint, NULL::bigint, NULL::text, v_previous, v_now;
-            RETURN;
-        END IF;
-"#
-    };
-}
-
-/// The text of the claim function that answers `busy` for the lease in the way.
-macro_rules! pg_claim_busy {
-    () => {
-        r#"            SELECT * INTO v_run FROM jobguard_run
-             WHERE job = p_job AND fencing_token = v_lease.token
-             ORDER BY started_at DESC, seq DESC LIMIT 1;
-            v_found := FOUND;
-            RETURN QUERY SELECT 'busy'::text, v_lease.holder, v_lease.host, v_lease.token,
-                v_lease.acquired_at, v_lease.expire_at,
-                CASE WHEN v_found THEN to_jsonb(v_run)::text END, NULL::bigint, v_now;
-            RETURN;
-        END IF;
-"#
-    };
-}
-
-/// The text of the claim function after its lease checks: the grant.
-macro_rules! pg_claim_tail {
-    () => {
-        r#"    END LOOP;
-    UPDATE jobguard_lease SET holder = p_holder, host = p_host, token = v_lease.token + 1,
-           acquired_at = v_now, expire_at = v_now + p_ttl
-     WHERE job = p_job RETURNING * INTO v_lease;
-    SELECT count(*) + 1 INTO v_attempt FROM jobguard_run
-     WHERE job = p_job AND slot_usec = v_slot;
-    UPDATE jobguard_run SET resolution = 'rerun'
-     WHERE job = p_job AND slot_usec = v_slot AND resolution IN ('queued', 'held');
-    IF p_queued_first THEN
-        -- Queued re-runs of slots that are done by now: nothing is left to re-run.
-        UPDATE jobguard_run q SET resolution = 'rerun'
-         WHERE q.job = p_job AND q.resolution = 'queued'
-           AND EXISTS (SELECT 1 FROM jobguard_run d
-                        WHERE d.job = p_job AND d.slot_usec = q.slot_usec
-                          AND (d.outcome = 'succeeded' OR d.resolution = 'done'));
-    END IF;
-    INSERT INTO jobguard_run (run_id, job, slot_usec, slot_zone, attempt, outcome, forced,
-            trigger_kind, host, machine_id, boot_id, pid, pid_start, invocation_id,
-            started_at, fencing_token)
-        VALUES (p_run_id, p_job, v_slot, v_zone, v_attempt, 'running', p_forced, v_trigger,
-            p_host, p_machine, p_boot, p_pid, p_pid_start, p_invocation, v_now, v_lease.token)
-        RETURNING * INTO v_run;
-    RETURN QUERY SELECT 'claimed'::text, v_lease.holder, v_lease.host, v_lease.token,
-        v_lease.acquired_at, v_lease.expire_at, to_jsonb(v_run)::text, v_previous, v_now;
-END
-$f$;
-"#
-    };
-}
 
 /// `MIGRATIONS[n]` takes the schema from version `n` to `n + 1`.
 const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
@@ -326,68 +157,32 @@ CREATE UNIQUE INDEX jobguard_run_one_success
 CREATE INDEX jobguard_run_slot ON jobguard_run (job, slot_usec);
 CREATE INDEX jobguard_run_history ON jobguard_run (job, started_at);
 CREATE INDEX jobguard_run_running ON jobguard_run (job) WHERE outcome = 'running';
-
-CREATE FUNCTION jobguard_now_us(p_now bigint) RETURNS bigint LANGUAGE sql VOLATILE AS
-$f$ SELECT COALESCE(p_now, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint) $f$;
--- jobguard_claim is created by migration 2 (it replaced the first version).
 "#,
-    concat!(
-        r#"
--- 1 -> 2: the claim also checks the host's clock, picks queued re-runs, refuses a slot
--- behind the ledger and answers the previous slot, so a run needs one call.
-DROP FUNCTION IF EXISTS jobguard_claim(bigint, bigint, text, bigint, text, text, boolean, text, text,
-    text, text, text, text, bigint, bigint, bigint);
+    r#"
+-- 1 -> 2: an index for the queued re-runs a claim picks first. (Schemas 1 to 4 also
+-- made the PL/pgSQL claim function `jobguard_claim`; migration 5 drops it.)
 CREATE INDEX jobguard_run_queued ON jobguard_run (job, slot_usec) WHERE resolution = 'queued';
-
-CREATE"#,
-        pg_claim_head!(),
-        r#"        IF v_lease.holder <> '' AND v_lease.expire_at > v_now
-           AND v_lease.holder <> p_holder THEN
 "#,
-        pg_claim_busy!(),
-        pg_claim_tail!()
-    ),
-    concat!(
-        r#"
--- 2 -> 3: a lease that lapsed a moment ago still keeps its slot from another machine
--- while its holder's record of the slot is running (rules::FOREIGN_GRACE_USEC), and an
--- attempt from another machine under an earlier lease keeps it until judged.
-CREATE OR REPLACE"#,
-        pg_claim_head!(),
-        r#"        -- A lease that lapsed less than 90 s (rules::FOREIGN_GRACE_USEC) ago while its
-        -- holder, on another machine, still has this slot running: the holder may be cut
-        -- off with the outcome in hand.
-        IF v_lease.holder <> '' AND v_lease.holder <> p_holder
-           AND (v_lease.expire_at > v_now
-                OR (v_lease.expire_at + 90000000 > v_now
-                    AND EXISTS (SELECT 1 FROM jobguard_run
-                                 WHERE job = p_job AND fencing_token = v_lease.token
-                                   AND outcome = 'running' AND slot_usec = v_slot
-                                   AND (machine_id <> p_machine OR p_machine = '')))) THEN
+    r#"
+-- 2 -> 3: the claim function's wait after a lapsed lease (rules::FOREIGN_GRACE_USEC),
+-- now decided by rules.rs alone: no table changes.
 "#,
-        pg_claim_busy!(),
-        r#"        -- An earlier attempt at this slot on another machine, still running under a
-        -- lease that has passed to a later grant since: when it lapsed is not known here,
-        -- so the slot waits until a recovery pass judges the attempt.
-        SELECT * INTO v_run FROM jobguard_run
-         WHERE job = p_job AND slot_usec = v_slot AND outcome = 'running'
-           AND fencing_token <> v_lease.token
-           AND (machine_id <> p_machine OR p_machine = '')
-         ORDER BY started_at DESC, seq DESC LIMIT 1;
-        IF FOUND THEN
-            RETURN QUERY SELECT 'busy'::text, v_lease.holder, v_lease.host, v_lease.token,
-                v_lease.acquired_at, v_lease.expire_at, to_jsonb(v_run)::text,
-                NULL::bigint, v_now;
-            RETURN;
-        END IF;
-"#,
-        pg_claim_tail!()
-    ),
     r#"
 -- 3 -> 4: the renewal generation (Lease::renewal), 0 at a grant: renewals and the final
 -- write of two copies of one holder (one snapshot resumed twice) tell the copies apart.
 -- Renew and finish are decided by rules.rs and written with a compare-and-set on xmin.
 ALTER TABLE jobguard_lease ADD COLUMN IF NOT EXISTS renewal bigint NOT NULL DEFAULT 0;
+"#,
+    r#"
+-- 4 -> 5: nothing is decided on the server any more. The claim function of schemas 1
+-- to 4 (called only by jobguards of schema 3 and older) and its clock helper go; such a
+-- jobguard then finds no function, reads the newer version and refuses by name.
+DROP FUNCTION IF EXISTS jobguard_claim(bigint, bigint, text, bigint, text, text, boolean,
+    text, text, text, text, text, text, bigint, bigint, bigint, bigint, bigint, boolean,
+    boolean);
+DROP FUNCTION IF EXISTS jobguard_claim(bigint, bigint, text, bigint, text, text, boolean,
+    text, text, text, text, text, text, bigint, bigint, bigint);
+DROP FUNCTION IF EXISTS jobguard_now_us(bigint);
 "#,
 ];
 
@@ -821,8 +616,7 @@ fn missing_schema(e: &Fail) -> bool {
     matches!(e, Fail::Older)
         || matches!(e, Fail::Pg(e) if matches!(
             e.code(),
-            Some(c) if *c == SqlState::UNDEFINED_FUNCTION
-                || *c == SqlState::UNDEFINED_TABLE
+            Some(c) if *c == SqlState::UNDEFINED_TABLE
                 || *c == SqlState::UNDEFINED_COLUMN
                 || *c == SqlState::INVALID_SCHEMA_NAME
         ))
@@ -1115,12 +909,7 @@ impl PostgresStore {
     }
 
     fn newer_schema(&self, version: i64) -> StoreError {
-        StoreError::Invalid {
-            store: self.describe.clone(),
-            detail: format!(
-                "schema version {version} is newer than this jobguard knows ({SCHEMA_VERSION}); upgrade jobguard"
-            ),
-        }
+        StoreError::newer_schema(&self.describe, version, SCHEMA_VERSION)
     }
 
     fn ready(&mut self) -> Result<(), StoreError> {
@@ -1504,8 +1293,7 @@ async fn read_claim_state(
 /// `running` record `run`. False, with nothing written, when the row changed since it was
 /// read. The update of the lease row comes first and
 /// gates the rest; its row lock orders this write against every other write to the job's
-/// lease row, including those of `jobguard_claim` (schema 2 and 3), which older jobguards
-/// call and which lock the row with `SELECT … FOR UPDATE` before deciding.
+/// lease row.
 async fn write_grant(
     c: &mut Client,
     version: &str,
@@ -2203,17 +1991,6 @@ impl Store for PostgresStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The claim function's grace is the rules' ([`crate::store::rules::FOREIGN_GRACE_USEC`]).
-    #[test]
-    fn the_claims_grace_is_the_rules_grace() {
-        let grace = format!(
-            "expire_at + {} > v_now",
-            crate::store::rules::FOREIGN_GRACE_USEC
-        );
-        assert!(MIGRATIONS[2].contains(&grace));
-        assert!(!MIGRATIONS[1].contains(&grace));
-    }
 
     fn plan(mode: Option<&str>, root: Option<&str>) -> (Mode, Check, bool) {
         let p = tls_plan(mode, root).unwrap_or_else(|e| panic!("{mode:?} {root:?}: {e}"));

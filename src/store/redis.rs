@@ -661,12 +661,7 @@ impl RedisStore {
     }
 
     fn newer_schema(&self, version: i64) -> StoreError {
-        StoreError::Invalid {
-            store: self.describe.clone(),
-            detail: format!(
-                "schema version {version} is newer than this jobguard knows ({SCHEMA_VERSION}); upgrade jobguard"
-            ),
-        }
+        StoreError::newer_schema(&self.describe, version, SCHEMA_VERSION)
     }
 
     fn ready(&mut self) -> Result<(), StoreError> {

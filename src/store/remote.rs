@@ -69,6 +69,20 @@ impl Drop for Cancels {
     }
 }
 
+/// The schema (key or node layout) version a store keeps as text, `found`: `Ok(Some(v))`
+/// when it is `v`, newer than `known`, this jobguard's; `Ok(None)` when it is not newer.
+///
+/// # Errors
+/// The text is not a number: what to say, naming it.
+#[cfg(any(feature = "store-etcd", feature = "store-zookeeper"))]
+pub(crate) fn newer_version(found: &[u8], known: i64) -> Result<Option<i64>, String> {
+    let text = String::from_utf8_lossy(found);
+    match text.trim().parse::<i64>() {
+        Ok(v) => Ok((v > known).then_some(v)),
+        Err(_) => Err(format!("schema version {text:?} is not a number")),
+    }
+}
+
 /// A store error's detail for a call that got no answer within [`CALL_TIMEOUT`]:
 /// `OP: no answer within 4 s`.
 pub(crate) fn no_answer(op: &str) -> String {

@@ -17,8 +17,9 @@
 //! lease row for a claim, the lease row's lock for the rest; Redis: `WATCH`/`MULTI`/`EXEC`;
 //! etcd: a `Txn` on the lease row's `mod_revision`; ZooKeeper: a `multi` that sets the
 //! lease node at its version). Resolve, the mark's fence, retention and the schedule are
-//! decided here too, each store still with a loop of its own. The PL/pgSQL
-//! `jobguard_claim` and MySQL's procedures stay installed for older binaries only.
+//! decided here too, each store still with a loop of its own. No store runs a
+//! function, procedure or script that decides (schema 5 on PostgreSQL and MySQL/MariaDB,
+//! schema 4 on Redis).
 //!
 //! A fenced mark's insert also compares the store's clock with [`fence_deadline`]
 //! (PostgreSQL and MySQL/MariaDB: in the insert's statement; Redis: the lease's `alive`

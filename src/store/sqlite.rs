@@ -171,6 +171,9 @@ impl std::fmt::Debug for SqliteStore {
 enum Fail {
     Sql(rusqlite::Error),
     Data(String),
+    /// The file's schema is this version, newer than [`SCHEMA_VERSION`] (another
+    /// jobguard upgraded it after this one opened it).
+    Newer(i64),
 }
 
 impl From<rusqlite::Error> for Fail {
@@ -188,6 +191,7 @@ fn store_error(store: &str, op: &str, fail: Fail) -> StoreError {
             store: store.to_string(),
             detail: format!("{op}: {detail}"),
         },
+        Fail::Newer(version) => StoreError::newer_schema(store, version, SCHEMA_VERSION),
         Fail::Sql(e) => {
             let unavailable = matches!(
                 e.sqlite_error_code(),
@@ -460,12 +464,7 @@ impl SqliteStore {
     }
 
     fn newer_schema(&self, version: i64) -> StoreError {
-        StoreError::Invalid {
-            store: self.describe.clone(),
-            detail: format!(
-                "schema version {version} is newer than this jobguard knows ({SCHEMA_VERSION}); upgrade jobguard"
-            ),
-        }
+        StoreError::newer_schema(&self.describe, version, SCHEMA_VERSION)
     }
 
     /// [`Store::renew`] with whatever busy timeout is set.
@@ -756,7 +755,16 @@ impl engine::Backend for Session<'_> {
     type Fail = Fail;
     const HOST_CLOCK: bool = true;
 
+    /// Also reads the file's schema version (`PRAGMA user_version`, in the transaction's
+    /// snapshot): a claim of this jobguard on a file that a newer one has upgraded since
+    /// it was opened is refused.
     fn read_claim(&mut self, req: &ClaimRequest) -> Result<Read<(rules::ClaimState, ())>, Fail> {
+        let version: i64 = self
+            .tx
+            .pragma_query_value(None, "user_version", |row| row.get(0))?;
+        if version > SCHEMA_VERSION {
+            return Err(Fail::Newer(version));
+        }
         Ok(Read::Got((claim_state(self.tx, req, self.now)?, ())))
     }
 

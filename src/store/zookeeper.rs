@@ -138,6 +138,9 @@ enum Fail {
     Zk(zookeeper_client::Error),
     Data(String),
     Contended,
+    /// The store's node layout is this version, newer than [`SCHEMA_VERSION`] (another
+    /// jobguard upgraded it after this one opened it).
+    Newer(i64),
 }
 
 impl From<zookeeper_client::Error> for Fail {
@@ -522,6 +525,9 @@ impl ZooKeeperStore {
                 store: self.describe.clone(),
                 detail: format!("{op}: the job's state changed under {RETRIES} attempts in a row"),
             },
+            Fail::Newer(version) => {
+                StoreError::newer_schema(&self.describe, version, SCHEMA_VERSION)
+            }
         }
     }
 
@@ -1009,6 +1015,9 @@ impl ZooKeeperStore {
         let mut reader = client.new_multi_reader();
         reader.add_get_data(&self.lease_node(job))?;
         reader.add_get_data(&self.id_node(&req.run.run_id))?;
+        // The layout version: a claim on a store that a newer jobguard has upgraded since
+        // this one opened it is refused.
+        reader.add_get_data(&self.node("schema"))?;
         if req.queued_first {
             reader.add_get_children(&self.node(&format!("queued/{job}")))?;
         }
@@ -1020,6 +1029,11 @@ impl ZooKeeperStore {
             .transpose()?
             .flatten()
             .map(|d| String::from_utf8_lossy(&d).into_owned());
+        if let Some(found) = got.next().map(data_of).transpose()?.flatten()
+            && let Some(v) = remote::newer_version(&found, SCHEMA_VERSION).map_err(Fail::Data)?
+        {
+            return Err(Fail::Newer(v));
+        }
         let queued_slots: Vec<i64> = match got.next() {
             Some(r) => {
                 let mut v: Vec<i64> = children_of(r)?
@@ -1296,18 +1310,10 @@ impl Store for ZooKeeperStore {
                 return Err(self.error("read the schema version", Fail::Zk(e)));
             }
         };
-        let found = String::from_utf8_lossy(&found).into_owned();
-        let version: i64 = found.trim().parse().map_err(|_| StoreError::Invalid {
-            store: self.describe.clone(),
-            detail: format!("schema version {found:?} is not a number"),
-        })?;
-        if version > SCHEMA_VERSION {
-            return Err(StoreError::Invalid {
-                store: self.describe.clone(),
-                detail: format!(
-                    "node layout version {version} is newer than this jobguard understands ({SCHEMA_VERSION}); upgrade jobguard"
-                ),
-            });
+        if let Some(v) = remote::newer_version(&found, SCHEMA_VERSION)
+            .map_err(|e| self.error("read the schema version", Fail::Data(e)))?
+        {
+            return Err(self.error("read the schema version", Fail::Newer(v)));
         }
         self.schema_ready = true;
         Ok(())

@@ -1407,28 +1407,49 @@ pub fn reopen_and_init_are_idempotent(env: &dyn Env) {
     busy(&mut *t, &request("sync", S1, 2, 2, false));
 }
 
-/// A store whose schema is newer than this jobguard knows is refused, not used.
+/// A store whose schema is newer than this jobguard knows is refused, not used: opened
+/// afresh, it answers nothing. What another host's upgrade looks like to a host of the
+/// previous version in the middle of a run: the schema moves one version past this
+/// jobguard's while it holds a lease, and that run is still renewed and recorded (a
+/// schema bump adds nothing a renewal or an end of the previous version reads or writes:
+/// the last one only dropped server-side code), but its next claim is refused, naming
+/// both versions.
 pub fn newer_schema_is_refused(env: &dyn Env) {
-    {
-        let mut s = connect(env);
-        s.init().unwrap();
-        claimed(&mut *s, &request("sync", S1, 1, 1, false));
-    }
-    env.set_schema_version(env.current_schema_version() + 1);
+    let version = env.current_schema_version();
+    let mut s = connect(env);
+    s.init().unwrap();
+    let (lease, _) = claimed(&mut *s, &request("sync", S1, 1, 1, false));
+    env.set_schema_version(version + 1);
+    let newer = format!(
+        "schema version {} is newer than this jobguard knows ({version})",
+        version + 1
+    );
     let refused = |e: StoreError| {
         let msg = e.to_string();
         assert!(
-            matches!(e, StoreError::Invalid { .. }) && msg.contains("newer"),
-            "expected a newer-schema refusal, got {msg}"
+            matches!(e, StoreError::Invalid { .. }) && msg.contains(&newer),
+            "expected \"{newer}\", got {msg}"
         );
     };
+    env.advance(1_000_000);
+    assert!(s.renew(&lease, 1, TTL).unwrap().is_some(), "renewed");
+    let lease = Lease {
+        renewal: 1,
+        ..lease
+    };
+    assert_eq!(
+        s.finish(&lease, &rid(1), &finish(Outcome::Succeeded))
+            .unwrap(),
+        RECORDED_AND_RELEASED
+    );
+    refused(s.claim(&request("sync", S2, 1, 2, false)).unwrap_err());
     match env.connect() {
         Err(e) => refused(e),
-        Ok(mut s) => {
-            refused(s.init().unwrap_err());
-            refused(s.claim(&request("sync", S2, 2, 2, false)).unwrap_err());
-            refused(s.runs(&RunQuery::default()).unwrap_err());
-            refused(s.lease("sync").unwrap_err());
+        Ok(mut t) => {
+            refused(t.init().unwrap_err());
+            refused(t.claim(&request("sync", S2, 2, 3, false)).unwrap_err());
+            refused(t.runs(&RunQuery::default()).unwrap_err());
+            refused(t.lease("sync").unwrap_err());
         }
     }
 }

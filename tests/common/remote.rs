@@ -47,9 +47,9 @@ pub enum Judge {
 /// Opens a store at an address; with a clock, time is judged by it (see the module docs).
 pub type Opener = fn(&str, Option<Arc<dyn Clock>>) -> Result<Box<dyn Store>, StoreError>;
 
-/// Runs one SQL statement as a server's administrator: the client's error output on
-/// failure.
-pub type SqlClient = fn(&str) -> Result<(), String>;
+/// Runs SQL as a server's administrator: the client's output, unaligned and without
+/// headers, or its error output on failure.
+pub type SqlClient = fn(&str) -> Result<String, String>;
 
 /// One shared server on 127.0.0.1 and what the suites need to know about it.
 pub struct Server {
@@ -80,6 +80,9 @@ pub struct Server {
     /// Runs one SQL statement as the server's administrator with its command-line client
     /// (the client's error output on failure); `None` for a store without SQL.
     pub sql: Option<SqlClient>,
+    /// An SQL query that lists the functions and procedures in a namespace (`None` for a
+    /// store without SQL).
+    pub routines: Option<fn(&str) -> String>,
     /// Puts a namespace back to the layout of schema 1; `None` for a store that has had
     /// one layout only.
     pub downgrade_to_schema_1: Option<fn(&str)>,
@@ -101,16 +104,15 @@ pub struct Tls {
 }
 
 impl Server {
-    /// Runs one SQL statement as the server's administrator; panics on failure or on a
-    /// store without SQL.
-    pub fn sql(&self, statement: &str) {
-        if let Err(e) = self.try_sql(statement) {
-            panic!("{statement}: {e}");
-        }
+    /// Runs SQL as the server's administrator: the client's output (rows one per line,
+    /// columns tab-separated). Panics on failure or on a store without SQL.
+    pub fn sql(&self, statement: &str) -> String {
+        self.try_sql(statement)
+            .unwrap_or_else(|e| panic!("{statement}: {e}"))
     }
 
     /// [`Server::sql`], returning the client's error output on failure.
-    pub fn try_sql(&self, statement: &str) -> Result<(), String> {
+    pub fn try_sql(&self, statement: &str) -> Result<String, String> {
         match self.sql {
             Some(run) => run(statement),
             None => panic!("no SQL on {}", self.name),
@@ -185,19 +187,27 @@ servers! { $
         address: |host_port, ns| format!("postgres://root@{host_port}/test?schema={ns}"),
         login: |authority| format!("postgres://{authority}/test"),
         create: |_| {},
-        drop: |ns| server("postgres").sql(&format!("DROP SCHEMA IF EXISTS {ns} CASCADE")),
+        drop: |ns| {
+            server("postgres").sql(&format!("DROP SCHEMA IF EXISTS {ns} CASCADE"));
+        },
         set_version: |ns, version| {
             server("postgres").sql(&format!(
                 "UPDATE {ns}.jobguard_meta SET value = {version} WHERE key = 'schema_version'"
-            ))
+            ));
         },
         schema_version: jobguard::store::postgres::SCHEMA_VERSION,
         open: opener!(jobguard::store::postgres::PostgresStore),
         sql: Some(|statement| {
             client_result(
                 Command::new("psql")
-                    .args(["-h", "127.0.0.1", "-d", "test", "-v", "ON_ERROR_STOP=1", "-qc"])
+                    .args(["-h", "127.0.0.1", "-d", "test", "-v", "ON_ERROR_STOP=1", "-tAqc"])
                     .arg(statement),
+            )
+        }),
+        routines: Some(|n| {
+            format!(
+                "SELECT p.proname FROM pg_proc p JOIN pg_namespace s ON s.oid = p.pronamespace
+                  WHERE s.nspname = '{n}'"
             )
         }),
         downgrade_to_schema_1: Some(|n| {
@@ -205,14 +215,13 @@ servers! { $
                 "SET search_path = {n};
                  DROP INDEX jobguard_run_queued;
                  ALTER TABLE jobguard_lease DROP COLUMN renewal;
-                 DROP FUNCTION jobguard_claim(bigint, bigint, text, bigint, text, text,
-                     boolean, text, text, text, text, text, text, bigint, bigint, bigint,
-                     bigint, bigint, boolean, boolean);
                  CREATE FUNCTION jobguard_claim(bigint, bigint, text, bigint, text, text,
                      boolean, text, text, text, text, text, text, bigint, bigint, bigint)
                      RETURNS SETOF text LANGUAGE sql AS 'SELECT NULL::text WHERE false';
+                 CREATE FUNCTION jobguard_now_us(bigint) RETURNS bigint LANGUAGE sql
+                     AS 'SELECT $1';
                  UPDATE jobguard_meta SET value = 1 WHERE key = 'schema_version';"
-            ))
+            ));
         }),
         tls: Tls {
             start: tls::postgres,
@@ -238,20 +247,30 @@ servers! { $
         port: 3306,
         address: |host_port, ns| format!("mysql://root@{host_port}/{ns}"),
         login: |authority| format!("mysql://{authority}/test"),
-        create: |ns| server("mysql").sql(&format!("CREATE DATABASE {ns}")),
-        drop: |ns| server("mysql").sql(&format!("DROP DATABASE IF EXISTS {ns}")),
+        create: |ns| {
+            server("mysql").sql(&format!("CREATE DATABASE {ns}"));
+        },
+        drop: |ns| {
+            server("mysql").sql(&format!("DROP DATABASE IF EXISTS {ns}"));
+        },
         set_version: |ns, version| {
             server("mysql").sql(&format!(
                 "UPDATE {ns}.jobguard_meta SET value = {version} WHERE name = 'schema_version'"
-            ))
+            ));
         },
         schema_version: jobguard::store::mysql::SCHEMA_VERSION,
         open: opener!(jobguard::store::mysql::MysqlStore),
         sql: Some(|statement| {
             client_result(
                 Command::new("mariadb")
-                    .args(["-uroot", "-h127.0.0.1", "-e"])
+                    .args(["-uroot", "-h127.0.0.1", "-N", "-B", "-e"])
                     .arg(statement),
+            )
+        }),
+        routines: Some(|n| {
+            format!(
+                "SELECT routine_name FROM information_schema.routines
+                  WHERE routine_schema = '{n}'"
             )
         }),
         downgrade_to_schema_1: Some(|n| {
@@ -259,13 +278,13 @@ servers! { $
                 "USE {n};
                  DROP INDEX jobguard_run_queued ON jobguard_run;
                  ALTER TABLE jobguard_lease DROP COLUMN renewal;
-                 DROP PROCEDURE jobguard_claim;
+                 CREATE PROCEDURE jobguard_renew() BEGIN END;
                  CREATE PROCEDURE jobguard_claim(IN a1 BIGINT, IN a2 BIGINT,
                      IN a3 BLOB, IN a4 BIGINT, IN a5 BLOB, IN a6 BLOB, IN a7 TINYINT,
                      IN a8 BLOB, IN a9 BLOB, IN a10 BLOB, IN a11 BLOB, IN a12 BLOB,
                      IN a13 BLOB, IN a14 BIGINT, IN a15 BIGINT, IN a16 BIGINT) BEGIN END;
                  UPDATE jobguard_meta SET value = 1 WHERE name = 'schema_version';"
-            ))
+            ));
         }),
         tls: Tls {
             start: tls::mariadb,
@@ -306,6 +325,7 @@ servers! { $
         schema_version: jobguard::store::redis::SCHEMA_VERSION,
         open: opener!(jobguard::store::redis::RedisStore),
         sql: None,
+        routines: None,
         downgrade_to_schema_1: Some(|n| {
             redis_cli(&["DEL", &format!("{n}:slots:sync"), &format!("{n}:queued:sync")]);
             (server("redis").set_version)(n, 1);
@@ -341,6 +361,7 @@ servers! { $
         schema_version: jobguard::store::etcd::SCHEMA_VERSION,
         open: opener!(jobguard::store::etcd::EtcdStore),
         sql: None,
+        routines: None,
         downgrade_to_schema_1: None,
         tls: Tls {
             start: tls::etcd,
@@ -370,6 +391,7 @@ servers! { $
         schema_version: jobguard::store::zookeeper::SCHEMA_VERSION,
         open: opener!(jobguard::store::zookeeper::ZooKeeperStore),
         sql: None,
+        routines: None,
         downgrade_to_schema_1: None,
         tls: Tls {
             start: tls::zookeeper,
@@ -404,10 +426,10 @@ pub fn open(
 }
 
 /// A command-line client's run: `Ok` when it exited 0, else its error output.
-fn client_result(cmd: &mut Command) -> Result<(), String> {
+fn client_result(cmd: &mut Command) -> Result<String, String> {
     let out = cmd.output().expect("run the SQL client");
     if out.status.success() {
-        Ok(())
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
         Err(String::from_utf8_lossy(&out.stderr).into_owned())
     }
@@ -1084,6 +1106,14 @@ pub fn upgrade_from_schema_1(server: &'static Server, test: &str) {
             assert_eq!(previous_slot, Some(a));
         }
         other => panic!("expected the queued slot, got {other:?}"),
+    }
+    // Nothing of schema 1 is left on the server to decide anything.
+    if let Some(routines) = server.routines {
+        assert_eq!(
+            server.sql(&routines(&ns.name)).trim(),
+            "",
+            "left on the server"
+        );
     }
     // The schema is the current one now: a fresh connection does not migrate again.
     let mut again = open(server, &ns.address(), Some(&clock)).expect("open");
