@@ -887,8 +887,8 @@ fn mysql_migration_cut_short_is_completed() {
         .unwrap()
         .init()
         .unwrap();
-    // Cut short of schema 4 after its tables, before its index, with a procedure of
-    // schema 4 not yet dropped.
+    // A migration from nothing cut short after its tables, before its index, with a
+    // procedure of an older schema not yet dropped.
     server("mysql").sql(&format!(
         "DELETE FROM {n}.jobguard_meta; DROP INDEX jobguard_run_queued ON {n}.jobguard_run;
          CREATE PROCEDURE {n}.jobguard_unlock() BEGIN END",
@@ -944,8 +944,8 @@ fn a_user_with_data_rights_only_runs_jobs(server: &'static common::remote::Serve
             format!("mysql://{user}@127.0.0.1:3306/{}", ns.name),
             format!(
                 "CREATE USER '{user}'@'localhost', '{user}'@'%';
-                 GRANT SELECT, INSERT, UPDATE, DELETE, EXECUTE ON {n}.* TO '{user}'@'localhost';
-                 GRANT SELECT, INSERT, UPDATE, DELETE, EXECUTE ON {n}.* TO '{user}'@'%'",
+                 GRANT SELECT, INSERT, UPDATE, DELETE ON {n}.* TO '{user}'@'localhost';
+                 GRANT SELECT, INSERT, UPDATE, DELETE ON {n}.* TO '{user}'@'%'",
                 n = ns.name
             ),
             format!("DROP USER '{user}'@'localhost', '{user}'@'%'"),

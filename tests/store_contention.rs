@@ -1231,10 +1231,10 @@ fn postgres_a_removed_jobs_kept_outcome_is_recorded() {
 /// dropped both, and such a host then reads the version and refuses, see
 /// [`schema_3_host`]), or on Redis by sending schema 3's claim script; hosts of this
 /// version decide with the rules in the client.
-/// Four of each race for each slot, all released at one instant (the old ones sleep in
-/// the server until it, the new ones in the test), round after round: every old host is
-/// refused ("schema version 5 is newer than this jobguard knows (3)"), never granted,
-/// and exactly one new host is granted each slot. `old_claim(sql_schema, at, slot, name)`
+/// Four old and four new hosts race for each slot, all released at one instant (the old
+/// ones sleep in the server until it, the new ones in the test), round after round: every
+/// old host is refused ("schema version 5 is newer than this jobguard knows (3)"), never
+/// granted, and exactly one new host is granted each slot. `old_claim(sql_schema, at, slot, name)`
 /// is the command line of an old host's claim, printing the answer's kind last.
 fn mixed_fleet(
     server: &'static Server,
@@ -1373,12 +1373,16 @@ fn mixed_fleet(
 /// shell command) calls the schema's claim function or procedure; where the store has
 /// none any more (schema 5 dropped them), it reads the schema version (`version`, a shell
 /// command) and refuses as that jobguard does (it takes a missing function or procedure
-/// for an older schema, migrates under the schema lock, finds the version newer).
+/// for an older schema, migrates under the schema lock, and refuses only a version newer
+/// than 3). The refusal's words are this script's; what the test shows is that the call
+/// finds nothing to grant with, and that the store's version is newer.
 fn schema_3_host(call: &str, version: &str) -> Command {
     let script = format!(
-        "err=$({call} 2>&1 >/dev/null) && exit 0; \
+        "f=$(mktemp); out=$({call} 2>\"$f\") && {{ echo \"$out\"; exit 0; }}; \
+         err=$(cat \"$f\"); rm -f \"$f\"; \
          case \"$err\" in *'does not exist'*) ;; *) echo \"$err\" >&2; exit 2;; esac; \
          v=$({version}) || exit 2; \
+         [ \"$v\" -gt 3 ] || {{ echo \"no function, and schema version $v\" >&2; exit 2; }}; \
          echo \"schema version $v is newer than this jobguard knows (3); upgrade jobguard\" >&2; \
          exit 1"
     );

@@ -99,6 +99,9 @@ pub(crate) struct LeaseRead {
     pub lease: Option<Lease>,
 }
 
+/// A slot's records as read, in the store's order.
+pub(crate) type Records = Vec<Run>;
+
 /// What the job's lease row becomes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum LeaseWrite {
@@ -161,9 +164,10 @@ pub(crate) struct Writes {
     /// Every slot the operation read, oldest first, changed or not (a backend may
     /// settle an index of an unchanged slot in the same step).
     pub slots: Vec<SlotWrite>,
-    /// A grant's records that may be settled ahead of it in writes of their own
-    /// ([`rules::settle_ahead`]), for a backend whose transaction cannot hold every write
-    /// of the grant ([`Commit::Part`]).
+    /// Records that may be written ahead of the rest, in this order, in writes of their
+    /// own, for a backend whose transaction cannot hold every write ([`Commit::Part`]): a
+    /// grant's records that [`rules::settle_ahead`] settles, or a resolve's records
+    /// ([`Writes::resolve`]).
     pub ahead: Vec<Run>,
 }
 
@@ -245,6 +249,52 @@ impl Writes {
         }
     }
 
+    /// The writes of a resolve of `slot` to `resolution` ([`rules::resolve`]), read as
+    /// `runs`: each record named in `ids` takes it. [`Writes::ahead`] holds the same
+    /// records, those that were held last, for a backend that writes them in parts
+    /// ([`Commit::Part`]): until its last part a held slot stays held.
+    pub fn resolve(
+        job: &str,
+        slot: i64,
+        runs: &[Run],
+        ids: &[String],
+        resolution: crate::ledger::Resolution,
+    ) -> Writes {
+        let after: Vec<Run> = runs
+            .iter()
+            .map(|r| {
+                if ids.contains(&r.run_id) {
+                    Run {
+                        resolution: Some(resolution),
+                        ..r.clone()
+                    }
+                } else {
+                    r.clone()
+                }
+            })
+            .collect();
+        let mut ahead: Vec<Run> = after
+            .iter()
+            .filter(|r| ids.contains(&r.run_id))
+            .cloned()
+            .collect();
+        let held = |id: &str| {
+            runs.iter()
+                .any(|r| r.run_id == id && r.resolution == Some(crate::ledger::Resolution::Held))
+        };
+        ahead.sort_by_key(|r| held(&r.run_id));
+        Writes {
+            job: job.to_string(),
+            lease: LeaseWrite::Keep,
+            slots: vec![SlotWrite {
+                slot,
+                before: runs.to_vec(),
+                after,
+            }],
+            ahead,
+        }
+    }
+
     /// The records the writes change or add, oldest slot first.
     pub fn changed(&self) -> impl Iterator<Item = (&Run, Option<&Run>)> {
         self.slots.iter().flat_map(SlotWrite::changed)
@@ -301,6 +351,14 @@ pub(crate) trait Backend {
         job: &str,
         live: bool,
     ) -> Result<Read<(LeaseRead, Self::Version)>, Self::Fail>;
+
+    /// Reads every record of `job`'s `slot` (µs since the epoch), in the store's order,
+    /// and the version they were read at.
+    fn read_slot(
+        &mut self,
+        job: &str,
+        slot: i64,
+    ) -> Result<Read<(Records, Self::Version)>, Self::Fail>;
 
     /// Applies `writes` in one atomic step if nothing read under `version` changed.
     fn commit(&mut self, version: Self::Version, writes: &Writes) -> Result<Commit, Self::Fail>;
@@ -447,8 +505,59 @@ pub(crate) fn unlock<B: Backend>(backend: &mut B, job: &str) -> Result<Option<Le
     Err(B::Fail::contended())
 }
 
+/// Decides with [`rules::resolve`] and applies a resolve of `job`'s `slot` to
+/// `resolution` ([`crate::store::Store::resolve`]): how many records it changed.
+///
+/// A backend that writes the records in parts ([`Commit::Part`]) has written some of
+/// them; the slot is read again and the rest resolved. When a record joined the slot
+/// between parts (a grant of the slot: its own firing, a forced run, a queued-first
+/// claim, which settles what it found queued), the resolve ends there: the slot is being
+/// run again, and queueing the rest after it would run it once more.
+///
+/// # Errors
+/// As [`claim`].
+pub(crate) fn resolve<B: Backend>(
+    backend: &mut B,
+    job: &str,
+    slot: i64,
+    resolution: crate::ledger::Resolution,
+) -> Result<usize, B::Fail> {
+    let mut done = 0;
+    // The slot's records when the first part was written, and how many were left to
+    // change before the last part.
+    let mut parts: Option<(Vec<String>, usize)> = None;
+    let mut tries = 0;
+    while tries < RETRIES {
+        let Read::Got((runs, version)) = backend.read_slot(job, slot)? else {
+            tries += 1;
+            continue;
+        };
+        let ids = rules::resolve(&runs, resolution);
+        if let Some((known, left)) = &mut parts {
+            done += left.saturating_sub(ids.len());
+            *left = ids.len();
+            if runs.iter().any(|r| !known.contains(&r.run_id)) {
+                return Ok(done);
+            }
+        }
+        if ids.is_empty() {
+            return Ok(done);
+        }
+        let writes = Writes::resolve(job, slot, &runs, &ids, resolution);
+        match backend.commit(version, &writes)? {
+            Commit::Done => return Ok(done + ids.len()),
+            Commit::Part => {
+                let known = runs.iter().map(|r| r.run_id.clone()).collect();
+                parts.get_or_insert((known, ids.len())).1 = ids.len();
+            }
+            Commit::Changed | Commit::Lost => tries += 1,
+        }
+    }
+    Err(B::Fail::contended())
+}
+
 /// The [`crate::store::Store`] methods that are this module's loop: `claim`,
-/// `finish_as`, `interrupt` and `unlock` (with `renew`, `renew` too), each run with the
+/// `finish_as`, `interrupt`, `unlock` and `resolve` (with `renew`, `renew` too), each run with the
 /// store's own `fn engine<T>(&mut self, op: &str, f: impl FnMut(&mut Session<'_>) ->
 /// Result<T, Fail>) -> Result<T, StoreError>`, which gives `f` its [`Backend`] and names a
 /// failure after the store and `op`.
@@ -500,6 +609,15 @@ macro_rules! store_ops {
 
         fn unlock(&mut self, job: &str) -> Result<Option<Lease>, StoreError> {
             self.engine("unlock", |s| engine::unlock(s, job))
+        }
+
+        fn resolve(
+            &mut self,
+            job: &str,
+            slot: i64,
+            resolution: Resolution,
+        ) -> Result<usize, StoreError> {
+            self.engine("resolve", |s| engine::resolve(s, job, slot, resolution))
         }
     };
     (renew) => {
@@ -613,6 +731,17 @@ mod tests {
             Ok(Read::Got((read, self.version)))
         }
 
+        fn read_slot(&mut self, _job: &str, slot: i64) -> Result<Read<(Records, u64)>, String> {
+            let runs = self
+                .runs
+                .iter()
+                .filter(|r| r.slot.usec == slot)
+                .cloned()
+                .collect();
+            Ok(Read::Got((runs, self.version)))
+        }
+
+        /// A part writes the first record of [`Writes::ahead`], if any.
         fn commit(&mut self, version: u64, writes: &Writes) -> Result<Commit, String> {
             self.commits += 1;
             if self.steal > 0 {
@@ -624,6 +753,11 @@ mod tests {
             }
             if self.parts > 0 {
                 self.parts -= 1;
+                if let Some(run) = writes.ahead.first() {
+                    self.version += 1;
+                    let at = self.runs.iter().position(|r| r.run_id == run.run_id);
+                    self.runs[at.expect("a record read")] = run.clone();
+                }
                 return Ok(Commit::Part);
             }
             self.version += 1;
@@ -722,6 +856,109 @@ mod tests {
             Ok(None)
         );
         assert_eq!(kept.version, version);
+    }
+
+    /// Three failed records of one slot, the middle one held.
+    fn three_failed() -> Kept {
+        let runs = (0..3)
+            .map(|i| Run {
+                run_id: format!("r{i}"),
+                resolution: (i == 1).then_some(Resolution::Held),
+                ..ended_run(i)
+            })
+            .collect();
+        Kept {
+            runs,
+            ..Kept::default()
+        }
+    }
+
+    fn ended_run(i: i64) -> Run {
+        let mut kept = Kept::default();
+        let Ok(Claim::Claimed { run, .. }) = claim(&mut kept, &req(60_000_000, 1, 1)) else {
+            panic!("no grant");
+        };
+        Run {
+            outcome: Outcome::Failed,
+            started_at: NOW + i,
+            ..run
+        }
+    }
+
+    #[test]
+    fn a_resolve_in_parts_writes_the_held_record_last_and_counts_every_record() {
+        let mut kept = Kept {
+            parts: 2,
+            ..three_failed()
+        };
+        assert_eq!(
+            resolve(&mut kept, "j", 60_000_000, Resolution::Queued),
+            Ok(3)
+        );
+        assert!(
+            kept.runs
+                .iter()
+                .all(|r| r.resolution == Some(Resolution::Queued))
+        );
+        // Two parts of one record each, then the last with the held one.
+        assert_eq!(kept.commits, 3);
+    }
+
+    #[test]
+    fn a_record_that_joins_the_slot_between_parts_ends_the_resolve() {
+        struct Joined(Kept);
+        impl Backend for Joined {
+            type Version = u64;
+            type Fail = String;
+            fn read_claim(&mut self, r: &ClaimRequest) -> Result<Read<(ClaimState, u64)>, String> {
+                self.0.read_claim(r)
+            }
+            fn read_run(
+                &mut self,
+                j: &str,
+                id: &str,
+                n: Need,
+            ) -> Result<Read<(RunRead, u64)>, String> {
+                self.0.read_run(j, id, n)
+            }
+            fn read_lease(&mut self, j: &str, l: bool) -> Result<Read<(LeaseRead, u64)>, String> {
+                self.0.read_lease(j, l)
+            }
+            fn read_slot(&mut self, j: &str, s: i64) -> Result<Read<(Records, u64)>, String> {
+                self.0.read_slot(j, s)
+            }
+            /// After the first part, a grant of the slot adds a running record.
+            fn commit(&mut self, v: u64, w: &Writes) -> Result<Commit, String> {
+                let answer = self.0.commit(v, w);
+                if answer == Ok(Commit::Part) {
+                    let run = Run {
+                        run_id: "granted".to_string(),
+                        outcome: Outcome::Running,
+                        resolution: None,
+                        ..self.0.runs[0].clone()
+                    };
+                    self.0.runs.push(run);
+                }
+                answer
+            }
+        }
+        let mut joined = Joined(Kept {
+            parts: 1,
+            ..three_failed()
+        });
+        assert_eq!(
+            resolve(&mut joined, "j", 60_000_000, Resolution::Queued),
+            Ok(1)
+        );
+        let queued = joined
+            .0
+            .runs
+            .iter()
+            .filter(|r| r.resolution == Some(Resolution::Queued))
+            .count();
+        assert_eq!(queued, 1);
+        // The held record is still held: the slot was never left unheld.
+        assert_eq!(joined.0.runs[1].resolution, Some(Resolution::Held));
     }
 
     fn read_of(state: &RunState<'_>) -> RunRead {

@@ -729,10 +729,10 @@ impl Job<'_> {
         }
     }
 
-    /// Marks the records that [`rules::settle_ahead`] picked for a grant (`ahead`) as
-    /// re-run, as many as one transaction holds, if the job is unchanged since the read:
-    /// a grant that would settle more records than one transaction holds comes after one
-    /// or more of these. `all` is every record the claim read.
+    /// Writes the first records of `ahead` ([`engine::Writes::ahead`]: those that
+    /// [`rules::settle_ahead`] picked for a grant, or a resolve's), as many as one
+    /// transaction holds, if the job is unchanged since the read: writes that do not fit
+    /// in one transaction come after one or more of these. `all` is every record read.
     async fn settle_ahead(&mut self, ahead: &[Run], all: &[Run]) -> Result<Commit, Fail> {
         let mut part: Vec<Run> = Vec::new();
         let mut slots = std::collections::BTreeSet::new();
@@ -982,7 +982,8 @@ impl engine::Backend for Session<'_> {
     const HOST_CLOCK: bool = true;
 
     /// Reads the lease row, `alive` key, the asked slot's records, a record under the
-    /// run id, the newest slot and (queued first) the queued markers at one revision;
+    /// run id, the newest slot, the layout version (a newer one is refused) and (queued
+    /// first) the queued markers at one revision;
     /// then the retried record, the lease's record and the queued slots' records while
     /// the row is unchanged.
     fn read_claim(&mut self, req: &ClaimRequest) -> Result<Read<(rules::ClaimState, Seen)>, Fail> {
@@ -1159,11 +1160,29 @@ impl engine::Backend for Session<'_> {
         })
     }
 
+    /// Reads the lease row and the slot's records at one revision.
+    fn read_slot(&mut self, job: &str, slot: i64) -> Result<Read<(engine::Records, Seen)>, Fail> {
+        self.reading(async |store, client| {
+            let (read, found) = Job::read(
+                store,
+                client,
+                job,
+                vec![TxnOp::get(
+                    store.slot_prefix(job, slot).into_bytes(),
+                    Some(GetOptions::new().with_prefix()),
+                )],
+            )
+            .await?;
+            Ok((runs_of(&found[0])?, read.seen()))
+        })
+    }
+
     /// Writes each changed record (its report when new or changed) and its slot's queued
     /// marker, and the lease row: a grant's with a new etcd lease that its `alive` key is
     /// attached to and its run id's index; a release's with the `alive` key deleted and
-    /// its etcd lease revoked after the commit. A grant whose writes do not fit in one
-    /// transaction ([`MAX_TXN_OPS`]) first settles [`Writes::ahead`] in parts.
+    /// its etcd lease revoked after the commit. Writes that do not fit in one transaction
+    /// ([`MAX_TXN_OPS`]), a grant's or a resolve's, first write [`Writes::ahead`] in
+    /// parts ([`Commit::Part`]).
     fn commit(&mut self, seen: Seen, writes: &engine::Writes) -> Result<Commit, Fail> {
         let (store, client) = (self.store, &mut *self.client);
         let once = store.rt.block_on(async {
@@ -1240,7 +1259,13 @@ impl engine::Backend for Session<'_> {
                             ops.delete(store.alive_key(&seen.job));
                         }
                     }
-                    LeaseWrite::Keep => {}
+                    LeaseWrite::Keep => {
+                        if ops.len() + 1 > MAX_TXN_OPS {
+                            let all: Vec<Run> =
+                                writes.slots.iter().flat_map(|s| s.before.clone()).collect();
+                            return job.settle_ahead(&writes.ahead, &all).await;
+                        }
+                    }
                 }
                 if !job.commit(ops, row).await? {
                     return Ok(Commit::Changed);
@@ -1368,76 +1393,6 @@ impl Store for EtcdStore {
             runs_of(&range_all(client, &prefix).await?).map(Some)
         })?;
         Ok(remote::select(runs, query))
-    }
-
-    fn resolve(
-        &mut self,
-        job: &str,
-        slot: i64,
-        resolution: Resolution,
-    ) -> Result<usize, StoreError> {
-        // A transaction holds at most MAX_TXN_OPS operations: a slot with more records to
-        // change is resolved in parts, each a transaction on the job as read that keeps the
-        // slot's queued marker true, so a resolve cut short (an error, a crash) leaves no
-        // queued record that a queued-first claim cannot find. Held records change last:
-        // until then a held slot stays held. A grant of the slot between parts (its own
-        // firing, a forced run, a queued-first claim) settles what it finds queued, and the
-        // resolve ends there: the slot is being run again, and queueing the rest after it
-        // would run it once more.
-        let mut total = 0;
-        let mut known: Option<Vec<String>> = None;
-        loop {
-            let known_now = known.clone();
-            let (n, seen) = self.retrying("resolve", async |store, client| {
-                let (mut state_job, found) = Job::read(
-                    store,
-                    client,
-                    job,
-                    vec![TxnOp::get(
-                        store.slot_prefix(job, slot).into_bytes(),
-                        Some(GetOptions::new().with_prefix()),
-                    )],
-                )
-                .await?;
-                let slot_runs = runs_of(&found[0])?;
-                if known_now
-                    .as_ref()
-                    .is_some_and(|k| slot_runs.iter().any(|r| !k.contains(&r.run_id)))
-                {
-                    return Ok(Some((0, None)));
-                }
-                let ids = rules::resolve(&slot_runs, resolution);
-                let mut writes = Writes::default();
-                let mut before: Vec<&Run> = slot_runs
-                    .iter()
-                    .filter(|r| ids.contains(&r.run_id))
-                    .collect();
-                before.sort_by_key(|r| r.resolution == Some(Resolution::Held));
-                let last = before.len() + 2 <= MAX_TXN_OPS;
-                before.truncate(MAX_TXN_OPS - 2);
-                let changed: Vec<Run> = before
-                    .into_iter()
-                    .map(|r| Run {
-                        resolution: Some(resolution),
-                        ..r.clone()
-                    })
-                    .collect();
-                if changed.is_empty() {
-                    return Ok(Some((0, None)));
-                }
-                state_job.put_runs(&mut writes, &changed, &slot_runs)?;
-                let seen = (!last).then(|| slot_runs.iter().map(|r| r.run_id.clone()).collect());
-                Ok(state_job
-                    .commit(writes, None)
-                    .await?
-                    .then_some((changed.len(), seen)))
-            })?;
-            total += n;
-            match seen {
-                Some(seen) => known = Some(known.unwrap_or(seen)),
-                None => return Ok(total),
-            }
-        }
     }
 
     fn read_mark(&mut self, namespace: &str, key: &str) -> Result<Option<Mark>, StoreError> {

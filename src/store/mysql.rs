@@ -50,12 +50,10 @@
 //! schema 3 and older call, so such a jobguard finds none, reads the newer version and
 //! refuses.
 //!
-//! Renew, finish, interrupt and unlock run the same loop ([`engine`]) in one READ
-//! COMMITTED transaction sent statement by statement: it locks the job's lease row
+//! Renew, finish, interrupt, unlock and resolve run the same loop ([`engine`]) in one
+//! READ COMMITTED transaction sent statement by statement: it locks the job's lease row
 //! (`SELECT … FOR UPDATE`), then reads the server's clock and the records, decides and
-//! writes; resolve ([`rules::resolve`]) the same, with a loop of its own. Values are sent
-//! as literals
-//! in the text protocol (strings as hex literals, so nothing needs escaping), which
+//! writes. Values are sent as literals in the text protocol (strings as hex literals, so nothing needs escaping), which
 //! avoids the extra prepare round trip of server-side prepared statements. Connecting does not ask the server for its settings
 //! (`max_allowed_packet` is given). On a database without the schema, the tool creates it
 //! under `GET_LOCK` (hosts starting together do not race) and asks again.
@@ -686,10 +684,8 @@ impl MysqlStore {
                 }
             }
             if version < 2 {
-                // The index first: once the new claim exists, hosts call it, and a claim's
-                // transaction on jobguard_run would deadlock (on metadata locks) with a
-                // CREATE INDEX still waiting for that table.
-                // MySQL has no CREATE INDEX IF NOT EXISTS (MariaDB has).
+                // The queued re-runs a claim picks first. MySQL has no CREATE INDEX IF
+                // NOT EXISTS (MariaDB has).
                 let has_index: Option<i64> = conn.query_first(
                     "SELECT 1 FROM information_schema.statistics
                       WHERE table_schema = DATABASE() AND table_name = 'jobguard_run'
@@ -1339,41 +1335,6 @@ impl Store for MysqlStore {
         })
     }
 
-    fn resolve(
-        &mut self,
-        job: &str,
-        slot: i64,
-        resolution: Resolution,
-    ) -> Result<usize, StoreError> {
-        // Decided by `rules::resolve` on the slot's records, under the lease row's lock
-        // (every claim, finish and interrupt takes it).
-        let now = self.test_now();
-        self.with_schema("resolve", |c| {
-            let mut tx = c.start_transaction(read_committed())?;
-            let _ = lock_lease(&mut tx, job, &now, false)?;
-            let rows: Vec<Row> = tx.query(format!(
-                "SELECT {RUN_COLUMNS} FROM jobguard_run r WHERE r.job = {} AND r.slot_usec = {slot}
-                 ORDER BY r.seq",
-                lit(job)
-            ))?;
-            let runs = rows
-                .iter()
-                .map(|row| remote::run_from_object(&row_object(row)).map_err(Fail::Data))
-                .collect::<Result<Vec<Run>, Fail>>()?;
-            let ids = rules::resolve(&runs, resolution);
-            if !ids.is_empty() {
-                let list: Vec<String> = ids.iter().map(|id| lit(id)).collect();
-                tx.query_drop(format!(
-                    "UPDATE jobguard_run SET resolution = {} WHERE run_id IN ({})",
-                    lit(resolution.as_str()),
-                    list.join(", ")
-                ))?;
-            }
-            tx.commit()?;
-            Ok(ids.len())
-        })
-    }
-
     fn delete_slots(
         &mut self,
         job: &str,
@@ -1577,9 +1538,25 @@ impl engine::Backend for Session<'_> {
         Ok(Read::Got((LeaseRead { now, lease }, Seen::Locked)))
     }
 
+    /// Locks the lease row, then reads the slot's records.
+    fn read_slot(&mut self, job: &str, slot: i64) -> Result<Read<(engine::Records, Seen)>, Fail> {
+        self.begin()?;
+        let _ = lock_lease(self.c, job, self.now, false)?;
+        let rows: Vec<Row> = self.c.query(format!(
+            "SELECT {RUN_COLUMNS} FROM jobguard_run r WHERE r.job = {} AND r.slot_usec = {slot}
+             ORDER BY r.seq",
+            lit(job)
+        ))?;
+        let runs = rows
+            .iter()
+            .map(|row| remote::run_from_object(&row_object(row)).map_err(Fail::Data))
+            .collect::<Result<Vec<Run>, Fail>>()?;
+        Ok(Read::Got((runs, Seen::Locked)))
+    }
+
     /// A grant: [`write_grant`] (the job's first grant first inserts its lease row, the
-    /// token counter, and reads again). Under the lock: the record (while still
-    /// `running`) and the lease row, then `COMMIT`.
+    /// token counter, and reads again). Under the lock: each changed record (while its
+    /// outcome is still the one read) and the lease row, then `COMMIT`.
     fn commit(&mut self, seen: Seen, writes: &Writes) -> Result<Commit, Fail> {
         let job = lit(&writes.job);
         let locked = match (seen, &writes.lease) {
@@ -1611,20 +1588,22 @@ impl engine::Backend for Session<'_> {
                 "a write without the read it depends on".to_string(),
             ));
         }
-        for (r, _) in writes.changed() {
+        for (r, before) in writes.changed() {
             let report =
                 serde_json::to_string(&r.report).map_err(|e| Fail::Data(format!("report: {e}")))?;
+            let was = before.map_or(Outcome::Running, |b| b.outcome);
             self.c.query_drop(format!(
                 "UPDATE jobguard_run SET outcome = {}, reason = {}, exit_status = {},
                      finished_at = {}, report = {}, resolution = {}
-                 WHERE run_id = {} AND outcome = 'running'",
+                 WHERE run_id = {} AND outcome = {}",
                 lit(r.outcome.as_str()),
                 lit_opt(r.reason.as_deref()),
                 int_opt(r.exit_status.map(i64::from)),
                 int_opt(r.finished_at),
                 lit(&report),
                 lit_opt(r.resolution.map(Resolution::as_str)),
-                lit(&r.run_id)
+                lit(&r.run_id),
+                lit(was.as_str())
             ))?;
         }
         match &writes.lease {

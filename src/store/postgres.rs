@@ -75,10 +75,10 @@
 //! Statements are sent with `query_typed` (parse, bind and execute in one message flight);
 //! on a store that has no schema yet, or an older one, the tool creates or migrates it
 //! (under an advisory lock, so hosts starting together do not race) and asks again.
-//! Renew, finish, interrupt and unlock run the same loop: one statement reads the lease
-//! row with its `xmin` and the records; one writes only if `xmin` is unchanged (and an
-//! end's record only while it is still `running`: when it is not, nothing is written and
-//! the end is decided again). Resolve ([`rules::resolve`]) too, with a loop of its own.
+//! Renew, finish, interrupt, unlock and resolve run the same loop: one statement reads
+//! the lease row with its `xmin` and the records; one writes only if `xmin` is unchanged
+//! (and each record only while its outcome is still the one read: an end's record that
+//! is no longer `running` is not written, nothing is, and the end is decided again).
 //!
 //! Every call (each read and each write of the loop) has a deadline
 //! ([`remote::CALL_TIMEOUT`], connect [`remote::CONNECT_TIMEOUT`]);
@@ -707,8 +707,8 @@ impl PostgresStore {
         })
     }
 
-    /// Judges time by `clock` instead of the server's clock: the decisions are still made
-    /// by the server's statements, with `clock`'s time passed in. Only for tests that move
+    /// Judges time by `clock` instead of the server's clock: every statement that reads
+    /// the server's time gets `clock`'s time instead. Only for tests that move
     /// time (the store conformance suite); jobguard itself never calls it.
     #[doc(hidden)]
     pub fn judge_time_by(&mut self, clock: Arc<dyn Clock>) {
@@ -1066,22 +1066,24 @@ fn runs_from_json(json: Option<String>) -> Result<Vec<Run>, Fail> {
         .collect()
 }
 
-/// Applies an end ([`rules::finish`], [`rules::interrupt`]) or an unlock in one
-/// statement, only if the job's lease row is still at `version`: the row released (with
-/// `release`; otherwise rewritten as it is, so that its version moves) and `record`'s new
-/// state. The record is written only while it is still `running` (an interrupt of a record
-/// under an earlier grant writes no lease row, so the row's version does not cover it),
-/// and nothing is written when it is not. False, with nothing written, when the row
-/// changed or the record is no longer `running` (read and decide again).
+/// Applies an end ([`rules::finish`], [`rules::interrupt`]), an unlock or a resolve
+/// ([`rules::resolve`]) in one statement, only if the job's lease row is still at
+/// `version`: the row released (with `release`; otherwise rewritten as it is, so that its
+/// version moves) and each record's new state, given with the record as read. Each
+/// record is written only while its outcome is still the one read (an interrupt of a
+/// record under an earlier grant writes no lease row, so the row's version does not
+/// cover it: a record no longer `running` is not ended twice), and nothing is written
+/// unless every record is. False, with nothing written, when the row changed or a record
+/// did (read and decide again).
 async fn write_end(
     c: &mut Client,
     job: &str,
     version: Option<&str>,
     release: bool,
-    record: Option<&Run>,
+    records: &[(&Run, Option<&Run>)],
 ) -> Result<bool, Fail> {
     let Some(version) = version else {
-        if let Some(r) = record {
+        if let Some((r, _)) = records.first() {
             return Err(Fail::Data(format!(
                 "run {} is recorded but job {job} has no lease row",
                 r.run_id
@@ -1089,19 +1091,44 @@ async fn write_end(
         }
         return Ok(true);
     };
-    let r = record;
-    let report = r
-        .map(|r| serde_json::to_string(&r.report))
-        .transpose()
-        .map_err(|e| Fail::Data(format!("report: {e}")))?;
+    let mut ids = Vec::new();
+    let mut was = Vec::new();
+    let mut outcome = Vec::new();
+    let mut reason = Vec::new();
+    let mut exit_status = Vec::new();
+    let mut finished_at = Vec::new();
+    let mut report = Vec::new();
+    let mut resolution = Vec::new();
+    for (r, before) in records {
+        ids.push(r.run_id.as_str());
+        was.push(before.map_or(Outcome::Running, |b| b.outcome).as_str());
+        outcome.push(r.outcome.as_str());
+        reason.push(r.reason.as_deref());
+        exit_status.push(r.exit_status);
+        finished_at.push(r.finished_at);
+        report.push(
+            serde_json::to_string(&r.report).map_err(|e| Fail::Data(format!("report: {e}")))?,
+        );
+        resolution.push(r.resolution.map(Resolution::as_str));
+    }
     let rows = c
         .query_typed(
             "WITH v AS (
                SELECT 1 FROM jobguard_lease WHERE job = $1 AND xmin::text = $2 FOR UPDATE),
+             u AS (
+               SELECT * FROM unnest($4::text[], $5::text[], $6::text[], $7::text[],
+                 $8::int4[], $9::int8[], $10::text[], $11::text[])
+                 AS u(id, was, outcome, reason, exit_status, finished_at, report, resolution)),
+             ok AS (
+               SELECT count(*) = cardinality($4::text[]) AS all_as_read
+                 FROM jobguard_run r JOIN u ON r.run_id = u.id AND r.outcome = u.was),
              rec AS (
-               UPDATE jobguard_run SET outcome = $5, reason = $6, exit_status = $7,
-                 finished_at = $8, report = $9, resolution = $10
-               WHERE run_id = $4 AND outcome = 'running' AND EXISTS (SELECT 1 FROM v)
+               UPDATE jobguard_run r SET outcome = u.outcome, reason = u.reason,
+                 exit_status = u.exit_status, finished_at = u.finished_at,
+                 report = u.report, resolution = u.resolution
+               FROM u
+               WHERE r.run_id = u.id AND r.outcome = u.was
+                 AND EXISTS (SELECT 1 FROM v) AND (SELECT all_as_read FROM ok)
                RETURNING 1),
              l AS (
                UPDATE jobguard_lease SET
@@ -1109,23 +1136,21 @@ async fn write_end(
                  host = CASE WHEN $3 THEN '' ELSE host END,
                  expire_at = CASE WHEN $3 THEN 0 ELSE expire_at END
                WHERE job = $1 AND EXISTS (SELECT 1 FROM v)
-                 AND ($4::text IS NULL OR EXISTS (SELECT 1 FROM rec))
+                 AND (SELECT count(*) FROM rec) = cardinality($4::text[])
                RETURNING 1)
              SELECT count(*) FROM l",
             &[
                 (&job, Type::TEXT),
                 (&version, Type::TEXT),
                 (&release, Type::BOOL),
-                (&r.map(|r| r.run_id.as_str()), Type::TEXT),
-                (&r.map(|r| r.outcome.as_str()), Type::TEXT),
-                (&r.and_then(|r| r.reason.as_deref()), Type::TEXT),
-                (&r.and_then(|r| r.exit_status), Type::INT4),
-                (&r.and_then(|r| r.finished_at), Type::INT8),
-                (&report, Type::TEXT),
-                (
-                    &r.and_then(|r| r.resolution.map(Resolution::as_str)),
-                    Type::TEXT,
-                ),
+                (&ids, Type::TEXT_ARRAY),
+                (&was, Type::TEXT_ARRAY),
+                (&outcome, Type::TEXT_ARRAY),
+                (&reason, Type::TEXT_ARRAY),
+                (&exit_status, Type::INT4_ARRAY),
+                (&finished_at, Type::INT8_ARRAY),
+                (&report, Type::TEXT_ARRAY),
+                (&resolution, Type::TEXT_ARRAY),
             ],
         )
         .await?;
@@ -1450,10 +1475,35 @@ impl engine::Backend for Session<'_> {
         )))
     }
 
+    /// The lease row's `xmin` and the slot's records in one statement; none (and no
+    /// version) while the job has no lease row.
+    fn read_slot(
+        &mut self,
+        job: &str,
+        slot: i64,
+    ) -> Result<Read<(engine::Records, Self::Version)>, Fail> {
+        self.run(async |c| {
+            let rows = c
+                .query_typed(
+                    "SELECT l.xmin::text,
+                       (SELECT jsonb_agg(to_jsonb(r) ORDER BY r.seq)::text
+                          FROM jobguard_run r WHERE r.job = $1 AND r.slot_usec = $2)
+                     FROM jobguard_lease l WHERE l.job = $1",
+                    &[(&job, Type::TEXT), (&slot, Type::INT8)],
+                )
+                .await?;
+            Ok(Read::Got(match rows.first() {
+                Some(row) => (runs_from_json(row.try_get(1)?)?, Some(row.try_get(0)?)),
+                None => (Vec::new(), None),
+            }))
+        })
+    }
+
     /// A grant: the lease row, the records it changes and its new record
     /// ([`write_grant`]); the job's first grant first inserts its lease row (the token
-    /// counter) and reads again. A renewal: the row's `expire_at` and `renewal`. An end
-    /// or an unlock: the row released or kept and the record changed ([`write_end`]).
+    /// counter) and reads again. A renewal: the row's `expire_at` and `renewal`. An end,
+    /// an unlock or a resolve: the row released or kept and the records changed
+    /// ([`write_end`]).
     fn commit(&mut self, version: Self::Version, writes: &Writes) -> Result<Commit, Fail> {
         let job = writes.job.as_str();
         let done = match (&writes.lease, &version) {
@@ -1497,8 +1547,8 @@ impl engine::Backend for Session<'_> {
             (LeaseWrite::Renew(_), None) => false,
             (LeaseWrite::Release(_) | LeaseWrite::Keep, version) => {
                 let release = matches!(writes.lease, LeaseWrite::Release(_));
-                let record = writes.changed().next().map(|(r, _)| r);
-                self.run(async |c| write_end(c, job, version.as_deref(), release, record).await)?
+                let records: Vec<_> = writes.changed().collect();
+                self.run(async |c| write_end(c, job, version.as_deref(), release, &records).await)?
             }
         };
         Ok(if done { Commit::Done } else { Commit::Changed })
@@ -1882,67 +1932,6 @@ impl Store for PostgresStore {
                     remote::run_from_json(&json).map_err(Fail::Data)
                 })
                 .collect()
-        })
-    }
-
-    fn resolve(
-        &mut self,
-        job: &str,
-        slot: i64,
-        resolution: Resolution,
-    ) -> Result<usize, StoreError> {
-        // Decided by `rules::resolve` on the slot's records; written only if the job's
-        // lease row is the version read (every claim, finish and interrupt writes it).
-        self.with_schema("resolve", async |c| {
-            for _ in 0..engine::RETRIES {
-                let rows = c
-                    .query_typed(
-                        "SELECT l.xmin::text,
-                           (SELECT jsonb_agg(to_jsonb(r) ORDER BY r.seq)::text
-                              FROM jobguard_run r WHERE r.job = $1 AND r.slot_usec = $2)
-                         FROM jobguard_lease l WHERE l.job = $1",
-                        &[(&job, Type::TEXT), (&slot, Type::INT8)],
-                    )
-                    .await?;
-                let Some(row) = rows.first() else {
-                    return Ok(0);
-                };
-                let version: String = row.try_get(0)?;
-                let runs = runs_from_json(row.try_get(1)?)?;
-                let ids = rules::resolve(&runs, resolution);
-                if ids.is_empty() {
-                    return Ok(0);
-                }
-                let resolution = resolution.as_str();
-                let rows = c
-                    .query_typed(
-                        "WITH l AS (
-                           UPDATE jobguard_lease SET holder = holder
-                           WHERE job = $1 AND xmin::text = $2 RETURNING 1),
-                         r AS (
-                           UPDATE jobguard_run SET resolution = $4
-                           WHERE run_id = ANY($3) AND EXISTS (SELECT 1 FROM l)
-                           RETURNING 1)
-                         SELECT (SELECT count(*) FROM l), (SELECT count(*) FROM r)",
-                        &[
-                            (&job, Type::TEXT),
-                            (&version, Type::TEXT),
-                            (&ids, Type::TEXT_ARRAY),
-                            (&resolution, Type::TEXT),
-                        ],
-                    )
-                    .await?;
-                let row = rows.first().ok_or_else(|| {
-                    Fail::Data("the resolve's write answered nothing".to_string())
-                })?;
-                if row.try_get::<_, i64>(0)? == 1 {
-                    return Ok(usize::try_from(row.try_get::<_, i64>(1)?).unwrap_or(0));
-                }
-            }
-            Err(Fail::Data(format!(
-                "resolve: the lease row changed under {} tries in a row",
-                engine::RETRIES
-            )))
         })
     }
 

@@ -933,6 +933,22 @@ impl engine::Backend for Session<'_> {
         Ok(Read::Got((LeaseRead { now, lease: row }, None)))
     }
 
+    /// Reads the slot's run ids and then its records, all watched.
+    fn read_slot(
+        &mut self,
+        job: &str,
+        slot: i64,
+    ) -> Result<Read<(engine::Records, Self::Version)>, Fail> {
+        let (c, ctx) = (&mut *self.c, &self.ctx);
+        let k = ctx.keys(job);
+        let mut pipe = watching(&[k.slot(slot)]);
+        pipe.smembers(k.slot(slot));
+        let (ids,): (Vec<String>,) = pipe.query(c)?;
+        let keys: Vec<String> = ids.iter().map(|id| k.run(id)).collect();
+        let runs = runs_of(hashes(c, watching_more(&keys), &keys)?)?;
+        Ok(Read::Got((runs, None)))
+    }
+
     /// Writes each changed record whole, the lease hash and its `alive` key, and keeps the
     /// slot indexes: a grant's slot joins `slots:JOB`; a slot with a record resolved
     /// queued joins `queued:JOB`, and a claim drops from it each slot it read that has no
@@ -1345,35 +1361,6 @@ impl Store for RedisStore {
             runs.truncate(query.limit);
         }
         Ok(runs)
-    }
-
-    fn resolve(
-        &mut self,
-        job: &str,
-        slot: i64,
-        resolution: Resolution,
-    ) -> Result<usize, StoreError> {
-        self.deciding("resolve", |c, ctx| {
-            let k = ctx.keys(job);
-            let mut pipe = watching(&[k.slot(slot)]);
-            pipe.smembers(k.slot(slot));
-            let (ids,): (Vec<String>,) = pipe.query(c)?;
-            let keys: Vec<String> = ids.iter().map(|id| k.run(id)).collect();
-            let runs = runs_of(hashes(c, watching_more(&keys), &keys)?)?;
-            let change = rules::resolve(&runs, resolution);
-            if change.is_empty() {
-                return Ok(Some(0));
-            }
-            let mut pipe = redis::pipe();
-            for id in &change {
-                pipe.hset(k.run(id), "resolution", resolution.as_str());
-            }
-            // A slot that is no longer queued leaves `queued:JOB` at the next claim.
-            if resolution == Resolution::Queued {
-                pipe.zadd(k.queued(), slot, slot);
-            }
-            Ok(commit(c, pipe)?.then_some(change.len()))
-        })
     }
 
     /// Judges the slots a batch at a time on their records read under `WATCH`, and

@@ -10,14 +10,16 @@
 //! it is the store layer's decision procedure: it answers in the store's own values
 //! ([`Claim`], [`Finished`]) and is called only by the backends and their tests.
 //!
-//! Every store decides with these functions. Claim, renew, finish, interrupt and unlock
-//! run in [`super::engine`]'s one loop: read one job's snapshot with a version, decide
+//! Every store decides with these functions. Claim, renew, finish, interrupt, unlock and
+//! resolve run in [`super::engine`]'s one loop: read one job's snapshot with a version, decide
 //! here, commit only while the version is unchanged (SQLite: one `BEGIN IMMEDIATE`
 //! transaction; PostgreSQL: the lease row's `xmin`; MySQL/MariaDB: every column of the
 //! lease row for a claim, the lease row's lock for the rest; Redis: `WATCH`/`MULTI`/`EXEC`;
 //! etcd: a `Txn` on the lease row's `mod_revision`; ZooKeeper: a `multi` that sets the
-//! lease node at its version). Resolve, the mark's fence, retention and the schedule are
-//! decided here too, each store still with a loop of its own. No store runs a
+//! lease node at its version). The mark's fence and the schedule are decided here too, in
+//! one loop each ([`super::Store::mark`], [`super::Store::declare_schedule`]) over a
+//! store's read and its conditional insert or swap; which slots retention may delete is
+//! still a condition in each store's delete. No store runs a
 //! function, procedure or script that decides (schema 5 on PostgreSQL and MySQL/MariaDB,
 //! schema 4 on Redis).
 //!

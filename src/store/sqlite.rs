@@ -805,6 +805,15 @@ impl engine::Backend for Session<'_> {
         )))
     }
 
+    fn read_slot(&mut self, job: &str, slot: i64) -> Result<Read<(engine::Records, ())>, Fail> {
+        let runs = select_runs(
+            self.tx,
+            "WHERE job = ?1 AND slot_usec = ?2 ORDER BY rowid",
+            params![job, slot],
+        )?;
+        Ok(Read::Got((runs, ())))
+    }
+
     /// Writes the lease row whole, inserts a grant's record and updates each changed one.
     fn commit(&mut self, (): (), writes: &Writes) -> Result<Commit, Fail> {
         match &writes.lease {
@@ -1148,29 +1157,6 @@ impl Store for SqliteStore {
         }
         select_runs(&self.conn, &rest, rusqlite::params_from_iter(values))
             .map_err(|e| store_error(&self.describe, "read runs", e))
-    }
-
-    fn resolve(
-        &mut self,
-        job: &str,
-        slot: i64,
-        resolution: Resolution,
-    ) -> Result<usize, StoreError> {
-        self.write("resolve", |tx, _now| {
-            let runs = select_runs(
-                tx,
-                "WHERE job = ?1 AND slot_usec = ?2 ORDER BY rowid",
-                params![job, slot],
-            )?;
-            let changed = rules::resolve(&runs, resolution);
-            for run_id in &changed {
-                tx.execute(
-                    "UPDATE jobguard_run SET resolution = ?2 WHERE run_id = ?1",
-                    params![run_id, resolution.as_str()],
-                )?;
-            }
-            Ok(changed.len())
-        })
     }
 
     fn read_schedule(&mut self, job: &str) -> Result<Option<ScheduleDecl>, StoreError> {

@@ -995,6 +995,23 @@ impl engine::Backend for Session<'_> {
         })
     }
 
+    /// Reads the lease row, then the slot's records.
+    fn read_slot(&mut self, job: &str, slot: i64) -> Result<Read<(engine::Records, Seen)>, Fail> {
+        self.call(async |store, client| {
+            let snap = store.read_row(client, job).await?;
+            let runs = store
+                .read_slots(client, job, &[slot])
+                .await?
+                .pop()
+                .flatten();
+            let existing = runs.as_ref().map(|_| slot).into_iter().collect();
+            Ok(Read::Got((
+                runs.unwrap_or_default(),
+                Seen { snap, existing },
+            )))
+        })
+    }
+
     /// Sets the lease node at the version read (a grant's row names its record and keeps
     /// the newest slot and the last grants; a release's row is released) and writes each
     /// changed slot's records, reports and queued marker, and a grant's run id index.
@@ -1384,53 +1401,6 @@ impl Store for ZooKeeperStore {
             Ok(Some(runs))
         })?;
         Ok(remote::select(runs, query))
-    }
-
-    fn resolve(
-        &mut self,
-        job: &str,
-        slot: i64,
-        resolution: Resolution,
-    ) -> Result<usize, StoreError> {
-        self.retrying("resolve", async |store, client| {
-            let snap = store.read_row(client, job).await?;
-            let Some(row) = snap.row.clone() else {
-                return Ok(Some(0));
-            };
-            let slot_runs = store
-                .read_slots(client, job, &[slot])
-                .await?
-                .pop()
-                .flatten()
-                .unwrap_or_default();
-            let ids = rules::resolve(&slot_runs, resolution);
-            if ids.is_empty() {
-                return Ok(Some(0));
-            }
-            let runs: Vec<Run> = slot_runs
-                .iter()
-                .map(|r| {
-                    if ids.contains(&r.run_id) {
-                        Run {
-                            resolution: Some(resolution),
-                            ..r.clone()
-                        }
-                    } else {
-                        r.clone()
-                    }
-                })
-                .collect();
-            let change = SlotWrite {
-                slot,
-                before: slot_runs.clone(),
-                after: runs,
-            };
-            let writes = store.slot_writes(job, &change, true)?;
-            Ok(store
-                .commit(client, &snap, &row, &writes)
-                .await?
-                .then_some(ids.len()))
-        })
     }
 
     fn read_mark(&mut self, namespace: &str, key: &str) -> Result<Option<Mark>, StoreError> {
