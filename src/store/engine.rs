@@ -252,7 +252,9 @@ impl Writes {
     /// The writes of a resolve of `slot` to `resolution` ([`rules::resolve`]), read as
     /// `runs`: each record named in `ids` takes it. [`Writes::ahead`] holds the same
     /// records, those that were held last, for a backend that writes them in parts
-    /// ([`Commit::Part`]): until its last part a held slot stays held.
+    /// ([`Commit::Part`]): until its last part a held slot stays held, and each part
+    /// keeps the slot's own indexes right for its records (etcd's queued marker), so a
+    /// resolve cut short leaves no queued record that a queued-first claim cannot find.
     pub fn resolve(
         job: &str,
         slot: i64,
