@@ -1135,6 +1135,37 @@ fn store_init_creates_the_schema_of_the_job_lists_store() {
     assert_eq!(unknown.status.code(), Some(78));
 }
 
+/// A job list with an error: `store init` still makes the valid jobs' stores ready, but
+/// says what is wrong (file, line, key) and exits 78, not "no jobs" and 0.
+#[test]
+fn store_init_names_the_job_lists_errors() {
+    let sb = Sandbox::new(&format!(
+        "{}{}",
+        job("a", "true", ""),
+        job("b", "true", "lease_ttl = 15")
+    ));
+    let out = sb.run(&["store", "init"]);
+    assert_eq!(out.status.code(), Some(78), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("jobs.b.lease_ttl"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        support::stdout(&out).contains("schema ready"),
+        "{}",
+        support::stdout(&out)
+    );
+    let only_bad = Sandbox::new(&job("b", "true", "lease_ttl = 15"));
+    let out = only_bad.run(&["store", "init"]);
+    assert_eq!(out.status.code(), Some(78), "{}", stderr(&out));
+    assert!(
+        !support::stdout(&out).contains("no jobs"),
+        "{}",
+        support::stdout(&out)
+    );
+}
+
 /// Issue 10, defect 5: `--slot -2h` and `--base-time -2h`, as the README shows them,
 /// were taken for unknown flags.
 #[test]

@@ -10,16 +10,22 @@ use crate::cli::{StoreInitArgs, job_store_address, open_store};
 use crate::config::{self, ConfigSource};
 use crate::exit;
 
-/// Runs `jobguard store init`; returns the exit status (non-zero if any store failed).
+/// Runs `jobguard store init`; returns the exit status: [`exit::CONFIG`] for an unknown
+/// job or a job list with errors (each printed; the valid jobs' stores are still made
+/// ready), else non-zero if any store failed.
 pub fn init(args: &StoreInitArgs) -> u8 {
     let set = config::load(&ConfigSource::resolve(args.config.config.clone()));
+    let mut status = exit::OK;
+    for e in &set.errors {
+        eprintln!("jobguard: {e}");
+        status = exit::CONFIG;
+    }
     if let Some(name) = &args.job
         && !set.jobs.contains_key(name)
     {
         eprintln!("jobguard: no job named {name:?}");
         return exit::CONFIG;
     }
-    let mut status = exit::OK;
     let mut addresses = BTreeSet::new();
     for job in set
         .jobs
