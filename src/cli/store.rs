@@ -12,7 +12,7 @@ use crate::exit;
 
 /// Runs `jobguard store init`; returns the exit status: [`exit::CONFIG`] for an unknown
 /// job or a job list with errors (each printed; the valid jobs' stores are still made
-/// ready), else non-zero if any store failed.
+/// ready), or the status of a store that could not be made ready (the last one).
 pub fn init(args: &StoreInitArgs) -> u8 {
     let set = config::load(&ConfigSource::resolve(args.config.config.clone()));
     let mut status = exit::OK;

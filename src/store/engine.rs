@@ -49,9 +49,10 @@ pub(crate) enum Commit {
     /// (etcd: the etcd lease a renewal keeps alive is gone). A renewal answers that the
     /// lease is lost; any other operation reads again.
     Lost,
-    /// A part was written that leaves every slot's state as it was
-    /// ([`rules::settle_ahead`]: one transaction cannot hold the whole grant); the
-    /// operation reads again and goes on. Does not count as a try.
+    /// One transaction cannot hold every write: a first part of [`Writes::ahead`] was
+    /// written (for a grant, records that [`rules::settle_ahead`] settles, which leave
+    /// every slot's state as it was; for a resolve, some of its records). The operation
+    /// reads again and goes on. Does not count as a try.
     Part,
 }
 
@@ -525,23 +526,29 @@ pub(crate) fn resolve<B: Backend>(
     resolution: crate::ledger::Resolution,
 ) -> Result<usize, B::Fail> {
     let mut done = 0;
-    // The slot's records when the first part was written, and how many were left to
-    // change before the last part.
-    let mut parts: Option<(Vec<String>, usize)> = None;
+    // The slot's records when the first part was written.
+    let mut known: Option<Vec<String>> = None;
+    // The records the last part may have written (a prefix of its `ahead`): those that
+    // carry the resolution when read again are counted.
+    let mut part: Vec<String> = Vec::new();
     let mut tries = 0;
     while tries < RETRIES {
         let Read::Got((runs, version)) = backend.read_slot(job, slot)? else {
             tries += 1;
             continue;
         };
-        let ids = rules::resolve(&runs, resolution);
-        if let Some((known, left)) = &mut parts {
-            done += left.saturating_sub(ids.len());
-            *left = ids.len();
-            if runs.iter().any(|r| !known.contains(&r.run_id)) {
-                return Ok(done);
-            }
+        done += runs
+            .iter()
+            .filter(|r| part.contains(&r.run_id) && r.resolution == Some(resolution))
+            .count();
+        part.clear();
+        if known
+            .as_ref()
+            .is_some_and(|k| runs.iter().any(|r| !k.contains(&r.run_id)))
+        {
+            return Ok(done);
         }
+        let ids = rules::resolve(&runs, resolution);
         if ids.is_empty() {
             return Ok(done);
         }
@@ -549,8 +556,10 @@ pub(crate) fn resolve<B: Backend>(
         match backend.commit(version, &writes)? {
             Commit::Done => return Ok(done + ids.len()),
             Commit::Part => {
-                let known = runs.iter().map(|r| r.run_id.clone()).collect();
-                parts.get_or_insert((known, ids.len())).1 = ids.len();
+                known.get_or_insert_with(|| runs.iter().map(|r| r.run_id.clone()).collect());
+                part = ids;
+                // Progress: the tries count again from none.
+                tries = 0;
             }
             Commit::Changed | Commit::Lost => tries += 1,
         }
@@ -657,6 +666,8 @@ mod tests {
         steal: u32,
         parts: u32,
         commits: u32,
+        /// The records written by parts, in order.
+        written: Vec<String>,
     }
 
     impl Failure for String {
@@ -757,6 +768,7 @@ mod tests {
                 self.parts -= 1;
                 if let Some(run) = writes.ahead.first() {
                     self.version += 1;
+                    self.written.push(run.run_id.clone());
                     let at = self.runs.iter().position(|r| r.run_id == run.run_id);
                     self.runs[at.expect("a record read")] = run.clone();
                 }
@@ -860,12 +872,12 @@ mod tests {
         assert_eq!(kept.version, version);
     }
 
-    /// Three failed records of one slot, the middle one held.
+    /// Three failed records of one slot, the first one held.
     fn three_failed() -> Kept {
         let runs = (0..3)
             .map(|i| Run {
                 run_id: format!("r{i}"),
-                resolution: (i == 1).then_some(Resolution::Held),
+                resolution: (i == 0).then_some(Resolution::Held),
                 ..ended_run(i)
             })
             .collect();
@@ -903,51 +915,56 @@ mod tests {
                 .all(|r| r.resolution == Some(Resolution::Queued))
         );
         // Two parts of one record each, then the last with the held one.
+        assert_eq!(kept.written, ["r1", "r2"]);
         assert_eq!(kept.commits, 3);
+    }
+
+    /// [`Kept`], and what another host does right after each part.
+    struct AfterPart(Kept, fn(&mut Kept));
+
+    impl Backend for AfterPart {
+        type Version = u64;
+        type Fail = String;
+        fn read_claim(&mut self, r: &ClaimRequest) -> Result<Read<(ClaimState, u64)>, String> {
+            self.0.read_claim(r)
+        }
+        fn read_run(&mut self, j: &str, id: &str, n: Need) -> Result<Read<(RunRead, u64)>, String> {
+            self.0.read_run(j, id, n)
+        }
+        fn read_lease(&mut self, j: &str, l: bool) -> Result<Read<(LeaseRead, u64)>, String> {
+            self.0.read_lease(j, l)
+        }
+        fn read_slot(&mut self, j: &str, s: i64) -> Result<Read<(Records, u64)>, String> {
+            self.0.read_slot(j, s)
+        }
+        fn commit(&mut self, v: u64, w: &Writes) -> Result<Commit, String> {
+            let answer = self.0.commit(v, w);
+            if answer == Ok(Commit::Part) {
+                (self.1)(&mut self.0);
+                self.0.version += 1;
+            }
+            answer
+        }
     }
 
     #[test]
     fn a_record_that_joins_the_slot_between_parts_ends_the_resolve() {
-        struct Joined(Kept);
-        impl Backend for Joined {
-            type Version = u64;
-            type Fail = String;
-            fn read_claim(&mut self, r: &ClaimRequest) -> Result<Read<(ClaimState, u64)>, String> {
-                self.0.read_claim(r)
-            }
-            fn read_run(
-                &mut self,
-                j: &str,
-                id: &str,
-                n: Need,
-            ) -> Result<Read<(RunRead, u64)>, String> {
-                self.0.read_run(j, id, n)
-            }
-            fn read_lease(&mut self, j: &str, l: bool) -> Result<Read<(LeaseRead, u64)>, String> {
-                self.0.read_lease(j, l)
-            }
-            fn read_slot(&mut self, j: &str, s: i64) -> Result<Read<(Records, u64)>, String> {
-                self.0.read_slot(j, s)
-            }
-            /// After the first part, a grant of the slot adds a running record.
-            fn commit(&mut self, v: u64, w: &Writes) -> Result<Commit, String> {
-                let answer = self.0.commit(v, w);
-                if answer == Ok(Commit::Part) {
-                    let run = Run {
-                        run_id: "granted".to_string(),
-                        outcome: Outcome::Running,
-                        resolution: None,
-                        ..self.0.runs[0].clone()
-                    };
-                    self.0.runs.push(run);
-                }
-                answer
-            }
-        }
-        let mut joined = Joined(Kept {
-            parts: 1,
-            ..three_failed()
-        });
+        // A grant of the slot adds its running record.
+        let mut joined = AfterPart(
+            Kept {
+                parts: 1,
+                ..three_failed()
+            },
+            |kept| {
+                let run = Run {
+                    run_id: "granted".to_string(),
+                    outcome: Outcome::Running,
+                    resolution: None,
+                    ..kept.runs[0].clone()
+                };
+                kept.runs.push(run);
+            },
+        );
         assert_eq!(
             resolve(&mut joined, "j", 60_000_000, Resolution::Queued),
             Ok(1)
@@ -960,7 +977,26 @@ mod tests {
             .count();
         assert_eq!(queued, 1);
         // The held record is still held: the slot was never left unheld.
-        assert_eq!(joined.0.runs[1].resolution, Some(Resolution::Held));
+        assert_eq!(joined.0.written, ["r1"]);
+        assert_eq!(joined.0.runs[0].resolution, Some(Resolution::Held));
+    }
+
+    #[test]
+    fn a_resolve_counts_only_the_records_it_wrote() {
+        // Between the parts another host's run of the slot succeeds: nothing is left to
+        // queue, and the one record the part wrote is all this resolve did.
+        let mut settled = AfterPart(
+            Kept {
+                parts: 1,
+                ..three_failed()
+            },
+            |kept| kept.runs[2].outcome = Outcome::Succeeded,
+        );
+        assert_eq!(
+            resolve(&mut settled, "j", 60_000_000, Resolution::Queued),
+            Ok(1)
+        );
+        assert_eq!(settled.0.written, ["r1"]);
     }
 
     fn read_of(state: &RunState<'_>) -> RunRead {

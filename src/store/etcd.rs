@@ -747,7 +747,7 @@ impl Job<'_> {
         }
         if part.is_empty() {
             return Err(Fail::Data(format!(
-                "claim of {}: the grant does not fit in one transaction",
+                "job {}: the writes of one decision do not fit in one transaction",
                 self.job
             )));
         }

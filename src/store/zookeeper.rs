@@ -1231,8 +1231,15 @@ impl ZooKeeperStore {
                         .collect(),
                 }
             }
-            // A record is never without its job's lease node.
-            _ if snap.row.is_none() => return Ok(Commit::Done),
+            // A record is never without its job's lease node: with records to write,
+            // the node came after the read (the job's first grant); read again.
+            _ if snap.row.is_none() => {
+                return Ok(if ops.is_empty() {
+                    Commit::Done
+                } else {
+                    Commit::Changed
+                });
+            }
             LeaseWrite::Release(released) => Row {
                 lease: released.clone(),
                 ..snap.row.clone().expect("a lease row")
