@@ -56,6 +56,9 @@ impl Env for SqliteEnv {
     fn store_clock_is_host_clock(&self) -> bool {
         true
     }
+    fn one_writer_at_a_time(&self) -> bool {
+        true
+    }
 }
 
 mod sqlite {
@@ -888,10 +891,12 @@ fn mysql_migration_cut_short_is_completed() {
         .init()
         .unwrap();
     // A migration from nothing cut short after its tables, before its index, with a
-    // procedure of an older schema not yet dropped.
+    // procedure of an older schema not yet dropped and the lease row's `rev` not yet
+    // added.
     server("mysql").sql(&format!(
         "DELETE FROM {n}.jobguard_meta; DROP INDEX jobguard_run_queued ON {n}.jobguard_run;
-         CREATE PROCEDURE {n}.jobguard_unlock() BEGIN END",
+         CREATE PROCEDURE {n}.jobguard_unlock() BEGIN END;
+         ALTER TABLE {n}.jobguard_lease DROP COLUMN rev",
         n = ns.name
     ));
     let mut s = jobguard::store::open(&ns.address()).unwrap();

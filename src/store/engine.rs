@@ -17,6 +17,7 @@
 //! a backend classifies its client's errors into its own failure type, which passes
 //! through this loop untouched, and names the two this loop adds ([`Failure`]).
 
+use std::cell::RefCell;
 use std::time::Duration;
 
 use crate::lease::Lease;
@@ -319,6 +320,28 @@ fn rerun(run: &Run, grant: &rules::Grant) -> Run {
     }
 }
 
+thread_local! {
+    /// What [`crate::store::before_next_commit`] runs.
+    static BEFORE_COMMIT: RefCell<Option<Box<dyn FnOnce()>>> = const { RefCell::new(None) };
+}
+
+/// Sets `f` to run once, in this thread, before the next commit of this module's loop.
+pub(crate) fn set_before_commit(f: Option<Box<dyn FnOnce()>>) {
+    BEFORE_COMMIT.with(|h| *h.borrow_mut() = f);
+}
+
+/// Commits `writes` under `version`, after the hook of [`set_before_commit`] if one is set.
+fn commit<B: Backend>(
+    backend: &mut B,
+    version: B::Version,
+    writes: &Writes,
+) -> Result<Commit, B::Fail> {
+    if let Some(f) = BEFORE_COMMIT.with(|h| h.borrow_mut().take()) {
+        f();
+    }
+    backend.commit(version, writes)
+}
+
 /// A store's part of the loop: what it reads, and how it commits.
 pub(crate) trait Backend {
     /// What a read saw that its commit is conditioned on (a revision, a version, the keys
@@ -396,7 +419,7 @@ pub(crate) fn claim<B: Backend>(backend: &mut B, req: &ClaimRequest) -> Result<C
             return Ok(decision.answer());
         };
         let writes = Writes::grant(&state, grant, req.ttl);
-        match backend.commit(version, &writes)? {
+        match commit(backend, version, &writes)? {
             Commit::Done => return Ok(decision.answer()),
             Commit::Changed | Commit::Lost => tries += 1,
             Commit::Part => {}
@@ -432,7 +455,7 @@ pub(crate) fn end<B: Backend>(
             return Ok(decision);
         }
         let writes = Writes::end(job, &read, &decision);
-        if backend.commit(version, &writes)? == Commit::Done {
+        if commit(backend, version, &writes)? == Commit::Done {
             return Ok(decision);
         }
     }
@@ -471,7 +494,7 @@ pub(crate) fn renew<B: Backend>(
             slots: Vec::new(),
             ahead: Vec::new(),
         };
-        match backend.commit(version, &writes)? {
+        match commit(backend, version, &writes)? {
             Commit::Done => return Ok(Some(expire_at)),
             Commit::Lost => return Ok(None),
             Commit::Changed | Commit::Part => {}
@@ -501,7 +524,7 @@ pub(crate) fn unlock<B: Backend>(backend: &mut B, job: &str) -> Result<Option<Le
             slots: Vec::new(),
             ahead: Vec::new(),
         };
-        if backend.commit(version, &writes)? == Commit::Done {
+        if commit(backend, version, &writes)? == Commit::Done {
             return Ok(ended);
         }
     }
@@ -553,7 +576,7 @@ pub(crate) fn resolve<B: Backend>(
             return Ok(done);
         }
         let writes = Writes::resolve(job, slot, &runs, &ids, resolution);
-        match backend.commit(version, &writes)? {
+        match commit(backend, version, &writes)? {
             Commit::Done => return Ok(done + ids.len()),
             Commit::Part => {
                 known.get_or_insert_with(|| runs.iter().map(|r| r.run_id.clone()).collect());

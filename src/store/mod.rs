@@ -53,6 +53,24 @@ use std::sync::Arc;
 use crate::clock::{Clock, SystemClock};
 use address::StoreAddress;
 
+/// For tests of races on a real store: runs `f` once, in this thread, when this thread's
+/// next claim, renewal, end, unlock or resolve has read and decided and is about to
+/// commit (before every backend's conditional write: `src/store/engine.rs`). What `f`
+/// writes to the store through another connection is then what the commit must find
+/// changed. Setting another `f` drops the one not yet run.
+#[doc(hidden)]
+#[cfg(any(
+    feature = "store-sqlite",
+    feature = "store-postgres",
+    feature = "store-mysql",
+    feature = "store-redis",
+    feature = "store-etcd",
+    feature = "store-zookeeper"
+))]
+pub fn before_next_commit(f: Option<Box<dyn FnOnce()>>) {
+    engine::set_before_commit(f);
+}
+
 /// Opens the store at `address` with the system clock. Nothing is written until the
 /// first operation (which creates or migrates the schema).
 ///

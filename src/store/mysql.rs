@@ -43,17 +43,18 @@
 //! `SELECT` reads the
 //! job's state (the server's time, the schema version, the lease row, the records the
 //! rules need) in one consistent read; a refusal is answered from it (one round trip), and
-//! a grant is one transaction whose first statement updates the lease row only if every
-//! column is still as read, then inserts the `running` record and marks the re-run
-//! records (four round trips in all). A claim that lost that race reads and decides
-//! again. No procedure runs on the server: schema 5 dropped those that jobguards of
-//! schema 3 and older call, so such a jobguard finds none, reads the newer version and
-//! refuses.
+//! a grant is one transaction whose first statement updates the lease row only if its
+//! revision `rev` and every column are still as read, then inserts the `running` record
+//! and marks the re-run records (four round trips in all). A claim that lost that race
+//! reads and decides again. No procedure runs on the server: schema 5 dropped those that
+//! jobguards of schema 3 and older call, so such a jobguard finds none, reads the newer
+//! version and refuses.
 //!
 //! Renew, finish, interrupt, unlock and resolve run the same loop ([`engine`]) in one
 //! READ COMMITTED transaction sent statement by statement: it locks the job's lease row
 //! (`SELECT … FOR UPDATE`), then reads the server's clock and the records, decides and
-//! writes. Values are sent as literals in the text protocol (strings as hex literals, so nothing needs escaping), which
+//! writes, moving the row's `rev` with every write (schema 6), so that a claim's write
+//! finds a record changed under the lock even when the rest of the row is not. Values are sent as literals in the text protocol (strings as hex literals, so nothing needs escaping), which
 //! avoids the extra prepare round trip of server-side prepared statements. Connecting does not ask the server for its settings
 //! (`max_allowed_packet` is given). On a database without the schema, the tool creates it
 //! under `GET_LOCK` (hosts starting together do not race) and asks again.
@@ -79,7 +80,7 @@ use crate::store::{
 };
 
 /// The schema version this jobguard writes and understands (`jobguard_meta`).
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// The server's clock in µs since the epoch, independent of the session time zone.
 const SERVER_NOW: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
@@ -727,6 +728,22 @@ impl MysqlStore {
                     conn.query_drop(format!("DROP PROCEDURE IF EXISTS {name}"))?;
                 }
             }
+            if version < 6 {
+                // The lease row's revision (`rev`): every write under the row's lock
+                // moves it, so a claim, which reads without locking and writes only if
+                // the row is unchanged, also finds a resolve or an end that changed only
+                // records since its read.
+                let has_column: Option<i64> = conn.query_first(
+                    "SELECT 1 FROM information_schema.columns
+                      WHERE table_schema = DATABASE() AND table_name = 'jobguard_lease'
+                        AND column_name = 'rev' LIMIT 1",
+                )?;
+                if has_column.is_none() {
+                    conn.query_drop(
+                        "ALTER TABLE jobguard_lease ADD COLUMN rev BIGINT NOT NULL DEFAULT 0",
+                    )?;
+                }
+            }
             conn.query_drop(SCHEDULE_TABLE)?;
             conn.query_drop(format!(
                 "INSERT INTO jobguard_meta (name, value) VALUES ('schema_version', {SCHEMA_VERSION})
@@ -798,7 +815,8 @@ fn claim_read_sql(now: &str, req: &ClaimRequest) -> String {
     let lease_run = "r.job = s.job AND s.lease_holder <> '' AND r.fencing_token = s.lease_token";
     format!(
         "SELECT s.store_now, s.schema_version, s.lease_found, s.lease_holder, s.lease_host,
-                s.lease_token, s.lease_acquired, s.lease_expire, s.lease_renewal, s.newest,
+                s.lease_token, s.lease_acquired, s.lease_expire, s.lease_renewal, s.lease_rev,
+                s.newest,
                 r.run_id = {run_id} AS is_retried, {slots} AS in_slots,
                 {lease_run} AS is_lease, r.seq, {RUN_COLUMNS}
          FROM (SELECT t.now AS store_now, {job} AS job,
@@ -807,7 +825,7 @@ fn claim_read_sql(now: &str, req: &ClaimRequest) -> String {
                  l.job IS NOT NULL AS lease_found, l.holder AS lease_holder,
                  l.host AS lease_host, l.token AS lease_token,
                  l.acquired_at AS lease_acquired, l.expire_at AS lease_expire,
-                 l.renewal AS lease_renewal,
+                 l.renewal AS lease_renewal, l.rev AS lease_rev,
                  (SELECT MAX(n.slot_usec) FROM jobguard_run n
                    WHERE n.job = {job} AND n.slot_usec <= t.now + {tolerance}) AS newest
                FROM (SELECT COALESCE({now}, {SERVER_NOW}) AS now) t
@@ -818,12 +836,13 @@ fn claim_read_sql(now: &str, req: &ClaimRequest) -> String {
     )
 }
 
-/// [`rules::ClaimState`] from the rows of [`claim_read_sql`].
+/// [`rules::ClaimState`] from the rows of [`claim_read_sql`], and the lease row's `rev`
+/// (0 when the job has no row).
 ///
 /// # Errors
 /// [`Fail::Newer`] for a schema newer than this jobguard's, [`Fail::Older`] for an older
 /// one (migrate and ask again), [`Fail::Data`] for rows that make no sense.
-fn claim_state(job: &str, run_id: &str, rows: &[Row]) -> Result<rules::ClaimState, Fail> {
+fn claim_state(job: &str, run_id: &str, rows: &[Row]) -> Result<(rules::ClaimState, i64), Fail> {
     let first = rows
         .first()
         .map(row_object)
@@ -873,18 +892,19 @@ fn claim_state(job: &str, run_id: &str, rows: &[Row]) -> Result<rules::ClaimStat
         }
     }
     state.lease_run = lease_run.map(|(_, _, run)| run);
-    Ok(state)
+    Ok((state, get_int(&first, "lease_rev").unwrap_or(0)))
 }
 
-/// Writes `grant` if the job's lease row is still `read` (every column: the token only
-/// grows and a renewal only moves `expire_at` later, so a row that changed never looks
-/// unchanged): the new lease, the records it re-runs and its `running` record, in one
-/// transaction. False, with nothing written, when the row changed since it was read. The
-/// update of the lease row comes first; its row lock orders this write against every other
-/// write to the job's lease row.
+/// Writes `grant` if the job's lease row is still `read` at revision `rev` (every write
+/// under the row's lock moves `rev`: a resolve or an end that changed only records moves
+/// it too; the other columns are compared as well, for a host of schema 4 or 5 still
+/// renewing or ending its run, which does not move `rev`): the new lease, the records it
+/// re-runs and its `running` record, in one transaction. False, with nothing written, when
+/// the row changed since it was read. The update of the lease row comes first; its row
+/// lock orders this write against every other write to the job's lease row.
 fn write_grant(
     c: &mut Conn,
-    read: &Lease,
+    (read, rev): &(Lease, i64),
     lease: &Lease,
     run: &Run,
     changed: &[&Run],
@@ -892,9 +912,9 @@ fn write_grant(
     let mut tx = c.start_transaction(mysql::TxOpts::default())?;
     tx.query_drop(format!(
         "UPDATE jobguard_lease SET holder = {}, host = {}, token = {}, acquired_at = {},
-             expire_at = {}, renewal = {}
-         WHERE job = {} AND holder = {} AND host = {} AND token = {} AND acquired_at = {}
-           AND expire_at = {} AND renewal = {}",
+             expire_at = {}, renewal = {}, rev = rev + 1
+         WHERE job = {} AND rev = {rev} AND holder = {} AND host = {} AND token = {}
+           AND acquired_at = {} AND expire_at = {} AND renewal = {}",
         lit(&lease.holder),
         lit(&lease.host),
         lease.token,
@@ -1355,8 +1375,10 @@ impl Store for MysqlStore {
                 list = list.join(", ")
             ));
         }
+        // Locks the row as every writer does, and moves its `rev` (a claim that read
+        // one of these slots writes only if `rev` is unchanged).
         let lock = format!(
-            "SELECT 1 FROM jobguard_lease WHERE job = {} FOR UPDATE",
+            "UPDATE jobguard_lease SET rev = rev + 1 WHERE job = {}",
             lit(job)
         );
         self.with_schema("delete runs", |c| {
@@ -1435,8 +1457,8 @@ struct Session<'a> {
 
 /// What a read of [`Session`] saw.
 enum Seen {
-    /// A claim's read: the lease row (`None`: the job has none).
-    Row(Option<Lease>),
+    /// A claim's read: the lease row and its `rev` (`None`: the job has none).
+    Row(Option<(Lease, i64)>),
     /// The lease row is locked in the session's open transaction.
     Locked,
 }
@@ -1487,8 +1509,8 @@ impl engine::Backend for Session<'_> {
     fn read_claim(&mut self, req: &ClaimRequest) -> Result<Read<(rules::ClaimState, Seen)>, Fail> {
         self.end()?;
         let rows: Vec<Row> = self.c.query(claim_read_sql(self.now, req))?;
-        let state = claim_state(&req.run.job, &req.run.run_id, &rows)?;
-        let lease = state.lease.clone();
+        let (state, rev) = claim_state(&req.run.job, &req.run.run_id, &rows)?;
+        let lease = state.lease.clone().map(|l| (l, rev));
         Ok(Read::Got((state, Seen::Row(lease))))
     }
 
@@ -1606,16 +1628,17 @@ impl engine::Backend for Session<'_> {
                 lit(was.as_str())
             ))?;
         }
-        match &writes.lease {
-            LeaseWrite::Renew(l) => self.c.query_drop(format!(
-                "UPDATE jobguard_lease SET expire_at = {}, renewal = {} WHERE job = {job}",
-                l.expire_at, l.renewal
-            ))?,
-            LeaseWrite::Release(_) => self.c.query_drop(format!(
-                "UPDATE jobguard_lease SET holder = '', host = '', expire_at = 0 WHERE job = {job}"
-            ))?,
-            LeaseWrite::Keep | LeaseWrite::Grant { .. } => {}
-        }
+        // Every write moves the row's `rev`, which a claim's write compares.
+        let set = match &writes.lease {
+            LeaseWrite::Renew(l) => {
+                format!("expire_at = {}, renewal = {},", l.expire_at, l.renewal)
+            }
+            LeaseWrite::Release(_) => "holder = '', host = '', expire_at = 0,".to_string(),
+            LeaseWrite::Keep | LeaseWrite::Grant { .. } => String::new(),
+        };
+        self.c.query_drop(format!(
+            "UPDATE jobguard_lease SET {set} rev = rev + 1 WHERE job = {job}"
+        ))?;
         // A failed `COMMIT` leaves the transaction to the rollback of [`Session::end`].
         self.c.query_drop("COMMIT")?;
         self.open = false;

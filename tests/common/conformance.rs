@@ -50,6 +50,11 @@ pub trait Env {
     fn store_clock_is_host_clock(&self) -> bool {
         false
     }
+    /// True when one operation holds the whole store from its read to its commit
+    /// (SQLite's `BEGIN IMMEDIATE`): another connection's write waits for it.
+    fn one_writer_at_a_time(&self) -> bool {
+        false
+    }
 }
 
 /// Expands to one `#[test]` per conformance case, each on a fresh env from `$fresh()`.
@@ -78,6 +83,7 @@ macro_rules! conformance_suite {
             slot_done_held_and_forced,
             attempts_count_per_slot,
             resolve_and_claim_mark_rerun,
+            a_resolve_between_a_claims_read_and_commit_is_seen,
             interrupt_releases_only_the_matching_lease,
             a_cut_run_ends_at_its_leases_expiry,
             unlock_ends_any_lease,
@@ -763,6 +769,65 @@ pub fn resolve_and_claim_mark_rerun(env: &dyn Env) {
     let (l, _) = claimed(&mut *s, &request("sync", S3, 1, 8, false));
     s.finish(&l, &rid(8), &finish(Outcome::Succeeded)).unwrap();
     assert_eq!(s.resolve("sync", S3, Resolution::Done).unwrap(), 0);
+}
+
+/// A person's resolve that lands between a claim's read and its commit (another
+/// connection, on the real store) is seen by the claim: the version it read moved, so it
+/// reads again, finds the slot done and refuses; the record keeps `done` and the slot
+/// is not run again. Where one operation holds the whole store (SQLite) the resolve waits
+/// for the claim and comes after it: the slot is re-run and the resolve, finding the
+/// record `rerun`, changes nothing. Either way one order of the two explains the ledger.
+pub fn a_resolve_between_a_claims_read_and_commit_is_seen(env: &dyn Env) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, mpsc};
+
+    let mut s = connect(env);
+    let (l, _) = claimed(&mut *s, &request("sync", S1, 1, 1, false));
+    s.finish(&l, &rid(1), &finish(Outcome::Failed)).unwrap();
+    assert_eq!(s.resolve("sync", S1, Resolution::Queued).unwrap(), 1);
+    let mut other = connect(env);
+    let (go, went) = mpsc::channel::<()>();
+    let (done, finished) = mpsc::channel::<()>();
+    let first = Arc::new(AtomicBool::new(false));
+    let (hooked, first_in_hook) = (Arc::new(AtomicBool::new(false)), first.clone());
+    let ran = hooked.clone();
+    let (claim, resolved) = std::thread::scope(|scope| {
+        let person = scope.spawn(move || {
+            went.recv().ok()?;
+            let n = other.resolve("sync", S1, Resolution::Done).unwrap();
+            let _ = done.send(());
+            Some(n)
+        });
+        jobguard::store::before_next_commit(Some(Box::new(move || {
+            ran.store(true, Ordering::SeqCst);
+            go.send(()).unwrap();
+            let waited = finished.recv_timeout(Duration::from_secs(3)).is_ok();
+            first_in_hook.store(waited, Ordering::SeqCst);
+        })));
+        let claim = s.claim(&request("sync", S1, 2, 2, false));
+        // A hook not run is dropped, and with it the person's signal.
+        jobguard::store::before_next_commit(None);
+        (claim, person.join().unwrap())
+    });
+    assert!(hooked.load(Ordering::SeqCst), "the claim never committed");
+    let resolved = resolved.expect("the resolve ran");
+    let record = run_by_id(&mut *s, "sync", &rid(1));
+    let runs = slot_runs(&mut *s, "sync", S1);
+    if first.load(Ordering::SeqCst) {
+        assert!(matches!(claim, Ok(Claim::SlotDone { .. })), "{claim:?}");
+        assert_eq!(resolved, 1);
+        assert_eq!(record.resolution, Some(Resolution::Done), "{runs:#?}");
+        assert_eq!(runs.len(), 1, "{runs:#?}");
+    } else {
+        assert!(
+            env.one_writer_at_a_time(),
+            "the resolve did not finish while the claim waited to commit"
+        );
+        assert!(matches!(claim, Ok(Claim::Claimed { .. })), "{claim:?}");
+        assert_eq!(resolved, 0);
+        assert_eq!(record.resolution, Some(Resolution::Rerun), "{runs:#?}");
+        assert_eq!(runs.len(), 2, "{runs:#?}");
+    }
 }
 
 /// `resolve` to `queued` changes nothing in a slot that is done (a record succeeded, or a

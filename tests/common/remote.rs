@@ -215,6 +215,7 @@ servers! { $
                 "SET search_path = {n};
                  DROP INDEX jobguard_run_queued;
                  ALTER TABLE jobguard_lease DROP COLUMN renewal;
+                 ALTER TABLE jobguard_lease DROP COLUMN rev;
                  CREATE FUNCTION jobguard_claim(bigint, bigint, text, bigint, text, text,
                      boolean, text, text, text, text, text, text, bigint, bigint, bigint)
                      RETURNS SETOF text LANGUAGE sql AS 'SELECT NULL::text WHERE false';
@@ -284,6 +285,7 @@ servers! { $
                 "USE {n};
                  DROP INDEX jobguard_run_queued ON jobguard_run;
                  ALTER TABLE jobguard_lease DROP COLUMN renewal;
+                 ALTER TABLE jobguard_lease DROP COLUMN rev;
                  CREATE PROCEDURE jobguard_renew() BEGIN END;
                  CREATE PROCEDURE jobguard_claim(IN a1 BIGINT, IN a2 BIGINT,
                      IN a3 BLOB, IN a4 BIGINT, IN a5 BLOB, IN a6 BLOB, IN a7 TINYINT,
