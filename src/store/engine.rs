@@ -13,9 +13,25 @@
 //! its own keys and indexes (a queued marker, a slot index) from those, and nothing more
 //! is decided below this module.
 //!
-//! Each read and commit is one call with the backend's own deadline (`remote::CALL_TIMEOUT`);
-//! a backend classifies its client's errors into its own failure type, which passes
-//! through this loop untouched, and names the two this loop adds ([`Failure`]).
+//! Each read and commit is one call with the backend's own deadline (`remote::CALL_TIMEOUT`).
+//! Every store fails in one type, [`Fail`]: what means the same on every store (no answer,
+//! bad data, a schema too old or too new, the rules' refusal, contention) is named and
+//! sorted into a [`StoreError`] once ([`Fail::store_error`]); a backend sorts only its
+//! client's own errors ([`ClientError`]).
+
+// Each store uses its part of the loop: a build with some of the stores leaves the rest
+// unused, which the build with all of them (CI's clippy) still checks.
+#![cfg_attr(
+    not(all(
+        feature = "store-sqlite",
+        feature = "store-postgres",
+        feature = "store-mysql",
+        feature = "store-redis",
+        feature = "store-etcd",
+        feature = "store-zookeeper"
+    )),
+    allow(dead_code)
+)]
 
 use std::cell::RefCell;
 use std::time::Duration;
@@ -23,7 +39,7 @@ use std::time::Duration;
 use crate::lease::Lease;
 use crate::ledger::Run;
 use crate::store::rules::{self, ClaimDecision, ClaimState, EndDecision, RuleError, RunState};
-use crate::store::{Claim, ClaimRequest};
+use crate::store::{Claim, ClaimRequest, StoreError};
 
 /// Reads of one operation that may find the job changed between them (the snapshot's
 /// version moved), and commits that may find it changed, before the operation gives up:
@@ -38,6 +54,9 @@ pub(crate) enum Read<T> {
     /// The job changed between the read's parts: nothing is decided; read again.
     Changed,
 }
+
+/// What a read answers, or how it failed.
+pub(crate) type ReadAnswer<T, C> = Result<Read<T>, Fail<C>>;
 
 /// What a commit did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,12 +76,86 @@ pub(crate) enum Commit {
     Part,
 }
 
-/// A backend's failure, as this loop makes two of its own.
-pub(crate) trait Failure {
-    /// The job changed between read and commit [`RETRIES`] times in a row.
-    fn contended() -> Self;
+/// A store operation's failure, on every store: its client's own error, or one that means
+/// the same whatever the store.
+#[derive(Debug)]
+#[cfg_attr(test, derive(PartialEq))]
+pub(crate) enum Fail<C> {
+    /// The store client's error, sorted by [`ClientError::store_error`].
+    Client(C),
+    /// A call got no answer within this deadline (`remote::CALL_TIMEOUT`).
+    Timeout(Duration),
+    /// The store cannot be reached, in the backend's words (a connection that got no
+    /// answer within its deadline, say).
+    Unavailable(String),
+    /// What the store holds or answered makes no sense.
+    Data(String),
     /// The rules refused the request ([`RuleError`]); nothing was written.
-    fn rule(e: RuleError) -> Self;
+    Rule(RuleError),
+    /// The job changed between read and commit [`RETRIES`] times in a row.
+    Contended,
+    /// The job changed between the parts of one read: read again (a backend turns it into
+    /// [`Read::Changed`]; it reaches a caller only as [`Fail::Contended`] does).
+    Changed,
+    /// The store's schema is older than this jobguard's: migrate, then ask again.
+    Older,
+    /// The store's schema has this version, newer than this jobguard's.
+    Newer(i64),
+    /// A second way of connecting failed after a first one failed with this message
+    /// (PostgreSQL's `sslmode=prefer` and `allow`).
+    After(String, Box<Fail<C>>),
+}
+
+/// A store client's own error, sorted by its backend.
+pub(crate) trait ClientError {
+    /// This error of `op` on `store` (the address with its secrets masked):
+    /// [`StoreError::Unavailable`] when trying again later may succeed (no connection, a
+    /// lock wait, a server shutting down), [`StoreError::Invalid`] when it will not,
+    /// [`StoreError::Address`] when the address is wrong.
+    fn store_error(self, store: &str, op: &str) -> StoreError;
+}
+
+impl<C: ClientError> Fail<C> {
+    /// This failure of `op` on `store` (its address with secrets masked), a store whose
+    /// schema version this jobguard knows as `known`. Each message starts with `op: `.
+    pub fn store_error(self, store: &str, op: &str, known: i64) -> StoreError {
+        let unavailable = |detail: String| StoreError::Unavailable {
+            store: store.to_string(),
+            detail,
+        };
+        let invalid = |detail: String| StoreError::Invalid {
+            store: store.to_string(),
+            detail,
+        };
+        match self {
+            Fail::Client(e) => e.store_error(store, op),
+            Fail::Timeout(limit) => {
+                unavailable(format!("{op}: no answer within {} s", limit.as_secs()))
+            }
+            Fail::Unavailable(detail) => unavailable(format!("{op}: {detail}")),
+            Fail::Data(detail) => invalid(format!("{op}: {detail}")),
+            Fail::Rule(e) => invalid(format!("{op}: {e}")),
+            Fail::Contended | Fail::Changed => unavailable(format!(
+                "{op}: the job's state changed under {RETRIES} attempts in a row"
+            )),
+            Fail::Older => invalid(format!(
+                "{op}: the schema is still older after migrating it"
+            )),
+            Fail::Newer(version) => StoreError::newer_schema(store, version, known),
+            Fail::After(first, then) => {
+                // `op: first; then second`, the second attempt's error kind.
+                let both = |detail: String| {
+                    let second = detail.strip_prefix(&format!("{op}: ")).unwrap_or(&detail);
+                    format!("{op}: {first}; then {second}")
+                };
+                match then.store_error(store, op, known) {
+                    StoreError::Unavailable { detail, .. } => unavailable(both(detail)),
+                    StoreError::Invalid { detail, .. } => invalid(both(detail)),
+                    other => other,
+                }
+            }
+        }
+    }
 }
 
 /// What an end ([`crate::store::Store::finish`], [`crate::store::Store::interrupt`]) needs to
@@ -183,7 +276,10 @@ impl Writes {
             .map(|(slot, before)| SlotWrite {
                 slot: *slot,
                 before: before.clone(),
-                after: before.iter().map(|r| rerun(r, grant)).collect(),
+                after: before
+                    .iter()
+                    .map(|r| with_resolution(r, &grant.rerun, crate::ledger::Resolution::Rerun))
+                    .collect(),
             })
             .collect();
         let granted = grant.run.slot.usec;
@@ -266,16 +362,7 @@ impl Writes {
     ) -> Writes {
         let after: Vec<Run> = runs
             .iter()
-            .map(|r| {
-                if ids.contains(&r.run_id) {
-                    Run {
-                        resolution: Some(resolution),
-                        ..r.clone()
-                    }
-                } else {
-                    r.clone()
-                }
-            })
+            .map(|r| with_resolution(r, ids, resolution))
             .collect();
         let mut ahead: Vec<Run> = after
             .iter()
@@ -309,14 +396,15 @@ fn queued(run: &Run) -> bool {
     run.resolution == Some(crate::ledger::Resolution::Queued)
 }
 
-fn rerun(run: &Run, grant: &rules::Grant) -> Run {
-    if grant.rerun.contains(&run.run_id) {
-        Run {
-            resolution: Some(crate::ledger::Resolution::Rerun),
-            ..run.clone()
-        }
-    } else {
-        run.clone()
+/// `run`, resolved `resolution` when its run id is one of `ids`.
+fn with_resolution(run: &Run, ids: &[String], resolution: crate::ledger::Resolution) -> Run {
+    Run {
+        resolution: if ids.contains(&run.run_id) {
+            Some(resolution)
+        } else {
+            run.resolution
+        },
+        ..run.clone()
     }
 }
 
@@ -335,7 +423,7 @@ fn commit<B: Backend>(
     backend: &mut B,
     version: B::Version,
     writes: &Writes,
-) -> Result<Commit, B::Fail> {
+) -> Result<Commit, Fail<B::Client>> {
     if let Some(f) = BEFORE_COMMIT.with(|h| h.borrow_mut().take()) {
         f();
     }
@@ -347,8 +435,8 @@ pub(crate) trait Backend {
     /// What a read saw that its commit is conditioned on (a revision, a version, the keys
     /// under `WATCH`), with whatever the backend needs again to write.
     type Version;
-    /// The backend's failure.
-    type Fail: Failure;
+    /// The backend's client error.
+    type Client: ClientError;
     /// Whether the store's clock is this host's (SQLite, etcd): a claim's clock check
     /// then compares the host's clock with itself, and always passes (the clock
     /// tolerance still bounds the slots that count as recorded).
@@ -359,7 +447,7 @@ pub(crate) trait Backend {
     fn read_claim(
         &mut self,
         req: &ClaimRequest,
-    ) -> Result<Read<(ClaimState, Self::Version)>, Self::Fail>;
+    ) -> ReadAnswer<(ClaimState, Self::Version), Self::Client>;
 
     /// Reads what an end of `run_id` (a record of `job`) needs, and the version it was
     /// read at.
@@ -368,7 +456,7 @@ pub(crate) trait Backend {
         job: &str,
         run_id: &str,
         need: Need,
-    ) -> Result<Read<(RunRead, Self::Version)>, Self::Fail>;
+    ) -> ReadAnswer<(RunRead, Self::Version), Self::Client>;
 
     /// Reads the job's lease row and the store's time (µs since the epoch), and the
     /// version they were read at. With `live`, the row is judged as [`Need::live`] says.
@@ -376,7 +464,7 @@ pub(crate) trait Backend {
         &mut self,
         job: &str,
         live: bool,
-    ) -> Result<Read<(LeaseRead, Self::Version)>, Self::Fail>;
+    ) -> ReadAnswer<(LeaseRead, Self::Version), Self::Client>;
 
     /// Reads every record of `job`'s `slot` (µs since the epoch), in the store's order,
     /// and the version they were read at.
@@ -384,18 +472,25 @@ pub(crate) trait Backend {
         &mut self,
         job: &str,
         slot: i64,
-    ) -> Result<Read<(Records, Self::Version)>, Self::Fail>;
+    ) -> ReadAnswer<(Records, Self::Version), Self::Client>;
 
     /// Applies `writes` in one atomic step if nothing read under `version` changed.
-    fn commit(&mut self, version: Self::Version, writes: &Writes) -> Result<Commit, Self::Fail>;
+    fn commit(
+        &mut self,
+        version: Self::Version,
+        writes: &Writes,
+    ) -> Result<Commit, Fail<Self::Client>>;
 }
 
 /// Decides and applies a claim ([`crate::store::Store::claim`]) on `backend`.
 ///
 /// # Errors
-/// [`Failure::rule`] for a request the rules refuse as malformed; [`Failure::contended`]
+/// [`Fail::Rule`] for a request the rules refuse as malformed; [`Fail::Contended`]
 /// after [`RETRIES`] changed reads or commits in a row; the backend's failures.
-pub(crate) fn claim<B: Backend>(backend: &mut B, req: &ClaimRequest) -> Result<Claim, B::Fail> {
+pub(crate) fn claim<B: Backend>(
+    backend: &mut B,
+    req: &ClaimRequest,
+) -> Result<Claim, Fail<B::Client>> {
     let mut tries = 0;
     while tries < RETRIES {
         let Read::Got((state, version)) = backend.read_claim(req)? else {
@@ -414,7 +509,7 @@ pub(crate) fn claim<B: Backend>(backend: &mut B, req: &ClaimRequest) -> Result<C
         } else {
             rules::claim(&state, req)
         }
-        .map_err(B::Fail::rule)?;
+        .map_err(Fail::Rule)?;
         let ClaimDecision::Grant(grant) = &decision else {
             return Ok(decision.answer());
         };
@@ -425,21 +520,21 @@ pub(crate) fn claim<B: Backend>(backend: &mut B, req: &ClaimRequest) -> Result<C
             Commit::Part => {}
         }
     }
-    Err(B::Fail::contended())
+    Err(Fail::Contended)
 }
 
 /// Decides with `decide` and applies an end of `run_id`, a record of `job`
 /// ([`crate::store::Store::finish`], [`crate::store::Store::interrupt`]), on `backend`.
 ///
 /// # Errors
-/// As [`claim`]; `decide`'s refusals as [`Failure::rule`].
+/// As [`claim`]; `decide`'s refusals as [`Fail::Rule`].
 pub(crate) fn end<B: Backend>(
     backend: &mut B,
     job: &str,
     run_id: &str,
     need: Need,
     decide: impl Fn(&RunState<'_>) -> Result<EndDecision, RuleError>,
-) -> Result<EndDecision, B::Fail> {
+) -> Result<EndDecision, Fail<B::Client>> {
     for _ in 0..RETRIES {
         let Read::Got((read, version)) = backend.read_run(job, run_id, need)? else {
             continue;
@@ -450,7 +545,7 @@ pub(crate) fn end<B: Backend>(
             record: read.record.as_ref(),
             slot_runs: &read.slot_runs,
         };
-        let decision = decide(&state).map_err(B::Fail::rule)?;
+        let decision = decide(&state).map_err(Fail::Rule)?;
         if decision.record.is_none() && !decision.release {
             return Ok(decision);
         }
@@ -459,7 +554,7 @@ pub(crate) fn end<B: Backend>(
             return Ok(decision);
         }
     }
-    Err(B::Fail::contended())
+    Err(Fail::Contended)
 }
 
 /// Decides with [`rules::renew`] and applies a renewal of `lease` to generation `next`
@@ -473,7 +568,7 @@ pub(crate) fn renew<B: Backend>(
     lease: &Lease,
     next: i64,
     ttl: Duration,
-) -> Result<Option<i64>, B::Fail> {
+) -> Result<Option<i64>, Fail<B::Client>> {
     for _ in 0..RETRIES {
         let Read::Got((LeaseRead { now, lease: row }, version)) =
             backend.read_lease(&lease.job, true)?
@@ -500,7 +595,7 @@ pub(crate) fn renew<B: Backend>(
             Commit::Changed | Commit::Part => {}
         }
     }
-    Err(B::Fail::contended())
+    Err(Fail::Contended)
 }
 
 /// Decides with [`rules::unlock`] and applies an unlock of `job`
@@ -508,7 +603,10 @@ pub(crate) fn renew<B: Backend>(
 ///
 /// # Errors
 /// As [`claim`].
-pub(crate) fn unlock<B: Backend>(backend: &mut B, job: &str) -> Result<Option<Lease>, B::Fail> {
+pub(crate) fn unlock<B: Backend>(
+    backend: &mut B,
+    job: &str,
+) -> Result<Option<Lease>, Fail<B::Client>> {
     for _ in 0..RETRIES {
         let Read::Got((LeaseRead { now, lease: row }, version)) = backend.read_lease(job, false)?
         else {
@@ -528,7 +626,7 @@ pub(crate) fn unlock<B: Backend>(backend: &mut B, job: &str) -> Result<Option<Le
             return Ok(ended);
         }
     }
-    Err(B::Fail::contended())
+    Err(Fail::Contended)
 }
 
 /// Decides with [`rules::resolve`] and applies a resolve of `job`'s `slot` to
@@ -547,7 +645,7 @@ pub(crate) fn resolve<B: Backend>(
     job: &str,
     slot: i64,
     resolution: crate::ledger::Resolution,
-) -> Result<usize, B::Fail> {
+) -> Result<usize, Fail<B::Client>> {
     let mut done = 0;
     // The slot's records when the first part was written.
     let mut known: Option<Vec<String>> = None;
@@ -587,7 +685,7 @@ pub(crate) fn resolve<B: Backend>(
             Commit::Changed | Commit::Lost => tries += 1,
         }
     }
-    Err(B::Fail::contended())
+    Err(Fail::Contended)
 }
 
 /// The [`crate::store::Store`] methods that are this module's loop: `claim`,
@@ -693,12 +791,12 @@ mod tests {
         written: Vec<String>,
     }
 
-    impl Failure for String {
-        fn contended() -> Self {
-            "contended".to_string()
-        }
-        fn rule(e: RuleError) -> Self {
-            e.to_string()
+    impl ClientError for String {
+        fn store_error(self, store: &str, op: &str) -> StoreError {
+            StoreError::Invalid {
+                store: store.to_string(),
+                detail: format!("{op}: {self}"),
+            }
         }
     }
 
@@ -706,9 +804,9 @@ mod tests {
 
     impl Backend for Kept {
         type Version = u64;
-        type Fail = String;
+        type Client = String;
 
-        fn read_claim(&mut self, req: &ClaimRequest) -> Result<Read<(ClaimState, u64)>, String> {
+        fn read_claim(&mut self, req: &ClaimRequest) -> ReadAnswer<(ClaimState, u64), String> {
             let slot = req.run.slot.usec;
             let state = ClaimState {
                 now: NOW,
@@ -738,7 +836,7 @@ mod tests {
             _job: &str,
             run_id: &str,
             _need: Need,
-        ) -> Result<Read<(RunRead, u64)>, String> {
+        ) -> ReadAnswer<(RunRead, u64), String> {
             let record = self.runs.iter().find(|r| r.run_id == run_id).cloned();
             let slot_runs = self
                 .runs
@@ -755,11 +853,7 @@ mod tests {
             Ok(Read::Got((read, self.version)))
         }
 
-        fn read_lease(
-            &mut self,
-            _job: &str,
-            _live: bool,
-        ) -> Result<Read<(LeaseRead, u64)>, String> {
+        fn read_lease(&mut self, _job: &str, _live: bool) -> ReadAnswer<(LeaseRead, u64), String> {
             let read = LeaseRead {
                 now: NOW + 1,
                 lease: self.lease.clone(),
@@ -767,7 +861,7 @@ mod tests {
             Ok(Read::Got((read, self.version)))
         }
 
-        fn read_slot(&mut self, _job: &str, slot: i64) -> Result<Read<(Records, u64)>, String> {
+        fn read_slot(&mut self, _job: &str, slot: i64) -> ReadAnswer<(Records, u64), String> {
             let runs = self
                 .runs
                 .iter()
@@ -778,7 +872,7 @@ mod tests {
         }
 
         /// A part writes the first record of [`Writes::ahead`], if any.
-        fn commit(&mut self, version: u64, writes: &Writes) -> Result<Commit, String> {
+        fn commit(&mut self, version: u64, writes: &Writes) -> Result<Commit, Fail<String>> {
             self.commits += 1;
             if self.steal > 0 {
                 self.steal -= 1;
@@ -834,10 +928,10 @@ mod tests {
             steal: RETRIES,
             ..Kept::default()
         };
-        assert_eq!(
-            claim(&mut kept, &req(60_000_000, 1, 1)).map(|_| ()),
-            Err("contended".to_string())
-        );
+        assert!(matches!(
+            claim(&mut kept, &req(60_000_000, 1, 1)),
+            Err(Fail::Contended)
+        ));
         assert!(kept.runs.is_empty() && kept.lease.is_none());
     }
 
@@ -947,20 +1041,20 @@ mod tests {
 
     impl Backend for AfterPart {
         type Version = u64;
-        type Fail = String;
-        fn read_claim(&mut self, r: &ClaimRequest) -> Result<Read<(ClaimState, u64)>, String> {
+        type Client = String;
+        fn read_claim(&mut self, r: &ClaimRequest) -> ReadAnswer<(ClaimState, u64), String> {
             self.0.read_claim(r)
         }
-        fn read_run(&mut self, j: &str, id: &str, n: Need) -> Result<Read<(RunRead, u64)>, String> {
+        fn read_run(&mut self, j: &str, id: &str, n: Need) -> ReadAnswer<(RunRead, u64), String> {
             self.0.read_run(j, id, n)
         }
-        fn read_lease(&mut self, j: &str, l: bool) -> Result<Read<(LeaseRead, u64)>, String> {
+        fn read_lease(&mut self, j: &str, l: bool) -> ReadAnswer<(LeaseRead, u64), String> {
             self.0.read_lease(j, l)
         }
-        fn read_slot(&mut self, j: &str, s: i64) -> Result<Read<(Records, u64)>, String> {
+        fn read_slot(&mut self, j: &str, s: i64) -> ReadAnswer<(Records, u64), String> {
             self.0.read_slot(j, s)
         }
-        fn commit(&mut self, v: u64, w: &Writes) -> Result<Commit, String> {
+        fn commit(&mut self, v: u64, w: &Writes) -> Result<Commit, Fail<String>> {
             let answer = self.0.commit(v, w);
             if answer == Ok(Commit::Part) {
                 (self.1)(&mut self.0);

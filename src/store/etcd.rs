@@ -136,23 +136,23 @@ impl std::fmt::Debug for EtcdStore {
     }
 }
 
-/// A failure inside one operation: the store could not be reached, answered with
-/// something unusable, or kept changing under us.
-enum Fail {
-    Etcd(etcd_client::Error),
-    Data(String),
-    Contended,
-    /// The job changed between an operation's first read and a later one: the try starts
-    /// again.
-    Changed,
-    /// The store's key layout is this version, newer than [`SCHEMA_VERSION`] (another
-    /// jobguard upgraded it after this one opened it).
-    Newer(i64),
-}
+/// This store's failures: the client's own errors, and those every store shares.
+type Fail = engine::Fail<etcd_client::Error>;
 
 impl From<etcd_client::Error> for Fail {
     fn from(e: etcd_client::Error) -> Self {
-        Fail::Etcd(e)
+        Fail::Client(e)
+    }
+}
+
+/// Sorts the client's errors: every one is [`StoreError::Unavailable`], in the client's
+/// words with their sources.
+impl engine::ClientError for etcd_client::Error {
+    fn store_error(self, store: &str, op: &str) -> StoreError {
+        StoreError::Unavailable {
+            store: store.to_string(),
+            detail: format!("{op}: {}", remote::chain(&self)),
+        }
     }
 }
 
@@ -451,23 +451,7 @@ impl EtcdStore {
     }
 
     fn error(&self, op: &str, fail: Fail) -> StoreError {
-        match fail {
-            Fail::Etcd(e) => StoreError::Unavailable {
-                store: self.describe.clone(),
-                detail: format!("{op}: {}", remote::chain(&e)),
-            },
-            Fail::Data(detail) => StoreError::Invalid {
-                store: self.describe.clone(),
-                detail: format!("{op}: {detail}"),
-            },
-            Fail::Contended | Fail::Changed => StoreError::Unavailable {
-                store: self.describe.clone(),
-                detail: format!("{op}: the job's state changed under {RETRIES} attempts in a row"),
-            },
-            Fail::Newer(version) => {
-                StoreError::newer_schema(&self.describe, version, SCHEMA_VERSION)
-            }
-        }
+        fail.store_error(&self.describe, op, SCHEMA_VERSION)
     }
 
     fn connect(&mut self) -> Result<Client, StoreError> {
@@ -519,7 +503,7 @@ fn prefix_ok(prefix: &str) -> bool {
 }
 
 fn timed_out() -> Fail {
-    Fail::Etcd(etcd_client::Error::Internal(format!(
+    Fail::Client(etcd_client::Error::Internal(format!(
         "no answer within {} s",
         CALL_TIMEOUT.as_secs()
     )))
@@ -890,7 +874,7 @@ impl EtcdStore {
             store: self,
             client: &mut client,
         });
-        if matches!(result, Err(Fail::Etcd(_))) {
+        if matches!(result, Err(Fail::Client(_))) {
             self.client = None;
         }
         result.map_err(|e| self.error(op, e))
@@ -916,7 +900,7 @@ impl EtcdStore {
                     // A read at the try's first revision after the keyspace was compacted
                     // past it (`etcdctl compact`, the server's auto-compaction): the try
                     // wrote nothing; it starts again at the current revision.
-                    Err(Fail::Etcd(e)) if compacted(&e) => continue,
+                    Err(Fail::Client(e)) if compacted(&e) => continue,
                     // The job changed between the try's reads: it starts again.
                     Err(Fail::Changed) => continue,
                     Err(e) => return Err(e),
@@ -924,7 +908,7 @@ impl EtcdStore {
             }
             Err(Fail::Contended)
         });
-        if matches!(result, Err(Fail::Etcd(_))) {
+        if matches!(result, Err(Fail::Client(_))) {
             self.client = None;
         }
         result.map_err(|e| self.error(op, e))
@@ -947,15 +931,6 @@ struct Session<'a> {
     client: &'a mut Client,
 }
 
-impl engine::Failure for Fail {
-    fn contended() -> Self {
-        Fail::Contended
-    }
-    fn rule(e: rules::RuleError) -> Self {
-        Fail::Data(e.to_string())
-    }
-}
-
 impl Session<'_> {
     /// Runs `f` within [`CALL_TIMEOUT`]; a read that found the job changed (or a read at
     /// a revision the keyspace was compacted past) is [`Read::Changed`].
@@ -969,7 +944,7 @@ impl Session<'_> {
             .block_on(async { tokio::time::timeout(CALL_TIMEOUT, f(store, client)).await });
         match once.unwrap_or_else(|_| Err(timed_out())) {
             Ok(v) => Ok(Read::Got(v)),
-            Err(Fail::Etcd(e)) if compacted(&e) => Ok(Read::Changed),
+            Err(Fail::Client(e)) if compacted(&e) => Ok(Read::Changed),
             Err(Fail::Changed) => Ok(Read::Changed),
             Err(e) => Err(e),
         }
@@ -978,7 +953,7 @@ impl Session<'_> {
 
 impl engine::Backend for Session<'_> {
     type Version = Seen;
-    type Fail = Fail;
+    type Client = etcd_client::Error;
     const HOST_CLOCK: bool = true;
 
     /// Reads the lease row, `alive` key, the asked slot's records, a record under the
@@ -1320,12 +1295,12 @@ impl Store for EtcdStore {
                 self.client = None;
                 return Err(self.error(
                     "read the schema version",
-                    Fail::Etcd(etcd_client::Error::Internal("timed out".to_string())),
+                    Fail::Client(etcd_client::Error::Internal("timed out".to_string())),
                 ));
             }
             Ok(Err(e)) => {
                 self.client = None;
-                return Err(self.error("read the schema version", Fail::Etcd(e)));
+                return Err(self.error("read the schema version", Fail::Client(e)));
             }
             Ok(Ok(resp)) => resp,
         };

@@ -742,6 +742,12 @@ pub trait Store: Send {
 /// and then a client that asks rustls for the default (the Redis client, the ZooKeeper
 /// client) panics ("Could not automatically determine the process-level CryptoProvider").
 /// Every remote store's `open` calls this; a second call finds ring installed.
+#[cfg(any(
+    feature = "store-mysql",
+    feature = "store-redis",
+    feature = "store-etcd",
+    feature = "store-zookeeper"
+))]
 pub(crate) fn tls_provider() {
     #[cfg(any(feature = "store-postgres", feature = "store-zookeeper"))]
     {

@@ -246,24 +246,52 @@ impl std::fmt::Debug for MysqlStore {
     }
 }
 
-/// A failure inside one call, before it is named after the store.
-enum Fail {
-    My(mysql::Error),
-    /// A call got no answer within [`CALL_TIMEOUT`].
-    Timeout,
-    /// Connecting got no answer: the TCP connection within [`CONNECT_TIMEOUT`], or a
-    /// reply of the handshake within [`CALL_TIMEOUT`].
-    ConnectTimeout,
-    Data(String),
-    /// The store's schema is older than [`SCHEMA_VERSION`]: migrate, then ask again.
-    Older,
-    /// The store's schema has this version, newer than [`SCHEMA_VERSION`].
-    Newer(i64),
-}
+/// This store's failures: the client's own errors, and those every store shares.
+type Fail = engine::Fail<mysql::Error>;
 
 impl From<mysql::Error> for Fail {
     fn from(e: mysql::Error) -> Self {
-        Fail::My(e)
+        Fail::Client(e)
+    }
+}
+
+/// Sorts the client's errors: a server error that may pass (a lock wait timeout, a
+/// deadlock, too many connections, a shutdown, a statement stopped by `KILL QUERY`) and
+/// every error of the connection are [`StoreError::Unavailable`]; an unknown database or
+/// a refused login is [`StoreError::Address`]; other server errors are
+/// [`StoreError::Invalid`] (MariaDB's error codes, `perror`).
+impl engine::ClientError for mysql::Error {
+    fn store_error(self, store: &str, op: &str) -> StoreError {
+        let store = store.to_string();
+        match self {
+            // Unknown database (1049), refused login (1045): the address is wrong.
+            mysql::Error::MySqlError(e) if matches!(e.code, 1045 | 1049) => StoreError::Address {
+                address: store,
+                detail: if e.code == 1049 {
+                    format!(
+                        "{op}: {} (jobguard creates its tables, not the database: CREATE DATABASE it first)",
+                        e.message
+                    )
+                } else {
+                    format!("{op}: {}", e.message)
+                },
+            },
+            mysql::Error::MySqlError(e) => {
+                // Lock wait timeout, deadlock, too many connections, shutdown, a statement
+                // stopped by `KILL QUERY` (1317, see `kill_query`): retryable.
+                let retryable = matches!(e.code, 1205 | 1213 | 1040 | 1053 | 1317 | 2006 | 2013);
+                let detail = format!("{op}: {}", e.message);
+                if retryable {
+                    StoreError::Unavailable { store, detail }
+                } else {
+                    StoreError::Invalid { store, detail }
+                }
+            }
+            e => StoreError::Unavailable {
+                store,
+                detail: format!("{op}: {e}"),
+            },
+        }
     }
 }
 
@@ -271,7 +299,7 @@ impl From<mysql::Error> for Fail {
 /// read, no such table (1146) or column (1054: a schema before the column came).
 fn missing_schema(e: &Fail) -> bool {
     matches!(e, Fail::Older)
-        || matches!(e, Fail::My(mysql::Error::MySqlError(e)) if matches!(e.code, 1146 | 1054))
+        || matches!(e, Fail::Client(mysql::Error::MySqlError(e)) if matches!(e.code, 1146 | 1054))
 }
 
 /// A string as a hex literal: safe in any SQL text, whatever it contains.
@@ -451,63 +479,9 @@ impl MysqlStore {
     }
 
     fn error(&self, op: &str, fail: Fail) -> StoreError {
-        let store = self.describe.clone();
-        match fail {
-            Fail::Timeout => StoreError::Unavailable {
-                store,
-                detail: remote::no_answer(op),
-            },
-            Fail::ConnectTimeout => StoreError::Unavailable {
-                store,
-                detail: format!(
-                    "{op}: no answer while connecting (within {} s to connect, {} s for each reply)",
-                    CONNECT_TIMEOUT.as_secs(),
-                    CALL_TIMEOUT.as_secs()
-                ),
-            },
-            Fail::Data(detail) => StoreError::Invalid {
-                store,
-                detail: format!("{op}: {detail}"),
-            },
-            Fail::Older => StoreError::Invalid {
-                store,
-                detail: format!("{op}: the schema is still older after migrating it"),
-            },
-            Fail::Newer(version) => self.newer_schema(version),
-            // Unknown database (1049), refused login (1045): the address is wrong.
-            Fail::My(mysql::Error::MySqlError(e)) if matches!(e.code, 1045 | 1049) => {
-                StoreError::Address {
-                    address: store,
-                    detail: if e.code == 1049 {
-                        format!(
-                            "{op}: {} (jobguard creates its tables, not the database: CREATE DATABASE it first)",
-                            e.message
-                        )
-                    } else {
-                        format!("{op}: {}", e.message)
-                    },
-                }
-            }
-            Fail::My(mysql::Error::MySqlError(e)) => {
-                // Lock wait timeout, deadlock, too many connections, shutdown, a statement
-                // stopped by `KILL QUERY` (1317, see `kill_query`): retryable.
-                let retryable = matches!(e.code, 1205 | 1213 | 1040 | 1053 | 1317 | 2006 | 2013);
-                let detail = format!("{op}: {}", e.message);
-                if retryable {
-                    StoreError::Unavailable { store, detail }
-                } else {
-                    StoreError::Invalid { store, detail }
-                }
-            }
-            Fail::My(e) => StoreError::Unavailable {
-                store,
-                detail: format!("{op}: {e}"),
-            },
-        }
+        fail.store_error(&self.describe, op, SCHEMA_VERSION)
     }
 
-    /// Connects; with `ssl-mode=PREFERRED`, connects again without TLS when the server's
-    /// greeting offers none.
     fn connect(&self) -> Result<Conn, mysql::Error> {
         match (Conn::new(self.opts.clone()), &self.plain_fallback) {
             (Err(mysql::Error::DriverError(mysql::DriverError::TlsNotSupported)), Some(plain)) => {
@@ -523,9 +497,13 @@ impl MysqlStore {
         if self.conn.is_none() {
             self.conn = Some(self.connect().map_err(|e| {
                 if timed_out(&e) {
-                    Fail::ConnectTimeout
+                    Fail::Unavailable(format!(
+                        "no answer while connecting (within {} s to connect, {} s for each reply)",
+                        CONNECT_TIMEOUT.as_secs(),
+                        CALL_TIMEOUT.as_secs()
+                    ))
                 } else {
-                    Fail::My(e)
+                    Fail::Client(e)
                 }
             })?);
         }
@@ -534,13 +512,13 @@ impl MysqlStore {
         };
         let id = conn.connection_id();
         let result = f(conn);
-        if let Err(Fail::My(e)) = &result
+        if let Err(Fail::Client(e)) = &result
             && !matches!(e, mysql::Error::MySqlError(_))
         {
             self.conn = None;
             if timed_out(e) {
                 self.kill_query(id);
-                return Err(Fail::Timeout);
+                return Err(Fail::Timeout(CALL_TIMEOUT));
             }
         }
         result
@@ -605,14 +583,6 @@ impl MysqlStore {
                 self.init()?;
                 self.call(f).map_err(|e| self.error(op, e))
             }
-            Err(Fail::My(mysql::Error::MySqlError(e)))
-                if e.state == "45000" && e.message.contains("newer") =>
-            {
-                Err(StoreError::Invalid {
-                    store: self.describe.clone(),
-                    detail: format!("{op}: {}", e.message),
-                })
-            }
             Err(e) => Err(self.error(op, e)),
         }
     }
@@ -652,7 +622,7 @@ impl MysqlStore {
         {
             Ok(v) => Ok(Some(v.unwrap_or(0))),
             Err(e) => {
-                let e = Fail::My(e);
+                let e = Fail::Client(e);
                 if missing_schema(&e) { Ok(None) } else { Err(e) }
             }
         }
@@ -1443,9 +1413,10 @@ fn lock_lease(
 }
 
 /// One connection's part of [`engine`]'s loop. A claim reads in one statement and
-/// writes only if the lease row is still every column it read ([`write_grant`]); an end,
-/// a renewal and an unlock read and write in one READ COMMITTED transaction that locks
-/// the lease row first ([`lock_lease`]), so nothing they read changes before their commit.
+/// writes only if the lease row is still at the revision it read ([`write_grant`]); an
+/// end, a renewal, an unlock and a resolve read and write in one READ COMMITTED
+/// transaction that locks the lease row first ([`lock_lease`]), so nothing they read
+/// changes before their commit, and move the row's revision with their commit.
 /// A transaction left open (a refusal writes nothing) is rolled back when the session
 /// ends or reads again.
 struct Session<'a> {
@@ -1490,21 +1461,9 @@ impl Drop for Session<'_> {
     }
 }
 
-impl engine::Failure for Fail {
-    fn contended() -> Self {
-        Fail::Data(format!(
-            "the lease row changed under {} tries in a row",
-            engine::RETRIES
-        ))
-    }
-    fn rule(e: rules::RuleError) -> Self {
-        Fail::Data(e.to_string())
-    }
-}
-
 impl engine::Backend for Session<'_> {
     type Version = Seen;
-    type Fail = Fail;
+    type Client = mysql::Error;
 
     fn read_claim(&mut self, req: &ClaimRequest) -> Result<Read<(rules::ClaimState, Seen)>, Fail> {
         self.end()?;

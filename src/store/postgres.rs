@@ -526,7 +526,7 @@ async fn connect_as_planned(
                 let first = format!("with TLS: {}", remote::chain(&e));
                 connect_once(config, SslMode::Disable, tls)
                     .await
-                    .map_err(|e| Fail::After(first, Box::new(Fail::Pg(e))))
+                    .map_err(|e| Fail::After(first, Box::new(Fail::Client(e))))
             }
             other => Ok(other?),
         },
@@ -536,7 +536,7 @@ async fn connect_as_planned(
                 let first = format!("without TLS: {}", remote::chain(&e));
                 connect_once(config, SslMode::Require, tls)
                     .await
-                    .map_err(|e| Fail::After(first, Box::new(Fail::Pg(e))))
+                    .map_err(|e| Fail::After(first, Box::new(Fail::Client(e))))
             }
             other => Ok(other?),
         },
@@ -587,26 +587,42 @@ impl std::fmt::Debug for PostgresStore {
     }
 }
 
-/// A failure inside one call, before it is named after the store.
-enum Fail {
-    Pg(tokio_postgres::Error),
-    /// A call got no answer within [`CALL_TIMEOUT`].
-    Timeout,
-    /// No connection within [`CONNECT_TIMEOUT`].
-    ConnectTimeout,
-    Data(String),
-    /// A second connection attempt failed (`sslmode=allow`, `prefer`) after the first,
-    /// whose message this holds.
-    After(String, Box<Fail>),
-    /// The store's schema is older than [`SCHEMA_VERSION`]: migrate, then ask again.
-    Older,
-    /// The store's schema has this version, newer than [`SCHEMA_VERSION`].
-    Newer(i64),
-}
+/// This store's failures: the client's own errors, and those every store shares.
+type Fail = engine::Fail<tokio_postgres::Error>;
 
 impl From<tokio_postgres::Error> for Fail {
     fn from(e: tokio_postgres::Error) -> Self {
-        Fail::Pg(e)
+        Fail::Client(e)
+    }
+}
+
+/// Sorts the client's errors: an error of the connection, and a server error of class 08
+/// (connection), 53 (insufficient resources), 57 (operator intervention), a serialization
+/// failure (40001) or a deadlock (40P01), are [`StoreError::Unavailable`]; other server
+/// errors are [`StoreError::Invalid`] (PostgreSQL's Appendix A, "Error Codes").
+impl engine::ClientError for tokio_postgres::Error {
+    fn store_error(self, store: &str, op: &str) -> StoreError {
+        let store = store.to_string();
+        match self.as_db_error() {
+            None => StoreError::Unavailable {
+                store,
+                detail: format!("{op}: {}", remote::chain(&self)),
+            },
+            Some(db) => {
+                let code = db.code().code();
+                let retryable = code.starts_with("08")
+                    || code.starts_with("53")
+                    || code.starts_with("57")
+                    || code == "40001"
+                    || code == "40P01";
+                let detail = format!("{op}: {}", db.message());
+                if retryable {
+                    StoreError::Unavailable { store, detail }
+                } else {
+                    StoreError::Invalid { store, detail }
+                }
+            }
+        }
     }
 }
 
@@ -614,7 +630,7 @@ impl From<tokio_postgres::Error> for Fail {
 /// "the schema is older" (the first use after an upgrade).
 fn missing_schema(e: &Fail) -> bool {
     matches!(e, Fail::Older)
-        || matches!(e, Fail::Pg(e) if matches!(
+        || matches!(e, Fail::Client(e) if matches!(
             e.code(),
             Some(c) if *c == SqlState::UNDEFINED_TABLE
                 || *c == SqlState::UNDEFINED_COLUMN
@@ -720,67 +736,7 @@ impl PostgresStore {
     }
 
     fn error(&self, op: &str, fail: Fail) -> StoreError {
-        let store = self.describe.clone();
-        match fail {
-            Fail::Timeout => StoreError::Unavailable {
-                store,
-                detail: remote::no_answer(op),
-            },
-            Fail::ConnectTimeout => StoreError::Unavailable {
-                store,
-                detail: format!(
-                    "{op}: could not connect within {} s",
-                    CONNECT_TIMEOUT.as_secs()
-                ),
-            },
-            Fail::Data(detail) => StoreError::Invalid {
-                store,
-                detail: format!("{op}: {detail}"),
-            },
-            Fail::Older => StoreError::Invalid {
-                store,
-                detail: format!("{op}: the schema is still older after migrating it"),
-            },
-            Fail::Newer(version) => self.newer_schema(version),
-            Fail::After(first, then) => {
-                // `op: first; then second`, the second attempt's error kind.
-                let both = |detail: String| {
-                    let second = detail.strip_prefix(&format!("{op}: ")).unwrap_or(&detail);
-                    format!("{op}: {first}; then {second}")
-                };
-                match self.error(op, *then) {
-                    StoreError::Unavailable { store, detail } => StoreError::Unavailable {
-                        store,
-                        detail: both(detail),
-                    },
-                    StoreError::Invalid { store, detail } => StoreError::Invalid {
-                        store,
-                        detail: both(detail),
-                    },
-                    other => other,
-                }
-            }
-            Fail::Pg(e) => match e.as_db_error() {
-                None => StoreError::Unavailable {
-                    store,
-                    detail: format!("{op}: {}", remote::chain(&e)),
-                },
-                Some(db) => {
-                    let code = db.code().code();
-                    let retryable = code.starts_with("08")
-                        || code.starts_with("53")
-                        || code.starts_with("57")
-                        || code == "40001"
-                        || code == "40P01";
-                    let detail = format!("{op}: {}", db.message());
-                    if retryable {
-                        StoreError::Unavailable { store, detail }
-                    } else {
-                        StoreError::Invalid { store, detail }
-                    }
-                }
-            },
-        }
+        fail.store_error(&self.describe, op, SCHEMA_VERSION)
     }
 
     /// Runs `f` on the connection (connecting first if needed) within [`CALL_TIMEOUT`].
@@ -817,7 +773,12 @@ impl PostgresStore {
                     )
                     .await
                 })
-                .map_err(|_| Fail::ConnectTimeout)??;
+                .map_err(|_| {
+                    Fail::Unavailable(format!(
+                        "could not connect within {} s",
+                        CONNECT_TIMEOUT.as_secs()
+                    ))
+                })??;
             self.client = Some(client.0);
             self.driver = Some(client.1);
         }
@@ -832,7 +793,7 @@ impl PostgresStore {
         });
         // A connection given up on is not waited for when the store is dropped.
         match result {
-            Err(Fail::Timeout) => {
+            Err(Fail::Timeout(limit)) => {
                 let cancel = self.client.as_ref().map(Client::cancel_token);
                 (self.client, self.driver) = (None, None);
                 // The server goes on with a statement until it next reads from or writes
@@ -854,11 +815,11 @@ impl PostgresStore {
                         });
                     });
                 }
-                Err(Fail::Timeout)
+                Err(Fail::Timeout(limit))
             }
-            Err(Fail::Pg(e)) if e.as_db_error().is_none() => {
+            Err(Fail::Client(e)) if e.as_db_error().is_none() => {
                 (self.client, self.driver) = (None, None);
-                Err(Fail::Pg(e))
+                Err(Fail::Client(e))
             }
             other => other,
         }
@@ -954,7 +915,7 @@ impl PostgresStore {
                 self.init()?;
                 self.session(&mut f).map_err(|e| self.error(op, e))
             }
-            Err(Fail::Pg(e))
+            Err(Fail::Client(e))
                 if e.code() == Some(&SqlState::RAISE_EXCEPTION)
                     && e.as_db_error()
                         .is_some_and(|d| d.message().contains("newer")) =>
@@ -1405,26 +1366,14 @@ impl Session<'_> {
         let client = &mut *self.client;
         self.rt
             .block_on(async { tokio::time::timeout(CALL_TIMEOUT, f(client)).await })
-            .unwrap_or(Err(Fail::Timeout))
-    }
-}
-
-impl engine::Failure for Fail {
-    fn contended() -> Self {
-        Fail::Data(format!(
-            "the lease row changed under {} tries in a row",
-            engine::RETRIES
-        ))
-    }
-    fn rule(e: rules::RuleError) -> Self {
-        Fail::Data(e.to_string())
+            .unwrap_or(Err(Fail::Timeout(CALL_TIMEOUT)))
     }
 }
 
 impl engine::Backend for Session<'_> {
     /// The lease row's `xmin`; `None` while the job has none.
     type Version = Option<String>;
-    type Fail = Fail;
+    type Client = tokio_postgres::Error;
 
     fn read_claim(
         &mut self,

@@ -161,19 +161,12 @@ impl std::fmt::Debug for RedisStore {
     }
 }
 
-/// A failure inside one call, before it is named after the store.
-enum Fail {
-    Redis(redis::RedisError),
-    Data(String),
-    /// What the operation read changed before its commit, [`RETRIES`] times in a row.
-    Contended,
-    /// The store's schema is newer than this jobguard's.
-    Newer(i64),
-}
+/// This store's failures: the client's own errors, and those every store shares.
+type Fail = engine::Fail<redis::RedisError>;
 
 impl From<redis::RedisError> for Fail {
     fn from(e: redis::RedisError) -> Self {
-        Fail::Redis(e)
+        Fail::Client(e)
     }
 }
 
@@ -402,6 +395,49 @@ fn unavailable(e: &redis::RedisError) -> bool {
         || e.is_unrecoverable_error()
 }
 
+/// What went wrong, in words: a socket deadline that passed is "timed out after N s"
+/// (not the C library's "Resource temporarily unavailable"); a `rediss://` connection
+/// that gets no TLS answer says that the server may not speak TLS (a plain Redis
+/// reads the TLS greeting as a command and never answers it).
+fn explain(store: &str, op: &str, e: &redis::RedisError) -> String {
+    let connect = op.ends_with("connect");
+    let tls = store
+        .get(..9)
+        .is_some_and(|s| s.eq_ignore_ascii_case("rediss://"));
+    let mut text = if e.is_timeout() {
+        let limit = if connect {
+            CONNECT_TIMEOUT
+        } else {
+            CALL_TIMEOUT
+        };
+        format!("no answer: timed out after {} s", limit.as_secs())
+    } else {
+        e.to_string()
+    };
+    if connect && tls && !e.is_connection_refusal() {
+        text.push_str(
+            " (TLS handshake: a rediss:// address needs a server that speaks TLS on this port; \
+             a plain Redis does not answer it)",
+        );
+    }
+    text
+}
+
+/// Sorts the client's errors: those of the connection (I/O, a deadline, a refused or
+/// dropped connection) are [`StoreError::Unavailable`], the server's answers
+/// [`StoreError::Invalid`]; [`explain`] puts them in words.
+impl engine::ClientError for redis::RedisError {
+    fn store_error(self, store: &str, op: &str) -> StoreError {
+        let detail = format!("{op}: {}", explain(store, op, &self));
+        let store = store.to_string();
+        if unavailable(&self) {
+            StoreError::Unavailable { store, detail }
+        } else {
+            StoreError::Invalid { store, detail }
+        }
+    }
+}
+
 impl RedisStore {
     /// Parses `address` and prepares a store; connects on the first call.
     ///
@@ -480,55 +516,7 @@ impl RedisStore {
     }
 
     fn error(&self, op: &str, fail: Fail) -> StoreError {
-        let store = self.describe.clone();
-        match fail {
-            Fail::Data(detail) => StoreError::Invalid {
-                store,
-                detail: format!("{op}: {detail}"),
-            },
-            Fail::Contended => StoreError::Unavailable {
-                store,
-                detail: format!("{op}: the job's state changed under {RETRIES} attempts in a row"),
-            },
-            Fail::Newer(version) => self.newer_schema(version),
-            Fail::Redis(e) => {
-                let detail = format!("{op}: {}", self.explain(op, &e));
-                if unavailable(&e) {
-                    StoreError::Unavailable { store, detail }
-                } else {
-                    StoreError::Invalid { store, detail }
-                }
-            }
-        }
-    }
-
-    /// What went wrong, in words: a socket deadline that passed is "timed out after N s"
-    /// (not the C library's "Resource temporarily unavailable"); a `rediss://` connection
-    /// that gets no TLS answer says that the server may not speak TLS (a plain Redis
-    /// reads the TLS greeting as a command and never answers it).
-    fn explain(&self, op: &str, e: &redis::RedisError) -> String {
-        let connect = op.ends_with("connect");
-        let tls = self
-            .describe
-            .get(..9)
-            .is_some_and(|s| s.eq_ignore_ascii_case("rediss://"));
-        let mut text = if e.is_timeout() {
-            let limit = if connect {
-                CONNECT_TIMEOUT
-            } else {
-                CALL_TIMEOUT
-            };
-            format!("no answer: timed out after {} s", limit.as_secs())
-        } else {
-            e.to_string()
-        };
-        if connect && tls && !e.is_connection_refusal() {
-            text.push_str(
-                " (TLS handshake: a rediss:// address needs a server that speaks TLS on this port; \
-                 a plain Redis does not answer it)",
-            );
-        }
-        text
+        fail.store_error(&self.describe, op, SCHEMA_VERSION)
     }
 
     /// Runs `f` on the connection (connecting first if needed) with read and write
@@ -547,7 +535,7 @@ impl RedisStore {
                     c.set_write_timeout(Some(CALL_TIMEOUT))?;
                     Ok(c)
                 })
-                .map_err(|e| self.error(&format!("{op}: connect"), Fail::Redis(e)))?;
+                .map_err(|e| self.error(&format!("{op}: connect"), Fail::Client(e)))?;
             self.conn = Some(conn);
         }
         let Some(conn) = self.conn.as_mut() else {
@@ -555,9 +543,9 @@ impl RedisStore {
         };
         match f(conn, &self.prefix) {
             Ok(v) => Ok(v),
-            Err(Fail::Redis(e)) if unavailable(&e) => {
+            Err(Fail::Client(e)) if unavailable(&e) => {
                 self.conn = None;
-                Err(self.error(op, Fail::Redis(e)))
+                Err(self.error(op, Fail::Client(e)))
             }
             Err(e) => Err(self.error(op, e)),
         }
@@ -741,19 +729,10 @@ struct Session<'a> {
     ctx: Ctx<'a>,
 }
 
-impl engine::Failure for Fail {
-    fn contended() -> Self {
-        Fail::Contended
-    }
-    fn rule(e: rules::RuleError) -> Self {
-        Fail::Data(e.to_string())
-    }
-}
-
 impl engine::Backend for Session<'_> {
     /// The slots in the job's queued index when read (`None`: not read).
     type Version = Option<Vec<i64>>;
-    type Fail = Fail;
+    type Client = redis::RedisError;
 
     fn read_claim(
         &mut self,

@@ -13,8 +13,8 @@
 //! Every store decides with these functions. Claim, renew, finish, interrupt, unlock and
 //! resolve run in [`super::engine`]'s one loop: read one job's snapshot with a version, decide
 //! here, commit only while the version is unchanged (SQLite: one `BEGIN IMMEDIATE`
-//! transaction; PostgreSQL: the lease row's `xmin`; MySQL/MariaDB: every column of the
-//! lease row for a claim, the lease row's lock for the rest; Redis: `WATCH`/`MULTI`/`EXEC`;
+//! transaction; PostgreSQL: the lease row's `xmin`; MySQL/MariaDB: the lease row's
+//! revision `rev` for a claim, the lease row's lock for the rest; Redis: `WATCH`/`MULTI`/`EXEC`;
 //! etcd: a `Txn` on the lease row's `mod_revision`; ZooKeeper: a `multi` that sets the
 //! lease node at its version). The mark's fence and the schedule are decided here too, in
 //! one loop each ([`super::Store::mark`], [`super::Store::declare_schedule`]) over a

@@ -167,57 +167,55 @@ impl std::fmt::Debug for SqliteStore {
     }
 }
 
-/// A failure inside one store operation, before it is named after the store.
-enum Fail {
-    Sql(rusqlite::Error),
-    Data(String),
-    /// The file's schema is this version, newer than [`SCHEMA_VERSION`] (another
-    /// jobguard upgraded it after this one opened it).
-    Newer(i64),
-}
+/// This store's failures: SQLite's own errors, and those every store shares.
+type Fail = engine::Fail<rusqlite::Error>;
 
 impl From<rusqlite::Error> for Fail {
     fn from(e: rusqlite::Error) -> Self {
-        Fail::Sql(e)
+        Fail::Client(e)
     }
 }
 
-/// Names a failure after the store and the operation, and sorts it: I/O, locks held past
-/// the busy timeout and files that cannot be opened are [`StoreError::Unavailable`];
-/// constraint violations, corruption and bad rows are [`StoreError::Invalid`].
-fn store_error(store: &str, op: &str, fail: Fail) -> StoreError {
-    match fail {
-        Fail::Data(detail) => StoreError::Invalid {
-            store: store.to_string(),
-            detail: format!("{op}: {detail}"),
-        },
-        Fail::Newer(version) => StoreError::newer_schema(store, version, SCHEMA_VERSION),
-        Fail::Sql(e) => {
-            let unavailable = matches!(
-                e.sqlite_error_code(),
-                Some(
-                    ErrorCode::DatabaseBusy
-                        | ErrorCode::DatabaseLocked
-                        | ErrorCode::CannotOpen
-                        | ErrorCode::SystemIoFailure
-                        | ErrorCode::DiskFull
-                        | ErrorCode::ReadOnly
-                        | ErrorCode::PermissionDenied
-                        | ErrorCode::OutOfMemory
-                        | ErrorCode::FileLockingProtocolFailed
-                        | ErrorCode::NoLargeFileSupport
-                        | ErrorCode::OperationInterrupted
-                )
-            );
-            let store = store.to_string();
-            let detail = format!("{op}: {e}");
-            if unavailable {
-                StoreError::Unavailable { store, detail }
-            } else {
-                StoreError::Invalid { store, detail }
-            }
+/// Sorts SQLite's errors: I/O, locks held past the busy timeout and files that cannot be
+/// opened are [`StoreError::Unavailable`]; constraint violations, corruption and the rest
+/// are [`StoreError::Invalid`].
+impl engine::ClientError for rusqlite::Error {
+    fn store_error(self, store: &str, op: &str) -> StoreError {
+        let unavailable = matches!(
+            self.sqlite_error_code(),
+            Some(
+                ErrorCode::DatabaseBusy
+                    | ErrorCode::DatabaseLocked
+                    | ErrorCode::CannotOpen
+                    | ErrorCode::SystemIoFailure
+                    | ErrorCode::DiskFull
+                    | ErrorCode::ReadOnly
+                    | ErrorCode::PermissionDenied
+                    | ErrorCode::OutOfMemory
+                    | ErrorCode::FileLockingProtocolFailed
+                    | ErrorCode::NoLargeFileSupport
+                    | ErrorCode::OperationInterrupted
+            )
+        );
+        let store = store.to_string();
+        let detail = format!("{op}: {self}");
+        if unavailable {
+            StoreError::Unavailable { store, detail }
+        } else {
+            StoreError::Invalid { store, detail }
         }
     }
+}
+
+/// The schema version of the file `conn` has open (`PRAGMA user_version`; 0 for a new
+/// file), as of the connection's transaction, if one is open.
+fn user_version(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.pragma_query_value(None, "user_version", |row| row.get(0))
+}
+
+/// Names a failure after the store and the operation ([`engine::Fail::store_error`]).
+fn store_error(store: &str, op: &str, fail: Fail) -> StoreError {
+    fail.store_error(store, op, SCHEMA_VERSION)
 }
 
 /// Checks the file held open since the path check (`held`) against what `path` names now,
@@ -447,8 +445,7 @@ impl SqliteStore {
     /// # Errors
     /// [`StoreError::Unavailable`] if the file cannot be read.
     pub fn schema_version(&mut self) -> Result<i64, StoreError> {
-        self.conn
-            .pragma_query_value(None, "user_version", |row| row.get(0))
+        user_version(&self.conn)
             .map_err(|e| store_error(&self.describe, "read schema version", e.into()))
     }
 
@@ -741,27 +738,16 @@ struct Session<'a> {
     now: i64,
 }
 
-impl engine::Failure for Fail {
-    fn contended() -> Self {
-        Fail::Data("the job changed under its own write lock".to_string())
-    }
-    fn rule(e: rules::RuleError) -> Self {
-        Fail::Data(e.to_string())
-    }
-}
-
 impl engine::Backend for Session<'_> {
     type Version = ();
-    type Fail = Fail;
+    type Client = rusqlite::Error;
     const HOST_CLOCK: bool = true;
 
     /// Also reads the file's schema version (`PRAGMA user_version`, in the transaction's
     /// snapshot): a claim of this jobguard on a file that a newer one has upgraded since
     /// it was opened is refused.
     fn read_claim(&mut self, req: &ClaimRequest) -> Result<Read<(rules::ClaimState, ())>, Fail> {
-        let version: i64 = self
-            .tx
-            .pragma_query_value(None, "user_version", |row| row.get(0))?;
+        let version = user_version(self.tx)?;
         if version > SCHEMA_VERSION {
             return Err(Fail::Newer(version));
         }
@@ -965,7 +951,7 @@ impl Store for SqliteStore {
                 .conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)?;
             // Another process may have migrated while we waited for the lock.
-            let version: i64 = tx.pragma_query_value(None, "user_version", |row| row.get(0))?;
+            let version = user_version(&tx)?;
             if version > SCHEMA_VERSION {
                 return Ok(Some(version));
             }
@@ -984,7 +970,11 @@ impl Store for SqliteStore {
                 Ok(())
             }
             Ok(Some(newer)) => Err(self.newer_schema(newer)),
-            Err(e) => Err(store_error(&self.describe, "create schema", Fail::Sql(e))),
+            Err(e) => Err(store_error(
+                &self.describe,
+                "create schema",
+                Fail::Client(e),
+            )),
         }
     }
 

@@ -132,20 +132,23 @@ impl std::fmt::Debug for ZooKeeperStore {
     }
 }
 
-/// A failure inside one operation: the store could not be reached or refused a request,
-/// or answered with something unusable.
-enum Fail {
-    Zk(zookeeper_client::Error),
-    Data(String),
-    Contended,
-    /// The store's node layout is this version, newer than [`SCHEMA_VERSION`] (another
-    /// jobguard upgraded it after this one opened it).
-    Newer(i64),
-}
+/// This store's failures: the client's own errors, and those every store shares.
+type Fail = engine::Fail<zookeeper_client::Error>;
 
 impl From<zookeeper_client::Error> for Fail {
     fn from(e: zookeeper_client::Error) -> Self {
-        Fail::Zk(e)
+        Fail::Client(e)
+    }
+}
+
+/// Sorts the client's errors: every one is [`StoreError::Unavailable`], in the client's
+/// words with their sources.
+impl engine::ClientError for zookeeper_client::Error {
+    fn store_error(self, store: &str, op: &str) -> StoreError {
+        StoreError::Unavailable {
+            store: store.to_string(),
+            detail: format!("{op}: {}", remote::chain(&self)),
+        }
     }
 }
 
@@ -236,7 +239,7 @@ fn data_of(result: MultiReadResult) -> Result<Option<Vec<u8>>, Fail> {
         MultiReadResult::Error {
             err: zookeeper_client::Error::NoNode,
         } => Ok(None),
-        MultiReadResult::Error { err } => Err(Fail::Zk(err)),
+        MultiReadResult::Error { err } => Err(Fail::Client(err)),
         other => Err(Fail::Data(format!("unexpected answer {other:?}"))),
     }
 }
@@ -248,7 +251,7 @@ fn children_of(result: MultiReadResult) -> Result<Vec<String>, Fail> {
         MultiReadResult::Error {
             err: zookeeper_client::Error::NoNode,
         } => Ok(Vec::new()),
-        MultiReadResult::Error { err } => Err(Fail::Zk(err)),
+        MultiReadResult::Error { err } => Err(Fail::Client(err)),
         other => Err(Fail::Data(format!("unexpected answer {other:?}"))),
     }
 }
@@ -470,7 +473,7 @@ impl ZooKeeperStore {
             match client.list_children(&days_node).await {
                 Ok(days) => Ok(Some(days.iter().filter_map(|d| d.parse().ok()).collect())),
                 Err(zookeeper_client::Error::NoNode) => Ok(Some(Vec::new())),
-                Err(e) => Err(Fail::Zk(e)),
+                Err(e) => Err(Fail::Client(e)),
             }
         })?;
         Ok(days
@@ -512,23 +515,7 @@ impl ZooKeeperStore {
     }
 
     fn error(&self, op: &str, fail: Fail) -> StoreError {
-        match fail {
-            Fail::Zk(e) => StoreError::Unavailable {
-                store: self.describe.clone(),
-                detail: format!("{op}: {}", remote::chain(&e)),
-            },
-            Fail::Data(detail) => StoreError::Invalid {
-                store: self.describe.clone(),
-                detail: format!("{op}: {detail}"),
-            },
-            Fail::Contended => StoreError::Unavailable {
-                store: self.describe.clone(),
-                detail: format!("{op}: the job's state changed under {RETRIES} attempts in a row"),
-            },
-            Fail::Newer(version) => {
-                StoreError::newer_schema(&self.describe, version, SCHEMA_VERSION)
-            }
-        }
+        fail.store_error(&self.describe, op, SCHEMA_VERSION)
     }
 
     fn connect(&mut self) -> Result<Client, StoreError> {
@@ -632,13 +619,13 @@ impl ZooKeeperStore {
             match result {
                 // The session failed (expired, closed, a connection that stopped
                 // answering): one new session and one more try.
-                Err(Fail::Zk(e)) => {
+                Err(Fail::Client(e)) => {
                     self.client = None;
                     if !reconnected {
                         reconnected = true;
                         continue;
                     }
-                    return Err(self.error(op, Fail::Zk(e)));
+                    return Err(self.error(op, Fail::Client(e)));
                 }
                 other => return other.map_err(|e| self.error(op, e)),
             }
@@ -714,7 +701,7 @@ impl ZooKeeperStore {
                 "write {index} of {}: {source}",
                 writes.len() + 1
             ))),
-            Err(MultiWriteError::RequestFailed { source }) => Err(Fail::Zk(source)),
+            Err(MultiWriteError::RequestFailed { source }) => Err(Fail::Client(source)),
         }
     }
 
@@ -902,7 +889,7 @@ impl ZooKeeperStore {
         {
             Ok(c) => c.iter().filter_map(|c| remote::slot_from_part(c)).collect(),
             Err(zookeeper_client::Error::NoNode) => Vec::new(),
-            Err(e) => return Err(Fail::Zk(e)),
+            Err(e) => return Err(Fail::Client(e)),
         };
         slots.sort_unstable();
         Ok(slots)
@@ -914,7 +901,7 @@ impl ZooKeeperStore {
         match client.list_children(&self.node("run")).await {
             Ok(c) => Ok(c),
             Err(zookeeper_client::Error::NoNode) => Ok(Vec::new()),
-            Err(e) => Err(Fail::Zk(e)),
+            Err(e) => Err(Fail::Client(e)),
         }
     }
 }
@@ -934,15 +921,6 @@ struct Session<'a> {
     client: &'a Client,
 }
 
-impl engine::Failure for Fail {
-    fn contended() -> Self {
-        Fail::Contended
-    }
-    fn rule(e: rules::RuleError) -> Self {
-        Fail::Data(e.to_string())
-    }
-}
-
 impl Session<'_> {
     /// Runs `f` within [`CALL_TIMEOUT`].
     fn call<T>(
@@ -953,13 +931,13 @@ impl Session<'_> {
         store
             .rt
             .block_on(async { tokio::time::timeout(CALL_TIMEOUT, f(store, client)).await })
-            .unwrap_or(Err(Fail::Zk(zookeeper_client::Error::Timeout)))
+            .unwrap_or(Err(Fail::Client(zookeeper_client::Error::Timeout)))
     }
 }
 
 impl engine::Backend for Session<'_> {
     type Version = Seen;
-    type Fail = Fail;
+    type Client = zookeeper_client::Error;
 
     /// Reads the lease row, a record under the run id and (queued first) the queued
     /// slots, then the records of the asked slot, the retried record's, the lease's
@@ -1331,7 +1309,7 @@ impl Store for ZooKeeperStore {
             Ok(found) => found,
             Err(e) => {
                 self.client = None;
-                return Err(self.error("read the schema version", Fail::Zk(e)));
+                return Err(self.error("read the schema version", Fail::Client(e)));
             }
         };
         if let Some(v) = remote::newer_version(&found, SCHEMA_VERSION)
@@ -1418,7 +1396,7 @@ impl Store for ZooKeeperStore {
                     .map(|m| Some(Some(m)))
                     .map_err(Fail::Data),
                 Err(zookeeper_client::Error::NoNode) => Ok(Some(None)),
-                Err(e) => Err(Fail::Zk(e)),
+                Err(e) => Err(Fail::Client(e)),
             }
         })
     }
@@ -1493,7 +1471,7 @@ impl Store for ZooKeeperStore {
                     for parent in &parents {
                         match client.create(parent, b"", &options).await {
                             Ok(_) | Err(zookeeper_client::Error::NodeExists) => {}
-                            Err(e) => return Err(Fail::Zk(e)),
+                            Err(e) => return Err(Fail::Client(e)),
                         }
                     }
                     Ok(None)
@@ -1501,7 +1479,7 @@ impl Store for ZooKeeperStore {
                 Err(MultiWriteError::OperationFailed { index, source }) => Err(Fail::Data(
                     format!("mark: write {index} of {ops}: {source}"),
                 )),
-                Err(MultiWriteError::RequestFailed { source }) => Err(Fail::Zk(source)),
+                Err(MultiWriteError::RequestFailed { source }) => Err(Fail::Client(source)),
             }
         })
     }
@@ -1514,7 +1492,7 @@ impl Store for ZooKeeperStore {
                 let entries = match client.list_children(&day_node).await {
                     Ok(e) => e,
                     Err(zookeeper_client::Error::NoNode) => return Ok(Some(0)),
-                    Err(e) => return Err(Fail::Zk(e)),
+                    Err(e) => return Err(Fail::Client(e)),
                 };
                 // A few hundred deletes per `multi`, well within the 1 MiB request limit.
                 for chunk in entries.chunks(200) {
@@ -1541,7 +1519,7 @@ impl Store for ZooKeeperStore {
                             )));
                         }
                         Err(MultiWriteError::RequestFailed { source }) => {
-                            return Err(Fail::Zk(source));
+                            return Err(Fail::Client(source));
                         }
                     }
                 }
@@ -1549,7 +1527,7 @@ impl Store for ZooKeeperStore {
                     Ok(()) | Err(zookeeper_client::Error::NoNode) => Ok(Some(entries.len())),
                     // A mark made meanwhile with a clock that was behind: the next pass.
                     Err(zookeeper_client::Error::NotEmpty) => Ok(Some(entries.len())),
-                    Err(e) => Err(Fail::Zk(e)),
+                    Err(e) => Err(Fail::Client(e)),
                 }
             })?;
         }
@@ -1568,7 +1546,7 @@ impl Store for ZooKeeperStore {
                             usize::try_from(s.num_children).unwrap_or(0)
                         })))
                     }
-                    Err(e) => Err(Fail::Zk(e)),
+                    Err(e) => Err(Fail::Client(e)),
                 }
             })?;
         }
@@ -1583,7 +1561,7 @@ impl Store for ZooKeeperStore {
                     .map(|d| Some(Some(d)))
                     .map_err(Fail::Data),
                 Err(zookeeper_client::Error::NoNode) => Ok(Some(None)),
-                Err(e) => Err(Fail::Zk(e)),
+                Err(e) => Err(Fail::Client(e)),
             }
         })
     }
@@ -1601,13 +1579,13 @@ impl Store for ZooKeeperStore {
                 return match client.create(&node, value.as_bytes(), &options).await {
                     Ok(_) => Ok(Some(true)),
                     Err(zookeeper_client::Error::NodeExists) => Ok(Some(false)),
-                    Err(e) => Err(Fail::Zk(e)),
+                    Err(e) => Err(Fail::Client(e)),
                 };
             };
             let (data, stat) = match client.get_data(&node).await {
                 Ok(got) => got,
                 Err(zookeeper_client::Error::NoNode) => return Ok(Some(false)),
-                Err(e) => return Err(Fail::Zk(e)),
+                Err(e) => return Err(Fail::Client(e)),
             };
             if remote::schedule_from_json(&new.job, &data).map_err(Fail::Data)? != *e {
                 return Ok(Some(false));
@@ -1618,7 +1596,7 @@ impl Store for ZooKeeperStore {
             {
                 Ok(_) => Ok(Some(true)),
                 Err(zookeeper_client::Error::BadVersion) => Ok(Some(false)),
-                Err(e) => Err(Fail::Zk(e)),
+                Err(e) => Err(Fail::Client(e)),
             }
         })
     }

@@ -215,7 +215,6 @@ servers! { $
                 "SET search_path = {n};
                  DROP INDEX jobguard_run_queued;
                  ALTER TABLE jobguard_lease DROP COLUMN renewal;
-                 ALTER TABLE jobguard_lease DROP COLUMN rev;
                  CREATE FUNCTION jobguard_claim(bigint, bigint, text, bigint, text, text,
                      boolean, text, text, text, text, text, text, bigint, bigint, bigint)
                      RETURNS SETOF text LANGUAGE sql AS 'SELECT NULL::text WHERE false';
