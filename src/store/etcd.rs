@@ -149,10 +149,7 @@ impl From<etcd_client::Error> for Fail {
 /// words with their sources.
 impl engine::ClientError for etcd_client::Error {
     fn store_error(self, store: &str, op: &str) -> StoreError {
-        StoreError::Unavailable {
-            store: store.to_string(),
-            detail: format!("{op}: {}", remote::chain(&self)),
-        }
+        remote::unavailable(store, op, &self)
     }
 }
 

@@ -16,14 +16,6 @@ use crate::lease::{Holder, Lease};
 use crate::ledger::{Finish, NewRun, Outcome, Resolution, Run};
 
 pub mod address;
-#[cfg(any(
-    feature = "store-sqlite",
-    feature = "store-postgres",
-    feature = "store-mysql",
-    feature = "store-redis",
-    feature = "store-etcd",
-    feature = "store-zookeeper"
-))]
 mod engine;
 #[cfg(feature = "store-etcd")]
 pub mod etcd;
@@ -59,14 +51,6 @@ use address::StoreAddress;
 /// writes to the store through another connection is then what the commit must find
 /// changed. Setting another `f` drops the one not yet run.
 #[doc(hidden)]
-#[cfg(any(
-    feature = "store-sqlite",
-    feature = "store-postgres",
-    feature = "store-mysql",
-    feature = "store-redis",
-    feature = "store-etcd",
-    feature = "store-zookeeper"
-))]
 pub fn before_next_commit(f: Option<Box<dyn FnOnce()>>) {
     engine::set_before_commit(f);
 }

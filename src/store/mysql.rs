@@ -670,18 +670,8 @@ impl MysqlStore {
                 }
             }
             if version < 4 {
-                // The renewal generation (`Lease::renewal`), 0 at a grant. MySQL has no
-                // ADD COLUMN IF NOT EXISTS (MariaDB has).
-                let has_column: Option<i64> = conn.query_first(
-                    "SELECT 1 FROM information_schema.columns
-                      WHERE table_schema = DATABASE() AND table_name = 'jobguard_lease'
-                        AND column_name = 'renewal' LIMIT 1",
-                )?;
-                if has_column.is_none() {
-                    conn.query_drop(
-                        "ALTER TABLE jobguard_lease ADD COLUMN renewal BIGINT NOT NULL DEFAULT 0",
-                    )?;
-                }
+                // The renewal generation (`Lease::renewal`), 0 at a grant.
+                add_lease_column(conn, "renewal")?;
             }
             if version < 5 {
                 // Nothing is decided on the server any more: the procedures of schemas 1
@@ -703,16 +693,7 @@ impl MysqlStore {
                 // moves it, so a claim, which reads without locking and writes only if
                 // the row is unchanged, also finds a resolve or an end that changed only
                 // records since its read.
-                let has_column: Option<i64> = conn.query_first(
-                    "SELECT 1 FROM information_schema.columns
-                      WHERE table_schema = DATABASE() AND table_name = 'jobguard_lease'
-                        AND column_name = 'rev' LIMIT 1",
-                )?;
-                if has_column.is_none() {
-                    conn.query_drop(
-                        "ALTER TABLE jobguard_lease ADD COLUMN rev BIGINT NOT NULL DEFAULT 0",
-                    )?;
-                }
+                add_lease_column(conn, "rev")?;
             }
             conn.query_drop(SCHEDULE_TABLE)?;
             conn.query_drop(format!(
@@ -724,6 +705,23 @@ impl MysqlStore {
         let _ = conn.query_drop("DO RELEASE_LOCK(CONCAT('jobguard:', DATABASE()))");
         result
     }
+}
+
+/// Adds the column `name` (`BIGINT NOT NULL DEFAULT 0`) to `jobguard_lease` unless it is
+/// there: a migration cut short may have added it. MySQL has no ADD COLUMN IF NOT EXISTS
+/// (MariaDB has).
+fn add_lease_column(conn: &mut Conn, name: &str) -> Result<(), Fail> {
+    let has_column: Option<i64> = conn.query_first(format!(
+        "SELECT 1 FROM information_schema.columns
+          WHERE table_schema = DATABASE() AND table_name = 'jobguard_lease'
+            AND column_name = '{name}' LIMIT 1"
+    ))?;
+    if has_column.is_none() {
+        conn.query_drop(format!(
+            "ALTER TABLE jobguard_lease ADD COLUMN {name} BIGINT NOT NULL DEFAULT 0"
+        ))?;
+    }
+    Ok(())
 }
 
 /// The table of declared schedules ([`Store::declare_schedule`]). It has no schema

@@ -29,6 +29,7 @@ use serde_json::Value;
 use serde_json::{Map, json};
 
 use crate::ledger::{Outcome, Resolution, Run, Slot};
+use crate::store::StoreError;
 
 /// How long connecting to a remote store may take before it counts as unavailable.
 ///
@@ -93,6 +94,16 @@ pub(crate) fn newer_version(found: &[u8], known: i64) -> Result<Option<i64>, Str
     match text.trim().parse::<i64>() {
         Ok(v) => Ok((v > known).then_some(v)),
         Err(_) => Err(format!("schema version {text:?} is not a number")),
+    }
+}
+
+/// `e`, an error of `op` on `store` (its address with secrets masked), as
+/// [`StoreError::Unavailable`] in its words with their sources ([`chain`]): how the etcd
+/// and ZooKeeper stores sort every error of their clients.
+pub(crate) fn unavailable(store: &str, op: &str, e: &dyn std::error::Error) -> StoreError {
+    StoreError::Unavailable {
+        store: store.to_string(),
+        detail: format!("{op}: {}", chain(e)),
     }
 }
 

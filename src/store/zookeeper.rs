@@ -145,10 +145,7 @@ impl From<zookeeper_client::Error> for Fail {
 /// words with their sources.
 impl engine::ClientError for zookeeper_client::Error {
     fn store_error(self, store: &str, op: &str) -> StoreError {
-        StoreError::Unavailable {
-            store: store.to_string(),
-            detail: format!("{op}: {}", remote::chain(&self)),
-        }
+        remote::unavailable(store, op, &self)
     }
 }
 
