@@ -907,6 +907,46 @@ fn mysql_migration_cut_short_is_completed() {
     assert_eq!(server("mysql").sql(&routines(&ns.name)).trim(), "");
 }
 
+/// MySQL/MariaDB during a rolling upgrade: a jobguard of schema 5, which knows no `rev`,
+/// resolves a slot `done` between a claim's read and its write. Its write locks the lease
+/// row and changes only the record (these are its statements, as its
+/// `Session::commit` sent them); the claim still finds the record changed, reads again and
+/// refuses the slot, which is not run again.
+#[test]
+fn mysql_a_resolve_of_schema_5_between_a_claims_read_and_write_is_seen() {
+    use common::conformance::{finish, rid};
+    use common::remote::{Namespace, server};
+    use jobguard::ledger::{Outcome, Resolution};
+    let Some(ns) = Namespace::new(server("mysql"), "mysql::old_resolve") else {
+        return;
+    };
+    let mut s = jobguard::store::open(&ns.address()).unwrap();
+    let (l, _) = claimed(&mut *s, &request("sync", S1, 1, 1, false));
+    s.finish(&l, &rid(1), &finish(Outcome::Failed)).unwrap();
+    assert_eq!(s.resolve("sync", S1, Resolution::Queued).unwrap(), 1);
+    let (n, id) = (ns.name.clone(), rid(1));
+    jobguard::store::before_next_commit(Some(Box::new(move || {
+        server("mysql").sql(&format!(
+            "USE {n}; SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION;
+             SELECT holder FROM jobguard_lease WHERE job = 'sync' FOR UPDATE;
+             UPDATE jobguard_run SET resolution = 'done'
+              WHERE run_id = '{id}' AND outcome = 'failed';
+             COMMIT;"
+        ));
+    })));
+    let claim = s.claim(&request("sync", S1, 2, 2, false));
+    jobguard::store::before_next_commit(None);
+    assert!(matches!(claim, Ok(Claim::SlotDone { .. })), "{claim:?}");
+    let runs = s
+        .runs(&RunQuery {
+            job: Some("sync".into()),
+            ..RunQuery::default()
+        })
+        .unwrap();
+    assert_eq!(runs.len(), 1, "{runs:#?}");
+    assert_eq!(runs[0].resolution, Some(Resolution::Done), "{runs:#?}");
+}
+
 /// A deployment whose database administrator creates the schema (an `init` as the owner)
 /// and gives the hosts' user only data rights (no CREATE): every host operation works as
 /// that user, including the schedule declaration of every run.

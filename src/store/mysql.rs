@@ -860,14 +860,19 @@ fn claim_state(job: &str, run_id: &str, rows: &[Row]) -> Result<(rules::ClaimSta
         }
     }
     state.lease_run = lease_run.map(|(_, _, run)| run);
-    Ok((state, get_int(&first, "lease_rev").unwrap_or(0)))
+    let rev = match (&state.lease, get_int(&first, "lease_rev")) {
+        (Some(_), None) => return Err(Fail::Data(format!("job {job}: lease without rev"))),
+        (_, rev) => rev.unwrap_or(0),
+    };
+    Ok((state, rev))
 }
 
 /// Writes `grant` if the job's lease row is still `read` at revision `rev` (every write
 /// under the row's lock moves `rev`: a resolve or an end that changed only records moves
-/// it too; the other columns are compared as well, for a host of schema 4 or 5 still
-/// renewing or ending its run, which does not move `rev`): the new lease, the records it
-/// re-runs and its `running` record, in one transaction. False, with nothing written, when
+/// it too) and each record it changes (`changed`: as it becomes, as it was read) is still
+/// as read: the new lease, the records it re-runs and its `running` record, in one
+/// transaction. The row's other columns and the records are compared too, for a host of
+/// schema 4 or 5 during a rolling upgrade, whose writes do not move `rev`. False, with nothing written, when
 /// the row changed since it was read. The update of the lease row comes first; its row
 /// lock orders this write against every other write to the job's lease row.
 fn write_grant(
@@ -875,7 +880,7 @@ fn write_grant(
     (read, rev): &(Lease, i64),
     lease: &Lease,
     run: &Run,
-    changed: &[&Run],
+    changed: &[(&Run, &Run)],
 ) -> Result<bool, Fail> {
     let mut tx = c.start_transaction(mysql::TxOpts::default())?;
     tx.query_drop(format!(
@@ -902,20 +907,33 @@ fn write_grant(
         return Ok(false);
     }
     if !changed.is_empty() {
+        // Each record only while it is as read: a jobguard of schema 4 or 5 still ending
+        // its run or resolving during a rolling upgrade writes records without moving
+        // `rev`.
         let mut cases = String::new();
-        for r in changed {
+        let mut read_as = Vec::new();
+        for (r, before) in changed {
             let _ = write!(
                 cases,
                 " WHEN {} THEN {}",
                 lit(&r.run_id),
                 lit_opt(r.resolution.map(Resolution::as_str))
             );
+            read_as.push(format!(
+                "(run_id = {} AND outcome = {} AND resolution <=> {})",
+                lit(&r.run_id),
+                lit(before.outcome.as_str()),
+                lit_opt(before.resolution.map(Resolution::as_str))
+            ));
         }
-        let ids: Vec<String> = changed.iter().map(|r| lit(&r.run_id)).collect();
         tx.query_drop(format!(
-            "UPDATE jobguard_run SET resolution = CASE run_id{cases} END WHERE run_id IN ({})",
-            ids.join(", ")
+            "UPDATE jobguard_run SET resolution = CASE run_id{cases} END WHERE {}",
+            read_as.join(" OR ")
         ))?;
+        if tx.affected_rows() != changed.len() as u64 {
+            tx.rollback()?;
+            return Ok(false);
+        }
     }
     tx.query_drop(format!(
         "INSERT INTO jobguard_run (run_id, job, slot_usec, slot_zone, attempt, outcome, forced,
@@ -1548,10 +1566,9 @@ impl engine::Backend for Session<'_> {
                 return Ok(Commit::Changed);
             }
             (Seen::Row(Some(read)), LeaseWrite::Grant { lease, run, .. }) => {
-                let changed: Vec<&Run> = writes
+                let changed: Vec<(&Run, &Run)> = writes
                     .changed()
-                    .filter(|(_, before)| before.is_some())
-                    .map(|(r, _)| r)
+                    .filter_map(|(r, before)| Some((r, before?)))
                     .collect();
                 return Ok(if write_grant(self.c, &read, lease, run, &changed)? {
                     Commit::Done
