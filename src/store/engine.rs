@@ -912,6 +912,41 @@ mod tests {
     }
 
     #[test]
+    fn a_failure_is_sorted_and_named_once_for_every_store() {
+        let sorted = |f: Fail<String>| f.store_error("db://x", "claim", 5);
+        let words = |e: StoreError| match e {
+            StoreError::Unavailable { detail, .. } => format!("unavailable: {detail}"),
+            StoreError::Invalid { detail, .. } => format!("invalid: {detail}"),
+            other => format!("{other:?}"),
+        };
+        for (fail, said) in [
+            (
+                Fail::Contended,
+                "unavailable: claim: the job's state changed under 50 attempts in a row",
+            ),
+            (
+                Fail::Timeout(Duration::from_secs(4)),
+                "unavailable: claim: no answer within 4 s",
+            ),
+            (Fail::Data("no time".into()), "invalid: claim: no time"),
+            (Fail::Client("bad row".into()), "invalid: claim: bad row"),
+            (
+                Fail::After(
+                    "with TLS: refused".into(),
+                    Box::new(Fail::Timeout(Duration::from_secs(4))),
+                ),
+                "unavailable: claim: with TLS: refused; then no answer within 4 s",
+            ),
+        ] {
+            assert_eq!(words(sorted(fail)), said);
+        }
+        assert!(matches!(
+            sorted(Fail::Newer(7)),
+            StoreError::Invalid { detail, .. } if detail.contains("schema version 7 is newer than this jobguard knows (5)")
+        ));
+    }
+
+    #[test]
     fn a_claim_that_lost_a_race_decides_again_and_gives_up_only_after_the_retries() {
         let mut kept = Kept {
             steal: RETRIES - 1,
