@@ -907,6 +907,99 @@ fn mysql_migration_cut_short_is_completed() {
     assert_eq!(server("mysql").sql(&routines(&ns.name)).trim(), "");
 }
 
+/// PostgreSQL: a grant does not queue for the lease row's lock. A claim whose write finds
+/// the row locked by another transaction (here a session that holds `FOR UPDATE`, taken
+/// between the claim's read and its write) pauses and reads again; it is granted once the
+/// lock is gone. Held for longer than a call may take, the claim fails as unavailable,
+/// names why, and has written nothing.
+#[test]
+fn postgres_a_claim_that_finds_the_lease_row_locked_reads_again_until_it_is_free() {
+    use common::conformance::{finish, rid};
+    use common::remote::{Namespace, server};
+    use jobguard::ledger::Outcome;
+    let Some(ns) = Namespace::new(server("postgres"), "postgres::locked_row") else {
+        return;
+    };
+    let mut s = jobguard::store::open(&ns.address()).unwrap();
+    let (l, _) = claimed(&mut *s, &request("sync", S1, 1, 1, false));
+    s.finish(&l, &rid(1), &finish(Outcome::Succeeded)).unwrap();
+    // Runs `hold` seconds of `FOR UPDATE` on the lease row from another session, and
+    // returns once that session holds the lock.
+    fn lock(n: String, hold: f64) -> std::thread::JoinHandle<String> {
+        let asleep = format!(
+            "SELECT count(*) FROM pg_stat_activity
+              WHERE state = 'active' AND query LIKE '%pg_sleep({hold}) /* {n} */%'
+                AND query NOT LIKE '%pg_stat_activity%'"
+        );
+        let holder = std::thread::spawn(move || {
+            server("postgres").sql(&format!(
+                "BEGIN; SELECT 1 FROM {n}.jobguard_lease WHERE job = 'sync' FOR UPDATE;
+                 SELECT pg_sleep({hold}) /* {n} */; COMMIT;"
+            ))
+        });
+        while server("postgres").sql(&asleep).trim() != "1" {
+            assert!(!holder.is_finished(), "the locking session ended");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        holder
+    }
+    let slot = |n: i64| S1 + n * 60_000_000;
+    let holder = std::rc::Rc::new(std::cell::RefCell::new(None));
+    let hold_in_commit = |hold: f64| {
+        let (h, n) = (holder.clone(), ns.name.clone());
+        jobguard::store::before_next_commit(Some(Box::new(move || {
+            *h.borrow_mut() = Some(lock(n, hold));
+        })));
+    };
+
+    hold_in_commit(1.5);
+    let began = Instant::now();
+    let claim = s.claim(&request("sync", slot(1), 2, 2, false));
+    assert!(matches!(claim, Ok(Claim::Claimed { .. })), "{claim:?}");
+    // Granted only once the other session let go of the row.
+    assert!(
+        began.elapsed() >= Duration::from_secs(1),
+        "{:?}",
+        began.elapsed()
+    );
+    holder
+        .borrow_mut()
+        .take()
+        .expect("the hook ran")
+        .join()
+        .unwrap();
+    let Ok(Claim::Claimed { lease, run, .. }) = claim else {
+        unreachable!()
+    };
+    s.finish(&lease, &run.run_id, &finish(Outcome::Succeeded))
+        .unwrap();
+
+    hold_in_commit(6.0);
+    let claim = s.claim(&request("sync", slot(2), 3, 3, false));
+    jobguard::store::before_next_commit(None);
+    assert!(
+        matches!(&claim, Err(StoreError::Unavailable { detail, .. })
+            if detail.contains("another writer held the job for 4 s")),
+        "{claim:?}"
+    );
+    holder
+        .borrow_mut()
+        .take()
+        .expect("the hook ran")
+        .join()
+        .unwrap();
+    let runs = s
+        .runs(&RunQuery {
+            job: Some("sync".into()),
+            ..RunQuery::default()
+        })
+        .unwrap();
+    assert_eq!(runs.len(), 2, "{runs:#?}");
+    assert!(runs.iter().all(|r| r.slot.usec != slot(2)), "{runs:#?}");
+    // Free again, the slot is granted.
+    claimed(&mut *s, &request("sync", slot(2), 4, 4, false));
+}
+
 /// MySQL/MariaDB during a rolling upgrade: a jobguard of schema 5, which knows no `rev`,
 /// resolves a slot `done` between a claim's read and its write. Its write locks the lease
 /// row and changes only the record (these are its statements, as its

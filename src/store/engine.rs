@@ -13,7 +13,10 @@
 //! its own keys and indexes (a queued marker, a slot index) from those, and nothing more
 //! is decided below this module.
 //!
-//! Each read and commit is one call with the backend's own deadline (`remote::CALL_TIMEOUT`).
+//! Each read and commit is one call with the backend's own deadline ([`CALL_TIMEOUT`]). A
+//! commit that found the job held by another writer ([`Commit::Busy`]) is tried again
+//! after a pause that doubles and is drawn at random ([`busy_pause`]), for at most
+//! [`CALL_TIMEOUT`] in all.
 //! Every store fails in one type, [`Fail`]: what means the same on every store (no answer,
 //! bad data, a schema too old or too new, the rules' refusal, contention) is named and
 //! sorted into a [`StoreError`] once ([`Fail::store_error`]); a backend sorts only its
@@ -34,6 +37,7 @@
 )]
 
 use std::cell::RefCell;
+use std::hash::{BuildHasher, Hasher, RandomState};
 use std::time::Duration;
 
 use crate::lease::Lease;
@@ -46,6 +50,16 @@ use crate::store::{Claim, ClaimRequest, StoreError};
 /// contention is rare (one job's hosts fire together once per slot), so 50 tries in a row
 /// mean something is wrong.
 pub const RETRIES: u32 = 50;
+
+/// How long one call to a store (one statement or script, with its answer) may take
+/// before it counts as unavailable (`remote::CALL_TIMEOUT` is this), and how long one
+/// operation waits in all for a job that another writer holds ([`Commit::Busy`]): as long
+/// as waiting on that writer's lock would have taken before it timed out.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(4);
+
+/// The first pause after a [`Commit::Busy`], and the longest: a grant is written in about
+/// a millisecond, so the first pause most often finds it done.
+const BUSY_PAUSE: (Duration, Duration) = (Duration::from_millis(1), Duration::from_millis(32));
 
 /// What a read answers.
 pub(crate) enum Read<T> {
@@ -74,6 +88,68 @@ pub(crate) enum Commit {
     /// every slot's state as it was; for a resolve, some of its records). The operation
     /// reads again and goes on. Does not count as a try.
     Part,
+    /// Nothing was written: another writer held the job at that moment (PostgreSQL: the
+    /// lease row's lock, which a grant does not queue for). The loop pauses
+    /// ([`busy_pause`]) and reads again; it does not count as a try, but the pauses of
+    /// one operation end at [`CALL_TIMEOUT`] in all ([`Fail::Held`]).
+    Busy,
+}
+
+/// The pause before reading again after the `n`th [`Commit::Busy`] in a row (from 1):
+/// 1 ms doubling up to 32 ms, drawn by `draw` from the upper half of that, so that racers
+/// who all found the job held do not all read again at the same moment.
+pub(crate) fn busy_pause(n: u32, draw: u64) -> Duration {
+    let (first, most) = BUSY_PAUSE;
+    let top = first
+        .saturating_mul(1 << n.saturating_sub(1).min(16))
+        .min(most);
+    let half = u64::try_from(top.as_micros() / 2)
+        .unwrap_or(u64::MAX)
+        .max(1);
+    Duration::from_micros(half + draw % half)
+}
+
+/// An operation's count of tries: changed reads and commits ([`RETRIES`]) and the
+/// pauses for a busy job ([`CALL_TIMEOUT`] in all).
+#[derive(Default)]
+struct Tries {
+    changed: u32,
+    busy: u32,
+    paused: Duration,
+}
+
+impl Tries {
+    /// Whether another read may be made; if not, how the operation failed.
+    fn more<C>(&self) -> Result<(), Fail<C>> {
+        if self.changed >= RETRIES {
+            Err(Fail::Contended)
+        } else if self.paused >= CALL_TIMEOUT {
+            Err(Fail::Held(CALL_TIMEOUT))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The job changed under a read or a commit.
+    fn changed(&mut self) {
+        self.changed += 1;
+        self.busy = 0;
+    }
+
+    /// A commit found the job held: pauses before the next read.
+    fn busy(&mut self) {
+        self.busy += 1;
+        let pause = busy_pause(self.busy, RandomState::new().build_hasher().finish())
+            .min(CALL_TIMEOUT.saturating_sub(self.paused));
+        std::thread::sleep(pause);
+        self.paused += pause;
+    }
+
+    /// Some of the operation's writes were made ([`Commit::Part`]): the tries count again
+    /// from none.
+    fn progress(&mut self) {
+        *self = Tries::default();
+    }
 }
 
 /// A store operation's failure, on every store: its client's own error, or one that means
@@ -94,6 +170,8 @@ pub(crate) enum Fail<C> {
     Rule(RuleError),
     /// The job changed between read and commit [`RETRIES`] times in a row.
     Contended,
+    /// Another writer held the job ([`Commit::Busy`]) through pauses of this long in all.
+    Held(Duration),
     /// The job changed between the parts of one read: read again (a backend turns it into
     /// [`Read::Changed`]; it reaches a caller only as [`Fail::Contended`] does).
     Changed,
@@ -137,6 +215,10 @@ impl<C: ClientError> Fail<C> {
             Fail::Rule(e) => invalid(format!("{op}: {e}")),
             Fail::Contended | Fail::Changed => unavailable(format!(
                 "{op}: the job's state changed under {RETRIES} attempts in a row"
+            )),
+            Fail::Held(limit) => unavailable(format!(
+                "{op}: another writer held the job for {} s",
+                limit.as_secs()
             )),
             Fail::Older => invalid(format!(
                 "{op}: the schema is still older after migrating it"
@@ -491,10 +573,11 @@ pub(crate) fn claim<B: Backend>(
     backend: &mut B,
     req: &ClaimRequest,
 ) -> Result<Claim, Fail<B::Client>> {
-    let mut tries = 0;
-    while tries < RETRIES {
+    let mut tries = Tries::default();
+    loop {
+        tries.more()?;
         let Read::Got((state, version)) = backend.read_claim(req)? else {
-            tries += 1;
+            tries.changed();
             continue;
         };
         let decision = if B::HOST_CLOCK
@@ -516,11 +599,11 @@ pub(crate) fn claim<B: Backend>(
         let writes = Writes::grant(&state, grant, req.ttl);
         match commit(backend, version, &writes)? {
             Commit::Done => return Ok(decision.answer()),
-            Commit::Changed | Commit::Lost => tries += 1,
+            Commit::Changed | Commit::Lost => tries.changed(),
+            Commit::Busy => tries.busy(),
             Commit::Part => {}
         }
     }
-    Err(Fail::Contended)
 }
 
 /// Decides with `decide` and applies an end of `run_id`, a record of `job`
@@ -535,8 +618,11 @@ pub(crate) fn end<B: Backend>(
     need: Need,
     decide: impl Fn(&RunState<'_>) -> Result<EndDecision, RuleError>,
 ) -> Result<EndDecision, Fail<B::Client>> {
-    for _ in 0..RETRIES {
+    let mut tries = Tries::default();
+    loop {
+        tries.more()?;
         let Read::Got((read, version)) = backend.read_run(job, run_id, need)? else {
+            tries.changed();
             continue;
         };
         let state = RunState {
@@ -550,11 +636,12 @@ pub(crate) fn end<B: Backend>(
             return Ok(decision);
         }
         let writes = Writes::end(job, &read, &decision);
-        if commit(backend, version, &writes)? == Commit::Done {
-            return Ok(decision);
+        match commit(backend, version, &writes)? {
+            Commit::Done => return Ok(decision),
+            Commit::Busy => tries.busy(),
+            Commit::Changed | Commit::Lost | Commit::Part => tries.changed(),
         }
     }
-    Err(Fail::Contended)
 }
 
 /// Decides with [`rules::renew`] and applies a renewal of `lease` to generation `next`
@@ -569,10 +656,13 @@ pub(crate) fn renew<B: Backend>(
     next: i64,
     ttl: Duration,
 ) -> Result<Option<i64>, Fail<B::Client>> {
-    for _ in 0..RETRIES {
+    let mut tries = Tries::default();
+    loop {
+        tries.more()?;
         let Read::Got((LeaseRead { now, lease: row }, version)) =
             backend.read_lease(&lease.job, true)?
         else {
+            tries.changed();
             continue;
         };
         let (Some(expire_at), Some(row)) = (rules::renew(now, row.as_ref(), lease, next, ttl), row)
@@ -592,10 +682,10 @@ pub(crate) fn renew<B: Backend>(
         match commit(backend, version, &writes)? {
             Commit::Done => return Ok(Some(expire_at)),
             Commit::Lost => return Ok(None),
-            Commit::Changed | Commit::Part => {}
+            Commit::Busy => tries.busy(),
+            Commit::Changed | Commit::Part => tries.changed(),
         }
     }
-    Err(Fail::Contended)
 }
 
 /// Decides with [`rules::unlock`] and applies an unlock of `job`
@@ -607,9 +697,12 @@ pub(crate) fn unlock<B: Backend>(
     backend: &mut B,
     job: &str,
 ) -> Result<Option<Lease>, Fail<B::Client>> {
-    for _ in 0..RETRIES {
+    let mut tries = Tries::default();
+    loop {
+        tries.more()?;
         let Read::Got((LeaseRead { now, lease: row }, version)) = backend.read_lease(job, false)?
         else {
+            tries.changed();
             continue;
         };
         let (ended, release) = rules::unlock(now, row.as_ref());
@@ -622,11 +715,12 @@ pub(crate) fn unlock<B: Backend>(
             slots: Vec::new(),
             ahead: Vec::new(),
         };
-        if commit(backend, version, &writes)? == Commit::Done {
-            return Ok(ended);
+        match commit(backend, version, &writes)? {
+            Commit::Done => return Ok(ended),
+            Commit::Busy => tries.busy(),
+            Commit::Changed | Commit::Lost | Commit::Part => tries.changed(),
         }
     }
-    Err(Fail::Contended)
 }
 
 /// Decides with [`rules::resolve`] and applies a resolve of `job`'s `slot` to
@@ -652,10 +746,11 @@ pub(crate) fn resolve<B: Backend>(
     // The records the last part may have written (a prefix of its `ahead`): those that
     // carry the resolution when read again are counted.
     let mut part: Vec<String> = Vec::new();
-    let mut tries = 0;
-    while tries < RETRIES {
+    let mut tries = Tries::default();
+    loop {
+        tries.more()?;
         let Read::Got((runs, version)) = backend.read_slot(job, slot)? else {
-            tries += 1;
+            tries.changed();
             continue;
         };
         done += runs
@@ -679,13 +774,12 @@ pub(crate) fn resolve<B: Backend>(
             Commit::Part => {
                 known.get_or_insert_with(|| runs.iter().map(|r| r.run_id.clone()).collect());
                 part = ids;
-                // Progress: the tries count again from none.
-                tries = 0;
+                tries.progress();
             }
-            Commit::Changed | Commit::Lost => tries += 1,
+            Commit::Busy => tries.busy(),
+            Commit::Changed | Commit::Lost => tries.changed(),
         }
     }
-    Err(Fail::Contended)
 }
 
 /// The [`crate::store::Store`] methods that are this module's loop: `claim`,
@@ -786,6 +880,8 @@ mod tests {
         version: u64,
         steal: u32,
         parts: u32,
+        /// How many more commits are to find the job held by another writer.
+        busy: u32,
         commits: u32,
         /// The records written by parts, in order.
         written: Vec<String>,
@@ -874,6 +970,10 @@ mod tests {
         /// A part writes the first record of [`Writes::ahead`], if any.
         fn commit(&mut self, version: u64, writes: &Writes) -> Result<Commit, Fail<String>> {
             self.commits += 1;
+            if self.busy > 0 {
+                self.busy -= 1;
+                return Ok(Commit::Busy);
+            }
             if self.steal > 0 {
                 self.steal -= 1;
                 self.version += 1;
@@ -968,6 +1068,70 @@ mod tests {
             Err(Fail::Contended)
         ));
         assert!(kept.runs.is_empty() && kept.lease.is_none());
+    }
+
+    #[test]
+    fn a_busy_pause_doubles_from_a_millisecond_to_32_and_is_drawn_from_its_upper_half() {
+        let ms = |m: u64| Duration::from_micros(m * 1000);
+        for (n, top) in [
+            (1, 1),
+            (2, 2),
+            (3, 4),
+            (4, 8),
+            (5, 16),
+            (6, 32),
+            (7, 32),
+            (99, 32),
+        ] {
+            for draw in [0, 1, 7, 499, 15_999, u64::MAX] {
+                let pause = busy_pause(n, draw);
+                assert!(
+                    pause >= ms(top) / 2 && pause < ms(top),
+                    "{n} {draw}: {pause:?}"
+                );
+            }
+        }
+        // The draw spreads racers over the half.
+        assert_ne!(busy_pause(6, 1), busy_pause(6, 2));
+    }
+
+    #[test]
+    fn a_claim_that_finds_the_job_held_pauses_and_does_not_count_it_as_a_try() {
+        let mut kept = Kept {
+            busy: RETRIES + 1,
+            ..Kept::default()
+        };
+        let began = std::time::Instant::now();
+        assert!(matches!(
+            claim(&mut kept, &req(60_000_000, 1, 1)),
+            Ok(Claim::Claimed { .. })
+        ));
+        assert_eq!(kept.commits, RETRIES + 2);
+        // At least the lower half of every pause: 0.5 + 1 + 2 + 4 + 8 ms, then 16 ms.
+        let least = Duration::from_micros(15_500) + Duration::from_millis(16) * (RETRIES - 4);
+        assert!(began.elapsed() >= least, "{:?}", began.elapsed());
+    }
+
+    #[test]
+    fn a_claim_gives_up_when_the_job_stays_held_for_a_call_timeout() {
+        let mut kept = Kept {
+            busy: u32::MAX,
+            ..Kept::default()
+        };
+        let began = std::time::Instant::now();
+        let answer = claim(&mut kept, &req(60_000_000, 1, 1));
+        assert!(
+            matches!(answer, Err(Fail::Held(CALL_TIMEOUT))),
+            "{answer:?}"
+        );
+        assert!(began.elapsed() >= CALL_TIMEOUT);
+        assert!(kept.runs.is_empty() && kept.lease.is_none());
+        let said = Fail::<String>::Held(CALL_TIMEOUT).store_error("db://x", "claim", 5);
+        assert!(
+            matches!(&said, StoreError::Unavailable { detail, .. }
+                if detail == "claim: another writer held the job for 4 s"),
+            "{said:?}"
+        );
     }
 
     #[test]

@@ -38,8 +38,9 @@ use crate::store::StoreError;
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// How long one call to a remote store (one statement or script, with its answer) may
-/// take before it counts as unavailable; as [`CONNECT_TIMEOUT`].
-pub const CALL_TIMEOUT: Duration = Duration::from_secs(4);
+/// take before it counts as unavailable; as [`CONNECT_TIMEOUT`]. The engine's loop waits
+/// as long in all for a job another writer holds.
+pub use crate::store::engine::CALL_TIMEOUT;
 
 /// How long stopping a statement given up on (after [`CALL_TIMEOUT`]) may take: a new
 /// connection to the server and one message, PostgreSQL's `CancelRequest` (the
