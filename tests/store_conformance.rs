@@ -974,7 +974,7 @@ fn postgres_a_claim_that_finds_the_lease_row_locked_reads_again_until_it_is_free
     s.finish(&lease, &run.run_id, &finish(Outcome::Succeeded))
         .unwrap();
 
-    hold_in_commit(6.0);
+    hold_in_commit(7.0);
     let claim = s.claim(&request("sync", slot(2), 3, 3, false));
     jobguard::store::before_next_commit(None);
     assert!(

@@ -366,10 +366,12 @@ fn a_held_mark_is_not_recorded(server: &'static Server, test: &str, end: LeaseEn
     assert_eq!(recorded, None);
 }
 
-/// The store commits a claim but its answer never arrives (the call times out while the
-/// claim waits for a row lock, and the server finishes it after the client gave up): the
-/// shim's retry gets the same grant back, confirms it with a renewal, and the slot runs
-/// once with one record.
+/// A claim's answer never arrives (the call times out while the grant waits for a lock on
+/// the records' table, which another session holds for longer than a call may take): the
+/// shim tries again, gets the grant (or, had the server finished the first after the
+/// client gave up, the same grant back, confirmed with a renewal), and the slot runs once
+/// with one record. A lock on the lease row itself does not hold a grant: it reads again
+/// (`postgres_a_claim_that_finds_the_lease_row_locked_reads_again_until_it_is_free`).
 #[test]
 fn postgres_a_claim_whose_answer_is_lost_still_runs_the_slot_once() {
     let Some(ns) = Namespace::new(server("postgres"), "store_contention::lost_answer") else {
@@ -390,7 +392,8 @@ fn postgres_a_claim_whose_answer_is_lost_still_runs_the_slot_once() {
         &format!("INSERT INTO {n}.jobguard_lease VALUES ('lost', '', '', 0, 0, 0)"),
     )
     .expect("lease row");
-    // Hold the job's lease row for longer than a store call may take (4 s).
+    // Hold the job's records' table for longer than a store call may take (4 s): reads go
+    // on, writes wait.
     let mut holder = std::process::Command::new("psql")
         .args(["-h", "127.0.0.1", "-U", "postgres", "-d", "test", "-Xq"])
         .stdin(Stdio::piped())
@@ -404,14 +407,14 @@ fn postgres_a_claim_whose_answer_is_lost_still_runs_the_slot_once() {
         .unwrap()
         .write_all(
             format!(
-                "BEGIN;\nSELECT 1 FROM {n}.jobguard_lease WHERE job = 'lost' FOR UPDATE;\n\
+                "BEGIN;\nLOCK TABLE {n}.jobguard_run IN EXCLUSIVE MODE;\n\
                  SELECT pg_sleep(6);\nCOMMIT;\n"
             )
             .as_bytes(),
         )
         .unwrap();
     common::wait_for(
-        "the lease row to be locked",
+        "the records' table to be locked",
         Duration::from_secs(10),
         Duration::from_millis(50),
         || {

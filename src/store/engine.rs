@@ -16,7 +16,7 @@
 //! Each read and commit is one call with the backend's own deadline ([`CALL_TIMEOUT`]). A
 //! commit that found the job held by another writer ([`Commit::Busy`]) is tried again
 //! after a pause that doubles and is drawn at random ([`busy_pause`]), for at most
-//! [`CALL_TIMEOUT`] in all.
+//! [`CALL_TIMEOUT`] from the first time.
 //! Every store fails in one type, [`Fail`]: what means the same on every store (no answer,
 //! bad data, a schema too old or too new, the rules' refusal, contention) is named and
 //! sorted into a [`StoreError`] once ([`Fail::store_error`]); a backend sorts only its
@@ -38,7 +38,7 @@
 
 use std::cell::RefCell;
 use std::hash::{BuildHasher, Hasher, RandomState};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::lease::Lease;
 use crate::ledger::Run;
@@ -58,8 +58,10 @@ pub const RETRIES: u32 = 50;
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(4);
 
 /// The first pause after a [`Commit::Busy`], and the longest: a grant is written in about
-/// a millisecond, so the first pause most often finds it done.
-const BUSY_PAUSE: (Duration, Duration) = (Duration::from_millis(1), Duration::from_millis(32));
+/// a millisecond, so the first pause most often finds it done; a writer that holds the
+/// job longer (a retention pass deleting many slots) is asked after every quarter second,
+/// not hundreds of times.
+const BUSY_PAUSE: (Duration, Duration) = (Duration::from_millis(1), Duration::from_millis(256));
 
 /// What a read answers.
 pub(crate) enum Read<T> {
@@ -90,14 +92,15 @@ pub(crate) enum Commit {
     Part,
     /// Nothing was written: another writer held the job at that moment (PostgreSQL: the
     /// lease row's lock, which a grant does not queue for). The loop pauses
-    /// ([`busy_pause`]) and reads again; it does not count as a try, but the pauses of
-    /// one operation end at [`CALL_TIMEOUT`] in all ([`Fail::Held`]).
+    /// ([`busy_pause`]) and reads again; it does not count as a try, but an operation
+    /// that has found the job held for [`CALL_TIMEOUT`] since the first time gives up
+    /// ([`Fail::Held`]).
     Busy,
 }
 
 /// The pause before reading again after the `n`th [`Commit::Busy`] in a row (from 1):
-/// 1 ms doubling up to 32 ms, drawn by `draw` from the upper half of that, so that racers
-/// who all found the job held do not all read again at the same moment.
+/// 1 ms doubling up to 256 ms, drawn by `draw` from the upper half of that, so that
+/// racers who all found the job held do not all read again at the same moment.
 pub(crate) fn busy_pause(n: u32, draw: u64) -> Duration {
     let (first, most) = BUSY_PAUSE;
     let top = first
@@ -109,13 +112,14 @@ pub(crate) fn busy_pause(n: u32, draw: u64) -> Duration {
     Duration::from_micros(half + draw % half)
 }
 
-/// An operation's count of tries: changed reads and commits ([`RETRIES`]) and the
-/// pauses for a busy job ([`CALL_TIMEOUT`] in all).
+/// An operation's count of tries: changed reads and commits ([`RETRIES`] in a row), and
+/// how long it has found the job held ([`CALL_TIMEOUT`] at most).
 #[derive(Default)]
 struct Tries {
     changed: u32,
     busy: u32,
-    paused: Duration,
+    /// When a commit first found the job held, since the last change.
+    held_since: Option<Instant>,
 }
 
 impl Tries {
@@ -123,26 +127,28 @@ impl Tries {
     fn more<C>(&self) -> Result<(), Fail<C>> {
         if self.changed >= RETRIES {
             Err(Fail::Contended)
-        } else if self.paused >= CALL_TIMEOUT {
+        } else if self.held_since.is_some_and(|t| t.elapsed() >= CALL_TIMEOUT) {
             Err(Fail::Held(CALL_TIMEOUT))
         } else {
             Ok(())
         }
     }
 
-    /// The job changed under a read or a commit.
+    /// The job changed under a read or a commit: someone else's write went in.
     fn changed(&mut self) {
         self.changed += 1;
         self.busy = 0;
+        self.held_since = None;
     }
 
-    /// A commit found the job held: pauses before the next read.
+    /// A commit found the job held: pauses before the next read, not past
+    /// [`CALL_TIMEOUT`] since the first time.
     fn busy(&mut self) {
         self.busy += 1;
+        let since = *self.held_since.get_or_insert_with(Instant::now);
         let pause = busy_pause(self.busy, RandomState::new().build_hasher().finish())
-            .min(CALL_TIMEOUT.saturating_sub(self.paused));
+            .min(CALL_TIMEOUT.saturating_sub(since.elapsed()));
         std::thread::sleep(pause);
-        self.paused += pause;
     }
 
     /// Some of the operation's writes were made ([`Commit::Part`]): the tries count again
@@ -1071,17 +1077,16 @@ mod tests {
     }
 
     #[test]
-    fn a_busy_pause_doubles_from_a_millisecond_to_32_and_is_drawn_from_its_upper_half() {
+    fn a_busy_pause_doubles_from_a_millisecond_to_256_and_is_drawn_from_its_upper_half() {
         let ms = |m: u64| Duration::from_micros(m * 1000);
         for (n, top) in [
             (1, 1),
             (2, 2),
             (3, 4),
-            (4, 8),
-            (5, 16),
             (6, 32),
-            (7, 32),
-            (99, 32),
+            (9, 256),
+            (10, 256),
+            (99, 256),
         ] {
             for draw in [0, 1, 7, 499, 15_999, u64::MAX] {
                 let pause = busy_pause(n, draw);
@@ -1098,7 +1103,8 @@ mod tests {
     #[test]
     fn a_claim_that_finds_the_job_held_pauses_and_does_not_count_it_as_a_try() {
         let mut kept = Kept {
-            busy: RETRIES + 1,
+            busy: 6,
+            steal: RETRIES - 1,
             ..Kept::default()
         };
         let began = std::time::Instant::now();
@@ -1106,10 +1112,13 @@ mod tests {
             claim(&mut kept, &req(60_000_000, 1, 1)),
             Ok(Claim::Claimed { .. })
         ));
-        assert_eq!(kept.commits, RETRIES + 2);
-        // At least the lower half of every pause: 0.5 + 1 + 2 + 4 + 8 ms, then 16 ms.
-        let least = Duration::from_micros(15_500) + Duration::from_millis(16) * (RETRIES - 4);
-        assert!(began.elapsed() >= least, "{:?}", began.elapsed());
+        assert_eq!(kept.commits, 6 + RETRIES);
+        // At least the lower half of every pause: 0.5 + 1 + 2 + 4 + 8 + 16 ms.
+        assert!(
+            began.elapsed() >= Duration::from_micros(31_500),
+            "{:?}",
+            began.elapsed()
+        );
     }
 
     #[test]
