@@ -518,6 +518,31 @@ fn commit<B: Backend>(
     backend.commit(version, writes)
 }
 
+/// Checks that `finish` is an end state whose report serializes, before a finish is
+/// decided on any store.
+///
+/// # Errors
+/// [`StoreError::Invalid`] naming `store` and `run_id` for `Running` or a report that does
+/// not serialize.
+pub(crate) fn check_finish(
+    store: &str,
+    run_id: &str,
+    finish: &crate::ledger::Finish,
+) -> Result<(), StoreError> {
+    let invalid = |detail: String| StoreError::Invalid {
+        store: store.to_string(),
+        detail,
+    };
+    if finish.outcome == crate::ledger::Outcome::Running {
+        return Err(invalid(format!(
+            "finish: run {run_id}: running is not an end state"
+        )));
+    }
+    serde_json::to_string(&finish.report)
+        .map(drop)
+        .map_err(|e| invalid(format!("finish: run {run_id}: report: {e}")))
+}
+
 /// A store's part of the loop: what it reads, and how it commits.
 pub(crate) trait Backend {
     /// What a read saw that its commit is conditioned on (a revision, a version, the keys
@@ -807,7 +832,7 @@ macro_rules! store_ops {
             kept: bool,
         ) -> Result<Finished, StoreError> {
             // The report must serialize before anything is decided.
-            super::finish_report_json(&self.describe(), run_id, finish)?;
+            engine::check_finish(&self.describe(), run_id, finish)?;
             // The slot's records matter only to the one-success rule.
             let need = engine::Need {
                 slot: finish.outcome == crate::ledger::Outcome::Succeeded,

@@ -299,30 +299,6 @@ pub(crate) const EVERY_JOB: &str = "(WITH RECURSIVE d(job) AS (
         WHERE d.job IS NOT NULL)
      SELECT job FROM d WHERE job IS NOT NULL)";
 
-/// Checks that `finish` is an end state and gives its report as the JSON text every store
-/// keeps. Shared by the backends' [`Store::finish`].
-///
-/// # Errors
-/// [`StoreError::Invalid`] naming `store` and `run_id` for `Running` or a report that does
-/// not serialize.
-pub(crate) fn finish_report_json(
-    store: &str,
-    run_id: &str,
-    finish: &Finish,
-) -> Result<String, StoreError> {
-    let invalid = |detail: String| StoreError::Invalid {
-        store: store.to_string(),
-        detail,
-    };
-    if finish.outcome == Outcome::Running {
-        return Err(invalid(format!(
-            "finish: run {run_id}: running is not an end state"
-        )));
-    }
-    serde_json::to_string(&finish.report)
-        .map_err(|e| invalid(format!("finish: run {run_id}: report: {e}")))
-}
-
 /// What [`Store::finish`] managed to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Finished {
