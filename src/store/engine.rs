@@ -15,8 +15,8 @@
 //!
 //! Each read and commit is one call with the backend's own deadline ([`CALL_TIMEOUT`]). A
 //! commit that found the job held by another writer ([`Commit::Busy`]) is tried again
-//! after a pause that doubles and is drawn at random ([`busy_pause`]), for at most
-//! [`CALL_TIMEOUT`] from the first time.
+//! after a pause that doubles and is drawn at random ([`busy_pause`]); after a few, the
+//! backend queues for the lock instead ([`Backend::queue_for_locks`]).
 //! Every store fails in one type, [`Fail`]: what means the same on every store (no answer,
 //! bad data, a schema too old or too new, the rules' refusal, contention) is named and
 //! sorted into a [`StoreError`] once ([`Fail::store_error`]); a backend sorts only its
@@ -63,6 +63,14 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(4);
 /// not hundreds of times.
 const BUSY_PAUSE: (Duration, Duration) = (Duration::from_millis(1), Duration::from_millis(256));
 
+/// How many busy answers in a row ([`Commit::Busy`]) an operation takes before it asks
+/// the backend to queue for the lock ([`Backend::queue_for_locks`]): after pauses of
+/// about 30 to 60 ms in all. A racer for the same slot writes its grant in a millisecond
+/// or two; a writer that holds the job longer, or a chain of them (retention deleting a
+/// job's slots in batches), would leave gaps that a pause misses, and a queue is served
+/// at the first.
+const BUSY_BEFORE_QUEUEING: u32 = 6;
+
 /// What a read answers.
 pub(crate) enum Read<T> {
     /// The state, consistent as of one version.
@@ -91,10 +99,11 @@ pub(crate) enum Commit {
     /// reads again and goes on. Does not count as a try.
     Part,
     /// Nothing was written: another writer held the job at that moment (PostgreSQL: the
-    /// lease row's lock, which a grant does not queue for). The loop pauses
-    /// ([`busy_pause`]) and reads again; it does not count as a try, but an operation
-    /// that has found the job held for [`CALL_TIMEOUT`] since the first time gives up
-    /// ([`Fail::Held`]).
+    /// lease row's lock, which a grant does not queue for at first). The loop pauses
+    /// ([`busy_pause`]) and reads again; it does not count as a try. After
+    /// [`BUSY_BEFORE_QUEUEING`] of them it asks the backend to queue for the lock
+    /// instead; one that still answers busy gives up [`CALL_TIMEOUT`] after the first
+    /// time ([`Fail::Held`]).
     Busy,
 }
 
@@ -142,9 +151,13 @@ impl Tries {
     }
 
     /// A commit found the job held: pauses before the next read, not past
-    /// [`CALL_TIMEOUT`] since the first time.
-    fn busy(&mut self) {
+    /// [`CALL_TIMEOUT`] since the first time, and after [`BUSY_BEFORE_QUEUEING`] of
+    /// them asks `backend` to queue for the lock from then on.
+    fn busy<B: Backend>(&mut self, backend: &mut B) {
         self.busy += 1;
+        if self.busy == BUSY_BEFORE_QUEUEING {
+            backend.queue_for_locks();
+        }
         let since = *self.held_since.get_or_insert_with(Instant::now);
         let pause = busy_pause(self.busy, RandomState::new().build_hasher().finish())
             .min(CALL_TIMEOUT.saturating_sub(since.elapsed()));
@@ -587,6 +600,12 @@ pub(crate) trait Backend {
         slot: i64,
     ) -> ReadAnswer<(Records, Self::Version), Self::Client>;
 
+    /// From now on in this operation, a commit waits for another writer's lock (within
+    /// its call's deadline) instead of answering [`Commit::Busy`]. The engine asks this
+    /// after [`BUSY_BEFORE_QUEUEING`] busy answers in a row; a backend that never answers
+    /// busy has nothing to do.
+    fn queue_for_locks(&mut self) {}
+
     /// Applies `writes` in one atomic step if nothing read under `version` changed.
     fn commit(
         &mut self,
@@ -631,7 +650,7 @@ pub(crate) fn claim<B: Backend>(
         match commit(backend, version, &writes)? {
             Commit::Done => return Ok(decision.answer()),
             Commit::Changed | Commit::Lost => tries.changed(),
-            Commit::Busy => tries.busy(),
+            Commit::Busy => tries.busy(backend),
             Commit::Part => {}
         }
     }
@@ -669,7 +688,7 @@ pub(crate) fn end<B: Backend>(
         let writes = Writes::end(job, &read, &decision);
         match commit(backend, version, &writes)? {
             Commit::Done => return Ok(decision),
-            Commit::Busy => tries.busy(),
+            Commit::Busy => tries.busy(backend),
             Commit::Changed | Commit::Lost | Commit::Part => tries.changed(),
         }
     }
@@ -713,7 +732,7 @@ pub(crate) fn renew<B: Backend>(
         match commit(backend, version, &writes)? {
             Commit::Done => return Ok(Some(expire_at)),
             Commit::Lost => return Ok(None),
-            Commit::Busy => tries.busy(),
+            Commit::Busy => tries.busy(backend),
             Commit::Changed | Commit::Part => tries.changed(),
         }
     }
@@ -748,7 +767,7 @@ pub(crate) fn unlock<B: Backend>(
         };
         match commit(backend, version, &writes)? {
             Commit::Done => return Ok(ended),
-            Commit::Busy => tries.busy(),
+            Commit::Busy => tries.busy(backend),
             Commit::Changed | Commit::Lost | Commit::Part => tries.changed(),
         }
     }
@@ -807,7 +826,7 @@ pub(crate) fn resolve<B: Backend>(
                 part = ids;
                 tries.progress();
             }
-            Commit::Busy => tries.busy(),
+            Commit::Busy => tries.busy(backend),
             Commit::Changed | Commit::Lost => tries.changed(),
         }
     }
@@ -913,6 +932,10 @@ mod tests {
         parts: u32,
         /// How many more commits are to find the job held by another writer.
         busy: u32,
+        /// Whether [`Backend::queue_for_locks`] ends the busy answers (the commit waits).
+        queues: bool,
+        /// After how many commits [`Backend::queue_for_locks`] was asked.
+        queued_after: Option<u32>,
         commits: u32,
         /// The records written by parts, in order.
         written: Vec<String>,
@@ -996,6 +1019,13 @@ mod tests {
                 .cloned()
                 .collect();
             Ok(Read::Got((runs, self.version)))
+        }
+
+        fn queue_for_locks(&mut self) {
+            self.queued_after = Some(self.commits);
+            if self.queues {
+                self.busy = 0;
+            }
         }
 
         /// A part writes the first record of [`Writes::ahead`], if any.
@@ -1128,7 +1158,7 @@ mod tests {
     #[test]
     fn a_claim_that_finds_the_job_held_pauses_and_does_not_count_it_as_a_try() {
         let mut kept = Kept {
-            busy: 6,
+            busy: BUSY_BEFORE_QUEUEING - 1,
             steal: RETRIES - 1,
             ..Kept::default()
         };
@@ -1137,13 +1167,29 @@ mod tests {
             claim(&mut kept, &req(60_000_000, 1, 1)),
             Ok(Claim::Claimed { .. })
         ));
-        assert_eq!(kept.commits, 6 + RETRIES);
-        // At least the lower half of every pause: 0.5 + 1 + 2 + 4 + 8 + 16 ms.
+        assert_eq!(kept.commits, BUSY_BEFORE_QUEUEING - 1 + RETRIES);
+        assert_eq!(kept.queued_after, None);
+        // At least the lower half of every pause: 0.5 + 1 + 2 + 4 + 8 ms.
         assert!(
-            began.elapsed() >= Duration::from_micros(31_500),
+            began.elapsed() >= Duration::from_micros(15_500),
             "{:?}",
             began.elapsed()
         );
+    }
+
+    #[test]
+    fn a_claim_that_finds_the_job_held_longer_than_a_racer_queues_for_the_lock() {
+        let mut kept = Kept {
+            busy: u32::MAX,
+            queues: true,
+            ..Kept::default()
+        };
+        assert!(matches!(
+            claim(&mut kept, &req(60_000_000, 1, 1)),
+            Ok(Claim::Claimed { .. })
+        ));
+        assert_eq!(kept.queued_after, Some(BUSY_BEFORE_QUEUEING));
+        assert_eq!(kept.commits, BUSY_BEFORE_QUEUEING + 1);
     }
 
     #[test]

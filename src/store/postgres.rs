@@ -792,6 +792,7 @@ impl PostgresStore {
             rt: &self.rt,
             client,
             now,
+            queue: false,
         });
         // A connection given up on is not waited for when the store is dropped.
         match result {
@@ -1281,17 +1282,20 @@ async fn read_claim_state(
 /// `running` record `run`. Nothing is written when the row changed since it was read
 /// ([`Commit::Changed`]) or another transaction holds its lock ([`Commit::Busy`]).
 ///
-/// The row's lock, taken first and without waiting (`FOR UPDATE SKIP LOCKED`), gates the
-/// rest and orders this write against every other write to the job's lease row. Racers
-/// for one slot do not queue for it: behind a lock the server wakes its waiters one at a
-/// time, each to find the row changed, while a busy answer lets every loser read the
-/// winner's grant as soon as it is committed (`benches/store_latency.rs`, 32-way).
+/// The row's lock, taken first, gates the rest and orders this write against every other
+/// write to the job's lease row. Unless `queue`, it is taken without waiting (`SKIP
+/// LOCKED`): racers for one slot do not queue for it, since behind a lock the server
+/// wakes its waiters one at a time, each to find the row changed, while a busy answer
+/// lets every loser read the winner's grant as soon as it is committed
+/// (`benches/store_latency.rs`, 32-way). A writer that holds the row longer is queued
+/// for ([`engine::Backend::queue_for_locks`]).
 async fn write_grant(
     c: &mut Client,
     version: &str,
     lease: &Lease,
     run: &Run,
     changed: &[&Run],
+    queue: bool,
 ) -> Result<Commit, Fail> {
     let ids: Vec<&str> = changed.iter().map(|r| r.run_id.as_str()).collect();
     let resolutions: Vec<Option<&str>> = changed
@@ -1303,9 +1307,10 @@ async fn write_grant(
         .map_err(|_| Fail::Data(format!("pid_start {} out of range", run.pid_start)))?;
     let rows = c
         .query_typed(
-            "WITH v AS (
+            &format!(
+                "WITH v AS (
                SELECT 1 FROM jobguard_lease WHERE job = $1 AND xmin::text = $2
-               FOR UPDATE SKIP LOCKED),
+               FOR NO KEY UPDATE {}),
              l AS (
                UPDATE jobguard_lease SET holder = $3, host = $4, token = $5,
                  acquired_at = $6, expire_at = $7, renewal = $22
@@ -1326,6 +1331,8 @@ async fn write_grant(
                RETURNING 1)
              SELECT (SELECT count(*) FROM l),
                EXISTS (SELECT 1 FROM jobguard_lease WHERE job = $1 AND xmin::text = $2)",
+                if queue { "" } else { "SKIP LOCKED" }
+            ),
             &[
                 (&lease.job, Type::TEXT),
                 (&version, Type::TEXT),
@@ -1356,7 +1363,8 @@ async fn write_grant(
     let row = rows
         .first()
         .ok_or_else(|| Fail::Data("the claim's write answered nothing".to_string()))?;
-    // Not written, though the row is still as read: its lock was held.
+    // Not written, though the row is still as read in this statement's snapshot: its lock
+    // was held (or a write committed since the snapshot, which the next read sees).
     Ok(
         match (row.try_get::<_, i64>(0)?, row.try_get::<_, bool>(1)?) {
             (1, _) => Commit::Done,
@@ -1375,6 +1383,8 @@ struct Session<'a> {
     client: &'a mut Client,
     /// The test clock's time (µs since the epoch) that stands in for the server's.
     now: Option<i64>,
+    /// Whether a grant waits for the lease row's lock ([`engine::Backend::queue_for_locks`]).
+    queue: bool,
 }
 
 impl Session<'_> {
@@ -1391,6 +1401,10 @@ impl engine::Backend for Session<'_> {
     /// The lease row's `xmin`; `None` while the job has none.
     type Version = Option<String>;
     type Client = tokio_postgres::Error;
+
+    fn queue_for_locks(&mut self) {
+        self.queue = true;
+    }
 
     fn read_claim(
         &mut self,
@@ -1492,7 +1506,8 @@ impl engine::Backend for Session<'_> {
                     .filter(|(_, before)| before.is_some())
                     .map(|(r, _)| r)
                     .collect();
-                return self.run(async |c| write_grant(c, v, lease, run, &changed).await);
+                let queue = self.queue;
+                return self.run(async |c| write_grant(c, v, lease, run, &changed, queue).await);
             }
             (LeaseWrite::Renew(renewed), Some(v)) => {
                 let n = self.run(async |c| {
@@ -1635,8 +1650,9 @@ impl Store for PostgresStore {
 
     /// The fence ([`rules::mark_fence_holds`]) is judged on the lease row and the server's
     /// time read in one statement; the insert then holds only while the row is the version
-    /// read (locked `FOR SHARE`, so a takeover that comes later waits for this commit and
-    /// sees the mark) and the server's clock is before [`rules::fence_deadline`].
+    /// read (locked `FOR SHARE`, so a takeover that comes later cannot write its grant
+    /// before this commit, and reads the mark) and the server's clock is before
+    /// [`rules::fence_deadline`].
     fn insert_mark(&mut self, mark: &Mark, fenced: bool) -> Result<bool, StoreError> {
         self.ready()?;
         let now = self.test_now();
