@@ -69,8 +69,9 @@
 //! the one read (every write to the row, by any jobguard version, makes a new row version
 //! with a new `xmin`), and whose other parts (the `running` record, the re-run records)
 //! happen only if that update did. A claim that lost that race reads and decides again;
-//! one that found the row locked by another writer does not queue for the lock, but
-//! pauses briefly and reads again ([`engine::Commit::Busy`]).
+//! one that found the row locked by another writer does not queue for the lock at first,
+//! but pauses briefly and reads again ([`engine::Commit::Busy`]), and queues only after a
+//! few such pauses ([`engine::Backend::queue_for_locks`]).
 //! So a granted claim is two round trips and a refused one is one. No function runs on
 //! the server: schema 5 dropped the PL/pgSQL claim that jobguards of schema 3 and older
 //! call, so such a jobguard finds no function, reads the newer version and refuses.
