@@ -407,10 +407,9 @@ pub struct Armed {
 /// generator at one reload (a typo) and back at the next stays `active` with no next
 /// elapse (systemd 252): it never fires again until restarted. A timer an operator
 /// stopped (inactive, once active) or masked (`LoadState=masked`) was stopped on purpose
-/// and is in neither list. Neither is a timer whose service is starting, running or
-/// stopping (`SubState=running`, or the service's `ActiveState` other than `inactive` or
-/// `failed`): systemd leaves its next elapse unset until the service ends, and a restart
-/// then would cut that run's start. `show` may hold the services' blocks as well.
+/// and is in neither list. Neither is a timer that waits for its service
+/// ([`crate::systemd_dbus::timer_waits_for_its_service`]). `show` may hold the services'
+/// blocks as well.
 pub fn timers_to_arm(show: &str) -> (Vec<String>, Vec<String>) {
     let blocks: Vec<&str> = show.split("\n\n").collect();
     let prop = |block: &str, k: &str| -> Option<String> {
@@ -422,15 +421,17 @@ pub fn timers_to_arm(show: &str) -> (Vec<String>, Vec<String>) {
     // The state of each service in the same output: a timer whose service is starting,
     // running or stopping has no next elapse until the service ends, and restarting the
     // timer then would cut the start of that very run.
-    let service_busy = |timer_id: &str| {
+    let waits_for_service = |timer_block: &str, timer_id: &str| {
         let service = timer_id.replace(".timer", ".service");
-        blocks.iter().any(|b| {
-            prop(b, "Id").as_deref() == Some(service.as_str())
-                && !matches!(
-                    prop(b, "ActiveState").as_deref(),
-                    None | Some("inactive" | "failed")
-                )
-        })
+        let service_state = blocks
+            .iter()
+            .find(|b| prop(b, "Id").as_deref() == Some(service.as_str()))
+            .and_then(|b| prop(b, "ActiveState"))
+            .unwrap_or_default();
+        crate::systemd_dbus::timer_waits_for_its_service(
+            &prop(timer_block, "SubState").unwrap_or_default(),
+            &service_state,
+        )
     };
     let (mut fresh, mut idle) = (Vec::new(), Vec::new());
     for block in &blocks {
@@ -452,8 +453,7 @@ pub fn timers_to_arm(show: &str) -> (Vec<String>, Vec<String>) {
                         .as_deref()
                         .map(str::trim),
                     None | Some("" | "0" | "n/a" | "infinity")
-                ) && prop(block, "SubState").as_deref() != Some("running")
-                    && !service_busy(&id) =>
+                ) && !waits_for_service(block, &id) =>
             {
                 idle.push(id)
             }

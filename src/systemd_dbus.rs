@@ -56,6 +56,17 @@ pub struct JobUnits {
     pub service: UnitState,
 }
 
+/// Whether a timer has no next elapse because it waits for the service it started:
+/// the timer is `running` (`SubState`), or the service is starting, running or stopping
+/// (`ActiveState` other than `inactive` or `failed`). systemd leaves such a timer's next
+/// elapse unset until the service ends, then computes it again (systemd 252,
+/// org.freedesktop.systemd1(5): a timer's `running` state). Such a timer is not idle: a
+/// restart would cut the start of the run, and a report would cry wolf for every long
+/// job.
+pub fn timer_waits_for_its_service(timer_sub_state: &str, service_active_state: &str) -> bool {
+    timer_sub_state == "running" || !matches!(service_active_state, "" | "inactive" | "failed")
+}
+
 /// The unit names of job `job`: (`jobguard@JOB.timer`, `jobguard@JOB.service`). The job
 /// name is the instance as it is, as the generator writes it (`src/render.rs`): every
 /// character a job name may hold is valid in a unit name, and the templates use `%i`.

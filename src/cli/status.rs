@@ -14,7 +14,9 @@
 //! waiting for its queued re-run; when a `running` record's holder is gone; when a slot
 //! elapsed past the job's grace with no record (*missed*), after the newest record or
 //! between the newest `RECENT` ones; when systemd was read and the job's timer is not
-//! waiting for a next elapse (unless it is masked); or when a recent record proves
+//! waiting for a next elapse (unless it is masked, or waits for the service it started:
+//! systemd gives a timer no next elapse while its service runs, and NEXT then comes from
+//! jobguard's calendar engine); or when a recent record proves
 //! another machine with this machine id ([`crate::identity::Installation::twin`], listed
 //! as `machine_id_shared`, with the fix). `status` then exits [`exit::ATTENTION`] (1), so it serves as a monitoring
 //! check; a store or job list it cannot read gives its own status (69, 78) instead.
@@ -58,18 +60,29 @@ struct JobStatus {
 }
 
 /// Whether systemd's view says the job's timer will not fire: not loaded (not found, bad
-/// setting), inactive or failed, or active without a next elapse. A masked timer was
-/// stopped on purpose and does not count. `None` when systemd was not read.
+/// setting), inactive or failed, or active without a next elapse and not waiting for the
+/// service it started ([`crate::systemd_dbus::timer_waits_for_its_service`]). A masked
+/// timer was stopped on purpose and does not count. `None` when systemd was not read.
 pub fn timer_idle(units: Option<&JobUnits>) -> Option<bool> {
-    let t = &units?.timer;
+    let u = units?;
+    let t = &u.timer;
     if t.unit.load_state == "masked" {
         return Some(false);
     }
     Some(
         !(t.unit.load_state == "loaded"
             && t.unit.active_state == "active"
-            && t.next_elapse_usec.is_some()),
+            && (t.next_elapse_usec.is_some() || waits_for_service(u))),
     )
+}
+
+/// Whether the job's timer has no next elapse because its service runs.
+fn waits_for_service(u: &JobUnits) -> bool {
+    u.timer.next_elapse_usec.is_none()
+        && crate::systemd_dbus::timer_waits_for_its_service(
+            &u.timer.unit.sub_state,
+            &u.service.active_state,
+        )
 }
 
 /// A time from systemd (µs since the epoch) as JSON: the µs and RFC 3339.
@@ -109,6 +122,9 @@ fn state_text(units: Option<&JobUnits>) -> String {
         return "?".into();
     };
     let timer = match u.timer.unit.load_state.as_str() {
+        "loaded" if u.timer.unit.active_state == "active" && waits_for_service(u) => {
+            "running its service".to_string()
+        }
         "loaded" if u.timer.unit.active_state == "active" && u.timer.next_elapse_usec.is_none() => {
             "active, not waiting".to_string()
         }
@@ -137,15 +153,20 @@ fn job_status(
         }
         None => None,
     };
-    // systemd's next elapse when it could be read (it is what will fire), else our own;
-    // none for a paused job.
-    let next = match units {
-        _ if !job.enabled => None,
-        Some(u) => u.timer.next_elapse_usec.and_then(|n| i64::try_from(n).ok()),
-        None => jiff::Timestamp::from_microsecond(now_usec)
+    // systemd's next elapse when it could be read (it is what will fire), else our own
+    // (also while the timer waits for its service, when systemd has none); none for a
+    // paused job.
+    let own_next = || {
+        jiff::Timestamp::from_microsecond(now_usec)
             .ok()
             .and_then(|t| job.calendar.next_elapse(t))
-            .map(|t| t.as_microsecond()),
+            .map(|t| t.as_microsecond())
+    };
+    let next = match units {
+        _ if !job.enabled => None,
+        Some(u) if waits_for_service(u) => own_next(),
+        Some(u) => u.timer.next_elapse_usec.and_then(|n| i64::try_from(n).ok()),
+        None => own_next(),
     };
     let last = recent
         .iter()
