@@ -7,13 +7,14 @@
 //! `# HELP` and `# TYPE`, its samples follow together, label values escape `\`, `"` and
 //! newline, help texts `\` and newline. Names follow Prometheus' naming conventions
 //! (<https://prometheus.io/docs/practices/naming/>): base units (seconds, timestamps in
-//! seconds since the epoch), `_total` for counters.
+//! seconds since the epoch).
 //!
 //! What is read, per job, and over which window:
-//! - counters (`jobguard_attempts_total`, `jobguard_runs_total`) count every record of the
-//!   job in its store ([`Store::outcome_counts`]: one `GROUP BY` query on SQLite and
-//!   PostgreSQL, every record read on the other stores); they drop only when records are
-//!   deleted, which Prometheus takes as a counter reset;
+//! - `jobguard_ledger_records` and `jobguard_ledger_runs` count the job's records in its
+//!   store now ([`Store::outcome_counts`]: one `GROUP BY` query on SQLite and PostgreSQL,
+//!   every record read on the other stores). They are gauges, not counters: retention
+//!   deletes records, and a counter that went down would read as a reset to Prometheus;
+//!   no series here is a counter;
 //! - the last success is the newest `succeeded` record by start (one query, one record);
 //! - the last outcome and duration, the running records, and the missed, held, failed and
 //!   queued slots come from the newest [`RECENT`] records and the older slots an attempt
@@ -366,9 +367,9 @@ pub fn render(jobs: &[JobMetrics]) -> String {
     }
     let mut f = family(
         &mut out,
-        "jobguard_attempts_total",
-        "counter",
-        "Attempts recorded in the job's ledger (every record, running ones too).",
+        "jobguard_ledger_records",
+        "gauge",
+        "Records in the job's ledger now (every attempt, running ones too); retention lowers it.",
     );
     for (job, l) in ledgers() {
         let n: u64 = l.counts.iter().map(|(_, n)| n).sum();
@@ -376,9 +377,9 @@ pub fn render(jobs: &[JobMetrics]) -> String {
     }
     let mut f = family(
         &mut out,
-        "jobguard_runs_total",
-        "counter",
-        "Finished runs recorded in the job's ledger, by outcome.",
+        "jobguard_ledger_runs",
+        "gauge",
+        "Finished runs in the job's ledger now, by outcome; retention lowers it.",
     );
     for (job, l) in ledgers() {
         for o in FINISHED {

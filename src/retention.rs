@@ -18,8 +18,7 @@
 //! now − `retention` + 2 × `clock_tolerance` on (retention judges by the store's clock,
 //! which may be ahead of the host's by up to the tolerance, and a slot's record may start
 //! up to the tolerance before it): before that, the records that showed a slot ran may be
-//! gone. The counters of `jobguard metrics` drop when records are deleted, which
-//! Prometheus reads as a counter reset.
+//! gone. The record counts of `jobguard metrics` (gauges) drop when records are deleted.
 //!
 //! A job's marks (`jobguard mark`, [`crate::store::Store::mark`]) go once they were
 //! recorded more than the job's `retention` ago (on etcd and ZooKeeper a whole day at a

@@ -304,14 +304,17 @@ fn check_against_ledger(sb: &Sandbox, e: &Exposition, job: &str) {
         Some(86_400.0)
     );
     assert_eq!(
-        e.value("jobguard_attempts_total", &l),
+        e.value("jobguard_ledger_records", &l),
         Some(h.len() as f64),
         "attempts"
     );
     for outcome in ["succeeded", "failed", "interrupted", "lease_lost"] {
         let n = h.iter().filter(|r| r["outcome"] == outcome).count();
         assert_eq!(
-            e.value("jobguard_runs_total", &[("job", job), ("outcome", outcome)]),
+            e.value(
+                "jobguard_ledger_runs",
+                &[("job", job), ("outcome", outcome)]
+            ),
             Some(n as f64),
             "{job} {outcome}"
         );
@@ -584,7 +587,7 @@ fn a_history_in_metrics(backend: Backend) {
     }
     assert_eq!(
         e.value(
-            "jobguard_runs_total",
+            "jobguard_ledger_runs",
             &[("job", "crash"), ("outcome", "interrupted")]
         ),
         Some(1.0)
@@ -602,6 +605,43 @@ fn a_history_in_metrics(backend: Backend) {
     assert_eq!(e.value("jobguard_job_needs_attention", &c), Some(0.0));
     // recover reported hist's missed slots; they are still missed.
     assert_eq!(e.value("jobguard_missed_slots", &h), Some(3.0));
+
+    // Retention deletes hist's oldest slot, done (a prune four days from now, by a clock
+    // moved with libfaketime: SQLite's clock is the host's): no series typed `counter`
+    // may go down, which Prometheus would read as a reset.
+    if !matches!(backend, Backend::Sqlite) {
+        return;
+    }
+    let list = std::fs::read_to_string(sb.file("jobs.toml")).unwrap();
+    let list = list.replacen("[jobs.hist]\n", "[jobs.hist]\nretention = \"1d\"\n", 1);
+    std::fs::write(sb.file("jobs.toml"), list).unwrap();
+    let pruned = sb
+        .cmd_under("faketime", &["-f", "+4d"], &["prune", "hist"])
+        .output()
+        .expect("prune under faketime");
+    assert_eq!(pruned.status.code(), Some(0), "{}", stderr(&pruned));
+    assert_eq!(sb.history("hist").len(), 2, "{}", stdout(&pruned));
+    let (code, _, after) = metrics(&sb);
+    assert_eq!(code, Some(0));
+    check_against_ledger(&sb, &after, "hist");
+    for s in &e.samples {
+        if e.types.get(&s.name).map(String::as_str) != Some("counter") {
+            continue;
+        }
+        let labels: Vec<(&str, &str)> = s
+            .labels
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let now = after.value(&s.name, &labels).unwrap_or(0.0);
+        assert!(
+            now >= s.value,
+            "counter {} {:?} went down from {} to {now} when records were deleted",
+            s.name,
+            s.labels,
+            s.value
+        );
+    }
 }
 
 #[test]
@@ -630,7 +670,7 @@ fn a_store_that_cannot_be_read_and_a_textfile_that_cannot_be_written() {
         Some(3600.0)
     );
     assert!(
-        e.find("jobguard_attempts_total", &[("job", "away")])
+        e.find("jobguard_ledger_records", &[("job", "away")])
             .is_empty()
     );
     assert!(
