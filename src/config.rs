@@ -166,6 +166,21 @@ pub struct JobSet {
     pub default_stores: Vec<job::DefaultStore>,
 }
 
+impl JobSet {
+    /// The jobs left out by an error in their definition ([`ErrorScope::Job`]), by name,
+    /// each once: the generator writes no timer for them, so no slot of theirs runs.
+    pub fn refused_jobs(&self) -> Vec<String> {
+        let names: std::collections::BTreeSet<&String> = self
+            .errors
+            .iter()
+            .filter(|e| e.scope == ErrorScope::Job)
+            .filter_map(|e| e.job.as_ref())
+            .filter(|name| !self.jobs.contains_key(*name))
+            .collect();
+        names.into_iter().cloned().collect()
+    }
+}
+
 /// Loads the job list from `source`. Never fails as a whole: unreadable files and bad
 /// jobs become entries of [`JobSet::errors`].
 pub fn load(source: &ConfigSource) -> JobSet {

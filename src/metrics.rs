@@ -111,6 +111,11 @@ pub struct Collected {
     /// The exit status of the last of those errors
     /// ([`crate::store::StoreError::exit_status`]); 0 when there was none.
     pub status: u8,
+    /// How many problems the job list has ([`JobSet::errors`]): files not read, keys
+    /// refused, jobs left out.
+    pub list_errors: usize,
+    /// The jobs left out by an error in their definition (they have no timer), by name.
+    pub refused: Vec<String>,
 }
 
 /// The interval of a job's schedule: the gap between its next two elapses after `now`
@@ -196,7 +201,11 @@ pub fn read_job(
 /// Reads every job of `set` (each store opened once). A job whose store cannot be read
 /// is listed without ledger metrics and named in [`Collected::problems`].
 pub fn collect(set: &JobSet, now: i64, boot: i64) -> Collected {
-    let mut out = Collected::default();
+    let mut out = Collected {
+        list_errors: set.errors.len(),
+        refused: set.refused_jobs(),
+        ..Collected::default()
+    };
     let mut stores: BTreeMap<String, Result<Box<dyn Store>, StoreError>> = BTreeMap::new();
     for job in set.jobs.values() {
         let ledger = job
@@ -288,10 +297,27 @@ fn family<'a>(out: &'a mut String, name: &'static str, kind: &str, help: &str) -
     Family { out, name }
 }
 
-/// The text exposition of `jobs` (format 0.0.4). Every family is written with its HELP
-/// and TYPE even when no job has a sample of it.
-pub fn render(jobs: &[JobMetrics]) -> String {
+/// The text exposition of what was collected (format 0.0.4). Every family is written
+/// with its HELP and TYPE even when no job has a sample of it.
+pub fn render(collected: &Collected) -> String {
+    let jobs = &collected.jobs;
     let mut out = String::new();
+    let mut f = family(
+        &mut out,
+        "jobguard_job_list_errors",
+        "gauge",
+        "Problems in the job list as last read: files not read, keys refused, jobs left out (jobguard check names them).",
+    );
+    f.sample(&[], collected.list_errors as f64);
+    let mut f = family(
+        &mut out,
+        "jobguard_job_refused",
+        "gauge",
+        "1 for a job of the job list left out by an error in its definition: it has no timer and runs no slot.",
+    );
+    for job in &collected.refused {
+        f.sample(&[("job", job)], 1.0);
+    }
     let ledgers = || {
         jobs.iter()
             .filter_map(|j| Some((j.job.as_str(), j.ledger.as_ref()?)))
@@ -575,12 +601,15 @@ mod tests {
 
     #[test]
     fn a_job_whose_store_is_down_is_listed_with_store_up_0_only() {
-        let jobs = [JobMetrics {
-            job: "a\"b".into(),
-            interval_seconds: Some(60.0),
-            ledger: None,
-        }];
-        let text = render(&jobs);
+        let collected = Collected {
+            jobs: vec![JobMetrics {
+                job: "a\"b".into(),
+                interval_seconds: Some(60.0),
+                ledger: None,
+            }],
+            ..Collected::default()
+        };
+        let text = render(&collected);
         assert!(
             text.contains("jobguard_store_up{job=\"a\\\"b\"} 0\n"),
             "{text}"

@@ -690,6 +690,81 @@ fn a_store_that_cannot_be_read_and_a_textfile_that_cannot_be_written() {
     assert!(!sb.file("missing").exists());
 }
 
+/// A job left out by an error in its definition (a misspelt value, then a reload: its
+/// timer is gone) does not vanish from monitoring: `metrics` counts the job list's
+/// errors and names the job (alerts `JobguardJobListError`, `JobguardJobRefused`), and
+/// `status` lists it as refused and exits 78, the status of a job list it cannot read.
+#[test]
+fn a_job_left_out_by_an_error_in_the_job_list_is_seen_by_status_and_metrics() {
+    let sb = Sandbox::new(&format!(
+        "{}[jobs.typo]\nschedule = \"hourly\"\ncommand = [\"true\"]\ncatch_up = \"al\"\n",
+        job("here", "true", &Backend::Sqlite)
+    ));
+    let (code, text, e) = metrics(&sb);
+    assert_eq!(code, Some(0), "{text}");
+    promtool_check(&text);
+    assert_eq!(
+        e.types.get("jobguard_job_list_errors").map(String::as_str),
+        Some("gauge")
+    );
+    assert_eq!(
+        e.value("jobguard_job_list_errors", &[]),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        e.value("jobguard_job_refused", &[("job", "typo")]),
+        Some(1.0),
+        "{text}"
+    );
+    assert!(
+        e.find("jobguard_job_refused", &[("job", "here")])
+            .is_empty(),
+        "{text}"
+    );
+    assert_eq!(e.value("jobguard_store_up", &[("job", "here")]), Some(1.0));
+
+    let out = sb.run(&["status", "--json"]);
+    assert_eq!(out.status.code(), Some(78), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status json");
+    let refused: Vec<&serde_json::Value> = v["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|j| j["job"] == "typo")
+        .collect();
+    assert_eq!(refused.len(), 1, "{v}");
+    assert!(
+        refused[0]["refused"]
+            .as_str()
+            .is_some_and(|r| r.contains("catch_up")),
+        "{v}"
+    );
+    let out = sb.run(&["status"]);
+    assert_eq!(out.status.code(), Some(78), "{}", stderr(&out));
+    let row = stdout(&out)
+        .lines()
+        .find(|l| l.starts_with("typo "))
+        .map(str::to_string);
+    assert!(
+        row.as_deref().is_some_and(|r| r.contains("refused")),
+        "{}",
+        stdout(&out)
+    );
+
+    // Fixed: no error, no refused job, status 0.
+    let list = std::fs::read_to_string(sb.file("jobs.toml")).unwrap();
+    std::fs::write(sb.file("jobs.toml"), list.replace("\"al\"", "\"all\"")).unwrap();
+    let (_, text, e) = metrics(&sb);
+    assert_eq!(
+        e.value("jobguard_job_list_errors", &[]),
+        Some(0.0),
+        "{text}"
+    );
+    assert!(e.find("jobguard_job_refused", &[]).is_empty(), "{text}");
+    assert_eq!(sb.run(&["status"]).status.code(), Some(0));
+}
+
 /// The `[metrics]` table: a misspelt key says what was meant, a path not ending in .prom
 /// is refused, both with file:line:column.
 #[test]
@@ -723,6 +798,8 @@ fn the_example_alert_rules_check_and_pass_their_unit_tests() {
         "JobguardSlotMissed",
         "JobguardNeedsAttention",
         "JobguardMachineIdShared",
+        "JobguardJobListError",
+        "JobguardJobRefused",
     ] {
         assert!(alerts.contains(&alert), "{alert} in {alerts:?}");
     }

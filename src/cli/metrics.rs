@@ -12,7 +12,7 @@ pub fn run(args: &MetricsArgs) -> u8 {
     let set = config::load(&ConfigSource::resolve(args.config.config.clone()));
     let now = jiff::Timestamp::now().as_microsecond();
     let collected = metrics::collect(&set, now, crate::identity::boot_time_usec());
-    print!("{}", metrics::render(&collected.jobs));
+    print!("{}", metrics::render(&collected));
     for e in &set.errors {
         eprintln!("jobguard: {e}");
     }

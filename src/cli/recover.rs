@@ -281,7 +281,7 @@ fn removed_and_paused(set: &config::JobSet, systemd: bool) -> u8 {
 fn write_metrics(set: &config::JobSet, path: &std::path::Path) {
     let now = jiff::Timestamp::now().as_microsecond();
     let collected = crate::metrics::collect(set, now, crate::identity::boot_time_usec());
-    let text = crate::metrics::render(&collected.jobs);
+    let text = crate::metrics::render(&collected);
     if let Err(e) = crate::metrics::write_textfile(path, &text) {
         let ev = Event::new(
             Kind::MetricsNotWritten,

@@ -19,7 +19,9 @@
 //! jobguard's calendar engine); or when a recent record proves
 //! another machine with this machine id ([`crate::identity::Installation::twin`], listed
 //! as `machine_id_shared`, with the fix). `status` then exits [`exit::ATTENTION`] (1), so it serves as a monitoring
-//! check; a store or job list it cannot read gives its own status (69, 78) instead.
+//! check; a store or job list it cannot read gives its own status (69, 78) instead. A
+//! job the job list left out (an error in its definition: it has no timer) is listed as
+//! refused, with the error, and the job list's status is 78.
 //!
 //! A paused job (`enabled = false`) is listed with STATE `paused; …`, no NEXT and
 //! `"paused": true` in the JSON. Its timer not waiting and its slots passing are not
@@ -305,6 +307,20 @@ fn unreadable_row(job: &Job, now_usec: i64) -> Vec<String> {
     ]
 }
 
+/// The row of a job left out by an error in the job list (printed below the table).
+fn refused_row(name: &str) -> Vec<String> {
+    vec![
+        name.to_string(),
+        "?".into(),
+        "-".into(),
+        "refused: no timer (see below)".into(),
+        "?".into(),
+        "?".into(),
+        "?".into(),
+        "1".into(),
+    ]
+}
+
 /// The JSON of a job whose store could not be read: listed as in the table, with what
 /// went wrong in `error` and nothing from the ledger.
 fn unreadable_json(job: &Job, now_usec: i64, units: Option<&JobUnits>, error: &str) -> Value {
@@ -329,7 +345,9 @@ fn unreadable_json(job: &Job, now_usec: i64, units: Option<&JobUnits>, error: &s
 }
 
 /// Runs `jobguard status`; returns the exit status: 0, [`exit::ATTENTION`] when something
-/// needs attention, or the status of a store or job list that could not be read.
+/// needs attention, or the status of a store or job list that could not be read
+/// ([`exit::CONFIG`] for a job list with any error: a job it left out is listed as
+/// refused).
 pub fn run(args: &StatusArgs) -> u8 {
     let set = config::load(&ConfigSource::resolve(args.config.config.clone()));
     let now = jiff::Timestamp::now().as_microsecond();
@@ -393,9 +411,28 @@ pub fn run(args: &StatusArgs) -> u8 {
             }
         }
     }
+    // A job left out by an error in its definition has no timer: listed, never silent.
+    for name in set.refused_jobs() {
+        let why: Vec<String> = set
+            .errors
+            .iter()
+            .filter(|e| e.job.as_ref() == Some(&name))
+            .map(|e| e.to_string())
+            .collect();
+        rows.push(refused_row(&name));
+        jobs_json.push(json!({
+            "job": name,
+            "refused": why.join("; "),
+            "needs_attention": true,
+        }));
+    }
     let errors: Vec<String> = set.errors.iter().map(|e| e.to_string()).collect();
     if status == exit::OK && any_attention {
         status = exit::ATTENTION;
+    }
+    // A job list with errors is a job list not read whole: its status, as a store's.
+    if !errors.is_empty() && matches!(status, exit::OK | exit::ATTENTION) {
+        status = exit::CONFIG;
     }
     if args.json {
         let out = json!({
