@@ -5,8 +5,10 @@
 //! `JOBGUARD_REASON`, `JOBGUARD_OUTCOME`, `JOBGUARD_EXIT_STATUS` (and a few more) and a
 //! `MESSAGE_ID` fixed per kind of event, so `journalctl JOBGUARD_JOB=x` and
 //! `journalctl -x` work. Entries go through `tracing` with the `tracing-journald` layer
-//! (native protocol, systemd.journal-fields(7)). When stderr is not already the journal
-//! (a shell, a test), the same event is also printed there as one readable line.
+//! (native protocol, systemd.journal-fields(7)); the text (`MESSAGE`) starts with the
+//! job's name, which syslog keeps where it drops the fields. When stderr is not already
+//! the journal (a shell, a test), the same event is also printed there as one readable
+//! line, `jobguard[JOB]: …`.
 
 use std::io::Write;
 use std::os::fd::AsFd;
@@ -218,8 +220,15 @@ pub fn emit(ev: &Event<'_>) {
     }
 }
 
+/// Sends `ev` as one journal entry. Its `MESSAGE` starts with the job's name (`JOB: `):
+/// syslog (rsyslog's imjournal, `ForwardToSyslog=`) and most log shippers keep the text
+/// and the identifier, not the `JOBGUARD_*` fields.
 fn send(ev: &Event<'_>) {
     let outcome = ev.outcome.map(Outcome::as_str);
+    let message = match ev.job {
+        "" => std::borrow::Cow::Borrowed(ev.message.as_str()),
+        job => std::borrow::Cow::Owned(format!("{job}: {}", ev.message)),
+    };
     macro_rules! at_level {
         ($lvl:expr) => {
             tracing::event!(
@@ -236,7 +245,7 @@ fn send(ev: &Event<'_>) {
                 jobguard_fencing_token = ev.fencing_token,
                 jobguard_report = ev.report.as_deref(),
                 "{}",
-                ev.message
+                message
             )
         };
     }

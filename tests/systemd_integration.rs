@@ -248,6 +248,16 @@ fn a_run_holds_an_inhibitor_shows_its_status_and_the_catalog_explains_its_events
         events.contains("finished slot") && !events.contains("output of hold-it"),
         "journalctl -t jobguard:\n{events}"
     );
+    // Each event's text names the job: syslog and log shippers keep MESSAGE, not the
+    // JOBGUARD_JOB field.
+    let finished = events
+        .lines()
+        .find(|l| l.contains("finished slot"))
+        .unwrap_or_default();
+    assert!(
+        finished.starts_with("hold-it: "),
+        "the message names the job: {finished:?}"
+    );
 
     // A start for the same slot is a skip, and says so in systemctl status.
     c.exec_ok(&["systemctl", "start", "jobguard@hold-it.service"])
