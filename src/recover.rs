@@ -317,6 +317,26 @@ pub fn interrupt_cut(
     Ok(Some(resolution))
 }
 
+/// Logs the `recovered` event of a removed job's slot that was queued for a re-run and is
+/// now held for a person.
+fn emit_removed_held(run: &Run) {
+    let mut ev = Event::new(
+        Kind::Recovered,
+        &run.job,
+        format!(
+            "held: slot {} was queued for a re-run, but the job is no longer in the job list and no timer is left to run it; `jobguard resolve {} {} --done` settles it",
+            run.slot.rfc3339(),
+            run.job,
+            run.slot.rfc3339()
+        ),
+    );
+    ev.slot = Some(run.slot.rfc3339());
+    ev.run_id = Some(run.run_id.clone());
+    ev.outcome = Some(run.outcome);
+    ev.attempt = Some(run.attempt);
+    journal::emit(&ev);
+}
+
 /// Logs the `interrupted` event of `run` (of job `job`), cut for `reason`; `next` says what
 /// happens to its slot.
 fn emit_interrupted(job: &str, run: &Run, reason: &str, next: &str) {
@@ -668,15 +688,18 @@ pub fn interrupt_removed(
     Ok(true)
 }
 
-/// The `running` records in `store` of jobs not in `known` (the job list's jobs and the
-/// jobs its errors name) with this machine id (not [`identity::Installation::twin`]) held
-/// by a holder that is gone ([`holder_gone`]: its lease lapsed, and for this
+/// Recovers the records in `store` of jobs not in `known` (the job list's jobs and the
+/// jobs its errors name) written by this installation (this machine id, not
+/// [`identity::Installation::twin`]); records of other machines, or of other
+/// installations with this machine id, are theirs to judge.
+///
+/// First the outcomes this host kept for those jobs are recorded
+/// ([`crate::shim::pending::replay`]; a record one of them ends is not cut). Then a slot
+/// queued for a re-run is held for a person, as no timer is left to run it. Last, a
+/// `running` record whose holder is gone ([`holder_gone`]: its lease lapsed, and for this
 /// installation's own records an earlier boot, or a process of this boot that no longer
-/// exists and left no process behind): marked
-/// interrupted by [`interrupt_removed`], once the outcomes this host kept for those jobs
-/// are recorded ([`crate::shim::pending::replay`]; a record one of them ends is not cut).
-/// Records of other machines (or other installations with this machine id) are theirs to
-/// judge. Returns the records marked.
+/// exists and left no process behind) is marked interrupted by [`interrupt_removed`].
+/// Returns the records marked interrupted.
 ///
 /// # Errors
 /// Store errors.
@@ -706,11 +729,29 @@ pub fn recover_removed(
         .filter(|r| mine(r))
         .map(|r| r.job.clone())
         .collect();
-    if removed.is_empty() {
-        return Ok(Vec::new());
-    }
     for job in &removed {
         crate::shim::pending::replay(store, job)?;
+    }
+    // A slot of a removed job queued for a re-run (its run was cut with the policy it
+    // started with, `on_interrupted = "rerun"`: by a shutdown, or ended above) has no
+    // timer left to run it: it is held for a person.
+    let queued = store.runs(&RunQuery {
+        resolutions: vec![Resolution::Queued],
+        ..RunQuery::default()
+    })?;
+    let mut held: BTreeSet<(String, i64)> = BTreeSet::new();
+    for run in queued.iter().filter(|r| mine(r)) {
+        if crate::job::is_drill_probe_name(&run.job)
+            || !held.insert((run.job.clone(), run.slot.usec))
+        {
+            continue;
+        }
+        if store.resolve(&run.job, run.slot.usec, Resolution::Held)? > 0 {
+            emit_removed_held(run);
+        }
+    }
+    if removed.is_empty() {
+        return Ok(Vec::new());
     }
     let running = store.runs(&RunQuery {
         outcomes: vec![Outcome::Running],

@@ -3,8 +3,8 @@
 //! recover pass neither starts nor re-arms it and stops it when it is still active after
 //! the edit, and starts it again once the job is enabled; a job removed from the job list
 //! keeps its ledger (`history`, `audit`), its timer does not linger, its `running`
-//! record whose holder is gone is marked interrupted and held by the recover pass, and
-//! `resolve --done` settles that slot.
+//! record whose holder is gone, and a slot of it a poweroff left queued, are held by the
+//! recover pass and listed by `status`, and `resolve --done` settles that slot.
 //!
 //! Needs root and systemd-nspawn (skipped with a `SKIPPED` line otherwise, failed in CI).
 //!
@@ -283,6 +283,20 @@ fn a_removed_job_keeps_its_ledger_and_leaves_no_timer_and_no_running_record_behi
         Some(1),
         "the held slot needs attention: {a}"
     );
+    // status lists the removed job's held slot too: it waits for a person.
+    let out = c.exec(&["jobguard", "status", "--json"]).expect("status");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status json");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the held slot needs attention: {v}"
+    );
+    assert!(
+        v["attention"].as_array().is_some_and(|a| a
+            .iter()
+            .any(|r| r["job"] == "gone" && r["resolution"] == "held")),
+        "status lists the removed job's held slot: {v}"
+    );
     // A person declares the slot done; a re-run is refused (no job to run it).
     let slot = field(cut[0], "slot");
     let out = c
@@ -293,6 +307,63 @@ fn a_removed_job_keeps_its_ledger_and_leaves_no_timer_and_no_running_record_behi
         .expect("resolve --done");
     let out = c.exec(&["jobguard", "audit", "gone"]).expect("audit");
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = c.exec(&["jobguard", "status"]).expect("status");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     // The job that stays is untouched.
     assert_eq!(active(&c, "jobguard@keep.timer"), "active");
+}
+
+/// A job removed from the job list whose run a clean poweroff cuts: the shim records the
+/// run interrupted with the policy it started with (`on_interrupted = "rerun"`: queued),
+/// but no timer is left to run the slot again. After the boot, the recover pass holds
+/// the slot for a person, and `status` lists it.
+#[test]
+fn a_removed_job_cut_by_a_poweroff_is_held_after_the_boot() {
+    let test = "a_removed_job_cut_by_a_poweroff_is_held_after_the_boot";
+    if !ready(test) {
+        return;
+    }
+    let keep = "[jobs.keep]\nschedule = \"*-01-01 00:00:00 UTC\"\ncommand = [\"/bin/true\"]\n";
+    let gone = "[jobs.gone]\nschedule = \"*-01-01 00:00:00 UTC\"\n\
+                command = ['/bin/sh', '-c', 'sleep 300']\n";
+    let mut c = boot(
+        "lifecycle-poweroff",
+        &jobguard_options(&format!("{keep}\n{gone}")),
+    );
+    c.exec_ok(&["systemctl", "start", "--no-block", "jobguard@gone.service"])
+        .expect("start");
+    common::wait_for(
+        "gone running",
+        Duration::from_secs(60),
+        Duration::from_millis(300),
+        || {
+            let rows = history(&c, "gone")?;
+            Ok((outcome_rows(&rows, "running").len() == 1).then_some(()))
+        },
+    )
+    .expect("the run is running");
+    c.write_file("/etc/jobguard/jobs.toml", keep)
+        .expect("remove gone");
+    c.exec_ok(&["systemctl", "daemon-reload"]).expect("reload");
+    c.poweroff().expect("a clean poweroff");
+    c.boot_again().expect("boot again");
+
+    let log = recover_pass(&c);
+    let rows = history(&c, "gone").expect("history");
+    let cut = outcome_rows(&rows, "interrupted");
+    assert_eq!(cut.len(), 1, "{rows:#?}\n{log}");
+    assert_eq!(field(cut[0], "reason"), "shutdown", "{rows:#?}");
+    assert_eq!(
+        field(cut[0], "resolution"),
+        "held",
+        "no timer is left to run the slot again: {rows:#?}\n{log}"
+    );
+    let (code, v) = status(&c);
+    assert_eq!(code, Some(1), "the held slot needs attention: {v}");
+    assert!(
+        v["attention"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|r| r["job"] == "gone")),
+        "{v}"
+    );
 }

@@ -307,6 +307,32 @@ fn unreadable_row(job: &Job, now_usec: i64) -> Vec<String> {
     ]
 }
 
+/// The records in `store` of jobs no longer in the job list (nor left out of it by an
+/// error, `refused`) whose slot is held for a person. (A removed job's queued slot is
+/// held by `jobguard recover`, [`crate::recover::recover_removed`], since no timer is
+/// left to run it.) A drill's probe is not a job.
+///
+/// # Errors
+/// The store's.
+fn removed_waiting(
+    store: &mut dyn Store,
+    set: &config::JobSet,
+    refused: &[String],
+) -> Result<Vec<Run>, crate::store::StoreError> {
+    let runs = store.runs(&crate::store::RunQuery {
+        resolutions: vec![Resolution::Held],
+        ..crate::store::RunQuery::default()
+    })?;
+    Ok(runs
+        .into_iter()
+        .filter(|r| {
+            !set.jobs.contains_key(&r.job)
+                && !refused.contains(&r.job)
+                && !crate::job::is_drill_probe_name(&r.job)
+        })
+        .collect())
+}
+
 /// The row of a job left out by an error in the job list (printed below the table).
 fn refused_row(name: &str) -> Vec<String> {
     vec![
@@ -411,8 +437,24 @@ pub fn run(args: &StatusArgs) -> u8 {
             }
         }
     }
+    // Jobs no longer in the job list, in the stores it names: their held slots wait for
+    // a person (`audit` reads the rest of their ledgers).
+    let refused = set.refused_jobs();
+    for store in stores.values_mut() {
+        let Ok(store) = store else { continue };
+        match removed_waiting(store.as_mut(), &set, &refused) {
+            Ok(runs) => {
+                any_attention |= !runs.is_empty();
+                attention_all.extend(runs);
+            }
+            Err(e) => {
+                problems.push(format!("{}: {e}", store.describe()));
+                status = e.exit_status();
+            }
+        }
+    }
     // A job left out by an error in its definition has no timer: listed, never silent.
-    for name in set.refused_jobs() {
+    for name in refused {
         let why: Vec<String> = set
             .errors
             .iter()
