@@ -42,6 +42,23 @@ fn recover_pass(c: &Container) -> String {
     recover_journal(c)
 }
 
+/// Starts `job`'s service and waits until its run is recorded `running`.
+fn start_running(c: &Container, job: &str) {
+    let unit = format!("jobguard@{job}.service");
+    c.exec_ok(&["systemctl", "start", "--no-block", &unit])
+        .expect("start");
+    common::wait_for(
+        &format!("{job} running"),
+        Duration::from_secs(60),
+        Duration::from_millis(300),
+        || {
+            let rows = history(c, job)?;
+            Ok((outcome_rows(&rows, "running").len() == 1).then_some(()))
+        },
+    )
+    .expect("the run is running");
+}
+
 /// Everything the recover passes so far logged.
 fn recover_journal(c: &Container) -> String {
     c.exec(&[
@@ -204,18 +221,7 @@ fn a_removed_job_keeps_its_ledger_and_leaves_no_timer_and_no_running_record_behi
     c.exec_ok(&["systemctl", "stop", "jobguard-recover.timer"])
         .expect("stop the recover timer");
     assert_eq!(active(&c, "jobguard@gone.timer"), "active");
-    c.exec_ok(&["systemctl", "start", "--no-block", "jobguard@gone.service"])
-        .expect("start");
-    common::wait_for(
-        "gone running",
-        Duration::from_secs(60),
-        Duration::from_millis(300),
-        || {
-            let rows = history(&c, "gone")?;
-            Ok((outcome_rows(&rows, "running").len() == 1).then_some(()))
-        },
-    )
-    .expect("the run is running");
+    start_running(&c, "gone");
 
     // The job leaves the list, a reload; then its run is cut (the shim and its command
     // SIGKILLed), so no one records an outcome.
@@ -330,18 +336,7 @@ fn a_removed_job_cut_by_a_poweroff_is_held_after_the_boot() {
         "lifecycle-poweroff",
         &jobguard_options(&format!("{keep}\n{gone}")),
     );
-    c.exec_ok(&["systemctl", "start", "--no-block", "jobguard@gone.service"])
-        .expect("start");
-    common::wait_for(
-        "gone running",
-        Duration::from_secs(60),
-        Duration::from_millis(300),
-        || {
-            let rows = history(&c, "gone")?;
-            Ok((outcome_rows(&rows, "running").len() == 1).then_some(()))
-        },
-    )
-    .expect("the run is running");
+    start_running(&c, "gone");
     c.write_file("/etc/jobguard/jobs.toml", keep)
         .expect("remove gone");
     c.exec_ok(&["systemctl", "daemon-reload"]).expect("reload");
