@@ -14,6 +14,7 @@ use std::io::Write;
 use std::os::fd::AsFd;
 
 use tracing::Level;
+use tracing_subscriber::Layer as _;
 use tracing_subscriber::layer::SubscriberExt;
 
 use crate::ledger::Outcome;
@@ -187,7 +188,12 @@ pub fn init() -> bool {
                     info: tracing_journald::Priority::Informational,
                     ..tracing_journald::PriorityMappings::new()
                 });
-            let subscriber = tracing_subscriber::registry().with(layer);
+            // jobguard's events only: a store's client that logs through `tracing` (etcd's
+            // gRPC over h2: a hundred trace events per call) must not reach the journal.
+            let ours = tracing_subscriber::filter::filter_fn(|meta| {
+                meta.target().starts_with(env!("CARGO_CRATE_NAME"))
+            });
+            let subscriber = tracing_subscriber::registry().with(layer.with_filter(ours));
             tracing::subscriber::set_global_default(subscriber).is_ok()
         }
         Err(_) => false,

@@ -864,3 +864,51 @@ fn sleep_releases_and_resume_retakes_the_lock_and_a_shutdown_makes_the_cut_inter
     let _ = daemon.wait();
     std::mem::forget(daemon_guard);
 }
+
+/// The journal gets jobguard's events and nothing else, also from a store whose client
+/// logs through `tracing` (etcd's gRPC client: a hundred trace events per call over h2,
+/// which once all went to the journal under `SYSLOG_IDENTIFIER=jobguard`, and slowed
+/// every host): each entry has a `MESSAGE_ID` and names the job.
+#[cfg(feature = "store-etcd")]
+#[test]
+fn a_run_on_etcd_writes_only_jobguards_events_to_the_journal() {
+    let test = "a_run_on_etcd_writes_only_jobguards_events_to_the_journal";
+    if !ready(test) {
+        return;
+    }
+    let Some(ns) = common::remote::Namespace::new(common::remote::server("etcd"), test) else {
+        return;
+    };
+    let c = boot(
+        "etcd-journal",
+        &format!(
+            "[jobs.on-etcd]\nschedule = \"*-01-01 00:00:00 UTC\"\ncommand = [\"/bin/true\"]\n\
+             store = \"{}\"\n",
+            ns.address()
+        ),
+    );
+    let out = c.exec(&["jobguard", "run", "on-etcd"]).expect("run");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let entries = c
+        .journal(&["SYSLOG_IDENTIFIER=jobguard"])
+        .expect("the journal");
+    assert!(
+        entries.iter().any(|e| e
+            .get("MESSAGE")
+            .is_some_and(|m| m.contains("finished slot"))),
+        "the run's events are there: {} entries",
+        entries.len()
+    );
+    let foreign: Vec<String> = entries
+        .iter()
+        .filter(|e| e.get("MESSAGE_ID").is_none() || e.get("JOBGUARD_EVENT").is_none())
+        .filter_map(|e| e.get("MESSAGE"))
+        .collect();
+    assert!(
+        foreign.is_empty(),
+        "{} of {} entries are not jobguard's events, e.g. {:?}",
+        foreign.len(),
+        entries.len(),
+        &foreign[..foreign.len().min(5)]
+    );
+}
