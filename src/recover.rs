@@ -695,7 +695,10 @@ pub fn interrupt_removed(
 ///
 /// First the outcomes this host kept for those jobs are recorded
 /// ([`crate::shim::pending::replay`]; a record one of them ends is not cut). Then a slot
-/// queued for a re-run is held for a person, as no timer is left to run it. Last, a
+/// queued for a re-run is held for a person, as no timer is left here to run it, unless
+/// the schedule the store holds for the job ([`Store::read_schedule`]) is another
+/// host's and within its horizon: that host still runs the job and re-runs the slot.
+/// Last, a
 /// `running` record whose holder is gone ([`holder_gone`]: its lease lapsed, and for this
 /// installation's own records an earlier boot, or a process of this boot that no longer
 /// exists and left no process behind) is marked interrupted by [`interrupt_removed`].
@@ -734,19 +737,26 @@ pub fn recover_removed(
     }
     // A slot of a removed job queued for a re-run (its run was cut with the policy it
     // started with, `on_interrupted = "rerun"`: by a shutdown, or ended above) has no
-    // timer left to run it: it is held for a person.
+    // timer left here to run it: it is held for a person, unless another host still runs
+    // the job (its schedule, declared in the store as it fires, is another host's and
+    // within its horizon): that host's recover pass re-runs the slot.
     let queued = store.runs(&RunQuery {
         resolutions: vec![Resolution::Queued],
         ..RunQuery::default()
     })?;
-    let mut held: BTreeSet<(String, i64)> = BTreeSet::new();
+    let me_host = format!("{} {}", identity::host_name(), me.machine_id);
+    let now = crate::clock::Clock::now_usec(&crate::clock::SystemClock);
+    let mut seen: BTreeSet<(String, i64)> = BTreeSet::new();
     for run in queued.iter().filter(|r| mine(r)) {
         if crate::job::is_drill_probe_name(&run.job)
-            || !held.insert((run.job.clone(), run.slot.usec))
+            || !seen.insert((run.job.clone(), run.slot.usec))
         {
             continue;
         }
-        if store.resolve(&run.job, run.slot.usec, Resolution::Held)? > 0 {
+        let run_elsewhere = store
+            .read_schedule(&run.job)?
+            .is_some_and(|d| d.host != me_host && d.seen_at.saturating_add(d.horizon) > now);
+        if !run_elsewhere && store.resolve(&run.job, run.slot.usec, Resolution::Held)? > 0 {
             emit_removed_held(run);
         }
     }

@@ -1032,6 +1032,8 @@ struct Soak {
     /// Shims ended without warning: (host name, µs since the epoch) of each power cut
     /// and SIGKILL of a shim.
     cuts: Vec<(String, i64)>,
+    /// Commands SIGKILLed (their process group): (host name, job, µs since the epoch).
+    job_kills: Vec<(String, String, i64)>,
     // Dropped in this order: hosts first, then proxies, the server, the tmpfs.
     hosts: Vec<Container>,
     proxies: Vec<Proxy>,
@@ -1231,6 +1233,11 @@ impl Soak {
                         };
                         let group = format!("-{child}");
                         if kind == "kill-job" {
+                            let job = unit
+                                .trim_start_matches("jobguard@")
+                                .trim_end_matches(".service")
+                                .to_string();
+                            self.job_kills.push((name.clone(), job, now_us()));
                             let _ = self.hosts[i].exec(&["kill", "-KILL", "--", &group]);
                             self.count(kind, format!("{unit} group {child} on {name}"));
                         } else {
@@ -1487,6 +1494,7 @@ fn every_slot_runs_once_under_faults() {
         faults: BTreeMap::new(),
         log: Vec::new(),
         cuts: Vec::new(),
+        job_kills: Vec::new(),
         hosts: Vec::new(),
         proxies: Vec::new(),
         server,
@@ -1864,7 +1872,8 @@ fn check(soak: &Soak, truth: &Truth, begin: i64, last: i64) -> Report {
         if fenced {
             fenced_after_end.insert((job.clone(), *slot));
             say(&format!(
-                "soak: {job} slot {}: ran again: its first execution did its last work, then                  its shim's fence stopped it before it exited ({} on {})",
+                "soak: {job} slot {}: ran again: its first execution did its last work, then \
+                 its shim's fence stopped it before it exited ({} on {})",
                 rfc3339(*slot),
                 completed[0].run_id,
                 completed[0].host
@@ -2054,17 +2063,25 @@ fn check(soak: &Soak, truth: &Truth, begin: i64, last: i64) -> Report {
             // cut right after the command's end is not in the ledger, which then calls the
             // slot cut off; when it is not run again (its job was removed meanwhile), the
             // ledger's verdict stands.
+            // Its kin: the command wrote its end, and a SIGKILL of its process group came
+            // before it exited: the shim saw a command killed by a signal, and the ledger
+            // says `failed`, truly.
+            let near = |end: i64, at: i64| end <= at + EXEC_SLACK_US && at <= end + CUT_WINDOW_US;
             let cut_after_success = |key: &(String, i64)| {
                 by_slot.get(key).is_some_and(|list| {
                     list.iter().any(|e| {
+                        let says = ledger_says(&e.job, &e.run_id);
                         e.completed
                             && e.status == 0
-                            && ledger_says(&e.job, &e.run_id).starts_with("ledger: interrupted")
-                            && soak.cuts.iter().any(|(host, at)| {
-                                *host == e.host
-                                    && e.end <= *at + EXEC_SLACK_US
-                                    && *at <= e.end + CUT_WINDOW_US
-                            })
+                            && ((says.starts_with("ledger: interrupted")
+                                && soak
+                                    .cuts
+                                    .iter()
+                                    .any(|(host, at)| *host == e.host && near(e.end, *at)))
+                                || (says == "ledger: failed signal"
+                                    && soak.job_kills.iter().any(|(host, job, at)| {
+                                        *host == e.host && *job == e.job && near(e.end, *at)
+                                    })))
                     })
                 })
             };

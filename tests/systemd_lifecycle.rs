@@ -59,6 +59,25 @@ fn start_running(c: &Container, job: &str) {
     .expect("the run is running");
 }
 
+/// Writes the declaration of job `gone`'s schedule that another host sharing the SQLite
+/// store would write as it fires the job, last seen at `seen_at` (an SQL expression, µs
+/// since the epoch), with a horizon of two days.
+fn declare_other_host(c: &Container, seen_at: &str) {
+    c.exec_ok(&[
+        "sqlite3",
+        "/var/lib/jobguard/jobguard.db",
+        &format!(
+            "CREATE TABLE IF NOT EXISTS jobguard_schedule (job TEXT PRIMARY KEY, \
+             fingerprint TEXT NOT NULL, defined_at INTEGER NOT NULL, host TEXT NOT NULL, \
+             seen_at INTEGER NOT NULL, horizon INTEGER NOT NULL); \
+             INSERT OR REPLACE INTO jobguard_schedule VALUES ('gone', \
+             '*-01-01 00:00:00 UTC', 0, 'other-host 0123456789abcdef0123456789abcdef', \
+             {seen_at}, 172800000000);"
+        ),
+    ])
+    .expect("another host's declaration of the schedule");
+}
+
 /// Everything the recover passes so far logged.
 fn recover_journal(c: &Container) -> String {
     c.exec(&[
@@ -321,8 +340,9 @@ fn a_removed_job_keeps_its_ledger_and_leaves_no_timer_and_no_running_record_behi
 
 /// A job removed from the job list whose run a clean poweroff cuts: the shim records the
 /// run interrupted with the policy it started with (`on_interrupted = "rerun"`: queued),
-/// but no timer is left to run the slot again. After the boot, the recover pass holds
-/// the slot for a person, and `status` lists it.
+/// but no timer is left to run the slot again. After the boot, the recover pass leaves
+/// it queued while another host still fires the job, then holds the slot for a person,
+/// and `status` lists it.
 #[test]
 fn a_removed_job_cut_by_a_poweroff_is_held_after_the_boot() {
     let test = "a_removed_job_cut_by_a_poweroff_is_held_after_the_boot";
@@ -336,6 +356,14 @@ fn a_removed_job_cut_by_a_poweroff_is_held_after_the_boot() {
         "lifecycle-poweroff",
         &jobguard_options(&format!("{keep}\n{gone}")),
     );
+    // While another host that shares the store still fires the job (its declaration of
+    // the job's schedule, as its shim writes it as it fires, is fresh), that host re-runs
+    // the slot: it stays queued, through the boot's recover pass and the next. (The run
+    // here is started by hand, which declares nothing.)
+    declare_other_host(
+        &c,
+        "CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)",
+    );
     start_running(&c, "gone");
     c.write_file("/etc/jobguard/jobs.toml", keep)
         .expect("remove gone");
@@ -348,6 +376,16 @@ fn a_removed_job_cut_by_a_poweroff_is_held_after_the_boot() {
     let cut = outcome_rows(&rows, "interrupted");
     assert_eq!(cut.len(), 1, "{rows:#?}\n{log}");
     assert_eq!(field(cut[0], "reason"), "shutdown", "{rows:#?}");
+    assert_eq!(
+        field(cut[0], "resolution"),
+        "queued",
+        "another host runs the job: {rows:#?}\n{log}"
+    );
+    // That host's declaration is past its horizon: no host runs the job any more.
+    declare_other_host(&c, "1");
+    let log = recover_pass(&c);
+    let rows = history(&c, "gone").expect("history");
+    let cut = outcome_rows(&rows, "interrupted");
     assert_eq!(
         field(cut[0], "resolution"),
         "held",
