@@ -87,6 +87,15 @@ fn waits_for_service(u: &JobUnits) -> bool {
         )
 }
 
+/// The job's next elapse after `now_usec` by jobguard's calendar engine (systemd.time(7)),
+/// µs since the epoch; `None` when its schedule has none left.
+fn calendar_next(job: &Job, now_usec: i64) -> Option<i64> {
+    jiff::Timestamp::from_microsecond(now_usec)
+        .ok()
+        .and_then(|t| job.calendar.next_elapse(t))
+        .map(|t| t.as_microsecond())
+}
+
 /// A time from systemd (µs since the epoch) as JSON: the µs and RFC 3339.
 fn usec_json(usec: Option<u64>) -> (Value, Value) {
     match usec.and_then(|u| i64::try_from(u).ok()) {
@@ -158,17 +167,11 @@ fn job_status(
     // systemd's next elapse when it could be read (it is what will fire), else our own
     // (also while the timer waits for its service, when systemd has none); none for a
     // paused job.
-    let own_next = || {
-        jiff::Timestamp::from_microsecond(now_usec)
-            .ok()
-            .and_then(|t| job.calendar.next_elapse(t))
-            .map(|t| t.as_microsecond())
-    };
     let next = match units {
         _ if !job.enabled => None,
-        Some(u) if waits_for_service(u) => own_next(),
+        Some(u) if waits_for_service(u) => calendar_next(job, now_usec),
         Some(u) => u.timer.next_elapse_usec.and_then(|n| i64::try_from(n).ok()),
-        None => own_next(),
+        None => calendar_next(job, now_usec),
     };
     let last = recent
         .iter()
@@ -213,10 +216,7 @@ fn job_status(
         .filter(|r| orphans.contains(&r.run_id))
         .collect();
     // A schedule with no elapse left leaves its timer idle on purpose.
-    let has_next = jiff::Timestamp::from_microsecond(now_usec)
-        .ok()
-        .and_then(|t| job.calendar.next_elapse(t))
-        .is_some();
+    let has_next = calendar_next(job, now_usec).is_some();
     let waiting = timer_idle(units).map(|i| !(i && has_next));
     // A paused job's timer is not meant to wait: not something to attend to.
     let idle = timer_idle(units).map(|i| i && has_next && job.enabled);
@@ -291,10 +291,7 @@ fn paused_text(job: &Job, state: String) -> String {
 
 /// The table row of a job whose store could not be read: the job is still listed.
 fn unreadable_row(job: &Job, now_usec: i64) -> Vec<String> {
-    let next = jiff::Timestamp::from_microsecond(now_usec)
-        .ok()
-        .and_then(|t| job.calendar.next_elapse(t))
-        .map(|t| format_usec(t.as_microsecond()));
+    let next = calendar_next(job, now_usec).map(format_usec);
     vec![
         job.name.clone(),
         job.schedule.clone(),
@@ -350,10 +347,7 @@ fn refused_row(name: &str) -> Vec<String> {
 /// The JSON of a job whose store could not be read: listed as in the table, with what
 /// went wrong in `error` and nothing from the ledger.
 fn unreadable_json(job: &Job, now_usec: i64, units: Option<&JobUnits>, error: &str) -> Value {
-    let next = jiff::Timestamp::from_microsecond(now_usec)
-        .ok()
-        .and_then(|t| job.calendar.next_elapse(t))
-        .map(|t| t.as_microsecond());
+    let next = calendar_next(job, now_usec);
     json!({
         "job": job.name,
         "schedule": job.schedule,
