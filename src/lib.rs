@@ -27,6 +27,7 @@ pub mod credential;
 pub mod crontab;
 pub mod drill;
 pub mod exit;
+pub mod fleet;
 pub mod generator;
 pub mod identity;
 pub mod job;

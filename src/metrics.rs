@@ -116,6 +116,9 @@ pub struct Collected {
     pub list_errors: usize,
     /// The jobs left out by an error in their definition (they have no timer), by name.
     pub refused: Vec<String>,
+    /// The fleet of each store of the job list that could be read ([`crate::fleet`]),
+    /// with the store's address, masked.
+    pub fleets: Vec<(String, crate::fleet::Fleet)>,
 }
 
 /// The interval of a job's schedule: the gap between its next two elapses after `now`
@@ -235,7 +238,81 @@ pub fn collect(set: &JobSet, now: i64, boot: i64) -> Collected {
             ledger,
         });
     }
+    for (address, store) in &mut stores {
+        let Ok(store) = store else { continue };
+        let masked = crate::store::address::mask(address);
+        match crate::fleet::read(store.as_mut()) {
+            Ok(fleet) => out.fleets.push((masked, fleet)),
+            Err(e) => {
+                out.problems.push(format!("{masked}: fleet: {e}"));
+                out.status = e.exit_status();
+            }
+        }
+    }
     out
+}
+
+/// The store-wide series of the fleet view ([`crate::fleet`]): every host that shares a
+/// store exports the same ones, so the shipped rules aggregate them (`max by (host)`,
+/// `max by (job)`) and one fact raises one alert.
+fn render_fleets(out: &mut String, fleets: &[(String, crate::fleet::Fleet)]) {
+    let mut f = family(
+        out,
+        "jobguard_fleet_host_last_beat_timestamp_seconds",
+        "gauge",
+        "When a host that shares the store last wrote its heartbeat (each recovery pass), seconds since the epoch by the store's clock.",
+    );
+    for (store, fleet) in fleets {
+        for h in &fleet.hosts {
+            f.sample(
+                &[("store", store), ("host", &h.label)],
+                seconds(h.beat.seen_at),
+            );
+        }
+    }
+    let mut f = family(
+        out,
+        "jobguard_fleet_host_problem",
+        "gauge",
+        "1 for a live host whose job list has errors or that shares its machine id with another live host.",
+    );
+    for (store, fleet) in fleets {
+        for h in fleet.hosts.iter().filter(|h| !h.silent) {
+            let bad = h.shared_machine_id || h.beat.list_errors > 0;
+            f.sample(
+                &[("store", store), ("host", &h.label)],
+                f64::from(u8::from(bad)),
+            );
+        }
+    }
+    let mut f = family(
+        out,
+        "jobguard_fleet_job_armed_hosts",
+        "gauge",
+        "How many live hosts arm the job (for each job a live host names or whose declared schedule is live in the store).",
+    );
+    for (store, fleet) in fleets {
+        for j in &fleet.jobs {
+            f.sample(
+                &[("store", store), ("job", &j.job)],
+                j.armed_by.len() as f64,
+            );
+        }
+    }
+    let mut f = family(
+        out,
+        "jobguard_fleet_job_problem",
+        "gauge",
+        "1 for a job whose definitions differ between hosts, that a host's job list refused, or whose schedule is live but that no live host arms.",
+    );
+    for (store, fleet) in fleets {
+        for j in &fleet.jobs {
+            f.sample(
+                &[("store", store), ("job", &j.job)],
+                f64::from(u8::from(j.problem().is_some())),
+            );
+        }
+    }
 }
 
 /// A label value escaped for the text format: `\` → `\\`, `"` → `\"`, newline → `\n`.
@@ -318,6 +395,7 @@ pub fn render(collected: &Collected) -> String {
     for job in &collected.refused {
         f.sample(&[("job", job)], 1.0);
     }
+    render_fleets(&mut out, &collected.fleets);
     let ledgers = || {
         jobs.iter()
             .filter_map(|j| Some((j.job.as_str(), j.ledger.as_ref()?)))

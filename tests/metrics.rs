@@ -800,6 +800,8 @@ fn the_example_alert_rules_check_and_pass_their_unit_tests() {
         "JobguardMachineIdShared",
         "JobguardJobListError",
         "JobguardJobRefused",
+        "JobguardHostSilent",
+        "JobguardFleetJobProblem",
     ] {
         assert!(alerts.contains(&alert), "{alert} in {alerts:?}");
     }
@@ -816,4 +818,151 @@ fn the_example_alert_rules_check_and_pass_their_unit_tests() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+}
+
+/// Two hosts share one store, the second in a mount namespace of its own where
+/// `/etc/machine-id` is another machine's (as root): each whole recovery pass writes the
+/// host's heartbeat, and `status --fleet` and `metrics` on the first host show both
+/// hosts, the job whose definitions differ, the job the second host's list refused, and a
+/// job whose schedule is live in the store but that no host arms any more. Once the
+/// second host's list is mended, only the silence of its heartbeat is left, five passes
+/// after its last one (libfaketime), until it is forgotten.
+#[test]
+fn a_fleet_of_two_hosts_on_one_store_is_seen_from_either() {
+    const MB: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+    let a = Sandbox::new(&job("sync", "true", &Backend::Sqlite));
+    let db = a.file("state/jobguard.db");
+    let store = format!("store = \"sqlite://{}\"\n", db.display());
+    let typo = format!(
+        "[jobs.typo]\nschedule = \"hourly\"\ncommand = [\"true\"]\ncatch_up = \"al\"\n{store}"
+    );
+    let gone = format!("[jobs.gone]\nschedule = \"hourly\"\ncommand = [\"true\"]\n{store}");
+    let b = Sandbox::new(&format!(
+        "{}{store}{typo}{gone}",
+        job("sync", "false", &Backend::Sqlite)
+    ));
+    let host = jobguard::identity::host_name();
+    let mine: String = jobguard::identity::machine_id().chars().take(8).collect();
+    let (la, lb) = (format!("{host} ({mine})"), format!("{host} (bbbbbbbb)"));
+    let on_b = |args: &[&str]| b.cmd_on_machine(MB, args).output().expect("run on b");
+
+    // `gone` has run on b, by its schedule, which b declared.
+    let out = on_b(&["run", "gone"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let now = jiff::Timestamp::now().as_microsecond();
+    let mut s = jobguard::store::open(&format!("sqlite://{}", db.display())).unwrap();
+    s.declare_schedule(&jobguard::store::ScheduleDecl {
+        job: "gone".into(),
+        fingerprint: "*-*-* *:00:00".into(),
+        defined_at: now,
+        host: format!("{host} {MB}"),
+        seen_at: now,
+        horizon: 600_000_000,
+    })
+    .unwrap();
+    for _ in 0..2 {
+        let out = a.run(&["recover"]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let out = on_b(&["recover"]);
+        assert!(!stderr(&out).contains("heartbeat"), "{}", stderr(&out));
+    }
+    let fleet = |extra: &[&str], faked: Option<&str>| {
+        let mut args = vec!["status", "--fleet"];
+        args.extend(extra);
+        let out = match faked {
+            Some(f) => a.cmd_under("faketime", &["-f", f], &args).output().unwrap(),
+            None => a.run(&args),
+        };
+        (out.status.code(), stdout(&out), stderr(&out))
+    };
+    let row = |text: &str, start: &str| -> String {
+        text.lines()
+            .find(|l| l.starts_with(&format!("{start} ")))
+            .unwrap_or_else(|| panic!("no row {start:?} in\n{text}"))
+            .to_string()
+    };
+    let (code, text, err) = fleet(&[], None);
+    assert_eq!(code, Some(1), "{text}{err}");
+    assert!(row(&text, &la).ends_with(" ok"), "{text}");
+    assert!(row(&text, &lb).contains("job list: 1 error(s)"), "{text}");
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with(&host)).count(),
+        2,
+        "each host once, after two passes each: {text}"
+    );
+    let sync = row(&text, "sync");
+    assert!(
+        sync.contains("definitions differ")
+            && sync.contains(&format!("on {la}"))
+            && sync.contains(&format!("on {lb}")),
+        "{text}"
+    );
+    assert!(
+        row(&text, "typo").contains(&format!("refused by the job list on {lb}")),
+        "{text}"
+    );
+    assert!(row(&text, "gone").ends_with(" ok"), "{text}");
+
+    let (code, text, e) = metrics(&a);
+    assert_eq!(code, Some(0), "{text}");
+    promtool_check(&text);
+    let beats = e.find("jobguard_fleet_host_last_beat_timestamp_seconds", &[]);
+    assert_eq!(beats.len(), 2, "{text}");
+    for (job, problem, armed) in [("sync", 1.0, 2.0), ("typo", 1.0, 0.0), ("gone", 0.0, 1.0)] {
+        assert_eq!(
+            e.value("jobguard_fleet_job_problem", &[("job", job)]),
+            Some(problem),
+            "{job}: {text}"
+        );
+        assert_eq!(
+            e.value("jobguard_fleet_job_armed_hosts", &[("job", job)]),
+            Some(armed),
+            "{job}: {text}"
+        );
+    }
+    assert_eq!(
+        e.value("jobguard_fleet_host_problem", &[("host", &lb)]),
+        Some(1.0),
+        "{text}"
+    );
+
+    // b's list mended, and `gone` taken out of it: its schedule is still live.
+    std::fs::write(
+        b.file("jobs.toml"),
+        format!("{}{store}", job("sync", "true", &Backend::Sqlite)),
+    )
+    .unwrap();
+    let out = on_b(&["recover"]);
+    assert!(!stderr(&out).contains("heartbeat"), "{}", stderr(&out));
+    let (code, text, _) = fleet(&[], None);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(row(&text, "sync").ends_with(" ok"), "{text}");
+    assert!(!text.contains("typo"), "{text}");
+    assert!(
+        row(&text, "gone").contains("no live host arms it any more"),
+        "{text}"
+    );
+
+    // Eleven minutes on: a has passed, b has not; gone's schedule is past its horizon.
+    let out = a
+        .cmd_under("faketime", &["-f", "+11m"], &["recover"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let (code, text, _) = fleet(&[], Some("+11m"));
+    assert_eq!(code, Some(1), "{text}");
+    assert!(row(&text, &la).ends_with(" ok"), "{text}");
+    assert!(
+        row(&text, &lb).contains("silent: no heartbeat for 11m"),
+        "{text}"
+    );
+    assert!(!text.contains("gone"), "{text}");
+    let (code, text, err) = fleet(&["--forget", &lb], Some("+11m"));
+    assert_eq!(code, Some(0), "{text}{err}");
+    assert!(text.contains("forgot the heartbeat of"), "{text}");
+    let (code, text, _) = fleet(&[], Some("+11m"));
+    assert_eq!(code, Some(0), "{text}");
+    assert!(!text.contains(&lb), "{text}");
+    let (code, _, err) = fleet(&["--forget", "nobody"], Some("+11m"));
+    assert_eq!(code, Some(2), "{err}");
 }

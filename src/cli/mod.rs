@@ -11,6 +11,7 @@ pub mod audit;
 pub mod calendar;
 pub mod check;
 pub mod drill;
+pub mod fleet;
 pub mod generate;
 pub mod history;
 pub mod import_crontab;
@@ -297,6 +298,13 @@ pub struct StatusArgs {
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// Every host that shares a store of the job list, from their heartbeats: the jobs
+    /// each arms, hosts whose heartbeat stopped, and jobs that differ between hosts.
+    #[arg(long)]
+    pub fleet: bool,
+    /// With --fleet: delete the heartbeats of this host (its name), taken out of service.
+    #[arg(long, value_name = "HOST", requires = "fleet")]
+    pub forget: Option<String>,
     #[command(flatten)]
     pub config: ConfigArgs,
 }

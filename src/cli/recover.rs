@@ -7,7 +7,8 @@
 //! Without JOB and `--config` (so with the
 //! job list the generator reads), it also stops the timers of paused jobs and of jobs no
 //! longer in the list, and marks the cut-off runs of the latter interrupted (see
-//! [`crate::recover`]). When the job list sets
+//! [`crate::recover`]). A whole pass writes this host's heartbeat to each store
+//! ([`crate::fleet`]). When the job list sets
 //! `[metrics] textfile`, each pass ends by writing every job's metrics there atomically
 //! ([`crate::metrics::write_textfile`]); a failure to write is a journal warning
 //! ([`Kind::MetricsNotWritten`]), not a failed pass.
@@ -147,6 +148,13 @@ pub fn run(args: &RecoverArgs) -> u8 {
                     }
                 }
             }
+        }
+        // The heartbeat of a whole pass, for the fleet view (`crate::fleet`).
+        if args.job.is_none()
+            && let Err(e) = crate::fleet::beat(store.as_mut(), &set, &url)
+        {
+            eprintln!("jobguard: {}: heartbeat: {e}", store.describe());
+            status = e.exit_status();
         }
     }
     if systemd && args.job.is_none() {

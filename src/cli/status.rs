@@ -369,6 +369,9 @@ fn unreadable_json(job: &Job, now_usec: i64, units: Option<&JobUnits>, error: &s
 /// ([`exit::CONFIG`] for a job list with any error: a job it left out is listed as
 /// refused).
 pub fn run(args: &StatusArgs) -> u8 {
+    if args.fleet {
+        return crate::cli::fleet::run(args);
+    }
     let set = config::load(&ConfigSource::resolve(args.config.config.clone()));
     let now = jiff::Timestamp::now().as_microsecond();
     let mut status = exit::OK;

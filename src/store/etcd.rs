@@ -27,6 +27,8 @@
 //!   limit (`--max-request-bytes`, 1.5 MiB by default).
 //! - `P id/RUN_ID`: the key of that run's record.
 //! - `P queued/JOB/SLOT`: present while a record of the slot is resolved `queued`.
+//! - `P hosts/HOST`: a host's heartbeat, JSON ([`Store::put_beat`]); the host's key
+//!   percent-encoded ([`crate::mark::key_component`]).
 //!
 //! Every operation reads the job's state in one transaction of range reads (and a
 //! second one, when it needs records it learnt of in the first, that answers only while
@@ -1473,6 +1475,43 @@ impl Store for EtcdStore {
             let resp = client.get(start.as_bytes(), Some(options)).await?;
             Ok(Some(usize::try_from(resp.count()).unwrap_or(0)))
         })
+    }
+
+    fn put_beat(&mut self, host: &str, beat: &str) -> Result<(), StoreError> {
+        let key = self.key(&format!("hosts/{}", crate::mark::key_component(host)));
+        self.retrying("write the heartbeat", async |_, client| {
+            client.put(key.as_bytes(), beat.as_bytes(), None).await?;
+            Ok(Some(()))
+        })
+    }
+
+    fn beats(&mut self) -> Result<Vec<(String, String)>, StoreError> {
+        let prefix = self.key("hosts/");
+        self.retrying("read the heartbeats", async |_, client| {
+            range_all(client, &prefix)
+                .await?
+                .iter()
+                .map(|kv| {
+                    let key = String::from_utf8_lossy(&kv.key()[prefix.len()..]);
+                    let host = remote::percent_decode(&key);
+                    let beat = String::from_utf8(kv.value().to_vec())
+                        .map_err(|e| Fail::Data(format!("heartbeat {host:?}: {e}")))?;
+                    Ok((host, beat))
+                })
+                .collect::<Result<Vec<_>, Fail>>()
+                .map(Some)
+        })
+    }
+
+    fn forget_beats(&mut self, hosts: &[String]) -> Result<(), StoreError> {
+        for host in hosts {
+            let key = self.key(&format!("hosts/{}", crate::mark::key_component(host)));
+            self.retrying("forget heartbeats", async |_, client| {
+                client.delete(key.as_bytes(), None).await?;
+                Ok(Some(()))
+            })?;
+        }
+        Ok(())
     }
 
     fn read_schedule(&mut self, job: &str) -> Result<Option<ScheduleDecl>, StoreError> {

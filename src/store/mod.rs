@@ -598,6 +598,28 @@ pub trait Store: Send {
         new: &ScheduleDecl,
     ) -> Result<bool, StoreError>;
 
+    /// Writes a host's heartbeat `beat` (JSON, [`crate::fleet::Beat`]) under `host`
+    /// ([`crate::fleet::Beat::key`]), replacing that host's earlier one. The store keeps
+    /// it as given and decides nothing: [`crate::fleet::judge`] does. The table or
+    /// keyspace is made on first use, like the schedule's.
+    ///
+    /// # Errors
+    /// The store's.
+    fn put_beat(&mut self, host: &str, beat: &str) -> Result<(), StoreError>;
+
+    /// Every heartbeat the store holds, `(host, beat)`, in no order; none before the
+    /// first.
+    ///
+    /// # Errors
+    /// The store's.
+    fn beats(&mut self) -> Result<Vec<(String, String)>, StoreError>;
+
+    /// Deletes the heartbeats of `hosts`; one that is not there is no error.
+    ///
+    /// # Errors
+    /// The store's.
+    fn forget_beats(&mut self, hosts: &[String]) -> Result<(), StoreError>;
+
     /// Records `new.key` in `new.namespace` once (its `marked_at` is replaced by the
     /// store's clock). With `fenced`, only while the lease of `new.job` still carries
     /// `new.token` and has not expired ([`rules::mark`]): a run whose lease was taken over

@@ -755,6 +755,13 @@ const MARK_NAMESPACE_WIDTH: &str = "SELECT CHARACTER_MAXIMUM_LENGTH FROM informa
 const WIDEN_MARK_NAMESPACE: &str =
     "ALTER TABLE jobguard_mark MODIFY namespace VARBINARY(129) NOT NULL";
 
+/// The table of heartbeats ([`Store::put_beat`]), made with the first beat like the
+/// schedule table.
+const BEAT_TABLE: &str = "CREATE TABLE IF NOT EXISTS jobguard_host (
+    host VARCHAR(255) NOT NULL PRIMARY KEY,
+    beat MEDIUMTEXT NOT NULL
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin";
+
 const SCHEDULE_TABLE: &str = "CREATE TABLE IF NOT EXISTS jobguard_schedule (
     job         VARCHAR(255) NOT NULL PRIMARY KEY,
     fingerprint VARCHAR(1024) NOT NULL,
@@ -1152,6 +1159,54 @@ impl Store for MysqlStore {
             Ok(n) => Ok(usize::try_from(n.unwrap_or(0)).unwrap_or(usize::MAX)),
             Err(mysql::Error::MySqlError(e)) if e.code == 1146 => Ok(0),
             Err(e) => Err(e.into()),
+        })
+    }
+
+    fn put_beat(&mut self, host: &str, beat: &str) -> Result<(), StoreError> {
+        self.ready()?;
+        let write = format!(
+            "INSERT INTO jobguard_host (host, beat) VALUES ({}, {})
+             ON DUPLICATE KEY UPDATE beat = VALUES(beat)",
+            lit(host),
+            lit(beat)
+        );
+        self.with_schema("write the heartbeat", |c| {
+            match c.query_drop(&write) {
+                // 1146: no such table: the first heartbeat in this database.
+                Err(mysql::Error::MySqlError(e)) if e.code == 1146 => {
+                    c.query_drop(BEAT_TABLE)?;
+                    c.query_drop(&write)?;
+                }
+                got => got?,
+            }
+            Ok(())
+        })
+    }
+
+    fn beats(&mut self) -> Result<Vec<(String, String)>, StoreError> {
+        self.ready()?;
+        self.with_schema("read the heartbeats", |c| {
+            match c.query::<(String, String), _>("SELECT host, beat FROM jobguard_host") {
+                Ok(rows) => Ok(rows),
+                Err(mysql::Error::MySqlError(e)) if e.code == 1146 => Ok(Vec::new()),
+                Err(e) => Err(e.into()),
+            }
+        })
+    }
+
+    fn forget_beats(&mut self, hosts: &[String]) -> Result<(), StoreError> {
+        if hosts.is_empty() {
+            return Ok(());
+        }
+        self.ready()?;
+        let list: Vec<String> = hosts.iter().map(|h| lit(h)).collect();
+        let sql = format!(
+            "DELETE FROM jobguard_host WHERE host IN ({})",
+            list.join(", ")
+        );
+        self.with_schema("forget heartbeats", |c| match c.query_drop(&sql) {
+            Err(mysql::Error::MySqlError(e)) if e.code == 1146 => Ok(()),
+            got => Ok(got?),
         })
     }
 

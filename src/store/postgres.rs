@@ -1138,6 +1138,11 @@ const SCHEDULE_TABLE: &str = "CREATE TABLE IF NOT EXISTS jobguard_schedule (
     defined_at bigint NOT NULL, host text NOT NULL,
     seen_at bigint NOT NULL, horizon bigint NOT NULL)";
 
+/// The table of heartbeats ([`Store::put_beat`]), made with the first beat like the
+/// schedule table.
+const BEAT_TABLE: &str =
+    "CREATE TABLE IF NOT EXISTS jobguard_host (host text PRIMARY KEY, beat text NOT NULL)";
+
 /// Indexes outside the schema version, created at the first open that finds them missing
 /// ([`Store::init`]), so that an older jobguard still opens the store: `(job, outcome)`
 /// for the reads of unsettled attempts by outcome (`status`, `audit` and `metrics` look
@@ -1803,6 +1808,50 @@ impl Store for PostgresStore {
                 }
                 got => Ok(got?.len() == 1),
             }
+        })
+    }
+
+    fn put_beat(&mut self, host: &str, beat: &str) -> Result<(), StoreError> {
+        self.ready()?;
+        self.with_schema("write the heartbeat", async |c| {
+            let sql = "INSERT INTO jobguard_host (host, beat) VALUES ($1, $2)
+                       ON CONFLICT (host) DO UPDATE SET beat = EXCLUDED.beat";
+            let values: [(&(dyn tokio_postgres::types::ToSql + Sync), Type); 2] =
+                [(&host, Type::TEXT), (&beat, Type::TEXT)];
+            match c.query_typed(sql, &values).await {
+                Err(e) if e.code() == Some(&SqlState::UNDEFINED_TABLE) => {
+                    create_table(c, BEAT_TABLE).await?;
+                    c.query_typed(sql, &values).await?;
+                    Ok(())
+                }
+                got => got.map(|_| ()).map_err(Fail::from),
+            }
+        })
+    }
+
+    fn beats(&mut self) -> Result<Vec<(String, String)>, StoreError> {
+        self.ready()?;
+        self.with_schema("read the heartbeats", async |c| {
+            rows_if_made(c, "SELECT host, beat FROM jobguard_host", &[])
+                .await?
+                .iter()
+                .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+                .collect()
+        })
+    }
+
+    fn forget_beats(&mut self, hosts: &[String]) -> Result<(), StoreError> {
+        self.ready()?;
+        self.with_schema("forget heartbeats", async |c| {
+            for host in hosts {
+                rows_if_made(
+                    c,
+                    "DELETE FROM jobguard_host WHERE host = $1",
+                    &[(host, Type::TEXT)],
+                )
+                .await?;
+            }
+            Ok(())
         })
     }
 

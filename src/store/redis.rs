@@ -43,6 +43,7 @@
 //! - `P jobs`: set of job names.
 //! - `P schedule:JOB`, `P mark:NAMESPACE:KEY`, `P marks:JOB`: see [`Store::swap_schedule`]
 //!   and [`Store::insert_mark`].
+//! - `P hosts`: hash of the hosts' heartbeats, host key → JSON ([`Store::put_beat`]).
 //!
 //! Every operation reads what its rule needs under `WATCH` (the lease hash and every key
 //! it reads: the slot's set and each of its records, the queued and slot indexes), judges
@@ -1210,6 +1211,41 @@ impl Store for RedisStore {
                 .query(c)?)
         })?;
         Ok(usize::try_from(n).unwrap_or(0))
+    }
+
+    fn put_beat(&mut self, host: &str, beat: &str) -> Result<(), StoreError> {
+        self.ready()?;
+        self.call("write the heartbeat", |c, p| {
+            Ok(redis::cmd("HSET")
+                .arg(format!("{p}hosts"))
+                .arg(host)
+                .arg(beat)
+                .query::<i64>(c)
+                .map(|_| ())?)
+        })
+    }
+
+    fn beats(&mut self) -> Result<Vec<(String, String)>, StoreError> {
+        self.ready()?;
+        let all: std::collections::BTreeMap<String, String> = self
+            .call("read the heartbeats", |c, p| {
+                Ok(redis::cmd("HGETALL").arg(format!("{p}hosts")).query(c)?)
+            })?;
+        Ok(all.into_iter().collect())
+    }
+
+    fn forget_beats(&mut self, hosts: &[String]) -> Result<(), StoreError> {
+        if hosts.is_empty() {
+            return Ok(());
+        }
+        self.ready()?;
+        self.call("forget heartbeats", |c, p| {
+            Ok(redis::cmd("HDEL")
+                .arg(format!("{p}hosts"))
+                .arg(hosts)
+                .query::<i64>(c)
+                .map(|_| ())?)
+        })
     }
 
     fn read_schedule(&mut self, job: &str) -> Result<Option<ScheduleDecl>, StoreError> {

@@ -818,6 +818,11 @@ impl engine::Backend for Session<'_> {
     }
 }
 
+/// The table of heartbeats ([`Store::put_beat`]), made with the first beat like the
+/// schedule table (no schema version: a jobguard that does not know it leaves it alone).
+const BEAT_TABLE: &str =
+    "CREATE TABLE IF NOT EXISTS jobguard_host (host TEXT PRIMARY KEY, beat TEXT NOT NULL)";
+
 /// The table of marks ([`Store::mark`]), made with the first mark (no schema version for
 /// it: a jobguard that does not know it leaves it alone), with the index retention
 /// deletes by.
@@ -1228,6 +1233,52 @@ impl Store for SqliteStore {
                 )?,
             };
             Ok(n == 1)
+        })
+    }
+
+    fn put_beat(&mut self, host: &str, beat: &str) -> Result<(), StoreError> {
+        self.write("write the heartbeat", |tx, _now| {
+            tx.execute_batch(BEAT_TABLE)?;
+            tx.execute(
+                "INSERT INTO jobguard_host (host, beat) VALUES (?1, ?2)
+                 ON CONFLICT (host) DO UPDATE SET beat = excluded.beat",
+                params![host, beat],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn beats(&mut self) -> Result<Vec<(String, String)>, StoreError> {
+        self.ready()?;
+        let read = || -> Result<Vec<(String, String)>, Fail> {
+            let exists = self
+                .conn
+                .prepare_cached(
+                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'jobguard_host'",
+                )?
+                .exists([])?;
+            if !exists {
+                return Ok(Vec::new());
+            }
+            let mut stmt = self
+                .conn
+                .prepare_cached("SELECT host, beat FROM jobguard_host")?;
+            let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        };
+        read().map_err(|e| store_error(&self.describe, "read the heartbeats", e))
+    }
+
+    fn forget_beats(&mut self, hosts: &[String]) -> Result<(), StoreError> {
+        if hosts.is_empty() {
+            return Ok(());
+        }
+        self.write("forget heartbeats", |tx, _now| {
+            tx.execute_batch(BEAT_TABLE)?;
+            for host in hosts {
+                tx.execute("DELETE FROM jobguard_host WHERE host = ?1", [host])?;
+            }
+            Ok(())
         })
     }
 

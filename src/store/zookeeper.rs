@@ -41,6 +41,8 @@
 //! - `P/queued/JOB/SLOT`: present while a record of the slot is resolved `queued`.
 //! - `P/schedule/JOB`: the schedule the job runs by
 //!   ([`crate::store::Store::declare_schedule`]), as JSON; swapped at the version read.
+//! - `P/hosts/HOST`: a host's heartbeat, JSON ([`crate::store::Store::put_beat`]); the
+//!   host's key percent-encoded ([`crate::mark::key_component`]).
 //!
 //! Each operation reads the ensemble's time, reads the job's state (one `multi` read, and a
 //! second for the records the first pointed at), decides with the rules, and writes in one
@@ -1548,6 +1550,72 @@ impl Store for ZooKeeperStore {
             })?;
         }
         Ok(n)
+    }
+
+    fn put_beat(&mut self, host: &str, beat: &str) -> Result<(), StoreError> {
+        let parent = self.node("hosts");
+        let node = format!("{parent}/{}", crate::mark::key_component(host));
+        self.retrying("write the heartbeat", async |store, client| {
+            match client.set_data(&node, beat.as_bytes(), None).await {
+                Ok(_) => return Ok(Some(())),
+                Err(zookeeper_client::Error::NoNode) => {}
+                Err(e) => return Err(Fail::Client(e)),
+            }
+            let options = CreateMode::Persistent.with_acls(store.acls());
+            match client.create(&node, beat.as_bytes(), &options).await {
+                Ok(_) => Ok(Some(())),
+                // Written meanwhile: set it again.
+                Err(zookeeper_client::Error::NodeExists) => Ok(None),
+                // The first heartbeat of the store.
+                Err(zookeeper_client::Error::NoNode) => {
+                    match client.create(&parent, b"", &options).await {
+                        Ok(_) | Err(zookeeper_client::Error::NodeExists) => Ok(None),
+                        Err(e) => Err(Fail::Client(e)),
+                    }
+                }
+                Err(e) => Err(Fail::Client(e)),
+            }
+        })
+    }
+
+    fn beats(&mut self) -> Result<Vec<(String, String)>, StoreError> {
+        let parent = self.node("hosts");
+        self.retrying("read the heartbeats", async |_, client| {
+            let children = match client.list_children(&parent).await {
+                Ok(c) => c,
+                Err(zookeeper_client::Error::NoNode) => return Ok(Some(Vec::new())),
+                Err(e) => return Err(Fail::Client(e)),
+            };
+            let mut out = Vec::new();
+            for child in children {
+                let host = remote::percent_decode(&child);
+                match client.get_data(&format!("{parent}/{child}")).await {
+                    Ok((data, _)) => {
+                        let beat = String::from_utf8(data)
+                            .map_err(|e| Fail::Data(format!("heartbeat {host:?}: {e}")))?;
+                        out.push((host, beat));
+                    }
+                    // Forgotten since the list was read.
+                    Err(zookeeper_client::Error::NoNode) => {}
+                    Err(e) => return Err(Fail::Client(e)),
+                }
+            }
+            Ok(Some(out))
+        })
+    }
+
+    fn forget_beats(&mut self, hosts: &[String]) -> Result<(), StoreError> {
+        let parent = self.node("hosts");
+        for host in hosts {
+            let node = format!("{parent}/{}", crate::mark::key_component(host));
+            self.retrying("forget heartbeats", async |_, client| {
+                match client.delete(&node, None).await {
+                    Ok(()) | Err(zookeeper_client::Error::NoNode) => Ok(Some(())),
+                    Err(e) => Err(Fail::Client(e)),
+                }
+            })?;
+        }
+        Ok(())
     }
 
     fn read_schedule(&mut self, job: &str) -> Result<Option<ScheduleDecl>, StoreError> {

@@ -103,6 +103,7 @@ macro_rules! conformance_suite {
             a_kept_outcome_ends_when_its_command_ended,
             delete_slots_deletes_only_whole_settled_slots_of_the_job,
             schedules_are_declared_and_swapped_only_if_unchanged,
+            heartbeats_are_kept_per_host_replaced_and_forgotten,
             a_long_history_of_large_reports_reads_back,
             the_newest_records_of_a_long_history_are_the_last_started,
             one_slot_keeps_every_attempt_of_a_large_report,
@@ -1142,6 +1143,37 @@ pub fn schedules_are_declared_and_swapped_only_if_unchanged(env: &dyn Env) {
     let back = fresh;
     // A fresh connection reads what is there.
     assert_eq!(connect(env).read_schedule("sync").unwrap(), Some(back));
+}
+
+/// Heartbeats ([`Store::put_beat`]): none before the first; one per host, replaced by
+/// that host's next, read back as written on any connection (keys with spaces, slashes
+/// and non-ASCII, a value of 100 KiB); forgetting one leaves the others, and forgetting
+/// one that is not there is no error.
+pub fn heartbeats_are_kept_per_host_replaced_and_forgotten(env: &dyn Env) {
+    let mut a = connect(env);
+    let mut b = connect(env);
+    assert_eq!(a.beats().unwrap(), Vec::new());
+    a.forget_beats(&["nobody".to_string()]).unwrap();
+    let (ha, hb) = ("web-1 0123abcd b/1", "wéb 2 ffee %2F");
+    a.put_beat(ha, "{\"n\":1}").unwrap();
+    b.put_beat(hb, "{\"n\":2}").unwrap();
+    a.put_beat(ha, "{\"n\":3}").unwrap();
+    let sorted = |mut v: Vec<(String, String)>| {
+        v.sort();
+        v
+    };
+    assert_eq!(
+        sorted(b.beats().unwrap()),
+        vec![
+            (ha.to_string(), "{\"n\":3}".to_string()),
+            (hb.to_string(), "{\"n\":2}".to_string())
+        ]
+    );
+    let big = format!("{{\"pad\":\"{}\"}}", "x".repeat(100 * 1024));
+    b.put_beat(hb, &big).unwrap();
+    b.forget_beats(&[ha.to_string(), "nobody".to_string()])
+        .unwrap();
+    assert_eq!(connect(env).beats().unwrap(), vec![(hb.to_string(), big)]);
 }
 
 /// Every field of a record comes back as written.

@@ -1,0 +1,215 @@
+//! `jobguard status --fleet`: every host that shares a store of this job list, from their
+//! heartbeats ([`crate::fleet`]): which jobs each arms, hosts whose heartbeat stopped,
+//! machines that share a machine id, and jobs whose definitions differ between hosts,
+//! that a job list refused, or that no live host arms while their schedule is live.
+//! `--forget HOST` deletes a host's heartbeats (a host taken out of service).
+//!
+//! Exit status: 0 when nothing needs a person, 1 ([`exit::ATTENTION`]) when something
+//! does, a store's status when one could not be read, 2 when `--forget` names no host.
+
+use crate::cli::{StatusArgs, list_store_addresses, open_store};
+use crate::config::{self, ConfigSource};
+use crate::exit;
+use crate::fleet::{Fleet, HostView};
+
+/// Runs `jobguard status --fleet`; returns the exit status.
+pub fn run(args: &StatusArgs) -> u8 {
+    let set = config::load(&ConfigSource::resolve(args.config.config.clone()));
+    let (addresses, mut status) = list_store_addresses(&set);
+    let mut json = Vec::new();
+    let mut forgotten = 0;
+    let mut first = true;
+    for address in addresses {
+        let masked = crate::store::address::mask(&address);
+        let mut store = match open_store(&address) {
+            Ok(s) => s,
+            Err(code) => {
+                status = code;
+                continue;
+            }
+        };
+        if let Some(host) = &args.forget {
+            match forget(store.as_mut(), host) {
+                Ok(keys) => {
+                    for k in &keys {
+                        println!("{masked}: forgot the heartbeat of {k}");
+                    }
+                    forgotten += keys.len();
+                }
+                Err(e) => {
+                    eprintln!("jobguard: {masked}: {e}");
+                    status = e.exit_status();
+                }
+            }
+            continue;
+        }
+        let fleet = match crate::fleet::read(store.as_mut()) {
+            Ok(f) => f,
+            Err(e) => {
+                eprintln!("jobguard: {masked}: {e}");
+                status = e.exit_status();
+                continue;
+            }
+        };
+        if fleet.needs_attention() && status == exit::OK {
+            status = exit::ATTENTION;
+        }
+        if args.json {
+            json.push(serde_json::json!({ "store": masked, "fleet": fleet }));
+        } else {
+            if !first {
+                println!();
+            }
+            first = false;
+            print!("{}", render(&masked, &fleet));
+        }
+    }
+    if let Some(host) = &args.forget {
+        if forgotten == 0 && status == exit::OK {
+            eprintln!("jobguard: no heartbeat of a host named {host:?} in the job list's stores");
+            return exit::USAGE;
+        }
+        return status;
+    }
+    if args.json {
+        println!("{}", serde_json::json!({ "stores": json }));
+    }
+    status
+}
+
+/// Forgets the heartbeats of the host named `host` (its name, its label or its key).
+fn forget(
+    store: &mut dyn crate::store::Store,
+    host: &str,
+) -> Result<Vec<String>, crate::store::StoreError> {
+    let keys: Vec<String> = store
+        .beats()?
+        .into_iter()
+        .filter(|(key, text)| {
+            key == host
+                || crate::fleet::Beat::from_json(key, text)
+                    .is_ok_and(|b| b.host == host || b.label() == host)
+        })
+        .map(|(key, _)| key)
+        .collect();
+    store.forget_beats(&keys)?;
+    Ok(keys)
+}
+
+/// How long ago, µs, in the largest two units ("9m 3s").
+fn ago(usec: i64) -> String {
+    let secs = (usec / 1_000_000).max(0);
+    let units = [(86_400, "d"), (3_600, "h"), (60, "m"), (1, "s")];
+    let mut parts = Vec::new();
+    let mut rest = secs;
+    for (size, name) in units {
+        if rest >= size || (parts.is_empty() && size == 1) {
+            parts.push(format!("{}{name}", rest / size));
+            rest %= size;
+        }
+        if parts.len() == 2 {
+            break;
+        }
+    }
+    parts.join(" ")
+}
+
+fn host_state(h: &HostView, now: i64) -> String {
+    let mut says = Vec::new();
+    if h.silent {
+        says.push(format!(
+            "silent: no heartbeat for {} (recovery passes every minute)",
+            ago(now - h.beat.seen_at)
+        ));
+    }
+    if h.shared_machine_id {
+        says.push("shares its machine id with another live host".to_string());
+    }
+    if h.beat.list_errors > 0 {
+        says.push(format!("job list: {} error(s)", h.beat.list_errors));
+    }
+    if says.is_empty() {
+        "ok".into()
+    } else {
+        says.join("; ")
+    }
+}
+
+/// The fleet of one store as text: a table of hosts, then one of jobs.
+fn render(store: &str, fleet: &Fleet) -> String {
+    let now = fleet.now;
+    let mut out = format!("store {store}\n");
+    if fleet.hosts.is_empty() {
+        out.push_str(
+            "no host has written a heartbeat (jobguard recover writes one at each pass)\n",
+        );
+    } else {
+        let w = fleet
+            .hosts
+            .iter()
+            .map(|h| h.label.len())
+            .max()
+            .unwrap_or(4)
+            .max(4);
+        out.push_str(&format!(
+            "{:<w$}  {:<9}  {:<10}  {:<5}  STATE\n",
+            "HOST", "VERSION", "LAST BEAT", "JOBS"
+        ));
+        for h in &fleet.hosts {
+            let armed = h.beat.jobs.values().filter(|j| j.armed).count();
+            out.push_str(&format!(
+                "{:<w$}  {:<9}  {:<10}  {:<5}  {}\n",
+                h.label,
+                h.beat.version,
+                format!("{} ago", ago(now - h.beat.seen_at)),
+                format!("{armed}/{}", h.beat.jobs.len()),
+                host_state(h, now)
+            ));
+        }
+    }
+    if fleet.hosts.iter().any(|h| h.shared_machine_id) {
+        out.push_str(&format!("  {}\n", crate::identity::SHARED_MACHINE_ID_FIX));
+    }
+    if !fleet.jobs.is_empty() {
+        let w = fleet
+            .jobs
+            .iter()
+            .map(|j| j.job.len())
+            .max()
+            .unwrap_or(3)
+            .max(3);
+        out.push_str(&format!("{:<w$}  HOSTS  STATE\n", "JOB"));
+        for j in &fleet.jobs {
+            let state = j.problem().unwrap_or_else(|| {
+                if j.armed_by.is_empty() {
+                    format!("paused on {}", j.paused_on.join(", "))
+                } else {
+                    "ok".into()
+                }
+            });
+            out.push_str(&format!(
+                "{:<w$}  {:<5}  {state}\n",
+                j.job,
+                j.armed_by.len()
+            ));
+        }
+    }
+    for u in &fleet.unreadable {
+        out.push_str(&format!("unreadable: {u}\n"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ago;
+
+    #[test]
+    fn ago_shows_the_two_largest_units() {
+        assert_eq!(ago(0), "0s");
+        assert_eq!(ago(12_000_000), "12s");
+        assert_eq!(ago(543_000_000), "9m 3s");
+        assert_eq!(ago(3 * 86_400_000_000 + 7_200_000_000 + 5), "3d 2h");
+        assert_eq!(ago(3_600_000_000 + 5_000_000), "1h 5s");
+    }
+}
