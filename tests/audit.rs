@@ -1029,3 +1029,50 @@ fn a_killed_drills_probe_is_settled_by_recover() {
     let (out, v) = audit(&sb, &[]);
     assert_eq!(out.status.code(), Some(0), "{v:#}");
 }
+
+/// A second file in `jobs.d` that reuses a job's name: neither definition is used, so
+/// the job runs no slot. `audit` and `status` say so in their exit status (78, the job
+/// list's) and name both files; a job list without the error audits clean again.
+#[test]
+fn a_job_defined_twice_makes_audit_and_status_fail() {
+    let sb = Sandbox::new(&job("sync", "true", &Backend::Sqlite));
+    let dir = sb.file("jobs.d");
+    std::fs::create_dir(&dir).unwrap();
+    let copy = "[jobs.sync]\nschedule = \"hourly\"\ncommand = [\"true\"]\nstore = \"sqlite://../state/jobguard.db\"\n";
+    std::fs::write(dir.join("50-copy.toml"), copy).unwrap();
+    let on_dir = |args: &[&str]| {
+        let base = sb.cmd(&[]);
+        let mut c = Command::new(base.get_program());
+        c.args(args).arg("--config").arg(sb.path());
+        for (k, v) in base.get_envs() {
+            match v {
+                Some(v) => c.env(k, v),
+                None => c.env_remove(k),
+            };
+        }
+        c.output().unwrap()
+    };
+    for cmd in [&["audit"][..], &["status"][..]] {
+        let out = on_dir(cmd);
+        let err = stderr(&out);
+        assert_eq!(
+            out.status.code(),
+            Some(78),
+            "{cmd:?}: {}{err}",
+            stdout(&out)
+        );
+        assert!(
+            err.contains("jobs.toml") && err.contains("50-copy.toml") && err.contains("sync"),
+            "{cmd:?}: {err}"
+        );
+    }
+    std::fs::remove_file(dir.join("50-copy.toml")).unwrap();
+    let out = on_dir(&["audit"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+}

@@ -164,8 +164,13 @@ pub fn run(args: &AuditArgs) -> u8 {
         );
         return exit::CONFIG;
     }
+    // A job the list left out runs no slot, and its records would look settled: the job
+    // list's error is the audit's status, as in `status`.
     for e in &set.errors {
         eprintln!("jobguard: {e}");
+    }
+    if !set.errors.is_empty() && status == exit::OK {
+        status = exit::CONFIG;
     }
     if args.json {
         let out = json!({
