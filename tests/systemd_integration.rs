@@ -232,16 +232,23 @@ fn a_run_holds_an_inhibitor_shows_its_status_and_the_catalog_explains_its_events
         "the lock outlived the run:\n{after}"
     );
 
-    // The job's own output is in the journal under the job's name, apart from jobguard's
-    // events (issue 12).
+    // The job's own output is in the journal under the job's name with a `jobguard-`
+    // prefix (a job named after its command, `curl`, must not log as curl does), apart from
+    // jobguard's events (issue 12).
     let journal = |id: &str| {
         c.exec_ok(&["journalctl", "--no-pager", "-o", "cat", "-t", id])
             .unwrap_or_default()
     };
     assert!(
-        support::wait_until(10, || journal("hold-it").contains("output of hold-it")),
-        "journalctl -t hold-it:\n{}",
-        journal("hold-it")
+        support::wait_until(10, || journal("jobguard-hold-it")
+            .contains("output of hold-it")),
+        "journalctl -t jobguard-hold-it:\n{}",
+        journal("jobguard-hold-it")
+    );
+    let bare = journal("hold-it");
+    assert!(
+        !bare.contains("output of hold-it"),
+        "the bare job name is an identifier:\n{bare}"
     );
     let events = journal("jobguard");
     assert!(
