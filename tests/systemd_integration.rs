@@ -360,6 +360,45 @@ fn a_run_holds_an_inhibitor_shows_its_status_and_the_catalog_explains_its_events
     assert_eq!(status["systemd"]["read"], Value::Bool(true), "{status}");
 }
 
+/// `jobguard rerun --wait` under systemd: the re-run runs as the job's own unit, and the
+/// command returns once it has ended, with its outcome as its exit status: the failing
+/// command's own status (3), then 0 once the command succeeds. The ledger holds both
+/// re-runs, forced, in that order.
+#[test]
+fn rerun_wait_returns_the_reruns_outcome() {
+    if !ready("rerun_wait_returns_the_reruns_outcome") {
+        return;
+    }
+    let c = boot(
+        "rerunwait",
+        "[jobs.flaky]\nschedule = \"*-01-01 00:00:00 UTC\"\n\
+         command = ['/bin/sh', '-c', 'test -e /run/flaky.ok || exit 3']\n",
+    );
+    let rerun = || {
+        c.exec(&["jobguard", "rerun", "--wait", "flaky"])
+            .expect("jobguard rerun")
+    };
+    let out = rerun();
+    let said = format!("{}{}", text(&out), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(3), "{said}");
+    assert!(said.contains("failed"), "{said}");
+    c.exec_ok(&["touch", "/run/flaky.ok"]).expect("touch");
+    let out = rerun();
+    let said = format!("{}{}", text(&out), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(said.contains("succeeded"), "{said}");
+    let runs = history(&c, "flaky");
+    let outcomes: Vec<(String, String)> = runs
+        .iter()
+        .map(|r| (s(r, "outcome"), s(r, "trigger")))
+        .collect();
+    assert_eq!(
+        outcomes,
+        [("succeeded", "rerun"), ("failed", "rerun")].map(|(o, t)| (o.to_string(), t.to_string())),
+        "{runs:?}"
+    );
+}
+
 #[test]
 fn a_block_inhibitor_refuses_a_reboot_that_checks_inhibitors() {
     if !ready("a_block_inhibitor_refuses_a_reboot_that_checks_inhibitors") {

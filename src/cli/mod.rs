@@ -245,6 +245,11 @@ pub struct RerunArgs {
     /// an elapse of the schedule. Default: the latest elapse.
     #[arg(allow_hyphen_values = true)]
     pub slot: Option<String>,
+    /// Under systemd, wait for the re-run to end and exit with its outcome: 0 when it
+    /// succeeded, else the status it was recorded with (the command's own, 128+N for
+    /// signal N).
+    #[arg(long)]
+    pub wait: bool,
     #[command(flatten)]
     pub config: ConfigArgs,
 }

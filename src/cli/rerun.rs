@@ -1,6 +1,7 @@
-//! `jobguard rerun JOB [SLOT]`: run a slot again, forced, as the job's own unit under
-//! systemd ([`crate::shim::rerun`]; root only: exit 77 for another user), else in this
-//! process.
+//! `jobguard rerun JOB [SLOT] [--wait]`: run a slot again, forced, as the job's own unit
+//! under systemd ([`crate::shim::rerun`]; root only: exit 77 for another user), else in
+//! this process. With `--wait`, a re-run under systemd is waited for, and its outcome is
+//! the exit status, as it is in this process.
 
 use crate::cli::{RerunArgs, find_job};
 use crate::exit;
@@ -47,6 +48,15 @@ pub fn run(args: &RerunArgs) -> u8 {
             );
             return exit::NO_PERMISSION;
         }
+        // The slot's records before the request: the re-run's is the one that is not.
+        let before = if args.wait {
+            match slot_runs(&job, slot.usec) {
+                Ok(runs) => Some(runs.into_iter().map(|r| r.run_id).collect()),
+                Err(code) => return code,
+            }
+        } else {
+            None
+        };
         if let Err(e) = shim::rerun::request(&job.name, slot.usec, &by, true) {
             eprintln!("jobguard: {}: {e}", job.name);
             return exit::OS_ERROR;
@@ -77,7 +87,10 @@ pub fn run(args: &RerunArgs) -> u8 {
                 slot.rfc3339()
             );
         }
-        return exit::OK;
+        return match before {
+            Some(before) => wait_for(&job, slot.usec, &before, &unit),
+            None => exit::OK,
+        };
     }
     let code = shim::run(
         &job,
@@ -90,6 +103,95 @@ pub fn run(args: &RerunArgs) -> u8 {
     );
     crate::journal::notify_barrier(std::time::Duration::from_secs(1));
     code
+}
+
+/// The records of `job`'s slot `slot_usec`, from its store; else the exit status of the
+/// failure (printed).
+fn slot_runs(job: &crate::job::Job, slot_usec: i64) -> Result<Vec<crate::ledger::Run>, u8> {
+    let address = crate::cli::job_store_address(job)?;
+    let mut store = crate::cli::open_store(&address)?;
+    store
+        .runs(&crate::store::RunQuery {
+            job: Some(job.name.clone()),
+            slot: Some(slot_usec),
+            ..crate::store::RunQuery::default()
+        })
+        .map_err(|e| {
+            eprintln!("jobguard: {}: {e}", job.name);
+            e.exit_status()
+        })
+}
+
+/// `--wait`: waits, reading the slot's records every half second, until the re-run's
+/// record (one not among `before`) has ended, and returns its outcome: 0 when it
+/// succeeded, else the status it was recorded with (1 when it has none: cut off). When
+/// the unit has taken the request and ended without such a record (it skipped: another
+/// host holds the job's lease, say), the unit's exit status, or 1.
+fn wait_for(
+    job: &crate::job::Job,
+    slot_usec: i64,
+    before: &std::collections::BTreeSet<String>,
+    unit: &str,
+) -> u8 {
+    use crate::ledger::Outcome;
+    loop {
+        // Read whether the unit is done before the records: a record written just before
+        // it ended is then seen.
+        let ended = !shim::rerun::waiting(&job.name, slot_usec) && !unit_busy(unit);
+        let runs = match slot_runs(job, slot_usec) {
+            Ok(r) => r,
+            Err(code) => return code,
+        };
+        match runs.iter().find(|r| !before.contains(&r.run_id)) {
+            Some(r) if r.outcome != Outcome::Running => {
+                println!(
+                    "{} slot {}: re-run {} (run {}, exit status {})",
+                    job.name,
+                    format_usec(slot_usec),
+                    r.outcome,
+                    r.run_id,
+                    r.exit_status.map_or("none".into(), |s| s.to_string())
+                );
+                return match (r.outcome, r.exit_status) {
+                    (Outcome::Succeeded, _) => exit::OK,
+                    (_, Some(s)) => u8::try_from(s)
+                        .ok()
+                        .filter(|s| *s != 0)
+                        .unwrap_or(exit::FAILURE),
+                    (_, None) => exit::FAILURE,
+                };
+            }
+            None if ended => {
+                let status = std::process::Command::new("systemctl")
+                    .args(["show", "-p", "ExecMainStatus", "--value", unit])
+                    .output()
+                    .ok()
+                    .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse::<u8>().ok())
+                    .filter(|s| *s != 0)
+                    .unwrap_or(exit::FAILURE);
+                eprintln!(
+                    "jobguard: {}: {unit} ended without re-running slot {} (journalctl -u {unit})",
+                    job.name,
+                    format_usec(slot_usec)
+                );
+                return status;
+            }
+            _ => std::thread::sleep(std::time::Duration::from_millis(500)),
+        }
+    }
+}
+
+/// Whether `unit` is starting, running or stopping (`ActiveState`, systemd.unit(5)).
+fn unit_busy(unit: &str) -> bool {
+    std::process::Command::new("systemctl")
+        .args(["show", "-p", "ActiveState", "--value", unit])
+        .output()
+        .is_ok_and(|o| {
+            matches!(
+                String::from_utf8_lossy(&o.stdout).trim(),
+                "active" | "activating" | "deactivating" | "reloading"
+            )
+        })
 }
 
 /// Who asks: the user, and the one behind sudo.

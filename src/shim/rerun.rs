@@ -72,6 +72,11 @@ pub fn request(job: &str, slot_usec: i64, by: &str, forced: bool) -> Result<(), 
     })
 }
 
+/// Whether a request for `job`'s slot `slot_usec` waits to be taken ([`take`]).
+pub fn waiting(job: &str, slot_usec: i64) -> bool {
+    dir().join(format!("{job}@{slot_usec}")).exists()
+}
+
 /// Takes (reads and removes) `job`'s requests, oldest slot first, one per slot (forced
 /// if any request for it was). Unreadable entries are skipped.
 pub fn take(job: &str) -> Vec<Request> {
