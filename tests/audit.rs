@@ -677,8 +677,8 @@ fn sqlite_prune_deletes_old_records_of_done_slots_only() {
     let dry = sb.run(&["prune", "--dry-run"]);
     assert!(dry.status.success(), "{}", stderr(&dry));
     assert!(
-        stdout(&dry).contains("daily: would delete 3 of 14 records and 1 marks"),
-        "{}",
+        stdout(&dry).contains("daily: would delete 3 of 14 records and 1 marks (retention 10d)"),
+        "the retention as written, not as 1w 3d: {}",
         stdout(&dry)
     );
     assert_eq!(sb.history("daily").len(), 14);

@@ -69,7 +69,7 @@ pub fn run(args: &PruneArgs) -> u8 {
                     } else {
                         String::new()
                     },
-                    crate::timespan::TimeSpan::from_duration(keep)
+                    retention_text(keep)
                 ),
                 Err(e) => {
                     eprintln!("jobguard: {}: {e}", job.name);
@@ -79,4 +79,31 @@ pub fn run(args: &PruneArgs) -> u8 {
         }
     }
     status
+}
+
+/// A retention as people write one: whole days as days (`90d`, where systemd's format
+/// would say `2month 4w 1d 3h 21min 36s`), anything else in systemd's format
+/// ([`crate::timespan::TimeSpan`]: `3month`, `12h`).
+fn retention_text(keep: std::time::Duration) -> String {
+    const DAY: u64 = 86_400;
+    if keep.subsec_nanos() == 0 && keep.as_secs() > 0 && keep.as_secs() % DAY == 0 {
+        format!("{}d", keep.as_secs() / DAY)
+    } else {
+        crate::timespan::TimeSpan::from_duration(keep).to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::retention_text;
+    use std::time::Duration;
+
+    #[test]
+    fn a_retention_of_whole_days_is_printed_in_days() {
+        let day = 86_400;
+        assert_eq!(retention_text(Duration::from_secs(90 * day)), "90d");
+        assert_eq!(retention_text(Duration::from_secs(14 * day)), "14d");
+        assert_eq!(retention_text(Duration::from_secs(12 * 3600)), "12h");
+        assert_eq!(retention_text(Duration::from_secs(3 * 2_629_800)), "3month");
+    }
 }
