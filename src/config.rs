@@ -39,7 +39,7 @@ use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
 use crate::calendar::{CalendarSpec, Schedule};
-use crate::job::{self, CatchUp, Inhibit, Job, OnInterrupted, OnStoreUnavailable};
+use crate::job::{self, CatchUp, Inhibit, Job, OnInterrupted, OnStoreUnavailable, SettleFailures};
 use crate::timespan::TimeSpan;
 
 /// The directory of the default job list.
@@ -470,6 +470,7 @@ struct Partial {
     clock_tolerance: Option<Val<Duration>>,
     lease_ttl: Option<Val<Duration>>,
     on_interrupted: Option<Val<OnInterrupted>>,
+    settle_failures: Option<Val<SettleFailures>>,
     inhibit: Option<Val<Inhibit>>,
     on_failure: Option<Val<String>>,
     on_success: Option<Val<String>>,
@@ -506,6 +507,7 @@ pub const JOB_KEYS: &[&str] = &[
     "clock_tolerance",
     "lease_ttl",
     "on_interrupted",
+    "settle_failures",
     "inhibit",
     "on_failure",
     "on_success",
@@ -743,6 +745,17 @@ impl TableCtx<'_> {
                             &[
                                 ("rerun", OnInterrupted::Rerun),
                                 ("hold", OnInterrupted::Hold),
+                            ],
+                        )
+                    });
+                }
+                "settle_failures" => {
+                    p.settle_failures = self.read(key, v, |_, v| {
+                        choice(
+                            v,
+                            &[
+                                ("never", SettleFailures::Never),
+                                ("next-success", SettleFailures::NextSuccess),
                             ],
                         )
                     });
@@ -1540,6 +1553,7 @@ fn build_job(
     let clock_tolerance = pick!(clock_tolerance);
     let lease_ttl = pick!(lease_ttl);
     let on_interrupted = pick!(on_interrupted);
+    let settle_failures = pick!(settle_failures);
     let inhibit = pick!(inhibit);
     let on_failure = pick!(on_failure);
     let on_success = pick!(on_success);
@@ -1627,6 +1641,7 @@ fn build_job(
         clock_tolerance: clock_tolerance.unwrap_or(job::DEFAULT_CLOCK_TOLERANCE),
         lease_ttl,
         on_interrupted: on_interrupted.unwrap_or_default(),
+        settle_failures: settle_failures.unwrap_or_default(),
         inhibit: inhibit.unwrap_or_default(),
         on_failure,
         on_success,

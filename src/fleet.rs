@@ -176,7 +176,7 @@ pub fn definition_fingerprint(job: &Job) -> String {
     let text = format!(
         "schedule={}\0command={:?}\0user={:?}\0dir={:?}\0env={:?}\0timeout={:?}\0delay={:?}\0\
          store_wait={:?}\0on_store_unavailable={:?}\0tolerance={:?}\0ttl={:?}\0\
-         on_interrupted={:?}\0inhibit={:?}\0on_failure={:?}\0on_success={:?}\0grace={:?}\0\
+         on_interrupted={:?}\0settle_failures={:?}\0inhibit={:?}\0on_failure={:?}\0on_success={:?}\0grace={:?}\0\
          persistent={}\0catch_up={:?}\0catch_up_limit={}\0retention={:?}",
         job.schedule_fingerprint(),
         job.command,
@@ -190,6 +190,7 @@ pub fn definition_fingerprint(job: &Job) -> String {
         job.clock_tolerance,
         job.lease_ttl,
         job.on_interrupted,
+        job.settle_failures,
         job.inhibit,
         job.on_failure,
         job.on_success,

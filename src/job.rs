@@ -58,6 +58,20 @@ pub enum OnInterrupted {
     Hold,
 }
 
+/// Whether a success settles the job's earlier failed slots (key `settle_failures`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SettleFailures {
+    /// Each failed slot waits for a person (`jobguard resolve`, `rerun`) or its own
+    /// success.
+    #[default]
+    Never,
+    /// A success of a later slot settles the earlier slots whose latest attempt failed:
+    /// they are resolved `done`, and the run's report names them
+    /// ([`crate::shim::SETTLED`]). For a job whose next run makes up for a failed one (a
+    /// health ping, an idempotent sync).
+    NextSuccess,
+}
+
 /// Which slots run when a firing finds that earlier elapses never ran: after downtime, or
 /// after a run that outlasted the next elapse (systemd starts no second instance of an
 /// active service, so that elapse passes without a start). Key `catch_up`.
@@ -161,6 +175,8 @@ pub struct Job {
     pub lease_ttl: Duration,
     /// Policy for runs cut off by a crash or reboot.
     pub on_interrupted: OnInterrupted,
+    /// Whether a success settles earlier failed slots.
+    pub settle_failures: SettleFailures,
     /// Inhibitor lock held while the command runs.
     pub inhibit: Inhibit,
     /// Unit started when the job's service fails (`OnFailure=`); may use specifiers
@@ -309,6 +325,7 @@ impl Job {
             clock_tolerance: DEFAULT_CLOCK_TOLERANCE,
             lease_ttl: DEFAULT_LEASE_TTL,
             on_interrupted: OnInterrupted::Rerun,
+            settle_failures: SettleFailures::Never,
             inhibit: Inhibit::Delay,
             on_failure: None,
             on_success: None,

@@ -2889,3 +2889,46 @@ fn a_process_of_another_user_naming_a_live_run_does_not_end_it() {
     assert_eq!(mine.len(), 1, "{h:#?}");
     assert_eq!(mine[0]["outcome"], "succeeded", "{h:#?}");
 }
+
+/// `settle_failures = "next-success"`: a failed slot needs a person until a later slot
+/// succeeds; that success resolves it `done` and names it in its report
+/// (`jobguard.settled`), once it is recorded. Without the key (the default) the same
+/// history leaves the failed slot needing attention.
+#[test]
+fn a_later_success_settles_earlier_failures_only_when_the_job_says_so() {
+    for (extra, settles) in [("", false), ("settle_failures = \"next-success\"", true)] {
+        let sb = Sandbox::new(&job("ping", "test -e @DIR@/ok", extra));
+        let (yesterday, today) = (slot_days_ago(1), slot());
+        let out = sb.run(&["run", "ping", "--slot", &yesterday]);
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        std::fs::write(sb.file("ok"), "").unwrap();
+        let out = sb.run(&["run", "ping", "--slot", &today]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let history = sb.history("ping");
+        let of = |slot: &str| {
+            history
+                .iter()
+                .find(|r| r["slot"] == slot)
+                .unwrap_or_else(|| panic!("no record of {slot}: {history:?}"))
+                .clone()
+        };
+        let (failed, success) = (of(&yesterday), of(&today));
+        assert_eq!(failed["outcome"], "failed");
+        let status = sb.run(&["status"]);
+        if settles {
+            assert_eq!(failed["resolution"], "done", "{history:?}");
+            assert_eq!(
+                success["report"]["jobguard.settled"], yesterday,
+                "{history:?}"
+            );
+            assert_eq!(status.status.code(), Some(0), "{}", stdout(&status));
+        } else {
+            assert!(failed["resolution"].is_null(), "{history:?}");
+            assert!(
+                success["report"].get("jobguard.settled").is_none(),
+                "{history:?}"
+            );
+            assert_eq!(status.status.code(), Some(1), "{}", stdout(&status));
+        }
+    }
+}

@@ -86,7 +86,7 @@ pub fn run(args: &PruneArgs) -> u8 {
 /// ([`crate::timespan::TimeSpan`]: `3month`, `12h`).
 fn retention_text(keep: std::time::Duration) -> String {
     const DAY: u64 = 86_400;
-    if keep.subsec_nanos() == 0 && keep.as_secs() > 0 && keep.as_secs() % DAY == 0 {
+    if keep.subsec_nanos() == 0 && keep.as_secs() > 0 && keep.as_secs().is_multiple_of(DAY) {
         format!("{}d", keep.as_secs() / DAY)
     } else {
         crate::timespan::TimeSpan::from_duration(keep).to_string()

@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 
 use crate::exit;
 use crate::identity;
-use crate::job::{CatchUp, Job, OnInterrupted, OnStoreUnavailable};
+use crate::job::{CatchUp, Job, OnInterrupted, OnStoreUnavailable, SettleFailures};
 use crate::journal::{self, Event, Kind};
 use crate::lease::{Holder, Lease};
 use crate::ledger::{Finish, NewRun, Outcome, Resolution, Run, Slot, format_usec};
@@ -1249,7 +1249,21 @@ fn execute(
     // Recorded with the outcome: a shim that dies before it loses the decision, and
     // `jobguard audit` then calls the gap missed (louder, never quieter).
     finish.report.extend(decisions);
-    record(
+    // `settle_failures = "next-success"`: the slots this success settles are named in its
+    // report, and resolved once the success is recorded (a shim that dies in between
+    // leaves them failed: louder, never quieter; the next success settles them).
+    let settles = if finish.outcome == Outcome::Succeeded
+        && job.settle_failures == SettleFailures::NextSuccess
+    {
+        failed_before(store, job, run.slot.usec)
+    } else {
+        Vec::new()
+    };
+    if !settles.is_empty() {
+        let slots: Vec<String> = settles.iter().map(|u| format_usec(*u)).collect();
+        finish.report.insert(SETTLED.into(), slots.join(","));
+    }
+    let code = record(
         job,
         store,
         &mut renewal,
@@ -1257,7 +1271,63 @@ fn execute(
         &finish,
         code,
         lease_good_until,
-    )
+    );
+    if code == exit::OK {
+        for slot in settles {
+            if let Err(e) = store.resolve(&job.name, slot, Resolution::Done) {
+                eprintln!(
+                    "jobguard: {}: slot {} not settled: {e}",
+                    job.name,
+                    format_usec(slot)
+                );
+            }
+        }
+    }
+    code
+}
+
+/// The report key of a success that settles earlier failed slots
+/// (`settle_failures = "next-success"`): their slots, RFC 3339, comma-separated.
+pub const SETTLED: &str = "jobguard.settled";
+
+/// At most this many slots are settled by one success; the next one settles more.
+const MAX_SETTLED_PER_RUN: usize = 100;
+
+/// The slots of `job` before `slot` (µs since the epoch) that have a failed record not
+/// yet resolved and no success: those a success settles, oldest first (at most
+/// [`MAX_SETTLED_PER_RUN`]). A store error settles none (printed).
+fn failed_before(store: &mut dyn Store, job: &Job, slot: i64) -> Vec<i64> {
+    let mut settle = || -> Result<Vec<i64>, StoreError> {
+        let failed = store.runs(&store::RunQuery {
+            job: Some(job.name.clone()),
+            outcomes: vec![Outcome::Failed],
+            ..store::RunQuery::default()
+        })?;
+        let candidates: std::collections::BTreeSet<i64> = failed
+            .iter()
+            .filter(|r| r.slot.usec < slot && r.resolution.is_none())
+            .map(|r| r.slot.usec)
+            .collect();
+        let mut out = Vec::new();
+        for s in candidates {
+            let runs = store.runs(&store::RunQuery {
+                job: Some(job.name.clone()),
+                slot: Some(s),
+                ..store::RunQuery::default()
+            })?;
+            if !runs.iter().any(|r| r.outcome == Outcome::Succeeded) {
+                out.push(s);
+                if out.len() == MAX_SETTLED_PER_RUN {
+                    break;
+                }
+            }
+        }
+        Ok(out)
+    };
+    settle().unwrap_or_else(|e| {
+        eprintln!("jobguard: {}: earlier failures not settled: {e}", job.name);
+        Vec::new()
+    })
 }
 
 /// Decides outcome and exit status from how the command ended; `cut` is what logind
