@@ -317,6 +317,32 @@ impl Fleet {
     }
 }
 
+/// The jobs of `fleet` whose declared schedule is live in the store but that no live host
+/// arms (nor lists paused), for `status` and `audit` on every host of the store. Judged
+/// only while some host's heartbeat is live: a store no host has written a heartbeat to
+/// (just after an upgrade, or used only by hand) says nothing about who arms what.
+pub fn unarmed(fleet: &Fleet) -> Vec<&JobView> {
+    if fleet.hosts.iter().all(|h| h.silent) {
+        return Vec::new();
+    }
+    fleet
+        .jobs
+        .iter()
+        .filter(|j| j.armed_by.is_empty() && j.paused_on.is_empty() && j.declared_live)
+        .collect()
+}
+
+/// Reads the fleet of `store` ([`read`]) and answers its [`unarmed`] jobs by name.
+///
+/// # Errors
+/// The store's.
+pub fn unarmed_jobs(
+    store: &mut dyn crate::store::Store,
+) -> Result<Vec<String>, crate::store::StoreError> {
+    let fleet = read(store)?;
+    Ok(unarmed(&fleet).into_iter().map(|j| j.job.clone()).collect())
+}
+
 /// Judges the beats a store holds (`(key, JSON)`, [`crate::store::Store::beats`]) at
 /// `now` (µs since the epoch, store clock), with the schedules the store holds for the
 /// jobs it knows (`declared`).

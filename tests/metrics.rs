@@ -902,6 +902,8 @@ fn a_fleet_of_two_hosts_on_one_store_is_seen_from_either() {
         "{text}"
     );
     assert!(row(&text, "gone").ends_with(" ok"), "{text}");
+    let out = a.run(&["status"]);
+    assert!(!stdout(&out).contains("gone"), "{}", stdout(&out));
 
     let (code, text, e) = metrics(&a);
     assert_eq!(code, Some(0), "{text}");
@@ -942,6 +944,23 @@ fn a_fleet_of_two_hosts_on_one_store_is_seen_from_either() {
         row(&text, "gone").contains("no live host arms it any more"),
         "{text}"
     );
+    // Plain `status` and `audit` on a say so too: no host will run gone's next slot.
+    let out = a.run(&["status"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("gone: its schedule is live in"),
+        "{}",
+        stdout(&out)
+    );
+    let out = a.run(&["audit"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stdout(&out)
+            .lines()
+            .any(|l| l.starts_with("gone ") && l.contains("unarmed")),
+        "{}",
+        stdout(&out)
+    );
 
     // Eleven minutes on: a has passed, b has not; gone's schedule is past its horizon.
     let out = a
@@ -963,6 +982,11 @@ fn a_fleet_of_two_hosts_on_one_store_is_seen_from_either() {
     let (code, text, _) = fleet(&[], Some("+11m"));
     assert_eq!(code, Some(0), "{text}");
     assert!(!text.contains(&lb), "{text}");
+    let out = a
+        .cmd_under("faketime", &["-f", "+11m"], &["audit"])
+        .output()
+        .unwrap();
+    assert!(!stdout(&out).contains("unarmed"), "{}", stdout(&out));
     let (code, _, err) = fleet(&["--forget", "nobody"], Some("+11m"));
     assert_eq!(code, Some(2), "{err}");
 }

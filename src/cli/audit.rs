@@ -148,6 +148,40 @@ pub fn run(args: &AuditArgs) -> u8 {
             "findings": findings.iter().map(Finding::json).collect::<Vec<_>>(),
         }));
     }
+    // A job whose schedule is live in a store but that no live host arms any more: no
+    // host will run its next slot.
+    let mut unarmed_json = Vec::new();
+    for (i, s) in stores.iter_mut().enumerate() {
+        if lost.contains_key(&i) {
+            continue;
+        }
+        match crate::fleet::unarmed_jobs(s.store.as_mut()) {
+            Ok(jobs) => {
+                for job in jobs
+                    .into_iter()
+                    .filter(|j| args.job.as_ref().is_none_or(|n| n == j))
+                {
+                    total += 1;
+                    attention += 1;
+                    rows.push(vec![
+                        job.clone(),
+                        "-".into(),
+                        "unarmed".into(),
+                        "-".into(),
+                        format!(
+                            "its schedule is live in {}, but no live host arms it any more (jobguard status --fleet)",
+                            s.describe
+                        ),
+                    ]);
+                    unarmed_json.push(json!({ "job": job, "store": s.describe }));
+                }
+            }
+            Err(e) => {
+                eprintln!("jobguard: {}: fleet: {e}", s.describe);
+                status = e.exit_status();
+            }
+        }
+    }
     for (i, n) in lost.into_iter().filter(|(_, n)| *n > 0) {
         eprintln!(
             "jobguard: {}: {n} more job(s) not audited: the store stopped answering",
@@ -179,6 +213,7 @@ pub fn run(args: &AuditArgs) -> u8 {
             "jobs": jobs_json,
             "findings": total,
             "attention": attention,
+            "unarmed": unarmed_json,
         });
         println!("{out}");
     } else {

@@ -450,6 +450,21 @@ pub fn run(args: &StatusArgs) -> u8 {
             }
         }
     }
+    // A job whose schedule is live in a store but that no live host arms any more.
+    let mut unarmed: Vec<(String, String)> = Vec::new();
+    for store in stores.values_mut() {
+        let Ok(store) = store else { continue };
+        match crate::fleet::unarmed_jobs(store.as_mut()) {
+            Ok(jobs) => {
+                any_attention |= !jobs.is_empty();
+                unarmed.extend(jobs.into_iter().map(|j| (j, store.describe())));
+            }
+            Err(e) => {
+                problems.push(format!("{}: fleet: {e}", store.describe()));
+                status = e.exit_status();
+            }
+        }
+    }
     // A job left out by an error in its definition has no timer: listed, never silent.
     for name in refused {
         let why: Vec<String> = set
@@ -479,6 +494,10 @@ pub fn run(args: &StatusArgs) -> u8 {
             "attention": attention_all.iter().map(view::run_json).collect::<Vec<_>>(),
             "config_errors": errors,
             "problems": problems,
+            "unarmed": unarmed
+                .iter()
+                .map(|(job, store)| json!({ "job": job, "store": store }))
+                .collect::<Vec<_>>(),
             "systemd": {
                 "read": systemd.is_some(),
                 "note": systemd_note,
@@ -511,8 +530,14 @@ pub fn run(args: &StatusArgs) -> u8 {
         || !findings_all.is_empty()
         || !idle_timers.is_empty()
         || !twins.is_empty()
+        || !unarmed.is_empty()
     {
         println!("\nneeds attention:");
+    }
+    for (job, store) in &unarmed {
+        println!(
+            "  {job}: its schedule is live in {store}, but no live host arms it any more (jobguard status --fleet)"
+        );
     }
     for r in &twins {
         println!(
