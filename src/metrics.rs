@@ -256,61 +256,52 @@ pub fn collect(set: &JobSet, now: i64, boot: i64) -> Collected {
 /// store exports the same ones, so the shipped rules aggregate them (`max by (host)`,
 /// `max by (job)`) and one fact raises one alert.
 fn render_fleets(out: &mut String, fleets: &[(String, crate::fleet::Fleet)]) {
-    let mut f = family(
-        out,
-        "jobguard_fleet_host_last_beat_timestamp_seconds",
-        "gauge",
-        "When a host that shares the store last wrote its heartbeat (each recovery pass), seconds since the epoch by the store's clock.",
-    );
-    for (store, fleet) in fleets {
-        for h in &fleet.hosts {
-            f.sample(
-                &[("store", store), ("host", &h.label)],
-                seconds(h.beat.seen_at),
-            );
+    use crate::fleet::{HostView, JobView};
+    type HostFamily = (&'static str, &'static str, fn(&HostView) -> Option<f64>);
+    type JobFamily = (&'static str, &'static str, fn(&JobView) -> f64);
+    const HOSTS: [HostFamily; 2] = [
+        (
+            "jobguard_fleet_host_last_beat_timestamp_seconds",
+            "When a host that shares the store last wrote its heartbeat (each recovery pass), seconds since the epoch by the store's clock.",
+            |h| Some(seconds(h.beat.seen_at)),
+        ),
+        (
+            "jobguard_fleet_host_problem",
+            "1 for a live host whose job list has errors or that shares its machine id with another live host.",
+            |h| {
+                let bad = h.shared_machine_id || h.beat.list_errors > 0;
+                (!h.silent).then_some(f64::from(u8::from(bad)))
+            },
+        ),
+    ];
+    const JOBS: [JobFamily; 2] = [
+        (
+            "jobguard_fleet_job_armed_hosts",
+            "How many live hosts arm the job (for each job a live host names or whose declared schedule is live in the store).",
+            |j| j.armed_by.len() as f64,
+        ),
+        (
+            "jobguard_fleet_job_problem",
+            "1 for a job whose definitions differ between hosts, that a host's job list refused, or whose schedule is live but that no live host arms.",
+            |j| f64::from(u8::from(j.problem().is_some())),
+        ),
+    ];
+    for (name, help, value) in HOSTS {
+        let mut f = family(out, name, "gauge", help);
+        for (store, fleet) in fleets {
+            for h in &fleet.hosts {
+                if let Some(v) = value(h) {
+                    f.sample(&[("store", store), ("host", &h.label)], v);
+                }
+            }
         }
     }
-    let mut f = family(
-        out,
-        "jobguard_fleet_host_problem",
-        "gauge",
-        "1 for a live host whose job list has errors or that shares its machine id with another live host.",
-    );
-    for (store, fleet) in fleets {
-        for h in fleet.hosts.iter().filter(|h| !h.silent) {
-            let bad = h.shared_machine_id || h.beat.list_errors > 0;
-            f.sample(
-                &[("store", store), ("host", &h.label)],
-                f64::from(u8::from(bad)),
-            );
-        }
-    }
-    let mut f = family(
-        out,
-        "jobguard_fleet_job_armed_hosts",
-        "gauge",
-        "How many live hosts arm the job (for each job a live host names or whose declared schedule is live in the store).",
-    );
-    for (store, fleet) in fleets {
-        for j in &fleet.jobs {
-            f.sample(
-                &[("store", store), ("job", &j.job)],
-                j.armed_by.len() as f64,
-            );
-        }
-    }
-    let mut f = family(
-        out,
-        "jobguard_fleet_job_problem",
-        "gauge",
-        "1 for a job whose definitions differ between hosts, that a host's job list refused, or whose schedule is live but that no live host arms.",
-    );
-    for (store, fleet) in fleets {
-        for j in &fleet.jobs {
-            f.sample(
-                &[("store", store), ("job", &j.job)],
-                f64::from(u8::from(j.problem().is_some())),
-            );
+    for (name, help, value) in JOBS {
+        let mut f = family(out, name, "gauge", help);
+        for (store, fleet) in fleets {
+            for j in &fleet.jobs {
+                f.sample(&[("store", store), ("job", &j.job)], value(j));
+            }
         }
     }
 }

@@ -7,7 +7,7 @@
 //! Exit status: 0 when nothing needs a person, 1 ([`exit::ATTENTION`]) when something
 //! does, a store's status when one could not be read, 2 when `--forget` names no host.
 
-use crate::cli::{StatusArgs, list_store_addresses, open_store};
+use crate::cli::{StatusArgs, list_store_addresses, open_store, view};
 use crate::config::{self, ConfigSource};
 use crate::exit;
 use crate::fleet::{Fleet, HostView};
@@ -144,55 +144,44 @@ fn render(store: &str, fleet: &Fleet) -> String {
             "no host has written a heartbeat (jobguard recover writes one at each pass)\n",
         );
     } else {
-        let w = fleet
+        let rows: Vec<Vec<String>> = fleet
             .hosts
             .iter()
-            .map(|h| h.label.len())
-            .max()
-            .unwrap_or(4)
-            .max(4);
-        out.push_str(&format!(
-            "{:<w$}  {:<9}  {:<10}  {:<5}  STATE\n",
-            "HOST", "VERSION", "LAST BEAT", "JOBS"
+            .map(|h| {
+                let armed = h.beat.jobs.values().filter(|j| j.armed).count();
+                vec![
+                    h.label.clone(),
+                    h.beat.version.clone(),
+                    format!("{} ago", ago(now - h.beat.seen_at)),
+                    format!("{armed}/{}", h.beat.jobs.len()),
+                    host_state(h, now),
+                ]
+            })
+            .collect();
+        out.push_str(&view::table(
+            &["HOST", "VERSION", "LAST BEAT", "JOBS", "STATE"],
+            &rows,
         ));
-        for h in &fleet.hosts {
-            let armed = h.beat.jobs.values().filter(|j| j.armed).count();
-            out.push_str(&format!(
-                "{:<w$}  {:<9}  {:<10}  {:<5}  {}\n",
-                h.label,
-                h.beat.version,
-                format!("{} ago", ago(now - h.beat.seen_at)),
-                format!("{armed}/{}", h.beat.jobs.len()),
-                host_state(h, now)
-            ));
-        }
     }
     if fleet.hosts.iter().any(|h| h.shared_machine_id) {
         out.push_str(&format!("  {}\n", crate::identity::SHARED_MACHINE_ID_FIX));
     }
     if !fleet.jobs.is_empty() {
-        let w = fleet
+        let rows: Vec<Vec<String>> = fleet
             .jobs
             .iter()
-            .map(|j| j.job.len())
-            .max()
-            .unwrap_or(3)
-            .max(3);
-        out.push_str(&format!("{:<w$}  HOSTS  STATE\n", "JOB"));
-        for j in &fleet.jobs {
-            let state = j.problem().unwrap_or_else(|| {
-                if j.armed_by.is_empty() {
-                    format!("paused on {}", j.paused_on.join(", "))
-                } else {
-                    "ok".into()
-                }
-            });
-            out.push_str(&format!(
-                "{:<w$}  {:<5}  {state}\n",
-                j.job,
-                j.armed_by.len()
-            ));
-        }
+            .map(|j| {
+                let state = j.problem().unwrap_or_else(|| {
+                    if j.armed_by.is_empty() {
+                        format!("paused on {}", j.paused_on.join(", "))
+                    } else {
+                        "ok".into()
+                    }
+                });
+                vec![j.job.clone(), j.armed_by.len().to_string(), state]
+            })
+            .collect();
+        out.push_str(&view::table(&["JOB", "HOSTS", "STATE"], &rows));
     }
     for u in &fleet.unreadable {
         out.push_str(&format!("unreadable: {u}\n"));
