@@ -874,3 +874,168 @@ fn a_host_frozen_past_its_lease_is_fenced_when_it_resumes() {
     assert_eq!(ends.len(), 1, "the command completed once: {ends:?}");
     assert_ne!(ends[0].0, 0, "not on the resumed host: {ends:?}");
 }
+
+/// The fleet view on two booted hosts that share one PostgreSQL store, each with a broken
+/// job list: a typo in one job on the first (`catch_up = "al"`), a second file in `jobs.d`
+/// that reuses another job's name on the second. Each host's recovery pass writes its
+/// heartbeat and its metrics textfile. `jobguard status --fleet` on either host shows
+/// both hosts and both refused jobs, and exits 1; the example alert rules, run by
+/// promtool over the textfiles the two hosts wrote (as node_exporter exports them), raise
+/// one `JobguardJobRefused` per host and one `JobguardFleetJobProblem` per job, not one per
+/// host that reports it (each host reaches the store through a proxy of its own, so the
+/// two export it under two addresses).
+#[test]
+fn two_hosts_with_broken_job_lists_are_seen_and_alerted_from_either() {
+    let server = server("postgres");
+    let case = "two_hosts_with_broken_job_lists_are_seen_and_alerted_from_either";
+    let promtool = Command::new("promtool")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let Some(store) = shared_store(
+        server,
+        case,
+        (!promtool).then(|| "promtool not found (Debian: prometheus)".to_string()),
+    ) else {
+        return;
+    };
+    let list = |typo: &str| {
+        format!(
+            "[defaults]\nstore_file = \"/etc/jobguard/store.url\"\n\n\
+             [metrics]\ntextfile = \"/var/lib/jobguard-test/jobguard.prom\"\n\n\
+             [jobs.sync]\nschedule = \"*-01-01 00:00:00 UTC\"\ncommand = [\"true\"]\n\n\
+             [jobs.nightly]\nschedule = \"*-*-* 03:00:00 UTC\"\ncommand = [\"true\"]\n{typo}\n\n\
+             [jobs.report]\nschedule = \"*-*-* 04:00:00 UTC\"\ncommand = [\"true\"]\n"
+        )
+    };
+    let copy = "[jobs.report]\nschedule = \"hourly\"\ncommand = [\"true\"]\nstore_file = \"/etc/jobguard/store.url\"\n";
+    let mut hosts = Vec::new();
+    let mut proxies = Vec::new();
+    for (i, (jobs, dropin)) in [(list("catch_up = \"al\""), None), (list(""), Some(copy))]
+        .into_iter()
+        .enumerate()
+    {
+        let proxy = Proxy::start(store.server.port);
+        let url = format!(
+            "{}\n",
+            (store.server.address)(&format!("127.0.0.1:{}", proxy.port), &store.name)
+        );
+        let mut opts = jobguard_options(&jobs).file("/etc/jobguard/store.url", &url);
+        if let Some(d) = dropin {
+            opts = opts.file("/etc/jobguard/jobs.d/50-copy.toml", d);
+        }
+        let c = boot(&format!("fleet{}", i + 1), &opts);
+        c.exec_ok(&["chmod", "0600", "/etc/jobguard/store.url"])
+            .expect("chmod");
+        c.exec_ok(&["mkdir", "-p", "/var/lib/jobguard-test"])
+            .expect("mkdir");
+        c.exec_ok(&["systemctl", "daemon-reload"])
+            .expect("daemon-reload");
+        hosts.push(c);
+        proxies.push(proxy);
+    }
+    // Each host's pass after the other's first: both see both heartbeats.
+    for _ in 0..2 {
+        for c in &hosts {
+            c.exec(&["jobguard", "recover"]).expect("jobguard recover");
+        }
+    }
+    let labels: Vec<String> = hosts
+        .iter()
+        .map(|c| {
+            let name = c.exec_ok(&["hostname"]).expect("hostname");
+            let id = c.exec_ok(&["cat", "/etc/machine-id"]).expect("machine-id");
+            format!("{} ({})", name.trim(), &id.trim()[..8])
+        })
+        .collect();
+    for c in &hosts {
+        let out = c
+            .exec(&["jobguard", "status", "--fleet"])
+            .expect("status --fleet");
+        let said = text(&out);
+        assert_eq!(out.status.code(), Some(1), "on {}: {said}", c.name());
+        for l in &labels {
+            assert!(
+                said.lines().any(|line| line.starts_with(l.as_str())),
+                "{l} on {}: {said}",
+                c.name()
+            );
+        }
+        let row = |job: &str| {
+            said.lines()
+                .find(|l| l.starts_with(&format!("{job} ")))
+                .unwrap_or_default()
+                .to_string()
+        };
+        assert!(
+            row("nightly").contains(&format!("refused by the job list on {}", labels[0])),
+            "{said}"
+        );
+        assert!(
+            row("report").contains(&format!("refused by the job list on {}", labels[1])),
+            "{said}"
+        );
+        assert!(row("sync").ends_with(" ok"), "{said}");
+    }
+
+    // The textfiles, as node_exporter exports them: the job label renamed, the host's
+    // instance added; promtool then runs the example rules over 30 minutes of them.
+    let mut series = String::new();
+    for (i, c) in hosts.iter().enumerate() {
+        let prom = c
+            .exec_ok(&["cat", "/var/lib/jobguard-test/jobguard.prom"])
+            .expect("the textfile");
+        for line in prom
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+        {
+            let (name_labels, value) = line.rsplit_once(' ').expect("a sample");
+            let (name, labels) = match name_labels.split_once('{') {
+                Some((n, l)) => (n, l.trim_end_matches('}').replace("job=", "exported_job=")),
+                None => (name_labels, String::new()),
+            };
+            let mut all = format!("job=\"node\",instance=\"h{}\"", i + 1);
+            if !labels.is_empty() {
+                all = format!("{all},{labels}");
+            }
+            series.push_str(&format!(
+                "      - series: '{name}{{{all}}}'\n        values: '{value}x30'\n"
+            ));
+        }
+    }
+    let refused = |h: usize, job: &str| {
+        format!(
+            "          - exp_labels: {{severity: critical, job: node, instance: h{h}, exported_job: {job}}}\n            exp_annotations:\n              summary: \"jobguard job {job} on h{h} is left out of the job list: none of its slots run\"\n              description: \"`jobguard check` on h{h} says why; fix the definition and run `systemctl daemon-reload`.\"\n"
+        )
+    };
+    let problem = |job: &str| {
+        format!(
+            "          - exp_labels: {{severity: warning, job: node, exported_job: {job}}}\n            exp_annotations:\n              summary: \"jobguard job {job}: the hosts disagree or none arms it\"\n              description: \"`jobguard status --fleet` on any host of the store says which hosts and why.\"\n"
+        )
+    };
+    let rules =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/prometheus/jobguard.rules.yml");
+    let test = format!(
+        "rule_files:\n  - {}\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n{series}    alert_rule_test:\n      - eval_time: 20m\n        alertname: JobguardJobRefused\n        exp_alerts:\n{}{}      - eval_time: 20m\n        alertname: JobguardFleetJobProblem\n        exp_alerts:\n{}{}",
+        rules.display(),
+        refused(1, "nightly"),
+        refused(2, "report"),
+        problem("nightly"),
+        problem("report"),
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("fleet.test.yml");
+    std::fs::write(&file, &test).expect("write the promtool test");
+    let out = Command::new("promtool")
+        .args(["test", "rules"])
+        .arg(&file)
+        .output()
+        .expect("promtool");
+    assert!(
+        out.status.success(),
+        "promtool test rules: {}{}\n{test}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    drop(proxies);
+}
