@@ -696,6 +696,7 @@ impl MysqlStore {
                 add_lease_column(conn, "rev")?;
             }
             conn.query_drop(SCHEDULE_TABLE)?;
+            conn.query_drop(BEAT_TABLE)?;
             conn.query_drop(format!(
                 "INSERT INTO jobguard_meta (name, value) VALUES ('schema_version', {SCHEMA_VERSION})
                  ON DUPLICATE KEY UPDATE value = VALUES(value)"

@@ -863,6 +863,7 @@ impl PostgresStore {
             tx.batch_execute(migration).await?;
         }
         tx.batch_execute(SCHEDULE_TABLE).await?;
+        tx.batch_execute(BEAT_TABLE).await?;
         tx.query_typed(
             "INSERT INTO jobguard_meta (key, value) VALUES ('schema_version', $1)
              ON CONFLICT (key) DO UPDATE SET value = excluded.value",
