@@ -262,6 +262,9 @@ pub struct JobView {
     /// Its declared schedule is live in the store: a host declared it within its horizon
     /// ([`ScheduleDecl::horizon`]).
     pub declared_live: bool,
+    /// The host that declared it (`HOST MACHINE_ID`, [`ScheduleDecl::host`]) has a live
+    /// heartbeat: a job it no longer lists was taken out of its list on purpose.
+    pub declarer_live: bool,
 }
 
 impl JobView {
@@ -281,12 +284,23 @@ impl JobView {
                 self.refused_on.join(", ")
             ));
         }
-        if self.armed_by.is_empty() && self.declared_live && self.paused_on.is_empty() {
+        if self.unarmed() {
             return Some(
                 "its schedule is live in the store, but no live host arms it any more".into(),
             );
         }
         None
+    }
+
+    /// No live host arms it (nor lists it paused) while its schedule is live in the store
+    /// and the host that declared it is silent or gone: no host will run its next slot.
+    /// A job its declaring host took out of its list, while that host lives on, was
+    /// removed on purpose.
+    pub fn unarmed(&self) -> bool {
+        self.armed_by.is_empty()
+            && self.paused_on.is_empty()
+            && self.declared_live
+            && !self.declarer_live
     }
 }
 
@@ -326,11 +340,7 @@ pub fn unarmed(fleet: &Fleet) -> Vec<&JobView> {
     if fleet.hosts.iter().all(|h| h.silent) {
         return Vec::new();
     }
-    fleet
-        .jobs
-        .iter()
-        .filter(|j| j.armed_by.is_empty() && j.paused_on.is_empty() && j.declared_live)
-        .collect()
+    fleet.jobs.iter().filter(|j| j.unarmed()).collect()
 }
 
 /// Reads the fleet of `store` ([`read`]) and answers its [`unarmed`] jobs by name.
@@ -383,6 +393,7 @@ pub fn judge(raw: Vec<(String, String)>, declared: &[ScheduleDecl], now: i64) ->
             refused_on: Vec::new(),
             definitions: BTreeMap::new(),
             declared_live: false,
+            declarer_live: false,
         })
     }
     for h in hosts.iter().filter(|h| !h.silent) {
@@ -404,7 +415,12 @@ pub fn judge(raw: Vec<(String, String)>, declared: &[ScheduleDecl], now: i64) ->
     }
     for d in declared {
         if d.seen_at.saturating_add(d.horizon) >= now {
-            view(&mut jobs, &d.job).declared_live = true;
+            let declarer_live = hosts
+                .iter()
+                .any(|h| !h.silent && format!("{} {}", h.beat.host, h.beat.machine_id) == d.host);
+            let v = view(&mut jobs, &d.job);
+            v.declared_live = true;
+            v.declarer_live = declarer_live;
         }
     }
     Fleet {
@@ -537,5 +553,14 @@ mod tests {
         // The schedule is past its horizon: removed everywhere on purpose.
         let f = judge(Vec::new(), &[decl(now - 21 * MIN)], now);
         assert!(f.jobs.is_empty());
+        // The host that declared it lives on without it: taken out of its list.
+        let a = beat("a", "m1", "b", T0, now);
+        let f = judge(raw(&[a.clone()]), &[decl(now - MIN)], now);
+        assert_eq!(f.jobs[0].problem(), None, "{f:?}");
+        assert!(unarmed(&f).is_empty());
+        // Another host lives, the declaring one is gone.
+        let b = beat("b", "m2", "b", T0, now);
+        let f = judge(raw(&[b]), &[decl(now - MIN)], now);
+        assert_eq!(unarmed(&f).len(), 1, "{f:?}");
     }
 }

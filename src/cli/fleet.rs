@@ -172,8 +172,10 @@ fn render(store: &str, fleet: &Fleet) -> String {
             .iter()
             .map(|j| {
                 let state = j.problem().unwrap_or_else(|| {
-                    if j.armed_by.is_empty() {
+                    if !j.paused_on.is_empty() && j.armed_by.is_empty() {
                         format!("paused on {}", j.paused_on.join(", "))
+                    } else if j.armed_by.is_empty() {
+                        "armed by no host: taken out of the job list of the host that ran it".into()
                     } else {
                         "ok".into()
                     }
