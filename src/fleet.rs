@@ -555,7 +555,7 @@ mod tests {
         assert!(f.jobs.is_empty());
         // The host that declared it lives on without it: taken out of its list.
         let a = beat("a", "m1", "b", T0, now);
-        let f = judge(raw(&[a.clone()]), &[decl(now - MIN)], now);
+        let f = judge(raw(&[a]), &[decl(now - MIN)], now);
         assert_eq!(f.jobs[0].problem(), None, "{f:?}");
         assert!(unarmed(&f).is_empty());
         // Another host lives, the declaring one is gone.
