@@ -205,22 +205,30 @@ pub fn definition_fingerprint(job: &Job) -> String {
     digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
 
-/// The keys of `beats` that a newer boot of the same host (name and machine id) has
-/// superseded: beats last written before that boot began (host clock against store
-/// clock, with [`crate::identity::TWIN_MARGIN_USEC`] between them). A beat of another
-/// boot written after this one began is another machine's (a copied image), not an
-/// earlier boot, and stays.
+/// The keys of `beats` that the same machine has superseded: by a later beat of the same
+/// boot under another host name (the host was renamed, or its first pass ran before its
+/// name was set), or by a newer boot, when the beat was last written before that boot
+/// began (host clock against store clock, with [`crate::identity::TWIN_MARGIN_USEC`]
+/// between them). The machine is its machine id, or its name where it has none. A beat
+/// of another boot written after this one began is another machine's (a copied image),
+/// not an earlier boot, and stays.
 pub fn superseded(beats: &[(String, Beat)]) -> BTreeSet<String> {
+    let same_machine = |a: &Beat, b: &Beat| {
+        if a.machine_id.is_empty() || b.machine_id.is_empty() {
+            a.machine_id == b.machine_id && a.host == b.host
+        } else {
+            a.machine_id == b.machine_id
+        }
+    };
+    let margin = crate::identity::TWIN_MARGIN_USEC;
     let mut out = BTreeSet::new();
     for (key, b) in beats {
         let newer = beats.iter().any(|(k, o)| {
             k != key
-                && o.host == b.host
-                && o.machine_id == b.machine_id
-                && o.boot_usec > b.boot_usec
-                && b.seen_at
-                    < o.boot_usec
-                        .saturating_add(crate::identity::TWIN_MARGIN_USEC)
+                && same_machine(o, b)
+                && ((o.boot_id == b.boot_id && o.seen_at > b.seen_at)
+                    || (o.boot_usec > b.boot_usec
+                        && b.seen_at < o.boot_usec.saturating_add(margin)))
         });
         if newer {
             out.insert(key.clone());
@@ -503,6 +511,15 @@ mod tests {
         assert!(f.superseded.is_empty());
         assert!(f.hosts.iter().all(|h| h.shared_machine_id), "{f:?}");
         assert!(f.needs_attention());
+        // Renamed within a boot: the beat under the old name is superseded.
+        let renamed = beat("b", "m1", "boot2", T0 + 20 * MIN, T0 + 31 * MIN);
+        let f = judge(raw(&[new_again(), renamed.clone()]), &[], T0 + 31 * MIN);
+        assert_eq!(f.hosts.len(), 1, "{f:?}");
+        assert_eq!(f.hosts[0].label, renamed.label());
+    }
+
+    fn new_again() -> Beat {
+        beat("a", "m1", "boot2", T0 + 20 * MIN, T0 + 30 * MIN)
     }
 
     #[test]

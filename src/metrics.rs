@@ -291,7 +291,9 @@ fn render_fleets(out: &mut String, fleets: &[(String, crate::fleet::Fleet)]) {
         for (store, fleet) in fleets {
             for h in &fleet.hosts {
                 if let Some(v) = value(h) {
-                    f.sample(&[("store", store), ("host", &h.label)], v);
+                    // The boot keeps two machines of one image and one name apart.
+                    let boot: String = h.beat.boot_id.chars().take(8).collect();
+                    f.sample(&[("store", store), ("host", &h.label), ("boot", &boot)], v);
                 }
             }
         }
