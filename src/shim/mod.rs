@@ -1054,6 +1054,14 @@ fn execute(
     decisions: std::collections::BTreeMap<String, String>,
 ) -> u8 {
     let slot_text = run.slot.rfc3339();
+    // `settle_failures = "next-success"`: the earlier failed slots a success would settle,
+    // read before the command starts, so that nothing but the outcome's own write stands
+    // between the command's end and its record.
+    let settle = if job.settle_failures == SettleFailures::NextSuccess {
+        failed_before(store, job, run.slot.usec)
+    } else {
+        Vec::new()
+    };
     let owner = account.map(|a| (a.uid, a.gid));
     let report_path = match report::create(&paths::report_dir(), &run.run_id, owner) {
         Ok(p) => Some(p),
@@ -1249,13 +1257,11 @@ fn execute(
     // Recorded with the outcome: a shim that dies before it loses the decision, and
     // `jobguard audit` then calls the gap missed (louder, never quieter).
     finish.report.extend(decisions);
-    // `settle_failures = "next-success"`: the slots this success settles are named in its
-    // report, and resolved once the success is recorded (a shim that dies in between
-    // leaves them failed: louder, never quieter; the next success settles them).
-    let settles = if finish.outcome == Outcome::Succeeded
-        && job.settle_failures == SettleFailures::NextSuccess
-    {
-        failed_before(store, job, run.slot.usec)
+    // The slots a success settles are named in its report, and resolved once the success
+    // is recorded (a shim that dies in between leaves them failed: louder, never quieter;
+    // the next success settles them).
+    let settles = if finish.outcome == Outcome::Succeeded {
+        settle
     } else {
         Vec::new()
     };
