@@ -123,10 +123,14 @@ fn slot_runs(job: &crate::job::Job, slot_usec: i64) -> Result<Vec<crate::ledger:
 }
 
 /// `--wait`: waits, reading the slot's records every half second, until the re-run's
-/// record (one not among `before`) has ended, and returns its outcome: 0 when it
-/// succeeded, else the status it was recorded with (1 when it has none: cut off). When
-/// the unit has taken the request and ended without such a record (it skipped: another
-/// host holds the job's lease, say), the unit's exit status, or 1.
+/// record (a `rerun` record not among `before`) has ended, and returns its outcome: 0
+/// when it succeeded, else the status it was recorded with (1 when it has none: cut
+/// off). When the unit has taken the request and ended without such a record (it
+/// skipped: another host holds the job's lease, say), the unit's exit status, or 1. A
+/// request the unit leaves waiting while it is idle (its start failed or came too early)
+/// is started once more after [`UNTAKEN`], and given up after twice that
+/// ([`exit::OS_ERROR`]). A store that fails [`STORE_TRIES`] reads in a row ends the wait
+/// with its status.
 fn wait_for(
     job: &crate::job::Job,
     slot_usec: i64,
@@ -134,15 +138,32 @@ fn wait_for(
     unit: &str,
 ) -> u8 {
     use crate::ledger::Outcome;
+    let mut idle_since: Option<std::time::Instant> = None;
+    let mut started_again = false;
+    let mut failures = 0;
     loop {
         // Read whether the unit is done before the records: a record written just before
         // it ended is then seen.
-        let ended = !shim::rerun::waiting(&job.name, slot_usec) && !unit_busy(unit);
+        let waiting = shim::rerun::waiting(&job.name, slot_usec);
+        let busy = unit_busy(unit);
         let runs = match slot_runs(job, slot_usec) {
-            Ok(r) => r,
-            Err(code) => return code,
+            Ok(r) => {
+                failures = 0;
+                r
+            }
+            Err(code) => {
+                failures += 1;
+                if failures == STORE_TRIES {
+                    return code;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(500));
+                continue;
+            }
         };
-        match runs.iter().find(|r| !before.contains(&r.run_id)) {
+        let ours = runs
+            .iter()
+            .find(|r| !before.contains(&r.run_id) && r.trigger == "rerun");
+        match ours {
             Some(r) if r.outcome != Outcome::Running => {
                 println!(
                     "{} slot {}: re-run {} (run {}, exit status {})",
@@ -161,7 +182,7 @@ fn wait_for(
                     (_, None) => exit::FAILURE,
                 };
             }
-            None if ended => {
+            None if !waiting && !busy => {
                 let status = std::process::Command::new("systemctl")
                     .args(["show", "-p", "ExecMainStatus", "--value", unit])
                     .output()
@@ -176,10 +197,35 @@ fn wait_for(
                 );
                 return status;
             }
-            _ => std::thread::sleep(std::time::Duration::from_millis(500)),
+            None if waiting && !busy => {
+                let since = *idle_since.get_or_insert_with(std::time::Instant::now);
+                if since.elapsed() >= 2 * UNTAKEN {
+                    eprintln!(
+                        "jobguard: {}: {unit} did not take the re-run of slot {} (journalctl -u {unit}); the request waits for its next start",
+                        job.name,
+                        format_usec(slot_usec)
+                    );
+                    return exit::OS_ERROR;
+                }
+                if since.elapsed() >= UNTAKEN && !started_again {
+                    started_again = true;
+                    if let Err(e) = crate::recover::start_unit(&job.name) {
+                        eprintln!("jobguard: {}: {e}", job.name);
+                    }
+                }
+            }
+            _ => idle_since = None,
         }
+        std::thread::sleep(std::time::Duration::from_millis(500));
     }
 }
+
+/// How long `--wait` lets a re-run request wait while the unit is idle before it starts
+/// the unit once more.
+const UNTAKEN: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// How many failed store reads in a row end `--wait`.
+const STORE_TRIES: u32 = 10;
 
 /// Whether `unit` is starting, running or stopping (`ActiveState`, systemd.unit(5)).
 fn unit_busy(unit: &str) -> bool {
