@@ -153,8 +153,10 @@ pub fn read(store: &mut dyn crate::store::Store) -> Result<Fleet, crate::store::
     let mut names: BTreeSet<String> = store.jobs()?.into_iter().collect();
     for (key, text) in &raw {
         if let Ok(b) = Beat::from_json(key, text) {
-            names.extend(b.jobs.into_keys());
-            names.extend(b.refused);
+            // A name a job list refused may be no job name at all (not a ZooKeeper node).
+            let valid = |n: &String| crate::job::is_valid_job_name(n);
+            names.extend(b.jobs.into_keys().filter(valid));
+            names.extend(b.refused.into_iter().filter(valid));
         }
     }
     let mut declared = Vec::new();
