@@ -433,7 +433,7 @@ fn a_cut_runs_duration_is_its_own_time_not_the_downtime() {
         Some(took),
         "{v}"
     );
-    let table = stdout(&sb.cmd(&["status"]).output().unwrap());
+    let table = stdout(&sb.cmd(&["status", "--wide"]).output().unwrap());
     let mut lines = table.lines();
     let header = lines.next().unwrap_or_default();
     let row = lines.next().unwrap_or_default();
@@ -705,6 +705,76 @@ fn the_commands_children_left_by_a_killed_shim_never_overlap_the_rerun() {
     let h = sb.history("orphan");
     assert_eq!(h[0]["outcome"], "succeeded", "{h:?}");
     assert_eq!(h[1]["outcome"], "interrupted");
+}
+
+/// The default `status` table fits 100 columns (jobs of names and schedules up to 16 and
+/// 18 characters: a failed run, a running one, one that never ran); `--wide` keeps every
+/// detail, the hosts among them.
+#[test]
+fn status_fits_100_columns_and_wide_shows_every_detail() {
+    let sb = Sandbox::new(&format!(
+        "{}{}{}",
+        job("nightly-backup01", "exit 3", ""),
+        job("store-sync-daily", "sleep 20", ""),
+        job("never-ran-report", "true", ""),
+    ));
+    assert_eq!(timer_run(&sb, "nightly-backup01").status.code(), Some(3));
+    let mut running = sb
+        .cmd(&["run", "store-sync-daily"])
+        .env("TRIGGER_TIMER_REALTIME_USEC", FIRED)
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_until(10, || stdout(&sb.run(&["status", "--json"]))
+            .contains("\"outcome\":\"running\"")),
+        "the run started"
+    );
+    let narrow = stdout(&sb.run(&["status"]));
+    let wide = stdout(&sb.run(&["status", "--wide"]));
+    let _ = running.kill();
+    let _ = running.wait();
+    // The table and what needs attention (the failed slot and what to do about it).
+    assert!(narrow.contains("needs attention"), "{narrow}");
+    for line in narrow.lines() {
+        assert!(
+            line.chars().count() <= 100,
+            "{} columns: {line}\n{narrow}",
+            line.chars().count()
+        );
+    }
+    let row = |table: &str, job: &str| {
+        table
+            .lines()
+            .find(|l| l.starts_with(&format!("{job} ")))
+            .unwrap_or_else(|| panic!("{job} in {table}"))
+            .to_string()
+    };
+    assert!(
+        row(&narrow, "store-sync-daily").contains(" running "),
+        "{narrow}"
+    );
+    assert!(
+        row(&narrow, "nightly-backup01").contains("02:00Z failed"),
+        "{narrow}"
+    );
+    assert!(
+        row(&narrow, "never-ran-report").contains("never ran"),
+        "{narrow}"
+    );
+    let host = nix::unistd::gethostname()
+        .unwrap()
+        .to_string_lossy()
+        .to_string();
+    assert!(
+        !row(&narrow, "nightly-backup01").contains(&format!(" on {host}")),
+        "{narrow}"
+    );
+    assert!(
+        row(&wide, "nightly-backup01").contains(&format!("T02:00:00Z failed on {host}")),
+        "{wide}"
+    );
+    assert!(row(&wide, "store-sync-daily").contains("since "), "{wide}");
+    assert!(wide.lines().next().unwrap().contains("RUNNING"), "{wide}");
 }
 
 #[test]

@@ -93,7 +93,10 @@ pub enum Command {
     /// `--system`; others are a user's table, run as `--user` (or, for
     /// `/var/spool/cron/crontabs/USER`, that USER). Keeps cron's meaning: either day when
     /// both day fields are restricted (two OnCalendar= expressions), CRON_TZ, RANDOM_DELAY,
-    /// MAILTO, `%`, shell syntax; drops a `flock -n` wrapper. Warns per line where
+    /// MAILTO, `%`, shell syntax; drops a `flock -n` wrapper; writes what the jobs share
+    /// once in `[defaults]`, with `catch_up = "none"` (cron never runs a missed slot).
+    /// Names each job from its own line (command and next telling word), never from its
+    /// place, since the name is its ledger key. Warns per line where
     /// OnCalendar= cannot keep it (daylight-saving gaps and repeated hours, @reboot,
     /// L/W/#/H); such lines stay as comments. Exit 0, or 1 when a line could not be read
     /// or a file could not be opened.
@@ -303,6 +306,11 @@ pub struct StatusArgs {
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// The table with every detail: full times, the last run's host, systemd's state of
+    /// the service and the timer, and a running run's holder (the default table fits 100
+    /// columns).
+    #[arg(long, short = 'w', conflicts_with = "json")]
+    pub wide: bool,
     /// Every host that shares a store of the job list, from their heartbeats: the jobs
     /// each arms, hosts whose heartbeat stopped, and jobs that differ between hosts.
     #[arg(long)]

@@ -1,7 +1,8 @@
-//! `jobguard status [--json]`: every job with its schedule, next elapse, last slot and
-//! outcome, the last run's DURATION (its own time: a run found cut is not charged the
+//! `jobguard status [--json | --wide]`: every job with its schedule, next elapse, last
+//! slot and outcome, the last run's DURATION (its own time: a run found cut is not charged the
 //! downtime until it was found, see [`crate::store::rules::cut_end`]), a running run's
-//! holder, and the runs that need attention.
+//! holder, and the runs that need attention. The table fits 100 columns ([`NARROW`]);
+//! `--wide` has every detail ([`WIDE`]).
 //!
 //! What systemd knows is joined in when it can be read ([`crate::systemd_dbus`]): each
 //! timer's next elapse (`NextElapseUSecRealtime`, which then is the NEXT column) and last
@@ -47,7 +48,10 @@ const RECENT: usize = 200;
 
 struct JobStatus {
     json: Value,
+    /// The row of the narrow table ([`NARROW`]).
     row: Vec<String>,
+    /// The row of `--wide` ([`WIDE`]).
+    wide: Vec<String>,
     attention: Vec<Run>,
     /// Missed slots and running records whose holder is gone, for the attention list.
     findings: Vec<Finding>,
@@ -125,6 +129,72 @@ fn systemd_json(units: &JobUnits) -> Value {
         m.insert("last_trigger".into(), last);
     }
     json!({ "timer": timer, "service": unit_json(&units.service) })
+}
+
+/// The columns of the default table, which fits 100 columns for jobs of names and
+/// schedules up to 16 characters: times in UTC without the year, a few words of state,
+/// no hosts and no DURATION (`--wide` has them).
+const NARROW: [&str; 6] = ["JOB", "SCHEDULE", "NEXT", "STATE", "LAST", "ATTENTION"];
+
+/// The columns of `status --wide`: full times, the last run's host, systemd's view of
+/// both units, a running run's holder.
+const WIDE: [&str; 8] = [
+    "JOB",
+    "SCHEDULE",
+    "NEXT",
+    "STATE",
+    "LAST",
+    "DURATION",
+    "RUNNING",
+    "ATTENTION",
+];
+
+/// A `--wide` row as a narrow one, for the rows that have no more to say than `?`: the
+/// DURATION and RUNNING columns left out.
+fn narrow_of(mut wide: Vec<String>) -> Vec<String> {
+    wide.drain(5..7);
+    wide
+}
+
+/// The STATE column of the narrow table, in a few words: `running 12m` while a run of
+/// the job runs (on any host; `holder gone` when its holder is), else the timer's state
+/// when systemd was read: `waiting`, `not waiting` (active without a next elapse and not
+/// running its service), `timer STATE` when it is not active, or its load state
+/// (`not-found`, `bad-setting`, `masked`); `?` without systemd. A paused job's starts
+/// with `paused`.
+fn short_state(
+    job: &Job,
+    units: Option<&JobUnits>,
+    running: Option<&Run>,
+    orphan: bool,
+    now_usec: i64,
+) -> String {
+    let state = match (running, units) {
+        (Some(_), _) if orphan => "holder gone".to_string(),
+        (Some(r), _) => format!("running {}", view::short_span(now_usec - r.started_at)),
+        (None, None) => "?".to_string(),
+        (None, Some(u)) => {
+            let t = &u.timer;
+            if t.unit.load_state != "loaded" {
+                t.unit.load_state.clone()
+            } else if t.unit.active_state != "active" {
+                format!("timer {}", t.unit.active_state)
+            } else if waits_for_service(u) {
+                "running".to_string()
+            } else if t.next_elapse_usec.is_none() {
+                "not waiting".to_string()
+            } else {
+                "waiting".to_string()
+            }
+        }
+    };
+    if job.enabled {
+        state
+    } else if state == "waiting" || state.starts_with("timer ") || state == "not waiting" {
+        "paused".to_string()
+    } else {
+        format!("paused, {state}")
+    }
 }
 
 /// The STATE column: the service's state as systemd has it, and whether the timer waits.
@@ -257,7 +327,10 @@ fn job_status(
             )
         })
         .unwrap_or_else(|| "-".into());
-    let row = vec![
+    let attention_count =
+        (attention.len() + findings.len() + usize::from(idle == Some(true)) + twins.len())
+            .to_string();
+    let wide = vec![
         job.name.clone(),
         job.schedule.clone(),
         next.map(format_usec).unwrap_or_else(|| "-".into()),
@@ -266,12 +339,29 @@ fn job_status(
         last.and_then(view::duration_usec)
             .map_or_else(|| "-".into(), view::span),
         running_text,
-        (attention.len() + findings.len() + usize::from(idle == Some(true)) + twins.len())
-            .to_string(),
+        attention_count.clone(),
+    ];
+    let row = vec![
+        job.name.clone(),
+        job.schedule.clone(),
+        next.map_or_else(|| "-".into(), |n| view::short_time(n, now_usec)),
+        short_state(
+            job,
+            units,
+            running,
+            running.is_some_and(|r| orphans.contains(&r.run_id)),
+            now_usec,
+        ),
+        last.map_or_else(
+            || "never ran".into(),
+            |r| format!("{} {}", view::short_time(r.slot.usec, now_usec), r.outcome),
+        ),
+        attention_count,
     ];
     Ok(JobStatus {
         json,
         row,
+        wide,
         attention,
         findings,
         timer_idle: idle == Some(true),
@@ -289,9 +379,17 @@ fn paused_text(job: &Job, state: String) -> String {
     }
 }
 
-/// The table row of a job whose store could not be read: the job is still listed.
-fn unreadable_row(job: &Job, now_usec: i64) -> Vec<String> {
-    let next = calendar_next(job, now_usec).map(format_usec);
+/// The table rows (narrow, wide) of a job whose store could not be read: the job is
+/// still listed.
+fn unreadable_rows(job: &Job, now_usec: i64) -> (Vec<String>, Vec<String>) {
+    let next = calendar_next(job, now_usec);
+    let wide = unreadable_row(job, next.map(format_usec));
+    let mut narrow = narrow_of(wide.clone());
+    narrow[2] = next.map_or_else(|| "-".into(), |n| view::short_time(n, now_usec));
+    (narrow, wide)
+}
+
+fn unreadable_row(job: &Job, next: Option<String>) -> Vec<String> {
     vec![
         job.name.clone(),
         job.schedule.clone(),
@@ -393,7 +491,7 @@ pub fn run(args: &StatusArgs) -> u8 {
             let e = "the store address could not be read";
             problems.push(format!("{}: {e}", job.name));
             status = exit::CONFIG;
-            rows.push(unreadable_row(job, now));
+            rows.push(unreadable_rows(job, now));
             jobs_json.push(unreadable_json(job, now, units, e));
             continue;
         };
@@ -409,7 +507,7 @@ pub fn run(args: &StatusArgs) -> u8 {
                     crate::store::address::mask(&address)
                 );
                 problems.push(format!("{}: {e}", job.name));
-                rows.push(unreadable_row(job, now));
+                rows.push(unreadable_rows(job, now));
                 jobs_json.push(unreadable_json(job, now, units, &e));
                 continue;
             }
@@ -417,7 +515,7 @@ pub fn run(args: &StatusArgs) -> u8 {
         match job_status(store.as_mut(), job, now, units) {
             Ok(s) => {
                 jobs_json.push(s.json);
-                rows.push(s.row);
+                rows.push((s.row, s.wide));
                 attention_all.extend(s.attention);
                 any_attention |= s.needs_attention;
                 findings_all.extend(s.findings.into_iter().map(|f| (job.name.clone(), f)));
@@ -429,7 +527,7 @@ pub fn run(args: &StatusArgs) -> u8 {
             Err(e) => {
                 problems.push(format!("{}: {e}", job.name));
                 status = e.exit_status();
-                rows.push(unreadable_row(job, now));
+                rows.push(unreadable_rows(job, now));
                 jobs_json.push(unreadable_json(job, now, units, &e.to_string()));
             }
         }
@@ -473,7 +571,7 @@ pub fn run(args: &StatusArgs) -> u8 {
             .filter(|e| e.job.as_ref() == Some(&name))
             .map(|e| e.to_string())
             .collect();
-        rows.push(refused_row(&name));
+        rows.push((narrow_of(refused_row(&name)), refused_row(&name)));
         jobs_json.push(json!({
             "job": name,
             "refused": why.join("; "),
@@ -511,19 +609,14 @@ pub fn run(args: &StatusArgs) -> u8 {
     } else {
         print!(
             "{}",
-            view::table(
-                &[
-                    "JOB",
-                    "SCHEDULE",
-                    "NEXT",
-                    "STATE",
-                    "LAST",
-                    "DURATION",
-                    "RUNNING",
-                    "ATTENTION"
-                ],
-                &rows
-            )
+            if args.wide {
+                view::table(&WIDE, &rows.into_iter().map(|(_, w)| w).collect::<Vec<_>>())
+            } else {
+                view::table(
+                    &NARROW,
+                    &rows.into_iter().map(|(n, _)| n).collect::<Vec<_>>(),
+                )
+            }
         );
     }
     if !attention_all.is_empty()
@@ -536,7 +629,8 @@ pub fn run(args: &StatusArgs) -> u8 {
     }
     for (job, store) in &unarmed {
         println!(
-            "  {job}: its schedule is live in {store}, but no live host arms it any more (jobguard status --fleet)"
+            "  {job}: its schedule is live in {store}, but no live host arms it any more\n    \
+             jobguard status --fleet"
         );
     }
     for r in &twins {
@@ -553,7 +647,8 @@ pub fn run(args: &StatusArgs) -> u8 {
     }
     for job in &idle_timers {
         println!(
-            "  {job}: timer jobguard@{job}.timer is not waiting for a next elapse: `jobguard recover` re-arms it, or `systemctl restart jobguard@{job}.timer`"
+            "  {job}: timer jobguard@{job}.timer is not waiting for a next elapse\n    \
+             `jobguard recover` re-arms it, or `systemctl restart jobguard@{job}.timer`"
         );
     }
     print_findings(&findings_all);
@@ -573,13 +668,13 @@ pub fn run(args: &StatusArgs) -> u8 {
                 ),
             };
             println!(
-                "  {} slot {}: {} ({}) on {} at {}; {next}",
+                "  {} slot {}: {} ({}) on {} at {}\n    {next}",
                 r.job,
                 r.slot.rfc3339(),
                 r.outcome,
                 r.reason.as_deref().unwrap_or("-"),
                 r.host,
-                format_usec(r.finished_at.unwrap_or(r.started_at))
+                view::short_time(r.finished_at.unwrap_or(r.started_at), now)
             );
         }
     }
@@ -613,7 +708,7 @@ fn print_findings(findings: &[(String, Finding)]) {
             );
         } else {
             println!(
-                "  {job}: {} slots missed: elapsed with no record, from {} to {}",
+                "  {job}: {} slots missed: elapsed with no record\n    from {} to {}",
                 slots.len(),
                 format_usec(*first),
                 format_usec(*last)

@@ -70,6 +70,41 @@ pub fn span(usec: i64) -> String {
     }
 }
 
+/// A duration in µs in at most 7 characters, for the narrow `status` table's STATE: `3d 04h`,
+/// `1h 02m`, `4m 05s` or `6.2s` (rounded down).
+pub fn short_span(usec: i64) -> String {
+    let s = usec.max(0) / 1_000_000;
+    if s >= 86_400 {
+        format!("{}d {:02}h", s / 86_400, (s % 86_400) / 3600)
+    } else if s >= 3600 {
+        format!("{}h {:02}m", s / 3600, (s % 3600) / 60)
+    } else {
+        span(usec)
+    }
+}
+
+/// A time (µs since the epoch) in UTC for the narrow `status` table: `12-08 02:00Z`, with
+/// seconds when it has some (`12-08 02:00:30Z`), and the year when it is not the year of
+/// `now_usec` (`2027-01-04 02:00Z`).
+pub fn short_time(usec: i64, now_usec: i64) -> String {
+    let f = |u: i64, format: &str| {
+        jiff::Timestamp::from_microsecond(u)
+            .map(|t| t.strftime(format).to_string())
+            .unwrap_or_default()
+    };
+    let date = if f(usec, "%Y") == f(now_usec, "%Y") {
+        f(usec, "%m-%d")
+    } else {
+        f(usec, "%Y-%m-%d")
+    };
+    let time = if usec.rem_euclid(60_000_000) == 0 {
+        f(usec, "%H:%M")
+    } else {
+        f(usec, "%H:%M:%S")
+    };
+    format!("{date} {time}Z")
+}
+
 /// Prints rows as a table with a header, columns padded to their widest cell.
 pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     debug_assert!(
@@ -134,3 +169,31 @@ pub fn run_row(r: &Run) -> Vec<String> {
 pub const RUN_HEADER: [&str; 10] = [
     "SLOT", "ATTEMPT", "OUTCOME", "REASON", "EXIT", "HOST", "STARTED", "DURATION", "RUN", "REPORT",
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_spans_fit_seven_characters() {
+        let s = 1_000_000;
+        assert_eq!(short_span(6_200_000), "6.2s");
+        assert_eq!(short_span(245 * s), "4m 05s");
+        assert_eq!(short_span(3723 * s), "1h 02m");
+        assert_eq!(short_span((3 * 86_400 + 4 * 3600 + 59) * s), "3d 04h");
+        for u in [0, 59 * s, 3599 * s, 86_399 * s, 9 * 86_400 * s] {
+            assert!(short_span(u).chars().count() <= 7, "{}", short_span(u));
+        }
+    }
+
+    #[test]
+    fn short_times_drop_the_year_and_the_seconds_only_when_they_say_nothing() {
+        // 2026-12-08T02:00:00Z and 2026-12-07T18:00:00Z.
+        let slot = 1_796_695_200_000_000;
+        let now = slot - 8 * 3600 * 1_000_000;
+        assert_eq!(short_time(slot, now), "12-08 02:00Z");
+        assert_eq!(short_time(slot + 30_000_000, now), "12-08 02:00:30Z");
+        let next_year = slot + 30 * 86_400 * 1_000_000;
+        assert_eq!(short_time(next_year, now), "2027-01-07 02:00Z");
+    }
+}
