@@ -27,6 +27,12 @@
 //!   (minutes, cronie) `randomized_delay`, `MAILTO=` the mail hook `jobguard-mail@.service`
 //!   as `on_failure` (with what to set for the recipient in a comment); others go to
 //!   `environment`.
+//! - **Shared settings.** What every job of the import shares (the tables' `PATH` and
+//!   `SHELL`, one `MAILTO`) is written once, in `[defaults]`; so is `catch_up = "none"`,
+//!   since cron never runs a slot it missed, where jobguard's default runs the latest
+//!   missed one at boot (a comment says when to delete it).
+//! - **Names.** A job's name is its ledger key, so it must not change when the table
+//!   does: it comes from its own line only ([`name_jobs`]), never from its position.
 //! - **What has no slot.** `@reboot` is not a schedule; `L`, `W`, `#`, `?` and `H` are
 //!   extensions that Debian's cron does not know. Such a line is kept as a comment with a
 //!   warning and gets no job.
@@ -438,8 +444,12 @@ pub enum Line {
 /// One crontab entry as a job.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ImportedJob {
-    /// The job's name (unique in the import).
+    /// The job's name: its command's ([`name_of`]), then unique in the import
+    /// ([`name_jobs`]).
     pub name: String,
+    /// The next telling word after the one that named the job (`full` of
+    /// `backup.sh --full`): the second part of its name ([`name_jobs`]).
+    pub qualifier: Option<String>,
     /// The line as written.
     pub source: String,
     /// `OnCalendar=` expressions.
@@ -496,16 +506,15 @@ pub struct Table<'a> {
 }
 
 /// Translates one table, given as bytes (a line that is not UTF-8 is an error: a TOML job
-/// list cannot hold it). `taken` holds the job names already used (by earlier tables of
-/// the same import) and receives this table's.
+/// list cannot hold it). Each job's name is its command's ([`name_of`]) until
+/// [`name_jobs`] makes the names of the whole import unique.
 ///
 /// A `flock -n LOCK` wrapper is dropped only when no other entry of the table uses the
 /// same LOCK: jobguard's lock is per job, so a lock shared by two entries (which keeps them
 /// from overlapping under cron) stays, with a warning.
-pub fn import(bytes: &[u8], table: &Table<'_>, taken: &mut Names) -> Import {
+pub fn import(bytes: &[u8], table: &Table<'_>) -> Import {
     // First pass: which flock locks more than one entry takes.
-    let mut probe = Names::default();
-    let first = import_with(bytes, table, &mut probe, &BTreeSet::new());
+    let first = import_with(bytes, table, &BTreeSet::new());
     let mut count: BTreeMap<&str, usize> = BTreeMap::new();
     for line in &first.lines {
         if let Line::Job(job) = line
@@ -519,15 +528,10 @@ pub fn import(bytes: &[u8], table: &Table<'_>, taken: &mut Names) -> Import {
         .filter(|(_, n)| *n > 1)
         .map(|(l, _)| l.to_string())
         .collect();
-    import_with(bytes, table, taken, &shared)
+    import_with(bytes, table, &shared)
 }
 
-fn import_with(
-    bytes: &[u8],
-    table: &Table<'_>,
-    taken: &mut Names,
-    shared_locks: &BTreeSet<String>,
-) -> Import {
+fn import_with(bytes: &[u8], table: &Table<'_>, shared_locks: &BTreeSet<String>) -> Import {
     let mut out = Import::default();
     let mut env: BTreeMap<String, String> = BTreeMap::new();
     let mut crlf_warned = false;
@@ -601,7 +605,6 @@ fn import_with(
         }
         match entry(line, table, &env, shared_locks, &mut warn) {
             Ok(Ok(mut job)) => {
-                job.name = unique(std::mem::take(&mut job.name), taken);
                 job.source = raw.to_string();
                 out.lines.push(Line::Job(Box::new(job)));
             }
@@ -793,7 +796,7 @@ fn entry(
         }
         None => (command, None),
     };
-    let name = name_of(&command);
+    let (name, qualifier) = name_parts(&command);
     // cron runs every command as `$SHELL -c`; a plain one runs the same without the
     // shell, unless the shell is not sh or reads a start-up file (BASH_ENV, ENV).
     let plain_shell =
@@ -845,6 +848,7 @@ fn entry(
     Ok(Ok(ImportedJob {
         dropped_lock,
         name,
+        qualifier,
         source: String::new(),
         schedule,
         command: argv,
@@ -1042,11 +1046,19 @@ const WRAPPERS: &[&str] = &[
 /// an interpreter, an option, a variable or a number), without a script extension,
 /// made of the characters a job name allows (docs/jobs.toml.md, "Job names").
 pub fn name_of(text: &str) -> String {
+    name_parts(text).0
+}
+
+/// [`name_of`] and the qualifier of [`ImportedJob::qualifier`]: the next word after the
+/// telling one that is not a one-letter option, a number, a variable or punctuation,
+/// without its leading dashes and the path before its last `/`, in a job name's
+/// characters, at most 24 of them.
+fn name_parts(text: &str) -> (String, Option<String>) {
     let mut skip_next = false;
-    for w in text.split(|c: char| c.is_whitespace() || ";&|()<>{}'\"`".contains(c)) {
-        if w.is_empty() {
-            continue;
-        }
+    let words = text
+        .split(|c: char| c.is_whitespace() || ";&|()<>{}'\"`".contains(c))
+        .filter(|w| !w.is_empty());
+    for w in words {
         if skip_next && !w.starts_with('-') {
             skip_next = false;
             continue;
@@ -1065,8 +1077,9 @@ pub fn name_of(text: &str) -> String {
         }
         let base = w.rsplit('/').next().unwrap_or(w);
         let base = base.trim_start_matches('.');
-        if base == "flock" || base == "timeout" {
-            // Their next word that is not an option is a lock file or a duration.
+        if base == "flock" || base == "timeout" || base == "cd" {
+            // Their next word that is not an option is a lock file, a duration or a
+            // directory.
             skip_next = true;
             continue;
         }
@@ -1081,34 +1094,120 @@ pub fn name_of(text: &str) -> String {
             .iter()
             .find_map(|ext| base.strip_suffix(ext))
             .unwrap_or(base);
-        let mut name = String::new();
-        for c in base.chars() {
-            let c = c.to_ascii_lowercase();
-            if c.is_ascii_alphanumeric() || c == '.' || c == '_' {
-                name.push(c);
-            } else if !name.ends_with('-') {
-                name.push('-');
-            }
-        }
-        let name = name
-            .trim_matches(|c: char| !c.is_ascii_alphanumeric())
-            .to_string();
+        let name = name_chars(base, 56);
         if !name.is_empty() {
-            let mut n = name;
-            n.truncate(56);
-            return n
-                .trim_end_matches(|c: char| !c.is_ascii_alphanumeric())
-                .to_string();
+            // In the rest of its simple command, before any redirection (`> FILE`): not a
+            // one-letter option (`-s`), a variable, a number or punctuation.
+            let offset = w.as_ptr() as usize - text.as_ptr() as usize;
+            let rest = text[offset + w.len()..]
+                .split(|c: char| ";&|<>".contains(c))
+                .next()
+                .unwrap_or_default();
+            let qualifier = rest
+                .split(|c: char| c.is_whitespace() || "(){}'\"`".contains(c))
+                .filter(|w| {
+                    !w.is_empty()
+                        && !(w.starts_with('-') && !w.starts_with("--"))
+                        && !w.contains('$')
+                        && !w.contains('=')
+                        && !w
+                            .chars()
+                            .all(|c| c.is_ascii_digit() || c.is_ascii_punctuation())
+                })
+                .map(|w| name_chars(w.rsplit('/').next().unwrap_or(w), 24))
+                .find(|q| !q.is_empty());
+            return (name, qualifier);
         }
     }
-    "job".into()
+    ("job".into(), None)
+}
+
+/// `text` in a job name's characters (lower case; a run of others is one `-`), without
+/// a leading or trailing `-` or `.`, at most `max` characters.
+fn name_chars(text: &str, max: usize) -> String {
+    let mut name = String::new();
+    for c in text.chars() {
+        let c = c.to_ascii_lowercase();
+        if c.is_ascii_alphanumeric() || c == '.' || c == '_' {
+            name.push(c);
+        } else if !name.ends_with('-') {
+            name.push('-');
+        }
+    }
+    let mut name = name
+        .trim_matches(|c: char| !c.is_ascii_alphanumeric())
+        .to_string();
+    name.truncate(max);
+    name.trim_end_matches(|c: char| !c.is_ascii_alphanumeric())
+        .to_string()
+}
+
+/// Gives every job of an import its final name, the same whatever else the tables hold
+/// and in whatever order, since a name is the job's ledger key: a re-import of a table
+/// with lines added, removed or moved names the other lines' jobs as before.
+///
+/// A name is the command's ([`name_of`]), then the next telling word of the line when it
+/// has one ([`ImportedJob::qualifier`]): `backup-full` for `backup.sh --full`,
+/// `artisan-schedule-run` for `php artisan schedule:run`. Lines that still share a name
+/// get a hash of their schedule, user and command each (`backup-3fa2c1`). Identical
+/// lines (cron runs such a command twice a slot) are numbered: `sync`, `sync-2`, …
+pub fn name_jobs(tables: &mut [(String, Import)]) {
+    use sha2::{Digest, Sha256};
+    let mut jobs: Vec<&mut ImportedJob> = tables
+        .iter_mut()
+        .flat_map(|(_, import)| import.lines.iter_mut())
+        .filter_map(|l| match l {
+            Line::Job(j) => Some(j.as_mut()),
+            _ => None,
+        })
+        .collect();
+    let hash = |j: &ImportedJob| {
+        let mut h = Sha256::new();
+        for part in j
+            .schedule
+            .iter()
+            .chain(j.user.iter())
+            .chain(j.command.iter())
+        {
+            h.update(part.as_bytes());
+            h.update([0]);
+        }
+        h.finalize()[..3]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    };
+    let mut wanted: Vec<String> = jobs
+        .iter()
+        .map(|j| match &j.qualifier {
+            Some(q) => format!("{}-{q}", j.name),
+            None => j.name.clone(),
+        })
+        .collect();
+    let mut groups: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (i, name) in wanted.iter().enumerate() {
+        groups.entry(name.clone()).or_default().push(i);
+    }
+    for (name, members) in &groups {
+        let hashes: BTreeSet<String> = members.iter().map(|&i| hash(jobs[i])).collect();
+        if hashes.len() > 1 {
+            for &i in members {
+                wanted[i] = format!("{name}-{}", hash(jobs[i]));
+            }
+        }
+    }
+    // The rest is numbering: identical lines, and a name another job already has.
+    let mut taken = Names::default();
+    for (j, name) in jobs.iter_mut().zip(wanted) {
+        j.name = unique(name, &mut taken);
+    }
 }
 
 /// The job names an import has given out, and for each name asked for the next suffix to
 /// try, so that N entries of one name cost about N steps, not N²/2 (8,000 identical lines
 /// took 15 s).
 #[derive(Debug, Default)]
-pub struct Names {
+struct Names {
     taken: BTreeSet<String>,
     next: BTreeMap<String, u64>,
 }
@@ -1154,6 +1253,8 @@ pub fn render(tables: &[(String, Import)]) -> String {
          # /etc/jobguard/jobs.d/ and remove the crontab lines it replaces: a line left in\n\
          # cron runs each slot a second time, unguarded.\n",
     );
+    let defaults = Defaults::of(tables);
+    defaults.render(&mut out);
     for (origin, import) in tables {
         let _ = writeln!(out, "\n# --- {origin} ---");
         for line in &import.lines {
@@ -1180,14 +1281,131 @@ pub fn render(tables: &[(String, Import)]) -> String {
                         comment_safe(why)
                     );
                 }
-                Line::Job(job) => render_job(&mut out, job),
+                Line::Job(job) => render_job(&mut out, job, &defaults),
             }
         }
     }
     out
 }
 
-fn render_job(out: &mut String, job: &ImportedJob) {
+/// The `[defaults]` of an import: what every job of it shares, written once.
+struct Defaults {
+    /// Whether there is any job.
+    any: bool,
+    /// The variables most jobs have, all of them alike (the tables' `PATH`, `SHELL`): a
+    /// job with just these writes no `environment` of its own (which would replace them
+    /// whole).
+    environment: BTreeMap<String, String>,
+    /// `MAILTO` when every job has the same one (`Some(None)`: unset in every table).
+    mailto: Option<Option<String>>,
+}
+
+impl Defaults {
+    fn of(tables: &[(String, Import)]) -> Defaults {
+        let jobs: Vec<&ImportedJob> = tables
+            .iter()
+            .flat_map(|(_, i)| i.lines.iter())
+            .filter_map(|l| match l {
+                Line::Job(j) => Some(j.as_ref()),
+                _ => None,
+            })
+            .collect();
+        let Some(first) = jobs.first() else {
+            return Defaults {
+                any: false,
+                environment: BTreeMap::new(),
+                mailto: None,
+            };
+        };
+        // The environment most jobs have (the first of those as common): a job's own
+        // replaces it whole, so the others write theirs.
+        let mut count: Vec<(&BTreeMap<String, String>, usize)> = Vec::new();
+        for j in &jobs {
+            match count.iter_mut().find(|(e, _)| *e == &j.environment) {
+                Some((_, n)) => *n += 1,
+                None => count.push((&j.environment, 1)),
+            }
+        }
+        let most = count.iter().map(|(_, n)| *n).max().unwrap_or(0);
+        let environment = count
+            .iter()
+            .find(|(_, n)| *n == most)
+            .map(|(e, _)| (*e).clone())
+            .unwrap_or_default();
+        let mailto = jobs
+            .iter()
+            .all(|j| j.mailto == first.mailto)
+            .then(|| first.mailto.clone());
+        Defaults {
+            any: true,
+            environment,
+            mailto,
+        }
+    }
+
+    fn render(&self, out: &mut String) {
+        if !self.any {
+            return;
+        }
+        let _ = writeln!(
+            out,
+            "\n[defaults]\n\
+             # cron never runs a slot it missed (the machine was off, cron was stopped);\n\
+             # jobguard's default runs the latest missed slot at the next boot. Delete this\n\
+             # line where that is wanted (a backup), or set catch_up per job; keep it where a\n\
+             # late run would do harm (a 07:00 mail sent at boot).\n\
+             catch_up = \"none\""
+        );
+        if !self.environment.is_empty() {
+            let _ = writeln!(
+                out,
+                "environment = {}   # most jobs' variables (cron's PATH and SHELL where unset); a job's own replaces them",
+                toml_env(&self.environment)
+            );
+        }
+        if let Some(mailto) = &self.mailto {
+            render_mailto(out, mailto.as_deref(), None);
+        }
+    }
+}
+
+/// `{ K = "V", … }`.
+fn toml_env(env: &BTreeMap<String, String>) -> String {
+    let vars: Vec<String> = env
+        .iter()
+        .map(|(k, v)| format!("{k} = {}", toml_str(v)))
+        .collect();
+    format!("{{ {} }}", vars.join(", "))
+}
+
+/// The `on_failure` line of cron's `MAILTO` (`None`: unset), with where to set the
+/// recipient: the mail unit of `job`, or with `None` its template (every job's).
+fn render_mailto(out: &mut String, mailto: Option<&str>, job: Option<&str>) {
+    match mailto {
+        Some("") => {
+            let _ = writeln!(out, "# MAILTO was empty: cron mailed nothing");
+        }
+        Some(to) => {
+            let to = comment_safe(to);
+            let _ = writeln!(
+                out,
+                "on_failure = \"jobguard-mail@%i.service\"   # MAILTO={to}: mails failed runs; cron \
+                 mailed any output\n# recipient: `systemctl edit jobguard-mail@{}.service`, then \
+                 [Service] Environment=MAILTO={to}",
+                job.unwrap_or("")
+            );
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "on_failure = \"jobguard-mail@%i.service\"   # cron mailed any output to the \
+                 table's owner; this mails failed runs to MAILTO of jobguard-mail@.service (root)"
+            );
+        }
+    }
+}
+
+fn render_job(out: &mut String, job: &ImportedJob, defaults: &Defaults) {
     let _ = writeln!(out, "# (crontab) {}", comment_safe(&job.source));
     for note in &job.notes {
         let _ = writeln!(out, "# note: {}", comment_safe(note));
@@ -1211,38 +1429,15 @@ fn render_job(out: &mut String, job: &ImportedJob) {
     if let Some(u) = &job.user {
         let _ = writeln!(out, "user = {}", toml_str(u));
     }
-    if !job.environment.is_empty() {
-        let vars: Vec<String> = job
-            .environment
-            .iter()
-            .map(|(k, v)| format!("{k} = {}", toml_str(v)))
-            .collect();
-        let _ = writeln!(out, "environment = {{ {} }}", vars.join(", "));
+    // A job's own environment replaces the defaults' whole: written when it differs.
+    if job.environment != defaults.environment {
+        let _ = writeln!(out, "environment = {}", toml_env(&job.environment));
     }
     if let Some(m) = job.randomized_delay_min {
         let _ = writeln!(out, "randomized_delay = \"{m}min\"   # RANDOM_DELAY={m}");
     }
-    match job.mailto.as_deref() {
-        Some("") => {
-            let _ = writeln!(out, "# MAILTO was empty: cron mailed nothing");
-        }
-        Some(to) => {
-            let to = comment_safe(to);
-            let _ = writeln!(
-                out,
-                "on_failure = \"jobguard-mail@%i.service\"   # MAILTO={to}: mails failed runs; cron \
-                 mailed any output\n# recipient: `systemctl edit jobguard-mail@{}.service`, then \
-                 [Service] Environment=MAILTO={to}",
-                job.name
-            );
-        }
-        None => {
-            let _ = writeln!(
-                out,
-                "on_failure = \"jobguard-mail@%i.service\"   # cron mailed any output to the \
-                 table's owner; this mails failed runs to MAILTO of jobguard-mail@.service (root)"
-            );
-        }
+    if defaults.mailto.is_none() {
+        render_mailto(out, job.mailto.as_deref(), Some(&job.name));
     }
 }
 
@@ -1378,6 +1573,19 @@ mod tests {
         );
         assert_eq!(name_of("flock -n /var/lock/s.lock /usr/bin/g"), "g");
         assert_eq!(name_of("timeout 5m /usr/bin/sync-orders"), "sync-orders");
+        assert_eq!(
+            name_parts("/usr/local/bin/backup.sh --full > /var/log/b.log 2>&1"),
+            ("backup".into(), Some("full".into()))
+        );
+        assert_eq!(
+            name_parts("php /srv/app/artisan schedule:run >/dev/null"),
+            ("artisan".into(), Some("schedule-run".into()))
+        );
+        assert_eq!(
+            name_parts("curl -fsS https://hc.example.com/ping/3f2a"),
+            ("curl".into(), Some("3f2a".into()))
+        );
+        assert_eq!(name_parts("/usr/bin/sync | logger"), ("sync".into(), None));
         let mut taken = Names::default();
         assert_eq!(unique("a-3".into(), &mut taken), "a-3");
         assert_eq!(unique("a".into(), &mut taken), "a");
@@ -1403,7 +1611,7 @@ mod tests {
         let table = root_table();
         let text = "\u{3000}# ideographic\n\x0c# form feed\n\u{a0}# no-break\n \t# plain\n\
                     0 2 * * * /usr/bin/true\n";
-        let import = import(text.as_bytes(), &table, &mut Names::default());
+        let import = import(text.as_bytes(), &table);
         let rendered = render(&[("-".into(), import)]);
         let parsed: Result<toml::Table, _> = rendered.parse();
         assert!(parsed.is_ok(), "{parsed:?}\n{rendered}");
@@ -1417,19 +1625,69 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_thousand_entries_of_one_name_are_numbered_in_order() {
-        let table = root_table();
-        let text = "0 2 * * * /usr/bin/sync\n".repeat(1000);
-        let import = import(text.as_bytes(), &table, &mut Names::default());
-        let names: Vec<String> = import
+    /// The names of the jobs of `text`, a table of root in UTC, in line order.
+    fn names(text: &str) -> Vec<String> {
+        let mut tables = [("-".to_string(), import(text.as_bytes(), &root_table()))];
+        name_jobs(&mut tables);
+        tables[0]
+            .1
             .lines
             .iter()
             .filter_map(|l| match l {
                 Line::Job(j) => Some(j.name.clone()),
                 _ => None,
             })
-            .collect();
+            .collect()
+    }
+
+    #[test]
+    fn a_name_comes_from_its_own_line_not_from_its_place_or_its_neighbours() {
+        let lines = [
+            "0 2 * * * /usr/local/bin/backup.sh --full",
+            "30 3 * * * /usr/local/bin/backup.sh --incremental",
+            "*/5 * * * * php /srv/app/artisan schedule:run >/dev/null 2>&1",
+            "0 7 * * 1-5 /usr/local/bin/send-report.sh",
+            "15 4 * * * cd /srv/app && ./cleanup.sh",
+            "0 * * * * /usr/bin/sync",
+            "30 * * * * /usr/bin/sync",
+        ];
+        let all = names(&(lines.join("\n") + "\n"));
+        assert_eq!(
+            all[..5],
+            [
+                "backup-full",
+                "backup-incremental",
+                "artisan-schedule-run",
+                "send-report",
+                "cleanup"
+            ]
+        );
+        // Two lines of one command and no other word: told apart by their own hash.
+        assert!(
+            all[5].starts_with("sync-") && all[6].starts_with("sync-"),
+            "{all:?}"
+        );
+        assert_ne!(all[5], all[6]);
+        // Each line alone, and the lines backwards, give each line the same name.
+        let by_line: BTreeMap<&str, &String> = lines.iter().copied().zip(&all).collect();
+        for line in &lines[..5] {
+            assert_eq!(
+                names(&format!("{line}\n")),
+                [by_line[line].clone()],
+                "{line}"
+            );
+        }
+        let backwards: Vec<&str> = lines.iter().rev().copied().collect();
+        let again = names(&(backwards.join("\n") + "\n"));
+        for (line, name) in backwards.iter().zip(&again) {
+            assert_eq!(name, by_line[line], "{line}");
+        }
+    }
+
+    #[test]
+    fn a_thousand_entries_of_one_name_are_numbered_in_order() {
+        let text = "0 2 * * * /usr/bin/sync\n".repeat(1000);
+        let names = names(&text);
         let want: Vec<String> = std::iter::once("sync".to_string())
             .chain((2..=1000).map(|i| format!("sync-{i}")))
             .collect();

@@ -812,7 +812,12 @@ fn check_names_what_this_host_lacks_for_a_valid_job() {
          working_directory = \"/nonexistent/dir\"\nstore_file = \"missing.url\"\n\
          [jobs.script]\nschedule = \"daily\"\ncommand = [\"./not-executable.sh\"]\n\
          working_directory = \".\"\n\
-         [jobs.found]\nschedule = \"daily\"\ncommand = [\"./run.sh\"]\nworking_directory = \".\"\n"
+         [jobs.found]\nschedule = \"daily\"\ncommand = [\"./run.sh\"]\nworking_directory = \".\"\n\
+         [jobs.cronline]\nschedule = \"daily\"\n\
+         command = [\"/bin/sh\", \"-c\", \"/nonexistent/backup.sh --full >/dev/null 2>&1\"]\n\
+         [jobs.cronfound]\nschedule = \"daily\"\n\
+         command = [\"/bin/sh\", \"-c\", \"cd {dir} && ./run.sh; php {dir}/run.sh\"]\n",
+        dir = d.path().display()
     );
     let f = d.write("jobs.toml", &text);
     d.write("not-executable.sh", "#!/bin/sh\n");
@@ -853,9 +858,18 @@ fn check_names_what_this_host_lacks_for_a_valid_job() {
     }
     assert!(!stderr.contains("jobs.good"), "{stderr}");
     assert!(!stderr.contains("jobs.found"), "{stderr}");
+    // A script inside a shell command (a cron line, imported) is checked too.
+    assert!(
+        stderr.contains(
+            "jobs.cronline.command: /nonexistent/backup.sh is not an executable file: the shell \
+             command runs it (/nonexistent/backup.sh --full >/dev/null 2>&1) (on this host)"
+        ),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("jobs.cronfound"), "{stderr}");
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
-        "4 valid jobs in 1 file: found, good, odd, script; 5 problems on this host\n"
+        "6 valid jobs in 1 file: cronfound, cronline, found, good, odd, script; 6 problems on this host\n"
     );
 }
 

@@ -493,7 +493,8 @@ RANDOM_DELAY=5
             .as_table()
             .unwrap_or_else(|| panic!("{name} in {out}"))
     };
-    let echo = job("echo");
+    // Each job is named by its own line: its command and the next telling word.
+    let echo = job("echo-synced");
     assert_eq!(echo["schedule"].as_str(), Some("*-*-* 02:00:00"));
     assert_eq!(
         echo["command"],
@@ -502,17 +503,26 @@ RANDOM_DELAY=5
     );
     assert_eq!(echo["user"].as_str(), Some("root"));
     assert_eq!(echo["randomized_delay"].as_str(), Some("5min"));
+    // What every job shares is written once: the table's MAILTO, cron's PATH and SHELL,
+    // and no catch-up (cron never runs a missed slot).
+    let defaults = doc["defaults"].as_table().expect("[defaults]");
     assert_eq!(
-        echo["on_failure"].as_str(),
+        defaults["on_failure"].as_str(),
         Some("jobguard-mail@%i.service")
     );
+    assert_eq!(defaults["catch_up"].as_str(), Some("none"));
+    assert_eq!(
+        defaults["environment"]["PATH"].as_str(),
+        Some("/usr/bin:/bin")
+    );
+    assert!(!echo.contains_key("on_failure") && !echo.contains_key("environment"));
     assert!(out.contains("# nightly sync (kept)"), "comments are kept");
     assert!(
-        out.contains("Environment=MAILTO=ops@example.com"),
+        out.contains("`systemctl edit jobguard-mail@.service`, then [Service] Environment=MAILTO=ops@example.com"),
         "what to set for the recipient"
     );
     // Every five minutes cannot take a five-minute delay: left out, with a warning.
-    let often = job("echo-2");
+    let often = job("echo-often");
     assert!(!often.contains_key("randomized_delay"));
     assert!(
         warnings[&5].iter().any(|w| w.contains("RANDOM_DELAY")),
@@ -520,7 +530,7 @@ RANDOM_DELAY=5
     );
     // Shell syntax runs in the shell; `%` feeds standard input.
     assert_eq!(
-        job("echo-3")["command"],
+        job("echo-report")["command"],
         toml::Value::from(vec![
             "/bin/sh",
             "-c",
@@ -608,29 +618,35 @@ fn odd_tables_keep_crons_meaning_or_say_why() {
     warned(12, "no newline");
     let doc: toml::Table = toml::from_str(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     let jobs = doc["jobs"].as_table().unwrap();
-    let tz = jobs["echo"].as_table().unwrap();
+    let tz = jobs["echo-tz"].as_table().unwrap();
     assert_eq!(
         tz["schedule"].as_str(),
         Some("*-*-* 02:00:00"),
         "TZ= does not move the schedule"
     );
-    assert_eq!(tz["environment"]["TZ"].as_str(), Some("America/New_York"));
+    // A job's environment is its own, else the one of [defaults].
+    let env = |job: &toml::Table| {
+        job.get("environment")
+            .unwrap_or_else(|| &doc["defaults"]["environment"])
+            .clone()
+    };
+    assert_eq!(env(tz)["TZ"].as_str(), Some("America/New_York"));
     assert_eq!(
-        tz["environment"]["PATH"].as_str(),
+        env(tz)["PATH"].as_str(),
         Some("/usr/bin:/bin"),
         "cron's default PATH"
     );
     assert_eq!(
-        jobs["echo-2"]["command"][0].as_str(),
+        jobs["echo-g"]["command"][0].as_str(),
         Some("flock"),
         "a shared lock stays"
     );
-    assert_eq!(jobs["echo-3"]["command"][0].as_str(), Some("flock"));
+    assert_eq!(jobs["echo-h"]["command"][0].as_str(), Some("flock"));
     assert!(
         text.contains("# colour \\x1b[0m in a comment"),
         "control characters are escaped"
     );
-    let bash = jobs["echo-4"].as_table().unwrap();
+    let bash = jobs["echo-via-bash"].as_table().unwrap();
     assert_eq!(
         bash["schedule"].as_str(),
         Some("*-*-* 03:00:00 Europe/Berlin"),
@@ -641,8 +657,13 @@ fn odd_tables_keep_crons_meaning_or_say_why() {
         toml::Value::from(vec!["/bin/bash", "-c", "/bin/echo via-bash"]),
         "SHELL= is kept"
     );
+    assert_eq!(
+        env(bash)["SHELL"].as_str(),
+        Some("/bin/bash"),
+        "a job whose variables are not most jobs' has its own"
+    );
     assert!(
-        jobs.contains_key("echo-5"),
+        jobs.contains_key("echo-last"),
         "the unterminated line is translated"
     );
     assert_eq!(jobs.len(), 5, "{text}");

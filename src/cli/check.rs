@@ -4,7 +4,8 @@
 //!
 //! Then it checks each valid job against this host, as its run would meet it: the `user`
 //! exists, the `working_directory` is a directory, the command is an executable file
-//! (looked up in `PATH` when it has no `/`, as the run does) and the store address can
+//! (looked up in `PATH` when it has no `/`, as the run does), so is each script a shell
+//! command (`sh -c TEXT`) runs ([`shell_scripts`]), and the store address can
 //! be read (`store_file`, `store_credential`) and is one this build can open (parameters,
 //! TLS files; nothing is connected to), and, as root, that the SQLite store, `store_file`,
 //! credential and TLS files are root's alone ([`crate::safe_path`]). Those problems are
@@ -223,6 +224,33 @@ pub fn host_problems(job: &Job, path: &str) -> Vec<(&'static str, String)> {
     {
         problems.push(("command", e));
     }
+    // The scripts a shell command (`sh -c TEXT`, what import-crontab writes for a line
+    // with shell syntax) runs: a cron line's script that is gone fails every slot.
+    for script in shell_scripts(&job.command) {
+        let dir = match &script.dir {
+            Some(d) => start.join(d),
+            None => start.clone(),
+        };
+        let p = dir.join(&script.path);
+        let found = std::fs::metadata(&p).is_ok_and(|m| {
+            m.is_file() && (!script.executable || m.permissions().mode() & 0o111 != 0)
+        });
+        if !found {
+            let what = if script.executable {
+                "an executable file"
+            } else {
+                "a file"
+            };
+            problems.push((
+                "command",
+                format!(
+                    "{} is not {what}: the shell command runs it ({})",
+                    p.display(),
+                    script.shell_text
+                ),
+            ));
+        }
+    }
     let key = if job.store_credential.is_some() {
         "store_credential"
     } else if job.store_file.is_some() {
@@ -307,6 +335,97 @@ pub fn host_warnings(job: &Job) -> Vec<(&'static str, String)> {
 
 /// Finds `program` as execvp(3) would: as given (relative to `start`) when it contains a
 /// `/`, else in each directory of `path`. It must be a regular file with an execute bit.
+/// A script that a shell command runs ([`shell_scripts`]).
+#[derive(Debug, PartialEq, Eq)]
+pub struct ShellScript {
+    /// The script's path as written (a word with a `/`).
+    pub path: String,
+    /// The directory a `cd DIR` before it in the same text moved to, as written.
+    pub dir: Option<String>,
+    /// Whether the shell runs it as a program (it must be executable), not as an
+    /// interpreter's argument (`php /srv/app/artisan`: it must be a file).
+    pub executable: bool,
+    /// The simple command it is in, for the message.
+    pub shell_text: String,
+}
+
+/// Interpreters whose first argument, when it is a path, is the script they run.
+const INTERPRETERS: &[&str] = &[
+    "sh", "bash", "dash", "ksh", "zsh", "php", "python", "python3", "perl", "ruby", "node",
+];
+
+/// The scripts `command` runs when it is a shell's `-c TEXT` (`/bin/sh -c`, `bash -c`, as
+/// import-crontab writes a cron line with shell syntax): in each simple command of TEXT
+/// (split at `;`, `&&`, `||`, `|`, `&` written as words, by POSIX shell quoting), after
+/// variable assignments and `exec`, a first word with a `/`, or the path after an
+/// interpreter of [`INTERPRETERS`]. A `cd DIR` before it in TEXT is followed, so
+/// `cd /srv/app && ./cleanup.sh` names `/srv/app/cleanup.sh`. Words the shell expands
+/// (`$`, `` ` ``, `*`, `~`) are left out, as is TEXT that does not split.
+pub fn shell_scripts(command: &[String]) -> Vec<ShellScript> {
+    let [shell, dash_c, text, ..] = command else {
+        return Vec::new();
+    };
+    let base = shell.rsplit('/').next().unwrap_or_default();
+    if dash_c != "-c" || !["sh", "bash", "dash", "ksh", "zsh"].contains(&base) {
+        return Vec::new();
+    }
+    let Some(split) = shlex::split(text) else {
+        return Vec::new();
+    };
+    // `cd /srv/app; ./x`: a `;` that ends a word ends its command too.
+    let mut words = Vec::new();
+    for w in split {
+        match w.strip_suffix(';') {
+            Some(head) if !head.is_empty() => words.extend([head.to_string(), ";".into()]),
+            _ => words.push(w),
+        }
+    }
+    let expands = |w: &str| w.contains(['$', '`', '*', '?', '[', '~']);
+    let mut out = Vec::new();
+    let mut dir: Option<String> = None;
+    for simple in words.split(|w| [";", "&&", "||", "|", "&"].contains(&w.as_str())) {
+        let mut rest = simple
+            .iter()
+            .skip_while(|w| w.as_str() == "exec" || is_assignment(w));
+        let Some(first) = rest.next() else { continue };
+        let shell_text = simple.join(" ");
+        if first == "cd" {
+            dir = rest
+                .next()
+                .filter(|d| !expands(d) && !d.starts_with('-'))
+                .cloned();
+            continue;
+        }
+        let script = if first.contains('/') {
+            Some((first.clone(), true))
+        } else if INTERPRETERS.contains(&first.as_str()) {
+            rest.next()
+                .filter(|w| w.contains('/') && !w.starts_with('-'))
+                .map(|w| (w.clone(), false))
+        } else {
+            None
+        };
+        if let Some((path, executable)) = script.filter(|(p, _)| !expands(p)) {
+            out.push(ShellScript {
+                path,
+                dir: dir.clone(),
+                executable,
+                shell_text,
+            });
+        }
+    }
+    out
+}
+
+/// `NAME=VALUE`, a variable assignment before a shell's simple command.
+fn is_assignment(word: &str) -> bool {
+    word.split_once('=').is_some_and(|(name, _)| {
+        !name.is_empty()
+            && !name.starts_with(|c: char| c.is_ascii_digit())
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    })
+}
+
 fn find_program(program: &str, start: &Path, path: &str) -> Result<PathBuf, String> {
     let executable = |p: &Path| {
         std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
@@ -331,6 +450,40 @@ mod tests {
     use super::*;
     use crate::calendar::CalendarSpec;
     use crate::systemd_dbus::UnitState;
+
+    fn scripts(shell: &str, text: &str) -> Vec<(String, Option<String>, bool)> {
+        shell_scripts(&[shell.into(), "-c".into(), text.into()])
+            .into_iter()
+            .map(|s| (s.path, s.dir, s.executable))
+            .collect()
+    }
+
+    #[test]
+    fn the_scripts_a_shell_command_runs_are_found_in_its_text() {
+        let s = |p: &str, d: Option<&str>, x: bool| (p.to_string(), d.map(str::to_string), x);
+        assert_eq!(
+            scripts("/bin/sh", "/usr/local/bin/backup.sh --full >/dev/null 2>&1"),
+            [s("/usr/local/bin/backup.sh", None, true)]
+        );
+        assert_eq!(
+            scripts(
+                "/bin/bash",
+                "cd /srv/app && ./cleanup.sh; php /srv/app/artisan run"
+            ),
+            [
+                s("./cleanup.sh", Some("/srv/app"), true),
+                s("/srv/app/artisan", Some("/srv/app"), false)
+            ]
+        );
+        assert_eq!(
+            scripts("/bin/sh", "LANG=C exec /opt/x/run 'a && b' || echo failed"),
+            [s("/opt/x/run", None, true)]
+        );
+        // What the shell expands, what is no path, and what is no shell's -c: nothing.
+        assert!(scripts("/bin/sh", "$HOME/bin/x; ~/y; test -f /etc/z && true").is_empty());
+        assert!(scripts("/usr/bin/env", "/usr/local/bin/backup.sh").is_empty());
+        assert!(scripts("/bin/sh", "echo 'unbalanced").is_empty());
+    }
 
     fn job() -> Job {
         let mut job = Job::new(

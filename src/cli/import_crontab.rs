@@ -22,7 +22,6 @@ pub fn run(args: &ImportCrontabArgs) -> u8 {
     let mut status = exit::OK;
     let now = Timestamp::now();
     let local = crate::calendar::local_zone();
-    let mut taken = crontab::Names::default();
     let mut tables = Vec::new();
     let stdin = [std::path::PathBuf::from("-")];
     let files = if args.files.is_empty() {
@@ -69,7 +68,7 @@ pub fn run(args: &ImportCrontabArgs) -> u8 {
             local: local.clone(),
             now,
         };
-        let import = crontab::import(&text, &table, &mut taken);
+        let import = crontab::import(&text, &table);
         for w in &import.warnings {
             eprintln!("{origin}:{}: warning: {}", w.line, w.text);
         }
@@ -78,6 +77,7 @@ pub fn run(args: &ImportCrontabArgs) -> u8 {
         }
         tables.push((origin, import));
     }
+    crontab::name_jobs(&mut tables);
     print!("{}", crontab::render(&tables));
     status
 }
