@@ -1,18 +1,20 @@
 //! Writes the generated half of the packages' documentation from the clap definitions in
 //! `src/cli/mod.rs`: one man page per subcommand (`man1/jobguard-SUB.1`, clap_mangen) and
-//! the shell completions for bash, zsh and fish (clap_complete).
+//! the shell completions for bash, zsh and fish: clap_complete's registration scripts,
+//! which ask `jobguard` itself for the words (`COMPLETE=SHELL jobguard -- WORDS`), so that
+//! job names are completed from the job list.
 //!
 //! Usage: `cargo run --example gen-docs -- OUT_DIR` (`scripts/package` runs it
 //! with `target/dist`). The hand-written pages (jobguard(1), jobguard.toml(5),
 //! jobguard-generator(8)) are in `packaging/man/`; the script copies and gzips both.
-//! An example rather than a binary of the package, so clap_mangen and clap_complete stay
-//! dev-dependencies and out of the shipped binaries.
+//! An example rather than a binary of the package, so clap_mangen stays a dev-dependency
+//! and out of the shipped binaries.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::CommandFactory;
-use clap_complete::Shell;
+use clap_complete::env::{Bash, EnvCompleter, Fish, Zsh};
 
 fn main() -> ExitCode {
     let out = std::env::args_os()
@@ -54,9 +56,27 @@ fn generate(out: &Path) -> Result<(), String> {
         let path = man1.join(format!("{name}.1"));
         std::fs::write(&path, buf).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
-    for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
-        clap_complete::generate_to(shell, &mut cmd, "jobguard", &completions)
-            .map_err(|e| format!("cannot write the {shell} completions: {e}"))?;
+    // Where bash-completion, zsh and fish look for them (Cargo.toml's package assets).
+    let shells: [(&dyn EnvCompleter, &str); 3] = [
+        (&Bash, "jobguard.bash"),
+        (&Zsh, "_jobguard"),
+        (&Fish, "jobguard.fish"),
+    ];
+    for (shell, file) in shells {
+        let mut buf = Vec::new();
+        shell
+            .write_registration("COMPLETE", "jobguard", "jobguard", "jobguard", &mut buf)
+            .map_err(|e| format!("cannot write the {} completions: {e}", shell.name()))?;
+        if shell.name() == "zsh" {
+            // zsh autoloads `_jobguard` from its fpath at the first completion: the file's
+            // body only defines the completer, so that first call completes too.
+            buf.extend_from_slice(
+                b"if [ \"$funcstack[1]\" = \"_jobguard\" ]; then\n    \
+                  _clap_dynamic_completer_jobguard \"$@\"\nfi\n",
+            );
+        }
+        let path = completions.join(file);
+        std::fs::write(&path, buf).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
     Ok(())
 }

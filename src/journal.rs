@@ -112,6 +112,12 @@ impl Kind {
         }
     }
 
+    /// The event's `tracing` level, which [`init`] maps to the journal's priority
+    /// (syslog(3)): `ERROR` err (3), `WARN` warning (4), `INFO` notice (5), `DEBUG` info
+    /// (6). Notice is what the recovery pass does (a re-run queued or started): its unit
+    /// keeps notice and above (`LogLevelMax=notice`), so a pass that does nothing leaves no
+    /// line, and one that does something is seen. A run's own start, end and skips are
+    /// info.
     fn level(self) -> Level {
         match self {
             Kind::Failed | Kind::LeaseLost | Kind::ClockSkew | Kind::MachineIdShared => {
@@ -124,7 +130,8 @@ impl Kind {
             | Kind::SkippedStoreUnavailable
             | Kind::SkippedScheduleDiffers
             | Kind::SkippedOutOfOrder => Level::WARN,
-            _ => Level::INFO,
+            Kind::Recovered => Level::INFO,
+            _ => Level::DEBUG,
         }
     }
 }
@@ -184,10 +191,8 @@ pub fn init() -> bool {
             let layer = layer
                 .with_field_prefix(None)
                 .with_syslog_identifier("jobguard".to_string())
-                .with_priority_mappings(tracing_journald::PriorityMappings {
-                    info: tracing_journald::Priority::Informational,
-                    ..tracing_journald::PriorityMappings::new()
-                });
+                // ERROR err, WARN warning, INFO notice, DEBUG info ([`Kind::level`]).
+                .with_priority_mappings(tracing_journald::PriorityMappings::new());
             // jobguard's events only: a store's client that logs through `tracing` (etcd's
             // gRPC over h2: a hundred trace events per call) must not reach the journal.
             let ours = tracing_subscriber::filter::filter_fn(|meta| {
@@ -258,7 +263,8 @@ fn send(ev: &Event<'_>) {
     match ev.kind.level() {
         Level::ERROR => at_level!(Level::ERROR),
         Level::WARN => at_level!(Level::WARN),
-        _ => at_level!(Level::INFO),
+        Level::INFO => at_level!(Level::INFO),
+        _ => at_level!(Level::DEBUG),
     }
 }
 

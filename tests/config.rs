@@ -1501,3 +1501,76 @@ fn a_zone_that_counts_leap_seconds_is_refused() {
     let (code, text) = check_in("UTC");
     assert_eq!(code, Some(0), "{text}");
 }
+
+/// bash, with the registration `COMPLETE=bash jobguard` prints (what the packages ship,
+/// packaging/gen-docs.rs), completes `WORDS` at their last word; one candidate per line.
+fn bash_completes(list: &Path, words: &[&str]) -> Vec<String> {
+    let bin = Path::new(env!("CARGO_BIN_EXE_jobguard"));
+    let script = format!(
+        "source <(COMPLETE=bash jobguard) || exit 9\n\
+         COMP_WORDS=({words}); COMP_CWORD={cword}; COMP_TYPE=9\n\
+         _clap_complete_jobguard jobguard {current} {previous}\n\
+         printf '%s\\n' \"${{COMPREPLY[@]}}\"\n",
+        words = words
+            .iter()
+            .map(|w| format!("'{w}'"))
+            .collect::<Vec<_>>()
+            .join(" "),
+        cword = words.len() - 1,
+        current = format_args!("'{}'", words[words.len() - 1]),
+        previous = format_args!("'{}'", words[words.len() - 2]),
+    );
+    let path = format!(
+        "{}:{}",
+        bin.parent().expect("bin dir").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(script)
+        .env("PATH", path)
+        .env("JOBGUARD_CONFIG", list)
+        .output()
+        .expect("bash");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.trim().to_string())
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+#[test]
+fn the_shell_completes_job_names_from_the_job_list() {
+    let d = Dir::new();
+    let list = d.write(
+        "jobs.toml",
+        &format!("[jobs.nightly-sync]\n{GOOD}\n[jobs.night-report]\n{GOOD}\n[jobs.backup]\n{GOOD}"),
+    );
+    assert_eq!(
+        bash_completes(&list, &["jobguard", "history", "nig"]),
+        ["night-report", "nightly-sync"]
+    );
+    for sub in [
+        "run", "rerun", "resolve", "audit", "recover", "unlock", "drill", "prune",
+    ] {
+        let all = bash_completes(&list, &["jobguard", sub, ""]);
+        for job in ["backup", "night-report", "nightly-sync"] {
+            assert!(all.iter().any(|w| w == job), "{sub}: {all:?}");
+        }
+    }
+    assert_eq!(
+        bash_completes(&list, &["jobguard", "mark", "--job", "b"]),
+        ["backup"]
+    );
+    // Options and subcommands still come from the command line's definition.
+    assert!(bash_completes(&list, &["jobguard", "status", "--w"]).contains(&"--wide".to_string()));
+    assert!(bash_completes(&list, &["jobguard", "his"]).contains(&"history".to_string()));
+    // A job list that cannot be read completes no name, and says nothing.
+    let none = bash_completes(&d.path().join("missing.toml"), &["jobguard", "run", ""]);
+    assert!(none.iter().all(|w| !w.contains("sync")), "{none:?}");
+}

@@ -484,6 +484,17 @@ fn deb_installs_runs_upgrades_and_goes_away_on_a_booted_system() {
     c.write_file("/etc/jobguard/jobs.d/hello.toml", HELLO)
         .expect("write job");
     sh(&c, "jobguard check && systemctl daemon-reload");
+    // The installed bash completion asks jobguard for the job list's names.
+    c.write_file(
+        "/root/complete.sh",
+        ". /usr/share/bash-completion/completions/jobguard\n\
+         COMP_WORDS=(jobguard history hel); COMP_CWORD=2; COMP_TYPE=9\n\
+         _clap_complete_jobguard jobguard hel history\n\
+         printf '%s\\n' \"${COMPREPLY[@]}\"\n",
+    )
+    .expect("write the completion script");
+    let words = sh(&c, "bash /root/complete.sh");
+    assert_eq!(words.trim(), "hello", "{words}");
     common::wait_for(
         "jobguard@hello.timer to be started by the reload's recover pass",
         Duration::from_secs(20),

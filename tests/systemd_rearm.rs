@@ -183,6 +183,28 @@ fn a_typo_then_a_fix_leaves_the_timer_idle_and_recover_rearms_it_and_reports_the
     let n = all.len();
     all.dedup();
     assert_eq!(all.len(), n, "no slot reported twice: {again:?}");
+    // A pass with nothing to do leaves nothing in the journal (systemd's own starting and
+    // finished lines included), where the passes above left what they did.
+    let recover_log = || {
+        c.exec(&[
+            "journalctl",
+            "-u",
+            "jobguard-recover.service",
+            "--no-pager",
+            "-o",
+            "cat",
+        ])
+        .map(|o| text(&o))
+        .unwrap_or_default()
+    };
+    let before = recover_log();
+    recover_pass(&c);
+    let after = recover_log();
+    assert_eq!(after, before, "an idle pass logs nothing");
+    assert!(
+        !after.contains("Finished") && !after.contains("Deactivated"),
+        "{after}"
+    );
     // The slots reported missed were passed over by the catch-up run, on record.
     let out = c
         .exec(&["jobguard", "audit", "tick", "--json"])

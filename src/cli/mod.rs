@@ -5,7 +5,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
+use clap_complete::{ArgValueCompleter, CompletionCandidate};
 
 pub mod audit;
 pub mod calendar;
@@ -183,6 +184,7 @@ pub enum StoreCommand {
 #[derive(Debug, Clone, Args)]
 pub struct StoreInitArgs {
     /// Only this job's store (default: every store of the job list).
+    #[arg(add = ArgValueCompleter::new(complete_job))]
     pub job: Option<String>,
     #[command(flatten)]
     pub config: ConfigArgs,
@@ -201,6 +203,7 @@ pub struct ConfigArgs {
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
     /// The job's name.
+    #[arg(add = ArgValueCompleter::new(complete_job))]
     pub job: String,
     /// Run this slot instead of the current one (systemd timestamp syntax, e.g.
     /// "2026-11-29 02:00:00 UTC", RFC 3339, or relative: "-2h").
@@ -217,6 +220,7 @@ pub struct RunArgs {
 #[derive(Debug, Clone, Args)]
 pub struct DrillArgs {
     /// The job's name.
+    #[arg(add = ArgValueCompleter::new(complete_job))]
     pub job: String,
     /// Print the verdicts as JSON: [{"layer", "held", "detail"}].
     #[arg(long)]
@@ -243,6 +247,7 @@ pub struct ImportCrontabArgs {
 #[derive(Debug, Clone, Args)]
 pub struct RerunArgs {
     /// The job's name.
+    #[arg(add = ArgValueCompleter::new(complete_job))]
     pub job: String,
     /// The slot (systemd timestamp syntax, RFC 3339 or relative, e.g. "-1d"); it must be
     /// an elapse of the schedule. Default: the latest elapse.
@@ -289,6 +294,7 @@ pub struct CalendarArgs {
 #[derive(Debug, Clone, Args)]
 pub struct HistoryArgs {
     /// The job's name.
+    #[arg(add = ArgValueCompleter::new(complete_job))]
     pub job: String,
     /// Print one JSON array.
     #[arg(long)]
@@ -333,6 +339,7 @@ pub struct MetricsArgs {
 #[derive(Debug, Clone, Args)]
 pub struct RecoverArgs {
     /// Only this job (default: all).
+    #[arg(add = ArgValueCompleter::new(complete_job))]
     pub job: Option<String>,
     #[command(flatten)]
     pub config: ConfigArgs,
@@ -343,6 +350,7 @@ pub struct RecoverArgs {
 pub struct AuditArgs {
     /// Only this job (it may be one removed from the job list; its records are looked
     /// for in every store of the job list). Default: every job of every store.
+    #[arg(add = ArgValueCompleter::new(complete_job))]
     pub job: Option<String>,
     /// Only slots at or after this time (systemd timestamp syntax or RFC 3339, e.g.
     /// "-7d" or "2026-11-01"); default: each job's first record. Only the records of
@@ -365,6 +373,7 @@ pub struct AuditArgs {
 #[command(group(clap::ArgGroup::new("action").required(true).args(["rerun", "done"])))]
 pub struct ResolveArgs {
     /// The job's name.
+    #[arg(add = ArgValueCompleter::new(complete_job))]
     pub job: String,
     /// The slot (systemd timestamp syntax or RFC 3339, as history prints it).
     pub slot: String,
@@ -382,6 +391,7 @@ pub struct ResolveArgs {
 #[derive(Debug, Clone, Args)]
 pub struct PruneArgs {
     /// Only this job (default: every job of the job list).
+    #[arg(add = ArgValueCompleter::new(complete_job))]
     pub job: Option<String>,
     /// Count what would be deleted; delete nothing.
     #[arg(long)]
@@ -400,7 +410,7 @@ pub struct MarkArgs {
     #[arg(allow_hyphen_values = true)]
     pub key: String,
     /// The job whose store holds the mark (default: the run's, JOBGUARD_JOB).
-    #[arg(long, value_name = "JOB")]
+    #[arg(add = ArgValueCompleter::new(complete_job), long, value_name = "JOB")]
     pub job: Option<String>,
     /// One namespace for every job of the store, not the job's own: a key marked by one
     /// job is marked for all of them.
@@ -414,6 +424,7 @@ pub struct MarkArgs {
 #[derive(Debug, Clone, Args)]
 pub struct UnlockArgs {
     /// The job's name.
+    #[arg(add = ArgValueCompleter::new(complete_job))]
     pub job: String,
     /// End the lease even when its holder is a process alive on this host (it then stops
     /// its command at its next renewal).
@@ -519,8 +530,28 @@ pub fn open_store(url: &str) -> Result<Box<dyn crate::store::Store>, u8> {
     })
 }
 
+/// Shell completion of a job name (`jobguard history <TAB>`): the jobs of the job list
+/// (`JOBGUARD_CONFIG`, else `/etc/jobguard/jobs.toml` and `jobs.d`) whose names start with
+/// the word typed so far; none when the list cannot be read. A `--config` on the line
+/// being completed is not seen (a completer gets only its word).
+fn complete_job(current: &std::ffi::OsStr) -> Vec<CompletionCandidate> {
+    let Some(typed) = current.to_str() else {
+        return Vec::new();
+    };
+    crate::config::load(&crate::config::ConfigSource::resolve(None))
+        .jobs
+        .keys()
+        .filter(|name| name.starts_with(typed))
+        .map(CompletionCandidate::new)
+        .collect()
+}
+
 /// Entry point of the `jobguard` binary.
 pub fn main() -> ExitCode {
+    // `COMPLETE=bash jobguard` prints the shell's registration, and the shell's calls of
+    // it (`COMPLETE=bash jobguard -- WORDS`) the completions (clap_complete's protocol);
+    // without `COMPLETE` this returns at once.
+    clap_complete::CompleteEnv::with_factory(Cli::command).complete();
     let cli = Cli::parse();
     let status = match cli.command {
         Command::Run(a) => run::run(&a),
