@@ -48,7 +48,8 @@
 //! Needs root and systemd-nspawn (skipped with a `SKIPPED` line otherwise, failed in CI,
 //! as the other container tests), and fails without socat, faketime, psql, PostgreSQL on
 //! 127.0.0.1:5432 and the chosen store's server programs (`.ci/run` installs them).
-//! Run it with `scripts/test soak` (against the release build the packages ship), or with
+//! Run it with `scripts/test soak` (its hosts run the test build's binaries;
+//! `JOBGUARD_BIN_DIR=DIR` gives them others, the release build say), or with
 //! `cargo test --release --test soak -- --ignored` (it writes to stderr past the capture).
 
 mod common;

@@ -852,7 +852,8 @@ impl Env for TlsEnv {
     }
 }
 
-/// The conformance suite over TLS on each shared server's private TLS server:
+/// The conformance suite over TLS on each shared server's private TLS server, but for
+/// the cases that only page through long histories (`conformance_suite!(transport …)`):
 /// `conformance_over_tls::NAME::CASE`.
 mod conformance_over_tls {
     macro_rules! over_tls {
@@ -864,7 +865,7 @@ mod conformance_over_tls {
                         &format!("{}_tls::{case}", stringify!($name)),
                     )
                 }
-                crate::common::conformance::conformance_suite!(optional fresh);
+                crate::common::conformance::conformance_suite!(transport fresh);
             }
         };
     }

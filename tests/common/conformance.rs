@@ -61,13 +61,30 @@ pub trait Env {
 ///
 /// With `optional`, `$fresh(case_name)` returns `Option<Box<dyn Env>>` and a case whose
 /// env is `None` (a store server that is not there, outside CI) returns at once.
+///
+/// With `transport` (as `optional`), the cases that only page through hundreds of
+/// records of one key or job are left out: they test how a store lists and pages, which
+/// TLS does not change, and cost minutes per store under TLS. The cases with large
+/// values and many records in one answer (`a_long_history_of_large_reports_reads_back`,
+/// `one_slot_keeps_every_attempt_of_a_large_report`) stay, for large frames over TLS.
 #[allow(unused_macros)]
 macro_rules! conformance_suite {
     ($fresh:path) => {
         $crate::common::conformance::conformance_suite!(@list required $fresh);
+        $crate::common::conformance::conformance_suite!(@paging required $fresh);
     };
     (optional $fresh:path) => {
         $crate::common::conformance::conformance_suite!(@list optional $fresh);
+        $crate::common::conformance::conformance_suite!(@paging optional $fresh);
+    };
+    (transport $fresh:path) => {
+        $crate::common::conformance::conformance_suite!(@list optional $fresh);
+    };
+    (@paging $mode:ident $fresh:path) => {
+        $crate::common::conformance::conformance_suite!(@cases $mode $fresh;
+            the_newest_records_of_a_long_history_are_the_last_started,
+            a_slot_of_hundreds_of_attempts_is_queued_rerun_once_and_deleted,
+        );
     };
     (@list $mode:ident $fresh:path) => {
         $crate::common::conformance::conformance_suite!(@cases $mode $fresh;
@@ -105,9 +122,7 @@ macro_rules! conformance_suite {
             schedules_are_declared_and_swapped_only_if_unchanged,
             heartbeats_are_kept_per_host_replaced_and_forgotten,
             a_long_history_of_large_reports_reads_back,
-            the_newest_records_of_a_long_history_are_the_last_started,
             one_slot_keeps_every_attempt_of_a_large_report,
-            a_slot_of_hundreds_of_attempts_is_queued_rerun_once_and_deleted,
             a_key_is_marked_once,
             a_mark_is_fenced_by_the_runs_lease,
             runs_reads_a_window_of_slots,
