@@ -1107,7 +1107,7 @@ fn name_parts(text: &str) -> (String, Option<String>) {
                 .split(|c: char| c.is_whitespace() || "(){}'\"`".contains(c))
                 .filter(|w| {
                     !w.is_empty()
-                        && !(w.starts_with('-') && !w.starts_with("--"))
+                        && (!w.starts_with('-') || w.starts_with("--"))
                         && !w.contains('$')
                         && !w.contains('=')
                         && !w

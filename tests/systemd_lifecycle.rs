@@ -80,16 +80,7 @@ fn declare_other_host(c: &Container, seen_at: &str) {
 
 /// Everything the recover passes so far logged.
 fn recover_journal(c: &Container) -> String {
-    c.exec(&[
-        "journalctl",
-        "-u",
-        "jobguard-recover.service",
-        "--no-pager",
-        "-o",
-        "cat",
-    ])
-    .map(|o| text(&o))
-    .unwrap_or_default()
+    c.unit_log("jobguard-recover.service")
 }
 
 fn status(c: &Container) -> (Option<i32>, serde_json::Value) {

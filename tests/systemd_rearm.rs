@@ -152,17 +152,7 @@ fn a_typo_then_a_fix_leaves_the_timer_idle_and_recover_rearms_it_and_reports_the
             Ok((!next.is_empty()).then_some(next))
         },
     );
-    let log = c
-        .exec(&[
-            "journalctl",
-            "-u",
-            "jobguard-recover.service",
-            "--no-pager",
-            "-o",
-            "cat",
-        ])
-        .map(|o| text(&o))
-        .unwrap_or_default();
+    let log = c.unit_log("jobguard-recover.service");
     assert!(rearmed.is_ok(), "re-armed: {rearmed:?}\n{log}");
     assert!(
         log.contains("re-armed timers without a next elapse: jobguard@tick.timer"),
@@ -185,21 +175,9 @@ fn a_typo_then_a_fix_leaves_the_timer_idle_and_recover_rearms_it_and_reports_the
     assert_eq!(all.len(), n, "no slot reported twice: {again:?}");
     // A pass with nothing to do leaves nothing in the journal (systemd's own starting and
     // finished lines included), where the passes above left what they did.
-    let recover_log = || {
-        c.exec(&[
-            "journalctl",
-            "-u",
-            "jobguard-recover.service",
-            "--no-pager",
-            "-o",
-            "cat",
-        ])
-        .map(|o| text(&o))
-        .unwrap_or_default()
-    };
-    let before = recover_log();
+    let before = c.unit_log("jobguard-recover.service");
     recover_pass(&c);
-    let after = recover_log();
+    let after = c.unit_log("jobguard-recover.service");
     assert_eq!(after, before, "an idle pass logs nothing");
     assert!(
         !after.contains("Finished") && !after.contains("Deactivated"),

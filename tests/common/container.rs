@@ -986,6 +986,14 @@ impl Container {
             .to_string())
     }
 
+    /// Every message of `unit` and of the manager about it, as text (`journalctl -u UNIT
+    /// -o cat`); empty when the journal cannot be read.
+    pub fn unit_log(&self, unit: &str) -> String {
+        self.exec(&["journalctl", "-u", unit, "--no-pager", "-o", "cat"])
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+    }
+
     /// The journal entries (all boots) matching `matches` (`FIELD=value`, as for
     /// journalctl), oldest first.
     pub fn journal(&self, matches: &[&str]) -> Result<Vec<JournalEntry>> {
