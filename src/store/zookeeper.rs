@@ -268,11 +268,13 @@ fn system_roots() -> Result<Vec<u8>, String> {
 
 /// Why a TLS handshake with the server at `host_port` (`HOST:PORT`, `[V6]:PORT`) fails
 /// when its certificate is checked against `pem`, as the client checks it: an untrusted
-/// issuer, a name that does not match, no TLS at all. `None` when the handshake succeeds
-/// or the server cannot be reached (the client's own error says so).
+/// issuer, a name that does not match, no TLS at all. `None` when the handshake succeeds,
+/// the server cannot be reached or does not finish the handshake in time (the client's own
+/// error says so).
 fn tls_diagnosis(host_port: &str, pem: &str) -> Option<String> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, ServerName};
+    use std::io::ErrorKind;
     use std::net::ToSocketAddrs;
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(pem.as_bytes()).flatten() {
@@ -293,8 +295,14 @@ fn tls_diagnosis(host_port: &str, pem: &str) -> Option<String> {
     sock.set_read_timeout(Some(CONNECT_TIMEOUT)).ok()?;
     sock.set_write_timeout(Some(CONNECT_TIMEOUT)).ok()?;
     while conn.is_handshaking() {
-        if let Err(e) = conn.complete_io(&mut sock) {
-            return Some(e.to_string());
+        match conn.complete_io(&mut sock) {
+            // A server too slow to finish the handshake in time says nothing about TLS
+            // (a read past its timeout is `WouldBlock` on Linux).
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                return None;
+            }
+            Err(e) => return Some(e.to_string()),
+            Ok(_) => {}
         }
     }
     None
