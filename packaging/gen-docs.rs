@@ -1,7 +1,7 @@
 //! Writes the generated half of the packages' documentation from the clap definitions in
 //! `src/cli/mod.rs`: one man page per subcommand (`man1/jobguard-SUB.1`, clap_mangen) and
 //! the shell completions for bash, zsh and fish: clap_complete's registration scripts,
-//! which ask `jobguard` itself for the words (`COMPLETE=SHELL jobguard -- WORDS`), so that
+//! which ask `jobguard` itself for the words (`JOBGUARD_COMPLETE=SHELL jobguard -- WORDS`), so that
 //! job names are completed from the job list.
 //!
 //! Usage: `cargo run --example gen-docs -- OUT_DIR` (`scripts/package` runs it
@@ -65,7 +65,13 @@ fn generate(out: &Path) -> Result<(), String> {
     for (shell, file) in shells {
         let mut buf = Vec::new();
         shell
-            .write_registration("COMPLETE", "jobguard", "jobguard", "jobguard", &mut buf)
+            .write_registration(
+                jobguard::cli::COMPLETE_VAR,
+                "jobguard",
+                "jobguard",
+                "jobguard",
+                &mut buf,
+            )
             .map_err(|e| format!("cannot write the {} completions: {e}", shell.name()))?;
         if shell.name() == "zsh" {
             // zsh autoloads `_jobguard` from its fpath at the first completion: the file's

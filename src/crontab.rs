@@ -1142,15 +1142,24 @@ fn name_chars(text: &str, max: usize) -> String {
         .to_string()
 }
 
-/// Gives every job of an import its final name, the same whatever else the tables hold
-/// and in whatever order, since a name is the job's ledger key: a re-import of a table
-/// with lines added, removed or moved names the other lines' jobs as before.
+/// The longest name part [`name_jobs`] builds from a line's words (command and next
+/// word), so that a hash (`-xxxxxx`) and a number (`-NNNN`) still fit within
+/// [`crate::job::MAX_JOB_NAME_LEN`].
+const NAME_STEM_MAX: usize = crate::job::MAX_JOB_NAME_LEN - 7 - 5;
+
+/// Gives every job of an import its final name. A name is the job's ledger key, so it
+/// depends on its own line and on the lines that would share it, never on the place of
+/// the line or on other lines: a re-import with lines of other commands added, removed
+/// or moved names every job as before.
 ///
 /// A name is the command's ([`name_of`]), then the next telling word of the line when it
 /// has one ([`ImportedJob::qualifier`]): `backup-full` for `backup.sh --full`,
-/// `artisan-schedule-run` for `php artisan schedule:run`. Lines that still share a name
-/// get a hash of their schedule, user and command each (`backup-3fa2c1`). Identical
-/// lines (cron runs such a command twice a slot) are numbered: `sync`, `sync-2`, …
+/// `artisan-schedule-run` for `php artisan schedule:run`, at most [`NAME_STEM_MAX`]
+/// characters. Lines that share such a name get a hash each of what makes their job
+/// (schedule, user, command, environment, `MAILTO`, delay): `sync-3fa2c1`. A line added
+/// later that shares the name of an earlier one therefore renames it (`sync` becomes
+/// `sync-3fa2c1`). Identical lines (cron runs such a command twice a slot) are numbered,
+/// after every other name is given out: `sync`, `sync-2`, …
 pub fn name_jobs(tables: &mut [(String, Import)]) {
     use sha2::{Digest, Sha256};
     let mut jobs: Vec<&mut ImportedJob> = tables
@@ -1163,12 +1172,16 @@ pub fn name_jobs(tables: &mut [(String, Import)]) {
         .collect();
     let hash = |j: &ImportedJob| {
         let mut h = Sha256::new();
-        for part in j
-            .schedule
-            .iter()
-            .chain(j.user.iter())
-            .chain(j.command.iter())
-        {
+        let delay = j.randomized_delay_min.map(|m| m.to_string());
+        let mailto = j.mailto.as_ref().map(|m| format!("MAILTO={m}"));
+        let env = j.environment.iter().map(|(k, v)| format!("{k}={v}"));
+        let parts = (j.schedule.iter().cloned())
+            .chain(j.user.iter().cloned())
+            .chain(j.command.iter().cloned())
+            .chain(env)
+            .chain(mailto)
+            .chain(delay);
+        for part in parts {
             h.update(part.as_bytes());
             h.update([0]);
         }
@@ -1179,9 +1192,12 @@ pub fn name_jobs(tables: &mut [(String, Import)]) {
     };
     let mut wanted: Vec<String> = jobs
         .iter()
-        .map(|j| match &j.qualifier {
-            Some(q) => format!("{}-{q}", j.name),
-            None => j.name.clone(),
+        .map(|j| {
+            let stem = match &j.qualifier {
+                Some(q) => format!("{}-{q}", j.name),
+                None => j.name.clone(),
+            };
+            name_chars(&stem, NAME_STEM_MAX)
         })
         .collect();
     let mut groups: BTreeMap<String, Vec<usize>> = BTreeMap::new();
@@ -1196,10 +1212,23 @@ pub fn name_jobs(tables: &mut [(String, Import)]) {
             }
         }
     }
-    // The rest is numbering: identical lines, and a name another job already has.
+    // Numbering, for identical lines only, and only after every name that is one job's
+    // is given out: a number never takes another command's name.
+    let mut count: BTreeMap<&str, usize> = BTreeMap::new();
+    for name in &wanted {
+        *count.entry(name.as_str()).or_default() += 1;
+    }
     let mut taken = Names::default();
-    for (j, name) in jobs.iter_mut().zip(wanted) {
-        j.name = unique(name, &mut taken);
+    for name in wanted.iter().filter(|n| count[n.as_str()] == 1) {
+        taken.taken.insert(name.clone());
+    }
+    let single: Vec<bool> = wanted.iter().map(|n| count[n.as_str()] == 1).collect();
+    for ((j, name), single) in jobs.iter_mut().zip(wanted).zip(single) {
+        j.name = if single {
+            name
+        } else {
+            unique(name, &mut taken)
+        };
     }
 }
 
@@ -1682,6 +1711,34 @@ mod tests {
         for (line, name) in backwards.iter().zip(&again) {
             assert_eq!(name, by_line[line], "{line}");
         }
+    }
+
+    #[test]
+    fn a_number_never_takes_another_commands_name_and_every_name_fits() {
+        // Two identical lines of one command and a line of a command named like their
+        // number, in either order: `task-2` stays that command's.
+        let (dup, other) = ("0 1 * * * /usr/bin/task\n", "0 2 * * * /usr/bin/task-2\n");
+        let n = names(&format!("{dup}{dup}{other}"));
+        assert_eq!(n, ["task", "task-3", "task-2"]);
+        let n = names(&format!("{other}{dup}{dup}"));
+        assert_eq!(n, ["task-2", "task", "task-3"]);
+        // Lines that differ only in their variables are told apart by their hash.
+        let n = names("0 1 * * * /usr/bin/sync\nFOO=1\n0 1 * * * /usr/bin/sync\n");
+        assert!(
+            n[0].starts_with("sync-") && n[1].starts_with("sync-") && n[0] != n[1],
+            "{n:?}"
+        );
+        // The longest command and word, a hash and a number still make a job name.
+        let long = "/opt/company/bin/synchronize-customer-records-with-salesforce.py \
+                    --incremental-since-last-run";
+        let n = names(&format!(
+            "0 2 * * * {long}\n0 2 * * * {long}\n0 3 * * * {long}\n"
+        ));
+        assert_eq!(n.len(), 3);
+        for name in &n {
+            assert!(crate::job::is_valid_job_name(name), "{name}");
+        }
+        assert!(n[1].ends_with("-2"), "{n:?}");
     }
 
     #[test]

@@ -1502,12 +1502,12 @@ fn a_zone_that_counts_leap_seconds_is_refused() {
     assert_eq!(code, Some(0), "{text}");
 }
 
-/// bash, with the registration `COMPLETE=bash jobguard` prints (what the packages ship,
+/// bash, with the registration `JOBGUARD_COMPLETE=bash jobguard` prints (what the packages ship,
 /// packaging/gen-docs.rs), completes `WORDS` at their last word; one candidate per line.
 fn bash_completes(list: &Path, words: &[&str]) -> Vec<String> {
     let bin = Path::new(env!("CARGO_BIN_EXE_jobguard"));
     let script = format!(
-        "source <(COMPLETE=bash jobguard) || exit 9\n\
+        "source <(JOBGUARD_COMPLETE=bash jobguard) || exit 9\n\
          COMP_WORDS=({words}); COMP_CWORD={cword}; COMP_TYPE=9\n\
          _clap_complete_jobguard jobguard {current} {previous}\n\
          printf '%s\\n' \"${{COMPREPLY[@]}}\"\n",
@@ -1570,6 +1570,15 @@ fn the_shell_completes_job_names_from_the_job_list() {
     // Options and subcommands still come from the command line's definition.
     assert!(bash_completes(&list, &["jobguard", "status", "--w"]).contains(&"--wide".to_string()));
     assert!(bash_completes(&list, &["jobguard", "his"]).contains(&"history".to_string()));
+    // clap's own variable name does not take over a command: a `COMPLETE` that reached
+    // a job's service must not turn its run into printing a script.
+    let out = Command::new(env!("CARGO_BIN_EXE_jobguard"))
+        .args(["calendar", "daily"])
+        .env("COMPLETE", "bash")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("complete"));
     // A job list that cannot be read completes no name, and says nothing.
     let none = bash_completes(&d.path().join("missing.toml"), &["jobguard", "run", ""]);
     assert!(none.iter().all(|w| !w.contains("sync")), "{none:?}");

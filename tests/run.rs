@@ -713,10 +713,11 @@ fn the_commands_children_left_by_a_killed_shim_never_overlap_the_rerun() {
 #[test]
 fn status_fits_100_columns_and_wide_shows_every_detail() {
     let sb = Sandbox::new(&format!(
-        "{}{}{}",
+        "{}{}{}{}",
         job("nightly-backup01", "exit 3", ""),
         job("store-sync-daily", "sleep 20", ""),
         job("never-ran-report", "true", ""),
+        job("typo-in-its-keys", "true", "catch_up = \"al\""),
     ));
     assert_eq!(timer_run(&sb, "nightly-backup01").status.code(), Some(3));
     let mut running = sb
@@ -759,6 +760,10 @@ fn status_fits_100_columns_and_wide_shows_every_detail() {
     );
     assert!(
         row(&narrow, "never-ran-report").contains("never ran"),
+        "{narrow}"
+    );
+    assert!(
+        row(&narrow, "typo-in-its-keys").contains(" refused "),
         "{narrow}"
     );
     let host = nix::unistd::gethostname()

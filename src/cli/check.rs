@@ -4,8 +4,8 @@
 //!
 //! Then it checks each valid job against this host, as its run would meet it: the `user`
 //! exists, the `working_directory` is a directory, the command is an executable file
-//! (looked up in `PATH` when it has no `/`, as the run does), so is each script a shell
-//! command (`sh -c TEXT`) runs ([`shell_scripts`]), and the store address can
+//! (looked up in `PATH` when it has no `/`, as the run does), so is the script a shell
+//! command (`sh -c TEXT`) starts with ([`shell_script`]), and the store address can
 //! be read (`store_file`, `store_credential`) and is one this build can open (parameters,
 //! TLS files; nothing is connected to), and, as root, that the SQLite store, `store_file`,
 //! credential and TLS files are root's alone ([`crate::safe_path`]). Those problems are
@@ -224,9 +224,9 @@ pub fn host_problems(job: &Job, path: &str) -> Vec<(&'static str, String)> {
     {
         problems.push(("command", e));
     }
-    // The scripts a shell command (`sh -c TEXT`, what import-crontab writes for a line
+    // The script a shell command (`sh -c TEXT`, what import-crontab writes for a line
     // with shell syntax) runs: a cron line's script that is gone fails every slot.
-    for script in shell_scripts(&job.command) {
+    if let Some(script) = shell_script(&job.command) {
         let dir = match &script.dir {
             Some(d) => start.join(d),
             None => start.clone(),
@@ -333,14 +333,12 @@ pub fn host_warnings(job: &Job) -> Vec<(&'static str, String)> {
     warnings
 }
 
-/// Finds `program` as execvp(3) would: as given (relative to `start`) when it contains a
-/// `/`, else in each directory of `path`. It must be a regular file with an execute bit.
-/// A script that a shell command runs ([`shell_scripts`]).
+/// A script that a shell command runs ([`shell_script`]).
 #[derive(Debug, PartialEq, Eq)]
 pub struct ShellScript {
     /// The script's path as written (a word with a `/`).
     pub path: String,
-    /// The directory a `cd DIR` before it in the same text moved to, as written.
+    /// The absolute directory of a leading `cd DIR &&`.
     pub dir: Option<String>,
     /// Whether the shell runs it as a program (it must be executable), not as an
     /// interpreter's argument (`php /srv/app/artisan`: it must be a file).
@@ -354,24 +352,24 @@ const INTERPRETERS: &[&str] = &[
     "sh", "bash", "dash", "ksh", "zsh", "php", "python", "python3", "perl", "ruby", "node",
 ];
 
-/// The scripts `command` runs when it is a shell's `-c TEXT` (`/bin/sh -c`, `bash -c`, as
-/// import-crontab writes a cron line with shell syntax): in each simple command of TEXT
-/// (split at `;`, `&&`, `||`, `|`, `&` written as words, by POSIX shell quoting), after
-/// variable assignments and `exec`, a first word with a `/`, or the path after an
-/// interpreter of [`INTERPRETERS`]. A `cd DIR` before it in TEXT is followed, so
-/// `cd /srv/app && ./cleanup.sh` names `/srv/app/cleanup.sh`. Words the shell expands
-/// (`$`, `` ` ``, `*`, `~`) are left out, as is TEXT that does not split.
-pub fn shell_scripts(command: &[String]) -> Vec<ShellScript> {
+/// The script `command` runs first when it is a shell's `-c TEXT` (`/bin/sh -c`, `bash
+/// -c`, as import-crontab writes a cron line with shell syntax): the first simple command
+/// of TEXT (its words by POSIX shell quoting, up to the first `;`, `&&`, `||`, `|` or `&`),
+/// after variable assignments and `exec`: its first word when that has a `/`, or the path
+/// after an interpreter of [`INTERPRETERS`]. After a leading `cd /ABSOLUTE/DIR &&`, the
+/// next simple command's, in that directory (`cd /srv/app && ./cleanup.sh`). Nothing
+/// else is looked at: a script behind a guard (`test -x X && X`), in a subshell or a
+/// compound command, or a word the shell expands (`$`, `` ` ``, `*`, `~`) is no missing
+/// script that `check` can be sure of.
+pub fn shell_script(command: &[String]) -> Option<ShellScript> {
     let [shell, dash_c, text, ..] = command else {
-        return Vec::new();
+        return None;
     };
     let base = shell.rsplit('/').next().unwrap_or_default();
     if dash_c != "-c" || !["sh", "bash", "dash", "ksh", "zsh"].contains(&base) {
-        return Vec::new();
+        return None;
     }
-    let Some(split) = shlex::split(text) else {
-        return Vec::new();
-    };
+    let split = shlex::split(text)?;
     // `cd /srv/app; ./x`: a `;` that ends a word ends its command too.
     let mut words = Vec::new();
     for w in split {
@@ -380,41 +378,38 @@ pub fn shell_scripts(command: &[String]) -> Vec<ShellScript> {
             _ => words.push(w),
         }
     }
-    let expands = |w: &str| w.contains(['$', '`', '*', '?', '[', '~']);
-    let mut out = Vec::new();
-    let mut dir: Option<String> = None;
-    for simple in words.split(|w| [";", "&&", "||", "|", "&"].contains(&w.as_str())) {
-        let mut rest = simple
-            .iter()
-            .skip_while(|w| w.as_str() == "exec" || is_assignment(w));
-        let Some(first) = rest.next() else { continue };
-        let shell_text = simple.join(" ");
-        if first == "cd" {
-            dir = rest
-                .next()
-                .filter(|d| !expands(d) && !d.starts_with('-'))
-                .cloned();
-            continue;
-        }
-        let script = if first.contains('/') {
-            Some((first.clone(), true))
-        } else if INTERPRETERS.contains(&first.as_str()) {
-            rest.next()
-                .filter(|w| w.contains('/') && !w.starts_with('-'))
-                .map(|w| (w.clone(), false))
-        } else {
-            None
-        };
-        if let Some((path, executable)) = script.filter(|(p, _)| !expands(p)) {
-            out.push(ShellScript {
-                path,
-                dir: dir.clone(),
-                executable,
-                shell_text,
-            });
-        }
+    let expands = |w: &str| w.contains(['$', '`', '*', '?', '[', '~', '(', ')', '{', '}']);
+    let mut commands = words.split(|w| [";", "&&", "||", "|", "&"].contains(&w.as_str()));
+    let mut simple = commands.next()?;
+    let mut dir = None;
+    if let ["cd", d] = simple.iter().map(String::as_str).collect::<Vec<_>>()[..]
+        && d.starts_with('/')
+        && !expands(d)
+        && words.get(2).map(String::as_str) == Some("&&")
+    {
+        dir = Some(d.to_string());
+        simple = commands.next()?;
     }
-    out
+    let mut rest = simple
+        .iter()
+        .skip_while(|w| w.as_str() == "exec" || is_assignment(w));
+    let first = rest.next()?;
+    let (path, executable) = if first.contains('/') {
+        (first.clone(), true)
+    } else if INTERPRETERS.contains(&first.as_str()) {
+        let arg = rest
+            .next()
+            .filter(|w| w.contains('/') && !w.starts_with('-'))?;
+        (arg.clone(), false)
+    } else {
+        return None;
+    };
+    (!expands(&path)).then(|| ShellScript {
+        path,
+        dir,
+        executable,
+        shell_text: simple.join(" "),
+    })
 }
 
 /// `NAME=VALUE`, a variable assignment before a shell's simple command.
@@ -426,6 +421,8 @@ fn is_assignment(word: &str) -> bool {
     })
 }
 
+/// Finds `program` as execvp(3) would: as given (relative to `start`) when it contains a
+/// `/`, else in each directory of `path`. It must be a regular file with an execute bit.
 fn find_program(program: &str, start: &Path, path: &str) -> Result<PathBuf, String> {
     let executable = |p: &Path| {
         std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
@@ -451,38 +448,51 @@ mod tests {
     use crate::calendar::CalendarSpec;
     use crate::systemd_dbus::UnitState;
 
-    fn scripts(shell: &str, text: &str) -> Vec<(String, Option<String>, bool)> {
-        shell_scripts(&[shell.into(), "-c".into(), text.into()])
-            .into_iter()
+    fn script(shell: &str, text: &str) -> Option<(String, Option<String>, bool)> {
+        shell_script(&[shell.into(), "-c".into(), text.into()])
             .map(|s| (s.path, s.dir, s.executable))
-            .collect()
     }
 
     #[test]
-    fn the_scripts_a_shell_command_runs_are_found_in_its_text() {
-        let s = |p: &str, d: Option<&str>, x: bool| (p.to_string(), d.map(str::to_string), x);
+    fn the_script_a_shell_command_starts_with_is_found_and_nothing_it_may_guard() {
+        let s = |p: &str, d: Option<&str>, x: bool| Some((p.to_string(), d.map(str::to_string), x));
         assert_eq!(
-            scripts("/bin/sh", "/usr/local/bin/backup.sh --full >/dev/null 2>&1"),
-            [s("/usr/local/bin/backup.sh", None, true)]
+            script("/bin/sh", "/usr/local/bin/backup.sh --full >/dev/null 2>&1"),
+            s("/usr/local/bin/backup.sh", None, true)
         );
         assert_eq!(
-            scripts(
+            script(
                 "/bin/bash",
                 "cd /srv/app && ./cleanup.sh; php /srv/app/artisan run"
             ),
-            [
-                s("./cleanup.sh", Some("/srv/app"), true),
-                s("/srv/app/artisan", Some("/srv/app"), false)
-            ]
+            s("./cleanup.sh", Some("/srv/app"), true)
         );
         assert_eq!(
-            scripts("/bin/sh", "LANG=C exec /opt/x/run 'a && b' || echo failed"),
-            [s("/opt/x/run", None, true)]
+            script(
+                "/bin/sh",
+                "LANG=C exec php /srv/app/artisan 'a && b' || echo failed"
+            ),
+            s("/srv/app/artisan", None, false)
         );
-        // What the shell expands, what is no path, and what is no shell's -c: nothing.
-        assert!(scripts("/bin/sh", "$HOME/bin/x; ~/y; test -f /etc/z && true").is_empty());
-        assert!(scripts("/usr/bin/env", "/usr/local/bin/backup.sh").is_empty());
-        assert!(scripts("/bin/sh", "echo 'unbalanced").is_empty());
+        // Guards, subshells, directories it cannot know, quoted operators, expansions,
+        // and what is no shell's -c: nothing (a false alarm fails `check`).
+        for text in [
+            "test -x /etc/cron.daily/popularity-contest && /etc/cron.daily/popularity-contest --crond",
+            "[ -x /usr/lib/php/sessionclean ] && /usr/lib/php/sessionclean",
+            "grep -v '|' /var/log/syslog | mail -s x root",
+            "(cd /srv/app && ./run.sh)",
+            "{ cd /srv/app; ./run.sh; }",
+            "cd $APP && ./run.sh",
+            "cd ~/app && ./run.sh",
+            "cd app && ./run.sh",
+            "cd /srv/app; ./run.sh",
+            "printf %s 'x' | { cd /srv/app && ./run.sh\n}",
+            "$HOME/bin/x",
+            "echo 'unbalanced",
+        ] {
+            assert_eq!(script("/bin/sh", text), None, "{text}");
+        }
+        assert_eq!(script("/usr/bin/env", "/usr/local/bin/backup.sh"), None);
     }
 
     fn job() -> Job {

@@ -530,6 +530,10 @@ pub fn open_store(url: &str) -> Result<Box<dyn crate::store::Store>, u8> {
     })
 }
 
+/// The environment variable that asks `jobguard` for shell completions (clap_complete's
+/// `CompleteEnv::var`); the registration scripts of `packaging/gen-docs.rs` set it.
+pub const COMPLETE_VAR: &str = "JOBGUARD_COMPLETE";
+
 /// Shell completion of a job name (`jobguard history <TAB>`): the jobs of the job list
 /// (`JOBGUARD_CONFIG`, else `/etc/jobguard/jobs.toml` and `jobs.d`) whose names start with
 /// the word typed so far; none when the list cannot be read. A `--config` on the line
@@ -548,10 +552,14 @@ fn complete_job(current: &std::ffi::OsStr) -> Vec<CompletionCandidate> {
 
 /// Entry point of the `jobguard` binary.
 pub fn main() -> ExitCode {
-    // `COMPLETE=bash jobguard` prints the shell's registration, and the shell's calls of
-    // it (`COMPLETE=bash jobguard -- WORDS`) the completions (clap_complete's protocol);
-    // without `COMPLETE` this returns at once.
-    clap_complete::CompleteEnv::with_factory(Cli::command).complete();
+    // `JOBGUARD_COMPLETE=bash jobguard` prints the shell's registration, and the shell's
+    // calls of it (`JOBGUARD_COMPLETE=bash jobguard -- WORDS`) the completions
+    // (clap_complete's protocol); without the variable this returns at once. A name of
+    // jobguard's own, not clap's `COMPLETE`: a `COMPLETE` that reached a job's service or
+    // a `jobguard run` would turn the run into printing a script.
+    clap_complete::CompleteEnv::with_factory(Cli::command)
+        .var(COMPLETE_VAR)
+        .complete();
     let cli = Cli::parse();
     let status = match cli.command {
         Command::Run(a) => run::run(&a),

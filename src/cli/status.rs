@@ -160,8 +160,9 @@ fn narrow_of(mut wide: Vec<String>) -> Vec<String> {
 /// the job runs (on any host; `holder gone` when its holder is), else the timer's state
 /// when systemd was read: `waiting`, `not waiting` (active without a next elapse and not
 /// running its service), `timer STATE` when it is not active, or its load state
-/// (`not-found`, `bad-setting`, `masked`); `?` without systemd. A paused job's starts
-/// with `paused`.
+/// (`not-found`, `bad-setting`, `masked`); `?` without systemd. A paused job's is
+/// `paused`, `paused, running` or `paused, holder gone`. (A job whose store cannot be
+/// read is `store unreadable`, a refused one `refused`.)
 fn short_state(
     job: &Job,
     units: Option<&JobUnits>,
@@ -190,10 +191,12 @@ fn short_state(
     };
     if job.enabled {
         state
-    } else if state == "waiting" || state.starts_with("timer ") || state == "not waiting" {
-        "paused".to_string()
+    } else if state.starts_with("running") {
+        "paused, running".to_string()
+    } else if state == "holder gone" {
+        "paused, holder gone".to_string()
     } else {
-        format!("paused, {state}")
+        "paused".to_string()
     }
 }
 
@@ -386,6 +389,12 @@ fn unreadable_rows(job: &Job, now_usec: i64) -> (Vec<String>, Vec<String>) {
     let wide = unreadable_row(job, next.map(format_usec));
     let mut narrow = narrow_of(wide.clone());
     narrow[2] = next.map_or_else(|| "-".into(), |n| view::short_time(n, now_usec));
+    narrow[3] = if job.enabled {
+        "store unreadable"
+    } else {
+        "paused, store unreadable"
+    }
+    .into();
     (narrow, wide)
 }
 
@@ -440,6 +449,13 @@ fn refused_row(name: &str) -> Vec<String> {
         "?".into(),
         "1".into(),
     ]
+}
+
+/// The narrow row of a refused job: why is below the table.
+fn refused_narrow(name: &str) -> Vec<String> {
+    let mut row = narrow_of(refused_row(name));
+    row[3] = "refused".into();
+    row
 }
 
 /// The JSON of a job whose store could not be read: listed as in the table, with what
@@ -571,7 +587,7 @@ pub fn run(args: &StatusArgs) -> u8 {
             .filter(|e| e.job.as_ref() == Some(&name))
             .map(|e| e.to_string())
             .collect();
-        rows.push((narrow_of(refused_row(&name)), refused_row(&name)));
+        rows.push((refused_narrow(&name), refused_row(&name)));
         jobs_json.push(json!({
             "job": name,
             "refused": why.join("; "),
