@@ -63,8 +63,12 @@ fn start_running(c: &Container, job: &str) {
 /// store would write as it fires the job, last seen at `seen_at` (an SQL expression, µs
 /// since the epoch), with a horizon of two days.
 fn declare_other_host(c: &Container, seen_at: &str) {
+    // Waits for the lock of a recover pass that writes the store meanwhile, as jobguard's
+    // own connections do ("database is locked" otherwise, seen in CI).
     c.exec_ok(&[
         "sqlite3",
+        "-cmd",
+        ".timeout 10000",
         "/var/lib/jobguard/jobguard.db",
         &format!(
             "CREATE TABLE IF NOT EXISTS jobguard_schedule (job TEXT PRIMARY KEY, \
