@@ -1204,11 +1204,12 @@ pub fn name_jobs(tables: &mut [(String, Import)]) {
     for (i, name) in wanted.iter().enumerate() {
         groups.entry(name.clone()).or_default().push(i);
     }
+    let hashes: Vec<String> = jobs.iter().map(|j| hash(j)).collect();
     for (name, members) in &groups {
-        let hashes: BTreeSet<String> = members.iter().map(|&i| hash(jobs[i])).collect();
-        if hashes.len() > 1 {
+        let distinct: BTreeSet<&str> = members.iter().map(|&i| hashes[i].as_str()).collect();
+        if distinct.len() > 1 {
             for &i in members {
-                wanted[i] = format!("{name}-{}", hash(jobs[i]));
+                wanted[i] = format!("{name}-{}", hashes[i]);
             }
         }
     }
@@ -1218,11 +1219,11 @@ pub fn name_jobs(tables: &mut [(String, Import)]) {
     for name in &wanted {
         *count.entry(name.as_str()).or_default() += 1;
     }
+    let single: Vec<bool> = wanted.iter().map(|n| count[n.as_str()] == 1).collect();
     let mut taken = Names::default();
-    for name in wanted.iter().filter(|n| count[n.as_str()] == 1) {
+    for (name, _) in wanted.iter().zip(&single).filter(|(_, one)| **one) {
         taken.taken.insert(name.clone());
     }
-    let single: Vec<bool> = wanted.iter().map(|n| count[n.as_str()] == 1).collect();
     for ((j, name), single) in jobs.iter_mut().zip(wanted).zip(single) {
         j.name = if single {
             name
