@@ -97,6 +97,9 @@ pub enum FindingKind {
     Missed,
     /// An elapse a catch-up claim passed over on purpose (informational).
     PassedOver,
+    /// An elapse with no record inside a window the job was paused across the fleet
+    /// ([`crate::pause`]; informational).
+    Paused,
     /// A slot not done whose latest attempt waits for a person.
     Held,
     /// A slot not done whose latest attempt failed.
@@ -116,6 +119,7 @@ impl FindingKind {
             FindingKind::OrphanRunning => "orphan_running",
             FindingKind::Missed => "missed",
             FindingKind::PassedOver => "passed_over",
+            FindingKind::Paused => "paused",
             FindingKind::Held => "held",
             FindingKind::Failed => "failed",
             FindingKind::Queued => "queued",
@@ -152,9 +156,10 @@ impl Finding {
 }
 
 /// Whether a finding needs a person: everything but [`FindingKind::PassedOver`], which a
-/// catch-up policy decided. The exit status of `audit` and `status` follows it.
+/// catch-up policy decided, and [`FindingKind::Paused`], which a person decided. The exit
+/// status of `audit` and `status` follows it.
 pub fn needs_attention(f: &Finding) -> bool {
-    f.kind != FindingKind::PassedOver
+    !matches!(f.kind, FindingKind::PassedOver | FindingKind::Paused)
 }
 
 /// The findings `jobguard status` shows: held, failed and queued slots, running records
@@ -188,7 +193,7 @@ pub fn job_needs_attention(findings: &[Finding], timer_idle: Option<bool>) -> bo
 }
 
 /// The bounds of a check. All moments are µs since the epoch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Scope {
     /// Only slots at or after this (`--since`); `None`: from the job's first record.
     pub since: Option<i64>,
@@ -208,6 +213,10 @@ pub struct Scope {
     /// older slot may exist that the caller did not read ([`read_back_to`]); `None`: the
     /// caller read every record of the job in the window (`audit`).
     pub missed_after: Option<i64>,
+    /// The job's pause windows, `[since, until)` µs since the epoch
+    /// ([`crate::pause::Pauses::spans`]): an elapse in one with no record is paused, not
+    /// missed nor passed over.
+    pub paused: Vec<(i64, i64)>,
 }
 
 /// The slot (µs since the epoch) after which `newest_first`, a job's newest records by
@@ -254,6 +263,7 @@ pub fn recent_scope(job: &Job, now: i64, boot: i64, read_back_to: Option<i64>) -
         grace: i64::try_from(grace(job).as_micros()).unwrap_or(i64::MAX),
         kept_since: retention_bound(job, now),
         missed_after: read_back_to,
+        paused: Vec::new(),
     }
 }
 
@@ -513,7 +523,7 @@ fn slots(
         // A gap a catch-up passed over is listed as such, whoever made its records.
         let whole = b.saturating_sub(1).min(scope.until);
         if lo <= whole && decisions.iter().any(|(d, s, _)| *d < lo && whole < *s) {
-            judge(cal, lo, whole, &decisions, &mut budget, out);
+            judge(cal, lo, whole, &decisions, &scope.paused, &mut budget, out);
             continue;
         }
         let hi = b.saturating_sub(1).min(to);
@@ -522,7 +532,7 @@ fn slots(
         }
         let lo = lo.max(gaps_from).max(history_since.saturating_add(1));
         if lo <= hi {
-            judge(cal, lo, hi, &decisions, &mut budget, out);
+            judge(cal, lo, hi, &decisions, &scope.paused, &mut budget, out);
         }
     }
     // After the newest record: what ran since then would be recorded after it, or at a
@@ -534,7 +544,7 @@ fn slots(
         .any(|(&slot, _)| live(slot));
     let lo = newest.saturating_add(1).max(since);
     if due && lo <= to && !live(newest) && !ahead_live {
-        judge(cal, lo, to, &decisions, &mut budget, out);
+        judge(cal, lo, to, &decisions, &scope.paused, &mut budget, out);
     }
     if let Some(last) = budget.truncated {
         out.push(Finding {
@@ -599,6 +609,7 @@ fn judge(
     lo: i64,
     hi: i64,
     decisions: &[(i64, i64, &str)],
+    paused: &[(i64, i64)],
     budget: &mut Budget,
     out: &mut Vec<Finding>,
 ) {
@@ -610,7 +621,7 @@ fn judge(
         out.extend(
             elapses
                 .into_iter()
-                .map(|e| passed_over(e, after, slot, run)),
+                .map(|e| pause_of(e, paused).unwrap_or_else(|| passed_over(e, after, slot, run))),
         );
         return;
     }
@@ -623,6 +634,10 @@ fn judge(
         budget.truncated = elapses.last().copied().or(Some(lo));
     }
     for e in elapses {
+        if let Some(f) = pause_of(e, paused) {
+            out.push(f);
+            continue;
+        }
         if let Some(&(after, slot, run)) = decisions.iter().find(|(a, s, _)| *a < e && e < *s) {
             out.push(passed_over(e, after, slot, run));
             continue;
@@ -637,6 +652,25 @@ fn judge(
             ),
         });
     }
+}
+
+/// The finding of elapse `e` when it lies in one of the `paused` windows.
+fn pause_of(e: i64, paused: &[(i64, i64)]) -> Option<Finding> {
+    let &(since, until) = paused.iter().find(|(s, u)| *s <= e && e < *u)?;
+    let until = if until == i64::MAX {
+        "until resumed".to_string()
+    } else {
+        format!("until {}", format_usec(until))
+    };
+    Some(Finding {
+        kind: FindingKind::Paused,
+        slot: e,
+        runs: Vec::new(),
+        detail: format!(
+            "elapsed while the job was paused (jobguard pause) from {} {until}",
+            format_usec(since)
+        ),
+    })
 }
 
 fn passed_over(e: i64, after: i64, slot: i64, run: &str) -> Finding {
@@ -732,6 +766,7 @@ mod tests {
             grace: 90_000_000,
             kept_since: None,
             missed_after: None,
+            paused: Vec::new(),
         }
     }
 
@@ -810,6 +845,46 @@ mod tests {
         // Long after the boot, the same.
         let f = audit_job(&runs, Some(&cal()), &BTreeSet::new(), &scope(60));
         assert_eq!(f.len(), 10, "{f:?}");
+    }
+
+    #[test]
+    fn elapses_in_a_pause_window_are_paused_not_missed_nor_passed_over_and_need_no_one() {
+        // Paused over minutes [52, 56): of the gap 50..=59 before the catch-up at 60, four
+        // are paused and six passed over; with no catch-up decision, four paused and six
+        // missed. After the newest record, an open window pauses every elapse.
+        let mut s = scope(60);
+        s.paused = vec![(T0 + 52 * MIN, T0 + 56 * MIN)];
+        let f = audit_job(&caught_up_at_60(), Some(&cal()), &BTreeSet::new(), &s);
+        let want = |other: &'static str| {
+            (50..60)
+                .map(|m| {
+                    (
+                        if (52..56).contains(&m) {
+                            "paused"
+                        } else {
+                            other
+                        },
+                        m,
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(kinds(&f), want("passed_over"));
+        assert!(!f.iter().any(needs_attention), "{f:?}");
+        let mut runs = clean(50);
+        runs.push(run("r60", 60, Outcome::Succeeded, 51));
+        let mut s = scope(62);
+        s.paused = vec![(T0 + 52 * MIN, T0 + 56 * MIN)];
+        let f = audit_job(&runs, Some(&cal()), &BTreeSet::new(), &s);
+        assert_eq!(kinds(&f), want("missed"));
+        let mut s = scope(105);
+        s.paused = vec![(T0 + 90 * MIN, i64::MAX)];
+        let f = audit_job(&clean(100), Some(&cal()), &BTreeSet::new(), &s);
+        assert_eq!(
+            kinds(&f),
+            (100..104).map(|m| ("paused", m)).collect::<Vec<_>>()
+        );
+        assert!(status_findings(&clean(100), Some(&cal()), &BTreeSet::new(), &s).is_empty());
     }
 
     #[test]

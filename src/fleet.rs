@@ -370,7 +370,8 @@ pub fn unarmed_jobs(
 pub fn judge(raw: Vec<(String, String)>, declared: &[ScheduleDecl], now: i64) -> Fleet {
     let mut unreadable = Vec::new();
     let mut beats: Vec<(String, Beat)> = Vec::new();
-    for (key, text) in raw {
+    // A job's pause windows share the fleet records' keyspace (crate::pause).
+    for (key, text) in raw.into_iter().filter(|(k, _)| !crate::pause::is_key(k)) {
         match Beat::from_json(&key, &text) {
             Ok(b) => beats.push((key, b)),
             Err(e) => unreadable.push(e),
@@ -581,5 +582,17 @@ mod tests {
         let b = beat("b", "m2", "b", T0, now);
         let f = judge(raw(&[b]), &[decl(now - MIN)], now);
         assert_eq!(unarmed(&f).len(), 1, "{f:?}");
+    }
+
+    #[test]
+    fn a_jobs_pause_windows_are_no_host_and_no_unreadable_heartbeat() {
+        let mut r = raw(&[beat("a", "m1", "b", T0, T0)]);
+        r.push((
+            crate::pause::key("sync"),
+            r#"{"windows":[{"since":1,"until":null,"by":"root@a"}]}"#.into(),
+        ));
+        let f = judge(r, &[], T0 + MIN);
+        assert_eq!(f.hosts.len(), 1, "{f:?}");
+        assert!(f.unreadable.is_empty(), "{f:?}");
     }
 }

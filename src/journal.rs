@@ -41,6 +41,9 @@ pub enum Kind {
     SkippedScheduleDiffers,
     /// Skipped: the store could not be reached (`on_store_unavailable = "skip"`).
     SkippedStoreUnavailable,
+    /// Skipped: the slot lies in a window the job is paused across the fleet
+    /// ([`crate::pause`]).
+    SkippedPaused,
     /// The command exited 0.
     Finished,
     /// The command failed (non-zero, signal, timeout, could not start).
@@ -75,7 +78,8 @@ impl Kind {
             | Kind::SkippedLeaseHeld
             | Kind::SkippedOutOfOrder
             | Kind::SkippedScheduleDiffers
-            | Kind::SkippedStoreUnavailable => "skip",
+            | Kind::SkippedStoreUnavailable
+            | Kind::SkippedPaused => "skip",
             Kind::ClockSkew => "clock-skew",
             Kind::Finished | Kind::Failed => "finish",
             Kind::Interrupted => "interrupted",
@@ -100,6 +104,7 @@ impl Kind {
             Kind::ClockSkew => "320502f7a8c647ad8401ed61ec6e9466",
             Kind::SkippedOutOfOrder => "659e35ec95284ab8a34cf1f5e99c6772",
             Kind::SkippedScheduleDiffers => "8aa591b865fb4e6c995b95e505e44440",
+            Kind::SkippedPaused => "8f798a822bfb446699254fe6d5d8351c",
             Kind::Finished => "9fb9749e319e40488204b6f156681d66",
             Kind::Failed => "70cff139d72b466dbe7c37818c4b50ba",
             Kind::Interrupted => "690bc128ba2840dcae86cd7463875f5e",

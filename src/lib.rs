@@ -39,6 +39,7 @@ pub mod logind;
 pub mod mark;
 pub mod metrics;
 pub mod paths;
+pub mod pause;
 pub mod recover;
 pub mod render;
 pub mod retention;

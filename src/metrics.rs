@@ -25,7 +25,9 @@
 //!   machine with this machine id (`jobguard_machine_id_shared`,
 //!   [`crate::identity::Installation::twin`]). systemd's timers are not read here,
 //!   so a timer that is not waiting counts only in `jobguard status`;
-//! - the lease is the store's lease row, listed while unexpired by the store's clock.
+//! - the lease is the store's lease row, listed while unexpired by the store's clock;
+//! - `jobguard_paused` is 1 while the job is paused across the fleet ([`crate::pause`]);
+//!   elapses in its pause windows are not missed.
 //!
 //! A job whose store cannot be opened or read is still listed: `jobguard_store_up` 0 and
 //! its schedule interval, nothing from the ledger. Collecting ([`collect`]) does the
@@ -99,6 +101,8 @@ pub struct LedgerMetrics {
     /// Recent records that prove another machine with this machine id
     /// ([`crate::identity::Installation::twin`]).
     pub machine_id_shared: usize,
+    /// The job is paused across the fleet now ([`crate::pause`]).
+    pub paused: bool,
 }
 
 /// Every job's metrics and what could not be read.
@@ -160,7 +164,14 @@ pub fn read_job(
     let lease = store.lease(&job.name)?;
     let store_now = store.now()?;
     let orphans = crate::cli::audit::orphans(store, &recent)?;
-    let scope = audit::recent_scope(job, now, boot, read_back_to);
+    let mut scope = audit::recent_scope(job, now, boot, read_back_to);
+    // Elapses in a pause window are paused, not missed.
+    let pauses = if job.enabled {
+        crate::pause::read(store, &job.name)?
+    } else {
+        crate::pause::Pauses::default()
+    };
+    scope.paused = pauses.spans();
     // A paused job expects no slot: none of its slots is missed (as in `status`).
     let mut findings = audit::status_findings(
         &recent,
@@ -198,6 +209,7 @@ pub fn read_job(
             .map(|l| (l.host, l.expire_at)),
         needs_attention: audit::job_needs_attention(&findings, None) || twins > 0,
         machine_id_shared: twins,
+        paused: pauses.covering(now).is_some(),
     })
 }
 
@@ -575,6 +587,15 @@ pub fn render(collected: &Collected) -> String {
     );
     for (job, l) in ledgers() {
         f.sample(&[("job", job)], l.machine_id_shared as f64);
+    }
+    let mut f = family(
+        &mut out,
+        "jobguard_paused",
+        "gauge",
+        "1 while the job is paused across the fleet (jobguard pause), else 0: its slots are skipped on every host and none is missed.",
+    );
+    for (job, l) in ledgers() {
+        f.sample(&[("job", job)], f64::from(u8::from(l.paused)));
     }
     out
 }

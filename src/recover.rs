@@ -859,7 +859,8 @@ pub fn missed_slots(
         RECENT,
         crate::store::rules::duration_usec(job.clock_tolerance),
     );
-    let scope = audit::recent_scope(job, now, boot, back);
+    let mut scope = audit::recent_scope(job, now, boot, back);
+    scope.paused = crate::pause::read(store, &job.name)?.spans();
     let mut findings = audit::audit_job(&recent, Some(&job.calendar), &BTreeSet::new(), &scope);
     crate::cli::audit::confirm_missed(store, &job.name, &mut findings)?;
     Ok(findings

@@ -1076,3 +1076,111 @@ fn a_job_defined_twice_makes_audit_and_status_fail() {
         stderr(&out)
     );
 }
+
+/// A daily job paused across the fleet for five days, as a history written with the real
+/// binary and a moved clock: the slots in the window are skipped (the command's own
+/// record shows none of them ran), listed as paused by `audit`, not missed by `status` or
+/// counted by `metrics`; the slot the day before the pause began is still missed until a
+/// catch-up (`catch_up = "all"`) runs it and every other slot outside the window, and
+/// none inside. Pausing again with no end shows in `status` and `metrics`; a person's
+/// forced run still runs; `resume` ends it.
+#[test]
+fn sqlite_slots_in_a_pause_window_are_skipped_and_listed_as_paused_never_missed() {
+    let sb = Sandbox::new(&format!(
+        "{}catch_up = \"all\"\n",
+        job(
+            "daily",
+            "echo \"$JOBGUARD_SLOT\" >> \"@DIR@/out\"",
+            &Backend::Sqlite
+        )
+    ));
+    let d = today();
+    let at = |days: i64| format_usec(d - days * DAY);
+    for back in ["-12d", "-11d"] {
+        let out = faked(&sb, back, &["run", "daily"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    // Paused ten days ago, after that day's slot, until an hour after the slot 5 days ago.
+    let until = format_usec(d - 5 * DAY + 3_600_000_000);
+    let out = faked(
+        &sb,
+        "-10d",
+        &["pause", "daily", "--until", &until, "--reason", "migration"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains(&until), "{}", stdout(&out));
+    // A firing in the window is skipped, saying who paused it and why.
+    let out = faked(&sb, "-7d", &["run", "daily"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("paused") && stderr(&out).contains("migration"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(sb.lines("out"), 2, "nothing ran in the window");
+    // Before the catch-up: 10 days ago and the last five are missed, the five in the
+    // window are paused, and only the missed ones need a person.
+    let (out, v) = audit(&sb, &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let f = findings(&v, "daily");
+    let paused: Vec<String> = (5..=9).rev().map(at).collect();
+    assert_eq!(of_kind(&f, "paused"), paused, "{f:?}");
+    let mut missed = vec![at(10)];
+    missed.extend((0..=4).rev().map(at));
+    assert_eq!(of_kind(&f, "missed"), missed, "{f:?}");
+    assert_eq!(v["attention"], 6, "{v}");
+    let (_, sv) = status_json(&sb);
+    assert_eq!(sv["jobs"][0]["missed"].as_array().unwrap().len(), 6, "{sv}");
+    assert!(sv["jobs"][0]["fleet_pause"].is_null(), "{sv}");
+    let metrics = stdout(&sb.run(&["metrics"]));
+    assert!(
+        metrics.contains("jobguard_missed_slots{job=\"daily\"} 6"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("jobguard_paused{job=\"daily\"} 0"),
+        "{metrics}"
+    );
+
+    // The catch-up runs every slot since the newest record but the paused ones.
+    let out = sb.run(&["run", "daily"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let ran: Vec<String> = std::fs::read_to_string(sb.file("out"))
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let mut want = vec![at(12), at(11)];
+    want.extend(missed.iter().cloned());
+    assert_eq!(ran, want);
+    let (out, v) = audit(&sb, &[]);
+    assert_eq!(out.status.code(), Some(0), "{v}");
+    assert_eq!(of_kind(&findings(&v, "daily"), "paused"), paused, "{v}");
+    let (st, _) = status_json(&sb);
+    assert_eq!(st.status.code(), Some(0), "{}", stderr(&st));
+
+    // Paused again with no end: status and metrics say so; a forced run still runs.
+    let out = sb.run(&["pause", "daily"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (st, sv) = status_json(&sb);
+    assert_eq!(st.status.code(), Some(0), "{}", stderr(&st));
+    assert!(sv["jobs"][0]["fleet_pause"]["until"].is_null(), "{sv}");
+    assert!(sv["jobs"][0]["next_elapse"].is_null(), "{sv}");
+    let table = stdout(&sb.run(&["status"]));
+    assert!(table.contains(" paused "), "{table}");
+    let metrics = stdout(&sb.run(&["metrics"]));
+    assert!(
+        metrics.contains("jobguard_paused{job=\"daily\"} 1"),
+        "{metrics}"
+    );
+    let out = sb.run(&["run", "daily", "--slot", &at(0), "--force"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(sb.lines("out"), want.len() + 1);
+    let out = sb.run(&["resume", "daily"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (_, sv) = status_json(&sb);
+    assert!(sv["jobs"][0]["fleet_pause"].is_null(), "{sv}");
+    // An end that has passed is refused.
+    let out = sb.run(&["pause", "daily", "--until", "-1h"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}

@@ -497,6 +497,7 @@ fn all_kinds() -> Vec<jobguard::journal::Kind> {
         Kind::SkippedOutOfOrder,
         Kind::SkippedScheduleDiffers,
         Kind::SkippedStoreUnavailable,
+        Kind::SkippedPaused,
         Kind::Finished,
         Kind::Failed,
         Kind::Interrupted,
@@ -518,6 +519,7 @@ fn all_kinds() -> Vec<jobguard::journal::Kind> {
             | Kind::SkippedOutOfOrder
             | Kind::SkippedScheduleDiffers
             | Kind::SkippedStoreUnavailable
+            | Kind::SkippedPaused
             | Kind::Finished
             | Kind::Failed
             | Kind::Interrupted

@@ -905,7 +905,8 @@ fn two_hosts_with_broken_job_lists_are_seen_and_alerted_from_either() {
              [metrics]\ntextfile = \"/var/lib/jobguard-test/jobguard.prom\"\n\n\
              [jobs.sync]\nschedule = \"*-01-01 00:00:00 UTC\"\ncommand = [\"true\"]\n\n\
              [jobs.nightly]\nschedule = \"*-*-* 03:00:00 UTC\"\ncommand = [\"true\"]\n{typo}\n\n\
-             [jobs.report]\nschedule = \"*-*-* 04:00:00 UTC\"\ncommand = [\"true\"]\n"
+             [jobs.report]\nschedule = \"*-*-* 04:00:00 UTC\"\ncommand = [\"true\"]\n\n\
+             [jobs.beat]\nschedule = \"*:*:00/10\"\ncommand = [\"/bin/sh\", \"-c\", \"mkdir -p {BEATS} && echo $JOBGUARD_SLOT >> {BEATS}/slots\"]\n"
         )
     };
     let copy = "[jobs.report]\nschedule = \"hourly\"\ncommand = [\"true\"]\nstore_file = \"/etc/jobguard/store.url\"\n";
@@ -1037,5 +1038,114 @@ fn two_hosts_with_broken_job_lists_are_seen_and_alerted_from_either() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    a_paused_job_is_paused_on_both(&hosts);
     drop(proxies);
+}
+
+/// Where the job `beat` of [`two_hosts_with_broken_job_lists_are_seen_and_alerted_from_either`]
+/// writes each slot it ran, on its host.
+const BEATS: &str = "/var/lib/jobguard-beat";
+
+/// The slots `beat` ran on `c` (its own record, ground truth apart from the ledger), µs.
+fn beats_ran(c: &Container) -> Vec<i64> {
+    c.exec(&["cat", &format!("{BEATS}/slots")])
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse::<jiff::Timestamp>().ok())
+        .map(|t| t.as_microsecond())
+        .collect()
+}
+
+/// `jobguard pause beat` on the first host pauses it on both: both show it paused, both
+/// skip its slots (every 10 s) while it is, neither runs one in the window; `jobguard
+/// resume beat` on the second ends it for both, and a slot after it runs once.
+fn a_paused_job_is_paused_on_both(hosts: &[Container]) {
+    let out = hosts[0]
+        .exec(&["jobguard", "pause", "beat", "--reason", "fleet test"])
+        .expect("jobguard pause");
+    assert!(out.status.success(), "{}", text(&out));
+    let mut since = 0;
+    for c in hosts {
+        let out = c.exec(&["jobguard", "status", "--json"]).expect("status");
+        let v: Value = serde_json::from_slice(&out.stdout).expect("status json");
+        let beat = v["jobs"]
+            .as_array()
+            .and_then(|j| j.iter().find(|j| j["job"] == "beat"))
+            .cloned()
+            .unwrap_or_else(|| panic!("beat on {}: {v}", c.name()));
+        let pause = &beat["fleet_pause"];
+        assert_eq!(pause["reason"], "fleet test", "on {}: {beat}", c.name());
+        assert!(pause["until"].is_null(), "{beat}");
+        since = pause["since"]
+            .as_str()
+            .and_then(|s| s.parse::<jiff::Timestamp>().ok())
+            .expect("since")
+            .as_microsecond();
+        let table = text(&c.exec(&["jobguard", "status"]).expect("status"));
+        let row = table.lines().find(|l| l.starts_with("beat ")).unwrap_or("");
+        assert!(row.contains(" paused "), "on {}: {table}", c.name());
+    }
+    // Both hosts' timers fire in the window (a slot at least 1 s after the pause began,
+    // so that no start of the slot before it is still under way) and skip.
+    let paused_skip = |c: &Container| {
+        c.journal(&["JOBGUARD_JOB=beat", "JOBGUARD_REASON=paused"])
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|e| e.get("JOBGUARD_SLOT"))
+            .filter_map(|s| s.parse::<jiff::Timestamp>().ok())
+            .any(|t| t.as_microsecond() >= since + 1_000_000)
+    };
+    for c in hosts {
+        let skipped = (0..40).any(|_| {
+            std::thread::sleep(Duration::from_secs(1));
+            paused_skip(c)
+        });
+        assert!(
+            skipped,
+            "no paused skip on {}: {}",
+            c.name(),
+            c.unit_log("jobguard@beat.service")
+        );
+    }
+    let out = hosts[1]
+        .exec(&["jobguard", "resume", "beat"])
+        .expect("jobguard resume");
+    assert!(out.status.success(), "{}", text(&out));
+    let until = hosts[1]
+        .exec(&["date", "+%s%6N"])
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .trim()
+                .parse::<i64>()
+                .ok()
+        })
+        .expect("date");
+    // A slot after the resume runs on one of them.
+    let ran_after = || {
+        hosts
+            .iter()
+            .flat_map(beats_ran)
+            .any(|s| s > until + 1_000_000)
+    };
+    assert!(
+        (0..40).any(|_| {
+            std::thread::sleep(Duration::from_secs(1));
+            ran_after()
+        }),
+        "nothing ran after the resume: {}",
+        hosts[0].unit_log("jobguard@beat.service")
+    );
+    let mut all: Vec<i64> = hosts.iter().flat_map(beats_ran).collect();
+    let in_window: Vec<i64> = all
+        .iter()
+        .copied()
+        .filter(|&s| s >= since && s < until)
+        .collect();
+    assert!(in_window.is_empty(), "ran while paused: {in_window:?}");
+    let n = all.len();
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), n, "a slot ran twice");
 }

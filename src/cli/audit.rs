@@ -118,6 +118,18 @@ pub fn run(args: &AuditArgs) -> u8 {
                 continue;
             }
         };
+        // Elapses in the job's pause windows are paused, not missed (crate::pause).
+        let paused = match job.filter(|j| j.enabled) {
+            Some(_) => match crate::pause::read(store.as_mut(), &name) {
+                Ok(p) => p.spans(),
+                Err(e) => {
+                    eprintln!("jobguard: {name}: {e}");
+                    status = e.exit_status();
+                    continue;
+                }
+            },
+            None => Vec::new(),
+        };
         let scope = Scope {
             since,
             until,
@@ -126,6 +138,7 @@ pub fn run(args: &AuditArgs) -> u8 {
             grace: job.map_or(0, grace_usec),
             kept_since: job.and_then(|j| audit::retention_bound(j, now)),
             missed_after: None,
+            paused,
         };
         // A paused job expects no slot: like a removed one, it is audited without the slot
         // checks (no slot is missed while it is paused).

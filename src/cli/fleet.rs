@@ -86,9 +86,10 @@ fn forget(
         .beats()?
         .into_iter()
         .filter(|(key, text)| {
-            key == host
-                || crate::fleet::Beat::from_json(key, text)
-                    .is_ok_and(|b| b.host == host || b.label() == host)
+            !crate::pause::is_key(key)
+                && (key == host
+                    || crate::fleet::Beat::from_json(key, text)
+                        .is_ok_and(|b| b.host == host || b.label() == host))
         })
         .map(|(key, _)| key)
         .collect();

@@ -18,6 +18,7 @@ pub mod history;
 pub mod import_crontab;
 pub mod mark;
 pub mod metrics;
+pub mod pause;
 pub mod prune;
 pub mod recover;
 pub mod rerun;
@@ -167,6 +168,21 @@ pub enum Command {
     /// off, running) stay. Prints per job how many records it deleted of how many. Exit 0;
     /// 69, 70 or 78 when a store or the job list cannot be used.
     Prune(PruneArgs),
+    /// Pause a job on every host that shares its store, from now until TIME or `jobguard
+    /// resume`.
+    ///
+    /// The pause window is kept in the job's store. No host runs a slot that elapses in
+    /// it (journal event `skipped`, reason `paused`), nor catches one up after it; status,
+    /// audit, recover and metrics list such slots as paused, never as missed, and status
+    /// shows `paused until TIME` on every host. `jobguard rerun` and `jobguard run --slot
+    /// TIME --force` still run a slot. Pausing a paused job changes its window's end and
+    /// reason. (`enabled = false` in the job list pauses the job on that host alone.)
+    /// Exit 0; 2 for a TIME that cannot be read or has passed; 69, 70 or 78 when the store
+    /// or the job list cannot be used.
+    Pause(PauseArgs),
+    /// End a job's pause now, on every host that shares its store; its next elapse runs.
+    /// Exit 0 (also when it was not paused); 69, 70 or 78 as for pause.
+    Resume(ResumeArgs),
     /// Manage the stores of the job list.
     #[command(subcommand)]
     Store(StoreCommand),
@@ -400,6 +416,33 @@ pub struct PruneArgs {
     pub config: ConfigArgs,
 }
 
+/// Arguments of `jobguard pause`.
+#[derive(Debug, Clone, Args)]
+pub struct PauseArgs {
+    /// The job's name.
+    #[arg(add = ArgValueCompleter::new(complete_job))]
+    pub job: String,
+    /// The end of the pause (systemd timestamp syntax, RFC 3339, or relative: "+4h");
+    /// default: until `jobguard resume`.
+    #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
+    pub until: Option<String>,
+    /// Why, for the people who see the pause in status and the journal.
+    #[arg(long, value_name = "TEXT")]
+    pub reason: Option<String>,
+    #[command(flatten)]
+    pub config: ConfigArgs,
+}
+
+/// Arguments of `jobguard resume`.
+#[derive(Debug, Clone, Args)]
+pub struct ResumeArgs {
+    /// The job's name.
+    #[arg(add = ArgValueCompleter::new(complete_job))]
+    pub job: String,
+    #[command(flatten)]
+    pub config: ConfigArgs,
+}
+
 /// Arguments of `jobguard mark` and `jobguard marked`.
 #[derive(Debug, Clone, Args)]
 pub struct MarkArgs {
@@ -579,6 +622,8 @@ pub fn main() -> ExitCode {
         Command::Marked(a) => mark::marked(&a),
         Command::Unlock(a) => unlock::run(&a),
         Command::Prune(a) => prune::run(&a),
+        Command::Pause(a) => pause::pause(&a),
+        Command::Resume(a) => pause::resume(&a),
         Command::Store(StoreCommand::Init(a)) => store::init(&a),
     };
     ExitCode::from(status)

@@ -110,10 +110,12 @@ pub fn run(args: &RecoverArgs) -> u8 {
                             }
                         }
                     }
-                    // A paused job's queued slots wait until it is enabled again.
+                    // A paused job's queued slots wait until it is enabled again, or
+                    // resumed across the fleet.
                     if job.enabled
                         && !r.queued.is_empty()
                         && !recover::lease_alive(store.as_mut(), &job.name)
+                        && !paused_now(store.as_mut(), job, now)
                     {
                         to_run.push((job, r))
                     }
@@ -302,4 +304,10 @@ fn write_metrics(set: &config::JobSet, path: &std::path::Path) {
         );
         journal::emit(&ev);
     }
+}
+
+/// Whether `job` is paused across the fleet at `now` (µs since the epoch,
+/// [`crate::pause`]); a store that cannot say leaves it to the shim, which asks again.
+fn paused_now(store: &mut dyn crate::store::Store, job: &crate::job::Job, now: i64) -> bool {
+    crate::pause::read(store, &job.name).is_ok_and(|p| p.covering(now).is_some())
 }

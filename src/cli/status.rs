@@ -28,6 +28,11 @@
 //! `"paused": true` in the JSON. Its timer not waiting and its slots passing are not
 //! attention items (no slot of it is expected); its held, failed and queued slots and its
 //! cut-off runs still are.
+//!
+//! A job paused across the fleet (`jobguard pause`, [`crate::pause`]) is listed with STATE
+//! `paused until TIME` (`paused` while its window waits for `resume`), NEXT the first
+//! elapse after its window, and `fleet_pause` (since, until, by, reason) in the JSON; its
+//! slots in a window are not missed.
 
 use std::collections::BTreeMap;
 
@@ -237,14 +242,30 @@ fn job_status(
         }
         None => None,
     };
+    // Paused across the fleet (crate::pause): its slots until the window's end are
+    // skipped on every host; none of them is missed.
+    let pauses = if job.enabled {
+        crate::pause::read(store, &job.name)?
+    } else {
+        crate::pause::Pauses::default()
+    };
+    let fleet_pause = pauses.covering(now_usec).cloned();
     // systemd's next elapse when it could be read (it is what will fire), else our own
     // (also while the timer waits for its service, when systemd has none); none for a
-    // paused job.
+    // paused job. Paused across the fleet: the first elapse after the window, the next
+    // slot that runs (none while the window waits for `resume`).
     let next = match units {
         _ if !job.enabled => None,
         Some(u) if waits_for_service(u) => calendar_next(job, now_usec),
         Some(u) => u.timer.next_elapse_usec.and_then(|n| i64::try_from(n).ok()),
         None => calendar_next(job, now_usec),
+    };
+    let next = match &fleet_pause {
+        Some(w) => w
+            .until
+            .and_then(|u| calendar_next(job, u - 1))
+            .filter(|_| next.is_some()),
+        None => next,
     };
     let last = recent
         .iter()
@@ -252,12 +273,13 @@ fn job_status(
         .max_by_key(|r| (r.slot.usec, r.started_at));
     let running = recent.iter().find(|r| r.outcome == Outcome::Running);
     let orphans = crate::cli::audit::orphans(store, &recent)?;
-    let scope = audit::recent_scope(
+    let mut scope = audit::recent_scope(
         job,
         now_usec,
         crate::identity::boot_time_usec(),
         read_back_to,
     );
+    scope.paused = pauses.spans();
     // A paused job expects no slot: none of its slots is missed.
     let calendar = job.enabled.then_some(&job.calendar);
     let mut all = audit::status_findings(&recent, calendar, &orphans, &scope);
@@ -313,6 +335,12 @@ fn job_status(
         "orphans": orphaned.iter().map(|r| view::run_json(r)).collect::<Vec<_>>(),
         "timer_waiting": waiting,
         "paused": !job.enabled,
+        "fleet_pause": fleet_pause.as_ref().map(|w| json!({
+            "since": format_usec(w.since),
+            "until": w.until.map(format_usec),
+            "by": w.by,
+            "reason": w.reason,
+        })),
         "needs_attention": needs_attention,
         "machine_id_shared": twins.iter().map(view::run_json).collect::<Vec<_>>(),
         "systemd": units.map(systemd_json),
@@ -337,7 +365,11 @@ fn job_status(
         job.name.clone(),
         job.schedule.clone(),
         next.map(format_usec).unwrap_or_else(|| "-".into()),
-        paused_text(job, state_text(units)),
+        fleet_paused_text(
+            fleet_pause.as_ref(),
+            paused_text(job, state_text(units)),
+            None,
+        ),
         last_text,
         last.and_then(view::duration_usec)
             .map_or_else(|| "-".into(), view::span),
@@ -348,12 +380,16 @@ fn job_status(
         job.name.clone(),
         job.schedule.clone(),
         next.map_or_else(|| "-".into(), |n| view::short_time(n, now_usec)),
-        short_state(
-            job,
-            units,
-            running,
-            running.is_some_and(|r| orphans.contains(&r.run_id)),
-            now_usec,
+        fleet_paused_text(
+            fleet_pause.as_ref(),
+            short_state(
+                job,
+                units,
+                running,
+                running.is_some_and(|r| orphans.contains(&r.run_id)),
+                now_usec,
+            ),
+            Some(now_usec),
         ),
         last.map_or_else(
             || "never ran".into(),
@@ -371,6 +407,30 @@ fn job_status(
         needs_attention,
         twins,
     })
+}
+
+/// The STATE column of a job paused across the fleet (`jobguard pause`, `window`):
+/// `paused until TIME` (short with `short_now`, the narrow table's now; else with who and
+/// why), `paused` while it waits for `resume`, and `paused, STATE` while a run goes on.
+fn fleet_paused_text(
+    window: Option<&crate::pause::Window>,
+    state: String,
+    short_now: Option<i64>,
+) -> String {
+    let Some(w) = window else {
+        return state;
+    };
+    if state.starts_with("running") || state.starts_with("holder gone") {
+        return format!("paused, {state}");
+    }
+    let until = w.until.map_or(String::new(), |u| match short_now {
+        Some(now) => format!(" until {}", view::short_time(u, now)),
+        None => format!(" until {}", format_usec(u)),
+    });
+    match short_now {
+        Some(_) => format!("paused{until}"),
+        None => format!("paused{until} by {}; {state}", w.by),
+    }
 }
 
 /// The STATE column of a paused job (`enabled = false`) starts with `paused`.

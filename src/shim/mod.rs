@@ -196,6 +196,30 @@ pub fn run(job: &Job, req: &Request) -> u8 {
             return status;
         }
     }
+    // Paused across the fleet (crate::pause): a trigger's slot in a window is skipped, and
+    // so are catch-ups in one. What a person asked for (`rerun`, `--slot`, `--force`) runs.
+    let pauses = if by_trigger {
+        match with_retry(job, || crate::pause::read(store.as_mut(), &job.name)) {
+            Ok(p) => p,
+            Err(e) => return store_failed(job, &e),
+        }
+    } else {
+        crate::pause::Pauses::default()
+    };
+    if let Some(w) = pauses.covering(current.slot.usec) {
+        note(skip(
+            job,
+            &current.slot,
+            Kind::SkippedPaused,
+            "paused",
+            format!(
+                "the job is {} (jobguard pause); `jobguard resume {}` ends it",
+                w.describe(),
+                job.name
+            ),
+        ));
+        return status;
+    }
     // With catch_up = "all", the elapses since the newest recorded slot run first. When
     // another holder serves the job, this firing's slot is left to it too: claimed in a
     // moment between two of that holder's catch-up slots, it would put every slot the
@@ -204,7 +228,7 @@ pub fn run(job: &Job, req: &Request) -> u8 {
     // (below); after any other holder (a forced run, a re-run), the next firing's
     // catch-up runs them.
     if by_trigger && job.catch_up == CatchUp::All {
-        match missed_before(job, store.as_mut(), &current.slot) {
+        match missed_before(job, store.as_mut(), &current.slot, &pauses) {
             Ok(missed) => {
                 let (code, go_on) = run_catch_ups(
                     job,
@@ -287,7 +311,15 @@ pub fn run(job: &Job, req: &Request) -> u8 {
                 CatchUp::All => job.catch_up_limit as usize,
                 _ => 1,
             };
-            let (due, _) = slot::elapses_up_to(&job.calendar, done, now, limit);
+            // A pause may have begun while the run went on: read again.
+            let pauses = match with_retry(job, || crate::pause::read(store.as_mut(), &job.name)) {
+                Ok(p) => p,
+                Err(e) => {
+                    note(store_failed(job, &e));
+                    break;
+                }
+            };
+            let (due, _) = slot::elapses_up_to(&job.calendar, done, now, limit, &pauses);
             let Some(&newest) = due.last() else {
                 break;
             };
@@ -364,13 +396,18 @@ fn run_requested(
 }
 
 /// The elapses before `slot` that have no record, oldest first, for `catch_up = "all"`:
-/// those after the newest slot recorded before it, at most `catch_up_limit` (the older
-/// ones are passed over, and recorded so by the first claim). Reads the job's most
-/// recently started records (one store call).
+/// those after the newest slot recorded before it and outside the job's pause windows
+/// (`paused`), at most `catch_up_limit` (the older ones are passed over, and recorded so
+/// by the first claim). Reads the job's most recently started records (one store call).
 ///
 /// # Errors
 /// The store's, from [`Store::runs`].
-fn missed_before(job: &Job, store: &mut dyn Store, slot: &Slot) -> Result<Vec<i64>, StoreError> {
+fn missed_before(
+    job: &Job,
+    store: &mut dyn Store,
+    slot: &Slot,
+    paused: &crate::pause::Pauses,
+) -> Result<Vec<i64>, StoreError> {
     let recent = store.runs(&store::RunQuery {
         job: Some(job.name.clone()),
         limit: 20,
@@ -393,6 +430,7 @@ fn missed_before(job: &Job, store: &mut dyn Store, slot: &Slot) -> Result<Vec<i6
         newest,
         slot.usec,
         job.catch_up_limit as usize + 1,
+        paused,
     );
     // The last one is `slot` itself.
     missed.retain(|&s| s < slot.usec);

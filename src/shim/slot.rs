@@ -170,13 +170,16 @@ pub fn for_request(job: &Job, given: Option<&str>, now_usec: i64) -> Result<Curr
 }
 
 /// The elapses after `after_usec` and at or before `upto_usec` (µs since the epoch), oldest
-/// first: the newest `limit` of them, and whether older ones were left out. Walks
-/// backward from `upto_usec`, so the cost is `limit` steps however long the gap.
+/// first, leaving out those in a pause window ([`crate::pause::Pauses`]): the newest
+/// `limit` of them, and whether older ones were left out. Walks backward from
+/// `upto_usec`, over a window in one step, so the cost is `limit` steps (and one per
+/// window) however long the gap.
 pub fn elapses_up_to(
     cal: &Schedule,
     after_usec: i64,
     upto_usec: i64,
     limit: usize,
+    paused: &crate::pause::Pauses,
 ) -> (Vec<i64>, bool) {
     let mut out = Vec::new();
     let mut at = upto_usec;
@@ -187,6 +190,10 @@ pub fn elapses_up_to(
     {
         if p <= after_usec {
             break;
+        }
+        if let Some(w) = paused.covering(p) {
+            at = w.since - 1;
+            continue;
         }
         if out.len() == limit {
             out.reverse();

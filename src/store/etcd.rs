@@ -1503,6 +1503,21 @@ impl Store for EtcdStore {
         })
     }
 
+    fn read_beat(&mut self, key: &str) -> Result<Option<String>, StoreError> {
+        let path = self.key(&format!("hosts/{}", crate::mark::key_component(key)));
+        self.retrying("read a fleet record", async |_, client| {
+            let resp = client.get(path.as_bytes(), None).await?;
+            resp.kvs()
+                .first()
+                .map(|kv| {
+                    String::from_utf8(kv.value().to_vec())
+                        .map_err(|e| Fail::Data(format!("fleet record {key:?}: {e}")))
+                })
+                .transpose()
+                .map(Some)
+        })
+    }
+
     fn forget_beats(&mut self, hosts: &[String]) -> Result<(), StoreError> {
         for host in hosts {
             let key = self.key(&format!("hosts/{}", crate::mark::key_component(host)));

@@ -598,17 +598,27 @@ pub trait Store: Send {
         new: &ScheduleDecl,
     ) -> Result<bool, StoreError>;
 
-    /// Writes a host's heartbeat `beat` (JSON, [`crate::fleet::Beat`]) under `host`
-    /// ([`crate::fleet::Beat::key`]), replacing that host's earlier one. The store keeps
-    /// it as given and decides nothing: [`crate::fleet::judge`] does. The table or
-    /// keyspace is made on first use, like the schedule's.
+    /// Writes a fleet record `beat` (JSON) under `host`, replacing the earlier one of that
+    /// key: a host's heartbeat ([`crate::fleet::Beat`], under [`crate::fleet::Beat::key`])
+    /// or a job's pause windows ([`crate::pause`], under [`crate::pause::key`]). The
+    /// store keeps it as given and decides nothing: [`crate::fleet::judge`] and
+    /// [`crate::pause`] do. The table or keyspace is made on first use, like the
+    /// schedule's.
     ///
     /// # Errors
     /// The store's.
     fn put_beat(&mut self, host: &str, beat: &str) -> Result<(), StoreError>;
 
-    /// Every heartbeat the store holds, `(host, beat)`, in no order; none before the
-    /// first.
+    /// The fleet record kept under `key` ([`Store::put_beat`]); `None` when there is none
+    /// (or no record was ever written). One round trip.
+    ///
+    /// # Errors
+    /// The store's.
+    fn read_beat(&mut self, key: &str) -> Result<Option<String>, StoreError>;
+
+    /// Every fleet record the store holds, `(key, record)`, in no order; none before the
+    /// first. Heartbeats and pause windows alike: readers tell them by key
+    /// ([`crate::pause::is_key`]).
     ///
     /// # Errors
     /// The store's.

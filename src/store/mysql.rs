@@ -1195,6 +1195,18 @@ impl Store for MysqlStore {
         })
     }
 
+    fn read_beat(&mut self, key: &str) -> Result<Option<String>, StoreError> {
+        self.ready()?;
+        let sql = format!("SELECT beat FROM jobguard_host WHERE host = {}", lit(key));
+        self.with_schema("read a fleet record", |c| {
+            match c.query_first::<String, _>(&sql) {
+                Ok(row) => Ok(row),
+                Err(mysql::Error::MySqlError(e)) if e.code == 1146 => Ok(None),
+                Err(e) => Err(e.into()),
+            }
+        })
+    }
+
     fn forget_beats(&mut self, hosts: &[String]) -> Result<(), StoreError> {
         if hosts.is_empty() {
             return Ok(());

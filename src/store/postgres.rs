@@ -1841,6 +1841,22 @@ impl Store for PostgresStore {
         })
     }
 
+    fn read_beat(&mut self, key: &str) -> Result<Option<String>, StoreError> {
+        self.ready()?;
+        self.with_schema("read a fleet record", async |c| {
+            rows_if_made(
+                c,
+                "SELECT beat FROM jobguard_host WHERE host = $1",
+                &[(&key, Type::TEXT)],
+            )
+            .await?
+            .first()
+            .map(|r| r.try_get(0))
+            .transpose()
+            .map_err(Fail::from)
+        })
+    }
+
     fn forget_beats(&mut self, hosts: &[String]) -> Result<(), StoreError> {
         self.ready()?;
         self.with_schema("forget heartbeats", async |c| {

@@ -1234,6 +1234,16 @@ impl Store for RedisStore {
         Ok(all.into_iter().collect())
     }
 
+    fn read_beat(&mut self, key: &str) -> Result<Option<String>, StoreError> {
+        self.ready()?;
+        self.call("read a fleet record", |c, p| {
+            Ok(redis::cmd("HGET")
+                .arg(format!("{p}hosts"))
+                .arg(key)
+                .query(c)?)
+        })
+    }
+
     fn forget_beats(&mut self, hosts: &[String]) -> Result<(), StoreError> {
         if hosts.is_empty() {
             return Ok(());

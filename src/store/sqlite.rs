@@ -1269,6 +1269,24 @@ impl Store for SqliteStore {
         read().map_err(|e| store_error(&self.describe, "read the heartbeats", e))
     }
 
+    fn read_beat(&mut self, key: &str) -> Result<Option<String>, StoreError> {
+        self.ready()?;
+        let read = || -> Result<Option<String>, Fail> {
+            let got = self
+                .conn
+                .prepare_cached("SELECT beat FROM jobguard_host WHERE host = ?1")
+                .and_then(|mut s| s.query_row([key], |r| r.get(0)).optional());
+            match got {
+                // No such table: no record was ever written.
+                Err(rusqlite::Error::SqliteFailure(_, Some(m))) if m.contains("no such table") => {
+                    Ok(None)
+                }
+                got => Ok(got?),
+            }
+        };
+        read().map_err(|e| store_error(&self.describe, "read a fleet record", e))
+    }
+
     fn forget_beats(&mut self, hosts: &[String]) -> Result<(), StoreError> {
         if hosts.is_empty() {
             return Ok(());

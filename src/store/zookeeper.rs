@@ -1612,6 +1612,19 @@ impl Store for ZooKeeperStore {
         })
     }
 
+    fn read_beat(&mut self, key: &str) -> Result<Option<String>, StoreError> {
+        let node = format!("{}/{}", self.node("hosts"), crate::mark::key_component(key));
+        self.retrying("read a fleet record", async |_, client| {
+            match client.get_data(&node).await {
+                Ok((data, _)) => String::from_utf8(data)
+                    .map(|t| Some(Some(t)))
+                    .map_err(|e| Fail::Data(format!("fleet record {key:?}: {e}"))),
+                Err(zookeeper_client::Error::NoNode) => Ok(Some(None)),
+                Err(e) => Err(Fail::Client(e)),
+            }
+        })
+    }
+
     fn forget_beats(&mut self, hosts: &[String]) -> Result<(), StoreError> {
         let parent = self.node("hosts");
         for host in hosts {

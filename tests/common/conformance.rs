@@ -1163,16 +1163,21 @@ pub fn schedules_are_declared_and_swapped_only_if_unchanged(env: &dyn Env) {
 /// Heartbeats ([`Store::put_beat`]): none before the first; one per host, replaced by
 /// that host's next, read back as written on any connection (keys with spaces, slashes
 /// and non-ASCII, a value of 100 KiB); forgetting one leaves the others, and forgetting
-/// one that is not there is no error.
+/// one that is not there is no error. One record is read by its key ([`Store::read_beat`]),
+/// before any was written, after, and once forgotten.
 pub fn heartbeats_are_kept_per_host_replaced_and_forgotten(env: &dyn Env) {
     let mut a = connect(env);
     let mut b = connect(env);
     assert_eq!(a.beats().unwrap(), Vec::new());
+    assert_eq!(a.read_beat("pause/sync").unwrap(), None);
     a.forget_beats(&["nobody".to_string()]).unwrap();
     let (ha, hb) = ("web-1 0123abcd b/1", "wéb 2 ffee %2F");
     a.put_beat(ha, "{\"n\":1}").unwrap();
     b.put_beat(hb, "{\"n\":2}").unwrap();
     a.put_beat(ha, "{\"n\":3}").unwrap();
+    assert_eq!(b.read_beat(ha).unwrap().as_deref(), Some("{\"n\":3}"));
+    assert_eq!(b.read_beat(hb).unwrap().as_deref(), Some("{\"n\":2}"));
+    assert_eq!(b.read_beat("pause/sync").unwrap(), None);
     let sorted = |mut v: Vec<(String, String)>| {
         v.sort();
         v
@@ -1188,6 +1193,8 @@ pub fn heartbeats_are_kept_per_host_replaced_and_forgotten(env: &dyn Env) {
     b.put_beat(hb, &big).unwrap();
     b.forget_beats(&[ha.to_string(), "nobody".to_string()])
         .unwrap();
+    assert_eq!(a.read_beat(ha).unwrap(), None);
+    assert_eq!(a.read_beat(hb).unwrap(), Some(big.clone()));
     assert_eq!(connect(env).beats().unwrap(), vec![(hb.to_string(), big)]);
 }
 
