@@ -33,22 +33,10 @@ use serde_json::{Value, json};
 
 use crate::calendar::Schedule;
 use crate::job::Job;
-use crate::ledger::{Outcome, Resolution, Run, format_usec};
-
-/// Report key of a catch-up decision: the newest slot recorded before the run's claim, RFC
-/// 3339 UTC with µs where there are any. Every elapse strictly between it and the run's
-/// slot was passed over by that claim. Written by the shim with the run's outcome (the
-/// `jobguard.` prefix of report keys is reserved: a job's own key of that name is replaced).
-pub const PASSED_OVER_AFTER: &str = "jobguard.passed_over_after";
-/// Report key beside [`PASSED_OVER_AFTER`]: how many elapses were passed over (for people;
-/// the interval is what counts).
-pub const PASSED_OVER_COUNT: &str = "jobguard.passed_over";
-
-/// Report key of the schedule a run's slot was an elapse of ([`schedule_fingerprint`]),
-/// written by the shim with every outcome. Gaps between records are judged only under the
-/// job's current schedule: an edited schedule's elapses are not compared with the records
-/// of the old one.
-pub const SCHEDULE: &str = "jobguard.schedule";
+use crate::ledger::{
+    Outcome, PASSED_OVER_AFTER, Resolution, Run, SCHEDULE, format_span, format_usec,
+};
+use crate::store::{RunQuery, Store, StoreError};
 
 /// The value of [`SCHEDULE`] for `cal`: its normalized form, as `systemd-analyze
 /// calendar` prints it, with the zone the schedule names (none: the host's local zone,
@@ -230,7 +218,7 @@ pub struct Scope {
 /// the records read does not turn the check off. A record of a future slot forced ahead
 /// (`run --slot F --force`) starts before its slot, and a backfill's records start after
 /// newer slots' records: callers confirm missed slots with the store
-/// ([`crate::cli::audit::confirm_missed`]).
+/// ([`confirm_missed`]).
 pub fn read_back_to(newest_first: &[Run], limit: usize, tolerance: i64) -> Option<i64> {
     if newest_first.len() < limit {
         return None;
@@ -377,7 +365,7 @@ fn per_slot(
                     runs: vec![a.run_id.clone(), b.run_id.clone()],
                     detail: format!(
                         "attempts overlap by {}: {}; {}",
-                        crate::cli::view::span(a_end.min(b_end) - a.started_at.max(b.started_at)),
+                        format_span(a_end.min(b_end) - a.started_at.max(b.started_at)),
                         describe(a),
                         describe(b)
                     ),
@@ -558,24 +546,17 @@ fn slots(
     }
 }
 
-/// How many elapses one check still lists: passed-over ones (information) and the rest
-/// (each a missed slot) are counted apart, so that a long gap passed over on purpose does
-/// not use up the comparison.
+/// How many elapses one check still lists: passed-over and paused ones (information) and
+/// the rest (each a missed slot) are counted apart, so that a long gap passed over or
+/// paused on purpose does not use up the comparison.
 #[derive(Default)]
 struct Budget {
     passed_over: usize,
+    /// Elapses listed as paused.
+    paused: usize,
     judged: usize,
     /// The last elapse compared when the judged ones ran out.
     truncated: Option<i64>,
-}
-
-/// Whether `run` tells which schedule it was made under ([`gaps_from`]): it carries the
-/// [`SCHEDULE`] key, or it succeeded or failed (written before the key existed: another
-/// schedule's). A record another party ended (cut off, still running) has no report and
-/// tells nothing. The SQL stores ask the same in their window query
-/// ([`crate::store::rules::window`]).
-pub fn names_a_schedule(run: &Run) -> bool {
-    run.report.contains_key(SCHEDULE) || matches!(run.outcome, Outcome::Succeeded | Outcome::Failed)
 }
 
 /// The slot (µs since the epoch) from which gaps between records are judged: the oldest
@@ -602,14 +583,53 @@ fn gaps_from(by_slot: &BTreeMap<i64, Vec<&Run>>, cal: &Schedule) -> i64 {
 }
 
 /// Compares the elapses of `cal` in [`lo`, `hi`] (µs since the epoch, none of them
-/// recorded) with the catch-up `decisions` (slot before the gap, the deciding record's
-/// slot, its run id): passed over, or missed.
+/// recorded) with the job's pause windows (`paused`) and the catch-up `decisions` (slot
+/// before the gap, the deciding record's slot, its run id): paused, passed over, or
+/// missed. Elapses in a window are listed on a budget of their own, so that a long pause
+/// neither uses up the comparison nor ends it in a missed slot.
 fn judge(
     cal: &Schedule,
     lo: i64,
     hi: i64,
     decisions: &[(i64, i64, &str)],
     paused: &[(i64, i64)],
+    budget: &mut Budget,
+    out: &mut Vec<Finding>,
+) {
+    let mut windows: Vec<(i64, i64)> = paused
+        .iter()
+        .map(|&(s, u)| (s.max(lo), u.saturating_sub(1).min(hi)))
+        .filter(|(s, e)| s <= e)
+        .collect();
+    windows.sort_unstable();
+    let mut from = lo;
+    for (s, e) in windows {
+        if e < from {
+            continue;
+        }
+        let s = s.max(from);
+        if from < s {
+            judge_unpaused(cal, from, s - 1, decisions, budget, out);
+        }
+        let (elapses, _) = elapses_in(cal, s, e, MAX_ELAPSES - budget.paused);
+        budget.paused += elapses.len();
+        out.extend(elapses.into_iter().filter_map(|x| pause_of(x, paused)));
+        if e == i64::MAX {
+            return;
+        }
+        from = e + 1;
+    }
+    if from <= hi {
+        judge_unpaused(cal, from, hi, decisions, budget, out);
+    }
+}
+
+/// [`judge`] for [`lo`, `hi`] outside every pause window: passed over, or missed.
+fn judge_unpaused(
+    cal: &Schedule,
+    lo: i64,
+    hi: i64,
+    decisions: &[(i64, i64, &str)],
     budget: &mut Budget,
     out: &mut Vec<Finding>,
 ) {
@@ -621,7 +641,7 @@ fn judge(
         out.extend(
             elapses
                 .into_iter()
-                .map(|e| pause_of(e, paused).unwrap_or_else(|| passed_over(e, after, slot, run))),
+                .map(|e| passed_over(e, after, slot, run)),
         );
         return;
     }
@@ -634,10 +654,6 @@ fn judge(
         budget.truncated = elapses.last().copied().or(Some(lo));
     }
     for e in elapses {
-        if let Some(f) = pause_of(e, paused) {
-            out.push(f);
-            continue;
-        }
         if let Some(&(after, slot, run)) = decisions.iter().find(|(a, s, _)| *a < e && e < *s) {
             out.push(passed_over(e, after, slot, run));
             continue;
@@ -699,6 +715,107 @@ fn describe(r: &Run) -> String {
             .map(|f| format!(" finished {}", format_usec(f)))
             .unwrap_or_default()
     )
+}
+
+/// The records `status` and `metrics` judge for a job: its newest `recent` records, and
+/// every attempt at each slot where an attempt failed, was cut off or still runs (and
+/// was not itself resolved as done) unless those records already show the slot done. A
+/// slot left failed or held stays something to attend to however many records came
+/// after it, and a slot is judged on all its attempts. Also returns the slot after which
+/// every record of the job was read ([`read_back_to`] of the newest `recent`).
+///
+/// # Errors
+/// Store errors.
+pub fn judged_records(
+    store: &mut dyn Store,
+    job: &Job,
+    recent: usize,
+) -> Result<(Vec<Run>, Option<i64>), StoreError> {
+    let name = &job.name;
+    let mut runs = store.runs(&RunQuery {
+        job: Some(name.clone()),
+        limit: recent,
+        ..RunQuery::default()
+    })?;
+    let back = read_back_to(
+        &runs,
+        recent,
+        crate::store::rules::duration_usec(job.clock_tolerance),
+    );
+    if runs.len() < recent {
+        return Ok((runs, back));
+    }
+    let done: BTreeSet<i64> = runs
+        .iter()
+        .filter(|r| crate::store::rules::is_done(r))
+        .map(|r| r.slot.usec)
+        .collect();
+    let unsettled: BTreeSet<i64> = store
+        .runs(&RunQuery {
+            job: Some(name.clone()),
+            outcomes: vec![
+                Outcome::Failed,
+                Outcome::Interrupted,
+                Outcome::LeaseLost,
+                Outcome::Running,
+            ],
+            ..RunQuery::default()
+        })?
+        .iter()
+        .filter(|r| !crate::store::rules::is_done(r) && !done.contains(&r.slot.usec))
+        .map(|r| r.slot.usec)
+        .collect();
+    let mut seen: BTreeSet<String> = runs.iter().map(|r| r.run_id.clone()).collect();
+    for slot in unsettled {
+        for run in store.runs(&RunQuery {
+            job: Some(name.clone()),
+            slot: Some(slot),
+            ..RunQuery::default()
+        })? {
+            if seen.insert(run.run_id.clone()) {
+                runs.push(run);
+            }
+        }
+    }
+    Ok((runs, back))
+}
+
+/// At most this many missed slots are confirmed with the store by [`confirm_missed`].
+const MAX_CONFIRM: usize = 100;
+
+/// Drops from `findings` (of `job`, judged on a window of its newest records) the missed
+/// slots that do have a record after all, asking the store about each (at most
+/// `MAX_CONFIRM`; the rest stay): a record outside the window can still belong to a slot
+/// inside it, when it started long before its slot (`run --slot F --force` of a future
+/// slot) or long before the records of older slots in the window (a backfill).
+///
+/// # Errors
+/// Store errors.
+pub fn confirm_missed(
+    store: &mut dyn Store,
+    job: &str,
+    findings: &mut Vec<Finding>,
+) -> Result<(), StoreError> {
+    let gaps: Vec<i64> = findings
+        .iter()
+        .filter(|f| f.kind == FindingKind::Missed && f.runs.is_empty())
+        .map(|f| f.slot)
+        .take(MAX_CONFIRM)
+        .collect();
+    let mut recorded = BTreeSet::new();
+    for slot in gaps {
+        let found = store.runs(&RunQuery {
+            job: Some(job.to_string()),
+            slot: Some(slot),
+            limit: 1,
+            ..RunQuery::default()
+        })?;
+        if !found.is_empty() {
+            recorded.insert(slot);
+        }
+    }
+    findings.retain(|f| !(f.kind == FindingKind::Missed && recorded.contains(&f.slot)));
+    Ok(())
 }
 
 #[cfg(test)]
@@ -885,6 +1002,30 @@ mod tests {
             (100..104).map(|m| ("paused", m)).collect::<Vec<_>>()
         );
         assert!(status_findings(&clean(100), Some(&cal()), &BTreeSet::new(), &s).is_empty());
+    }
+
+    #[test]
+    fn a_pause_longer_than_the_comparison_is_never_a_missed_slot() {
+        // A minutely job paused for 150,000 minutes (104 days), still paused: its elapses
+        // are listed as paused as far as their budget goes, and nothing is missed.
+        let mut s = scope(150_100);
+        s.paused = vec![(T0 + 99 * MIN + 1, i64::MAX)];
+        let f = audit_job(&clean(100), Some(&cal()), &BTreeSet::new(), &s);
+        assert!(
+            f.iter().all(|f| f.kind == FindingKind::Paused),
+            "{:?}",
+            f.last()
+        );
+        assert_eq!(f.len(), MAX_ELAPSES);
+        // Resumed 10 minutes ago: the elapses since are missed, and only they.
+        s.paused = vec![(T0 + 99 * MIN + 1, T0 + 150_090 * MIN)];
+        let f = audit_job(&clean(100), Some(&cal()), &BTreeSet::new(), &s);
+        let missed: Vec<i64> = f
+            .iter()
+            .filter(|f| f.kind == FindingKind::Missed)
+            .map(|f| (f.slot - T0) / MIN)
+            .collect();
+        assert_eq!(missed, (150_090..=150_098).collect::<Vec<_>>());
     }
 
     #[test]

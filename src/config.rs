@@ -40,6 +40,7 @@ use toml::de::{DeTable, DeValue};
 
 use crate::calendar::{CalendarSpec, Schedule};
 use crate::job::{self, CatchUp, Inhibit, Job, OnInterrupted, OnStoreUnavailable, SettleFailures};
+use crate::keys;
 use crate::timespan::TimeSpan;
 
 /// The directory of the default job list.
@@ -489,36 +490,6 @@ enum StoreRef {
     Credential(String),
 }
 
-/// Every key a job (or `[defaults]`) may hold.
-pub const JOB_KEYS: &[&str] = &[
-    "description",
-    "schedule",
-    "command",
-    "user",
-    "working_directory",
-    "environment",
-    "timeout",
-    "randomized_delay",
-    "store",
-    "store_file",
-    "store_credential",
-    "store_wait",
-    "on_store_unavailable",
-    "clock_tolerance",
-    "lease_ttl",
-    "on_interrupted",
-    "settle_failures",
-    "inhibit",
-    "on_failure",
-    "on_success",
-    "enabled",
-    "kill_grace",
-    "persistent",
-    "catch_up",
-    "catch_up_limit",
-    "retention",
-];
-
 /// A job as read, before defaults: where it was defined and its own keys.
 struct RawJob {
     name: String,
@@ -544,9 +515,6 @@ struct Loader {
     /// The one job to read ([`load_one`]); `None` reads them all.
     only: Option<String>,
 }
-
-/// The keys of the `[metrics]` table.
-const METRICS_KEYS: &[&str] = &["textfile"];
 
 /// Formats a dotted TOML key, quoting the parts that are not bare keys.
 fn key_path(parts: &[&str]) -> String {
@@ -667,6 +635,12 @@ impl TableCtx<'_> {
         let mut p = Partial::default();
         for (k, v) in table.iter() {
             let key: &str = k.get_ref();
+            // Only the keys of the one table (crate::keys) are read.
+            if keys::find(keys::Scope::Job, key).is_none() {
+                let at = self.origin(key, k.span().start);
+                self.error(&at, unknown_key(&key_path(&[key]), key, keys::Scope::Job));
+                continue;
+            }
             match key {
                 "description" => {
                     p.description = self.read(key, v, |_, v| string(v).map(str::to_string))
@@ -818,13 +792,11 @@ impl TableCtx<'_> {
                         )),
                     });
                 }
+                // A key of the table that this match does not read: refused as unknown,
+                // which the test of every key's example catches.
                 _ => {
                     let at = self.origin(key, k.span().start);
-                    let message = match closest_key(key) {
-                        Some(k) => format!("unknown key {} (did you mean {k}?)", key_path(&[key])),
-                        None => format!("unknown key {}", key_path(&[key])),
-                    };
-                    self.error(&at, message);
+                    self.error(&at, unknown_key(&key_path(&[key]), key, keys::Scope::Job));
                 }
             }
         }
@@ -1209,20 +1181,7 @@ impl Loader {
             let key: &str = k.get_ref();
             if key != "textfile" {
                 let at = ctx.origin(key, k.span().start);
-                let near = METRICS_KEYS
-                    .iter()
-                    .map(|m| (edit_distance(key, m), *m))
-                    .filter(|(d, _)| *d <= 2)
-                    .min_by_key(|(d, _)| *d);
-                let message = match near {
-                    Some((_, m)) => format!(
-                        "unknown key {} (did you mean {}?)",
-                        ctx.key(key),
-                        ctx.key(m)
-                    ),
-                    None => format!("unknown key {} (expected textfile)", ctx.key(key)),
-                };
-                ctx.error(&at, message);
+                ctx.error(&at, unknown_key(&ctx.key(key), key, keys::Scope::Metrics));
                 continue;
             }
             let Some(Val {
@@ -1345,29 +1304,24 @@ impl Loader {
     }
 }
 
-/// The job key nearest to a misspelt one (at most two edits away), for the error message.
-fn closest_key(key: &str) -> Option<&'static str> {
-    JOB_KEYS
-        .iter()
-        .map(|k| (edit_distance(key, k), *k))
-        .filter(|(d, _)| *d <= 2)
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, k)| k)
-}
-
-/// Levenshtein distance in characters.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let subst = prev[j] + usize::from(ca != *cb);
-            cur[j + 1] = subst.min(prev[j + 1] + 1).min(cur[j] + 1);
+/// The message for `key`, which is not a key of `scope` ([`keys::KEYS`]), shown as
+/// `shown` (its dotted path): the nearest key (at most two edits away) and what it does,
+/// or the keys of `[metrics]`.
+fn unknown_key(shown: &str, key: &str, scope: keys::Scope) -> String {
+    let table = match scope {
+        keys::Scope::Job => "",
+        keys::Scope::Metrics => "metrics.",
+    };
+    match keys::nearest(scope, key) {
+        Some(k) => format!(
+            "unknown key {shown} (did you mean {table}{}: {}?)",
+            k.name, k.meaning
+        ),
+        None if scope == keys::Scope::Metrics => {
+            format!("unknown key {shown} (expected textfile)")
         }
-        prev = cur;
+        None => format!("unknown key {shown}"),
     }
-    prev[b.len()]
 }
 
 /// Reads one `[jobs.NAME]` table: its name, its own keys, their errors.

@@ -50,6 +50,23 @@ pub struct Verdict {
     pub held: bool,
     /// What was seen, with numbers.
     pub detail: String,
+    /// The exit status of the store error that kept the layer from being tried (the
+    /// store's, [`crate::store::StoreError::exit_status`]); `None` when it was tried.
+    pub error: Option<u8>,
+}
+
+/// The exit status of a drill that gave `verdicts`: 0 when every layer held; 1 when one
+/// did not; the store's status (69, 70, 78) when a store error kept a layer from being
+/// tried, as when the store cannot be opened; the worst of them ([`crate::exit::worst`]).
+pub fn status(verdicts: &[Verdict]) -> u8 {
+    use crate::exit;
+    verdicts
+        .iter()
+        .fold(exit::OK, |status, v| match (v.held, v.error) {
+            (true, _) => status,
+            (false, Some(e)) => exit::worst(status, e),
+            (false, None) => exit::worst(status, exit::FAILURE),
+        })
 }
 
 /// Why a probe record of an earlier drill is settled: that drill was cut off.
@@ -80,6 +97,7 @@ fn lock_layer(job: &Job, dir: &std::path::Path) -> Verdict {
         layer: "lock",
         held,
         detail,
+        error: None,
     };
     let first = match JobLock::try_acquire(dir, &name) {
         Ok(LockAttempt::Acquired(l)) => l,
@@ -122,6 +140,7 @@ fn store_layer(job: &Job, store: &mut dyn Store) -> Verdict {
             Verdict {
                 layer: "store",
                 held: skew.abs() <= tolerance,
+                error: None,
                 detail: format!(
                     "{} answered in {:.1} ms; its clock is {:+.3} s from this host's (tolerance {} s)",
                     store.describe(),
@@ -134,6 +153,7 @@ fn store_layer(job: &Job, store: &mut dyn Store) -> Verdict {
         Err(e) => Verdict {
             layer: "store",
             held: false,
+            error: Some(e.exit_status()),
             detail: e.to_string(),
         },
     }
@@ -208,18 +228,25 @@ fn lease_layer(job: &Job, store: &mut dyn Store) -> Verdict {
     let fail = |detail: String| Verdict {
         layer: "lease",
         held: false,
+        error: None,
         detail,
     };
-    let a = identity::current_holder();
+    let broken = |e: crate::store::StoreError| Verdict {
+        layer: "lease",
+        held: false,
+        error: Some(e.exit_status()),
+        detail: e.to_string(),
+    };
+    let a = crate::lease::Holder::current();
     let b = other_holder(&a);
     let slot = match store.now() {
         Ok(n) => n,
-        Err(e) => return fail(e.to_string()),
+        Err(e) => return broken(e),
     };
     let (lease_a, run_a) = match store.claim(&request(job, slot, &a)) {
         Ok(Claim::Claimed { lease, run, .. }) => (lease, run),
         Ok(other) => return fail(format!("the first holder was not granted: {other:?}")),
-        Err(e) => return fail(e.to_string()),
+        Err(e) => return broken(e),
     };
     let t = Instant::now();
     let second = store.claim(&request(job, slot, &b));
@@ -231,7 +258,7 @@ fn lease_layer(job: &Job, store: &mut dyn Store) -> Verdict {
                 "a second holder was not refused while the first held the lease: {other:?}"
             ));
         }
-        Err(e) => return fail(e.to_string()),
+        Err(e) => return broken(e),
     }
     // Takeover only after expiry by the store's clock.
     let waited = Instant::now();
@@ -242,7 +269,7 @@ fn lease_layer(job: &Job, store: &mut dyn Store) -> Verdict {
                 std::thread::sleep(Duration::from_millis(100));
             }
             Ok(other) => return fail(format!("the takeover was answered {other:?}")),
-            Err(e) => return fail(e.to_string()),
+            Err(e) => return broken(e),
         }
     };
     let early = lease_b.acquired_at < lease_a.expire_at;
@@ -259,6 +286,7 @@ fn lease_layer(job: &Job, store: &mut dyn Store) -> Verdict {
     Verdict {
         layer: "lease",
         held: !early && token_up && fenced,
+        error: None,
         detail: format!(
             "a second holder was refused in {:.1} ms; it took over {:.2} s later, {} the first lease expired by the store's clock ({:+.3} s), fencing token {} -> {}; the first holder's late finish was {}",
             refused_in.as_secs_f64() * 1000.0,
@@ -280,20 +308,27 @@ fn ledger_layer(job: &Job, store: &mut dyn Store) -> Verdict {
     let fail = |detail: String| Verdict {
         layer: "ledger",
         held: false,
+        error: None,
         detail,
     };
-    let a = identity::current_holder();
+    let broken = |e: crate::store::StoreError| Verdict {
+        layer: "ledger",
+        held: false,
+        error: Some(e.exit_status()),
+        detail: e.to_string(),
+    };
+    let a = crate::lease::Holder::current();
     let slot = match store.now() {
         Ok(n) => n,
-        Err(e) => return fail(e.to_string()),
+        Err(e) => return broken(e),
     };
     let (lease, first) = match store.claim(&request(job, slot, &a)) {
         Ok(Claim::Claimed { lease, run, .. }) => (lease, run),
         Ok(other) => return fail(format!("the probe slot was not granted: {other:?}")),
-        Err(e) => return fail(e.to_string()),
+        Err(e) => return broken(e),
     };
     if let Err(e) = store.finish(&lease, &first.run_id, &succeeded()) {
-        return fail(e.to_string());
+        return broken(e);
     }
     let t = Instant::now();
     let second = store.claim(&request(job, slot, &a));
@@ -302,6 +337,7 @@ fn ledger_layer(job: &Job, store: &mut dyn Store) -> Verdict {
         Ok(Claim::SlotDone { .. }) => Verdict {
             layer: "ledger",
             held: true,
+            error: None,
             detail: format!(
                 "a second trigger of a done probe slot was a skip in {:.1} ms",
                 took.as_secs_f64() * 1000.0
@@ -310,6 +346,25 @@ fn ledger_layer(job: &Job, store: &mut dyn Store) -> Verdict {
         Ok(other) => fail(format!(
             "a second trigger of a done slot was answered {other:?}"
         )),
-        Err(e) => fail(e.to_string()),
+        Err(e) => broken(e),
+    }
+}
+
+#[cfg(test)]
+mod status_tests {
+    use super::*;
+
+    #[test]
+    fn a_drill_exits_with_the_worst_of_its_layers() {
+        let v = |held, error| Verdict {
+            layer: "store",
+            held,
+            detail: String::new(),
+            error,
+        };
+        assert_eq!(status(&[v(true, None), v(true, None)]), 0);
+        assert_eq!(status(&[v(true, None), v(false, None)]), 1);
+        assert_eq!(status(&[v(false, None), v(false, Some(69))]), 69);
+        assert_eq!(status(&[v(false, Some(70)), v(false, None)]), 70);
     }
 }

@@ -1,4 +1,5 @@
-//! Exit statuses of the `jobguard` binary: one table, documented in the README.
+//! Exit statuses of the `jobguard` binary: one table ([`ALL`]), which the manual's
+//! exit-status table is tested against, and one order of severity ([`SEVERITY`]).
 //!
 //! `jobguard run` passes the command's own status through (a death by signal N becomes
 //! 128+N, as in a shell); its own failures use the BSD `sysexits.h` numbers, which jobs
@@ -38,6 +39,65 @@ pub const CANNOT_EXECUTE: u8 = 126;
 /// The command was not found (as a shell).
 pub const NOT_FOUND: u8 = 127;
 
+/// Every status `jobguard` exits with, for the exit-status table of the manual (a test
+/// holds the table to this list: a status added here without its row fails it). A
+/// command's own status and 128+N for signal N pass through `jobguard run` besides.
+pub const ALL: [u8; 14] = [
+    OK,
+    FAILURE,
+    USAGE,
+    STORE_UNAVAILABLE,
+    SOFTWARE,
+    OS_ERROR,
+    LEASE_LOST,
+    CLOCK_SKEW,
+    NO_PERMISSION,
+    CONFIG,
+    TIMEOUT,
+    CANNOT_EXECUTE,
+    NOT_FOUND,
+    // 128+N: a command that died from signal N (the table's `128+N` row).
+    128,
+];
+
+/// jobguard's own statuses from the most severe down, for a command over several jobs or
+/// stores ([`worst`]): data a store holds that cannot be used (70), a system call that
+/// failed (71), a right that is missing (77), a job list that is wrong (78), a store that
+/// cannot be reached (69), clocks apart (76), a lease lost (75). Below them: any other
+/// status that is not 0, 1 or 2 (a command's own, passed on by `recover` without
+/// systemd), then a bad command line (2), then something that needs attention or a
+/// generic failure (1), then success (0).
+pub const SEVERITY: [u8; 7] = [
+    SOFTWARE,
+    OS_ERROR,
+    NO_PERMISSION,
+    CONFIG,
+    STORE_UNAVAILABLE,
+    CLOCK_SKEW,
+    LEASE_LOST,
+];
+
+/// How severe `status` is by [`SEVERITY`]: larger is worse.
+fn rank(status: u8) -> usize {
+    match SEVERITY.iter().position(|s| *s == status) {
+        Some(i) => 10 + SEVERITY.len() - i,
+        None => match status {
+            OK => 0,
+            FAILURE => 1,
+            USAGE => 2,
+            _ => 3,
+        },
+    }
+}
+
+/// The more severe of two statuses ([`SEVERITY`]); the larger number when they rank alike
+/// (two commands' own statuses), so that the order they come in does not matter. A
+/// command over several jobs (`recover`, `status`, `audit`, `history`, `prune`, `status
+/// --fleet`, `store init`) exits with the worst status it met, whatever the jobs' order.
+pub fn worst(a: u8, b: u8) -> u8 {
+    if (rank(b), b) > (rank(a), a) { b } else { a }
+}
+
 /// The status to exit with for a child's status: its code, or 128+N for signal N.
 pub fn from_child(status: ExitStatus) -> u8 {
     use std::os::unix::process::ExitStatusExt;
@@ -54,6 +114,68 @@ pub fn from_child(status: ExitStatus) -> u8 {
 mod tests {
     use super::*;
     use std::os::unix::process::ExitStatusExt;
+
+    #[test]
+    fn the_worst_status_wins_whatever_the_order() {
+        let all: Vec<u8> = ALL.iter().copied().chain([3]).collect();
+        for &a in &all {
+            for &b in &all {
+                assert_eq!(worst(a, b), worst(b, a), "{a} {b}");
+                assert!(worst(a, b) == a || worst(a, b) == b);
+            }
+        }
+        assert_eq!(worst(OK, ATTENTION), ATTENTION);
+        assert_eq!(worst(ATTENTION, CONFIG), CONFIG);
+        assert_eq!(worst(CONFIG, STORE_UNAVAILABLE), CONFIG);
+        assert_eq!(worst(STORE_UNAVAILABLE, SOFTWARE), SOFTWARE);
+        assert_eq!(worst(3, STORE_UNAVAILABLE), STORE_UNAVAILABLE);
+        assert_eq!(worst(FAILURE, 3), 3);
+        let folded = |order: &[u8]| order.iter().fold(OK, |s, x| worst(s, *x));
+        assert_eq!(folded(&[CONFIG, OK, STORE_UNAVAILABLE]), CONFIG);
+        assert_eq!(folded(&[STORE_UNAVAILABLE, OK, CONFIG]), CONFIG);
+    }
+
+    /// The manual's exit-status table (the Markdown table under a heading "Exit statuses"
+    /// in README.md or a page of docs/) has one row per status of [`ALL`], in its order,
+    /// each with a meaning.
+    #[test]
+    fn the_manual_documents_every_exit_status_in_one_table() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut pages = vec![root.join("README.md")];
+        if let Ok(dir) = std::fs::read_dir(root.join("docs")) {
+            pages.extend(dir.flatten().map(|e| e.path()));
+        }
+        let tables: Vec<Vec<(String, String)>> = pages
+            .iter()
+            .filter_map(|p| std::fs::read_to_string(p).ok())
+            .filter_map(|text| {
+                let (_, after) = text.split_once("## Exit statuses\n")?;
+                let rows: Vec<(String, String)> = after
+                    .lines()
+                    .skip_while(|l| !l.starts_with('|'))
+                    .take_while(|l| l.starts_with('|'))
+                    .skip(2)
+                    .filter_map(|l| {
+                        let mut cells = l.split(" | ");
+                        let status = cells.next()?.trim_start_matches('|').trim();
+                        Some((status.trim_matches('`').to_string(), cells.collect()))
+                    })
+                    .collect();
+                Some(rows)
+            })
+            .collect();
+        assert_eq!(tables.len(), 1, "one exit-status table in the manual");
+        let documented: Vec<String> = tables[0].iter().map(|(s, _)| s.clone()).collect();
+        let want: Vec<String> = ALL
+            .iter()
+            .map(|s| match *s {
+                128 => "128+N".to_string(),
+                s => s.to_string(),
+            })
+            .collect();
+        assert_eq!(documented, want);
+        assert!(tables[0].iter().all(|(_, meaning)| meaning.len() > 10));
+    }
 
     #[test]
     fn child_codes_pass_through_and_signals_become_128_plus_n() {

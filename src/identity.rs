@@ -1,13 +1,11 @@
 //! Who and where this process is: machine id, boot id, pid and the pid's start time.
 //!
-//! These make up the lease holder ([`crate::lease::Holder`]) and let `jobguard recover`
+//! These make up the lease holder (`crate::lease::Holder`) and let `jobguard recover`
 //! prove a holder gone: a record from another boot of this machine, or from a pid that
 //! no longer runs the same process, belongs to a holder that is dead. They also find the
 //! processes an attempt left behind when its shim died ([`leftovers`]).
 
 use std::fs;
-
-use crate::lease::Holder;
 
 /// `/etc/machine-id`, trimmed; empty if unreadable.
 pub fn machine_id() -> String {
@@ -120,7 +118,7 @@ pub fn end_run_survivors(run_id: &str) -> bool {
     }
 }
 
-/// The variable that carries the shim's lease holder id ([`Holder::id`](crate::lease::Holder::id)) into the
+/// The variable that carries the shim's lease holder id (`Holder::id` of `crate::lease`) into the
 /// environment of the command, and so of every process the command starts.
 pub const HOLDER_VAR: &str = "JOBGUARD_HOLDER";
 
@@ -131,7 +129,7 @@ pub struct Leftover {
     pub pid: i32,
     /// The attempt's `JOBGUARD_RUN_ID`.
     pub run_id: String,
-    /// The holder its environment names ([`HOLDER_VAR`], as [`Holder::id`] writes it):
+    /// The holder its environment names ([`HOLDER_VAR`], as `Holder::id` writes it):
     /// a record is believed cut only when it names this very holder.
     pub holder: String,
 }
@@ -363,63 +361,54 @@ impl Installation {
     /// from a running machine lists that machine's boot of the moment, which goes on
     /// after the copy: a record of it that started after this boot began
     /// ([`Self::after_this_boot_began`]) is the original's.
-    pub fn wrote(&self, run: &crate::ledger::Run) -> bool {
+    pub fn wrote(&self, run: &impl Record) -> bool {
         !self.machine_id.is_empty()
-            && run.machine_id == self.machine_id
-            && (run.boot_id == self.boot_id
-                || (self.boots.contains(&run.boot_id) && !self.after_this_boot_began(run)))
+            && run.machine_id() == self.machine_id
+            && (run.boot_id() == self.boot_id
+                || (self.boots.iter().any(|b| b == run.boot_id())
+                    && !self.after_this_boot_began(run)))
     }
 
     /// Whether `run` proves another installation with this machine id: it has this
     /// machine id and another boot, and it started after this boot began
     /// ([`Self::after_this_boot_began`]), when no earlier boot of this machine can have
     /// written it.
-    pub fn twin(&self, run: &crate::ledger::Run) -> bool {
+    pub fn twin(&self, run: &impl Record) -> bool {
         !self.machine_id.is_empty()
-            && run.machine_id == self.machine_id
-            && !run.boot_id.is_empty()
-            && run.boot_id != self.boot_id
+            && run.machine_id() == self.machine_id
+            && !run.boot_id().is_empty()
+            && run.boot_id() != self.boot_id
             && self.after_this_boot_began(run)
     }
 
     /// The records of `runs` that prove another installation with this machine id
     /// ([`Self::twin`]).
-    pub fn twins<'a>(&self, runs: &'a [crate::ledger::Run]) -> Vec<&'a crate::ledger::Run> {
-        runs.iter().filter(|r| self.twin(r)).collect()
+    pub fn twins<'a, R: Record>(&self, runs: &'a [R]) -> Vec<&'a R> {
+        runs.iter().filter(|r| self.twin(*r)).collect()
     }
 
     /// Whether `run` started (store clock) more than [`TWIN_MARGIN_USEC`] after this boot
     /// began (this host's clock); false when the boot's start is unknown.
-    fn after_this_boot_began(&self, run: &crate::ledger::Run) -> bool {
-        self.boot_usec > 0 && run.started_at > self.boot_usec.saturating_add(TWIN_MARGIN_USEC)
+    fn after_this_boot_began(&self, run: &impl Record) -> bool {
+        self.boot_usec > 0 && run.started_at() > self.boot_usec.saturating_add(TWIN_MARGIN_USEC)
     }
+}
+
+/// What [`Installation`] reads of a ledger record ([`crate::ledger::Run`]) to tell whose
+/// it is: the machine and boot that wrote it, and when it started (µs since the epoch,
+/// store clock).
+pub trait Record {
+    /// The machine id (machine-id(5)) of the host that wrote the record.
+    fn machine_id(&self) -> &str;
+    /// The boot id of the boot that wrote it.
+    fn boot_id(&self) -> &str;
+    /// When it started, µs since the epoch.
+    fn started_at(&self) -> i64;
 }
 
 /// What to do about another installation with this machine id, for `status`, the journal
 /// and the alert (machine-id(5)).
 pub const SHARED_MACHINE_ID_FIX: &str = "give each machine its own id: on a machine made from an image, `rm /etc/machine-id && systemd-machine-id-setup` (then reboot), or empty /etc/machine-id in the image so that each machine makes its own at first boot; until then each judges the other's runs by their leases alone";
-
-/// The identity of this process as a lease holder. This boot is first entered among the
-/// installation's boots ([`Installation::enter_this_boot`]); when that fails, a warning
-/// goes to stderr and a record of this boot will be judged, after a crash, by its lease
-/// alone.
-pub fn current_holder() -> Holder {
-    let dir = crate::paths::state_dir();
-    if let Err(e) = Installation::enter_this_boot(&dir) {
-        eprintln!(
-            "jobguard: warning: {}: {e}: a run cut by a crash of this boot is found by its lease alone",
-            dir.join(BOOTS_FILE).display()
-        );
-    }
-    let pid = std::process::id();
-    Holder {
-        machine_id: machine_id(),
-        boot_id: boot_id(),
-        pid,
-        pid_start: process_start(pid).unwrap_or(0),
-        host: host_name(),
-    }
-}
 
 fn read_trimmed(path: &str) -> String {
     fs::read_to_string(path)
@@ -473,32 +462,22 @@ mod tests {
         }
     }
 
-    fn run(machine: &str, boot: &str, started_at: i64) -> crate::ledger::Run {
-        crate::ledger::Run {
-            run_id: "r".into(),
-            job: "j".into(),
-            slot: crate::ledger::Slot {
-                usec: 0,
-                zone: "UTC".into(),
-            },
-            attempt: 1,
-            outcome: crate::ledger::Outcome::Running,
-            reason: None,
-            exit_status: None,
-            forced: false,
-            trigger: "timer".into(),
-            host: "h".into(),
-            machine_id: machine.into(),
-            boot_id: boot.into(),
-            pid: 1,
-            pid_start: 1,
-            invocation_id: None,
-            started_at,
-            finished_at: None,
-            fencing_token: 1,
-            report: Default::default(),
-            resolution: None,
+    struct Rec(&'static str, &'static str, i64);
+
+    impl Record for Rec {
+        fn machine_id(&self) -> &str {
+            self.0
         }
+        fn boot_id(&self) -> &str {
+            self.1
+        }
+        fn started_at(&self) -> i64 {
+            self.2
+        }
+    }
+
+    fn run(machine: &'static str, boot: &'static str, started_at: i64) -> Rec {
+        Rec(machine, boot, started_at)
     }
 
     #[test]
@@ -587,12 +566,5 @@ mod tests {
         let now = jiff::Timestamp::now().as_microsecond();
         let b = this_boot_usec();
         assert!(b >= boot_time_usec() && b <= now, "{b}");
-    }
-
-    #[test]
-    fn holder_has_machine_and_boot() {
-        let h = current_holder();
-        assert_eq!(h.boot_id.len(), 32);
-        assert!(h.id().contains(&h.boot_id));
     }
 }

@@ -30,6 +30,28 @@ pub struct Holder {
 }
 
 impl Holder {
+    /// The identity of this process as a lease holder. This boot is first entered among the
+    /// installation's boots ([`crate::identity::Installation::enter_this_boot`]); when that fails, a warning
+    /// goes to stderr and a record of this boot will be judged, after a crash, by its lease
+    /// alone.
+    pub fn current() -> Holder {
+        let dir = crate::paths::state_dir();
+        if let Err(e) = crate::identity::Installation::enter_this_boot(&dir) {
+            eprintln!(
+                "jobguard: warning: {}: {e}: a run cut by a crash of this boot is found by its lease alone",
+                dir.join(crate::identity::BOOTS_FILE).display()
+            );
+        }
+        let pid = std::process::id();
+        Holder {
+            machine_id: crate::identity::machine_id(),
+            boot_id: crate::identity::boot_id(),
+            pid,
+            pid_start: crate::identity::process_start(pid).unwrap_or(0),
+            host: crate::identity::host_name(),
+        }
+    }
+
     /// The identity string stored as the lease holder: `machine_id:boot_id:pid:pid_start`.
     pub fn id(&self) -> String {
         format!(
@@ -161,6 +183,13 @@ pub fn check_fence(ttl: Duration, kill_grace: Duration) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_current_holder_has_this_machine_and_boot() {
+        let h = Holder::current();
+        assert_eq!(h.boot_id.len(), 32);
+        assert!(h.id().contains(&h.boot_id));
+    }
 
     fn s(secs: u64) -> Duration {
         Duration::from_secs(secs)

@@ -12,6 +12,42 @@ use std::str::FromStr;
 
 use serde::Serialize;
 
+/// Report key of a catch-up decision: the newest slot recorded before the run's claim, RFC
+/// 3339 UTC with µs where there are any. Every elapse strictly between it and the run's
+/// slot was passed over by that claim. Written by the shim with the run's outcome (the
+/// `jobguard.` prefix of report keys is reserved: a job's own key of that name is replaced).
+pub const PASSED_OVER_AFTER: &str = "jobguard.passed_over_after";
+/// Report key beside [`PASSED_OVER_AFTER`]: how many elapses were passed over (for people;
+/// the interval is what counts).
+pub const PASSED_OVER_COUNT: &str = "jobguard.passed_over";
+
+/// Report key of the schedule a run's slot was an elapse of (`jobguard audit`'s
+/// `schedule_fingerprint`), written by the shim with every outcome. Gaps between records
+/// are judged only under the job's current schedule: an edited schedule's elapses are not
+/// compared with the records of the old one.
+pub const SCHEDULE: &str = "jobguard.schedule";
+
+/// Whether `run` tells which schedule it was made under: it carries the [`SCHEDULE`] key,
+/// or it succeeded or failed (written before the key existed: another schedule's). A
+/// record another party ended (cut off, still running) has no report and tells nothing.
+/// The audit judges gaps between records by it, and the SQL stores ask the same in their
+/// window query.
+pub fn names_a_schedule(run: &Run) -> bool {
+    run.report.contains_key(SCHEDULE) || matches!(run.outcome, Outcome::Succeeded | Outcome::Failed)
+}
+
+/// A duration in µs as `1h 02m 03s`, `4m 05s` or `6.2s`.
+pub fn format_span(usec: i64) -> String {
+    let s = usec.max(0) / 1_000_000;
+    if s >= 3600 {
+        format!("{}h {:02}m {:02}s", s / 3600, (s % 3600) / 60, s % 60)
+    } else if s >= 60 {
+        format!("{}m {:02}s", s / 60, s % 60)
+    } else {
+        format!("{:.1}s", usec.max(0) as f64 / 1e6)
+    }
+}
+
 /// State of one run record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -235,4 +271,16 @@ pub struct Finish {
     /// latest its lease let it run ([`crate::store::rules::cut_end`]). Every other write
     /// records the store's time of the write.
     pub ended_at: Option<i64>,
+}
+
+impl crate::identity::Record for Run {
+    fn machine_id(&self) -> &str {
+        &self.machine_id
+    }
+    fn boot_id(&self) -> &str {
+        &self.boot_id
+    }
+    fn started_at(&self) -> i64 {
+        self.started_at
+    }
 }

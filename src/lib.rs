@@ -32,6 +32,7 @@ pub mod generator;
 pub mod identity;
 pub mod job;
 pub mod journal;
+pub mod keys;
 pub mod lease;
 pub mod ledger;
 pub mod lock;

@@ -349,11 +349,6 @@ impl RunGuard {
         }
     }
 
-    /// Whether an inhibitor lock is held now.
-    pub fn holds_lock(&self) -> bool {
-        self.lock.is_some()
-    }
-
     /// The pipe the supervisor polls beside its signalfd, if the watch runs.
     pub fn watch_fd(&self) -> Option<BorrowedFd<'static>> {
         self.watcher.map(|w| w.fd())

@@ -18,7 +18,7 @@
 //! - the last success is the newest `succeeded` record by start (one query, one record);
 //! - the last outcome and duration, the running records, and the missed, held, failed and
 //!   queued slots come from the newest [`RECENT`] records and the older slots an attempt
-//!   failed or was cut off in ([`crate::cli::audit::judged_records`]), judged by
+//!   failed or was cut off in ([`crate::audit::judged_records`]), judged by
 //!   [`audit::status_findings`] exactly as `jobguard status` judges them (missed slots
 //!   after the newest record and between the records read); `jobguard_job_needs_attention` is
 //!   [`audit::job_needs_attention`] of those findings, or a record among them of another
@@ -150,7 +150,7 @@ pub fn read_job(
     now: i64,
     boot: i64,
 ) -> Result<LedgerMetrics, StoreError> {
-    let (recent, read_back_to) = crate::cli::audit::judged_records(store, job, RECENT)?;
+    let (recent, read_back_to) = crate::audit::judged_records(store, job, RECENT)?;
     let last_success = store
         .runs(&RunQuery {
             job: Some(job.name.clone()),
@@ -163,7 +163,7 @@ pub fn read_job(
     let counts = store.outcome_counts(&job.name)?;
     let lease = store.lease(&job.name)?;
     let store_now = store.now()?;
-    let orphans = crate::cli::audit::orphans(store, &recent)?;
+    let orphans = crate::recover::orphans(store, &recent)?;
     let mut scope = audit::recent_scope(job, now, boot, read_back_to);
     // Elapses in a pause window are paused, not missed.
     let pauses = if job.enabled {
@@ -179,7 +179,7 @@ pub fn read_job(
         &orphans,
         &scope,
     );
-    crate::cli::audit::confirm_missed(store, &job.name, &mut findings)?;
+    crate::audit::confirm_missed(store, &job.name, &mut findings)?;
     let count = |kind: FindingKind| findings.iter().filter(|f| f.kind == kind).count();
     let twins = crate::identity::Installation::here().twins(&recent).len();
     let last = recent

@@ -14,7 +14,7 @@
 //! `JOBGUARD_RUNTIME_DIR` overrides the runtime base (locks and reports) for tests, and
 //! `JOBGUARD_STATE_DIR` the state directory.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// System runtime directory (`RuntimeDirectory=jobguard`, kept by tmpfiles.d).
 pub const SYSTEM_RUNTIME_DIR: &str = "/run/jobguard";
@@ -75,4 +75,37 @@ pub fn state_dir() -> PathBuf {
 /// The store address used when the job list names none: SQLite in [`state_dir`].
 pub fn default_store_url() -> String {
     format!("sqlite://{}", state_dir().join("jobguard.db").display())
+}
+
+/// Writes `usec` (µs since the epoch) to `path`, a mark file of the runtime or state
+/// directory, through a temporary file and a rename.
+///
+/// # Errors
+/// The file system's.
+pub fn write_mark(path: &Path, usec: i64) -> std::io::Result<()> {
+    write_marks(path, &[usec])
+}
+
+/// Writes `usecs` to `path`, one per line (through `<path>.tmp` and a rename), making its
+/// directory (0700) when missing.
+///
+/// # Errors
+/// The file system's.
+pub fn write_marks(path: &Path, usecs: &[i64]) -> std::io::Result<()> {
+    use std::fmt::Write as _;
+    use std::os::unix::fs::DirBuilderExt;
+    if let Some(dir) = path.parent() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+    }
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let mut text = String::new();
+    for u in usecs {
+        let _ = writeln!(text, "{u}");
+    }
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path)
 }

@@ -4,11 +4,12 @@
 //!
 //! A *window* starts when `pause` is run and ends at its `--until` time, or when `resume`
 //! is run (both by the store's clock, [`crate::store::Store::now`]); without `--until`
-//! it stays open until `resume`. A slot whose elapse lies in a window, `since ≤ slot <
-//! until`, is *paused*: a timer's start or a catch-up on any host skips it
-//! (journal event `skipped`, reason `paused`), and `status`, `audit`, `recover` and
-//! `metrics` list it as paused, never as missed. What a person asks for still runs:
-//! `jobguard rerun`, `jobguard run --slot … --force`.
+//! it stays open until `resume`. While a window covers now, no host starts the job by its
+//! timer or a catch-up (journal event `skipped`, reason `paused`). A slot whose elapse
+//! lies in a window, `since ≤ slot < until`, is *paused*: no trigger or catch-up runs it
+//! later, and `status`, `audit`, `recover` and `metrics` list it as paused, never as
+//! missed. What a person asks for still runs: `jobguard rerun`, `jobguard run --slot …
+//! --force`.
 //!
 //! A job paused in its job list (`enabled = false`) is paused on that host alone; this is
 //! the fleet's. The windows are one fleet record per job ([`crate::store::Store::put_beat`]
@@ -65,9 +66,10 @@ impl Window {
         (self.since, self.until.unwrap_or(i64::MAX))
     }
 
-    /// For people: `paused until 2026-12-08T14:00:00Z by root@db-1 (reason)`.
+    /// For people: `paused since T until 2026-12-08T14:00:00Z by root@db-1: reason`
+    /// (`until resumed` while it waits for `resume`).
     pub fn describe(&self) -> String {
-        let until = self.until.map_or("resumed".to_string(), |u| {
+        let until = self.until.map_or("until resumed".to_string(), |u| {
             format!("until {}", format_usec(u))
         });
         let reason = self
@@ -117,6 +119,22 @@ pub fn read(store: &mut dyn Store, job: &str) -> Result<Pauses, StoreError> {
     }
 }
 
+/// `job`'s windows for [`pause`] and [`resume`] to change: a record that cannot be read
+/// (written by hand, or cut) is replaced, with a warning on stderr, so that a person can
+/// always end what it holds; the runs and reports that meet it fail until then.
+/// Also returns whether the record was unreadable (it must be written, changed or not).
+fn read_to_change(store: &mut dyn Store, job: &str) -> Result<(Pauses, bool), StoreError> {
+    match read(store, job) {
+        Err(StoreError::Invalid { detail, .. }) => {
+            eprintln!(
+                "jobguard: warning: {job}: {detail}: replaced; the windows it held are lost, and their slots count as missed"
+            );
+            Ok((Pauses::default(), true))
+        }
+        got => got.map(|p| (p, false)),
+    }
+}
+
 /// What [`pause`] and [`resume`] could not do.
 #[derive(Debug, thiserror::Error)]
 pub enum PauseError {
@@ -134,8 +152,8 @@ pub enum PauseError {
 }
 
 /// Pauses `job` from the store's now until `until` (µs since the epoch; `None`: until
-/// `resume`), by `by` for `reason`. A job already paused keeps its window, whose end and
-/// reason become these. Returns the window as written.
+/// `resume`), by `by` for `reason`. A job already paused keeps its window (and who paused
+/// it), whose end and reason become these. Returns the window as written.
 ///
 /// # Errors
 /// The store's; [`PauseError::UntilPassed`] when `until` is not after the store's now.
@@ -155,12 +173,12 @@ pub fn pause(
             now: format_usec(now),
         });
     }
-    let mut p = read(store, &job.name)?;
+    let (mut p, _) = read_to_change(store, &job.name)?;
     let window = match p.windows.iter_mut().find(|w| w.covers(now)) {
+        // Who paused it first stays named; the end and the reason are the new ones.
         Some(w) => {
             w.until = until;
             w.reason = reason.map(str::to_string).or(w.reason.take());
-            w.by = by.to_string();
             w.clone()
         }
         None => {
@@ -186,8 +204,11 @@ pub fn pause(
 /// The store's.
 pub fn resume(store: &mut dyn Store, job: &Job, by: &str) -> Result<Option<Window>, StoreError> {
     let now = store.now()?;
-    let mut p = read(store, &job.name)?;
+    let (mut p, replaced) = read_to_change(store, &job.name)?;
     let Some(w) = p.windows.iter_mut().find(|w| w.covers(now)) else {
+        if replaced {
+            write(store, job, p, now)?;
+        }
         return Ok(None);
     };
     w.until = Some(now);

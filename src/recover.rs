@@ -144,6 +144,20 @@ pub fn holder_gone_observed(
         .map(|_| "lease-expired"))
 }
 
+/// The run ids of `running` records whose holder is gone (looked at, never ended).
+///
+/// # Errors
+/// Store errors reading the lease or the store's clock.
+pub fn orphans(store: &mut dyn Store, runs: &[Run]) -> Result<BTreeSet<String>, StoreError> {
+    let mut out = BTreeSet::new();
+    for r in runs.iter().filter(|r| r.outcome == Outcome::Running) {
+        if holder_gone_observed(store, r)?.is_some() {
+            out.insert(r.run_id.clone());
+        }
+    }
+    Ok(out)
+}
+
 /// Whether `run` was written by this installation: this machine id and one of the boots
 /// this installation ran under ([`identity::Installation`]). A record of another machine
 /// with this machine id (an image copied without `systemd-machine-id-setup`) is not.
@@ -192,7 +206,7 @@ fn first_sighting(run_id: &str, now: i64) -> Option<i64> {
     {
         return Some(seen);
     }
-    write_mark(&path, now).ok()?;
+    crate::paths::write_mark(&path, now).ok()?;
     let day = std::time::Duration::from_secs(86_400);
     for entry in std::fs::read_dir(path.parent()?).ok()?.flatten() {
         let old = entry
@@ -373,7 +387,7 @@ fn report_twin(job: &str, run: &Run) {
     if path.exists() {
         return;
     }
-    let _ = write_mark(&path, run.started_at);
+    let _ = crate::paths::write_mark(&path, run.started_at);
     let mut ev = Event::new(
         Kind::MachineIdShared,
         job,
@@ -654,7 +668,7 @@ pub fn stop_timers(keep: &BTreeSet<String>) -> Result<Vec<String>, String> {
         let job = id
             .trim_start_matches("jobguard@")
             .trim_end_matches(".timer");
-        if let Err(e) = write_mark(&stopped_mark(job), 0) {
+        if let Err(e) = crate::paths::write_mark(&stopped_mark(job), 0) {
             eprintln!(
                 "jobguard: {job}: cannot remember that its timer was stopped ({}): {e}",
                 stopped_mark(job).display()
@@ -862,7 +876,7 @@ pub fn missed_slots(
     let mut scope = audit::recent_scope(job, now, boot, back);
     scope.paused = crate::pause::read(store, &job.name)?.spans();
     let mut findings = audit::audit_job(&recent, Some(&job.calendar), &BTreeSet::new(), &scope);
-    crate::cli::audit::confirm_missed(store, &job.name, &mut findings)?;
+    crate::audit::confirm_missed(store, &job.name, &mut findings)?;
     Ok(findings
         .into_iter()
         .filter(|f| f.kind == FindingKind::Missed && f.runs.is_empty())
@@ -894,7 +908,7 @@ pub fn report_missed(job: &Job, slots: &[i64]) -> Vec<i64> {
     if new.is_empty() {
         if slots.len() != reported.len() {
             // Some ran since: only the slots still missed are kept.
-            let _ = write_marks(&mark, slots);
+            let _ = crate::paths::write_marks(&mark, slots);
         }
         return new;
     }
@@ -930,7 +944,7 @@ pub fn report_missed(job: &Job, slots: &[i64]) -> Vec<i64> {
         ev.reason = Some("missed".into());
         journal::emit(&ev);
     }
-    if let Err(e) = write_marks(&mark, slots) {
+    if let Err(e) = crate::paths::write_marks(&mark, slots) {
         eprintln!(
             "jobguard: {}: cannot remember the missed slots reported ({}): {e}",
             job.name,
@@ -938,31 +952,6 @@ pub fn report_missed(job: &Job, slots: &[i64]) -> Vec<i64> {
         );
     }
     new
-}
-
-/// Writes `usec` to `path` (through a temporary file and a rename).
-pub(crate) fn write_mark(path: &Path, usec: i64) -> std::io::Result<()> {
-    write_marks(path, &[usec])
-}
-
-/// Writes `usecs` to `path`, one per line (through `<path>.tmp` and a rename).
-fn write_marks(path: &Path, usecs: &[i64]) -> std::io::Result<()> {
-    use std::fmt::Write as _;
-    use std::os::unix::fs::DirBuilderExt;
-    if let Some(dir) = path.parent() {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)?;
-    }
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let mut text = String::new();
-    for u in usecs {
-        let _ = writeln!(text, "{u}");
-    }
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, path)
 }
 
 /// Expands the specifiers systemd would expand in `OnFailure=` of the job's service

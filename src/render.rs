@@ -240,18 +240,6 @@ fn job_description(job: &Job) -> String {
     }
 }
 
-/// The timer drop-in of one job.
-pub fn timer_dropin(job: &Job) -> String {
-    let desc = escape_free_text(&job_description(job));
-    timer_text(job, &SourceText::new(&job.source), &desc)
-}
-
-/// The service drop-in of one job.
-pub fn service_dropin(job: &Job) -> String {
-    let desc = escape_free_text(&job_description(job));
-    service_text(job, &SourceText::new(&job.source), &desc)
-}
-
 /// `desc` is already escaped.
 fn timer_text(job: &Job, src: &SourceText, desc: &str) -> String {
     let mut out = String::with_capacity(512);

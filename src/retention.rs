@@ -131,7 +131,7 @@ pub fn due(job: &Job, now: i64) -> bool {
 /// # Errors
 /// The state directory cannot be written.
 pub fn pruned(job: &str, now: i64) -> std::io::Result<()> {
-    crate::recover::write_mark(&mark(job), now)
+    crate::paths::write_mark(&mark(job), now)
 }
 
 /// The slots (µs since the epoch) of `runs` (every record of one job) whose records

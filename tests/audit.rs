@@ -1109,6 +1109,11 @@ fn sqlite_slots_in_a_pause_window_are_skipped_and_listed_as_paused_never_missed(
     );
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stdout(&out).contains(&until), "{}", stdout(&out));
+    // While the window lasts nothing starts, not even that day's slot, which elapsed
+    // before it began (it stays missed, for the catch-up after the window).
+    let out = faked(&sb, "-10d", &["run", "daily"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("paused"), "{}", stderr(&out));
     // A firing in the window is skipped, saying who paused it and why.
     let out = faked(&sb, "-7d", &["run", "daily"]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -1183,4 +1188,29 @@ fn sqlite_slots_in_a_pause_window_are_skipped_and_listed_as_paused_never_missed(
     // An end that has passed is refused.
     let out = sb.run(&["pause", "daily", "--until", "-1h"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    // A record nobody can read stops the job loudly, and resume replaces it.
+    Backend::Sqlite.sql(
+        &sb,
+        "UPDATE jobguard_host SET beat = 'garbage' WHERE host = 'pause/daily'",
+    );
+    let out = sb.run(&["run", "daily"]);
+    assert_eq!(out.status.code(), Some(70), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("pause record of daily"),
+        "{}",
+        stderr(&out)
+    );
+    let out = sb.run(&["resume", "daily"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("replaced"), "{}", stderr(&out));
+    // The windows it held are gone with it: their slots are missed now, as said.
+    let (st, sv) = status_json(&sb);
+    assert_eq!(st.status.code(), Some(1), "{}", stderr(&st));
+    let missed: Vec<&str> = sv["jobs"][0]["missed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["slot"].as_str())
+        .collect();
+    assert_eq!(missed, paused, "{sv}");
 }

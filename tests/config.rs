@@ -55,6 +55,47 @@ fn assert_at(e: &ConfigError, file: &Path, (line, col): (usize, usize), key: &st
 
 const GOOD: &str = "schedule = \"*-*-* 02:00:00\"\ncommand = [\"/bin/true\"]\n";
 
+/// Every key of the one table (`jobguard::keys::KEYS`) is read by the parser: its example
+/// value, in a job, in `[defaults]` or in `[metrics]`, is never an unknown key (nor any
+/// other error where the value stands alone), and a key the table does not hold is.
+#[test]
+fn the_parser_reads_every_key_of_the_table_and_no_other() {
+    use jobguard::keys::{KEYS, Scope};
+    for k in KEYS {
+        let line = format!("{} = {}\n", k.name, k.example);
+        let text = match k.scope {
+            Scope::Job => {
+                let rest: String = GOOD
+                    .lines()
+                    .filter(|l| !l.starts_with(&format!("{} ", k.name)))
+                    .map(|l| format!("{l}\n"))
+                    .collect();
+                format!("[defaults]\n{line}\n[jobs.sync]\n{rest}{line}")
+            }
+            Scope::Metrics => format!("[metrics]\n{line}\n[jobs.sync]\n{GOOD}"),
+        };
+        let d = Dir::new();
+        d.write("jobs.toml", &text);
+        let set = d.load();
+        let unknown: Vec<&ConfigError> = set
+            .errors
+            .iter()
+            .filter(|e| e.message.contains("unknown key"))
+            .collect();
+        assert!(unknown.is_empty(), "{}: {unknown:?}", k.name);
+    }
+    let d = Dir::new();
+    d.write(
+        "jobs.toml",
+        &format!("[jobs.sync]\n{GOOD}catchup = \"all\"\n"),
+    );
+    let set = d.load();
+    assert_eq!(
+        only_error(&set).message,
+        "unknown key catchup (did you mean catch_up: which earlier elapses a firing runs when they never ran?)"
+    );
+}
+
 #[test]
 fn unknown_key_names_file_line_column_and_key() {
     let d = Dir::new();
@@ -65,7 +106,7 @@ fn unknown_key_names_file_line_column_and_key() {
     assert_at(e, &f, pos(&text, "", "descripton"), "jobs.sync.descripton");
     assert_eq!(
         e.message,
-        "unknown key descripton (did you mean description?)"
+        "unknown key descripton (did you mean description: Description= of the job's units?)"
     );
     assert_eq!(e.job.as_deref(), Some("sync"));
     assert_eq!(e.scope, ErrorScope::Job);

@@ -773,7 +773,7 @@ fn the_metrics_table_is_checked_with_positions() {
     let out = sb.run(&["check"]);
     let err = stderr(&out);
     assert!(
-        err.contains("jobs.toml:5:1: metrics.textfiel: unknown key metrics.textfiel (did you mean metrics.textfile?)"),
+        err.contains("jobs.toml:5:1: metrics.textfiel: unknown key metrics.textfiel (did you mean metrics.textfile: the file jobguard recover writes the metrics to, for node_exporter?)"),
         "{err}"
     );
     let sb = Sandbox::new("[metrics]\ntextfile = \"/tmp/jobguard.txt\"\n");

@@ -4,7 +4,7 @@
 //! `scripts/package` itself, once per test process, in its own target directory,
 //! `target/package-test`, because `cargo test` holds the lock of the usual one. The tests read their
 //! file lists, conffiles, dependencies and scriptlets with `dpkg-deb` and Debian's
-//! `rpm`, and install the .deb on a freshly booted systemd in a container
+//! `rpm`, and install the .deb and the .rpm on a freshly booted systemd in a container
 //! (`tests/common/container.rs`): install, a job in /etc/jobguard/jobs.d/, its timer
 //! started by the recover pass a daemon-reload starts (jobguard-recover.path), a run through the shim,
 //! `man`, an upgrade that keeps an edited jobs.toml, remove and purge.
@@ -122,6 +122,18 @@ const FILES: &[&str] = &[
     "/usr/share/fish/vendor_completions.d/jobguard.fish",
     "/usr/share/doc/jobguard/README.md",
     "/usr/share/doc/jobguard/CHANGELOG.md",
+    "/usr/share/doc/jobguard/SECURITY.md",
+    "/usr/share/doc/jobguard/docs/commands.md",
+    "/usr/share/doc/jobguard/docs/development.md",
+    "/usr/share/doc/jobguard/docs/from-cron.md",
+    "/usr/share/doc/jobguard/docs/install.md",
+    "/usr/share/doc/jobguard/docs/jobs.md",
+    "/usr/share/doc/jobguard/docs/jobs.toml.md",
+    "/usr/share/doc/jobguard/docs/monitoring.md",
+    "/usr/share/doc/jobguard/docs/multi-host.md",
+    "/usr/share/doc/jobguard/docs/security.md",
+    "/usr/share/doc/jobguard/docs/stores.md",
+    "/usr/share/doc/jobguard/docs/troubleshooting.md",
     "/usr/share/doc/jobguard/examples/jobguard.rules.yml",
 ];
 
@@ -400,6 +412,58 @@ fn newer_deb(deb: &Path, dir: &Path) -> PathBuf {
     out
 }
 
+/// A job written to /etc/jobguard/jobs.d: after a daemon-reload, the recover pass it
+/// starts (jobguard-recover.path, which the package started) starts its timer at once, not
+/// at the recover timer's next minute; started, it runs through the shim and is recorded.
+fn a_job_in_jobs_d_is_armed_and_runs(c: &Container) {
+    c.write_file("/etc/jobguard/jobs.d/hello.toml", HELLO)
+        .expect("write job");
+    sh(c, "jobguard check && systemctl daemon-reload");
+    common::wait_for(
+        "jobguard@hello.timer to be started by the reload's recover pass",
+        Duration::from_secs(20),
+        Duration::from_secs(1),
+        || {
+            let out = c
+                .exec(&["systemctl", "is-active", "jobguard@hello.timer"])
+                .map_err(|e| e.to_string())?;
+            Ok((String::from_utf8_lossy(&out.stdout).trim() == "active").then_some(()))
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    sh(c, "systemctl start jobguard@hello.service");
+    common::wait_for(
+        "the hello run to be recorded succeeded",
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        || {
+            let out = c
+                .exec(&["jobguard", "history", "hello", "--json"])
+                .map_err(|e| e.to_string())?;
+            Ok(String::from_utf8_lossy(&out.stdout)
+                .contains("\"succeeded\"")
+                .then_some(()))
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(sh(c, "cat /var/tmp/hello.out").starts_with("hello@"));
+    assert!(sh(c, "ls /var/lib/jobguard").contains("jobguard.db"));
+}
+
+/// After the package went and a daemon-reload, systemd knows no jobguard unit.
+fn no_jobguard_unit_is_left(c: &Container) {
+    sh(c, "systemctl daemon-reload");
+    assert_eq!(
+        sh(
+            c,
+            "systemctl list-units --all --plain --no-legend 'jobguard*'"
+        )
+        .trim(),
+        "",
+        "units left after the package went"
+    );
+}
+
 #[test]
 fn deb_installs_runs_upgrades_and_goes_away_on_a_booted_system() {
     let test = "deb_installs_runs_upgrades_and_goes_away_on_a_booted_system";
@@ -478,12 +542,7 @@ fn deb_installs_runs_upgrades_and_goes_away_on_a_booted_system() {
         .contains("jobguard")
     );
 
-    // A job in jobs.d: a daemon-reload, and the recover pass it starts
-    // (jobguard-recover.path, which the package started) starts its timer at once, not
-    // at the recover timer's next minute.
-    c.write_file("/etc/jobguard/jobs.d/hello.toml", HELLO)
-        .expect("write job");
-    sh(&c, "jobguard check && systemctl daemon-reload");
+    a_job_in_jobs_d_is_armed_and_runs(&c);
     // The installed bash completion asks jobguard for the job list's names.
     c.write_file(
         "/root/complete.sh",
@@ -495,54 +554,6 @@ fn deb_installs_runs_upgrades_and_goes_away_on_a_booted_system() {
     .expect("write the completion script");
     let words = sh(&c, "bash /root/complete.sh");
     assert_eq!(words.trim(), "hello", "{words}");
-    common::wait_for(
-        "jobguard@hello.timer to be started by the reload's recover pass",
-        Duration::from_secs(20),
-        Duration::from_secs(1),
-        || {
-            let out = c
-                .exec(&[
-                    "systemctl",
-                    "list-timers",
-                    "--plain",
-                    "--no-legend",
-                    "jobguard@hello.timer",
-                ])
-                .map_err(|e| e.to_string())?;
-            let text = String::from_utf8_lossy(&out.stdout).into_owned();
-            Ok(text.contains("jobguard@hello.timer").then_some(()))
-        },
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
-    sh(&c, "systemctl start jobguard@hello.service");
-    common::wait_for(
-        "the hello job's output",
-        Duration::from_secs(60),
-        Duration::from_millis(200),
-        || {
-            let out = c
-                .exec(&["cat", "/var/tmp/hello.out"])
-                .map_err(|e| e.to_string())?;
-            Ok(String::from_utf8_lossy(&out.stdout)
-                .starts_with("hello@")
-                .then_some(()))
-        },
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
-    common::wait_for(
-        "the run to be recorded succeeded",
-        Duration::from_secs(60),
-        Duration::from_millis(200),
-        || {
-            let out = c
-                .exec(&["jobguard", "history", "hello", "--json"])
-                .map_err(|e| e.to_string())?;
-            Ok(String::from_utf8_lossy(&out.stdout)
-                .contains("\"succeeded\"")
-                .then_some(()))
-        },
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
     assert!(sh(&c, "ls /var/lib/jobguard").contains("jobguard.db"));
 
     // Upgrade: the operator's jobs.toml stays; the new one is put beside it.
@@ -570,16 +581,7 @@ fn deb_installs_runs_upgrades_and_goes_away_on_a_booted_system() {
 
     // Remove: no jobguard unit is left after a daemon-reload; the state stays.
     sh(&c, &format!("{APT} remove jobguard"));
-    sh(&c, "systemctl daemon-reload");
-    assert_eq!(
-        sh(
-            &c,
-            "systemctl list-units --all --plain --no-legend 'jobguard*'"
-        )
-        .trim(),
-        "",
-        "units left after remove"
-    );
+    no_jobguard_unit_is_left(&c);
     // list-unit-files exits 1 when nothing matches.
     let files = c
         .exec(&["systemctl", "list-unit-files", "--no-legend", "jobguard*"])
@@ -605,37 +607,166 @@ fn deb_installs_runs_upgrades_and_goes_away_on_a_booted_system() {
     assert!(sh(&c, "test ! -e /etc/jobguard/jobs.toml && echo gone").contains("gone"));
 }
 
-/// Every key of the table in docs/jobs.toml.md has its entry in jobguard.toml(5), and
-/// the page describes no other key.
+/// The .rpm on a booted systemd, with Debian's `rpm` (`--nodeps`: the machine's rpm
+/// database knows none of the Debian packages it requires), so that its scriptlets run as
+/// they would on a Fedora or RHEL host: install enables and starts the recovery timer,
+/// creates the runtime directories and loads the catalog; a job added to jobs.d runs; an
+/// upgrade (the package installed over itself) keeps the operator's edit of jobs.toml and
+/// leaves every timer running; erasing stops and removes every unit and keeps the state;
+/// installing again arms the recovery timer again.
 #[test]
-fn jobguard_toml_5_describes_every_key_of_the_job_list() {
+fn rpm_installs_runs_upgrades_and_goes_away_on_a_booted_system() {
+    let test = "rpm_installs_runs_upgrades_and_goes_away_on_a_booted_system";
+    if !common::go_on(test, container::prerequisites()) || !ready(test, &["rpm"]) {
+        return;
+    }
+    let pkgs = packages();
+    let opts = Options::new().copy(&pkgs.rpm, "/root/pkg/jobguard.rpm");
+    let c = Container::boot("rpm", &opts).expect("boot");
+    const RPM: &str = "rpm --nodeps";
+
+    sh(&c, "mkdir -p /var/lib/rpm && rpm --initdb");
+    sh(&c, &format!("{RPM} -i /root/pkg/jobguard.rpm"));
+    assert_eq!(
+        sh(&c, "rpm -q --qf '%{VERSION}' jobguard").trim(),
+        VERSION,
+        "the rpm database knows the package"
+    );
+    assert_eq!(
+        sh(&c, "jobguard --version").trim(),
+        format!("jobguard {VERSION}")
+    );
+    assert_eq!(
+        sh(&c, "systemctl is-enabled jobguard-recover.timer; systemctl is-active jobguard-recover.timer jobguard-recover.path").trim(),
+        "enabled\nactive\nactive"
+    );
+    assert_eq!(
+        sh(&c, "stat -c %a /run/jobguard/lock").trim(),
+        "700",
+        "the tmpfiles of the package were created"
+    );
+    assert!(
+        sh(
+            &c,
+            "journalctl --list-catalog 34ff0b1f3dbf41c6ace7495ab7b45f37"
+        )
+        .contains("jobguard"),
+        "the catalog was loaded"
+    );
+    assert!(sh(&c, "jobguard check").contains("0 valid jobs"));
+
+    a_job_in_jobs_d_is_armed_and_runs(&c);
+
+    // Upgrade: the package installed over itself. The operator's jobs.toml stays, and
+    // nothing stops.
+    sh(
+        &c,
+        "echo '# Edited by the operator.' >> /etc/jobguard/jobs.toml",
+    );
+    sh(
+        &c,
+        &format!("{RPM} -U --replacepkgs /root/pkg/jobguard.rpm"),
+    );
+    assert!(sh(&c, "cat /etc/jobguard/jobs.toml").contains("# Edited by the operator."));
+    assert_eq!(
+        sh(
+            &c,
+            "systemctl is-enabled jobguard-recover.timer; systemctl is-active jobguard@hello.timer jobguard-recover.timer"
+        )
+        .trim(),
+        "enabled\nactive\nactive"
+    );
+
+    // Erase: no jobguard unit is left after a daemon-reload; the state stays.
+    sh(&c, &format!("{RPM} -e jobguard"));
+    no_jobguard_unit_is_left(&c);
+    assert!(sh(&c, "test ! -e /usr/bin/jobguard && echo gone").contains("gone"));
+    assert!(sh(&c, "ls /var/lib/jobguard").contains("jobguard.db"));
+
+    // Installed again: the recovery timer is enabled and runs again.
+    sh(&c, &format!("{RPM} -i /root/pkg/jobguard.rpm"));
+    assert_eq!(
+        sh(&c, "systemctl is-enabled jobguard-recover.timer; systemctl is-active jobguard-recover.timer").trim(),
+        "enabled\nactive"
+    );
+}
+
+/// The reference page and jobguard.toml(5) describe exactly the keys the parser reads
+/// (`jobguard::keys::KEYS`, the one table): docs/jobs.toml.md's key table has a row per
+/// job key, in the table's order, with its type and default as the table writes them,
+/// and its `[metrics]` section names each metrics key; the man page's KEYS section has an
+/// entry per job key, and its METRICS section names each metrics key. A key added to the
+/// parser without its documentation fails here.
+#[test]
+fn the_reference_page_and_jobguard_toml_5_describe_every_key_the_parser_reads() {
+    use jobguard::keys::{self, Scope};
     let doc = std::fs::read_to_string(Path::new(ROOT).join("docs/jobs.toml.md"))
         .expect("read docs/jobs.toml.md");
-    let mut doc_keys: Vec<&str> = doc
+    let rows: Vec<(String, String, String)> = doc
         .lines()
-        .filter_map(|l| l.strip_prefix("| `")?.split_once('`'))
-        .map(|(key, _)| key)
+        .filter(|l| l.starts_with("| `"))
+        .map(|l| {
+            // Cells split at `|` not escaped as `\|`.
+            let cells: Vec<String> = l
+                .replace("\\|", "\u{1}")
+                .split('|')
+                .map(|c| c.trim().replace('\u{1}', "\\|"))
+                .collect();
+            (
+                cells[1].trim_matches('`').to_string(),
+                cells[2].clone(),
+                cells[3].clone(),
+            )
+        })
         .collect();
-    doc_keys.sort();
+    let table: Vec<(String, String, String)> = keys::of(Scope::Job)
+        .map(|k| (k.name.to_string(), k.ty.to_string(), k.default.to_string()))
+        .collect();
+    assert_eq!(
+        rows, table,
+        "docs/jobs.toml.md against jobguard::keys::KEYS"
+    );
+    let metrics_section = doc
+        .split("### Metrics textfile: `[metrics]`")
+        .nth(1)
+        .expect("a [metrics] section in docs/jobs.toml.md");
     let page = std::fs::read_to_string(Path::new(ROOT).join("packaging/man/jobguard.toml.5"))
         .expect("read packaging/man/jobguard.toml.5");
-    let keys_section = page
-        .split(".SH KEYS")
-        .nth(1)
-        .and_then(|s| s.split("\n.SH ").next())
-        .expect("a KEYS section");
+    let section = |name: &str| {
+        page.split(&format!(".SH {name}\n"))
+            .nth(1)
+            .and_then(|s| s.split("\n.SH ").next())
+            .unwrap_or_else(|| panic!("a {name} section"))
+            .to_string()
+    };
+    let keys_section = section("KEYS");
     let lines: Vec<&str> = keys_section.lines().collect();
     let mut page_keys: Vec<&str> = lines
         .windows(2)
         .filter(|w| w[0] == ".TP")
         .filter_map(|w| w[1].strip_prefix(".B "))
         .collect();
-    page_keys.sort();
-    assert!(
-        doc_keys.len() >= 19,
-        "keys in docs/jobs.toml.md: {doc_keys:?}"
+    page_keys.sort_unstable();
+    let mut job_keys: Vec<&str> = keys::of(Scope::Job).map(|k| k.name).collect();
+    job_keys.sort_unstable();
+    assert!(job_keys.len() >= 26, "{job_keys:?}");
+    assert_eq!(
+        page_keys, job_keys,
+        "jobguard.toml(5) KEYS against jobguard::keys::KEYS"
     );
-    assert_eq!(page_keys, doc_keys);
+    let man_metrics = section("METRICS");
+    for k in keys::of(Scope::Metrics) {
+        assert!(
+            metrics_section.contains(&format!("`{}`", k.name)),
+            "{} in docs/jobs.toml.md's [metrics] section",
+            k.name
+        );
+        assert!(
+            man_metrics.contains(&format!(".B {}\n", k.name)),
+            "{} in jobguard.toml(5)'s METRICS section",
+            k.name
+        );
+    }
 }
 
 /// Every MESSAGE_ID of src/journal.rs is explained in jobguard(1).

@@ -589,7 +589,7 @@ fn secret_address() -> impl Strategy<Value = (String, String)> {
 proptest! {
     #![proptest_config(config(256))]
 
-    /// The README: "Passwords are masked as `***` in every message".
+    /// The manual: "Passwords are masked as `***` in every message".
     #[test]
     fn masking_hides_every_password_form((address, pw) in secret_address()) {
         let masked = mask(&address);

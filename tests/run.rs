@@ -1241,7 +1241,7 @@ fn store_init_names_the_job_lists_errors() {
     );
 }
 
-/// Issue 10, defect 5: `--slot -2h` and `--base-time -2h`, as the README shows them,
+/// Issue 10, defect 5: `--slot -2h` and `--base-time -2h`, as the manual shows them,
 /// were taken for unknown flags.
 #[test]
 fn a_relative_slot_or_base_time_may_start_with_a_dash() {

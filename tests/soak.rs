@@ -327,7 +327,7 @@ static ENGINES: &[Engine] = &[
             c.args(["--port", &server.port.to_string(), "--bind", "127.0.0.1"])
                 .arg("--dir")
                 .arg(server.dir.path())
-                // A restart keeps leases and records (the README asks for AOF).
+                // A restart keeps leases and records (the manual asks for AOF).
                 .args(["--appendonly", "yes", "--appendfsync", "always"])
                 .args(["--save", "", "--daemonize", "no"]);
             Ok(c)

@@ -676,7 +676,7 @@ fn status_without_systemd_shows_the_ledger_and_says_what_it_could_not_read() {
     );
 }
 
-/// The README's OnFailure= recipe: a failing job starts the alert unit with its own
+/// The manual's OnFailure= recipe: a failing job starts the alert unit with its own
 /// unit's name as the instance.
 #[test]
 fn on_failure_starts_the_alert_unit_of_the_readme_recipe() {

@@ -17,7 +17,7 @@
 //! validated with a bound that shrinks by 3 per item, `*/5` is rejected, an expression
 //! ending in the local zone's abbreviation (`CET`) forces the DST flag. Time zones come from the system tzdb
 //! through jiff. Printing in `systemd-analyze calendar`'s format lives in
-//! [`crate::cli::calendar`]; this module has no I/O beyond reading time zone data.
+//! `jobguard calendar`; this module has no I/O beyond reading time zone data.
 
 use std::fmt;
 

@@ -23,7 +23,7 @@ use crate::config::{self, ConfigSource, JobSet};
 use crate::exit;
 use crate::identity;
 use crate::job::Job;
-use crate::ledger::{Outcome, Run, format_usec};
+use crate::ledger::format_usec;
 use crate::recover;
 use crate::store::{RunQuery, Store, StoreError};
 
@@ -59,7 +59,7 @@ pub fn run(args: &AuditArgs) -> u8 {
     let mut status = exit::OK;
     let (mut stores, store_status) = open_stores(&set, args.job.as_deref());
     if store_status != exit::OK {
-        status = store_status;
+        status = exit::worst(status, store_status);
     }
     let boot = identity::boot_time_usec();
     let mut jobs_json = Vec::new();
@@ -93,7 +93,7 @@ pub fn run(args: &AuditArgs) -> u8 {
             Ok(r) => r,
             Err(e) => {
                 eprintln!("jobguard: {name}: {e}");
-                status = e.exit_status();
+                status = exit::worst(status, e.exit_status());
                 if matches!(e, StoreError::Unavailable { .. }) {
                     lost.insert(i, 0);
                 }
@@ -110,11 +110,11 @@ pub fn run(args: &AuditArgs) -> u8 {
                 .map(|a| crate::store::address::mask(&a))
                 == Some(describe.clone())
         });
-        let orphans = match orphans(store.as_mut(), &runs) {
+        let orphans = match recover::orphans(store.as_mut(), &runs) {
             Ok(o) => o,
             Err(e) => {
                 eprintln!("jobguard: {name}: {e}");
-                status = e.exit_status();
+                status = exit::worst(status, e.exit_status());
                 continue;
             }
         };
@@ -124,7 +124,7 @@ pub fn run(args: &AuditArgs) -> u8 {
                 Ok(p) => p.spans(),
                 Err(e) => {
                     eprintln!("jobguard: {name}: {e}");
-                    status = e.exit_status();
+                    status = exit::worst(status, e.exit_status());
                     continue;
                 }
             },
@@ -191,7 +191,7 @@ pub fn run(args: &AuditArgs) -> u8 {
             }
             Err(e) => {
                 eprintln!("jobguard: {}: fleet: {e}", s.describe);
-                status = e.exit_status();
+                status = exit::worst(status, e.exit_status());
             }
         }
     }
@@ -216,8 +216,8 @@ pub fn run(args: &AuditArgs) -> u8 {
     for e in &set.errors {
         eprintln!("jobguard: {e}");
     }
-    if !set.errors.is_empty() && status == exit::OK {
-        status = exit::CONFIG;
+    if !set.errors.is_empty() {
+        status = exit::worst(status, exit::CONFIG);
     }
     if args.json {
         let out = json!({
@@ -241,8 +241,8 @@ pub fn run(args: &AuditArgs) -> u8 {
             jobs_json.len()
         );
     }
-    if status == exit::OK && attention > 0 {
-        status = exit::ATTENTION;
+    if attention > 0 {
+        status = exit::worst(status, exit::ATTENTION);
     }
     status
 }
@@ -264,124 +264,6 @@ fn row(job: &str, f: &Finding) -> Vec<String> {
         },
         f.detail.clone(),
     ]
-}
-
-/// The records `status` and `metrics` judge for a job: its newest `recent` records, and
-/// every attempt at each slot where an attempt failed, was cut off or still runs (and
-/// was not itself resolved as done) unless those records already show the slot done. A
-/// slot left failed or held stays something to attend to however many records came
-/// after it, and a slot is judged on all its attempts. Also returns the slot after which
-/// every record of the job was read ([`audit::read_back_to`] of the newest `recent`).
-///
-/// # Errors
-/// Store errors.
-pub fn judged_records(
-    store: &mut dyn Store,
-    job: &Job,
-    recent: usize,
-) -> Result<(Vec<Run>, Option<i64>), StoreError> {
-    let name = &job.name;
-    let mut runs = store.runs(&RunQuery {
-        job: Some(name.clone()),
-        limit: recent,
-        ..RunQuery::default()
-    })?;
-    let back = audit::read_back_to(
-        &runs,
-        recent,
-        crate::store::rules::duration_usec(job.clock_tolerance),
-    );
-    if runs.len() < recent {
-        return Ok((runs, back));
-    }
-    let done: BTreeSet<i64> = runs
-        .iter()
-        .filter(|r| crate::store::rules::is_done(r))
-        .map(|r| r.slot.usec)
-        .collect();
-    let unsettled: BTreeSet<i64> = store
-        .runs(&RunQuery {
-            job: Some(name.clone()),
-            outcomes: vec![
-                Outcome::Failed,
-                Outcome::Interrupted,
-                Outcome::LeaseLost,
-                Outcome::Running,
-            ],
-            ..RunQuery::default()
-        })?
-        .iter()
-        .filter(|r| !crate::store::rules::is_done(r) && !done.contains(&r.slot.usec))
-        .map(|r| r.slot.usec)
-        .collect();
-    let mut seen: BTreeSet<String> = runs.iter().map(|r| r.run_id.clone()).collect();
-    for slot in unsettled {
-        for run in store.runs(&RunQuery {
-            job: Some(name.clone()),
-            slot: Some(slot),
-            ..RunQuery::default()
-        })? {
-            if seen.insert(run.run_id.clone()) {
-                runs.push(run);
-            }
-        }
-    }
-    Ok((runs, back))
-}
-
-/// At most this many missed slots are confirmed with the store by [`confirm_missed`].
-const MAX_CONFIRM: usize = 100;
-
-/// Drops from `findings` (of `job`, judged on a window of its newest records) the missed
-/// slots that do have a record after all, asking the store about each (at most
-/// `MAX_CONFIRM`; the rest stay): a record outside the window can still belong to a slot
-/// inside it, when it started long before its slot (`run --slot F --force` of a future
-/// slot) or long before the records of older slots in the window (a backfill).
-///
-/// # Errors
-/// Store errors.
-pub fn confirm_missed(
-    store: &mut dyn Store,
-    job: &str,
-    findings: &mut Vec<Finding>,
-) -> Result<(), StoreError> {
-    let gaps: Vec<i64> = findings
-        .iter()
-        .filter(|f| f.kind == audit::FindingKind::Missed && f.runs.is_empty())
-        .map(|f| f.slot)
-        .take(MAX_CONFIRM)
-        .collect();
-    let mut recorded = BTreeSet::new();
-    for slot in gaps {
-        let found = store.runs(&RunQuery {
-            job: Some(job.to_string()),
-            slot: Some(slot),
-            limit: 1,
-            ..RunQuery::default()
-        })?;
-        if !found.is_empty() {
-            recorded.insert(slot);
-        }
-    }
-    findings.retain(|f| !(f.kind == audit::FindingKind::Missed && recorded.contains(&f.slot)));
-    Ok(())
-}
-
-/// The run ids of `running` records whose holder is gone (looked at, never ended).
-///
-/// # Errors
-/// Store errors reading the lease or the store's clock.
-pub fn orphans(
-    store: &mut dyn Store,
-    runs: &[Run],
-) -> Result<BTreeSet<String>, crate::store::StoreError> {
-    let mut out = BTreeSet::new();
-    for r in runs.iter().filter(|r| r.outcome == Outcome::Running) {
-        if recover::holder_gone_observed(store, r)?.is_some() {
-            out.insert(r.run_id.clone());
-        }
-    }
-    Ok(out)
 }
 
 /// Opens the stores to audit, each once, with the jobs to audit in each: `only`, or every
@@ -406,7 +288,7 @@ fn open_stores(set: &JobSet, only: Option<&str>) -> (Vec<Audited>, u8) {
         let mut store = match open_store(&address) {
             Ok(s) => s,
             Err(code) => {
-                status = code;
+                status = exit::worst(status, code);
                 continue;
             }
         };
@@ -416,7 +298,7 @@ fn open_stores(set: &JobSet, only: Option<&str>) -> (Vec<Audited>, u8) {
                 Ok(jobs) => jobs,
                 Err(e) => {
                     eprintln!("jobguard: {e}");
-                    status = e.exit_status();
+                    status = exit::worst(status, e.exit_status());
                     continue;
                 }
             },

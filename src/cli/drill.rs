@@ -1,16 +1,13 @@
-//! `jobguard drill JOB [--json]`: [`crate::drill`], printed.
+//! `jobguard drill JOB [--json]`: [`crate::drill`], printed. Exit 0 when every layer
+//! held; 1 when one did not; the store's status (69, 70, 78) when a store error kept a
+//! layer from being tried, as when the store cannot be opened ([`crate::drill::status`]).
 
-use crate::cli::{DrillArgs, find_job, open_job_store};
-use crate::exit;
+use crate::cli::{DrillArgs, find_job_and_store};
 
 /// Runs `jobguard drill`; returns the exit status.
 pub fn run(args: &DrillArgs) -> u8 {
-    let job = match find_job(&args.config, &args.job) {
-        Ok(j) => j,
-        Err(code) => return code,
-    };
-    let mut store = match open_job_store(&job) {
-        Ok(s) => s,
+    let (job, mut store) = match find_job_and_store(&args.config, &args.job) {
+        Ok(x) => x,
         Err(code) => return code,
     };
     let verdicts = crate::drill::run(&job, store.as_mut(), &crate::paths::lock_dir());
@@ -40,5 +37,5 @@ pub fn run(args: &DrillArgs) -> u8 {
             }
         );
     }
-    if all { exit::OK } else { exit::FAILURE }
+    crate::drill::status(&verdicts)
 }

@@ -24,7 +24,7 @@ pub fn run(args: &StatusArgs) -> u8 {
         let mut store = match open_store(&address) {
             Ok(s) => s,
             Err(code) => {
-                status = code;
+                status = exit::worst(status, code);
                 continue;
             }
         };
@@ -38,7 +38,7 @@ pub fn run(args: &StatusArgs) -> u8 {
                 }
                 Err(e) => {
                     eprintln!("jobguard: {masked}: {e}");
-                    status = e.exit_status();
+                    status = exit::worst(status, e.exit_status());
                 }
             }
             continue;
@@ -47,12 +47,12 @@ pub fn run(args: &StatusArgs) -> u8 {
             Ok(f) => f,
             Err(e) => {
                 eprintln!("jobguard: {masked}: {e}");
-                status = e.exit_status();
+                status = exit::worst(status, e.exit_status());
                 continue;
             }
         };
-        if fleet.needs_attention() && status == exit::OK {
-            status = exit::ATTENTION;
+        if fleet.needs_attention() {
+            status = exit::worst(status, exit::ATTENTION);
         }
         if args.json {
             json.push(serde_json::json!({ "store": masked, "fleet": fleet }));

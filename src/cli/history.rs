@@ -62,7 +62,7 @@ fn removed(args: &HistoryArgs, set: &config::JobSet) -> u8 {
         let mut store = match open_store(address) {
             Ok(s) => s,
             Err(code) => {
-                status = code;
+                status = exit::worst(status, code);
                 continue;
             }
         };
@@ -74,7 +74,7 @@ fn removed(args: &HistoryArgs, set: &config::JobSet) -> u8 {
             Ok(r) => runs.extend(r),
             Err(e) => {
                 eprintln!("jobguard: {e}");
-                status = e.exit_status();
+                status = exit::worst(status, e.exit_status());
             }
         }
     }

@@ -187,7 +187,7 @@ fn request(
         }
     };
     let job = find_job(&args.config, &name)?;
-    let holder = crate::identity::current_holder();
+    let holder = crate::lease::Holder::current();
     let new = Mark {
         namespace: crate::mark::stored_namespace(&job.name, &args.namespace, args.shared),
         key: args.key.clone(),

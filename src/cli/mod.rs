@@ -519,6 +519,20 @@ pub fn open_job_store(job: &crate::job::Job) -> Result<Box<dyn crate::store::Sto
     open_store(&job_store_address(job)?)
 }
 
+/// The job named `name` ([`find_job`]) and its open store ([`open_job_store`]), each
+/// error printed once.
+///
+/// # Errors
+/// The exit status of the first that failed.
+pub fn find_job_and_store(
+    config: &ConfigArgs,
+    name: &str,
+) -> Result<(crate::job::Job, Box<dyn crate::store::Store>), u8> {
+    let job = find_job(config, name)?;
+    let store = open_job_store(&job)?;
+    Ok((job, store))
+}
+
 /// The job's store address (reading `store_file` or `store_credential` if set),
 /// printing the error once.
 pub fn job_store_address(job: &crate::job::Job) -> Result<String, u8> {

@@ -7,7 +7,7 @@
 //! cannot be read or has passed; 69, 70 or 78 when the store or the job list cannot be
 //! used.
 
-use crate::cli::{PauseArgs, ResumeArgs, find_job, open_job_store};
+use crate::cli::{PauseArgs, ResumeArgs, find_job_and_store};
 use crate::exit;
 use crate::ledger::format_usec;
 use crate::pause::{self, PauseError};
@@ -17,28 +17,24 @@ fn by() -> String {
     format!(
         "{}@{}",
         crate::cli::rerun::who(),
-        crate::identity::current_holder().host
+        crate::lease::Holder::current().host
     )
 }
 
 /// Runs `jobguard pause`; returns the exit status.
 pub fn pause(args: &PauseArgs) -> u8 {
-    let job = match find_job(&args.config, &args.job) {
-        Ok(j) => j,
-        Err(code) => return code,
-    };
     let until = match &args.until {
         None => None,
         Some(text) => match crate::calendar::parse_timestamp(text, jiff::Timestamp::now()) {
             Ok(t) => Some(t.as_microsecond()),
             Err(e) => {
-                eprintln!("jobguard: {}: --until {text:?}: {e}", job.name);
+                eprintln!("jobguard: {}: --until {text:?}: {e}", args.job);
                 return exit::USAGE;
             }
         },
     };
-    let mut store = match open_job_store(&job) {
-        Ok(s) => s,
+    let (job, mut store) = match find_job_and_store(&args.config, &args.job) {
+        Ok(x) => x,
         Err(code) => return code,
     };
     match pause::pause(store.as_mut(), &job, until, &by(), args.reason.as_deref()) {
@@ -66,12 +62,8 @@ pub fn pause(args: &PauseArgs) -> u8 {
 
 /// Runs `jobguard resume`; returns the exit status.
 pub fn resume(args: &ResumeArgs) -> u8 {
-    let job = match find_job(&args.config, &args.job) {
-        Ok(j) => j,
-        Err(code) => return code,
-    };
-    let mut store = match open_job_store(&job) {
-        Ok(s) => s,
+    let (job, mut store) = match find_job_and_store(&args.config, &args.job) {
+        Ok(x) => x,
         Err(code) => return code,
     };
     match pause::resume(store.as_mut(), &job, &by()) {

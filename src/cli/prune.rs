@@ -17,7 +17,7 @@ pub fn run(args: &PruneArgs) -> u8 {
     let mut status = exit::OK;
     for e in &set.errors {
         eprintln!("jobguard: {e}");
-        status = exit::CONFIG;
+        status = exit::worst(status, exit::CONFIG);
     }
     if let Some(name) = &args.job
         && !set.jobs.contains_key(name)
@@ -32,7 +32,7 @@ pub fn run(args: &PruneArgs) -> u8 {
         }
         match job_store_address(job) {
             Ok(address) => by_store.entry(address).or_default().push(job),
-            Err(code) => status = code,
+            Err(code) => status = exit::worst(status, code),
         }
     }
     let verb = if args.dry_run {
@@ -44,7 +44,7 @@ pub fn run(args: &PruneArgs) -> u8 {
         let mut store = match open_store(&address) {
             Ok(s) => s,
             Err(code) => {
-                status = code;
+                status = exit::worst(status, code);
                 continue;
             }
         };
@@ -73,7 +73,7 @@ pub fn run(args: &PruneArgs) -> u8 {
                 ),
                 Err(e) => {
                     eprintln!("jobguard: {}: {e}", job.name);
-                    status = e.exit_status();
+                    status = exit::worst(status, e.exit_status());
                 }
             }
         }

@@ -65,7 +65,7 @@ pub fn run(args: &RecoverArgs) -> u8 {
     {
         match job_store_address(job) {
             Ok(address) => by_store.entry(address).or_default().push(job),
-            Err(code) => status = code,
+            Err(code) => status = exit::worst(status, code),
         }
     }
     let systemd = recover::under_systemd();
@@ -78,7 +78,7 @@ pub fn run(args: &RecoverArgs) -> u8 {
         let mut store = match open_store(&url) {
             Ok(s) => s,
             Err(code) => {
-                status = code;
+                status = exit::worst(status, code);
                 continue;
             }
         };
@@ -91,7 +91,7 @@ pub fn run(args: &RecoverArgs) -> u8 {
                 Ok(_) => {}
                 Err(e) => {
                     eprintln!("jobguard: {}: {e}", job.name);
-                    status = e.exit_status();
+                    status = exit::worst(status, e.exit_status());
                 }
             }
             match recover::recover_job(store.as_mut(), job) {
@@ -106,7 +106,7 @@ pub fn run(args: &RecoverArgs) -> u8 {
                             Ok(None) => {}
                             Err(e) => {
                                 eprintln!("jobguard: {}: on_failure: {e}", job.name);
-                                status = exit::FAILURE;
+                                status = exit::worst(status, exit::OS_ERROR);
                             }
                         }
                     }
@@ -115,20 +115,20 @@ pub fn run(args: &RecoverArgs) -> u8 {
                     if job.enabled
                         && !r.queued.is_empty()
                         && !recover::lease_alive(store.as_mut(), &job.name)
-                        && !paused_now(store.as_mut(), job, now)
+                        && !paused_now(store.as_mut(), job, now, &mut status)
                     {
                         to_run.push((job, r))
                     }
                 }
                 Err(e) => {
                     eprintln!("jobguard: {}: {e}", job.name);
-                    status = e.exit_status();
+                    status = exit::worst(status, e.exit_status());
                 }
             }
             // The probes of a drill of this job that was cut off (crate::drill).
             if let Err(e) = recover::settle_probes(store.as_mut(), &job.name) {
                 eprintln!("jobguard: {}: {e}", job.name);
-                status = e.exit_status();
+                status = exit::worst(status, e.exit_status());
             }
             // Retention, once a day per job on this host (`crate::retention`).
             if crate::retention::due(job, now) {
@@ -146,7 +146,7 @@ pub fn run(args: &RecoverArgs) -> u8 {
                     }
                     Err(e) => {
                         eprintln!("jobguard: {}: retention: {e}", job.name);
-                        status = e.exit_status();
+                        status = exit::worst(status, e.exit_status());
                     }
                 }
             }
@@ -191,9 +191,7 @@ pub fn run(args: &RecoverArgs) -> u8 {
     // list given with --config would make every job of the real one look removed.
     if args.job.is_none() && args.config.config.is_none() {
         let s = removed_and_paused(&set, systemd);
-        if status == exit::OK {
-            status = s;
-        }
+        status = exit::worst(status, s);
     }
     if let Some(path) = &set.metrics_textfile {
         write_metrics(&set, path);
@@ -220,9 +218,11 @@ pub fn run(args: &RecoverArgs) -> u8 {
             journal::emit(&ev);
         }
         if systemd {
+            // As `jobguard rerun`: a unit that systemd would not start is the system's
+            // failure.
             if let Err(e) = recover::start_unit(&job.name) {
                 eprintln!("jobguard: {}: {e}", job.name);
-                status = exit::FAILURE;
+                status = exit::worst(status, exit::OS_ERROR);
             }
         } else {
             // Only the queued slots: the current one is its timer's (or a person's).
@@ -231,9 +231,7 @@ pub fn run(args: &RecoverArgs) -> u8 {
                 ..shim::Request::default()
             };
             let s = shim::run(job, &queued_only);
-            if status == exit::OK {
-                status = s;
-            }
+            status = exit::worst(status, s);
         }
     }
     status
@@ -272,19 +270,19 @@ fn removed_and_paused(set: &config::JobSet, systemd: bool) -> u8 {
     }
     let (addresses, s) = list_store_addresses(set);
     if s != exit::OK {
-        status = s;
+        status = exit::worst(status, s);
     }
     for address in addresses {
         let mut store = match open_store(&address) {
             Ok(s) => s,
             Err(code) => {
-                status = code;
+                status = exit::worst(status, code);
                 continue;
             }
         };
         if let Err(e) = recover::recover_removed(store.as_mut(), &known) {
             eprintln!("jobguard: {}: {e}", store.describe());
-            status = e.exit_status();
+            status = exit::worst(status, e.exit_status());
         }
     }
     status
@@ -307,7 +305,20 @@ fn write_metrics(set: &config::JobSet, path: &std::path::Path) {
 }
 
 /// Whether `job` is paused across the fleet at `now` (µs since the epoch,
-/// [`crate::pause`]); a store that cannot say leaves it to the shim, which asks again.
-fn paused_now(store: &mut dyn crate::store::Store, job: &crate::job::Job, now: i64) -> bool {
-    crate::pause::read(store, &job.name).is_ok_and(|p| p.covering(now).is_some())
+/// [`crate::pause`]). A record that cannot be read counts as a pause (nothing is started
+/// that a person may have paused), and its error goes to stderr and `status`.
+fn paused_now(
+    store: &mut dyn crate::store::Store,
+    job: &crate::job::Job,
+    now: i64,
+    status: &mut u8,
+) -> bool {
+    match crate::pause::read(store, &job.name) {
+        Ok(p) => p.covering(now).is_some(),
+        Err(e) => {
+            eprintln!("jobguard: {}: {e}", job.name);
+            *status = exit::worst(*status, e.exit_status());
+            true
+        }
+    }
 }

@@ -232,7 +232,7 @@ fn job_status(
     now_usec: i64,
     units: Option<&JobUnits>,
 ) -> Result<JobStatus, crate::store::StoreError> {
-    let (recent, read_back_to) = crate::cli::audit::judged_records(store, job, RECENT)?;
+    let (recent, read_back_to) = crate::audit::judged_records(store, job, RECENT)?;
     // The store's clock judges a lease; a job with none (released, the usual state between
     // runs) costs no second round trip.
     let live_lease = match store.lease(&job.name)? {
@@ -272,7 +272,7 @@ fn job_status(
         .filter(|r| r.outcome != Outcome::Running)
         .max_by_key(|r| (r.slot.usec, r.started_at));
     let running = recent.iter().find(|r| r.outcome == Outcome::Running);
-    let orphans = crate::cli::audit::orphans(store, &recent)?;
+    let orphans = crate::recover::orphans(store, &recent)?;
     let mut scope = audit::recent_scope(
         job,
         now_usec,
@@ -283,7 +283,7 @@ fn job_status(
     // A paused job expects no slot: none of its slots is missed.
     let calendar = job.enabled.then_some(&job.calendar);
     let mut all = audit::status_findings(&recent, calendar, &orphans, &scope);
-    crate::cli::audit::confirm_missed(store, &job.name, &mut all)?;
+    crate::audit::confirm_missed(store, &job.name, &mut all)?;
     // Held, failed and queued slots are shown as their latest attempt.
     let mut attention: Vec<Run> = all
         .iter()
@@ -337,7 +337,9 @@ fn job_status(
         "paused": !job.enabled,
         "fleet_pause": fleet_pause.as_ref().map(|w| json!({
             "since": format_usec(w.since),
+            "since_usec": w.since,
             "until": w.until.map(format_usec),
+            "until_usec": w.until,
             "by": w.by,
             "reason": w.reason,
         })),
@@ -354,7 +356,7 @@ fn job_status(
                 "since {} on {} ({})",
                 format_usec(r.started_at),
                 r.host,
-                view::span(now_usec - r.started_at)
+                crate::ledger::format_span(now_usec - r.started_at)
             )
         })
         .unwrap_or_else(|| "-".into());
@@ -372,7 +374,7 @@ fn job_status(
         ),
         last_text,
         last.and_then(view::duration_usec)
-            .map_or_else(|| "-".into(), view::span),
+            .map_or_else(|| "-".into(), crate::ledger::format_span),
         running_text,
         attention_count.clone(),
     ];
@@ -566,7 +568,7 @@ pub fn run(args: &StatusArgs) -> u8 {
         let Ok(address) = job_store_address(job) else {
             let e = "the store address could not be read";
             problems.push(format!("{}: {e}", job.name));
-            status = exit::CONFIG;
+            status = exit::worst(status, exit::CONFIG);
             rows.push(unreadable_rows(job, now));
             jobs_json.push(unreadable_json(job, now, units, e));
             continue;
@@ -577,7 +579,7 @@ pub fn run(args: &StatusArgs) -> u8 {
         let store = match store {
             Ok(s) => s,
             Err(e) => {
-                status = e.exit_status();
+                status = exit::worst(status, e.exit_status());
                 let e = format!(
                     "store {} could not be opened: {e}",
                     crate::store::address::mask(&address)
@@ -602,7 +604,7 @@ pub fn run(args: &StatusArgs) -> u8 {
             }
             Err(e) => {
                 problems.push(format!("{}: {e}", job.name));
-                status = e.exit_status();
+                status = exit::worst(status, e.exit_status());
                 rows.push(unreadable_rows(job, now));
                 jobs_json.push(unreadable_json(job, now, units, &e.to_string()));
             }
@@ -620,7 +622,7 @@ pub fn run(args: &StatusArgs) -> u8 {
             }
             Err(e) => {
                 problems.push(format!("{}: {e}", store.describe()));
-                status = e.exit_status();
+                status = exit::worst(status, e.exit_status());
             }
         }
     }
@@ -635,7 +637,7 @@ pub fn run(args: &StatusArgs) -> u8 {
             }
             Err(e) => {
                 problems.push(format!("{}: fleet: {e}", store.describe()));
-                status = e.exit_status();
+                status = exit::worst(status, e.exit_status());
             }
         }
     }
@@ -655,12 +657,12 @@ pub fn run(args: &StatusArgs) -> u8 {
         }));
     }
     let errors: Vec<String> = set.errors.iter().map(|e| e.to_string()).collect();
-    if status == exit::OK && any_attention {
-        status = exit::ATTENTION;
+    if any_attention {
+        status = exit::worst(status, exit::ATTENTION);
     }
     // A job list with errors is a job list not read whole: its status, as a store's.
-    if !errors.is_empty() && matches!(status, exit::OK | exit::ATTENTION) {
-        status = exit::CONFIG;
+    if !errors.is_empty() {
+        status = exit::worst(status, exit::CONFIG);
     }
     if args.json {
         let out = json!({

@@ -18,7 +18,7 @@ pub fn init(args: &StoreInitArgs) -> u8 {
     let mut status = exit::OK;
     for e in &set.errors {
         eprintln!("jobguard: {e}");
-        status = exit::CONFIG;
+        status = exit::worst(status, exit::CONFIG);
     }
     if let Some(name) = &args.job
         && !set.jobs.contains_key(name)
@@ -36,7 +36,7 @@ pub fn init(args: &StoreInitArgs) -> u8 {
             Ok(a) => {
                 addresses.insert(a);
             }
-            Err(code) => status = code,
+            Err(code) => status = exit::worst(status, code),
         }
     }
     if addresses.is_empty() && status == exit::OK {
@@ -45,7 +45,7 @@ pub fn init(args: &StoreInitArgs) -> u8 {
     for address in addresses {
         match open_store(&address) {
             Ok(store) => println!("schema ready: {}", store.describe()),
-            Err(code) => status = code,
+            Err(code) => status = exit::worst(status, code),
         }
     }
     status

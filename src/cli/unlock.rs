@@ -9,7 +9,7 @@
 //! warns naming it; that run then loses its lease at its next renewal and stops its
 //! command. A holder on another host cannot be checked from here.
 
-use crate::cli::{UnlockArgs, find_job, open_job_store};
+use crate::cli::{UnlockArgs, find_job_and_store};
 use crate::exit;
 use crate::identity;
 use crate::lease::Lease;
@@ -18,12 +18,8 @@ use crate::store::{RunQuery, Store};
 
 /// Runs `jobguard unlock`; returns the exit status.
 pub fn run(args: &UnlockArgs) -> u8 {
-    let job = match find_job(&args.config, &args.job) {
-        Ok(j) => j,
-        Err(code) => return code,
-    };
-    let mut store = match open_job_store(&job) {
-        Ok(s) => s,
+    let (job, mut store) = match find_job_and_store(&args.config, &args.job) {
+        Ok(x) => x,
         Err(code) => return code,
     };
     let lease = match store.lease(&job.name) {

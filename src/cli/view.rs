@@ -58,18 +58,6 @@ pub fn lease_json(l: &Lease) -> Value {
     })
 }
 
-/// A duration in µs as `1h 02m 03s`, `4m 05s` or `6.2s`.
-pub fn span(usec: i64) -> String {
-    let s = usec.max(0) / 1_000_000;
-    if s >= 3600 {
-        format!("{}h {:02}m {:02}s", s / 3600, (s % 3600) / 60, s % 60)
-    } else if s >= 60 {
-        format!("{}m {:02}s", s / 60, s % 60)
-    } else {
-        format!("{:.1}s", usec.max(0) as f64 / 1e6)
-    }
-}
-
 /// A duration in µs in at most 6 characters, rounded down, for the narrow `status`
 /// table's STATE: `3d04h`, `1h02m`, `12m`, `45s`.
 pub fn short_span(usec: i64) -> String {
@@ -143,7 +131,7 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
 
 /// One line per run for `history`.
 pub fn run_row(r: &Run) -> Vec<String> {
-    let dur = duration_usec(r).map_or_else(|| "-".into(), span);
+    let dur = duration_usec(r).map_or_else(|| "-".into(), crate::ledger::format_span);
     let mut outcome = r.outcome.as_str().to_string();
     if let Some(res) = r.resolution {
         outcome.push_str(&format!(" ({})", res.as_str()));

@@ -1,7 +1,7 @@
 //! One invocation of `jobguard run JOB`: lock, slot, lease, ledger, child, renew, record,
 //! report.
 //!
-//! Order of a run (the contract of the README):
+//! Order of a run (the contract of docs/jobs.md, "How a run works"):
 //! 1. take the job's local flock without waiting ([`crate::lock`]); held → skip; then end
 //!    what earlier attempts on this host left running ([`leftover`]);
 //! 2. compute the slot ([`slot`]): the latest elapse of the schedule at or before the
@@ -162,10 +162,19 @@ pub fn run(job: &Job, req: &Request) -> u8 {
         }
     }
 
-    let holder = identity::current_holder();
+    let holder = crate::lease::Holder::current();
     if req.queued_only {
         if let Some(code) = other_schedule(job, store.as_mut(), &holder, &current.slot) {
             return code;
+        }
+        // Queued re-runs wait while the job is paused across the fleet.
+        match with_retry(job, || crate::pause::read(store.as_mut(), &job.name)) {
+            Ok(p) => {
+                if let Some(w) = p.covering(now) {
+                    return paused(job, &current.slot, w);
+                }
+            }
+            Err(e) => return store_failed(job, &e),
         }
         return run_queued(job, store.as_mut(), &mut lock, &holder, account.as_ref());
     }
@@ -196,8 +205,10 @@ pub fn run(job: &Job, req: &Request) -> u8 {
             return status;
         }
     }
-    // Paused across the fleet (crate::pause): a trigger's slot in a window is skipped, and
-    // so are catch-ups in one. What a person asked for (`rerun`, `--slot`, `--force`) runs.
+    // Paused across the fleet (crate::pause): while a window covers now, a trigger starts
+    // nothing (not even a slot that elapsed before it began), and a slot in a window is
+    // never run by a trigger or a catch-up. What a person asked for (`rerun`, `--slot`,
+    // `--force`) runs.
     let pauses = if by_trigger {
         match with_retry(job, || crate::pause::read(store.as_mut(), &job.name)) {
             Ok(p) => p,
@@ -206,18 +217,11 @@ pub fn run(job: &Job, req: &Request) -> u8 {
     } else {
         crate::pause::Pauses::default()
     };
-    if let Some(w) = pauses.covering(current.slot.usec) {
-        note(skip(
-            job,
-            &current.slot,
-            Kind::SkippedPaused,
-            "paused",
-            format!(
-                "the job is {} (jobguard pause); `jobguard resume {}` ends it",
-                w.describe(),
-                job.name
-            ),
-        ));
+    if let Some(w) = pauses
+        .covering(current.slot.usec)
+        .or_else(|| pauses.covering(now))
+    {
+        note(paused(job, &current.slot, w));
         return status;
     }
     // With catch_up = "all", the elapses since the newest recorded slot run first. When
@@ -237,6 +241,7 @@ pub fn run(job: &Job, req: &Request) -> u8 {
                     &holder,
                     account.as_ref(),
                     &missed,
+                    &pauses,
                 );
                 note(code);
                 if !go_on {
@@ -273,6 +278,7 @@ pub fn run(job: &Job, req: &Request) -> u8 {
             queued_first,
             in_order: by_trigger,
             asked_by: req.forced_by.as_deref(),
+            pauses: &pauses,
         };
         let r = run_slot(
             job,
@@ -311,18 +317,33 @@ pub fn run(job: &Job, req: &Request) -> u8 {
                 CatchUp::All => job.catch_up_limit as usize,
                 _ => 1,
             };
-            // A pause may have begun while the run went on: read again.
-            let pauses = match with_retry(job, || crate::pause::read(store.as_mut(), &job.name)) {
+            if slot::elapses_up_to(&job.calendar, done, now, limit, &pauses)
+                .0
+                .is_empty()
+            {
+                break;
+            }
+            // A pause may have begun while the run went on: read again. While one covers
+            // now, no catch-up starts.
+            let fresh = match with_retry(job, || crate::pause::read(store.as_mut(), &job.name)) {
                 Ok(p) => p,
                 Err(e) => {
                     note(store_failed(job, &e));
                     break;
                 }
             };
-            let (due, _) = slot::elapses_up_to(&job.calendar, done, now, limit, &pauses);
+            let (due, _) = slot::elapses_up_to(&job.calendar, done, now, limit, &fresh);
             let Some(&newest) = due.last() else {
                 break;
             };
+            if let Some(w) = fresh.covering(now) {
+                let slot = Slot {
+                    usec: newest,
+                    zone: job.calendar.zone_name(),
+                };
+                note(paused(job, &slot, w));
+                break;
+            }
             let (code, go_on) = run_catch_ups(
                 job,
                 store.as_mut(),
@@ -330,6 +351,7 @@ pub fn run(job: &Job, req: &Request) -> u8 {
                 &holder,
                 account.as_ref(),
                 &due,
+                &fresh,
             );
             note(code);
             if !go_on {
@@ -384,6 +406,7 @@ fn run_requested(
                 queued_first: false,
                 in_order: false,
                 asked_by: Some(&request.by),
+                pauses: &crate::pause::Pauses::default(),
             };
             let r = run_slot(job, store, lock, holder, account, &attempt);
             if status == exit::OK {
@@ -465,6 +488,7 @@ fn run_catch_ups(
     holder: &Holder,
     account: Option<&child::Account>,
     slots: &[i64],
+    pauses: &crate::pause::Pauses,
 ) -> (u8, bool) {
     let mut status = exit::OK;
     for &usec in slots {
@@ -479,6 +503,7 @@ fn run_catch_ups(
             queued_first: false,
             in_order: true,
             asked_by: None,
+            pauses,
         };
         let r = run_slot(job, store, lock, holder, account, &attempt);
         if status == exit::OK {
@@ -533,6 +558,7 @@ fn run_queued(
             queued_first: true,
             in_order: false,
             asked_by: None,
+            pauses: &crate::pause::Pauses::default(),
         };
         let r = run_slot(job, store, lock, holder, account, &attempt);
         if status == exit::OK {
@@ -554,6 +580,8 @@ struct Attempt<'a> {
     /// Who asked for it (`jobguard rerun`, forced; `resolve --rerun`, not), for the
     /// report: [`rerun::FORCED_BY`] or [`rerun::REQUESTED_BY`].
     asked_by: Option<&'a str>,
+    /// The job's pause windows, as read before the claim: elapses in them are no gap.
+    pauses: &'a crate::pause::Pauses,
 }
 
 /// Creates the runtime directories: the base (0711: jobs may reach their report file but
@@ -672,7 +700,7 @@ fn clock_skew(job: &Job, store: &dyn Store, host: i64, store_now: i64) -> u8 {
         &job.name,
         format!(
             "not run: this host's clock is {} {} the store's (host {}, store {} at {}; tolerance {}s)",
-            crate::cli::view::span(skew.abs()),
+            crate::ledger::format_span(skew.abs()),
             if skew > 0 { "behind" } else { "ahead of" },
             format_usec(host),
             format_usec(store_now),
@@ -684,16 +712,23 @@ fn clock_skew(job: &Job, store: &dyn Store, host: i64, store_now: i64) -> u8 {
     journal::emit(&ev);
     journal::status(&format!(
         "not run: clock differs from the store's by {}",
-        crate::cli::view::span(skew.abs())
+        crate::ledger::format_span(skew.abs())
     ));
     exit::CLOCK_SKEW
 }
 
 /// Logs the slots between `previous` (the newest recorded before this claim) and `slot`
 /// that never ran: a gap is never silent. Returns the catch-up decision to record with the
-/// run's outcome (see [`crate::audit::PASSED_OVER_AFTER`]), if there was a gap.
-fn report_gap(job: &Job, previous: i64, slot: &Slot) -> Option<PassedOver> {
-    let missed = slot::elapses_between(&job.calendar, previous, slot.usec, 1000);
+/// run's outcome (see [`crate::ledger::PASSED_OVER_AFTER`]), if there was a gap.
+fn report_gap(
+    job: &Job,
+    previous: i64,
+    slot: &Slot,
+    pauses: &crate::pause::Pauses,
+) -> Option<PassedOver> {
+    let mut missed = slot::elapses_between(&job.calendar, previous, slot.usec, 1000);
+    // Elapses in a pause window did not run on purpose: no gap.
+    missed.retain(|&e| pauses.covering(e).is_none());
     if missed.is_empty() {
         return None;
     }
@@ -736,8 +771,11 @@ impl PassedOver {
         report: &mut std::collections::BTreeMap<String, String>,
     ) {
         if let Some(d) = decision {
-            report.insert(crate::audit::PASSED_OVER_AFTER.into(), format_usec(d.after));
-            report.insert(crate::audit::PASSED_OVER_COUNT.into(), d.count.to_string());
+            report.insert(
+                crate::ledger::PASSED_OVER_AFTER.into(),
+                format_usec(d.after),
+            );
+            report.insert(crate::ledger::PASSED_OVER_COUNT.into(), d.count.to_string());
         }
     }
 }
@@ -793,6 +831,21 @@ fn schedule_differs(job: &Job, slot: &Slot, mine: &ScheduleDecl, wins: &Schedule
             mine.fingerprint,
             format_usec(mine.defined_at),
             format_usec(wins.seen_at.saturating_add(wins.horizon))
+        ),
+    )
+}
+
+/// Reports a skip of `slot` because the job is paused across the fleet by `window`.
+fn paused(job: &Job, slot: &Slot, window: &crate::pause::Window) -> u8 {
+    skip(
+        job,
+        slot,
+        Kind::SkippedPaused,
+        "paused",
+        format!(
+            "the job is {} (jobguard pause); `jobguard resume {}` ends it",
+            window.describe(),
+            job.name
         ),
     )
 }
@@ -912,7 +965,7 @@ fn run_slot(
                 && run.slot.usec == slot.usec
                 && !attempt.force
             {
-                passed_over = report_gap(job, previous, slot);
+                passed_over = report_gap(job, previous, slot, attempt.pauses);
             }
             (lease, run)
         }
@@ -1059,7 +1112,7 @@ fn run_slot(
     let mut decisions = std::collections::BTreeMap::new();
     PassedOver::record(passed_over, &mut decisions);
     decisions.insert(
-        crate::audit::SCHEDULE.to_string(),
+        crate::ledger::SCHEDULE.to_string(),
         crate::audit::schedule_fingerprint(&job.calendar),
     );
     if let Some(by) = attempt.asked_by {

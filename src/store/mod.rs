@@ -176,7 +176,7 @@ impl StoreError {
         }
     }
 
-    /// The one exit status every command gives for this error (README, "Exit statuses"):
+    /// The one exit status every command gives for this error (docs/commands.md, "Exit statuses"):
     /// 69 (`EX_UNAVAILABLE`) for a store that could not be reached, 78 (`EX_CONFIG`) for a
     /// bad or unsafe address, 70 (`EX_SOFTWARE`) for a store that answered with something
     /// jobguard cannot use.

@@ -1390,7 +1390,7 @@ impl Store for MysqlStore {
                                  WHERE p.job = j.job AND p.slot_usec < {from}
                                  ORDER BY p.started_at, p.run_id LIMIT 1) FROM {jobs} j) win
                    ON win.seq = r.seq",
-                key = crate::audit::SCHEDULE
+                key = crate::ledger::SCHEDULE
             );
         }
         if !conditions.is_empty() {

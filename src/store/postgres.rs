@@ -1950,7 +1950,7 @@ impl Store for PostgresStore {
                 } else {
                     crate::store::EVERY_JOB
                 },
-                key = crate::audit::SCHEDULE
+                key = crate::ledger::SCHEDULE
             ),
         };
         let sql = format!(

@@ -491,24 +491,12 @@ pub(crate) fn take_params(address: &str, ours: &[&str]) -> (String, Vec<Option<S
     (rebuilt, values)
 }
 
-/// `s` with `%XX` escapes decoded (invalid UTF-8 replaced).
+/// `s` with `%XX` escapes decoded (RFC 3986, section 2.1; a `%` not followed by two hex
+/// digits stays as it is; invalid UTF-8 is replaced).
 pub(crate) fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%'
-            && let Some(hex) = s.get(i + 1..i + 3)
-            && let Ok(b) = u8::from_str_radix(hex, 16)
-        {
-            out.push(b);
-            i += 3;
-            continue;
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 /// Reads the certificate authority file an address names in parameter `param`

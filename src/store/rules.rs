@@ -274,7 +274,7 @@ fn slot_state(runs: &[Run]) -> SlotState {
 /// - every record of the newest slot before it (the anchor: it bounds the first gap, and
 ///   a run still live there holds that gap back);
 /// - every record of the newest slot before it with a record that names a schedule
-///   ([`crate::audit::names_a_schedule`]): whether that schedule is the current one
+///   ([`crate::ledger::names_a_schedule`]): whether that schedule is the current one
 ///   decides whether the gaps from `from` on are judged at all;
 /// - the first record started (lowest `started_at`; of several started in the same µs,
 ///   one: here the lowest run id, in the SQL stores the one their index finds first) of a
@@ -299,7 +299,7 @@ pub fn window<T>(items: &mut Vec<T>, from: i64, run: impl Fn(&T) -> &Run) {
             ..Before::default()
         });
         b.anchor = b.anchor.max(r.slot.usec);
-        if crate::audit::names_a_schedule(r) {
+        if crate::ledger::names_a_schedule(r) {
             b.named = Some(b.named.map_or(r.slot.usec, |n| n.max(r.slot.usec)));
         }
         let first = (r.started_at, r.run_id.clone());

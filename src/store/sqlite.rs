@@ -1102,7 +1102,7 @@ impl Store for SqliteStore {
                             WHERE p.job = j.job AND +p.slot_usec < {f}
                             ORDER BY p.started_at, p.rowid LIMIT 1)
                      FROM {jobs} j)",
-                key = crate::audit::SCHEDULE
+                key = crate::ledger::SCHEDULE
             ));
         }
         if !query.outcomes.is_empty() {

@@ -1362,7 +1362,7 @@ pub fn runs_reads_a_window_of_slots(env: &dyn Env) {
         });
         if report {
             end.report
-                .insert(jobguard::audit::SCHEDULE.into(), "*-*-* 02:00:00".into());
+                .insert(jobguard::ledger::SCHEDULE.into(), "*-*-* 02:00:00".into());
         }
         s.finish(&l, &rid(n), &end).unwrap();
     }
