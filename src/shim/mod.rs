@@ -67,11 +67,59 @@ pub struct Request {
 
 /// Runs `job` once for its current slot (after any queued re-runs); returns the exit status
 /// of [`crate::exit`]. Every skip and failure is reported to the journal and stderr.
+///
+/// The steps: [`prepare`] (signals, the user, the runtime directories, the local lock),
+/// [`start`] (the slot, the store, outcomes kept on this host, what earlier attempts
+/// left), then [`Shim::queued`] for `jobguard recover` without systemd, or
+/// [`Shim::slots`]: requested re-runs, the declared schedule, a pause, catch-ups before,
+/// the slot itself ([`run_slot`]: claim, supervise, record), catch-ups after.
 pub fn run(job: &Job, req: &Request) -> u8 {
     journal::init();
+    let (account, lock) = match prepare(job) {
+        Ok(x) => x,
+        Err(code) => return code,
+    };
+    let now = crate::clock::Clock::now_usec(&crate::clock::SystemClock);
+    let mut shim = Shim {
+        job,
+        store: None,
+        lock,
+        holder: crate::lease::Holder::current(),
+        account,
+        status: exit::OK,
+    };
+    let current = match start(&mut shim, req, now) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    if req.queued_only {
+        return shim.queued(&current, now);
+    }
+    shim.slots(req, &current, now)
+}
+
+/// One run's state: the job, its store, the local lock it holds, who holds its lease,
+/// the user its command runs as, and the first status that was not 0.
+struct Shim<'a> {
+    job: &'a Job,
+    /// Open once [`start`] succeeded.
+    store: Option<Box<dyn Store>>,
+    lock: JobLock,
+    holder: Holder,
+    account: Option<child::Account>,
+    status: u8,
+}
+
+/// Blocks the signals the supervisor waits for, looks up the job's user (root is needed
+/// for another user), makes the runtime directories, reads the environment systemd gives,
+/// and takes the job's local lock. A lock another process holds is a skip: `Err(0)`.
+///
+/// # Errors
+/// The exit status to end with.
+fn prepare(job: &Job) -> Result<(Option<child::Account>, JobLock), u8> {
     if let Err(e) = child::block_signals() {
         eprintln!("jobguard: {}: cannot block signals: {e}", job.name);
-        return exit::OS_ERROR;
+        return Err(exit::OS_ERROR);
     }
     let account = match &job.user {
         Some(name) => match child::lookup_account(name) {
@@ -82,25 +130,25 @@ pub fn run(job: &Job, req: &Request) -> u8 {
                         "jobguard: {}: running as user {name:?} needs root",
                         job.name
                     );
-                    return exit::NO_PERMISSION;
+                    return Err(exit::NO_PERMISSION);
                 }
                 Some(a)
             }
             Err(e) => {
                 eprintln!("jobguard: {}: {e}", job.name);
-                return exit::CONFIG;
+                return Err(exit::CONFIG);
             }
         },
         None => None,
     };
     if let Err(e) = prepare_runtime_dirs() {
         eprintln!("jobguard: {}: {e}", job.name);
-        return exit::OS_ERROR;
+        return Err(exit::OS_ERROR);
     }
     // Before any lease: reading it may wait for systemd (crate::shim::environment).
     environment::prepare(job);
-    let mut lock = match JobLock::try_acquire(&paths::lock_dir(), &job.name) {
-        Ok(LockAttempt::Acquired(l)) => l,
+    match JobLock::try_acquire(&paths::lock_dir(), &job.name) {
+        Ok(LockAttempt::Acquired(l)) => Ok((account, l)),
         Ok(LockAttempt::Busy { holder }) => {
             let who = holder
                 .map(|h| h.to_string())
@@ -113,33 +161,32 @@ pub fn run(job: &Job, req: &Request) -> u8 {
             ev.reason = Some("lock-held".into());
             journal::emit(&ev);
             journal::status(&format!("skipped: lock held by {who}"));
-            return exit::OK;
+            Err(exit::OK)
         }
         Err(e) => {
             eprintln!("jobguard: {}: {e}", job.name);
-            return exit::OS_ERROR;
+            Err(exit::OS_ERROR)
         }
-    };
-
-    let now = crate::clock::Clock::now_usec(&crate::clock::SystemClock);
-    let current = match slot::for_request(job, req.slot.as_deref(), now) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("jobguard: {}: {e}", job.name);
-            return exit::CONFIG;
-        }
-    };
-
-    let mut store = match open_store(job) {
-        Ok(s) => s,
-        Err(code) => return code,
-    };
-    // Outcomes this host kept because the store could not take them are recorded before
-    // anything is decided about their slots.
-    if let Err(e) = with_retry(job, || pending::replay(store.as_mut(), &job.name)) {
-        return store_failed(job, &e);
     }
+}
 
+/// Computes the slot (at `now`, µs since the epoch), opens the store, records the outcomes
+/// this host kept because the store could not take them (before anything is decided
+/// about their slots), refuses a future `--slot` without `--force`, and ends what earlier
+/// attempts on this host left running.
+///
+/// # Errors
+/// The exit status to end with.
+fn start(shim: &mut Shim<'_>, req: &Request, now: i64) -> Result<slot::Current, u8> {
+    let job = shim.job;
+    let current = slot::for_request(job, req.slot.as_deref(), now).map_err(|e| {
+        eprintln!("jobguard: {}: {e}", job.name);
+        exit::CONFIG
+    })?;
+    let store = shim.store.insert(open_store(job)?);
+    if let Err(e) = with_retry(job, || pending::replay(store.as_mut(), &job.name)) {
+        return Err(store_failed(job, &e));
+    }
     if let Some(given) = &req.slot
         && current.slot.usec > now
         && !req.force
@@ -148,169 +195,261 @@ pub fn run(job: &Job, req: &Request) -> u8 {
             "jobguard: {}: slot {given} is in the future; running it now would make its own firing a skip (use --force to insist)",
             job.name
         );
-        return exit::USAGE;
+        return Err(exit::USAGE);
     }
-
     // Nothing starts while processes of an earlier attempt on this host live: looked for
     // when the lock says the previous shim did not see its run to the end.
-    if lock.unfinished_run().is_some() {
-        if let Err(code) = leftover::end_earlier_attempts(job, store.as_mut()) {
-            return code;
-        }
-        if let Err(e) = lock.clear_run_id() {
+    if shim.lock.unfinished_run().is_some() {
+        leftover::end_earlier_attempts(job, store.as_mut())?;
+        if let Err(e) = shim.lock.clear_run_id() {
             eprintln!("jobguard: {}: {e}", job.name);
         }
     }
+    Ok(current)
+}
 
-    let holder = crate::lease::Holder::current();
-    if req.queued_only {
-        if let Some(code) = other_schedule(job, store.as_mut(), &holder, &current.slot) {
+impl Shim<'_> {
+    /// The store [`start`] opened.
+    fn store(&mut self) -> &mut dyn Store {
+        self.store.as_deref_mut().expect("opened by start")
+    }
+
+    /// Keeps `status` if it is the first that is not 0.
+    fn note(&mut self, status: u8) {
+        if self.status == exit::OK {
+            self.status = status;
+        }
+    }
+
+    /// Declares the schedule this host runs the job by ([`other_schedule`]).
+    fn other_schedule(&mut self, slot: &Slot) -> Option<u8> {
+        let store = self.store.as_deref_mut().expect("opened by start");
+        other_schedule(self.job, store, &self.holder, slot)
+    }
+
+    /// The job's pause windows ([`crate::pause`]).
+    ///
+    /// # Errors
+    /// The exit status of the store's failure.
+    fn pauses(&mut self) -> Result<crate::pause::Pauses, u8> {
+        let job = self.job;
+        with_retry(job, || crate::pause::read(self.store(), &job.name))
+            .map_err(|e| store_failed(job, &e))
+    }
+
+    /// `jobguard recover` without systemd: only the queued re-runs, not the current slot,
+    /// unless another host's schedule wins or the job is paused now.
+    fn queued(mut self, current: &slot::Current, now: i64) -> u8 {
+        let job = self.job;
+        if let Some(code) = self.other_schedule(&current.slot) {
             return code;
         }
         // Queued re-runs wait while the job is paused across the fleet.
-        match with_retry(job, || crate::pause::read(store.as_mut(), &job.name)) {
+        match self.pauses() {
             Ok(p) => {
                 if let Some(w) = p.covering(now) {
                     return paused(job, &current.slot, w);
                 }
             }
-            Err(e) => return store_failed(job, &e),
+            Err(code) => return code,
         }
-        return run_queued(job, store.as_mut(), &mut lock, &holder, account.as_ref());
+        let store = self.store.as_deref_mut().expect("opened by start");
+        run_queued(
+            job,
+            store,
+            &mut self.lock,
+            &self.holder,
+            self.account.as_ref(),
+        )
     }
 
-    // A trigger (no --slot, no --force) runs queued re-runs first, oldest first, and
-    // refuses a slot older than one already recorded; each claim is one store call.
-    let by_trigger = req.slot.is_none() && !req.force;
-    let mut status = exit::OK;
-    let mut note = |s: u8| {
-        if status == exit::OK {
-            status = s;
-        }
-    };
-    // Re-runs a person asked for with `jobguard rerun` (under systemd) come first. A start
-    // that was not the timer's (`jobguard rerun` started the unit) runs nothing else.
-    if by_trigger {
-        let (code, took) = run_requested(job, store.as_mut(), &mut lock, &holder, account.as_ref());
-        note(code);
-        if took && current.trigger != "timer" {
-            return status;
-        }
-        // Only the timer's own start declares: a person's `jobguard run JOB` from a shell
-        // (whose TZ may differ from the service's) runs the slot it computes, as asked.
-        if current.trigger == "timer"
-            && let Some(code) = other_schedule(job, store.as_mut(), &holder, &current.slot)
-        {
-            note(code);
-            return status;
-        }
+    /// Re-runs a person asked for with `jobguard rerun` ([`run_requested`]); whether there
+    /// was one.
+    fn requested(&mut self) -> bool {
+        let store = self.store.as_deref_mut().expect("opened by start");
+        let (code, took) = run_requested(
+            self.job,
+            store,
+            &mut self.lock,
+            &self.holder,
+            self.account.as_ref(),
+        );
+        self.note(code);
+        took
     }
-    // Paused across the fleet (crate::pause): while a window covers now, a trigger starts
-    // nothing (not even a slot that elapsed before it began), and a slot in a window is
-    // never run by a trigger or a catch-up. What a person asked for (`rerun`, `--slot`,
-    // `--force`) runs.
-    let pauses = if by_trigger {
-        match with_retry(job, || crate::pause::read(store.as_mut(), &job.name)) {
-            Ok(p) => p,
-            Err(e) => return store_failed(job, &e),
-        }
-    } else {
-        crate::pause::Pauses::default()
-    };
-    if let Some(w) = pauses
-        .covering(current.slot.usec)
-        .or_else(|| pauses.covering(now))
-    {
-        note(paused(job, &current.slot, w));
-        return status;
+
+    /// Runs the elapses of `slots` as catch-ups ([`run_catch_ups`]); whether every one
+    /// was tried.
+    fn catch_ups(&mut self, slots: &[i64], pauses: &crate::pause::Pauses) -> bool {
+        let store = self.store.as_deref_mut().expect("opened by start");
+        let (code, go_on) = run_catch_ups(
+            self.job,
+            store,
+            &mut self.lock,
+            &self.holder,
+            self.account.as_ref(),
+            slots,
+            pauses,
+        );
+        self.note(code);
+        go_on
     }
-    // With catch_up = "all", the elapses since the newest recorded slot run first. When
-    // another holder serves the job, this firing's slot is left to it too: claimed in a
-    // moment between two of that holder's catch-up slots, it would put every slot the
-    // holder has not reached yet behind the ledger, where no claim runs it. A holder
-    // started by its timer runs the elapses that passed while it ran once it is done
-    // (below); after any other holder (a forced run, a re-run), the next firing's
-    // catch-up runs them.
-    if by_trigger && job.catch_up == CatchUp::All {
-        match missed_before(job, store.as_mut(), &current.slot, &pauses) {
-            Ok(missed) => {
-                let (code, go_on) = run_catch_ups(
-                    job,
-                    store.as_mut(),
-                    &mut lock,
-                    &holder,
-                    account.as_ref(),
-                    &missed,
-                    &pauses,
-                );
-                note(code);
-                if !go_on {
-                    if !child::stop_requested() {
-                        eprintln!(
-                            "jobguard: {}: slot {} is left to the lease's holder, or else to the next catch-up",
-                            job.name,
-                            current.slot.rfc3339()
-                        );
-                    }
-                    return status;
-                }
+
+    /// The slot of this start (`current`) and what goes with it, in order: requested
+    /// re-runs, the declared schedule, a pause, catch-ups before ([`Self::catch_up_before`]),
+    /// the slot itself with queued re-runs first ([`Self::current`]), catch-ups after
+    /// ([`Self::catch_up_after`]), re-runs requested meanwhile. A start with `--slot` or
+    /// `--force` runs only its slot.
+    fn slots(mut self, req: &Request, current: &slot::Current, now: i64) -> u8 {
+        let job = self.job;
+        // A trigger (no --slot, no --force) runs queued re-runs first, oldest first, and
+        // refuses a slot older than one already recorded; each claim is one store call.
+        let by_trigger = req.slot.is_none() && !req.force;
+        // Re-runs a person asked for with `jobguard rerun` (under systemd) come first. A
+        // start that was not the timer's (`jobguard rerun` started the unit) runs nothing
+        // else.
+        if by_trigger {
+            if self.requested() && current.trigger != "timer" {
+                return self.status;
             }
-            Err(e) => return store_failed(job, &e),
+            // Only the timer's own start declares: a person's `jobguard run JOB` from a
+            // shell (whose TZ may differ from the service's) runs the slot it computes.
+            if current.trigger == "timer"
+                && let Some(code) = self.other_schedule(&current.slot)
+            {
+                self.note(code);
+                return self.status;
+            }
         }
+        // Paused across the fleet (crate::pause): while a window covers now, a trigger
+        // starts nothing (not even a slot that elapsed before it began), and a slot in a
+        // window is never run by a trigger or a catch-up. What a person asked for
+        // (`rerun`, `--slot`, `--force`) runs.
+        let pauses = if by_trigger {
+            match self.pauses() {
+                Ok(p) => p,
+                Err(code) => return code,
+            }
+        } else {
+            crate::pause::Pauses::default()
+        };
+        if let Some(w) = pauses
+            .covering(current.slot.usec)
+            .or_else(|| pauses.covering(now))
+        {
+            self.note(paused(job, &current.slot, w));
+            return self.status;
+        }
+        if by_trigger && job.catch_up == CatchUp::All && !self.catch_up_before(current, &pauses) {
+            return self.status;
+        }
+        let last_ran = self.current(req, current, by_trigger, &pauses);
+        if by_trigger
+            && job.catch_up != CatchUp::None
+            && let Some(done) = last_ran
+        {
+            self.catch_up_after(done, pauses);
+        }
+        // Requests made while this shim ran: starting an active unit did nothing.
+        if by_trigger && !child::stop_requested() {
+            self.requested();
+        }
+        self.status
     }
-    let mut reruns: Vec<i64> = Vec::new();
-    let mut queued_first = by_trigger;
-    let mut last_ran = None;
-    loop {
-        if child::stop_requested() {
-            // An operator's stop ends the shim: no further slot is started.
+
+    /// With `catch_up = "all"`, the elapses since the newest recorded slot run first
+    /// ([`missed_before`]). When another holder serves the job, this firing's slot is left
+    /// to it too: claimed in a moment between two of that holder's catch-up slots, it
+    /// would put every slot the holder has not reached yet behind the ledger, where no
+    /// claim runs it. A holder started by its timer runs the elapses that passed while it
+    /// ran once it is done ([`Self::catch_up_after`]); after any other holder (a forced
+    /// run, a re-run), the next firing's catch-up runs them. Whether to go on.
+    fn catch_up_before(&mut self, current: &slot::Current, pauses: &crate::pause::Pauses) -> bool {
+        let job = self.job;
+        let missed = match missed_before(job, self.store(), &current.slot, pauses) {
+            Ok(m) => m,
+            Err(e) => {
+                self.status = store_failed(job, &e);
+                return false;
+            }
+        };
+        if self.catch_ups(&missed, pauses) {
+            return true;
+        }
+        if !child::stop_requested() {
             eprintln!(
-                "jobguard: {}: asked to stop; slot {} not started",
+                "jobguard: {}: slot {} is left to the lease's holder, or else to the next catch-up",
                 job.name,
                 current.slot.rfc3339()
             );
-            break;
         }
-        let attempt = Attempt {
-            slot: &current.slot,
-            trigger: current.trigger,
-            force: req.force,
-            queued_first,
-            in_order: by_trigger,
-            asked_by: req.forced_by.as_deref(),
-            pauses: &pauses,
-        };
-        let r = run_slot(
-            job,
-            store.as_mut(),
-            &mut lock,
-            &holder,
-            account.as_ref(),
-            &attempt,
-        );
-        note(r.code);
-        match r.ran {
-            // A queued re-run ran; claim again for the next one or for this slot.
-            Some(slot) if slot != current.slot.usec => {
-                // A slot that comes back (its end could not be recorded) is not taken
-                // again by this invocation, nor are more than MAX_RERUNS_PER_RUN.
-                if reruns.contains(&slot) || reruns.len() + 1 >= MAX_RERUNS_PER_RUN {
-                    queued_first = false;
-                }
-                reruns.push(slot);
+        false
+    }
+
+    /// This start's slot, after the queued re-runs a trigger's claim picks first (at most
+    /// [`MAX_RERUNS_PER_RUN`], a slot that comes back once). Returns the slot of this
+    /// start that ran, if it did.
+    fn current(
+        &mut self,
+        req: &Request,
+        current: &slot::Current,
+        by_trigger: bool,
+        pauses: &crate::pause::Pauses,
+    ) -> Option<i64> {
+        let job = self.job;
+        let mut reruns: Vec<i64> = Vec::new();
+        let mut queued_first = by_trigger;
+        loop {
+            if child::stop_requested() {
+                // An operator's stop ends the shim: no further slot is started.
+                eprintln!(
+                    "jobguard: {}: asked to stop; slot {} not started",
+                    job.name,
+                    current.slot.rfc3339()
+                );
+                return None;
             }
-            ran => {
-                last_ran = ran;
-                break;
+            let attempt = Attempt {
+                slot: &current.slot,
+                trigger: current.trigger,
+                force: req.force,
+                queued_first,
+                in_order: by_trigger,
+                asked_by: req.forced_by.as_deref(),
+                pauses,
+            };
+            let store = self.store.as_deref_mut().expect("opened by start");
+            let r = run_slot(
+                job,
+                store,
+                &mut self.lock,
+                &self.holder,
+                self.account.as_ref(),
+                &attempt,
+            );
+            self.note(r.code);
+            match r.ran {
+                // A queued re-run ran; claim again for the next one or for this slot.
+                Some(slot) if slot != current.slot.usec => {
+                    // A slot that comes back (its end could not be recorded) is not taken
+                    // again by this invocation, nor are more than MAX_RERUNS_PER_RUN.
+                    if reruns.contains(&slot) || reruns.len() + 1 >= MAX_RERUNS_PER_RUN {
+                        queued_first = false;
+                    }
+                    reruns.push(slot);
+                }
+                ran => return ran,
             }
         }
     }
-    // Elapses that passed while this shim ran: systemd starts no second instance of an
-    // active service, and other hosts found the lease held, so nobody else runs them.
-    if by_trigger
-        && job.catch_up != CatchUp::None
-        && let Some(mut done) = last_ran
-    {
+
+    /// Elapses that passed while this shim ran (after slot `done`, µs since the epoch):
+    /// systemd starts no second instance of an active service, and other hosts found the
+    /// lease held, so nobody else runs them. `catch_up = "latest"` runs the newest,
+    /// `"all"` each (at most `catch_up_limit` at a time), until none is left. A pause that
+    /// began while the run went on stops them.
+    fn catch_up_after(&mut self, mut done: i64, pauses: crate::pause::Pauses) {
+        let job = self.job;
         while !child::stop_requested() {
             let now = crate::clock::Clock::now_usec(&crate::clock::SystemClock);
             let limit = match job.catch_up {
@@ -321,50 +460,35 @@ pub fn run(job: &Job, req: &Request) -> u8 {
                 .0
                 .is_empty()
             {
-                break;
+                return;
             }
             // A pause may have begun while the run went on: read again. While one covers
             // now, no catch-up starts.
-            let fresh = match with_retry(job, || crate::pause::read(store.as_mut(), &job.name)) {
+            let fresh = match self.pauses() {
                 Ok(p) => p,
-                Err(e) => {
-                    note(store_failed(job, &e));
-                    break;
+                Err(code) => {
+                    self.note(code);
+                    return;
                 }
             };
             let (due, _) = slot::elapses_up_to(&job.calendar, done, now, limit, &fresh);
             let Some(&newest) = due.last() else {
-                break;
+                return;
             };
             if let Some(w) = fresh.covering(now) {
                 let slot = Slot {
                     usec: newest,
                     zone: job.calendar.zone_name(),
                 };
-                note(paused(job, &slot, w));
-                break;
+                self.note(paused(job, &slot, w));
+                return;
             }
-            let (code, go_on) = run_catch_ups(
-                job,
-                store.as_mut(),
-                &mut lock,
-                &holder,
-                account.as_ref(),
-                &due,
-                &fresh,
-            );
-            note(code);
-            if !go_on {
-                break;
+            if !self.catch_ups(&due, &fresh) {
+                return;
             }
             done = newest;
         }
     }
-    // Requests made while this shim ran: starting an active unit did nothing.
-    if by_trigger && !child::stop_requested() {
-        note(run_requested(job, store.as_mut(), &mut lock, &holder, account.as_ref()).0);
-    }
-    status
 }
 
 /// Runs the slots `jobguard rerun` asked for ([`rerun`]), forced, oldest first, each as its
