@@ -177,6 +177,22 @@ mod tests {
         assert!(tables[0].iter().all(|(_, meaning)| meaning.len() > 10));
     }
 
+    /// Every status constant of this file is in [`ALL`], so a new one cannot miss the
+    /// manual's table.
+    #[test]
+    fn every_status_constant_is_in_the_table() {
+        let source = include_str!("exit.rs");
+        let constants: Vec<u8> = source
+            .lines()
+            .filter_map(|l| l.strip_prefix("pub const ")?.split_once(": u8 = "))
+            .filter_map(|(_, v)| v.trim_end_matches(';').parse().ok())
+            .collect();
+        assert!(constants.len() >= 14, "{constants:?}");
+        for c in constants {
+            assert!(ALL.contains(&c), "status {c} is not in ALL");
+        }
+    }
+
     #[test]
     fn child_codes_pass_through_and_signals_become_128_plus_n() {
         assert_eq!(from_child(ExitStatus::from_raw(0)), 0);

@@ -1624,3 +1624,76 @@ fn the_shell_completes_job_names_from_the_job_list() {
     let none = bash_completes(&d.path().join("missing.toml"), &["jobguard", "run", ""]);
     assert!(none.iter().all(|w| !w.contains("sync")), "{none:?}");
 }
+
+/// The layout (issue 41): no file of src/ outside src/cli/ and src/bin/ names `crate::cli`,
+/// and no file reaches itself through the `crate::` paths of its code (comments and test
+/// modules left out). Adding an import that runs back up, or a circle, fails here.
+#[test]
+fn the_sources_import_downwards_only() {
+    use std::collections::{BTreeMap, BTreeSet};
+    fn rs_files(dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                rs_files(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+    }
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut paths = Vec::new();
+    rs_files(&src, &mut paths);
+    let name = |p: &Path| {
+        let rel = p.strip_prefix(&src).unwrap().with_extension("");
+        rel.to_string_lossy().into_owned()
+    };
+    let files: BTreeSet<String> = paths.iter().map(|p| name(p)).collect();
+    // The file a `crate::a::b::c` path names: the longest prefix that is a file.
+    let target = |path: &str| {
+        let parts: Vec<&str> = path.split("::").collect();
+        (1..=parts.len()).rev().find_map(|n| {
+            let f = parts[..n].join("/");
+            [f.clone(), format!("{f}/mod")]
+                .into_iter()
+                .find(|c| files.contains(c))
+        })
+    };
+    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for p in &paths {
+        let me = name(p);
+        let text = std::fs::read_to_string(p).unwrap();
+        let code = text.split("#[cfg(test)]").next().unwrap_or("");
+        for line in code.lines() {
+            let line = line.split("//").next().unwrap_or("");
+            for (i, _) in line.match_indices("crate::") {
+                let path: String = line[i + 7..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_lowercase() || *c == '_' || *c == ':')
+                    .collect();
+                let path = path.trim_end_matches(':');
+                if let Some(t) = target(path).filter(|t| *t != me) {
+                    if t.starts_with("cli/") && !me.starts_with("cli/") && !me.starts_with("bin/") {
+                        panic!("src/{me}.rs imports from src/{t}.rs, above it");
+                    }
+                    edges.entry(me.clone()).or_default().insert(t);
+                }
+            }
+        }
+    }
+    // A file that reaches itself: depth-first search from each.
+    for start in edges.keys() {
+        let mut seen = BTreeSet::new();
+        let mut todo: Vec<&String> = edges[start].iter().collect();
+        while let Some(f) = todo.pop() {
+            assert!(
+                f != start,
+                "src/{start}.rs reaches itself through its imports"
+            );
+            if seen.insert(f) {
+                todo.extend(edges.get(f).into_iter().flatten());
+            }
+        }
+    }
+    assert!(edges.len() > 30, "{} files with imports", edges.len());
+}

@@ -72,25 +72,26 @@ pub struct Request {
 /// [`start`] (the slot, the store, outcomes kept on this host, what earlier attempts
 /// left), then [`Shim::queued`] for `jobguard recover` without systemd, or
 /// [`Shim::slots`]: requested re-runs, the declared schedule, a pause, catch-ups before,
-/// the slot itself ([`run_slot`]: claim, supervise, record), catch-ups after.
+/// the slot itself ([`run_slot`]: claim, supervise, record), catch-ups after, re-runs
+/// requested meanwhile.
 pub fn run(job: &Job, req: &Request) -> u8 {
     journal::init();
-    let (account, lock) = match prepare(job) {
+    let (account, mut lock) = match prepare(job) {
         Ok(x) => x,
         Err(code) => return code,
     };
     let now = crate::clock::Clock::now_usec(&crate::clock::SystemClock);
-    let mut shim = Shim {
+    let (current, store) = match start(job, &mut lock, req, now) {
+        Ok(x) => x,
+        Err(code) => return code,
+    };
+    let shim = Shim {
         job,
-        store: None,
+        store,
         lock,
         holder: crate::lease::Holder::current(),
         account,
         status: exit::OK,
-    };
-    let current = match start(&mut shim, req, now) {
-        Ok(c) => c,
-        Err(code) => return code,
     };
     if req.queued_only {
         return shim.queued(&current, now);
@@ -99,11 +100,11 @@ pub fn run(job: &Job, req: &Request) -> u8 {
 }
 
 /// One run's state: the job, its store, the local lock it holds, who holds its lease,
-/// the user its command runs as, and the first status that was not 0.
+/// the user its command runs as, and the status to exit with: the first that was not 0
+/// ([`Shim::note`]), unless a step ends the run with its own (a store that fails).
 struct Shim<'a> {
     job: &'a Job,
-    /// Open once [`start`] succeeded.
-    store: Option<Box<dyn Store>>,
+    store: Box<dyn Store>,
     lock: JobLock,
     holder: Holder,
     account: Option<child::Account>,
@@ -177,13 +178,17 @@ fn prepare(job: &Job) -> Result<(Option<child::Account>, JobLock), u8> {
 ///
 /// # Errors
 /// The exit status to end with.
-fn start(shim: &mut Shim<'_>, req: &Request, now: i64) -> Result<slot::Current, u8> {
-    let job = shim.job;
+fn start(
+    job: &Job,
+    lock: &mut JobLock,
+    req: &Request,
+    now: i64,
+) -> Result<(slot::Current, Box<dyn Store>), u8> {
     let current = slot::for_request(job, req.slot.as_deref(), now).map_err(|e| {
         eprintln!("jobguard: {}: {e}", job.name);
         exit::CONFIG
     })?;
-    let store = shim.store.insert(open_store(job)?);
+    let mut store = open_store(job)?;
     if let Err(e) = with_retry(job, || pending::replay(store.as_mut(), &job.name)) {
         return Err(store_failed(job, &e));
     }
@@ -199,21 +204,16 @@ fn start(shim: &mut Shim<'_>, req: &Request, now: i64) -> Result<slot::Current, 
     }
     // Nothing starts while processes of an earlier attempt on this host live: looked for
     // when the lock says the previous shim did not see its run to the end.
-    if shim.lock.unfinished_run().is_some() {
+    if lock.unfinished_run().is_some() {
         leftover::end_earlier_attempts(job, store.as_mut())?;
-        if let Err(e) = shim.lock.clear_run_id() {
+        if let Err(e) = lock.clear_run_id() {
             eprintln!("jobguard: {}: {e}", job.name);
         }
     }
-    Ok(current)
+    Ok((current, store))
 }
 
 impl Shim<'_> {
-    /// The store [`start`] opened.
-    fn store(&mut self) -> &mut dyn Store {
-        self.store.as_deref_mut().expect("opened by start")
-    }
-
     /// Keeps `status` if it is the first that is not 0.
     fn note(&mut self, status: u8) {
         if self.status == exit::OK {
@@ -223,7 +223,7 @@ impl Shim<'_> {
 
     /// Declares the schedule this host runs the job by ([`other_schedule`]).
     fn other_schedule(&mut self, slot: &Slot) -> Option<u8> {
-        let store = self.store.as_deref_mut().expect("opened by start");
+        let store = self.store.as_mut();
         other_schedule(self.job, store, &self.holder, slot)
     }
 
@@ -233,12 +233,12 @@ impl Shim<'_> {
     /// The exit status of the store's failure.
     fn pauses(&mut self) -> Result<crate::pause::Pauses, u8> {
         let job = self.job;
-        with_retry(job, || crate::pause::read(self.store(), &job.name))
+        with_retry(job, || crate::pause::read(self.store.as_mut(), &job.name))
             .map_err(|e| store_failed(job, &e))
     }
 
-    /// `jobguard recover` without systemd: only the queued re-runs, not the current slot,
-    /// unless another host's schedule wins or the job is paused now.
+    /// `jobguard recover` without systemd: only the queued re-runs, not the current slot;
+    /// nothing when another host's schedule wins or the job is paused now.
     fn queued(mut self, current: &slot::Current, now: i64) -> u8 {
         let job = self.job;
         if let Some(code) = self.other_schedule(&current.slot) {
@@ -253,7 +253,7 @@ impl Shim<'_> {
             }
             Err(code) => return code,
         }
-        let store = self.store.as_deref_mut().expect("opened by start");
+        let store = self.store.as_mut();
         run_queued(
             job,
             store,
@@ -266,7 +266,7 @@ impl Shim<'_> {
     /// Re-runs a person asked for with `jobguard rerun` ([`run_requested`]); whether there
     /// was one.
     fn requested(&mut self) -> bool {
-        let store = self.store.as_deref_mut().expect("opened by start");
+        let store = self.store.as_mut();
         let (code, took) = run_requested(
             self.job,
             store,
@@ -281,7 +281,7 @@ impl Shim<'_> {
     /// Runs the elapses of `slots` as catch-ups ([`run_catch_ups`]); whether every one
     /// was tried.
     fn catch_ups(&mut self, slots: &[i64], pauses: &crate::pause::Pauses) -> bool {
-        let store = self.store.as_deref_mut().expect("opened by start");
+        let store = self.store.as_mut();
         let (code, go_on) = run_catch_ups(
             self.job,
             store,
@@ -366,9 +366,10 @@ impl Shim<'_> {
     /// run, a re-run), the next firing's catch-up runs them. Whether to go on.
     fn catch_up_before(&mut self, current: &slot::Current, pauses: &crate::pause::Pauses) -> bool {
         let job = self.job;
-        let missed = match missed_before(job, self.store(), &current.slot, pauses) {
+        let missed = match missed_before(job, self.store.as_mut(), &current.slot, pauses) {
             Ok(m) => m,
             Err(e) => {
+                // The store's failure is the run's status, whatever came before.
                 self.status = store_failed(job, &e);
                 return false;
             }
@@ -418,7 +419,7 @@ impl Shim<'_> {
                 asked_by: req.forced_by.as_deref(),
                 pauses,
             };
-            let store = self.store.as_deref_mut().expect("opened by start");
+            let store = self.store.as_mut();
             let r = run_slot(
                 job,
                 store,
@@ -993,7 +994,9 @@ struct SlotResult {
     busy: bool,
 }
 
-/// Claims a slot (the one asked for, or a queued re-run the store picks) and runs it.
+/// Claims a slot (the one asked for, or a queued re-run the store picks) and runs it:
+/// [`claim`], [`granted`] (or the skip the answer means), [`confirm`] after a retry, then
+/// [`execute`] (supervise and record).
 fn run_slot(
     job: &Job,
     store: &mut dyn Store,
@@ -1002,6 +1005,58 @@ fn run_slot(
     account: Option<&child::Account>,
     attempt: &Attempt<'_>,
 ) -> SlotResult {
+    let sent = claim(job, store, holder, attempt);
+    let (lease, run, passed_over) = match granted(job, store, attempt, &sent) {
+        Ok(g) => g,
+        Err(skipped) => return skipped,
+    };
+    let (lease, claimed_at) = match confirm(job, store, lease, &run, passed_over, &sent) {
+        Ok(c) => c,
+        Err(lost) => return lost,
+    };
+    if let Err(e) = lock.set_run_id(&run.run_id) {
+        eprintln!("jobguard: {}: {e}", job.name);
+    }
+    let ran = run.slot.usec;
+    let mut decisions = std::collections::BTreeMap::new();
+    PassedOver::record(passed_over, &mut decisions);
+    decisions.insert(
+        crate::ledger::SCHEDULE.to_string(),
+        crate::audit::schedule_fingerprint(&job.calendar),
+    );
+    if let Some(by) = attempt.asked_by {
+        let key = if attempt.force {
+            rerun::FORCED_BY
+        } else {
+            rerun::REQUESTED_BY
+        };
+        decisions.insert(key.to_string(), by.to_string());
+    }
+    let code = execute(job, store, &lease, &run, account, claimed_at, decisions);
+    if let Err(e) = lock.clear_run_id() {
+        eprintln!("jobguard: {}: {e}", job.name);
+    }
+    SlotResult {
+        code,
+        ran: Some(ran),
+        busy: false,
+    }
+}
+
+/// A claim as sent: the request, the store's answer, how many times the last try sent
+/// it, and when the last sending left.
+struct Sent {
+    req: ClaimRequest,
+    answer: Result<Claim, StoreError>,
+    sendings: u32,
+    claimed_at: Instant,
+}
+
+/// Sends the claim of `attempt` ([`Store::claim`]), retrying an unreachable store
+/// ([`with_retry`]), each sending after recording the outcomes this shim kept. A holder of this installation that is gone is ended and the claim
+/// sent once more; a clock-skew refusal that the call's own time in flight explains is
+/// sent again (at most [`SKEW_RECHECKS`] times).
+fn claim(job: &Job, store: &mut dyn Store, holder: &Holder, attempt: &Attempt<'_>) -> Sent {
     let slot = attempt.slot;
     let mut req = ClaimRequest::new(
         NewRun {
@@ -1072,13 +1127,32 @@ fn run_slot(
         }
         break answer;
     };
+    Sent {
+        req,
+        answer,
+        sendings,
+        claimed_at,
+    }
+}
+
+/// The lease and record a claim was granted, and the catch-up decision it made (a gap
+/// before the slot, [`report_gap`]); or, for any other answer, the skip or failure it
+/// means, reported (but for a catch-up's slot that another host recorded later: quiet).
+fn granted(
+    job: &Job,
+    store: &mut dyn Store,
+    attempt: &Attempt<'_>,
+    sent: &Sent,
+) -> Result<(Lease, Run, Option<PassedOver>), SlotResult> {
+    let slot = attempt.slot;
+    let req = &sent.req;
     let skipped = |code| SlotResult {
         code,
         ran: None,
         busy: false,
     };
     let mut passed_over = None;
-    let (mut lease, run) = match answer {
+    let (lease, run) = match sent.answer.clone() {
         Ok(Claim::Claimed {
             lease,
             run,
@@ -1095,12 +1169,14 @@ fn run_slot(
         }
         Ok(Claim::ClockSkew { store_now }) => {
             let host = req.clock.map_or(0, |c| c.host_now);
-            return skipped(clock_skew(job, store, host, store_now));
+            return Err(skipped(clock_skew(job, store, host, store_now)));
         }
         // A catch-up found the slot recorded later by another host: nothing to say.
-        Ok(Claim::SlotBehind { .. }) if attempt.trigger == "catch-up" => return skipped(exit::OK),
+        Ok(Claim::SlotBehind { .. }) if attempt.trigger == "catch-up" => {
+            return Err(skipped(exit::OK));
+        }
         Ok(Claim::SlotBehind { newest }) => {
-            return skipped(skip(
+            return Err(skipped(skip(
                 job,
                 slot,
                 Kind::SkippedOutOfOrder,
@@ -1112,7 +1188,7 @@ fn run_slot(
                     job.name,
                     slot.rfc3339()
                 ),
-            ));
+            )));
         }
         Ok(Claim::SlotDone { by }) => {
             let what = if by.outcome == Outcome::Succeeded {
@@ -1120,16 +1196,16 @@ fn run_slot(
             } else {
                 "was resolved as done"
             };
-            return skipped(skip(
+            return Err(skipped(skip(
                 job,
                 slot,
                 Kind::SkippedSlotDone,
                 "slot-done",
                 format!("slot {} {what}: {}", slot.rfc3339(), describe_run(&by)),
-            ));
+            )));
         }
         Ok(Claim::SlotHeld { by }) => {
-            return skipped(skip(
+            return Err(skipped(skip(
                 job,
                 slot,
                 Kind::SkippedSlotHeld,
@@ -1142,60 +1218,81 @@ fn run_slot(
                     job.name,
                     slot.rfc3339()
                 ),
-            ));
+            )));
         }
         Ok(Claim::Busy { lease, run }) => {
             let host_now = req.clock.map_or(0, |c| c.host_now);
-            let why = match &run {
-                // An attempt under an earlier lease: a recovery pass judges it.
-                Some(r) if r.fencing_token != lease.token => format!(
-                    "slot {}: {} is still running as far as the store knows, under a lease that has passed on since; it may still hold its outcome, so the slot waits until a recovery pass judges it ({} s after a pass first sees it without its lease)",
-                    slot.rfc3339(),
-                    describe_run(r),
-                    store::rules::FOREIGN_GRACE_USEC / 1_000_000
-                ),
-                // The lease lapsed; its holder may still hold the run's outcome.
-                Some(r) if lease.expire_at <= host_now && r.outcome == Outcome::Running => {
-                    format!(
-                        "slot {}: the lease of host {} (token {}) lapsed at {} while {} may still hold its outcome, cut off from the store; other machines leave the slot to it until {}",
-                        slot.rfc3339(),
-                        lease.host,
-                        lease.token,
-                        format_usec(lease.expire_at),
-                        describe_run(r),
-                        format_usec(
-                            lease
-                                .expire_at
-                                .saturating_add(store::rules::FOREIGN_GRACE_USEC)
-                        )
-                    )
-                }
-                _ => format!(
-                    "slot {}: the lease is held by host {} (token {}) until {}{}",
-                    slot.rfc3339(),
-                    lease.host,
-                    lease.token,
-                    format_usec(lease.expire_at),
-                    run.map(|r| format!(", {}", describe_run(&r)))
-                        .unwrap_or_default()
-                ),
-            };
-            return SlotResult {
+            let why = lease_held(slot, &lease, run.as_ref(), host_now);
+            return Err(SlotResult {
                 busy: true,
                 ..skipped(skip(job, slot, Kind::SkippedLeaseHeld, "lease-held", why))
-            };
+            });
         }
-        Err(e) => return skipped(store_failed(job, &e)),
+        Err(e) => return Err(skipped(store_failed(job, &e))),
     };
+    Ok((lease, run, passed_over))
+}
+
+/// Why a claim found the lease of `slot` held ([`Claim::Busy`]): an attempt under an
+/// earlier lease, a lapsed lease whose holder may still hold the outcome, or a live
+/// holder. `host_now` is this host's time of the claim (µs since the epoch).
+fn lease_held(slot: &Slot, lease: &Lease, run: Option<&Run>, host_now: i64) -> String {
+    match run {
+        // An attempt under an earlier lease: a recovery pass judges it.
+        Some(r) if r.fencing_token != lease.token => format!(
+            "slot {}: {} is still running as far as the store knows, under a lease that has passed on since; it may still hold its outcome, so the slot waits until a recovery pass judges it ({} s after a pass first sees it without its lease)",
+            slot.rfc3339(),
+            describe_run(r),
+            store::rules::FOREIGN_GRACE_USEC / 1_000_000
+        ),
+        // The lease lapsed; its holder may still hold the run's outcome.
+        Some(r) if lease.expire_at <= host_now && r.outcome == Outcome::Running => {
+            format!(
+                "slot {}: the lease of host {} (token {}) lapsed at {} while {} may still hold its outcome, cut off from the store; other machines leave the slot to it until {}",
+                slot.rfc3339(),
+                lease.host,
+                lease.token,
+                format_usec(lease.expire_at),
+                describe_run(r),
+                format_usec(
+                    lease
+                        .expire_at
+                        .saturating_add(store::rules::FOREIGN_GRACE_USEC)
+                )
+            )
+        }
+        _ => format!(
+            "slot {}: the lease is held by host {} (token {}) until {}{}",
+            slot.rfc3339(),
+            lease.host,
+            lease.token,
+            format_usec(lease.expire_at),
+            run.map(|r| format!(", {}", describe_run(r)))
+                .unwrap_or_default()
+        ),
+    }
+}
+
+/// A grant that came after a retry may answer an earlier sending whose reply was lost:
+/// its time to live then counts from a moment this host does not know. A renewal gives
+/// the lease a known start (one more round trip, only after a retry). Returns the lease
+/// and when its time to live began; or, when the renewal fails, records the attempt
+/// `lease_lost` and queued (nothing ran, so the slot can simply run again).
+fn confirm(
+    job: &Job,
+    store: &mut dyn Store,
+    lease: Lease,
+    run: &Run,
+    passed_over: Option<PassedOver>,
+    sent: &Sent,
+) -> Result<(Lease, Instant), SlotResult> {
+    let (mut lease, mut claimed_at, sendings) = (lease, sent.claimed_at, sent.sendings);
     if sendings > 1 {
-        // The grant may be the answer to an earlier sending whose reply was lost: its
-        // time to live is then counted from a moment this host does not know. A renewal
-        // now gives the lease a known start (one more round trip, only after a retry).
-        let sent = Instant::now();
+        let renewed_from = Instant::now();
         let mut renewal = renew::Renewal::new(lease.clone());
         match renewal.renew(store, job.lease_ttl) {
             Ok(Some(_)) => {
-                claimed_at = sent;
+                claimed_at = renewed_from;
                 lease = renewal.lease;
             }
             answer => {
@@ -1221,41 +1318,94 @@ fn run_slot(
                 if let Err(e) = renewal.present(|l| store.finish(l, &run.run_id, &lost)) {
                     eprintln!("jobguard: {}: {e}", job.name);
                 }
-                return SlotResult {
+                return Err(SlotResult {
                     code: exit::LEASE_LOST,
                     ran: Some(run.slot.usec),
                     busy: false,
-                };
+                });
             }
         }
     }
-    if let Err(e) = lock.set_run_id(&run.run_id) {
-        eprintln!("jobguard: {}: {e}", job.name);
+    Ok((lease, claimed_at))
+}
+
+/// What the command of `run` starts with: its argv, the `JOBGUARD_*` variables (the
+/// report file at `report_path`, if it could be made), the job's environment, its
+/// directory (`working_directory`; else, with `user`, like cron: the user's home when it
+/// exists, else `/`; else the shim's own) and user.
+fn command_spec(
+    job: &Job,
+    lease: &Lease,
+    run: &Run,
+    account: Option<&child::Account>,
+    report_path: Option<&Path>,
+) -> child::Spec {
+    let mut env = vec![
+        ("JOBGUARD_JOB".to_string(), job.name.clone()),
+        ("JOBGUARD_SLOT".to_string(), run.slot.rfc3339()),
+        ("JOBGUARD_RUN_ID".to_string(), run.run_id.clone()),
+        (
+            "JOBGUARD_IDEMPOTENCY_KEY".to_string(),
+            run.slot.idempotency_key(&job.name),
+        ),
+        (
+            "JOBGUARD_FENCING_TOKEN".to_string(),
+            lease.token.to_string(),
+        ),
+        ("JOBGUARD_ATTEMPT".to_string(), run.attempt.to_string()),
+        (identity::HOLDER_VAR.to_string(), lease.holder.clone()),
+    ];
+    if let Some(p) = report_path {
+        env.push(("JOBGUARD_REPORT".to_string(), p.display().to_string()));
     }
-    let ran = run.slot.usec;
-    let mut decisions = std::collections::BTreeMap::new();
-    PassedOver::record(passed_over, &mut decisions);
-    decisions.insert(
-        crate::ledger::SCHEDULE.to_string(),
-        crate::audit::schedule_fingerprint(&job.calendar),
+    // The job list the shim read, for `jobguard mark` in the command; the default list
+    // needs no variable (and an inherited one must not point elsewhere).
+    if let Some(crate::config::ConfigSource::Path(p)) = crate::config::ConfigSource::resolved()
+        && let Ok(p) = std::path::absolute(p)
+    {
+        env.push(("JOBGUARD_CONFIG".to_string(), p.display().to_string()));
+    }
+    env.extend(job.environment.iter().map(|(k, v)| (k.clone(), v.clone())));
+    // Like cron: the user's home when it exists, else "/".
+    let cwd = job.working_directory.clone().or_else(|| {
+        account.map(|a| {
+            if a.home.is_dir() {
+                a.home.clone()
+            } else {
+                "/".into()
+            }
+        })
+    });
+    child::Spec {
+        argv: job.command.clone(),
+        base: environment::base(job),
+        env,
+        env_remove: vec!["NOTIFY_SOCKET".into(), "JOBGUARD_CONFIG".into()],
+        cwd,
+        account: account.cloned(),
+    }
+}
+
+/// The journal's `started` event and the unit's status line for `run`.
+fn announce(job: &Job, lease: &Lease, run: &Run) {
+    let slot_text = run.slot.rfc3339();
+    let mut ev = Event::new(
+        Kind::Started,
+        &job.name,
+        format!(
+            "started slot {slot_text} (attempt {}, trigger {}, fencing token {}, run {})",
+            run.attempt, run.trigger, lease.token, run.run_id
+        ),
     );
-    if let Some(by) = attempt.asked_by {
-        let key = if attempt.force {
-            rerun::FORCED_BY
-        } else {
-            rerun::REQUESTED_BY
-        };
-        decisions.insert(key.to_string(), by.to_string());
-    }
-    let code = execute(job, store, &lease, &run, account, claimed_at, decisions);
-    if let Err(e) = lock.clear_run_id() {
-        eprintln!("jobguard: {}: {e}", job.name);
-    }
-    SlotResult {
-        code,
-        ran: Some(ran),
-        busy: false,
-    }
+    ev.slot = Some(slot_text.clone());
+    ev.run_id = Some(run.run_id.clone());
+    ev.attempt = Some(run.attempt);
+    ev.fencing_token = Some(lease.token);
+    journal::emit(&ev);
+    journal::status(&format!(
+        "running slot {slot_text}, attempt {}, lease held by host {} with token {}",
+        run.attempt, lease.host, lease.token
+    ));
 }
 
 /// Runs the command for a claimed slot and records how it ended.
@@ -1285,68 +1435,8 @@ fn execute(
             None
         }
     };
-    let mut env = vec![
-        ("JOBGUARD_JOB".to_string(), job.name.clone()),
-        ("JOBGUARD_SLOT".to_string(), slot_text.clone()),
-        ("JOBGUARD_RUN_ID".to_string(), run.run_id.clone()),
-        (
-            "JOBGUARD_IDEMPOTENCY_KEY".to_string(),
-            run.slot.idempotency_key(&job.name),
-        ),
-        (
-            "JOBGUARD_FENCING_TOKEN".to_string(),
-            lease.token.to_string(),
-        ),
-        ("JOBGUARD_ATTEMPT".to_string(), run.attempt.to_string()),
-        (identity::HOLDER_VAR.to_string(), lease.holder.clone()),
-    ];
-    if let Some(p) = &report_path {
-        env.push(("JOBGUARD_REPORT".to_string(), p.display().to_string()));
-    }
-    // The job list the shim read, for `jobguard mark` in the command; the default list
-    // needs no variable (and an inherited one must not point elsewhere).
-    if let Some(crate::config::ConfigSource::Path(p)) = crate::config::ConfigSource::resolved()
-        && let Ok(p) = std::path::absolute(p)
-    {
-        env.push(("JOBGUARD_CONFIG".to_string(), p.display().to_string()));
-    }
-    env.extend(job.environment.iter().map(|(k, v)| (k.clone(), v.clone())));
-    // Like cron: the user's home when it exists, else "/".
-    let cwd = job.working_directory.clone().or_else(|| {
-        account.map(|a| {
-            if a.home.is_dir() {
-                a.home.clone()
-            } else {
-                "/".into()
-            }
-        })
-    });
-    let spec = child::Spec {
-        argv: job.command.clone(),
-        base: environment::base(job),
-        env,
-        env_remove: vec!["NOTIFY_SOCKET".into(), "JOBGUARD_CONFIG".into()],
-        cwd,
-        account: account.cloned(),
-    };
-
-    let mut ev = Event::new(
-        Kind::Started,
-        &job.name,
-        format!(
-            "started slot {slot_text} (attempt {}, trigger {}, fencing token {}, run {})",
-            run.attempt, run.trigger, lease.token, run.run_id
-        ),
-    );
-    ev.slot = Some(slot_text.clone());
-    ev.run_id = Some(run.run_id.clone());
-    ev.attempt = Some(run.attempt);
-    ev.fencing_token = Some(lease.token);
-    journal::emit(&ev);
-    journal::status(&format!(
-        "running slot {slot_text}, attempt {}, lease held by host {} with token {}",
-        run.attempt, lease.host, lease.token
-    ));
+    let spec = command_spec(job, lease, run, account, report_path.as_deref());
+    announce(job, lease, run);
 
     // The lease surely holds until here (by this host's monotonic clock), less a margin.
     let mut lease_good_until = renew::good_until(claimed_at, job.lease_ttl);
