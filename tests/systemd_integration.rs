@@ -937,16 +937,23 @@ fn a_run_on_etcd_writes_only_jobguards_events_to_the_journal() {
     );
     let out = c.exec(&["jobguard", "run", "on-etcd"]).expect("run");
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let entries = c
-        .journal(&["SYSLOG_IDENTIFIER=jobguard"])
-        .expect("the journal");
-    assert!(
-        entries.iter().any(|e| e
-            .get("MESSAGE")
-            .is_some_and(|m| m.contains("finished slot"))),
-        "the run's events are there: {} entries",
-        entries.len()
-    );
+    // journald writes what it received a moment later: wait for the run's last event.
+    let entries = common::wait_for(
+        "the run's finish event in the journal",
+        Duration::from_secs(10),
+        Duration::from_millis(200),
+        || {
+            let entries = c
+                .journal(&["SYSLOG_IDENTIFIER=jobguard"])
+                .map_err(|e| e.to_string())?;
+            let finished = entries.iter().any(|e| {
+                e.get("MESSAGE")
+                    .is_some_and(|m| m.contains("finished slot"))
+            });
+            Ok(finished.then_some(entries))
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     let foreign: Vec<String> = entries
         .iter()
         .filter(|e| e.get("MESSAGE_ID").is_none() || e.get("JOBGUARD_EVENT").is_none())
