@@ -596,14 +596,15 @@ fn judge(
     budget: &mut Budget,
     out: &mut Vec<Finding>,
 ) {
-    let mut windows: Vec<(i64, i64)> = paused
+    // Each window clipped to [lo, hi], with the window it came from for the finding.
+    let mut windows: Vec<(i64, i64, (i64, i64))> = paused
         .iter()
-        .map(|&(s, u)| (s.max(lo), u.saturating_sub(1).min(hi)))
-        .filter(|(s, e)| s <= e)
+        .map(|&w| (w.0.max(lo), w.1.saturating_sub(1).min(hi), w))
+        .filter(|(s, e, _)| s <= e)
         .collect();
     windows.sort_unstable();
     let mut from = lo;
-    for (s, e) in windows {
+    for (s, e, window) in windows {
         if e < from {
             continue;
         }
@@ -613,11 +614,8 @@ fn judge(
         }
         let (elapses, _) = elapses_in(cal, s, e, MAX_ELAPSES - budget.paused);
         budget.paused += elapses.len();
-        out.extend(elapses.into_iter().filter_map(|x| pause_of(x, paused)));
-        if e == i64::MAX {
-            return;
-        }
-        from = e + 1;
+        out.extend(elapses.into_iter().map(|x| paused_finding(x, window)));
+        from = e.saturating_add(1);
     }
     if from <= hi {
         judge_unpaused(cal, from, hi, decisions, budget, out);
@@ -670,15 +668,14 @@ fn judge_unpaused(
     }
 }
 
-/// The finding of elapse `e` when it lies in one of the `paused` windows.
-fn pause_of(e: i64, paused: &[(i64, i64)]) -> Option<Finding> {
-    let &(since, until) = paused.iter().find(|(s, u)| *s <= e && e < *u)?;
+/// The finding of elapse `e`, which lies in the pause window `[since, until)`.
+fn paused_finding(e: i64, (since, until): (i64, i64)) -> Finding {
     let until = if until == i64::MAX {
         "until resumed".to_string()
     } else {
         format!("until {}", format_usec(until))
     };
-    Some(Finding {
+    Finding {
         kind: FindingKind::Paused,
         slot: e,
         runs: Vec::new(),
@@ -686,7 +683,7 @@ fn pause_of(e: i64, paused: &[(i64, i64)]) -> Option<Finding> {
             "elapsed while the job was paused (jobguard pause) from {} {until}",
             format_usec(since)
         ),
-    })
+    }
 }
 
 fn passed_over(e: i64, after: i64, slot: i64, run: &str) -> Finding {

@@ -69,6 +69,17 @@ pub fn status(verdicts: &[Verdict]) -> u8 {
         })
 }
 
+/// The verdict of a `layer` that a store error kept from being tried: not held, with the
+/// store's exit status.
+fn broken(layer: &'static str, e: &crate::store::StoreError) -> Verdict {
+    Verdict {
+        layer,
+        held: false,
+        error: Some(e.exit_status()),
+        detail: e.to_string(),
+    }
+}
+
 /// Why a probe record of an earlier drill is settled: that drill was cut off.
 const LEFTOVER_REASON: &str = "drill-cut";
 
@@ -150,12 +161,7 @@ fn store_layer(job: &Job, store: &mut dyn Store) -> Verdict {
                 ),
             }
         }
-        Err(e) => Verdict {
-            layer: "store",
-            held: false,
-            error: Some(e.exit_status()),
-            detail: e.to_string(),
-        },
+        Err(e) => broken("store", &e),
     }
 }
 
@@ -231,22 +237,16 @@ fn lease_layer(job: &Job, store: &mut dyn Store) -> Verdict {
         error: None,
         detail,
     };
-    let broken = |e: crate::store::StoreError| Verdict {
-        layer: "lease",
-        held: false,
-        error: Some(e.exit_status()),
-        detail: e.to_string(),
-    };
     let a = crate::lease::Holder::current();
     let b = other_holder(&a);
     let slot = match store.now() {
         Ok(n) => n,
-        Err(e) => return broken(e),
+        Err(e) => return broken("lease", &e),
     };
     let (lease_a, run_a) = match store.claim(&request(job, slot, &a)) {
         Ok(Claim::Claimed { lease, run, .. }) => (lease, run),
         Ok(other) => return fail(format!("the first holder was not granted: {other:?}")),
-        Err(e) => return broken(e),
+        Err(e) => return broken("lease", &e),
     };
     let t = Instant::now();
     let second = store.claim(&request(job, slot, &b));
@@ -258,7 +258,7 @@ fn lease_layer(job: &Job, store: &mut dyn Store) -> Verdict {
                 "a second holder was not refused while the first held the lease: {other:?}"
             ));
         }
-        Err(e) => return broken(e),
+        Err(e) => return broken("lease", &e),
     }
     // Takeover only after expiry by the store's clock.
     let waited = Instant::now();
@@ -269,7 +269,7 @@ fn lease_layer(job: &Job, store: &mut dyn Store) -> Verdict {
                 std::thread::sleep(Duration::from_millis(100));
             }
             Ok(other) => return fail(format!("the takeover was answered {other:?}")),
-            Err(e) => return broken(e),
+            Err(e) => return broken("lease", &e),
         }
     };
     let early = lease_b.acquired_at < lease_a.expire_at;
@@ -311,24 +311,18 @@ fn ledger_layer(job: &Job, store: &mut dyn Store) -> Verdict {
         error: None,
         detail,
     };
-    let broken = |e: crate::store::StoreError| Verdict {
-        layer: "ledger",
-        held: false,
-        error: Some(e.exit_status()),
-        detail: e.to_string(),
-    };
     let a = crate::lease::Holder::current();
     let slot = match store.now() {
         Ok(n) => n,
-        Err(e) => return broken(e),
+        Err(e) => return broken("ledger", &e),
     };
     let (lease, first) = match store.claim(&request(job, slot, &a)) {
         Ok(Claim::Claimed { lease, run, .. }) => (lease, run),
         Ok(other) => return fail(format!("the probe slot was not granted: {other:?}")),
-        Err(e) => return broken(e),
+        Err(e) => return broken("ledger", &e),
     };
     if let Err(e) = store.finish(&lease, &first.run_id, &succeeded()) {
-        return broken(e);
+        return broken("ledger", &e);
     }
     let t = Instant::now();
     let second = store.claim(&request(job, slot, &a));
@@ -346,7 +340,7 @@ fn ledger_layer(job: &Job, store: &mut dyn Store) -> Verdict {
         Ok(other) => fail(format!(
             "a second trigger of a done slot was answered {other:?}"
         )),
-        Err(e) => broken(e),
+        Err(e) => broken("ledger", &e),
     }
 }
 

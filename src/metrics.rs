@@ -166,11 +166,7 @@ pub fn read_job(
     let orphans = crate::recover::orphans(store, &recent)?;
     let mut scope = audit::recent_scope(job, now, boot, read_back_to);
     // Elapses in a pause window are paused, not missed.
-    let pauses = if job.enabled {
-        crate::pause::read(store, &job.name)?
-    } else {
-        crate::pause::Pauses::default()
-    };
+    let pauses = crate::pause::of_job(store, job)?;
     scope.paused = pauses.spans();
     // A paused job expects no slot: none of its slots is missed (as in `status`).
     let mut findings = audit::status_findings(

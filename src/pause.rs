@@ -135,6 +135,19 @@ fn read_to_change(store: &mut dyn Store, job: &str) -> Result<(Pauses, bool), St
     }
 }
 
+/// The pause windows that judge `job`'s slots: none for a job paused in its job list
+/// (`enabled = false`), whose slots are not judged at all; else [`read`].
+///
+/// # Errors
+/// As [`read`].
+pub fn of_job(store: &mut dyn Store, job: &Job) -> Result<Pauses, StoreError> {
+    if job.enabled {
+        read(store, &job.name)
+    } else {
+        Ok(Pauses::default())
+    }
+}
+
 /// What [`pause`] and [`resume`] could not do.
 #[derive(Debug, thiserror::Error)]
 pub enum PauseError {

@@ -874,7 +874,7 @@ pub fn missed_slots(
         crate::store::rules::duration_usec(job.clock_tolerance),
     );
     let mut scope = audit::recent_scope(job, now, boot, back);
-    scope.paused = crate::pause::read(store, &job.name)?.spans();
+    scope.paused = crate::pause::of_job(store, job)?.spans();
     let mut findings = audit::audit_job(&recent, Some(&job.calendar), &BTreeSet::new(), &scope);
     crate::audit::confirm_missed(store, &job.name, &mut findings)?;
     Ok(findings

@@ -119,15 +119,13 @@ pub fn run(args: &AuditArgs) -> u8 {
             }
         };
         // Elapses in the job's pause windows are paused, not missed (crate::pause).
-        let paused = match job.filter(|j| j.enabled) {
-            Some(_) => match crate::pause::read(store.as_mut(), &name) {
-                Ok(p) => p.spans(),
-                Err(e) => {
-                    eprintln!("jobguard: {name}: {e}");
-                    status = exit::worst(status, e.exit_status());
-                    continue;
-                }
-            },
+        let paused = match job.map(|j| crate::pause::of_job(store.as_mut(), j)) {
+            Some(Ok(p)) => p.spans(),
+            Some(Err(e)) => {
+                eprintln!("jobguard: {name}: {e}");
+                status = exit::worst(status, e.exit_status());
+                continue;
+            }
             None => Vec::new(),
         };
         let scope = Scope {

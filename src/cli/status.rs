@@ -244,11 +244,7 @@ fn job_status(
     };
     // Paused across the fleet (crate::pause): its slots until the window's end are
     // skipped on every host; none of them is missed.
-    let pauses = if job.enabled {
-        crate::pause::read(store, &job.name)?
-    } else {
-        crate::pause::Pauses::default()
-    };
+    let pauses = crate::pause::of_job(store, job)?;
     let fleet_pause = pauses.covering(now_usec).cloned();
     // systemd's next elapse when it could be read (it is what will fire), else our own
     // (also while the timer waits for its service, when systemd has none); none for a
