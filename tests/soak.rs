@@ -734,10 +734,14 @@ struct Truth {
 
 impl Truth {
     fn create() -> Truth {
+        // Two soaks of one process (`cargo test --test soak -- --ignored` runs them side
+        // by side) may start in the same second: a counter tells their tables apart.
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let table = format!(
-            "jg_soak_{}_{}",
+            "jg_soak_{}_{}_{}",
             std::process::id(),
-            now_us() / 1_000_000 % 1_000_000
+            now_us() / 1_000_000 % 1_000_000,
+            N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         );
         common::psql(
             "test",
