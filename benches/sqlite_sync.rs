@@ -9,9 +9,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use jobguard::clock::SystemClock;
-use jobguard::lease::Holder;
-use jobguard::ledger::{Finish, NewRun, Outcome, Slot};
+use jobguard::guard::clock::SystemClock;
+use jobguard::guard::lease::Holder;
+use jobguard::guard::ledger::{Finish, NewRun, Outcome, Slot};
 use jobguard::store::sqlite::{SqliteOptions, SqliteStore, Synchronous};
 use jobguard::store::{Claim, ClaimRequest, Store};
 

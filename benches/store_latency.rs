@@ -25,8 +25,8 @@ use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use jobguard::lease::Holder;
-use jobguard::ledger::{Finish, NewRun, Outcome, Slot};
+use jobguard::guard::lease::Holder;
+use jobguard::guard::ledger::{Finish, NewRun, Outcome, Slot};
 use jobguard::store::{Claim, ClaimRequest, ClockCheck};
 
 /// The request a `jobguard run` from a timer makes: with the clock check, queued re-runs
@@ -54,7 +54,7 @@ fn request(job: &str, slot: i64, id: u64, holder: u32) -> ClaimRequest {
         Duration::from_secs(120),
     );
     req.clock = Some(ClockCheck {
-        host_now: jobguard::clock::Clock::now_usec(&jobguard::clock::SystemClock),
+        host_now: jobguard::guard::clock::Clock::now_usec(&jobguard::guard::clock::SystemClock),
         tolerance: 60_000_000,
     });
     req.queued_first = true;

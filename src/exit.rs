@@ -6,6 +6,7 @@
 //! rarely use, so an operator can tell "the job failed" from "jobguard could not run it".
 //! A skip (slot done, lock held, lease held elsewhere) is a success: 0.
 
+use std::fmt::Display;
 use std::process::ExitStatus;
 
 /// Success, or a run that was skipped.
@@ -110,10 +111,182 @@ pub fn from_child(status: ExitStatus) -> u8 {
     }
 }
 
+/// An error that ends a command, or one job's part of a command over several: what to
+/// say and the exit status it means (one of [`ALL`]). Every command's errors reach stderr
+/// through [`Error::print`], each line once, after `jobguard: `.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error {
+    status: u8,
+    lines: Vec<String>,
+    verbatim: bool,
+}
+
+impl Error {
+    /// An error of one line.
+    pub fn new(status: u8, message: impl Display) -> Self {
+        Error {
+            status,
+            lines: vec![message.to_string()],
+            verbatim: false,
+        }
+    }
+
+    /// An error of several lines (a job list's errors, one per line).
+    pub fn lines(status: u8, lines: Vec<String>) -> Self {
+        Error {
+            status,
+            lines,
+            verbatim: false,
+        }
+    }
+
+    /// An error printed as given, without `jobguard: ` (`jobguard calendar` speaks
+    /// systemd-analyze's words).
+    pub fn verbatim(status: u8, text: impl Display) -> Self {
+        Error {
+            status,
+            lines: vec![text.to_string()],
+            verbatim: true,
+        }
+    }
+
+    /// The same error with `what: ` before its first line (the job or store it concerns).
+    #[must_use]
+    pub fn context(mut self, what: impl Display) -> Self {
+        if let Some(first) = self.lines.first_mut() {
+            *first = format!("{what}: {first}");
+        }
+        self
+    }
+
+    /// The exit status this error means.
+    pub fn status(&self) -> u8 {
+        self.status
+    }
+
+    /// What it says, one line per element, without `jobguard: `.
+    pub fn messages(&self) -> &[String] {
+        &self.lines
+    }
+
+    /// Prints the error to stderr and returns its status: the one place where a command's
+    /// errors are printed.
+    pub fn print(&self) -> u8 {
+        for line in &self.lines {
+            if self.verbatim {
+                eprint!("{line}");
+            } else {
+                eprintln!("jobguard: {line}");
+            }
+        }
+        self.status
+    }
+}
+
+impl Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.lines.join("\n"))
+    }
+}
+
+/// The exit status a layer's error means ([`ALL`]): each error type that reaches a
+/// command says its own, and becomes an [`Error`] with it.
+pub trait Status: Display {
+    /// The status, one of [`ALL`].
+    fn exit_status(&self) -> u8;
+}
+
+impl<E: Status> From<E> for Error {
+    fn from(e: E) -> Self {
+        Error::new(e.exit_status(), e)
+    }
+}
+
+/// How a command that ran to its end exits: 0, 1 when something needs attention, a
+/// command's own status that `jobguard run` passes on, or, for a command over several jobs
+/// or stores, the worst status of the errors it reported on the way ([`worst`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Finished(u8);
+
+impl Finished {
+    /// Success (0).
+    pub const OK: Finished = Finished(OK);
+    /// Something needs attention (1).
+    pub const ATTENTION: Finished = Finished(ATTENTION);
+
+    /// Ends with `status` (a command's own, passed on).
+    pub fn with(status: u8) -> Self {
+        Finished(status)
+    }
+
+    /// The exit status.
+    pub fn status(self) -> u8 {
+        self.0
+    }
+
+    /// Notes one more status met: the worse of the two stays ([`worst`]).
+    pub fn add(&mut self, status: u8) {
+        self.0 = worst(self.0, status);
+    }
+
+    /// Prints one job's error ([`Error::print`]) and notes its status.
+    pub fn report(&mut self, e: &Error) {
+        self.add(e.print());
+    }
+}
+
+/// What a subcommand returns: how it ended, or the error that ended it.
+pub type Result = std::result::Result<Finished, Error>;
+
+/// The exit status of a subcommand's result, its error printed ([`Error::print`]).
+pub fn code(outcome: Result) -> u8 {
+    match outcome {
+        Ok(f) => f.status(),
+        Err(e) => e.print(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::os::unix::process::ExitStatusExt;
+
+    #[test]
+    fn a_command_over_several_jobs_ends_with_the_worst_error_it_reported() {
+        let errors = [
+            Error::new(STORE_UNAVAILABLE, "store gone"),
+            Error::new(CONFIG, "bad address").context("job a"),
+            Error::new(ATTENTION, "held"),
+        ];
+        for order in [[0, 1, 2], [2, 1, 0], [1, 0, 2]] {
+            let mut finished = Finished::OK;
+            for i in order {
+                finished.add(errors[i].status());
+            }
+            assert_eq!(finished.status(), CONFIG, "{order:?}");
+        }
+        assert_eq!(errors[1].to_string(), "job a: bad address");
+        assert_eq!(code(Ok(Finished::with(3))), 3);
+        assert_eq!(
+            code(Err(Error::lines(CONFIG, vec!["a".into(), "b".into()]))),
+            CONFIG
+        );
+    }
+
+    /// Each layer's error says its own status, and keeps it on its way to the command.
+    #[test]
+    fn a_layers_error_keeps_its_status() {
+        let e = crate::store::StoreError::Unavailable {
+            store: "s".into(),
+            detail: "down".into(),
+        };
+        assert_eq!(Error::from(e).status(), STORE_UNAVAILABLE);
+        let e = crate::ops::pause::PauseError::UntilPassed {
+            until: "a".into(),
+            now: "b".into(),
+        };
+        assert_eq!(Error::from(e).context("job").status(), USAGE);
+    }
 
     #[test]
     fn the_worst_status_wins_whatever_the_order() {

@@ -22,7 +22,7 @@ pub const SYSTEM_RUNTIME_DIR: &str = "/run/jobguard";
 pub const SYSTEM_STATE_DIR: &str = "/var/lib/jobguard";
 
 /// The stamp the generator leaves in the system manager's output directory at every run
-/// (systemd.generator(7): `/run/systemd/generator`), [`crate::render::RELOAD_STAMP`]
+/// (systemd.generator(7): `/run/systemd/generator`), [`crate::systemd::render::RELOAD_STAMP`]
 /// there. `units/jobguard-recover.path` starts a recover pass while it exists; the pass
 /// removes it.
 pub const RELOAD_STAMP: &str = "/run/systemd/generator/jobguard-reloaded";

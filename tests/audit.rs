@@ -8,7 +8,7 @@ mod support;
 use std::process::{Command, Output, Stdio};
 
 use jobguard::calendar::CalendarSpec;
-use jobguard::ledger::format_usec;
+use jobguard::guard::ledger::format_usec;
 use support::{Sandbox, stderr, stdout, wait_until};
 
 const DAY: i64 = 86_400_000_000;

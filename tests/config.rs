@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use jobguard::config::{ConfigError, ConfigSource, ErrorScope, JobSet, load, load_one};
-use jobguard::job::{Inhibit, OnInterrupted, OnStoreUnavailable};
+use jobguard::joblist::config::{ConfigError, ConfigSource, ErrorScope, JobSet, load, load_one};
+use jobguard::joblist::job::{Inhibit, OnInterrupted, OnStoreUnavailable};
 
 /// A temporary job-list directory.
 struct Dir(tempfile::TempDir);
@@ -55,12 +55,12 @@ fn assert_at(e: &ConfigError, file: &Path, (line, col): (usize, usize), key: &st
 
 const GOOD: &str = "schedule = \"*-*-* 02:00:00\"\ncommand = [\"/bin/true\"]\n";
 
-/// Every key of the one table (`jobguard::keys::KEYS`) is read by the parser: its example
+/// Every key of the one table (`jobguard::joblist::keys::KEYS`) is read by the parser: its example
 /// value, in a job, in `[defaults]` or in `[metrics]`, is never an unknown key (nor any
 /// other error where the value stands alone), and a key the table does not hold is.
 #[test]
 fn the_parser_reads_every_key_of_the_table_and_no_other() {
-    use jobguard::keys::{KEYS, Scope};
+    use jobguard::joblist::keys::{KEYS, Scope};
     for k in KEYS {
         let line = format!("{} = {}\n", k.name, k.example);
         let text = match k.scope {
@@ -1291,7 +1291,7 @@ fn check_reports_a_randomized_delay_that_reaches_the_next_elapse() {
 
 #[test]
 fn catch_up_and_its_limit_layer_and_bad_values_are_named() {
-    use jobguard::job::CatchUp;
+    use jobguard::joblist::job::CatchUp;
     let d = Dir::new();
     let text = format!(
         "[defaults]\ncatch_up = \"all\"\n\n[jobs.a]\n{GOOD}\n[jobs.b]\n{GOOD}catch_up = \"none\"\n\n\

@@ -3,8 +3,8 @@
 
 use std::process::Command;
 
-use jobguard::timespan::TimeSpan;
-use jobguard::unit_name;
+use jobguard::joblist::timespan::TimeSpan;
+use jobguard::systemd::unit_name;
 
 /// Odd strings: dashes, slashes, dots, backslashes, specifiers, white space, control
 /// characters, non-ASCII in several scripts, emoji.

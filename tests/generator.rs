@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use jobguard::unit_name::{escape_specifiers, file_uri};
+use jobguard::systemd::unit_name::{escape_specifiers, file_uri};
 
 mod common;
 
@@ -407,7 +407,8 @@ fn generated_units_pass_systemd_analyze_verify() {
             "{case}: {}",
             String::from_utf8_lossy(&o.stderr)
         );
-        let set = jobguard::config::load(&jobguard::config::ConfigSource::Path(input));
+        let set =
+            jobguard::joblist::config::load(&jobguard::joblist::config::ConfigSource::Path(input));
         for name in set.jobs.keys() {
             units.push(format!("jobguard@{name}.timer"));
             units.push(format!("jobguard@{name}.service"));

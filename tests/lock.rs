@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use jobguard::lock::{JobLock, LockAttempt, LockHolder};
+use jobguard::guard::lock::{JobLock, LockAttempt, LockHolder};
 
 /// Guard against a hang in a helper; not a timing assertion.
 const LIMIT: Duration = Duration::from_secs(60);

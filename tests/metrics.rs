@@ -12,7 +12,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 
 use jobguard::calendar::CalendarSpec;
-use jobguard::ledger::format_usec;
+use jobguard::guard::ledger::format_usec;
 use support::{Sandbox, stderr, stdout, wait_until};
 
 const DAY: i64 = 86_400_000_000;
@@ -690,6 +690,30 @@ fn a_store_that_cannot_be_read_and_a_textfile_that_cannot_be_written() {
     assert!(!sb.file("missing").exists());
 }
 
+/// A command over several jobs exits with the worst status it met, not the last: job `a`
+/// has a store file that cannot be read (78, the job list is wrong), and job `z`, read
+/// after it, a store that cannot be reached (69). `metrics`, `status` and `audit` exit
+/// 78 (crate::exit::SEVERITY); `metrics` returned the last job's 69.
+#[test]
+fn the_worst_status_of_several_jobs_is_the_exit_status_whatever_their_order() {
+    let sb = Sandbox::new(
+        "[jobs.a]\nschedule = \"hourly\"\ncommand = [\"true\"]\nstore_file = \"/nonexistent/jobguard-store\"\n\n\
+         [jobs.z]\nschedule = \"hourly\"\ncommand = [\"true\"]\nstore = \"postgres://root@127.0.0.1:1/test?connect_timeout=2\"\n",
+    );
+    let (code, _, e) = metrics(&sb);
+    assert_eq!(code, Some(78));
+    assert_eq!(e.value("jobguard_store_up", &[("job", "z")]), Some(0.0));
+    for args in [&["status"][..], &["audit"]] {
+        let out = sb.run(args);
+        assert_eq!(out.status.code(), Some(78), "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("jobguard: job a: cannot read store_file"),
+            "{}",
+            stderr(&out)
+        );
+    }
+}
+
 /// A job left out by an error in its definition (a misspelt value, then a reload: its
 /// timer is gone) does not vanish from monitoring: `metrics` counts the job list's
 /// errors and names the job (alerts `JobguardJobListError`, `JobguardJobRefused`), and
@@ -842,8 +866,11 @@ fn a_fleet_of_two_hosts_on_one_store_is_seen_from_either() {
         "{}{store}{typo}{gone}",
         job("sync", "false", &Backend::Sqlite)
     ));
-    let host = jobguard::identity::host_name();
-    let mine: String = jobguard::identity::machine_id().chars().take(8).collect();
+    let host = jobguard::guard::identity::host_name();
+    let mine: String = jobguard::guard::identity::machine_id()
+        .chars()
+        .take(8)
+        .collect();
     let (la, lb) = (format!("{host} ({mine})"), format!("{host} (bbbbbbbb)"));
     let on_b = |args: &[&str]| b.cmd_on_machine(MB, args).output().expect("run on b");
 

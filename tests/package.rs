@@ -692,14 +692,14 @@ fn rpm_installs_runs_upgrades_and_goes_away_on_a_booted_system() {
 }
 
 /// The reference page and jobguard.toml(5) describe exactly the keys the parser reads
-/// (`jobguard::keys::KEYS`, the one table): docs/jobs.toml.md's key table has a row per
+/// (`jobguard::joblist::keys::KEYS`, the one table): docs/jobs.toml.md's key table has a row per
 /// job key, in the table's order, with its type and default as the table writes them,
 /// and its `[metrics]` section names each metrics key; the man page's KEYS section has an
 /// entry per job key, and its METRICS section names each metrics key. A key added to the
 /// parser without its documentation fails here.
 #[test]
 fn the_reference_page_and_jobguard_toml_5_describe_every_key_the_parser_reads() {
-    use jobguard::keys::{self, Scope};
+    use jobguard::joblist::keys::{self, Scope};
     let doc = std::fs::read_to_string(Path::new(ROOT).join("docs/jobs.toml.md"))
         .expect("read docs/jobs.toml.md");
     let rows: Vec<(String, String, String)> = doc
@@ -724,7 +724,7 @@ fn the_reference_page_and_jobguard_toml_5_describe_every_key_the_parser_reads() 
         .collect();
     assert_eq!(
         rows, table,
-        "docs/jobs.toml.md against jobguard::keys::KEYS"
+        "docs/jobs.toml.md against jobguard::joblist::keys::KEYS"
     );
     let metrics_section = doc
         .split("### Metrics textfile: `[metrics]`")
@@ -752,7 +752,7 @@ fn the_reference_page_and_jobguard_toml_5_describe_every_key_the_parser_reads() 
     assert!(job_keys.len() >= 26, "{job_keys:?}");
     assert_eq!(
         page_keys, job_keys,
-        "jobguard.toml(5) KEYS against jobguard::keys::KEYS"
+        "jobguard.toml(5) KEYS against jobguard::joblist::keys::KEYS"
     );
     let man_metrics = section("METRICS");
     for k in keys::of(Scope::Metrics) {
@@ -769,16 +769,19 @@ fn the_reference_page_and_jobguard_toml_5_describe_every_key_the_parser_reads() 
     }
 }
 
-/// Every MESSAGE_ID of src/journal.rs is explained in jobguard(1).
+/// Every MESSAGE_ID of src/systemd/journal.rs is explained in jobguard(1).
 #[test]
 fn jobguard_1_lists_every_journal_message_id() {
-    let source = std::fs::read_to_string(Path::new(ROOT).join("src/journal.rs"))
-        .expect("read src/journal.rs");
+    let source = std::fs::read_to_string(Path::new(ROOT).join("src/systemd/journal.rs"))
+        .expect("read src/systemd/journal.rs");
     let ids: Vec<&str> = source
         .split('"')
         .filter(|s| s.len() == 32 && s.bytes().all(|b| b.is_ascii_hexdigit()))
         .collect();
-    assert!(ids.len() >= 13, "MESSAGE_IDs in src/journal.rs: {ids:?}");
+    assert!(
+        ids.len() >= 13,
+        "MESSAGE_IDs in src/systemd/journal.rs: {ids:?}"
+    );
     let page = std::fs::read_to_string(Path::new(ROOT).join("packaging/man/jobguard.1"))
         .expect("read packaging/man/jobguard.1");
     let events = page

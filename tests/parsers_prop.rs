@@ -29,10 +29,10 @@ use proptest::prelude::*;
 
 use jobguard::calendar::CalendarSpec;
 use jobguard::calendar::timestamp::parse_timestamp_in;
-use jobguard::config::{ErrorScope, JobSet, load_str};
+use jobguard::joblist::config::{ErrorScope, JobSet, load_str};
+use jobguard::joblist::timespan::TimeSpan;
 use jobguard::store::address::{StoreAddress, mask};
-use jobguard::timespan::TimeSpan;
-use jobguard::unit_name;
+use jobguard::systemd::unit_name;
 
 fn config(cases: u32) -> ProptestConfig {
     ProptestConfig {
@@ -244,7 +244,11 @@ fn check_set(path: &Path, text: &str, set: &JobSet) -> Result<(), TestCaseError>
     }
     let now = Timestamp::now();
     for (name, job) in &set.jobs {
-        prop_assert!(jobguard::job::is_valid_job_name(name), "{:?}", name);
+        prop_assert!(
+            jobguard::joblist::job::is_valid_job_name(name),
+            "{:?}",
+            name
+        );
         let escaped = unit_name::escape(name);
         prop_assert_eq!(
             unit_name::unescape(&escaped).ok(),
@@ -269,7 +273,10 @@ fn check_set(path: &Path, text: &str, set: &JobSet) -> Result<(), TestCaseError>
         }
     }
     // Rendering what was accepted never panics and names every job.
-    let units = jobguard::render::render(set, &jobguard::render::RenderOptions::default());
+    let units = jobguard::systemd::render::render(
+        set,
+        &jobguard::systemd::render::RenderOptions::default(),
+    );
     // The instance is the job name as it is (the templates use `%i`).
     for name in set.jobs.keys() {
         let dropin = PathBuf::from(format!("jobguard@{name}.timer.d"));
@@ -638,7 +645,7 @@ proptest! {
 
     #[test]
     fn every_valid_job_name_round_trips_through_escaping(name in job_name_like()) {
-        if !jobguard::job::is_valid_job_name(&name) {
+        if !jobguard::joblist::job::is_valid_job_name(&name) {
             return Ok(());
         }
         let escaped = unit_name::escape(&name);
@@ -671,7 +678,7 @@ proptest! {
     ) {
         let names: Vec<String> = names
             .into_iter()
-            .filter(|n| jobguard::job::is_valid_job_name(n))
+            .filter(|n| jobguard::joblist::job::is_valid_job_name(n))
             .collect();
         let out = std::process::Command::new("systemd-escape")
             .arg("--")

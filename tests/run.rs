@@ -1759,7 +1759,7 @@ fn unlock_refuses_to_end_the_lease_of_a_run_alive_on_this_host() {
         "echo \"start $JOBGUARD_SLOT\" >> \"$OUT\"; sleep 4; echo \"end $JOBGUARD_SLOT\" >> \"$OUT\"",
         "lease_ttl = \"3s\"\nkill_grace = \"1s\"\nenvironment = { OUT = \"@DIR@/out\" }",
     ));
-    let host = jobguard::identity::host_name();
+    let host = jobguard::guard::identity::host_name();
     let slots = ["2026-11-26T02:00:00Z", "2026-11-27T02:00:00Z"];
     for (n, slot) in slots.iter().enumerate() {
         let shim = sb

@@ -790,7 +790,7 @@ fn a_user_who_may_write_the_metrics_directory_cannot_make_root_write_through_a_l
         chown(p, NOBODY);
     }
     let target = dir.join("jobguard.prom");
-    jobguard::metrics::write_textfile(&target, "jobguard_up 1\n").unwrap();
+    jobguard::ops::metrics::write_textfile(&target, "jobguard_up 1\n").unwrap();
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "root's own\n");
     assert_eq!(std::fs::read_to_string(&other).unwrap(), "root's own\n");
     let meta = std::fs::symlink_metadata(&target).unwrap();
@@ -811,7 +811,10 @@ fn a_user_who_may_write_the_metrics_directory_cannot_make_root_write_through_a_l
     let (tx, rx) = std::sync::mpsc::channel();
     let t = target.clone();
     std::thread::spawn(move || {
-        let _ = tx.send(jobguard::metrics::write_textfile(&t, "jobguard_up 2\n"));
+        let _ = tx.send(jobguard::ops::metrics::write_textfile(
+            &t,
+            "jobguard_up 2\n",
+        ));
     });
     let done = rx.recv_timeout(std::time::Duration::from_secs(10));
     assert!(

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use jobguard::clock::{ManualClock, SystemClock};
-use jobguard::lease::Holder;
+use jobguard::guard::clock::{ManualClock, SystemClock};
+use jobguard::guard::lease::Holder;
 use jobguard::store::sqlite::{SCHEMA_VERSION, SqliteStore};
 use jobguard::store::{Claim, RunQuery, Store, StoreError};
 
@@ -168,7 +168,7 @@ macro_rules! one_store_only {
             proxy.freeze(false);
             let until = s.renew(&lease, 1, Duration::from_secs(300)).unwrap();
             assert!(until.is_some_and(|u| u > lease.expire_at), "{until:?}");
-            let lease = jobguard::lease::Lease {
+            let lease = jobguard::guard::lease::Lease {
                 renewal: 1,
                 ..lease
             };
@@ -494,8 +494,8 @@ fn second_success_for_a_slot_is_refused_by_the_index() {
     s.finish(
         &lease,
         &common::conformance::rid(1),
-        &jobguard::ledger::Finish {
-            outcome: jobguard::ledger::Outcome::Succeeded,
+        &jobguard::guard::ledger::Finish {
+            outcome: jobguard::guard::ledger::Outcome::Succeeded,
             reason: None,
             exit_status: Some(0),
             report: Default::default(),
@@ -918,7 +918,7 @@ fn mysql_migration_cut_short_is_completed() {
 fn postgres_a_claim_that_finds_the_lease_row_locked_reads_again_until_it_is_free() {
     use common::conformance::{finish, rid};
     use common::remote::{Namespace, server};
-    use jobguard::ledger::Outcome;
+    use jobguard::guard::ledger::Outcome;
     let Some(ns) = Namespace::new(server("postgres"), "postgres::locked_row") else {
         return;
     };
@@ -1041,7 +1041,7 @@ fn postgres_a_claim_that_finds_the_lease_row_locked_reads_again_until_it_is_free
 fn mysql_a_resolve_of_schema_5_between_a_claims_read_and_write_is_seen() {
     use common::conformance::{finish, rid};
     use common::remote::{Namespace, server};
-    use jobguard::ledger::{Outcome, Resolution};
+    use jobguard::guard::ledger::{Outcome, Resolution};
     let Some(ns) = Namespace::new(server("mysql"), "mysql::old_resolve") else {
         return;
     };
@@ -1144,7 +1144,7 @@ fn a_user_with_data_rights_only_runs_jobs(server: &'static common::remote::Serve
                 .unwrap()
                 .is_some()
         );
-        let lease = jobguard::lease::Lease {
+        let lease = jobguard::guard::lease::Lease {
             renewal: 1,
             ..lease
         };
@@ -1152,7 +1152,7 @@ fn a_user_with_data_rights_only_runs_jobs(server: &'static common::remote::Serve
             .finish(
                 &lease,
                 &common::conformance::rid(1),
-                &common::conformance::finish(jobguard::ledger::Outcome::Succeeded),
+                &common::conformance::finish(jobguard::guard::ledger::Outcome::Succeeded),
             )
             .expect("finish");
         assert!(done.recorded);
@@ -1205,7 +1205,7 @@ fn mysql_a_user_with_data_rights_only_runs_jobs() {
 #[test]
 fn redis_a_slot_queued_by_a_schema_1_finish_after_the_upgrade_is_run() {
     use common::remote::{Namespace, open, server};
-    use jobguard::clock::ManualClock;
+    use jobguard::guard::clock::ManualClock;
     use jobguard::store::redis::SCHEMA_VERSION;
     let Some(ns) = Namespace::new(server("redis"), "redis::mixed_versions") else {
         return;
@@ -1299,7 +1299,7 @@ fn a_password_with_a_question_mark_or_hash_is_masked_whole() {
 #[test]
 fn the_four_stores_answer_random_histories_alike() {
     use common::remote;
-    use jobguard::ledger::{Finish, Outcome, Resolution, Run};
+    use jobguard::guard::ledger::{Finish, Outcome, Resolution, Run};
     use jobguard::store::ClockCheck;
 
     /// A claim's answer without what legitimately differs (times of the store's clock
@@ -1372,7 +1372,7 @@ fn the_four_stores_answer_random_histories_alike() {
             state ^= state << 17;
             state % n
         };
-        let mut running: Vec<(jobguard::lease::Lease, Run)> = Vec::new();
+        let mut running: Vec<(jobguard::guard::lease::Lease, Run)> = Vec::new();
         let mut elapsed = 0i64;
         for step in 0..120u32 {
             let what = next(100);

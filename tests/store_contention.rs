@@ -1106,7 +1106,7 @@ fn mysql_a_lapsed_holder_cut_off_with_its_outcome_keeps_its_slot() {
 #[test]
 fn redis_the_alive_key_never_outlives_its_lease() {
     use common::conformance::{claimed, request};
-    use jobguard::ledger::Outcome;
+    use jobguard::guard::ledger::Outcome;
     let Some(ns) = Namespace::new(server("redis"), "store_contention::alive") else {
         return;
     };
@@ -1136,7 +1136,7 @@ fn redis_the_alive_key_never_outlives_its_lease() {
         .expect("renew")
         .expect("renewed");
     kept_until(renewed, "renewal");
-    let lease = jobguard::lease::Lease {
+    let lease = jobguard::guard::lease::Lease {
         expire_at: renewed,
         renewal: 7,
         ..lease
@@ -1244,7 +1244,7 @@ fn mixed_fleet(
     test: &str,
     old_claim: fn(&str, i64, i64, &str, u32) -> Command,
 ) {
-    use jobguard::ledger::{NewRun, Slot};
+    use jobguard::guard::ledger::{NewRun, Slot};
     use jobguard::store::{Claim, ClaimRequest};
     use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -1302,7 +1302,7 @@ fn mixed_fleet(
                                 trigger: "timer".into(),
                                 invocation_id: None,
                             },
-                            jobguard::lease::Holder {
+                            jobguard::guard::lease::Holder {
                                 host: format!("new-host-{i}"),
                                 machine_id: format!("m-new-{i}"),
                                 boot_id: format!("b-new-{i}"),
@@ -1553,4 +1553,137 @@ fn postgres_an_outcome_kept_while_the_lease_was_renewed_is_recorded_while_it_liv
     assert_eq!(live, "t", "renewed and unexpired");
     let next = sb.run(&["recover"]);
     recorded_late_once(&sb, &next, slot);
+}
+
+/// How many long jobs [`more_long_jobs_than_connections`] starts at once, and how many
+/// connections their store's user may hold.
+const LONG_JOBS: usize = 12;
+const USER_CONNECTIONS: usize = 4;
+
+/// A user of the test server allowed [`USER_CONNECTIONS`] connections at once (a role's
+/// `CONNECTION LIMIT` on PostgreSQL, `MAX_USER_CONNECTIONS` on MariaDB: one tenant of a
+/// managed server), owning namespace `ns`; removed when dropped. The server refuses a
+/// connection past the limit (SQLSTATE 53300; MariaDB error 1226).
+struct LimitedUser {
+    postgres: bool,
+    name: String,
+}
+
+impl LimitedUser {
+    fn new(postgres: bool, ns: &str) -> LimitedUser {
+        let name = format!("{ns}_u");
+        let statements = if postgres {
+            vec![
+                format!(
+                    "CREATE ROLE {name} LOGIN PASSWORD 'pw' CONNECTION LIMIT {USER_CONNECTIONS}"
+                ),
+                format!("CREATE SCHEMA {ns} AUTHORIZATION {name}"),
+            ]
+        } else {
+            vec![
+                format!(
+                    "CREATE USER '{name}'@'%' IDENTIFIED BY 'pw' WITH MAX_USER_CONNECTIONS {USER_CONNECTIONS}"
+                ),
+                format!("GRANT ALL ON {ns}.* TO '{name}'@'%'"),
+            ]
+        };
+        for s in statements {
+            sql_value(postgres, &s).unwrap_or_else(|e| panic!("{s}: {e}"));
+        }
+        LimitedUser { postgres, name }
+    }
+
+    /// The store address of namespace `ns` as this user.
+    fn address(&self, ns: &str) -> String {
+        if self.postgres {
+            format!("postgres://{}:pw@127.0.0.1:5432/test?schema={ns}", self.name)
+        } else {
+            format!("mysql://{}:pw@127.0.0.1:3306/{ns}", self.name)
+        }
+    }
+}
+
+impl Drop for LimitedUser {
+    fn drop(&mut self) {
+        let s = if self.postgres {
+            format!("DROP ROLE IF EXISTS {}", self.name)
+        } else {
+            format!("DROP USER IF EXISTS '{}'@'%'", self.name)
+        };
+        let _ = sql_value(self.postgres, &s);
+    }
+}
+
+/// More long jobs fire at once than their store's user may hold connections
+/// ([`LONG_JOBS`] against [`USER_CONNECTIONS`]). A running job's shim holds no connection
+/// between its store calls (its renewals, every `lease_ttl`/3, connect again), so every
+/// job starts within seconds of its firing, by its command's own clock, and each slot
+/// succeeds once. Were a connection held for the whole run, the jobs past the limit would
+/// start only once a running one had ended, 8 s later.
+fn more_long_jobs_than_connections(server: &'static Server, test: &str) {
+    let postgres = server.name == "postgres";
+    let Some(ns) = Namespace::new(server, test) else {
+        return;
+    };
+    let user = LimitedUser::new(postgres, &ns.name);
+    let out = tempfile::tempdir().unwrap();
+    let jobs: String = (0..LONG_JOBS)
+        .map(|i| {
+            format!(
+                "[jobs.long{i}]\nschedule = \"*-*-* 02:00:00 UTC\"\nstore = {:?}\nlease_ttl = \"6s\"\nkill_grace = \"2s\"\n\
+                 command = [\"/bin/sh\", \"-c\", \"date +%s.%N > {}/long{i}; sleep 8\"]\n\n",
+                user.address(&ns.name),
+                out.path().display()
+            )
+        })
+        .collect();
+    let sb = Sandbox::new(&jobs);
+    let init = sb.run(&["store", "init"]);
+    assert!(init.status.success(), "{}", stderr(&init));
+    let fired = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let children: Vec<Child> = (0..LONG_JOBS)
+        .map(|i| {
+            sb.cmd(&["run", &format!("long{i}")])
+                .env("TRIGGER_TIMER_REALTIME_USEC", FIRED)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn jobguard run")
+        })
+        .collect();
+    for (i, child) in children.into_iter().enumerate() {
+        let done = child.wait_with_output().expect("wait");
+        assert_eq!(done.status.code(), Some(0), "long{i}: {}", stderr(&done));
+    }
+    let mut late = Vec::new();
+    for i in 0..LONG_JOBS {
+        let started = stamps(&out.path().join(format!("long{i}")));
+        assert_eq!(started.len(), 1, "long{i} ran once");
+        let after = started[0] - fired;
+        println!("long{i} started {after:.2} s after its firing");
+        if after > 4.0 {
+            late.push(format!("long{i}: {after:.2} s"));
+        }
+        let history = sb.history(&format!("long{i}"));
+        assert_eq!(history.len(), 1, "long{i}: {history:#?}");
+        assert_eq!(history[0]["outcome"], "succeeded");
+    }
+    assert!(
+        late.is_empty(),
+        "{LONG_JOBS} jobs, {USER_CONNECTIONS} connections: started late: {late:?}"
+    );
+}
+
+#[test]
+fn postgres_more_long_jobs_than_the_server_lets_a_user_connect_all_start_on_time() {
+    more_long_jobs_than_connections(server("postgres"), "store_contention::connections");
+}
+
+#[test]
+fn mysql_more_long_jobs_than_the_server_lets_a_user_connect_all_start_on_time() {
+    more_long_jobs_than_connections(server("mysql"), "store_contention::connections");
 }

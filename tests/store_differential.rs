@@ -25,9 +25,9 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use jobguard::clock::{Clock, ManualClock};
-use jobguard::lease::{Holder, Lease};
-use jobguard::ledger::{Finish, NewRun, Outcome, Resolution, Run, Slot};
+use jobguard::guard::clock::{Clock, ManualClock};
+use jobguard::guard::lease::{Holder, Lease};
+use jobguard::guard::ledger::{Finish, NewRun, Outcome, Resolution, Run, Slot};
 use jobguard::store::rules::{ClaimDecision, RuleError};
 use jobguard::store::{Claim, ClaimRequest, ClockCheck, Mark, RunQuery, Store, StoreError};
 

@@ -26,7 +26,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use jobguard::clock::ManualClock;
+use jobguard::guard::clock::ManualClock;
 use jobguard::store::{Claim, Store, StoreError};
 
 use common::conformance::{Env, S1, T0, claimed, request};

@@ -486,8 +486,8 @@ fn a_poweroff_during_a_run_is_recorded_as_shutdown_and_rerun_after_boot() {
 
 /// Every kind of event, by an exhaustive match: adding a kind without a catalog entry
 /// stops this file from compiling.
-fn all_kinds() -> Vec<jobguard::journal::Kind> {
-    use jobguard::journal::Kind;
+fn all_kinds() -> Vec<jobguard::systemd::journal::Kind> {
+    use jobguard::systemd::journal::Kind;
     let all = [
         Kind::Started,
         Kind::SkippedSlotDone,

@@ -585,7 +585,7 @@ on_each_store!(a_host_cut_off_as_its_job_ends_records_the_success_and_no_host_ru
 /// held until 125 s after the sighting, past the other hosts' pass at 120 s: with a grace
 /// of 90 s from the sighting, that pass took it for gone (and, when it won the race with
 /// the holder's own pass at the same minute, ran the slot again); the grace is one pass
-/// interval longer ([`jobguard::recover::SIGHTING_GRACE_USEC`], 150 s), so that a holder
+/// interval longer ([`jobguard::ops::recover::SIGHTING_GRACE_USEC`], 150 s), so that a holder
 /// back within 90 s always has a pass of its own first. Then the holder's pass records
 /// the success, and no host runs the slot again.
 fn a_host_cut_off_as_its_job_ends_records_the_success_and_no_host_runs_it_again(

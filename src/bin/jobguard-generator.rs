@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use jobguard::generator::{GeneratorArgs, IDENT, run};
+use jobguard::systemd::generator::{GeneratorArgs, IDENT, run};
 
 const USAGE: &str = "usage: jobguard-generator NORMAL_DIR [EARLY_DIR LATE_DIR]";
 

@@ -24,9 +24,9 @@ const USEC_PER_YEAR: u64 = 31_557_600 * USEC_PER_SEC;
 const FORMATTABLE_MAX: u64 = 253_402_214_399_999_999;
 
 /// systemd's `parse_sec()`: a time span such as `5min 3s` or `1.5h` (a bare number is
-/// seconds) in microseconds; `None` if it is not one. See [`crate::timespan`].
+/// seconds) in microseconds; `None` if it is not one. See [`crate::joblist::timespan`].
 fn parse_sec(t: &str) -> Option<u64> {
-    crate::timespan::TimeSpan::parse(t)
+    crate::joblist::timespan::TimeSpan::parse(t)
         .ok()
         .map(|s| s.as_usec())
 }

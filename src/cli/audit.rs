@@ -1,5 +1,5 @@
 //! `jobguard audit [JOB] [--since TIME] [--until TIME] [--json]`: read ledgers and list
-//! what [`crate::audit`] finds, as a table or one JSON object.
+//! what [`crate::ops::audit`] finds, as a table or one JSON object.
 //!
 //! Without JOB, every job of every store the job list names is audited, one job at a time
 //! ([`crate::store::Store::jobs`], then one read per job: each read has one call's
@@ -17,14 +17,14 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::json;
 
-use crate::audit::{self, Finding, Scope};
 use crate::cli::{AuditArgs, job_store_address, list_store_addresses, open_store, view};
-use crate::config::{self, ConfigSource, JobSet};
-use crate::exit;
-use crate::identity;
-use crate::job::Job;
-use crate::ledger::format_usec;
-use crate::recover;
+use crate::exit::{self, Error, Finished};
+use crate::guard::identity;
+use crate::guard::ledger::format_usec;
+use crate::joblist::config::{self, ConfigSource, JobSet};
+use crate::joblist::job::Job;
+use crate::ops::audit::{self, Finding, Scope};
+use crate::ops::recover;
 use crate::store::{RunQuery, Store, StoreError};
 
 /// An open store ([`Store::describe`] with secrets masked, as the job list's address is
@@ -35,32 +35,29 @@ struct Audited {
     jobs: Vec<String>,
 }
 
-/// Runs `jobguard audit`; returns [`exit::OK`] when nothing needs attention,
-/// [`exit::ATTENTION`] when something does, or the status of a store or job list error.
-pub fn run(args: &AuditArgs) -> u8 {
+/// Runs `jobguard audit`: ends with [`exit::OK`] when nothing needs attention,
+/// [`exit::ATTENTION`] when something does, or the worst status of the store and job
+/// list errors reported on the way.
+///
+/// # Errors
+/// 2 for a `--since` or `--until` that cannot be read; [`exit::CONFIG`] for a job that
+/// neither the list nor any store knows.
+pub fn run(args: &AuditArgs) -> exit::Result {
     let set = config::load(&ConfigSource::resolve(args.config.config.clone()));
     let now_ts = jiff::Timestamp::now();
     let now = now_ts.as_microsecond();
-    let parse = |what: &str, t: &Option<String>| -> Result<Option<i64>, u8> {
+    let parse = |what: &str, t: &Option<String>| -> Result<Option<i64>, Error> {
         match t {
             None => Ok(None),
             Some(text) => crate::calendar::parse_timestamp(text, now_ts)
                 .map(|t| Some(t.as_microsecond()))
-                .map_err(|e| {
-                    eprintln!("jobguard: bad {what} {text:?}: {e}");
-                    exit::USAGE
-                }),
+                .map_err(|e| Error::new(exit::USAGE, format!("bad {what} {text:?}: {e}"))),
         }
     };
-    let (since, until) = match (parse("--since", &args.since), parse("--until", &args.until)) {
-        (Ok(s), Ok(u)) => (s, u.unwrap_or(now)),
-        (Err(c), _) | (_, Err(c)) => return c,
-    };
-    let mut status = exit::OK;
-    let (mut stores, store_status) = open_stores(&set, args.job.as_deref());
-    if store_status != exit::OK {
-        status = exit::worst(status, store_status);
-    }
+    let since = parse("--since", &args.since)?;
+    let until = parse("--until", &args.until)?.unwrap_or(now);
+    let mut finished = Finished::OK;
+    let mut stores = open_stores(&set, args.job.as_deref(), &mut finished);
     let boot = identity::boot_time_usec();
     let mut jobs_json = Vec::new();
     let mut rows = Vec::new();
@@ -92,11 +89,10 @@ pub fn run(args: &AuditArgs) -> u8 {
         }) {
             Ok(r) => r,
             Err(e) => {
-                eprintln!("jobguard: {name}: {e}");
-                status = exit::worst(status, e.exit_status());
                 if matches!(e, StoreError::Unavailable { .. }) {
                     lost.insert(i, 0);
                 }
+                finished.report(&Error::from(e).context(&name));
                 continue;
             }
         };
@@ -113,17 +109,15 @@ pub fn run(args: &AuditArgs) -> u8 {
         let orphans = match recover::orphans(store.as_mut(), &runs) {
             Ok(o) => o,
             Err(e) => {
-                eprintln!("jobguard: {name}: {e}");
-                status = exit::worst(status, e.exit_status());
+                finished.report(&Error::from(e).context(&name));
                 continue;
             }
         };
-        // Elapses in the job's pause windows are paused, not missed (crate::pause).
-        let paused = match job.map(|j| crate::pause::of_job(store.as_mut(), j)) {
+        // Elapses in the job's pause windows are paused, not missed (crate::ops::pause).
+        let paused = match job.map(|j| crate::ops::pause::of_job(store.as_mut(), j)) {
             Some(Ok(p)) => p.spans(),
             Some(Err(e)) => {
-                eprintln!("jobguard: {name}: {e}");
-                status = exit::worst(status, e.exit_status());
+                finished.report(&Error::from(e).context(&name));
                 continue;
             }
             None => Vec::new(),
@@ -166,7 +160,7 @@ pub fn run(args: &AuditArgs) -> u8 {
         if lost.contains_key(&i) {
             continue;
         }
-        match crate::fleet::unarmed_jobs(s.store.as_mut()) {
+        match crate::ops::fleet::unarmed_jobs(s.store.as_mut()) {
             Ok(jobs) => {
                 for job in jobs
                     .into_iter()
@@ -187,35 +181,32 @@ pub fn run(args: &AuditArgs) -> u8 {
                     unarmed_json.push(json!({ "job": job, "store": s.describe }));
                 }
             }
-            Err(e) => {
-                eprintln!("jobguard: {}: fleet: {e}", s.describe);
-                status = exit::worst(status, e.exit_status());
-            }
+            Err(e) => finished.report(&Error::from(e).context(format!("{}: fleet", s.describe))),
         }
     }
     for (i, n) in lost.into_iter().filter(|(_, n)| *n > 0) {
-        eprintln!(
-            "jobguard: {}: {n} more job(s) not audited: the store stopped answering",
-            stores[i].describe
-        );
+        finished.report(&Error::new(
+            exit::STORE_UNAVAILABLE,
+            format!(
+                "{}: {n} more job(s) not audited: the store stopped answering",
+                stores[i].describe
+            ),
+        ));
     }
     if let Some(name) = &args.job
         && !set.jobs.contains_key(name)
         && jobs_json.is_empty()
-        && status == exit::OK
+        && finished == Finished::OK
     {
-        eprintln!(
-            "jobguard: no job named {name:?} in the job list, and no store holds records of it"
-        );
-        return exit::CONFIG;
+        return Err(Error::new(
+            exit::CONFIG,
+            format!("no job named {name:?} in the job list, and no store holds records of it"),
+        ));
     }
     // A job the list left out runs no slot, and its records would look settled: the job
     // list's error is the audit's status, as in `status`.
     for e in &set.errors {
-        eprintln!("jobguard: {e}");
-    }
-    if !set.errors.is_empty() {
-        status = exit::worst(status, exit::CONFIG);
+        finished.report(&e.clone().into());
     }
     if args.json {
         let out = json!({
@@ -240,9 +231,9 @@ pub fn run(args: &AuditArgs) -> u8 {
         );
     }
     if attention > 0 {
-        status = exit::worst(status, exit::ATTENTION);
+        finished.add(exit::ATTENTION);
     }
-    status
+    Ok(finished)
 }
 
 /// The job's grace in µs.
@@ -265,28 +256,30 @@ fn row(job: &str, f: &Finding) -> Vec<String> {
 }
 
 /// Opens the stores to audit, each once, with the jobs to audit in each: `only`, or every
-/// job the store holds records of ([`Store::jobs`]); and the exit status of any store that
-/// could not be opened or listed (those are left out, with a message). The records
+/// job the store holds records of ([`Store::jobs`]). A store that could not be opened or
+/// listed is left out and reported into `finished`. The records
 /// themselves are read one job at a time by the caller: with `--since`, only the records a
 /// check of the slots from then on needs ([`RunQuery::slots_from`]), not every job's whole
 /// history.
-fn open_stores(set: &JobSet, only: Option<&str>) -> (Vec<Audited>, u8) {
+fn open_stores(set: &JobSet, only: Option<&str>, finished: &mut Finished) -> Vec<Audited> {
     // The stores to read: the job's own, or (no job, or a job not in the list) all that
     // the list names, `[defaults]` included.
-    let (addresses, status) = match only.and_then(|n| set.jobs.get(n)) {
+    let addresses = match only.and_then(|n| set.jobs.get(n)) {
         Some(j) => match job_store_address(j) {
-            Ok(a) => (BTreeSet::from([a]), exit::OK),
-            Err(code) => (BTreeSet::new(), code),
+            Ok(a) => BTreeSet::from([a]),
+            Err(e) => {
+                finished.report(&e);
+                BTreeSet::new()
+            }
         },
-        None => list_store_addresses(set),
+        None => list_store_addresses(set, finished),
     };
-    let mut status = status;
     let mut out = Vec::new();
     for address in addresses {
         let mut store = match open_store(&address) {
             Ok(s) => s,
-            Err(code) => {
-                status = exit::worst(status, code);
+            Err(e) => {
+                finished.report(&e);
                 continue;
             }
         };
@@ -295,8 +288,7 @@ fn open_stores(set: &JobSet, only: Option<&str>) -> (Vec<Audited>, u8) {
             None => match store.jobs() {
                 Ok(jobs) => jobs,
                 Err(e) => {
-                    eprintln!("jobguard: {e}");
-                    status = exit::worst(status, e.exit_status());
+                    finished.report(&e.into());
                     continue;
                 }
             },
@@ -307,5 +299,5 @@ fn open_stores(set: &JobSet, only: Option<&str>) -> (Vec<Audited>, u8) {
             jobs,
         });
     }
-    (out, status)
+    out
 }

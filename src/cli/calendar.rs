@@ -15,13 +15,17 @@ use crate::calendar::timestamp::{
 };
 use crate::calendar::{CalendarSpec, LibcState, NextError, format_relative, format_timestamp};
 use crate::cli::CalendarArgs;
+use crate::exit::{Error, Finished};
 
 /// Width of the label column (that of "Normalized form:").
 const LABEL_WIDTH: usize = 16;
 
-/// Runs `jobguard calendar`; returns the exit status (0, or 1 when an expression or the
-/// base time is invalid).
-pub fn run(args: &CalendarArgs) -> u8 {
+/// Runs `jobguard calendar`: ends with 0, or 1 when an expression is invalid (its error
+/// printed in systemd-analyze's words, [`Error::verbatim`], and the rest still shown).
+///
+/// # Errors
+/// 1 for a base time that cannot be read, or stdout that cannot be written.
+pub fn run(args: &CalendarArgs) -> crate::exit::Result {
     let now = Timestamp::now();
     let local = crate::calendar::local_zone();
     // The C library state of one systemd-analyze process, carried from call to call.
@@ -31,13 +35,15 @@ pub fn run(args: &CalendarArgs) -> u8 {
         Some(s) => match parse_timestamp_with_state(s, now, &local, &mut state) {
             Ok(t) => t,
             Err(_) => {
-                eprintln!("Failed to parse --base-time= parameter: {s}");
-                return crate::exit::FAILURE;
+                return Err(Error::verbatim(
+                    crate::exit::FAILURE,
+                    format!("Failed to parse --base-time= parameter: {s}\n"),
+                ));
             }
         },
     };
     let show_utc = !is_utc_zone(&local);
-    let mut status = crate::exit::OK;
+    let mut finished = Finished::OK;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     for (i, expr) in args.exprs.iter().enumerate() {
@@ -50,8 +56,7 @@ pub fn run(args: &CalendarArgs) -> u8 {
             show_utc,
         };
         if let Err(msg) = render(expr, &ctx, &mut state, &mut block) {
-            eprint!("{msg}");
-            status = crate::exit::FAILURE;
+            finished.report(&Error::verbatim(crate::exit::FAILURE, msg));
         }
         if i + 1 < args.exprs.len() {
             block.push('\n');
@@ -61,10 +66,10 @@ pub fn run(args: &CalendarArgs) -> u8 {
             .and_then(|()| out.flush())
             .is_err()
         {
-            return crate::exit::FAILURE;
+            return Ok(Finished::with(crate::exit::FAILURE));
         }
     }
-    status
+    Ok(finished)
 }
 
 /// One table row; like systemd's table printer, without trailing white space.

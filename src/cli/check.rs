@@ -14,7 +14,7 @@
 //! user or file may appear after boot.
 //!
 //! Under systemd it also reads how systemd will end each job's service (over D-Bus,
-//! [`crate::systemd_dbus::read_kill_settings`]): a drop-in of the operator's that sets
+//! [`crate::systemd::dbus::read_kill_settings`]): a drop-in of the operator's that sets
 //! `KillMode=` to anything but `mixed`, or `SendSIGKILL=no`, would let the job's processes
 //! outlive the lease of a shim that died ([`kill_problem`]); that is a problem on this
 //! host too, printed as `FILE: jobs.JOB: jobguard@JOB.service: MESSAGE (on this host)`.
@@ -29,21 +29,26 @@
 //! persistence or with an eviction policy (the one check that connects to a store), and
 //! a job whose command another scheduler also runs: a line of `/etc/crontab`,
 //! `/etc/cron.d/*` or a user crontab, or an active timer that is not jobguard's
-//! ([`crate::schedulers`]).
+//! ([`crate::systemd::schedulers`]).
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::cli::ConfigArgs;
-use crate::config::{self, ConfigSource, JobSet};
-use crate::job::Job;
-use crate::lease::FENCE_MARGIN;
-use crate::systemd_dbus::KillSettings;
-use crate::timespan::TimeSpan;
+use crate::guard::lease::FENCE_MARGIN;
+use crate::joblist::config::{self, ConfigSource, JobSet};
+use crate::joblist::job::Job;
+use crate::joblist::timespan::TimeSpan;
+use crate::systemd::dbus::KillSettings;
 
-/// Runs `jobguard check`; returns the exit status.
-pub fn run(args: &ConfigArgs) -> u8 {
+/// Runs `jobguard check`: ends with 0, or [`crate::exit::FAILURE`] when the job list or
+/// this host has a problem. Its findings are its output (on stderr, in the compiler's
+/// `FILE:LINE:COLUMN:` form), not errors of its own.
+///
+/// # Errors
+/// None.
+pub fn run(args: &ConfigArgs) -> crate::exit::Result {
     let source = ConfigSource::resolve(args.config.clone());
     let set = config::load(&source);
     for e in &set.errors {
@@ -72,7 +77,7 @@ pub fn run(args: &ConfigArgs) -> u8 {
     }
     let names: Vec<&str> = set.jobs.keys().map(String::as_str).collect();
     if !names.is_empty()
-        && let Ok(settings) = crate::systemd_dbus::read_kill_settings(&names)
+        && let Ok(settings) = crate::systemd::dbus::read_kill_settings(&names)
     {
         for (job, k) in set.jobs.values().zip(&settings) {
             if let Some(message) = kill_problem(job, k) {
@@ -88,12 +93,12 @@ pub fn run(args: &ConfigArgs) -> u8 {
     }
     // The same work run by another scheduler too: a warning each (issue: two schedulers).
     let jobs: Vec<&Job> = set.jobs.values().collect();
-    let mut elsewhere = crate::schedulers::in_cron(&jobs, Path::new("/"));
+    let mut elsewhere = crate::systemd::schedulers::in_cron(&jobs, Path::new("/"));
     if !jobs.is_empty() {
-        match crate::schedulers::in_timers(&jobs) {
+        match crate::systemd::schedulers::in_timers(&jobs) {
             Ok(timers) => elsewhere.extend(timers),
             // Off systemd there are no timers to compare; on it, say what was not checked.
-            Err(e) if crate::recover::under_systemd() => {
+            Err(e) if crate::ops::recover::under_systemd() => {
                 eprintln!(
                     "jobguard: warning: the other timers of this host were not compared: {e}"
                 );
@@ -119,11 +124,11 @@ pub fn run(args: &ConfigArgs) -> u8 {
         ));
     }
     println!("{line}");
-    if set.errors.is_empty() && on_host == 0 {
-        crate::exit::OK
+    Ok(if set.errors.is_empty() && on_host == 0 {
+        crate::exit::Finished::OK
     } else {
-        crate::exit::FAILURE
-    }
+        crate::exit::Finished::with(crate::exit::FAILURE)
+    })
 }
 
 /// What is wrong with how systemd will end `job`'s service, `k`, or `None` when it keeps
@@ -446,7 +451,7 @@ fn find_program(program: &str, start: &Path, path: &str) -> Result<PathBuf, Stri
 mod tests {
     use super::*;
     use crate::calendar::CalendarSpec;
-    use crate::systemd_dbus::UnitState;
+    use crate::systemd::dbus::UnitState;
 
     fn script(shell: &str, text: &str) -> Option<(String, Option<String>, bool)> {
         shell_script(&[shell.into(), "-c".into(), text.into()])

@@ -1,16 +1,17 @@
-//! `jobguard drill JOB [--json]`: [`crate::drill`], printed. Exit 0 when every layer
+//! `jobguard drill JOB [--json]`: [`crate::ops::drill`], printed. Exit 0 when every layer
 //! held; 1 when one did not; the store's status (69, 70, 78) when a store error kept a
-//! layer from being tried, as when the store cannot be opened ([`crate::drill::status`]).
+//! layer from being tried, as when the store cannot be opened ([`crate::ops::drill::status`]).
 
 use crate::cli::{DrillArgs, find_job_and_store};
+use crate::exit::{self, Finished};
 
-/// Runs `jobguard drill`; returns the exit status.
-pub fn run(args: &DrillArgs) -> u8 {
-    let (job, mut store) = match find_job_and_store(&args.config, &args.job) {
-        Ok(x) => x,
-        Err(code) => return code,
-    };
-    let verdicts = crate::drill::run(&job, store.as_mut(), &crate::paths::lock_dir());
+/// Runs `jobguard drill`.
+///
+/// # Errors
+/// The job list's or the store's, when the store cannot be opened.
+pub fn run(args: &DrillArgs) -> exit::Result {
+    let (job, mut store) = find_job_and_store(&args.config, &args.job)?;
+    let verdicts = crate::ops::drill::run(&job, store.as_mut(), &crate::paths::lock_dir());
     let all = verdicts.iter().all(|v| v.held);
     if args.json {
         let rows: Vec<serde_json::Value> = verdicts
@@ -37,5 +38,5 @@ pub fn run(args: &DrillArgs) -> u8 {
             }
         );
     }
-    crate::drill::status(&verdicts)
+    Ok(Finished::with(crate::ops::drill::status(&verdicts)))
 }

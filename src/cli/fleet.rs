@@ -1,5 +1,5 @@
 //! `jobguard status --fleet`: every host that shares a store of this job list, from their
-//! heartbeats ([`crate::fleet`]): which jobs each arms, hosts whose heartbeat stopped,
+//! heartbeats ([`crate::ops::fleet`]): which jobs each arms, hosts whose heartbeat stopped,
 //! machines that share a machine id, and jobs whose definitions differ between hosts,
 //! that a job list refused, or that no live host arms while their schedule is live.
 //! `--forget HOST` deletes a host's heartbeats (a host taken out of service).
@@ -8,14 +8,19 @@
 //! does, a store's status when one could not be read, 2 when `--forget` names no host.
 
 use crate::cli::{StatusArgs, list_store_addresses, open_store, view};
-use crate::config::{self, ConfigSource};
-use crate::exit;
-use crate::fleet::{Fleet, HostView};
+use crate::exit::{self, Error, Finished};
+use crate::joblist::config::{self, ConfigSource};
+use crate::ops::fleet::{Fleet, HostView};
 
-/// Runs `jobguard status --fleet`; returns the exit status.
-pub fn run(args: &StatusArgs) -> u8 {
+/// Runs `jobguard status --fleet`: ends with 0, 1 when something needs a person, or the
+/// worst status of the stores that could not be read.
+///
+/// # Errors
+/// 2 when `--forget` names no host.
+pub fn run(args: &StatusArgs) -> exit::Result {
     let set = config::load(&ConfigSource::resolve(args.config.config.clone()));
-    let (addresses, mut status) = list_store_addresses(&set);
+    let mut finished = Finished::OK;
+    let addresses = list_store_addresses(&set, &mut finished);
     let mut json = Vec::new();
     let mut forgotten = 0;
     let mut first = true;
@@ -23,8 +28,8 @@ pub fn run(args: &StatusArgs) -> u8 {
         let masked = crate::store::address::mask(&address);
         let mut store = match open_store(&address) {
             Ok(s) => s,
-            Err(code) => {
-                status = exit::worst(status, code);
+            Err(e) => {
+                finished.report(&e);
                 continue;
             }
         };
@@ -36,23 +41,19 @@ pub fn run(args: &StatusArgs) -> u8 {
                     }
                     forgotten += keys.len();
                 }
-                Err(e) => {
-                    eprintln!("jobguard: {masked}: {e}");
-                    status = exit::worst(status, e.exit_status());
-                }
+                Err(e) => finished.report(&Error::from(e).context(&masked)),
             }
             continue;
         }
-        let fleet = match crate::fleet::read(store.as_mut()) {
+        let fleet = match crate::ops::fleet::read(store.as_mut()) {
             Ok(f) => f,
             Err(e) => {
-                eprintln!("jobguard: {masked}: {e}");
-                status = exit::worst(status, e.exit_status());
+                finished.report(&Error::from(e).context(&masked));
                 continue;
             }
         };
         if fleet.needs_attention() {
-            status = exit::worst(status, exit::ATTENTION);
+            finished.add(exit::ATTENTION);
         }
         if args.json {
             json.push(serde_json::json!({ "store": masked, "fleet": fleet }));
@@ -65,16 +66,18 @@ pub fn run(args: &StatusArgs) -> u8 {
         }
     }
     if let Some(host) = &args.forget {
-        if forgotten == 0 && status == exit::OK {
-            eprintln!("jobguard: no heartbeat of a host named {host:?} in the job list's stores");
-            return exit::USAGE;
+        if forgotten == 0 && finished == Finished::OK {
+            return Err(Error::new(
+                exit::USAGE,
+                format!("no heartbeat of a host named {host:?} in the job list's stores"),
+            ));
         }
-        return status;
+        return Ok(finished);
     }
     if args.json {
         println!("{}", serde_json::json!({ "stores": json }));
     }
-    status
+    Ok(finished)
 }
 
 /// Forgets the heartbeats of the host named `host` (its name, its label or its key).
@@ -86,9 +89,9 @@ fn forget(
         .beats()?
         .into_iter()
         .filter(|(key, text)| {
-            !crate::pause::is_key(key)
+            !crate::ops::pause::is_key(key)
                 && (key == host
-                    || crate::fleet::Beat::from_json(key, text)
+                    || crate::ops::fleet::Beat::from_json(key, text)
                         .is_ok_and(|b| b.host == host || b.label() == host))
         })
         .map(|(key, _)| key)
@@ -165,7 +168,10 @@ fn render(store: &str, fleet: &Fleet) -> String {
         ));
     }
     if fleet.hosts.iter().any(|h| h.shared_machine_id) {
-        out.push_str(&format!("  {}\n", crate::identity::SHARED_MACHINE_ID_FIX));
+        out.push_str(&format!(
+            "  {}\n",
+            crate::guard::identity::SHARED_MACHINE_ID_FIX
+        ));
     }
     if !fleet.jobs.is_empty() {
         let rows: Vec<Vec<String>> = fleet

@@ -6,16 +6,22 @@
 //! its old files there).
 
 use crate::cli::GenerateArgs;
-use crate::config::{self, ConfigSource};
-use crate::generator::{self, Log};
-use crate::render::RenderOptions;
+use crate::exit::{self, Error, Finished};
+use crate::joblist::config::{self, ConfigSource};
+use crate::systemd::generator::{self, Log};
+use crate::systemd::render::RenderOptions;
 
-/// Runs `jobguard generate`; returns the exit status.
-pub fn run(args: &GenerateArgs) -> u8 {
-    if let Err(e) = std::fs::create_dir_all(&args.output) {
-        eprintln!("jobguard: cannot create {}: {e}", args.output.display());
-        return crate::exit::FAILURE;
-    }
+/// Runs `jobguard generate`.
+///
+/// # Errors
+/// 1 when the directory cannot be created or a unit cannot be written.
+pub fn run(args: &GenerateArgs) -> exit::Result {
+    std::fs::create_dir_all(&args.output).map_err(|e| {
+        Error::new(
+            crate::exit::FAILURE,
+            format!("cannot create {}: {e}", args.output.display()),
+        )
+    })?;
     let set = config::load(&ConfigSource::resolve(args.config.config.clone()));
     let status = generator::generate_into(
         &set,
@@ -31,5 +37,5 @@ pub fn run(args: &GenerateArgs) -> u8 {
             args.output.display()
         );
     }
-    status
+    Ok(Finished::with(status))
 }

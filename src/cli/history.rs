@@ -7,13 +7,16 @@
 //! `history` exit [`exit::CONFIG`] (78), "no job named".
 
 use crate::cli::{HistoryArgs, find_job, list_store_addresses, open_job_store, open_store, view};
-use crate::config::{self, ConfigSource};
-use crate::exit;
-use crate::ledger::Run;
+use crate::exit::{self, Error, Finished};
+use crate::guard::ledger::Run;
+use crate::joblist::config::{self, ConfigSource};
 use crate::store::RunQuery;
 
-/// Runs `jobguard history`; returns the exit status.
-pub fn run(args: &HistoryArgs) -> u8 {
+/// Runs `jobguard history`.
+///
+/// # Errors
+/// The job list's or the store's; [`exit::CONFIG`] for a job no store holds records of.
+pub fn run(args: &HistoryArgs) -> exit::Result {
     let set = config::load(&ConfigSource::resolve(args.config.config.clone()));
     let in_list = set.jobs.contains_key(&args.job)
         || set
@@ -23,14 +26,8 @@ pub fn run(args: &HistoryArgs) -> u8 {
     if !in_list {
         return removed(args, &set);
     }
-    let job = match find_job(&args.config, &args.job) {
-        Ok(j) => j,
-        Err(code) => return code,
-    };
-    let mut store = match open_job_store(&job) {
-        Ok(s) => s,
-        Err(code) => return code,
-    };
+    let job = find_job(&args.config, &args.job)?;
+    let mut store = open_job_store(&job)?;
     let q = RunQuery {
         job: Some(job.name.clone()),
         limit: args.limit,
@@ -41,28 +38,23 @@ pub fn run(args: &HistoryArgs) -> u8 {
     // own limit 0 would mean "all".
     let runs = match args.limit {
         0 => Vec::new(),
-        _ => match store.runs(&q) {
-            Ok(r) => r,
-            Err(e) => {
-                eprintln!("jobguard: {e}");
-                return e.exit_status();
-            }
-        },
+        _ => store.runs(&q)?,
     };
     print(args, &runs, &store.describe());
-    exit::OK
+    Ok(Finished::OK)
 }
 
 /// The history of a job no longer in the job list, from every store the list names.
-fn removed(args: &HistoryArgs, set: &config::JobSet) -> u8 {
-    let (addresses, mut status) = list_store_addresses(set);
+fn removed(args: &HistoryArgs, set: &config::JobSet) -> exit::Result {
+    let mut finished = Finished::OK;
+    let addresses = list_store_addresses(set, &mut finished);
     let mut runs: Vec<Run> = Vec::new();
     let mut described = Vec::new();
     for address in &addresses {
         let mut store = match open_store(address) {
             Ok(s) => s,
-            Err(code) => {
-                status = exit::worst(status, code);
+            Err(e) => {
+                finished.report(&e);
                 continue;
             }
         };
@@ -72,27 +64,26 @@ fn removed(args: &HistoryArgs, set: &config::JobSet) -> u8 {
             ..RunQuery::default()
         }) {
             Ok(r) => runs.extend(r),
-            Err(e) => {
-                eprintln!("jobguard: {e}");
-                status = exit::worst(status, e.exit_status());
-            }
+            Err(e) => finished.report(&e.into()),
         }
     }
     if runs.is_empty() {
-        if status != exit::OK {
-            return status;
+        if finished != Finished::OK {
+            return Ok(finished);
         }
         let files: Vec<String> = set.files.iter().map(|f| f.display().to_string()).collect();
-        eprintln!(
-            "jobguard: no job named {:?} in {}, and no store it names holds records of it",
-            args.job,
-            if files.is_empty() {
-                "the job list (no file found)".to_string()
-            } else {
-                files.join(", ")
-            }
-        );
-        return exit::CONFIG;
+        return Err(Error::new(
+            exit::CONFIG,
+            format!(
+                "no job named {:?} in {}, and no store it names holds records of it",
+                args.job,
+                if files.is_empty() {
+                    "the job list (no file found)".to_string()
+                } else {
+                    files.join(", ")
+                }
+            ),
+        ));
     }
     // Newest first, as one store returns them (the sort is stable).
     runs.sort_by_key(|r| std::cmp::Reverse(r.started_at));
@@ -109,7 +100,7 @@ fn removed(args: &HistoryArgs, set: &config::JobSet) -> u8 {
         );
     }
     print(args, &runs, &described.join(", "));
-    status
+    Ok(finished)
 }
 
 fn print(args: &HistoryArgs, runs: &[Run], store: &str) {

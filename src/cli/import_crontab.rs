@@ -1,6 +1,6 @@
 //! `jobguard import-crontab [--user NAME | --system] [FILE…|-]`: reads crontab(5)
 //! tables and prints a job list on stdout, warnings on stderr as `FILE:LINE: warning: …`
-//! (the translation itself is [`crate::crontab`]).
+//! (the translation itself is [`crate::ops::crontab`]).
 //!
 //! Which tables have a user field: `/etc/crontab` and files under `/etc/cron.d/` (as
 //! cron reads them), or every file with `--system`. A file under a user-table directory
@@ -13,13 +13,16 @@ use std::path::Path;
 use jiff::Timestamp;
 
 use crate::cli::ImportCrontabArgs;
-use crate::crontab::{self, Table};
-use crate::exit;
+use crate::exit::{self, Error, Finished};
+use crate::ops::crontab::{self, Table};
 
-/// Runs `jobguard import-crontab`; returns the exit status: 0, or 1 when a file could
-/// not be read or a line could not be translated (the rest is still printed).
-pub fn run(args: &ImportCrontabArgs) -> u8 {
-    let mut status = exit::OK;
+/// Runs `jobguard import-crontab`: ends with 0, or 1 when a file could not be read or a
+/// line could not be translated (the rest is still printed).
+///
+/// # Errors
+/// 2 for a user name that is not one.
+pub fn run(args: &ImportCrontabArgs) -> exit::Result {
+    let mut finished = Finished::OK;
     let now = Timestamp::now();
     let local = crate::calendar::local_zone();
     let mut tables = Vec::new();
@@ -33,8 +36,7 @@ pub fn run(args: &ImportCrontabArgs) -> u8 {
         let (origin, text) = if path.as_os_str() == "-" {
             let mut b = Vec::new();
             if let Err(e) = std::io::stdin().read_to_end(&mut b) {
-                eprintln!("jobguard: standard input: {e}");
-                status = exit::FAILURE;
+                finished.report(&Error::new(exit::FAILURE, e).context("standard input"));
                 continue;
             }
             ("(standard input)".to_string(), b)
@@ -42,8 +44,7 @@ pub fn run(args: &ImportCrontabArgs) -> u8 {
             match std::fs::read(path) {
                 Ok(b) => (path.display().to_string(), b),
                 Err(e) => {
-                    eprintln!("jobguard: {}: {e}", path.display());
-                    status = exit::FAILURE;
+                    finished.report(&Error::new(exit::FAILURE, e).context(path.display()));
                     continue;
                 }
             }
@@ -53,8 +54,10 @@ pub fn run(args: &ImportCrontabArgs) -> u8 {
             args.system || (args.user.is_none() && spool_user.is_none() && is_system_table(path));
         let user = args.user.as_deref().or(spool_user.as_deref());
         if let Some(u) = user.filter(|u| !crontab::valid_user(u)) {
-            eprintln!("jobguard: {origin}: `{u}` is not a user name");
-            return exit::USAGE;
+            return Err(Error::new(
+                exit::USAGE,
+                format!("{origin}: `{u}` is not a user name"),
+            ));
         }
         if !system && user.is_none() {
             eprintln!(
@@ -73,13 +76,13 @@ pub fn run(args: &ImportCrontabArgs) -> u8 {
             eprintln!("{origin}:{}: warning: {}", w.line, w.text);
         }
         if import.errors > 0 {
-            status = exit::FAILURE;
+            finished.add(exit::FAILURE);
         }
         tables.push((origin, import));
     }
     crontab::name_jobs(&mut tables);
     print!("{}", crontab::render(&tables));
-    status
+    Ok(finished)
 }
 
 /// `/etc/crontab` and `/etc/cron.d/*`: cron's system tables.

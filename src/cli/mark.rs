@@ -1,5 +1,5 @@
 //! `jobguard mark NAMESPACE KEY` and `jobguard marked NAMESPACE KEY`: fenced dedupe
-//! records in the job's store ([`crate::store::Store::mark`], [`crate::mark`]).
+//! records in the job's store ([`crate::store::Store::mark`], [`crate::guard::mark`]).
 //!
 //! Inside a run, the job is the run's (`JOBGUARD_JOB`) and the mark is fenced by the
 //! run's `JOBGUARD_FENCING_TOKEN`: once the lease has been taken over, released or has
@@ -7,21 +7,23 @@
 //! record "done" for a key that the holder that took over then skips. Outside a run,
 //! `--job` names the job whose store holds the marks; such marks are not fenced.
 //!
-//! A namespace is the job's own unless `--shared` ([`crate::mark`]); a key of a job's own
+//! A namespace is the job's own unless `--shared` ([`crate::guard::mark`]); a key of a job's own
 //! namespace is also found as a shared mark, which every mark recorded before per-job
 //! namespaces is.
 
 use crate::cli::{MarkArgs, find_job, open_job_store};
-use crate::exit;
-use crate::ledger::format_usec;
+use crate::exit::{self, Error, Finished};
+use crate::guard::ledger::format_usec;
 use crate::store::{Mark, Marking};
 
-/// Runs `jobguard mark`; returns the exit status.
-pub fn mark(args: &MarkArgs) -> u8 {
-    let (job, new, fenced, mut store) = match request(args) {
-        Ok(r) => r,
-        Err(code) => return code,
-    };
+/// Runs `jobguard mark`: ends with 0 for a new mark, 1 (the mark printed) for a key
+/// marked before.
+///
+/// # Errors
+/// 75 for a run whose lease is lost; 2 for a bad namespace, key or run variables; the
+/// job list's or the store's.
+pub fn mark(args: &MarkArgs) -> exit::Result {
+    let (job, new, fenced, mut store) = request(args)?;
     // A shared mark of the key (every mark from before namespaces were a job's own) is
     // read before anything is written, so a failure leaves no mark behind; the fence is
     // judged first all the same (75 for a run whose lease is gone).
@@ -34,13 +36,13 @@ pub fn mark(args: &MarkArgs) -> u8 {
         Ok(None) => store.mark(&new, fenced),
         Err(e) => Err(e),
     };
-    match answer {
-        Ok(Marking::New(_)) => exit::OK,
-        Ok(Marking::Already(m)) => {
+    match answer? {
+        Marking::New(_) => Ok(Finished::OK),
+        Marking::Already(m) => {
             println!("{}", describe(&m));
-            exit::FAILURE
+            Ok(Finished::with(exit::FAILURE))
         }
-        Ok(Marking::Fenced(lease)) => {
+        Marking::Fenced(lease) => {
             let now = match lease {
                 Some(l) if !l.holder.is_empty() && l.token != new.token => {
                     format!("it is held by host {} with token {}", l.host, l.token)
@@ -50,41 +52,36 @@ pub fn mark(args: &MarkArgs) -> u8 {
                 }
                 _ => "it was released".to_string(),
             };
-            eprintln!(
-                "jobguard: {} {}: not marked: the run's lease of {} (token {}) is lost: {now}",
-                args.namespace, new.key, job.name, new.token
-            );
-            exit::LEASE_LOST
-        }
-        Err(e) => {
-            eprintln!("jobguard: {e}");
-            e.exit_status()
+            Err(Error::new(
+                exit::LEASE_LOST,
+                format!(
+                    "{} {}: not marked: the run's lease of {} (token {}) is lost: {now}",
+                    args.namespace, new.key, job.name, new.token
+                ),
+            ))
         }
     }
 }
 
-/// Runs `jobguard marked`; returns the exit status.
-pub fn marked(args: &MarkArgs) -> u8 {
-    let (_, new, _, mut store) = match request(args) {
-        Ok(r) => r,
-        Err(code) => return code,
-    };
+/// Runs `jobguard marked`: ends with 0 (the mark printed) for a marked key, 1 for one
+/// not marked.
+///
+/// # Errors
+/// As `mark`'s, but for the fence.
+pub fn marked(args: &MarkArgs) -> exit::Result {
+    let (_, new, _, mut store) = request(args)?;
     let found = store
         .read_mark(&new.namespace, &new.key)
         .and_then(|m| match m {
             Some(m) => Ok(Some(m)),
             None => earlier(args, store.as_mut()),
         });
-    match found {
-        Ok(Some(m)) => {
+    match found? {
+        Some(m) => {
             println!("{}", describe(&m));
-            exit::OK
+            Ok(Finished::OK)
         }
-        Ok(None) => exit::FAILURE,
-        Err(e) => {
-            eprintln!("jobguard: {e}");
-            e.exit_status()
-        }
+        None => Ok(Finished::with(exit::FAILURE)),
     }
 }
 
@@ -93,7 +90,7 @@ pub fn marked(args: &MarkArgs) -> u8 {
 fn fence(
     store: &mut dyn crate::store::Store,
     new: &Mark,
-) -> Result<Result<(), Option<crate::lease::Lease>>, crate::store::StoreError> {
+) -> Result<Result<(), Option<crate::guard::lease::Lease>>, crate::store::StoreError> {
     let now = store.now()?;
     let lease = store.lease(&new.job)?;
     Ok(
@@ -128,7 +125,7 @@ fn describe(m: &Mark) -> String {
     } else {
         format!("by run {} (token {}) of {}", m.run_id, m.token, m.job)
     };
-    let (namespace, own) = crate::mark::parse_stored_namespace(&m.namespace);
+    let (namespace, own) = crate::guard::mark::parse_stored_namespace(&m.namespace);
     format!(
         "{namespace} {}: marked {by} on host {} at {}{}",
         m.key,
@@ -143,31 +140,41 @@ fn describe(m: &Mark) -> String {
 }
 
 /// The job, the mark to make, whether it is fenced (from the arguments and the run's
-/// variables) and the job's store, opened. Prints why not and returns the exit status.
+/// variables) and the job's store, opened.
+///
+/// # Errors
+/// 2 for a bad namespace, key or run variables; the job list's or the store's.
 fn request(
     args: &MarkArgs,
-) -> Result<(crate::job::Job, Mark, bool, Box<dyn crate::store::Store>), u8> {
-    if let Err(e) = crate::mark::check_namespace(&args.namespace)
-        .and_then(|()| crate::mark::check_key(&args.key))
-    {
-        eprintln!("jobguard: {e}");
-        return Err(exit::USAGE);
-    }
+) -> Result<
+    (
+        crate::joblist::job::Job,
+        Mark,
+        bool,
+        Box<dyn crate::store::Store>,
+    ),
+    Error,
+> {
+    crate::guard::mark::check_namespace(&args.namespace)
+        .and_then(|()| crate::guard::mark::check_key(&args.key))
+        .map_err(|e| Error::new(exit::USAGE, e))?;
     let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
     let run_job = var("JOBGUARD_JOB");
     let Some(name) = args.job.clone().or_else(|| run_job.clone()) else {
-        eprintln!(
-            "jobguard: which job's store? Give --job JOB (inside a run, JOBGUARD_JOB names it)"
-        );
-        return Err(exit::USAGE);
+        return Err(Error::new(
+            exit::USAGE,
+            "which job's store? Give --job JOB (inside a run, JOBGUARD_JOB names it)",
+        ));
     };
     // Fenced when inside a run; a mark in another job's store could not be fenced by this
     // run's lease, so inside a run only the run's own job is accepted.
     if let Some(run) = run_job.as_deref().filter(|run| *run != name) {
-        eprintln!(
-            "jobguard: --job {name}: inside a run of {run} a mark is fenced by the run's lease, which cannot fence another job's marks; mark in {run}'s store, or unset JOBGUARD_JOB and JOBGUARD_FENCING_TOKEN to mark outside a run"
-        );
-        return Err(exit::USAGE);
+        return Err(Error::new(
+            exit::USAGE,
+            format!(
+                "--job {name}: inside a run of {run} a mark is fenced by the run's lease, which cannot fence another job's marks; mark in {run}'s store, or unset JOBGUARD_JOB and JOBGUARD_FENCING_TOKEN to mark outside a run"
+            ),
+        ));
     }
     let in_run = run_job.is_some();
     let token = match (in_run, var("JOBGUARD_FENCING_TOKEN")) {
@@ -175,21 +182,25 @@ fn request(
         (true, Some(t)) => match t.parse::<i64>() {
             Ok(t) if t > 0 => t,
             _ => {
-                eprintln!("jobguard: JOBGUARD_FENCING_TOKEN={t:?} is not a fencing token");
-                return Err(exit::USAGE);
+                return Err(Error::new(
+                    exit::USAGE,
+                    format!("JOBGUARD_FENCING_TOKEN={t:?} is not a fencing token"),
+                ));
             }
         },
         (true, None) => {
-            eprintln!(
-                "jobguard: JOBGUARD_JOB={name} is set but JOBGUARD_FENCING_TOKEN is not: run the command under `jobguard run`, or unset JOBGUARD_JOB and give --job"
-            );
-            return Err(exit::USAGE);
+            return Err(Error::new(
+                exit::USAGE,
+                format!(
+                    "JOBGUARD_JOB={name} is set but JOBGUARD_FENCING_TOKEN is not: run the command under `jobguard run`, or unset JOBGUARD_JOB and give --job"
+                ),
+            ));
         }
     };
     let job = find_job(&args.config, &name)?;
-    let holder = crate::lease::Holder::current();
+    let holder = crate::guard::lease::Holder::current();
     let new = Mark {
-        namespace: crate::mark::stored_namespace(&job.name, &args.namespace, args.shared),
+        namespace: crate::guard::mark::stored_namespace(&job.name, &args.namespace, args.shared),
         key: args.key.clone(),
         job: job.name.clone(),
         run_id: if in_run {

@@ -8,6 +8,8 @@ use std::process::ExitCode;
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use clap_complete::{ArgValueCompleter, CompletionCandidate};
 
+use crate::exit::{Error, Finished};
+
 pub mod audit;
 pub mod calendar;
 pub mod check;
@@ -477,88 +479,93 @@ pub struct UnlockArgs {
     pub config: ConfigArgs,
 }
 
-/// Loads the job named `name` ([`crate::config::load_one`]: the other jobs' tables are not
-/// read). Prints why it cannot (the job's own configuration errors, or that no such job
-/// exists, with every error of the whole list) and returns [`crate::exit::CONFIG`].
-pub fn find_job(config: &ConfigArgs, name: &str) -> Result<crate::job::Job, u8> {
-    let source = crate::config::ConfigSource::resolve(config.config.clone());
-    let mut set = crate::config::load_one(&source, name);
+/// Loads the job named `name` ([`crate::joblist::config::load_one`]: the other jobs' tables are not
+/// read).
+///
+/// # Errors
+/// [`crate::exit::CONFIG`], saying why: the job's own configuration errors, or that no
+/// such job exists, with every error of the whole list.
+pub fn find_job(config: &ConfigArgs, name: &str) -> Result<crate::joblist::job::Job, Error> {
+    let source = crate::joblist::config::ConfigSource::resolve(config.config.clone());
+    let mut set = crate::joblist::config::load_one(&source, name);
     if let Some(job) = set.jobs.remove(name) {
         return Ok(job);
     }
-    let is_own = |e: &&crate::config::ConfigError| e.job.as_deref() == Some(name);
+    let is_own = |e: &&crate::joblist::config::ConfigError| e.job.as_deref() == Some(name);
     if !set.errors.iter().any(|e| is_own(&e)) {
         // Not there: the whole list's errors may say why (a misspelt or invalid name).
-        set = crate::config::load(&source);
+        set = crate::joblist::config::load(&source);
     }
-    let own: Vec<_> = set.errors.iter().filter(is_own).collect();
-    if own.is_empty() {
-        let files: Vec<String> = set.files.iter().map(|f| f.display().to_string()).collect();
-        eprintln!(
-            "jobguard: no job named {name:?} in {}",
-            if files.is_empty() {
-                "the job list (no file found)".to_string()
-            } else {
-                files.join(", ")
-            }
-        );
-        for e in &set.errors {
-            eprintln!("jobguard: {e}");
-        }
-    } else {
-        for e in own {
-            eprintln!("jobguard: {e}");
-        }
+    let own: Vec<String> = set
+        .errors
+        .iter()
+        .filter(is_own)
+        .map(|e| e.to_string())
+        .collect();
+    if !own.is_empty() {
+        return Err(Error::lines(crate::exit::CONFIG, own));
     }
-    Err(crate::exit::CONFIG)
+    let files: Vec<String> = set.files.iter().map(|f| f.display().to_string()).collect();
+    let mut lines = vec![format!(
+        "no job named {name:?} in {}",
+        if files.is_empty() {
+            "the job list (no file found)".to_string()
+        } else {
+            files.join(", ")
+        }
+    )];
+    lines.extend(set.errors.iter().map(|e| e.to_string()));
+    Err(Error::lines(crate::exit::CONFIG, lines))
 }
 
 /// Opens and initialises the job's store (from `store`, `store_file` or
-/// `store_credential`), printing the error once.
-pub fn open_job_store(job: &crate::job::Job) -> Result<Box<dyn crate::store::Store>, u8> {
+/// `store_credential`).
+///
+/// # Errors
+/// The address's ([`job_store_address`]) or the store's.
+pub fn open_job_store(
+    job: &crate::joblist::job::Job,
+) -> Result<Box<dyn crate::store::Store>, Error> {
     open_store(&job_store_address(job)?)
 }
 
-/// The job named `name` ([`find_job`]) and its open store ([`open_job_store`]), each
-/// error printed once.
+/// The job named `name` ([`find_job`]) and its open store ([`open_job_store`]).
 ///
 /// # Errors
-/// The exit status of the first that failed.
+/// The first that failed.
 pub fn find_job_and_store(
     config: &ConfigArgs,
     name: &str,
-) -> Result<(crate::job::Job, Box<dyn crate::store::Store>), u8> {
+) -> Result<(crate::joblist::job::Job, Box<dyn crate::store::Store>), Error> {
     let job = find_job(config, name)?;
     let store = open_job_store(&job)?;
     Ok((job, store))
 }
 
-/// The job's store address (reading `store_file` or `store_credential` if set),
-/// printing the error once.
-pub fn job_store_address(job: &crate::job::Job) -> Result<String, u8> {
-    job.store_address().map_err(|e| {
-        eprintln!("jobguard: {e}");
-        crate::exit::CONFIG
-    })
+/// The job's store address (reading `store_file` or `store_credential` if set).
+///
+/// # Errors
+/// [`crate::exit::CONFIG`] when the file or credential cannot be read.
+pub fn job_store_address(job: &crate::joblist::job::Job) -> Result<String, Error> {
+    Ok(job.store_address()?)
 }
 
 /// Every store the job list names: each job's, each `[defaults]` table's
-/// ([`crate::config::JobSet::default_stores`]), and the built-in default
+/// ([`crate::joblist::config::JobSet::default_stores`]), and the built-in default
 /// ([`crate::paths::default_store_url`]) when its file exists. This is where the ledger of
-/// a job removed from the list is looked for. Returns the addresses and
-/// [`crate::exit::CONFIG`] when an address could not be read (printed), else
-/// [`crate::exit::OK`].
+/// a job removed from the list is looked for. An address that cannot be read is
+/// reported into `finished` ([`Finished::report`]) and left out.
 pub fn list_store_addresses(
-    set: &crate::config::JobSet,
-) -> (std::collections::BTreeSet<String>, u8) {
-    let mut status = crate::exit::OK;
+    set: &crate::joblist::config::JobSet,
+    finished: &mut Finished,
+) -> std::collections::BTreeSet<String> {
     let mut out = std::collections::BTreeSet::new();
     for job in set.jobs.values() {
         match job_store_address(job) {
             Ok(a) => {
                 out.insert(a);
             }
-            Err(code) => status = code,
+            Err(e) => finished.report(&e),
         }
     }
     for d in &set.default_stores {
@@ -566,25 +573,23 @@ pub fn list_store_addresses(
             Ok(a) => {
                 out.insert(a);
             }
-            Err(e) => {
-                eprintln!("jobguard: {e}");
-                status = crate::exit::CONFIG;
-            }
+            Err(e) => finished.report(&e.into()),
         }
     }
     if crate::paths::state_dir().join("jobguard.db").exists() {
         out.insert(crate::paths::default_store_url());
     }
-    (out, status)
+    out
 }
 
-/// Opens and initialises the store at `url`, printing the error once.
-pub fn open_store(url: &str) -> Result<Box<dyn crate::store::Store>, u8> {
-    let opened = crate::store::open(url).and_then(|mut s| s.init().map(|()| s));
-    opened.map_err(|e| {
-        eprintln!("jobguard: {e}");
-        e.exit_status()
-    })
+/// Opens and initialises the store at `url`.
+///
+/// # Errors
+/// The store's ([`crate::store::StoreError`]'s status).
+pub fn open_store(url: &str) -> Result<Box<dyn crate::store::Store>, Error> {
+    let mut store = crate::store::open(url)?;
+    store.init()?;
+    Ok(store)
 }
 
 /// The environment variable that asks `jobguard` for shell completions (clap_complete's
@@ -599,7 +604,7 @@ fn complete_job(current: &std::ffi::OsStr) -> Vec<CompletionCandidate> {
     let Some(typed) = current.to_str() else {
         return Vec::new();
     };
-    crate::config::load(&crate::config::ConfigSource::resolve(None))
+    crate::joblist::config::load(&crate::joblist::config::ConfigSource::resolve(None))
         .jobs
         .keys()
         .filter(|name| name.starts_with(typed))
@@ -618,7 +623,7 @@ pub fn main() -> ExitCode {
         .var(COMPLETE_VAR)
         .complete();
     let cli = Cli::parse();
-    let status = match cli.command {
+    let outcome = match cli.command {
         Command::Run(a) => run::run(&a),
         Command::Check(a) => check::run(&a),
         Command::Generate(a) => generate::run(&a),
@@ -640,5 +645,5 @@ pub fn main() -> ExitCode {
         Command::Resume(a) => pause::resume(&a),
         Command::Store(StoreCommand::Init(a)) => store::init(&a),
     };
-    ExitCode::from(status)
+    ExitCode::from(crate::exit::code(outcome))
 }

@@ -1,38 +1,41 @@
 //! `jobguard prune [JOB] [--dry-run]`: deletes the records that each job's `retention`
-//! lets go, now ([`crate::retention`] says which; `jobguard recover` does the same once a
+//! lets go, now ([`crate::ops::retention`] says which; `jobguard recover` does the same once a
 //! day per job). Prints, per job, how many records it deleted (or would) of how many.
 
 use std::collections::BTreeMap;
 
 use crate::cli::{PruneArgs, job_store_address, open_store};
-use crate::config::{self, ConfigSource};
-use crate::exit;
-use crate::retention;
+use crate::exit::{self, Error, Finished};
+use crate::joblist::config::{self, ConfigSource};
+use crate::ops::retention;
 
-/// Runs `jobguard prune`; returns the exit status: 0, [`exit::CONFIG`] for an unknown job
-/// or a job list with errors, or the status of the last store error
-/// ([`crate::store::StoreError::exit_status`]).
-pub fn run(args: &PruneArgs) -> u8 {
+/// Runs `jobguard prune`: ends with 0, [`exit::CONFIG`] for a job list with errors, or
+/// the worst status of the stores that could not be pruned.
+///
+/// # Errors
+/// [`exit::CONFIG`] for an unknown job.
+pub fn run(args: &PruneArgs) -> exit::Result {
     let set = config::load(&ConfigSource::resolve(args.config.config.clone()));
-    let mut status = exit::OK;
+    let mut finished = Finished::OK;
     for e in &set.errors {
-        eprintln!("jobguard: {e}");
-        status = exit::worst(status, exit::CONFIG);
+        finished.report(&e.clone().into());
     }
     if let Some(name) = &args.job
         && !set.jobs.contains_key(name)
     {
-        eprintln!("jobguard: no job named {name:?} in the job list");
-        return exit::CONFIG;
+        return Err(Error::new(
+            exit::CONFIG,
+            format!("no job named {name:?} in the job list"),
+        ));
     }
-    let mut by_store: BTreeMap<String, Vec<&crate::job::Job>> = BTreeMap::new();
+    let mut by_store: BTreeMap<String, Vec<&crate::joblist::job::Job>> = BTreeMap::new();
     for job in set.jobs.values() {
         if args.job.as_ref().is_some_and(|n| *n != job.name) {
             continue;
         }
         match job_store_address(job) {
             Ok(address) => by_store.entry(address).or_default().push(job),
-            Err(code) => status = exit::worst(status, code),
+            Err(e) => finished.report(&e),
         }
     }
     let verb = if args.dry_run {
@@ -43,8 +46,8 @@ pub fn run(args: &PruneArgs) -> u8 {
     for (address, jobs) in by_store {
         let mut store = match open_store(&address) {
             Ok(s) => s,
-            Err(code) => {
-                status = exit::worst(status, code);
+            Err(e) => {
+                finished.report(&e);
                 continue;
             }
         };
@@ -71,25 +74,22 @@ pub fn run(args: &PruneArgs) -> u8 {
                     },
                     retention_text(keep)
                 ),
-                Err(e) => {
-                    eprintln!("jobguard: {}: {e}", job.name);
-                    status = exit::worst(status, e.exit_status());
-                }
+                Err(e) => finished.report(&Error::from(e).context(&job.name)),
             }
         }
     }
-    status
+    Ok(finished)
 }
 
 /// A retention as people write one: whole days as days (`90d`, where systemd's format
 /// would say `2month 4w 1d 3h 21min 36s`), anything else in systemd's format
-/// ([`crate::timespan::TimeSpan`]: `3month`, `12h`).
+/// ([`crate::joblist::timespan::TimeSpan`]: `3month`, `12h`).
 fn retention_text(keep: std::time::Duration) -> String {
     const DAY: u64 = 86_400;
     if keep.subsec_nanos() == 0 && keep.as_secs() > 0 && keep.as_secs().is_multiple_of(DAY) {
         format!("{}d", keep.as_secs() / DAY)
     } else {
-        crate::timespan::TimeSpan::from_duration(keep).to_string()
+        crate::joblist::timespan::TimeSpan::from_duration(keep).to_string()
     }
 }
 

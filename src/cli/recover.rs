@@ -1,26 +1,26 @@
 //! `jobguard recover [JOB]`: report missed slots (one `missed` journal event per slot),
 //! mark cut-off runs interrupted, start a job's `on_failure` unit for a slot newly held
 //! for a person, start new timers and re-arm timers left without a next elapse, and get
-//! queued slots run (see [`crate::recover`]). Run at boot by `jobguard-recover.service`,
+//! queued slots run (see [`crate::ops::recover`]). Run at boot by `jobguard-recover.service`,
 //! every minute by `jobguard-recover.timer`, and after every daemon-reload by
 //! `jobguard-recover.path` (the generator's stamp, [`crate::paths::RELOAD_STAMP`]).
 //! Without JOB and `--config` (so with the
 //! job list the generator reads), it also stops the timers of paused jobs and of jobs no
 //! longer in the list, and marks the cut-off runs of the latter interrupted (see
-//! [`crate::recover`]). A whole pass writes this host's heartbeat to each store
-//! ([`crate::fleet`]). When the job list sets
+//! [`crate::ops::recover`]). A whole pass writes this host's heartbeat to each store
+//! ([`crate::ops::fleet`]). When the job list sets
 //! `[metrics] textfile`, each pass ends by writing every job's metrics there atomically
-//! ([`crate::metrics::write_textfile`]); a failure to write is a journal warning
+//! ([`crate::ops::metrics::write_textfile`]); a failure to write is a journal warning
 //! ([`Kind::MetricsNotWritten`]), not a failed pass.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::cli::{RecoverArgs, job_store_address, list_store_addresses, open_store};
-use crate::config::{self, ConfigSource};
-use crate::exit;
-use crate::journal::{self, Event, Kind};
-use crate::recover;
+use crate::exit::{self, Error, Finished};
+use crate::joblist::config::{self, ConfigSource};
+use crate::ops::recover;
 use crate::shim;
+use crate::systemd::journal::{self, Event, Kind};
 
 /// Removes the stamp the generator leaves at every run ([`crate::paths::RELOAD_STAMP`]),
 /// which made `jobguard-recover.path` start this pass: while it exists the path unit
@@ -43,8 +43,12 @@ fn take_reload_stamp() {
     }
 }
 
-/// Runs `jobguard recover`; returns the exit status (non-zero if any store failed).
-pub fn run(args: &RecoverArgs) -> u8 {
+/// Runs `jobguard recover`: ends with 0, or the worst status of what failed on the way
+/// (a store, a unit systemd would not start, a queued re-run run here).
+///
+/// # Errors
+/// [`exit::CONFIG`] for an unknown job.
+pub fn run(args: &RecoverArgs) -> exit::Result {
     journal::init();
     // First, before the job list is read: a reload during this pass leaves a new stamp,
     // and so another pass.
@@ -53,11 +57,10 @@ pub fn run(args: &RecoverArgs) -> u8 {
     if let Some(name) = &args.job
         && !set.jobs.contains_key(name)
     {
-        eprintln!("jobguard: no job named {name:?}");
-        return exit::CONFIG;
+        return Err(Error::new(exit::CONFIG, format!("no job named {name:?}")));
     }
-    let mut status = exit::OK;
-    let mut by_store: BTreeMap<String, Vec<&crate::job::Job>> = BTreeMap::new();
+    let mut finished = Finished::OK;
+    let mut by_store: BTreeMap<String, Vec<&crate::joblist::job::Job>> = BTreeMap::new();
     for job in set
         .jobs
         .values()
@@ -65,20 +68,20 @@ pub fn run(args: &RecoverArgs) -> u8 {
     {
         match job_store_address(job) {
             Ok(address) => by_store.entry(address).or_default().push(job),
-            Err(code) => status = exit::worst(status, code),
+            Err(e) => finished.report(&e),
         }
     }
     let systemd = recover::under_systemd();
     // Missed slots are judged before any timer is armed: a re-armed timer's catch-up run
     // passes them over, and they are reported first.
     let now = jiff::Timestamp::now().as_microsecond();
-    let boot = crate::identity::boot_time_usec();
+    let boot = crate::guard::identity::boot_time_usec();
     let mut to_run = Vec::new();
     for (url, jobs) in by_store {
         let mut store = match open_store(&url) {
             Ok(s) => s,
-            Err(code) => {
-                status = exit::worst(status, code);
+            Err(e) => {
+                finished.report(&e);
                 continue;
             }
         };
@@ -89,10 +92,7 @@ pub fn run(args: &RecoverArgs) -> u8 {
                     recover::report_missed(job, &slots);
                 }
                 Ok(_) => {}
-                Err(e) => {
-                    eprintln!("jobguard: {}: {e}", job.name);
-                    status = exit::worst(status, e.exit_status());
-                }
+                Err(e) => finished.report(&Error::from(e).context(&job.name)),
             }
             match recover::recover_job(store.as_mut(), job) {
                 Ok(r) => {
@@ -104,10 +104,10 @@ pub fn run(args: &RecoverArgs) -> u8 {
                                 r.held[0].slot.rfc3339()
                             ),
                             Ok(None) => {}
-                            Err(e) => {
-                                eprintln!("jobguard: {}: on_failure: {e}", job.name);
-                                status = exit::worst(status, exit::OS_ERROR);
-                            }
+                            Err(e) => finished.report(
+                                &Error::new(exit::OS_ERROR, e)
+                                    .context(format!("{}: on_failure", job.name)),
+                            ),
                         }
                     }
                     // A paused job's queued slots wait until it is enabled again, or
@@ -115,24 +115,20 @@ pub fn run(args: &RecoverArgs) -> u8 {
                     if job.enabled
                         && !r.queued.is_empty()
                         && !recover::lease_alive(store.as_mut(), &job.name)
-                        && !paused_now(store.as_mut(), job, now, &mut status)
+                        && !paused_now(store.as_mut(), job, now, &mut finished)
                     {
                         to_run.push((job, r))
                     }
                 }
-                Err(e) => {
-                    eprintln!("jobguard: {}: {e}", job.name);
-                    status = exit::worst(status, e.exit_status());
-                }
+                Err(e) => finished.report(&Error::from(e).context(&job.name)),
             }
-            // The probes of a drill of this job that was cut off (crate::drill).
+            // The probes of a drill of this job that was cut off (crate::ops::drill).
             if let Err(e) = recover::settle_probes(store.as_mut(), &job.name) {
-                eprintln!("jobguard: {}: {e}", job.name);
-                status = exit::worst(status, e.exit_status());
+                finished.report(&Error::from(e).context(&job.name));
             }
-            // Retention, once a day per job on this host (`crate::retention`).
-            if crate::retention::due(job, now) {
-                match crate::retention::prune_job(store.as_mut(), job, false) {
+            // Retention, once a day per job on this host (`crate::ops::retention`).
+            if crate::ops::retention::due(job, now) {
+                match crate::ops::retention::prune_job(store.as_mut(), job, false) {
                     Ok(p) => {
                         if p.deleted > 0 {
                             println!(
@@ -140,22 +136,21 @@ pub fn run(args: &RecoverArgs) -> u8 {
                                 job.name, p.deleted, p.total
                             );
                         }
-                        if let Err(e) = crate::retention::pruned(&job.name, now) {
+                        if let Err(e) = crate::ops::retention::pruned(&job.name, now) {
                             eprintln!("jobguard: {}: cannot note the prune: {e}", job.name);
                         }
                     }
                     Err(e) => {
-                        eprintln!("jobguard: {}: retention: {e}", job.name);
-                        status = exit::worst(status, e.exit_status());
+                        finished.report(&Error::from(e).context(format!("{}: retention", job.name)))
                     }
                 }
             }
         }
-        // The heartbeat of a whole pass, for the fleet view (`crate::fleet`). Not
+        // The heartbeat of a whole pass, for the fleet view (`crate::ops::fleet`). Not
         // written is a warning, not a failed pass: the runs are recovered either way (a
         // user with data rights only cannot make its table in a store made before it).
         if args.job.is_none()
-            && let Err(e) = crate::fleet::beat(store.as_mut(), &set, &url)
+            && let Err(e) = crate::ops::fleet::beat(store.as_mut(), &set, &url)
         {
             eprintln!(
                 "jobguard: warning: {}: heartbeat not written: {e}",
@@ -190,8 +185,7 @@ pub fn run(args: &RecoverArgs) -> u8 {
     // What is removed is judged only against the job list the generator reads: another
     // list given with --config would make every job of the real one look removed.
     if args.job.is_none() && args.config.config.is_none() {
-        let s = removed_and_paused(&set, systemd);
-        status = exit::worst(status, s);
+        removed_and_paused(&set, systemd, &mut finished);
     }
     if let Some(path) = &set.metrics_textfile {
         write_metrics(&set, path);
@@ -200,7 +194,7 @@ pub fn run(args: &RecoverArgs) -> u8 {
         let slots: Vec<String> = r
             .queued
             .iter()
-            .map(|u| crate::ledger::format_usec(*u))
+            .map(|u| crate::guard::ledger::format_usec(*u))
             .collect();
         let how = if systemd {
             format!("starting jobguard@{}.service", job.name)
@@ -221,8 +215,7 @@ pub fn run(args: &RecoverArgs) -> u8 {
             // As `jobguard rerun`: a unit that systemd would not start is the system's
             // failure.
             if let Err(e) = recover::start_unit(&job.name) {
-                eprintln!("jobguard: {}: {e}", job.name);
-                status = exit::worst(status, exit::OS_ERROR);
+                finished.report(&Error::new(exit::OS_ERROR, e).context(&job.name));
             }
         } else {
             // Only the queued slots: the current one is its timer's (or a person's).
@@ -230,29 +223,27 @@ pub fn run(args: &RecoverArgs) -> u8 {
                 queued_only: true,
                 ..shim::Request::default()
             };
-            let s = shim::run(job, &queued_only);
-            status = exit::worst(status, s);
+            finished.add(shim::run(job, &queued_only));
         }
     }
-    status
+    Ok(finished)
 }
 
 /// Stops the timers of paused jobs and of jobs no longer in the job list, and marks the
 /// cut-off `running` records of the latter interrupted ([`recover::stop_timers`],
 /// [`recover::recover_removed`]). Skipped when a file of the job list could not be read:
 /// its jobs would look removed. A job the list names in an error (a typo) is not
-/// removed either. Returns the exit status of this step.
-fn removed_and_paused(set: &config::JobSet, systemd: bool) -> u8 {
+/// removed either. What fails is reported into `finished`.
+fn removed_and_paused(set: &config::JobSet, systemd: bool, finished: &mut Finished) {
     if set
         .errors
         .iter()
         .any(|e| e.scope == config::ErrorScope::File)
     {
-        return exit::OK;
+        return;
     }
     let mut known: BTreeSet<String> = set.jobs.keys().cloned().collect();
     known.extend(set.errors.iter().filter_map(|e| e.job.clone()));
-    let mut status = exit::OK;
     if systemd {
         let keep: BTreeSet<String> = known
             .iter()
@@ -268,33 +259,28 @@ fn removed_and_paused(set: &config::JobSet, systemd: bool) -> u8 {
             Err(e) => eprintln!("jobguard: {e}"),
         }
     }
-    let (addresses, s) = list_store_addresses(set);
-    if s != exit::OK {
-        status = exit::worst(status, s);
-    }
-    for address in addresses {
+    for address in list_store_addresses(set, finished) {
         let mut store = match open_store(&address) {
             Ok(s) => s,
-            Err(code) => {
-                status = exit::worst(status, code);
+            Err(e) => {
+                finished.report(&e);
                 continue;
             }
         };
         if let Err(e) = recover::recover_removed(store.as_mut(), &known) {
-            eprintln!("jobguard: {}: {e}", store.describe());
-            status = exit::worst(status, e.exit_status());
+            finished.report(&Error::from(e).context(store.describe()));
         }
     }
-    status
 }
 
 /// Writes every job's metrics to `path` (after this pass's recovery, before queued re-runs
 /// start); a failure is a journal warning.
 fn write_metrics(set: &config::JobSet, path: &std::path::Path) {
     let now = jiff::Timestamp::now().as_microsecond();
-    let collected = crate::metrics::collect(set, now, crate::identity::boot_time_usec());
-    let text = crate::metrics::render(&collected);
-    if let Err(e) = crate::metrics::write_textfile(path, &text) {
+    let collected =
+        crate::ops::metrics::collect(set, now, crate::guard::identity::boot_time_usec());
+    let text = crate::ops::metrics::render(&collected);
+    if let Err(e) = crate::ops::metrics::write_textfile(path, &text) {
         let ev = Event::new(
             Kind::MetricsNotWritten,
             "",
@@ -305,19 +291,18 @@ fn write_metrics(set: &config::JobSet, path: &std::path::Path) {
 }
 
 /// Whether `job` is paused across the fleet at `now` (µs since the epoch,
-/// [`crate::pause`]). A record that cannot be read counts as a pause (nothing is started
-/// that a person may have paused), and its error goes to stderr and `status`.
+/// [`crate::ops::pause`]). A record that cannot be read counts as a pause (nothing is started
+/// that a person may have paused), and its error is reported into `finished`.
 fn paused_now(
     store: &mut dyn crate::store::Store,
-    job: &crate::job::Job,
+    job: &crate::joblist::job::Job,
     now: i64,
-    status: &mut u8,
+    finished: &mut Finished,
 ) -> bool {
-    match crate::pause::read(store, &job.name) {
+    match crate::ops::pause::read(store, &job.name) {
         Ok(p) => p.covering(now).is_some(),
         Err(e) => {
-            eprintln!("jobguard: {}: {e}", job.name);
-            *status = exit::worst(*status, e.exit_status());
+            finished.report(&Error::from(e).context(&job.name));
             true
         }
     }

@@ -4,76 +4,81 @@
 //! the exit status, as it is in this process.
 
 use crate::cli::{RerunArgs, find_job};
-use crate::exit;
-use crate::ledger::format_usec;
+use crate::exit::{self, Error, Finished};
+use crate::guard::ledger::format_usec;
 use crate::shim;
 
-/// Runs `jobguard rerun`; returns the exit status.
-pub fn run(args: &RerunArgs) -> u8 {
-    let job = match find_job(&args.config, &args.job) {
-        Ok(j) => j,
-        Err(code) => return code,
-    };
-    let now = crate::clock::Clock::now_usec(&crate::clock::SystemClock);
-    let slot = match shim::slot::for_request(&job, args.slot.as_deref(), now) {
-        Ok(c) => c.slot,
-        Err(e) => {
-            eprintln!("jobguard: {}: {e}", job.name);
-            return exit::USAGE;
-        }
-    };
+/// Runs `jobguard rerun`: ends with the re-run's status (in this process, or with
+/// `--wait`), else 0 once the unit is started.
+///
+/// # Errors
+/// 2 for a slot that cannot be read or is in the future; 77 for a user other than root
+/// under systemd; 71 when the request cannot be written or the unit started; the job
+/// list's or the store's.
+pub fn run(args: &RerunArgs) -> exit::Result {
+    let job = find_job(&args.config, &args.job)?;
+    let now = crate::guard::clock::Clock::now_usec(&crate::guard::clock::SystemClock);
+    let slot = shim::slot::for_request(&job, args.slot.as_deref(), now)
+        .map_err(|e| Error::new(exit::USAGE, e).context(&job.name))?
+        .slot;
     if slot.usec > now {
-        eprintln!(
-            "jobguard: {}: slot {} is in the future; its own firing will run it",
-            job.name,
-            slot.rfc3339()
-        );
-        return exit::USAGE;
+        return Err(Error::new(
+            exit::USAGE,
+            format!(
+                "{}: slot {} is in the future; its own firing will run it",
+                job.name,
+                slot.rfc3339()
+            ),
+        ));
     }
     let by = who();
     // The unit runs the default job list: another list (`--config`, `JOBGUARD_CONFIG`)
     // runs here.
-    let default_list = crate::config::ConfigSource::resolve(args.config.config.clone())
-        == crate::config::ConfigSource::Default;
-    if crate::recover::under_systemd() && default_list {
+    let default_list = crate::joblist::config::ConfigSource::resolve(args.config.config.clone())
+        == crate::joblist::config::ConfigSource::Default;
+    if crate::ops::recover::under_systemd() && default_list {
         // The system unit takes root's requests (/run/jobguard/rerun) only, and only root
         // (or whom polkit allows) starts it: another user's request would wait unseen.
         if !nix::unistd::geteuid().is_root() {
-            eprintln!(
-                "jobguard: {}: a re-run under systemd is a request to the system unit jobguard@{}.service, which needs root: sudo jobguard rerun {} {}",
-                job.name,
-                job.name,
-                job.name,
-                slot.rfc3339()
-            );
-            return exit::NO_PERMISSION;
+            return Err(Error::new(
+                exit::NO_PERMISSION,
+                format!(
+                    "{}: a re-run under systemd is a request to the system unit jobguard@{}.service, which needs root: sudo jobguard rerun {} {}",
+                    job.name,
+                    job.name,
+                    job.name,
+                    slot.rfc3339()
+                ),
+            ));
         }
         // The slot's records before the request: the re-run's is the one that is not.
         let before = if args.wait {
-            match slot_runs(&job, slot.usec) {
-                Ok(runs) => Some(runs.into_iter().map(|r| r.run_id).collect()),
-                Err(code) => return code,
-            }
+            Some(
+                slot_runs(&job, slot.usec)?
+                    .into_iter()
+                    .map(|r| r.run_id)
+                    .collect(),
+            )
         } else {
             None
         };
-        if let Err(e) = shim::rerun::request(&job.name, slot.usec, &by, true) {
-            eprintln!("jobguard: {}: {e}", job.name);
-            return exit::OS_ERROR;
-        }
+        shim::rerun::request(&job.name, slot.usec, &by, true)
+            .map_err(|e| Error::new(exit::OS_ERROR, e).context(&job.name))?;
         let unit = format!("jobguard@{}.service", job.name);
         let active = std::process::Command::new("systemctl")
             .args(["is-active", "--quiet", &unit])
             .status()
             .is_ok_and(|s| s.success());
-        if let Err(e) = crate::recover::start_unit(&job.name) {
-            eprintln!(
-                "jobguard: {}: {e}; the re-run of slot {} waits for the unit's next start",
-                job.name,
-                format_usec(slot.usec)
-            );
-            return exit::OS_ERROR;
-        }
+        crate::ops::recover::start_unit(&job.name).map_err(|e| {
+            Error::new(
+                exit::OS_ERROR,
+                format!(
+                    "{}: {e}; the re-run of slot {} waits for the unit's next start",
+                    job.name,
+                    format_usec(slot.usec)
+                ),
+            )
+        })?;
         if active {
             println!(
                 "{} slot {}: {unit} is running; it re-runs the slot when its run ends (journalctl -u {unit})",
@@ -89,7 +94,7 @@ pub fn run(args: &RerunArgs) -> u8 {
         }
         return match before {
             Some(before) => wait_for(&job, slot.usec, &before, &unit),
-            None => exit::OK,
+            None => Ok(Finished::OK),
         };
     }
     let code = shim::run(
@@ -101,13 +106,18 @@ pub fn run(args: &RerunArgs) -> u8 {
             forced_by: Some(by),
         },
     );
-    crate::journal::notify_barrier(std::time::Duration::from_secs(1));
-    code
+    crate::systemd::journal::notify_barrier(std::time::Duration::from_secs(1));
+    Ok(Finished::with(code))
 }
 
-/// The records of `job`'s slot `slot_usec`, from its store; else the exit status of the
-/// failure (printed).
-fn slot_runs(job: &crate::job::Job, slot_usec: i64) -> Result<Vec<crate::ledger::Run>, u8> {
+/// The records of `job`'s slot `slot_usec`, from its store.
+///
+/// # Errors
+/// The store address's or the store's.
+fn slot_runs(
+    job: &crate::joblist::job::Job,
+    slot_usec: i64,
+) -> Result<Vec<crate::guard::ledger::Run>, Error> {
     let address = crate::cli::job_store_address(job)?;
     let mut store = crate::cli::open_store(&address)?;
     store
@@ -116,10 +126,7 @@ fn slot_runs(job: &crate::job::Job, slot_usec: i64) -> Result<Vec<crate::ledger:
             slot: Some(slot_usec),
             ..crate::store::RunQuery::default()
         })
-        .map_err(|e| {
-            eprintln!("jobguard: {}: {e}", job.name);
-            e.exit_status()
-        })
+        .map_err(|e| Error::from(e).context(&job.name))
 }
 
 /// `--wait`: waits, reading the slot's records every half second, until the re-run's
@@ -130,14 +137,14 @@ fn slot_runs(job: &crate::job::Job, slot_usec: i64) -> Result<Vec<crate::ledger:
 /// request the unit leaves waiting while it is idle (its start failed or came too early)
 /// is started once more after [`UNTAKEN`], and given up after twice that
 /// ([`exit::OS_ERROR`]). A store that fails [`STORE_TRIES`] reads in a row ends the wait
-/// with its status.
+/// with its error.
 fn wait_for(
-    job: &crate::job::Job,
+    job: &crate::joblist::job::Job,
     slot_usec: i64,
     before: &std::collections::BTreeSet<String>,
     unit: &str,
-) -> u8 {
-    use crate::ledger::Outcome;
+) -> exit::Result {
+    use crate::guard::ledger::Outcome;
     let mut idle_since: Option<std::time::Instant> = None;
     let mut started_again = false;
     let mut failures = 0;
@@ -151,10 +158,10 @@ fn wait_for(
                 failures = 0;
                 r
             }
-            Err(code) => {
+            Err(e) => {
                 failures += 1;
                 if failures == STORE_TRIES {
-                    return code;
+                    return Err(e);
                 }
                 std::thread::sleep(std::time::Duration::from_millis(500));
                 continue;
@@ -173,14 +180,14 @@ fn wait_for(
                     r.run_id,
                     r.exit_status.map_or("none".into(), |s| s.to_string())
                 );
-                return match (r.outcome, r.exit_status) {
+                return Ok(Finished::with(match (r.outcome, r.exit_status) {
                     (Outcome::Succeeded, _) => exit::OK,
                     (_, Some(s)) => u8::try_from(s)
                         .ok()
                         .filter(|s| *s != 0)
                         .unwrap_or(exit::FAILURE),
                     (_, None) => exit::FAILURE,
-                };
+                }));
             }
             None if !waiting && !busy => {
                 let status = std::process::Command::new("systemctl")
@@ -190,27 +197,32 @@ fn wait_for(
                     .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse::<u8>().ok())
                     .filter(|s| *s != 0)
                     .unwrap_or(exit::FAILURE);
-                eprintln!(
-                    "jobguard: {}: {unit} ended without re-running slot {} (journalctl -u {unit})",
-                    job.name,
-                    format_usec(slot_usec)
-                );
-                return status;
+                return Err(Error::new(
+                    status,
+                    format!(
+                        "{}: {unit} ended without re-running slot {} (journalctl -u {unit})",
+                        job.name,
+                        format_usec(slot_usec)
+                    ),
+                ));
             }
             None if waiting && !busy => {
                 let since = *idle_since.get_or_insert_with(std::time::Instant::now);
                 if since.elapsed() >= 2 * UNTAKEN {
-                    eprintln!(
-                        "jobguard: {}: {unit} did not take the re-run of slot {} (journalctl -u {unit}); the request waits for its next start",
-                        job.name,
-                        format_usec(slot_usec)
-                    );
-                    return exit::OS_ERROR;
+                    return Err(Error::new(
+                        exit::OS_ERROR,
+                        format!(
+                            "{}: {unit} did not take the re-run of slot {} (journalctl -u {unit}); the request waits for its next start",
+                            job.name,
+                            format_usec(slot_usec)
+                        ),
+                    ));
                 }
                 if since.elapsed() >= UNTAKEN && !started_again {
                     started_again = true;
-                    if let Err(e) = crate::recover::start_unit(&job.name) {
-                        eprintln!("jobguard: {}: {e}", job.name);
+                    if let Err(e) = crate::ops::recover::start_unit(&job.name) {
+                        // Not the end: the wait goes on, and gives up after 2 × UNTAKEN.
+                        Error::new(exit::OS_ERROR, e).context(&job.name).print();
                     }
                 }
             }

@@ -6,18 +6,22 @@
 //! that decision in the same step as the change ([`crate::store::Store::resolve`]).
 //!
 //! A job no longer in the job list keeps its ledger, and its held slots (a run cut off
-//! after its removal, see [`crate::recover::recover_removed`]) can be declared done with
+//! after its removal, see [`crate::ops::recover::recover_removed`]) can be declared done with
 //! `--done` in every store the list names ([`crate::cli::list_store_addresses`]);
 //! `--rerun` is refused (exit 78): there is no job left to run it.
 
 use crate::cli::{ResolveArgs, find_job, list_store_addresses, open_job_store, open_store};
-use crate::config::{self, ConfigSource};
-use crate::exit;
-use crate::ledger::{Outcome, Resolution, format_usec};
+use crate::exit::{self, Error, Finished};
+use crate::guard::ledger::{Outcome, Resolution, format_usec};
+use crate::joblist::config::{self, ConfigSource};
 use crate::store::{RunQuery, Store, StoreError};
 
-/// Runs `jobguard resolve`; returns the exit status.
-pub fn run(args: &ResolveArgs) -> u8 {
+/// Runs `jobguard resolve`.
+///
+/// # Errors
+/// 1 when no record of the slot waits for a decision; 2 for a slot that cannot be read;
+/// the job list's or the store's.
+pub fn run(args: &ResolveArgs) -> exit::Result {
     let set = config::load(&ConfigSource::resolve(args.config.config.clone()));
     let in_list = set.jobs.contains_key(&args.job)
         || set
@@ -27,31 +31,18 @@ pub fn run(args: &ResolveArgs) -> u8 {
     if !in_list {
         return removed(args, &set);
     }
-    let job = match find_job(&args.config, &args.job) {
-        Ok(j) => j,
-        Err(code) => return code,
-    };
-    let now = jiff::Timestamp::now();
-    let slot = match crate::calendar::parse_timestamp(&args.slot, now) {
-        Ok(t) => t.as_microsecond(),
-        Err(e) => {
-            eprintln!("jobguard: bad slot: {e}");
-            return exit::USAGE;
-        }
-    };
-    let mut store = match open_job_store(&job) {
-        Ok(s) => s,
-        Err(code) => return code,
-    };
+    let job = find_job(&args.config, &args.job)?;
+    let slot = slot(args)?;
+    let mut store = open_job_store(&job)?;
     let resolution = if args.done {
         Resolution::Done
     } else {
         Resolution::Queued
     };
-    match store.resolve(&job.name, slot, resolution) {
-        Ok(0) if !args.done => match done_by(store.as_mut(), &job.name, slot) {
+    match store.resolve(&job.name, slot, resolution)? {
+        0 if !args.done => match done_by(store.as_mut(), &job.name, slot)? {
             // Nothing is left to re-run: the store queues nothing in a done slot.
-            Ok(Some(by)) => {
+            Some(by) => {
                 println!(
                     "{} slot {} is done ({}): nothing to re-run; `jobguard rerun {} {}` runs it again",
                     job.name,
@@ -60,19 +51,15 @@ pub fn run(args: &ResolveArgs) -> u8 {
                     job.name,
                     format_usec(slot)
                 );
-                exit::OK
+                Ok(Finished::OK)
             }
-            Ok(None) => nothing_waiting(&job.name, slot),
-            Err(e) => {
-                eprintln!("jobguard: {e}");
-                e.exit_status()
-            }
+            None => Err(nothing_waiting(&job.name, slot)),
         },
-        Ok(0) => nothing_waiting(&job.name, slot),
-        Ok(n) => {
+        0 => Err(nothing_waiting(&job.name, slot)),
+        n => {
             let what = if args.done {
                 "marked done: later triggers skip it".to_string()
-            } else if crate::recover::under_systemd() {
+            } else if crate::ops::recover::under_systemd() {
                 // As `jobguard rerun`: a request to the job's unit, so that its run names
                 // who asked; not forced, so a host that runs the queued slot first makes
                 // it a skip. Only root writes the system unit's requests; without one the
@@ -88,7 +75,7 @@ pub fn run(args: &ResolveArgs) -> u8 {
                         );
                     }
                 }
-                match crate::recover::start_unit(&job.name) {
+                match crate::ops::recover::start_unit(&job.name) {
                     Ok(()) => format!("queued; started jobguard@{}.service", job.name),
                     Err(e) => format!("queued; {e}; it runs at the next `jobguard recover`"),
                 }
@@ -103,54 +90,54 @@ pub fn run(args: &ResolveArgs) -> u8 {
                 job.name,
                 format_usec(slot)
             );
-            exit::OK
-        }
-        Err(e) => {
-            eprintln!("jobguard: {e}");
-            e.exit_status()
+            Ok(Finished::OK)
         }
     }
 }
 
+/// The slot asked for, µs since the epoch.
+///
+/// # Errors
+/// [`exit::USAGE`] for a time that cannot be read.
+fn slot(args: &ResolveArgs) -> Result<i64, Error> {
+    crate::calendar::parse_timestamp(&args.slot, jiff::Timestamp::now())
+        .map(|t| t.as_microsecond())
+        .map_err(|e| Error::new(exit::USAGE, format!("bad slot: {e}")))
+}
+
 /// `resolve` of a job no longer in the job list: `--done` in every store the list names.
-fn removed(args: &ResolveArgs, set: &config::JobSet) -> u8 {
+fn removed(args: &ResolveArgs, set: &config::JobSet) -> exit::Result {
     if !args.done {
-        eprintln!(
-            "jobguard: no job named {:?} in the job list: nothing can re-run its slots; `--done` declares a slot of it done",
-            args.job
-        );
-        return exit::CONFIG;
+        return Err(Error::new(
+            exit::CONFIG,
+            format!(
+                "no job named {:?} in the job list: nothing can re-run its slots; `--done` declares a slot of it done",
+                args.job
+            ),
+        ));
     }
-    let slot = match crate::calendar::parse_timestamp(&args.slot, jiff::Timestamp::now()) {
-        Ok(t) => t.as_microsecond(),
-        Err(e) => {
-            eprintln!("jobguard: bad slot: {e}");
-            return exit::USAGE;
-        }
-    };
-    let (addresses, mut status) = list_store_addresses(set);
+    let slot = slot(args)?;
+    let mut finished = Finished::OK;
+    let addresses = list_store_addresses(set, &mut finished);
     let mut marked = 0;
     for address in &addresses {
         let mut store = match open_store(address) {
             Ok(s) => s,
-            Err(code) => {
-                status = code;
+            Err(e) => {
+                finished.report(&e);
                 continue;
             }
         };
         match store.resolve(&args.job, slot, Resolution::Done) {
             Ok(n) => marked += n,
-            Err(e) => {
-                eprintln!("jobguard: {e}");
-                status = e.exit_status();
-            }
+            Err(e) => finished.report(&e.into()),
         }
     }
     if marked == 0 {
-        return if status == exit::OK {
-            nothing_waiting(&args.job, slot)
+        return if finished == Finished::OK {
+            Err(nothing_waiting(&args.job, slot))
         } else {
-            status
+            Ok(finished)
         };
     }
     println!(
@@ -158,16 +145,18 @@ fn removed(args: &ResolveArgs, set: &config::JobSet) -> u8 {
         args.job,
         format_usec(slot)
     );
-    status
+    Ok(finished)
 }
 
-/// Says that no record of the slot waits for a decision; returns [`exit::FAILURE`].
-fn nothing_waiting(job: &str, slot: i64) -> u8 {
-    eprintln!(
-        "jobguard: {job}: slot {} has no interrupted, lease_lost or failed run waiting for a decision (see `jobguard history {job}`)",
-        format_usec(slot),
-    );
-    exit::FAILURE
+/// That no record of the slot waits for a decision: [`exit::FAILURE`].
+fn nothing_waiting(job: &str, slot: i64) -> Error {
+    Error::new(
+        exit::FAILURE,
+        format!(
+            "{job}: slot {} has no interrupted, lease_lost or failed run waiting for a decision (see `jobguard history {job}`)",
+            format_usec(slot),
+        ),
+    )
 }
 
 /// What made the slot (µs since the epoch) done, for people: `run ID succeeded on host H

@@ -1,14 +1,15 @@
 //! `jobguard run JOB [--slot TIME] [--force]`: the ExecStart of `jobguard@JOB.service`.
 
 use crate::cli::{RunArgs, find_job};
+use crate::exit::{self, Finished};
 use crate::shim;
 
-/// Runs `jobguard run`; returns the exit status (the command's own, or see [`crate::exit`]).
-pub fn run(args: &RunArgs) -> u8 {
-    let job = match find_job(&args.config, &args.job) {
-        Ok(j) => j,
-        Err(code) => return code,
-    };
+/// Runs `jobguard run`: ends with the command's own status, or jobguard's ([`crate::exit`]).
+///
+/// # Errors
+/// The job list's.
+pub fn run(args: &RunArgs) -> exit::Result {
+    let job = find_job(&args.config, &args.job)?;
     let code = shim::run(
         &job,
         &shim::Request {
@@ -20,6 +21,6 @@ pub fn run(args: &RunArgs) -> u8 {
     );
     // The last STATUS= (a skip's reason, a run's outcome) must reach systemd before the
     // process is gone, or `systemctl status` may not show it.
-    crate::journal::notify_barrier(std::time::Duration::from_secs(1));
-    code
+    crate::systemd::journal::notify_barrier(std::time::Duration::from_secs(1));
+    Ok(Finished::with(code))
 }

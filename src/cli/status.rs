@@ -4,13 +4,13 @@
 //! holder, and the runs that need attention. The table fits 100 columns ([`NARROW`]);
 //! `--wide` has every detail ([`WIDE`]).
 //!
-//! What systemd knows is joined in when it can be read ([`crate::systemd_dbus`]): each
+//! What systemd knows is joined in when it can be read ([`crate::systemd::dbus`]): each
 //! timer's next elapse (`NextElapseUSecRealtime`, which then is the NEXT column) and last
 //! trigger (`LastTriggerUSec`), and the service's `ActiveState`/`SubState`. Without
 //! systemd (a container without it, a plain shell) the ledger part is still shown, with a
 //! note of what could not be read; NEXT then comes from jobguard's own calendar engine.
 //!
-//! A job needs attention ([`crate::audit::needs_attention`], the rule `audit` uses) when a
+//! A job needs attention ([`crate::ops::audit::needs_attention`], the rule `audit` uses) when a
 //! slot that is not done has its latest attempt `failed`, held for a person, or cut off and
 //! waiting for its queued re-run; when a `running` record's holder is gone; when a slot
 //! elapsed past the job's grace with no record (*missed*), after the newest record or
@@ -18,7 +18,7 @@
 //! waiting for a next elapse (unless it is masked, or waits for the service it started:
 //! systemd gives a timer no next elapse while its service runs, and NEXT then comes from
 //! jobguard's calendar engine); or when a recent record proves
-//! another machine with this machine id ([`crate::identity::Installation::twin`], listed
+//! another machine with this machine id ([`crate::guard::identity::Installation::twin`], listed
 //! as `machine_id_shared`, with the fix). `status` then exits [`exit::ATTENTION`] (1), so it serves as a monitoring
 //! check; a store or job list it cannot read gives its own status (69, 78) instead. A
 //! job the job list left out (an error in its definition: it has no timer) is listed as
@@ -29,7 +29,7 @@
 //! attention items (no slot of it is expected); its held, failed and queued slots and its
 //! cut-off runs still are.
 //!
-//! A job paused across the fleet (`jobguard pause`, [`crate::pause`]) is listed with STATE
+//! A job paused across the fleet (`jobguard pause`, [`crate::ops::pause`]) is listed with STATE
 //! `paused until TIME` (`paused` while its window waits for `resume`), NEXT the first
 //! elapse after its window, and `fleet_pause` (since, until, by, reason) in the JSON; its
 //! slots in a window are not missed.
@@ -38,14 +38,14 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use crate::audit::{self, Finding, FindingKind};
 use crate::cli::{StatusArgs, job_store_address, view};
-use crate::config::{self, ConfigSource};
-use crate::exit;
-use crate::job::Job;
-use crate::ledger::{Outcome, Resolution, Run, format_usec};
+use crate::exit::{self, Error, Finished};
+use crate::guard::ledger::{Outcome, Resolution, Run, format_usec};
+use crate::joblist::config::{self, ConfigSource};
+use crate::joblist::job::Job;
+use crate::ops::audit::{self, Finding, FindingKind};
 use crate::store::Store;
-use crate::systemd_dbus::{self, JobUnits, UnitState};
+use crate::systemd::dbus::{self, JobUnits, UnitState};
 
 /// How many recent records per job `status` looks at (the last run, the one running);
 /// older slots are read only where an attempt failed or was cut off.
@@ -66,13 +66,13 @@ struct JobStatus {
     /// machine id.
     needs_attention: bool,
     /// Records of another installation with this machine id
-    /// ([`crate::identity::Installation::twin`]).
+    /// ([`crate::guard::identity::Installation::twin`]).
     twins: Vec<Run>,
 }
 
 /// Whether systemd's view says the job's timer will not fire: not loaded (not found, bad
 /// setting), inactive or failed, or active without a next elapse and not waiting for the
-/// service it started ([`crate::systemd_dbus::timer_waits_for_its_service`]). A masked
+/// service it started ([`crate::systemd::dbus::timer_waits_for_its_service`]). A masked
 /// timer was stopped on purpose and does not count. `None` when systemd was not read.
 pub fn timer_idle(units: Option<&JobUnits>) -> Option<bool> {
     let u = units?;
@@ -90,7 +90,7 @@ pub fn timer_idle(units: Option<&JobUnits>) -> Option<bool> {
 /// Whether the job's timer has no next elapse because its service runs.
 fn waits_for_service(u: &JobUnits) -> bool {
     u.timer.next_elapse_usec.is_none()
-        && crate::systemd_dbus::timer_waits_for_its_service(
+        && crate::systemd::dbus::timer_waits_for_its_service(
             &u.timer.unit.sub_state,
             &u.service.active_state,
         )
@@ -232,7 +232,7 @@ fn job_status(
     now_usec: i64,
     units: Option<&JobUnits>,
 ) -> Result<JobStatus, crate::store::StoreError> {
-    let (recent, read_back_to) = crate::audit::judged_records(store, job, RECENT)?;
+    let (recent, read_back_to) = crate::ops::audit::judged_records(store, job, RECENT)?;
     // The store's clock judges a lease; a job with none (released, the usual state between
     // runs) costs no second round trip.
     let live_lease = match store.lease(&job.name)? {
@@ -242,9 +242,9 @@ fn job_status(
         }
         None => None,
     };
-    // Paused across the fleet (crate::pause): its slots until the window's end are
+    // Paused across the fleet (crate::ops::pause): its slots until the window's end are
     // skipped on every host; none of them is missed.
-    let pauses = crate::pause::of_job(store, job)?;
+    let pauses = crate::ops::pause::of_job(store, job)?;
     let fleet_pause = pauses.covering(now_usec).cloned();
     // systemd's next elapse when it could be read (it is what will fire), else our own
     // (also while the timer waits for its service, when systemd has none); none for a
@@ -268,18 +268,18 @@ fn job_status(
         .filter(|r| r.outcome != Outcome::Running)
         .max_by_key(|r| (r.slot.usec, r.started_at));
     let running = recent.iter().find(|r| r.outcome == Outcome::Running);
-    let orphans = crate::recover::orphans(store, &recent)?;
+    let orphans = crate::ops::recover::orphans(store, &recent)?;
     let mut scope = audit::recent_scope(
         job,
         now_usec,
-        crate::identity::boot_time_usec(),
+        crate::guard::identity::boot_time_usec(),
         read_back_to,
     );
     scope.paused = pauses.spans();
     // A paused job expects no slot: none of its slots is missed.
     let calendar = job.enabled.then_some(&job.calendar);
     let mut all = audit::status_findings(&recent, calendar, &orphans, &scope);
-    crate::audit::confirm_missed(store, &job.name, &mut all)?;
+    crate::ops::audit::confirm_missed(store, &job.name, &mut all)?;
     // Held, failed and queued slots are shown as their latest attempt.
     let mut attention: Vec<Run> = all
         .iter()
@@ -311,7 +311,7 @@ fn job_status(
     let waiting = timer_idle(units).map(|i| !(i && has_next));
     // A paused job's timer is not meant to wait: not something to attend to.
     let idle = timer_idle(units).map(|i| i && has_next && job.enabled);
-    let twins: Vec<Run> = crate::identity::Installation::here()
+    let twins: Vec<Run> = crate::guard::identity::Installation::here()
         .twins(&recent)
         .into_iter()
         .cloned()
@@ -352,7 +352,7 @@ fn job_status(
                 "since {} on {} ({})",
                 format_usec(r.started_at),
                 r.host,
-                crate::ledger::format_span(now_usec - r.started_at)
+                crate::guard::ledger::format_span(now_usec - r.started_at)
             )
         })
         .unwrap_or_else(|| "-".into());
@@ -370,7 +370,7 @@ fn job_status(
         ),
         last_text,
         last.and_then(view::duration_usec)
-            .map_or_else(|| "-".into(), crate::ledger::format_span),
+            .map_or_else(|| "-".into(), crate::guard::ledger::format_span),
         running_text,
         attention_count.clone(),
     ];
@@ -411,7 +411,7 @@ fn job_status(
 /// `paused until TIME` (short with `short_now`, the narrow table's now; else with who and
 /// why), `paused` while it waits for `resume`, and `paused, STATE` while a run goes on.
 fn fleet_paused_text(
-    window: Option<&crate::pause::Window>,
+    window: Option<&crate::ops::pause::Window>,
     state: String,
     short_now: Option<i64>,
 ) -> String {
@@ -471,7 +471,7 @@ fn unreadable_row(job: &Job, next: Option<String>) -> Vec<String> {
 
 /// The records in `store` of jobs no longer in the job list (nor left out of it by an
 /// error, `refused`) whose slot is held for a person. (A removed job's queued slot is
-/// held by `jobguard recover`, [`crate::recover::recover_removed`], since no timer is
+/// held by `jobguard recover`, [`crate::ops::recover::recover_removed`], since no timer is
 /// left to run it.) A drill's probe is not a job.
 ///
 /// # Errors
@@ -490,7 +490,7 @@ fn removed_waiting(
         .filter(|r| {
             !set.jobs.contains_key(&r.job)
                 && !refused.contains(&r.job)
-                && !crate::job::is_drill_probe_name(&r.job)
+                && !crate::joblist::job::is_drill_probe_name(&r.job)
         })
         .collect())
 }
@@ -536,17 +536,19 @@ fn unreadable_json(job: &Job, now_usec: i64, units: Option<&JobUnits>, error: &s
     })
 }
 
-/// Runs `jobguard status`; returns the exit status: 0, [`exit::ATTENTION`] when something
-/// needs attention, or the status of a store or job list that could not be read
+/// Runs `jobguard status`: ends with 0, [`exit::ATTENTION`] when something needs
+/// attention, or the worst status of a store or job list that could not be read
 /// ([`exit::CONFIG`] for a job list with any error: a job it left out is listed as
-/// refused).
-pub fn run(args: &StatusArgs) -> u8 {
+/// refused). Every problem is reported on the way, after the table.
+///
+/// # Errors
+/// None of its own (`--fleet`'s: [`crate::cli::fleet::run`]).
+pub fn run(args: &StatusArgs) -> exit::Result {
     if args.fleet {
         return crate::cli::fleet::run(args);
     }
     let set = config::load(&ConfigSource::resolve(args.config.config.clone()));
     let now = jiff::Timestamp::now().as_microsecond();
-    let mut status = exit::OK;
     let mut stores: BTreeMap<String, Result<Box<dyn Store>, crate::store::StoreError>> =
         BTreeMap::new();
     let mut jobs_json = Vec::new();
@@ -556,18 +558,19 @@ pub fn run(args: &StatusArgs) -> u8 {
     let mut idle_timers: Vec<String> = Vec::new();
     let mut twins: Vec<Run> = Vec::new();
     let mut any_attention = false;
-    let mut problems = Vec::new();
+    let mut problems: Vec<Error> = Vec::new();
     let names: Vec<&str> = set.jobs.values().map(|j| j.name.as_str()).collect();
     let (systemd, systemd_note) = read_systemd(&names);
     for (i, job) in set.jobs.values().enumerate() {
         let units = systemd.as_ref().and_then(|v| v.get(i));
-        let Ok(address) = job_store_address(job) else {
-            let e = "the store address could not be read";
-            problems.push(format!("{}: {e}", job.name));
-            status = exit::worst(status, exit::CONFIG);
-            rows.push(unreadable_rows(job, now));
-            jobs_json.push(unreadable_json(job, now, units, e));
-            continue;
+        let address = match job_store_address(job) {
+            Ok(a) => a,
+            Err(e) => {
+                rows.push(unreadable_rows(job, now));
+                jobs_json.push(unreadable_json(job, now, units, &e.to_string()));
+                problems.push(e);
+                continue;
+            }
         };
         let store = stores
             .entry(address.clone())
@@ -575,14 +578,13 @@ pub fn run(args: &StatusArgs) -> u8 {
         let store = match store {
             Ok(s) => s,
             Err(e) => {
-                status = exit::worst(status, e.exit_status());
-                let e = format!(
-                    "store {} could not be opened: {e}",
+                let e = Error::from(e.clone()).context(format!(
+                    "store {} could not be opened",
                     crate::store::address::mask(&address)
-                );
-                problems.push(format!("{}: {e}", job.name));
+                ));
                 rows.push(unreadable_rows(job, now));
-                jobs_json.push(unreadable_json(job, now, units, &e));
+                jobs_json.push(unreadable_json(job, now, units, &e.to_string()));
+                problems.push(e.context(&job.name));
                 continue;
             }
         };
@@ -599,10 +601,9 @@ pub fn run(args: &StatusArgs) -> u8 {
                 twins.extend(s.twins);
             }
             Err(e) => {
-                problems.push(format!("{}: {e}", job.name));
-                status = exit::worst(status, e.exit_status());
                 rows.push(unreadable_rows(job, now));
                 jobs_json.push(unreadable_json(job, now, units, &e.to_string()));
+                problems.push(Error::from(e).context(&job.name));
             }
         }
     }
@@ -616,24 +617,20 @@ pub fn run(args: &StatusArgs) -> u8 {
                 any_attention |= !runs.is_empty();
                 attention_all.extend(runs);
             }
-            Err(e) => {
-                problems.push(format!("{}: {e}", store.describe()));
-                status = exit::worst(status, e.exit_status());
-            }
+            Err(e) => problems.push(Error::from(e).context(store.describe())),
         }
     }
     // A job whose schedule is live in a store but that no live host arms any more.
     let mut unarmed: Vec<(String, String)> = Vec::new();
     for store in stores.values_mut() {
         let Ok(store) = store else { continue };
-        match crate::fleet::unarmed_jobs(store.as_mut()) {
+        match crate::ops::fleet::unarmed_jobs(store.as_mut()) {
             Ok(jobs) => {
                 any_attention |= !jobs.is_empty();
                 unarmed.extend(jobs.into_iter().map(|j| (j, store.describe())));
             }
             Err(e) => {
-                problems.push(format!("{}: fleet: {e}", store.describe()));
-                status = exit::worst(status, e.exit_status());
+                problems.push(Error::from(e).context(format!("{}: fleet", store.describe())));
             }
         }
     }
@@ -652,20 +649,21 @@ pub fn run(args: &StatusArgs) -> u8 {
             "needs_attention": true,
         }));
     }
-    let errors: Vec<String> = set.errors.iter().map(|e| e.to_string()).collect();
-    if any_attention {
-        status = exit::worst(status, exit::ATTENTION);
-    }
     // A job list with errors is a job list not read whole: its status, as a store's.
-    if !errors.is_empty() {
-        status = exit::worst(status, exit::CONFIG);
+    let errors: Vec<Error> = set.errors.iter().cloned().map(Error::from).collect();
+    let mut finished = Finished::OK;
+    if any_attention {
+        finished.add(exit::ATTENTION);
     }
     if args.json {
+        for e in errors.iter().chain(&problems) {
+            finished.add(e.status());
+        }
         let out = json!({
             "jobs": jobs_json,
             "attention": attention_all.iter().map(view::run_json).collect::<Vec<_>>(),
-            "config_errors": errors,
-            "problems": problems,
+            "config_errors": errors.iter().map(Error::to_string).collect::<Vec<_>>(),
+            "problems": problems.iter().map(Error::to_string).collect::<Vec<_>>(),
             "unarmed": unarmed
                 .iter()
                 .map(|(job, store)| json!({ "job": job, "store": store }))
@@ -676,7 +674,7 @@ pub fn run(args: &StatusArgs) -> u8 {
             },
         });
         println!("{out}");
-        return status;
+        return Ok(finished);
     }
     if rows.is_empty() {
         println!("no jobs in the job list");
@@ -716,7 +714,7 @@ pub fn run(args: &StatusArgs) -> u8 {
             r.host,
             r.boot_id,
             format_usec(r.started_at),
-            crate::identity::SHARED_MACHINE_ID_FIX
+            crate::guard::identity::SHARED_MACHINE_ID_FIX
         );
     }
     for job in &idle_timers {
@@ -752,13 +750,13 @@ pub fn run(args: &StatusArgs) -> u8 {
             );
         }
     }
-    for e in errors.iter().chain(problems.iter()) {
-        eprintln!("jobguard: {e}");
+    for e in errors.iter().chain(&problems) {
+        finished.report(e);
     }
     if let Some(note) = systemd_note {
         eprintln!("jobguard: note: {note}");
     }
-    status
+    Ok(finished)
 }
 
 /// Prints missed slots (a run of consecutive ones per job as one line) and running
@@ -807,7 +805,7 @@ fn read_systemd(names: &[&str]) -> (Option<Vec<JobUnits>>, Option<String>) {
             ),
         );
     }
-    match systemd_dbus::read_jobs(names) {
+    match dbus::read_jobs(names) {
         Ok(v) => (Some(v), None),
         Err(e) => (
             None,

@@ -7,24 +7,25 @@
 use std::collections::BTreeSet;
 
 use crate::cli::{StoreInitArgs, job_store_address, open_store};
-use crate::config::{self, ConfigSource};
-use crate::exit;
+use crate::exit::{self, Error, Finished};
+use crate::joblist::config::{self, ConfigSource};
 
-/// Runs `jobguard store init`; returns the exit status: [`exit::CONFIG`] for an unknown
-/// job or a job list with errors (each printed; the valid jobs' stores are still made
-/// ready), or the status of a store that could not be made ready (the last one).
-pub fn init(args: &StoreInitArgs) -> u8 {
+/// Runs `jobguard store init`: ends with [`exit::CONFIG`] for a job list with errors
+/// (each printed; the valid jobs' stores are still made ready), or the worst status of
+/// the stores that could not be made ready.
+///
+/// # Errors
+/// [`exit::CONFIG`] for an unknown job.
+pub fn init(args: &StoreInitArgs) -> exit::Result {
     let set = config::load(&ConfigSource::resolve(args.config.config.clone()));
-    let mut status = exit::OK;
+    let mut finished = Finished::OK;
     for e in &set.errors {
-        eprintln!("jobguard: {e}");
-        status = exit::worst(status, exit::CONFIG);
+        finished.report(&e.clone().into());
     }
     if let Some(name) = &args.job
         && !set.jobs.contains_key(name)
     {
-        eprintln!("jobguard: no job named {name:?}");
-        return exit::CONFIG;
+        return Err(Error::new(exit::CONFIG, format!("no job named {name:?}")));
     }
     let mut addresses = BTreeSet::new();
     for job in set
@@ -36,17 +37,17 @@ pub fn init(args: &StoreInitArgs) -> u8 {
             Ok(a) => {
                 addresses.insert(a);
             }
-            Err(code) => status = exit::worst(status, code),
+            Err(e) => finished.report(&e),
         }
     }
-    if addresses.is_empty() && status == exit::OK {
+    if addresses.is_empty() && finished == Finished::OK {
         println!("no jobs, so no store to initialise");
     }
     for address in addresses {
         match open_store(&address) {
             Ok(store) => println!("schema ready: {}", store.describe()),
-            Err(code) => status = exit::worst(status, code),
+            Err(e) => finished.report(&e),
         }
     }
-    status
+    Ok(finished)
 }

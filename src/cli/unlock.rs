@@ -3,50 +3,46 @@
 //! not touch the ledger: `jobguard recover` then marks its run interrupted.
 //!
 //! A holder that is alive on this host (same machine id and boot id, its pid still runs
-//! the process that started at the recorded time: [`crate::identity::process_alive`]) is
+//! the process that started at the recorded time: [`crate::guard::identity::process_alive`]) is
 //! not dead: ending its lease would let another host start the slot while the run goes
 //! on. Unlock refuses it (exit status 1, naming the process), unless `--force`, which
 //! warns naming it; that run then loses its lease at its next renewal and stops its
 //! command. A holder on another host cannot be checked from here.
 
 use crate::cli::{UnlockArgs, find_job_and_store};
-use crate::exit;
-use crate::identity;
-use crate::lease::Lease;
-use crate::ledger::{Outcome, format_usec};
+use crate::exit::{self, Error, Finished};
+use crate::guard::identity;
+use crate::guard::lease::Lease;
+use crate::guard::ledger::{Outcome, format_usec};
 use crate::store::{RunQuery, Store};
 
-/// Runs `jobguard unlock`; returns the exit status.
-pub fn run(args: &UnlockArgs) -> u8 {
-    let (job, mut store) = match find_job_and_store(&args.config, &args.job) {
-        Ok(x) => x,
-        Err(code) => return code,
-    };
-    let lease = match store.lease(&job.name) {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("jobguard: {e}");
-            return e.exit_status();
-        }
-    };
+/// Runs `jobguard unlock`.
+///
+/// # Errors
+/// 1 for a holder alive on this host (without `--force`); the job list's or the store's.
+pub fn run(args: &UnlockArgs) -> exit::Result {
+    let (job, mut store) = find_job_and_store(&args.config, &args.job)?;
+    let lease = store.lease(&job.name)?;
     if let Some(l) = &lease
         && let Some(pid) = live_here(&l.holder)
     {
         let who = describe_live(store.as_mut(), l, pid);
         if !args.force {
-            eprintln!(
-                "jobguard: {}: not unlocked: the lease is held by {who}, which is alive on this host; ending it would let another host start the slot while this run goes on. Stop the run (`systemctl stop jobguard@{}.service`, or kill {pid}), or use --force",
-                job.name, job.name
-            );
-            return exit::FAILURE;
+            return Err(Error::new(
+                exit::FAILURE,
+                format!(
+                    "{}: not unlocked: the lease is held by {who}, which is alive on this host; ending it would let another host start the slot while this run goes on. Stop the run (`systemctl stop jobguard@{}.service`, or kill {pid}), or use --force",
+                    job.name, job.name
+                ),
+            ));
         }
         eprintln!(
             "jobguard: warning: {}: ending the lease of {who}, which is alive on this host: it stops its command at its next renewal, and another host may start the slot meanwhile",
             job.name
         );
     }
-    match store.unlock(&job.name) {
-        Ok(Some(l)) => {
+    match store.unlock(&job.name)? {
+        Some(l) => {
             println!(
                 "{}: ended the lease of host {} (holder {}, token {}, due to expire {})",
                 job.name,
@@ -55,9 +51,8 @@ pub fn run(args: &UnlockArgs) -> u8 {
                 l.token,
                 format_usec(l.expire_at)
             );
-            exit::OK
         }
-        Ok(None) => {
+        None => {
             match lease.filter(|l| !l.holder.is_empty()) {
                 // A lease that had lapsed is released too, so that a claim from another
                 // machine no longer waits for its holder (store::rules::FOREIGN_GRACE_USEC).
@@ -71,16 +66,12 @@ pub fn run(args: &UnlockArgs) -> u8 {
                 ),
                 None => println!("{}: no lease", job.name),
             }
-            exit::OK
-        }
-        Err(e) => {
-            eprintln!("jobguard: {e}");
-            e.exit_status()
         }
     }
+    Ok(Finished::OK)
 }
 
-/// The pid of a lease holder ([`crate::lease::Holder::id`]: `machine:boot:pid:start`)
+/// The pid of a lease holder ([`crate::guard::lease::Holder::id`]: `machine:boot:pid:start`)
 /// that is alive on this machine in this boot; `None` for a holder elsewhere or gone.
 fn live_here(holder: &str) -> Option<u32> {
     let mut parts = holder.split(':');

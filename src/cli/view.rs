@@ -3,8 +3,8 @@
 
 use serde_json::{Value, json};
 
-use crate::lease::Lease;
-use crate::ledger::{Run, format_usec};
+use crate::guard::lease::Lease;
+use crate::guard::ledger::{Run, format_usec};
 
 /// A run as a JSON object: times as RFC 3339 UTC strings plus `*_usec` (µs since the
 /// epoch) twins for arithmetic.
@@ -131,7 +131,7 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
 
 /// One line per run for `history`.
 pub fn run_row(r: &Run) -> Vec<String> {
-    let dur = duration_usec(r).map_or_else(|| "-".into(), crate::ledger::format_span);
+    let dur = duration_usec(r).map_or_else(|| "-".into(), crate::guard::ledger::format_span);
     let mut outcome = r.outcome.as_str().to_string();
     if let Some(res) = r.resolution {
         outcome.push_str(&format!(" ({})", res.as_str()));

@@ -500,7 +500,7 @@ pub struct Keep {
     /// The store answered that the lease is lost (expired or passed to another holder).
     pub lost: bool,
     /// SIGKILL must reach the command by this moment (the lease's expiry, measured from
-    /// the last confirmed renewal, less the safety margin: [`crate::lease::fence_after`]).
+    /// the last confirmed renewal, less the safety margin: [`crate::guard::lease::fence_after`]).
     pub kill_by: Instant,
     /// Call [`Keeper::step`] again by then, even if its descriptor stays quiet.
     pub wake: Instant,
@@ -555,7 +555,7 @@ pub fn supervise(pid: Pid, limits: Limits, keeper: &mut dyn Keeper) -> Result<En
 }
 
 /// A descriptor polled beside the signalfd (the logind shutdown watch of
-/// [`crate::logind`]), and what to do when it is readable: `ready` returns false to stop
+/// [`crate::systemd::logind`]), and what to do when it is readable: `ready` returns false to stop
 /// polling it (e.g. its writer is gone).
 pub struct Watch<'a> {
     /// Polled for `POLLIN`.

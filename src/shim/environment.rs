@@ -19,7 +19,7 @@
 //! `CREDENTIALS_DIRECTORY`, `STATE_DIRECTORY`, `INVOCATION_ID`; `jobguard rerun` runs a
 //! slot in its unit with all of them.
 
-use crate::job::Job;
+use crate::joblist::job::Job;
 
 /// systemd's `PATH` for the services of the system manager when its environment cannot be
 /// read (systemd.exec(5), `$PATH`: `/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin`,
@@ -72,10 +72,10 @@ fn read_base(job: &Job) -> Option<Vec<(String, String)>> {
     }
     // The system unit runs the system job list's job: a user's own job list is not its.
     let read = if root {
-        crate::systemd_dbus::read_service_environment(&job.name)
+        crate::systemd::dbus::read_service_environment(&job.name)
     } else {
-        crate::systemd_dbus::read_manager_environment().map(|manager| {
-            crate::systemd_dbus::ServiceEnvironment {
+        crate::systemd::dbus::read_manager_environment().map(|manager| {
+            crate::systemd::dbus::ServiceEnvironment {
                 manager,
                 ..Default::default()
             }
@@ -96,7 +96,7 @@ fn read_base(job: &Job) -> Option<Vec<(String, String)>> {
                     .map(|(k, v)| (k.to_string(), v.to_string()))
             }));
         }
-        Err(e) if crate::recover::under_systemd() => eprintln!(
+        Err(e) if crate::ops::recover::under_systemd() => eprintln!(
             "jobguard: {}: warning: the environment of jobguard@{}.service could not be read ({e}); the command starts with PATH={SERVICE_PATH} and its job's environment alone",
             job.name, job.name
         ),
@@ -119,7 +119,7 @@ fn read_base(job: &Job) -> Option<Vec<(String, String)>> {
 /// The `PATH` of the system manager's services: its own environment's, read over D-Bus,
 /// else [`SERVICE_PATH`].
 pub fn service_path() -> String {
-    crate::systemd_dbus::read_manager_environment()
+    crate::systemd::dbus::read_manager_environment()
         .ok()
         .and_then(|env| {
             env.iter()
@@ -137,7 +137,7 @@ pub fn service_path() -> String {
 /// cgroup namespace of its own sees the host's path, which may not be under its
 /// /sys/fs/cgroup: then the name alone decides. No variable plays a part.
 fn in_own_service(job: &str) -> bool {
-    let (_, service) = crate::systemd_dbus::unit_names(job);
+    let (_, service) = crate::systemd::dbus::unit_names(job);
     std::fs::read_to_string("/proc/self/cgroup").is_ok_and(|text| {
         in_service(&text, &service, |dir| {
             std::fs::metadata(dir).ok().map(|m| {

@@ -4,7 +4,7 @@
 //! the rest, so a shim that was SIGKILLed (or a command that started a daemon in a session
 //! of its own) can leave processes of an attempt running after its lease expired. The next
 //! run on this host, when the job's lock file says the previous shim did not see its run
-//! to the end ([`crate::lock::JobLock::unfinished_run`]; a normal run reads no other
+//! to the end ([`crate::guard::lock::JobLock::unfinished_run`]; a normal run reads no other
 //! process's environment), finds them by their environment ([`identity::leftovers`]: the job,
 //! the run id and a shim that is gone), ends them (SIGTERM, `kill_grace`, SIGKILL) before
 //! it claims anything, and marks the attempt's record interrupted if it still says
@@ -28,12 +28,12 @@
 //! machine, or one that shares this machine id) is left to `jobguard recover`.
 
 use crate::exit;
-use crate::identity;
-use crate::job::Job;
-use crate::journal::{self, Event, Kind};
-use crate::lease::Lease;
-use crate::ledger::{Outcome, Run};
+use crate::guard::identity;
+use crate::guard::lease::Lease;
+use crate::guard::ledger::{Outcome, Run};
+use crate::joblist::job::Job;
 use crate::store::{RunQuery, Store};
+use crate::systemd::journal::{self, Event, Kind};
 
 /// Ends the leftover processes of earlier attempts at `job` on this host and marks their
 /// `running` records interrupted. Returns the exit status to stop with when some cannot
@@ -117,8 +117,8 @@ fn mark_interrupted(job: &Job, store: &mut dyn Store, found: &[identity::Leftove
     };
     // A record whose lease is still unexpired is left to that lease (recover::holder_gone).
     for run in running.iter().filter(|r| written_by_its_holder(r)) {
-        let cut = crate::recover::holder_gone(store, run).and_then(|gone| match gone {
-            Some(reason) => crate::recover::interrupt_cut(store, job, run, reason).map(|_| ()),
+        let cut = crate::ops::recover::holder_gone(store, run).and_then(|gone| match gone {
+            Some(reason) => crate::ops::recover::interrupt_cut(store, job, run, reason).map(|_| ()),
             None => Ok(()),
         });
         if let Err(e) = cut {
@@ -137,7 +137,7 @@ fn mark_interrupted(job: &Job, store: &mut dyn Store, found: &[identity::Leftove
 /// lease has expired (at most the job's `lease_ttl`; a stop request ends the wait: false);
 /// then the record is marked interrupted with the job's `on_interrupted`, as `jobguard
 /// recover` would
-/// ([`crate::recover::holder_gone`], [`crate::recover::interrupt_cut`]). Returns true when
+/// ([`crate::ops::recover::holder_gone`], [`crate::ops::recover::interrupt_cut`]). Returns true when
 /// the record no longer holds the lease, so a claim may be tried again. A record of
 /// another installation, a live holder, or a record that is not the lease's is never
 /// touched: false. Store errors are reported: false.
@@ -175,9 +175,11 @@ pub fn end_gone_holder(job: &Job, store: &mut dyn Store, lease: &Lease, run: &Ru
         return false;
     }
     let gone = waited
-        .and_then(|_| crate::recover::holder_gone(store, run))
+        .and_then(|_| crate::ops::recover::holder_gone(store, run))
         .and_then(|gone| match gone {
-            Some(reason) => crate::recover::interrupt_cut(store, job, run, reason).map(|_| true),
+            Some(reason) => {
+                crate::ops::recover::interrupt_cut(store, job, run, reason).map(|_| true)
+            }
             None => Ok(false),
         });
     gone.unwrap_or_else(|e| {

@@ -2,7 +2,7 @@
 //! report.
 //!
 //! Order of a run (the contract of docs/jobs.md, "How a run works"):
-//! 1. take the job's local flock without waiting ([`crate::lock`]); held → skip; then end
+//! 1. take the job's local flock without waiting ([`crate::guard::lock`]); held → skip; then end
 //!    what earlier attempts on this host left running ([`leftover`]);
 //! 2. compute the slot ([`slot`]): the latest elapse of the schedule at or before the
 //!    shim's own clock reading at start (`--slot` names another). The timer's fire time
@@ -39,16 +39,16 @@ use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::exit;
-use crate::identity;
-use crate::job::{CatchUp, Job, OnInterrupted, OnStoreUnavailable, SettleFailures};
-use crate::journal::{self, Event, Kind};
-use crate::lease::{Holder, Lease};
-use crate::ledger::{Finish, NewRun, Outcome, Resolution, Run, Slot, format_usec};
-use crate::lock::{JobLock, LockAttempt};
-use crate::logind;
+use crate::exit::{self, Status};
+use crate::guard::identity;
+use crate::guard::lease::{Holder, Lease};
+use crate::guard::ledger::{Finish, NewRun, Outcome, Resolution, Run, Slot, format_usec};
+use crate::guard::lock::{JobLock, LockAttempt};
+use crate::joblist::job::{CatchUp, Job, OnInterrupted, OnStoreUnavailable, SettleFailures};
 use crate::paths;
 use crate::store::{self, Claim, ClaimRequest, ClockCheck, ScheduleDecl, Store, StoreError};
+use crate::systemd::journal::{self, Event, Kind};
+use crate::systemd::logind;
 
 /// What the caller asks of one `jobguard run`.
 #[derive(Debug, Clone, Default)]
@@ -80,7 +80,7 @@ pub fn run(job: &Job, req: &Request) -> u8 {
         Ok(x) => x,
         Err(code) => return code,
     };
-    let now = crate::clock::Clock::now_usec(&crate::clock::SystemClock);
+    let now = crate::guard::clock::Clock::now_usec(&crate::guard::clock::SystemClock);
     let (current, store) = match start(job, &mut lock, req, now) {
         Ok(x) => x,
         Err(code) => return code,
@@ -89,7 +89,7 @@ pub fn run(job: &Job, req: &Request) -> u8 {
         job,
         store,
         lock,
-        holder: crate::lease::Holder::current(),
+        holder: crate::guard::lease::Holder::current(),
         account,
         status: exit::OK,
     };
@@ -227,14 +227,16 @@ impl Shim<'_> {
         other_schedule(self.job, store, &self.holder, slot)
     }
 
-    /// The job's pause windows ([`crate::pause`]).
+    /// The job's pause windows ([`crate::ops::pause`]).
     ///
     /// # Errors
     /// The exit status of the store's failure.
-    fn pauses(&mut self) -> Result<crate::pause::Pauses, u8> {
+    fn pauses(&mut self) -> Result<crate::ops::pause::Pauses, u8> {
         let job = self.job;
-        with_retry(job, || crate::pause::read(self.store.as_mut(), &job.name))
-            .map_err(|e| store_failed(job, &e))
+        with_retry(job, || {
+            crate::ops::pause::read(self.store.as_mut(), &job.name)
+        })
+        .map_err(|e| store_failed(job, &e))
     }
 
     /// `jobguard recover` without systemd: only the queued re-runs, not the current slot;
@@ -280,7 +282,7 @@ impl Shim<'_> {
 
     /// Runs the elapses of `slots` as catch-ups ([`run_catch_ups`]); whether every one
     /// was tried.
-    fn catch_ups(&mut self, slots: &[i64], pauses: &crate::pause::Pauses) -> bool {
+    fn catch_ups(&mut self, slots: &[i64], pauses: &crate::ops::pause::Pauses) -> bool {
         let store = self.store.as_mut();
         let (code, go_on) = run_catch_ups(
             self.job,
@@ -321,7 +323,7 @@ impl Shim<'_> {
                 return self.status;
             }
         }
-        // Paused across the fleet (crate::pause): while a window covers now, a trigger
+        // Paused across the fleet (crate::ops::pause): while a window covers now, a trigger
         // starts nothing (not even a slot that elapsed before it began), and a slot in a
         // window is never run by a trigger or a catch-up. What a person asked for
         // (`rerun`, `--slot`, `--force`) runs.
@@ -331,7 +333,7 @@ impl Shim<'_> {
                 Err(code) => return code,
             }
         } else {
-            crate::pause::Pauses::default()
+            crate::ops::pause::Pauses::default()
         };
         if let Some(w) = pauses
             .covering(current.slot.usec)
@@ -364,7 +366,11 @@ impl Shim<'_> {
     /// claim runs it. A holder started by its timer runs the elapses that passed while it
     /// ran once it is done ([`Self::catch_up_after`]); after any other holder (a forced
     /// run, a re-run), the next firing's catch-up runs them. Whether to go on.
-    fn catch_up_before(&mut self, current: &slot::Current, pauses: &crate::pause::Pauses) -> bool {
+    fn catch_up_before(
+        &mut self,
+        current: &slot::Current,
+        pauses: &crate::ops::pause::Pauses,
+    ) -> bool {
         let job = self.job;
         let missed = match missed_before(job, self.store.as_mut(), &current.slot, pauses) {
             Ok(m) => m,
@@ -395,7 +401,7 @@ impl Shim<'_> {
         req: &Request,
         current: &slot::Current,
         by_trigger: bool,
-        pauses: &crate::pause::Pauses,
+        pauses: &crate::ops::pause::Pauses,
     ) -> Option<i64> {
         let job = self.job;
         let mut reruns: Vec<i64> = Vec::new();
@@ -449,10 +455,10 @@ impl Shim<'_> {
     /// lease held, so nobody else runs them. `catch_up = "latest"` runs the newest,
     /// `"all"` each (at most `catch_up_limit` at a time), until none is left. A pause that
     /// began while the run went on stops them.
-    fn catch_up_after(&mut self, mut done: i64, pauses: crate::pause::Pauses) {
+    fn catch_up_after(&mut self, mut done: i64, pauses: crate::ops::pause::Pauses) {
         let job = self.job;
         while !child::stop_requested() {
-            let now = crate::clock::Clock::now_usec(&crate::clock::SystemClock);
+            let now = crate::guard::clock::Clock::now_usec(&crate::guard::clock::SystemClock);
             let limit = match job.catch_up {
                 CatchUp::All => job.catch_up_limit as usize,
                 _ => 1,
@@ -531,7 +537,7 @@ fn run_requested(
                 queued_first: false,
                 in_order: false,
                 asked_by: Some(&request.by),
-                pauses: &crate::pause::Pauses::default(),
+                pauses: &crate::ops::pause::Pauses::default(),
             };
             let r = run_slot(job, store, lock, holder, account, &attempt);
             if status == exit::OK {
@@ -554,7 +560,7 @@ fn missed_before(
     job: &Job,
     store: &mut dyn Store,
     slot: &Slot,
-    paused: &crate::pause::Pauses,
+    paused: &crate::ops::pause::Pauses,
 ) -> Result<Vec<i64>, StoreError> {
     let recent = store.runs(&store::RunQuery {
         job: Some(job.name.clone()),
@@ -613,7 +619,7 @@ fn run_catch_ups(
     holder: &Holder,
     account: Option<&child::Account>,
     slots: &[i64],
-    pauses: &crate::pause::Pauses,
+    pauses: &crate::ops::pause::Pauses,
 ) -> (u8, bool) {
     let mut status = exit::OK;
     for &usec in slots {
@@ -683,7 +689,7 @@ fn run_queued(
             queued_first: true,
             in_order: false,
             asked_by: None,
-            pauses: &crate::pause::Pauses::default(),
+            pauses: &crate::ops::pause::Pauses::default(),
         };
         let r = run_slot(job, store, lock, holder, account, &attempt);
         if status == exit::OK {
@@ -706,7 +712,7 @@ struct Attempt<'a> {
     /// report: [`rerun::FORCED_BY`] or [`rerun::REQUESTED_BY`].
     asked_by: Option<&'a str>,
     /// The job's pause windows, as read before the claim: elapses in them are no gap.
-    pauses: &'a crate::pause::Pauses,
+    pauses: &'a crate::ops::pause::Pauses,
 }
 
 /// Creates the runtime directories: the base (0711: jobs may reach their report file but
@@ -793,7 +799,7 @@ fn with_retry<T>(job: &Job, mut f: impl FnMut() -> Result<T, StoreError>) -> Res
 }
 
 /// How many times a claim refused for a clock skew that its own round trip does not
-/// prove ([`crate::clock::skew_proven`]) is sent again before the refusal stands.
+/// prove ([`crate::guard::clock::skew_proven`]) is sent again before the refusal stands.
 const SKEW_RECHECKS: u32 = 3;
 
 fn store_failed(job: &Job, e: &StoreError) -> u8 {
@@ -825,7 +831,7 @@ fn clock_skew(job: &Job, store: &dyn Store, host: i64, store_now: i64) -> u8 {
         &job.name,
         format!(
             "not run: this host's clock is {} {} the store's (host {}, store {} at {}; tolerance {}s)",
-            crate::ledger::format_span(skew.abs()),
+            crate::guard::ledger::format_span(skew.abs()),
             if skew > 0 { "behind" } else { "ahead of" },
             format_usec(host),
             format_usec(store_now),
@@ -837,19 +843,19 @@ fn clock_skew(job: &Job, store: &dyn Store, host: i64, store_now: i64) -> u8 {
     journal::emit(&ev);
     journal::status(&format!(
         "not run: clock differs from the store's by {}",
-        crate::ledger::format_span(skew.abs())
+        crate::guard::ledger::format_span(skew.abs())
     ));
     exit::CLOCK_SKEW
 }
 
 /// Logs the slots between `previous` (the newest recorded before this claim) and `slot`
 /// that never ran: a gap is never silent. Returns the catch-up decision to record with the
-/// run's outcome (see [`crate::ledger::PASSED_OVER_AFTER`]), if there was a gap.
+/// run's outcome (see [`crate::guard::ledger::PASSED_OVER_AFTER`]), if there was a gap.
 fn report_gap(
     job: &Job,
     previous: i64,
     slot: &Slot,
-    pauses: &crate::pause::Pauses,
+    pauses: &crate::ops::pause::Pauses,
 ) -> Option<PassedOver> {
     let mut missed = slot::elapses_between(&job.calendar, previous, slot.usec, 1000);
     // Elapses in a pause window did not run on purpose: no gap.
@@ -897,10 +903,13 @@ impl PassedOver {
     ) {
         if let Some(d) = decision {
             report.insert(
-                crate::ledger::PASSED_OVER_AFTER.into(),
+                crate::guard::ledger::PASSED_OVER_AFTER.into(),
                 format_usec(d.after),
             );
-            report.insert(crate::ledger::PASSED_OVER_COUNT.into(), d.count.to_string());
+            report.insert(
+                crate::guard::ledger::PASSED_OVER_COUNT.into(),
+                d.count.to_string(),
+            );
         }
     }
 }
@@ -923,7 +932,7 @@ fn describe_run(r: &Run) -> String {
 /// of the store's failure.
 fn other_schedule(job: &Job, store: &mut dyn Store, holder: &Holder, slot: &Slot) -> Option<u8> {
     let mine = job.schedule_fingerprint();
-    let now = crate::clock::Clock::now_usec(&crate::clock::SystemClock);
+    let now = crate::guard::clock::Clock::now_usec(&crate::guard::clock::SystemClock);
     let decl = ScheduleDecl {
         job: job.name.clone(),
         fingerprint: mine.clone(),
@@ -961,7 +970,7 @@ fn schedule_differs(job: &Job, slot: &Slot, mine: &ScheduleDecl, wins: &Schedule
 }
 
 /// Reports a skip of `slot` because the job is paused across the fleet by `window`.
-fn paused(job: &Job, slot: &Slot, window: &crate::pause::Window) -> u8 {
+fn paused(job: &Job, slot: &Slot, window: &crate::ops::pause::Window) -> u8 {
     skip(
         job,
         slot,
@@ -1021,8 +1030,8 @@ fn run_slot(
     let mut decisions = std::collections::BTreeMap::new();
     PassedOver::record(passed_over, &mut decisions);
     decisions.insert(
-        crate::ledger::SCHEDULE.to_string(),
-        crate::audit::schedule_fingerprint(&job.calendar),
+        crate::guard::ledger::SCHEDULE.to_string(),
+        crate::ops::audit::schedule_fingerprint(&job.calendar),
     );
     if let Some(by) = attempt.asked_by {
         let key = if attempt.force {
@@ -1090,7 +1099,7 @@ fn claim(job: &Job, store: &mut dyn Store, holder: &Holder, attempt: &Attempt<'_
             pending::replay(store, &job.name)?;
             // The host's time of this very call: it is compared with the store's inside it.
             req.clock = Some(ClockCheck {
-                host_now: crate::clock::Clock::now_usec(&crate::clock::SystemClock),
+                host_now: crate::guard::clock::Clock::now_usec(&crate::guard::clock::SystemClock),
                 tolerance,
             });
             claimed_at = Instant::now();
@@ -1120,7 +1129,7 @@ fn claim(job: &Job, store: &mut dyn Store, holder: &Holder, attempt: &Attempt<'_
         {
             let took = i64::try_from(claimed_at.elapsed().as_micros()).unwrap_or(i64::MAX);
             let answered = check.host_now.saturating_add(took);
-            if !crate::clock::skew_proven(check.host_now, answered, *store_now, tolerance) {
+            if !crate::guard::clock::skew_proven(check.host_now, answered, *store_now, tolerance) {
                 skew_rechecks += 1;
                 continue;
             }
@@ -1144,93 +1153,104 @@ fn granted(
     attempt: &Attempt<'_>,
     sent: &Sent,
 ) -> Result<(Lease, Run, Option<PassedOver>), SlotResult> {
-    let slot = attempt.slot;
-    let req = &sent.req;
-    let skipped = |code| SlotResult {
-        code,
-        ran: None,
-        busy: false,
-    };
-    let mut passed_over = None;
-    let (lease, run) = match sent.answer.clone() {
+    match sent.answer.clone() {
         Ok(Claim::Claimed {
             lease,
             run,
             previous_slot,
         }) => {
             // A forced run (often of a slot not yet due) has no gap before it.
-            if let Some(previous) = previous_slot
-                && run.slot.usec == slot.usec
-                && !attempt.force
-            {
-                passed_over = report_gap(job, previous, slot, attempt.pauses);
-            }
-            (lease, run)
+            let passed_over = match previous_slot {
+                Some(previous) if run.slot.usec == attempt.slot.usec && !attempt.force => {
+                    report_gap(job, previous, attempt.slot, attempt.pauses)
+                }
+                _ => None,
+            };
+            Ok((lease, run, passed_over))
         }
-        Ok(Claim::ClockSkew { store_now }) => {
-            let host = req.clock.map_or(0, |c| c.host_now);
-            return Err(skipped(clock_skew(job, store, host, store_now)));
-        }
+        Ok(other) => Err(refused(job, store, attempt, sent, other)),
+        Err(e) => Err(SlotResult {
+            code: store_failed(job, &e),
+            ran: None,
+            busy: false,
+        }),
+    }
+}
+
+/// A claim the store did not grant (`claim`, any answer but [`Claim::Claimed`]), said
+/// in the journal with its reason ([`skip`], [`clock_skew`]): the slot's skip.
+fn refused(
+    job: &Job,
+    store: &mut dyn Store,
+    attempt: &Attempt<'_>,
+    sent: &Sent,
+    claim: Claim,
+) -> SlotResult {
+    let slot = attempt.slot;
+    let host_now = sent.req.clock.map_or(0, |c| c.host_now);
+    let skipped = |code| SlotResult {
+        code,
+        ran: None,
+        busy: false,
+    };
+    match claim {
+        // Not given one (`granted` keeps it); were it, nothing ran: an internal error.
+        Claim::Claimed { .. } => skipped(exit::SOFTWARE),
+        Claim::ClockSkew { store_now } => skipped(clock_skew(job, store, host_now, store_now)),
         // A catch-up found the slot recorded later by another host: nothing to say.
-        Ok(Claim::SlotBehind { .. }) if attempt.trigger == "catch-up" => {
-            return Err(skipped(exit::OK));
-        }
-        Ok(Claim::SlotBehind { newest }) => {
-            return Err(skipped(skip(
-                job,
-                slot,
-                Kind::SkippedOutOfOrder,
-                "slot-behind",
-                format!(
-                    "slot {} is older than slot {} already recorded: this host's clock may be behind or the schedule changed; run it with `jobguard run {} --slot {}` if it is wanted",
-                    slot.rfc3339(),
-                    format_usec(newest),
-                    job.name,
-                    slot.rfc3339()
-                ),
-            )));
-        }
-        Ok(Claim::SlotDone { by }) => {
+        Claim::SlotBehind { .. } if attempt.trigger == "catch-up" => skipped(exit::OK),
+        Claim::SlotBehind { newest } => skipped(skip(
+            job,
+            slot,
+            Kind::SkippedOutOfOrder,
+            "slot-behind",
+            format!(
+                "slot {} is older than slot {} already recorded: this host's clock may be behind or the schedule changed; run it with `jobguard run {} --slot {}` if it is wanted",
+                slot.rfc3339(),
+                format_usec(newest),
+                job.name,
+                slot.rfc3339()
+            ),
+        )),
+        Claim::SlotDone { by } => {
             let what = if by.outcome == Outcome::Succeeded {
                 "already succeeded"
             } else {
                 "was resolved as done"
             };
-            return Err(skipped(skip(
+            skipped(skip(
                 job,
                 slot,
                 Kind::SkippedSlotDone,
                 "slot-done",
                 format!("slot {} {what}: {}", slot.rfc3339(), describe_run(&by)),
-            )));
+            ))
         }
-        Ok(Claim::SlotHeld { by }) => {
-            return Err(skipped(skip(
+        Claim::SlotHeld { by } => skipped(skip(
+            job,
+            slot,
+            Kind::SkippedSlotHeld,
+            "slot-held",
+            format!(
+                "slot {} is held for a person after {} ended {}; decide with `jobguard resolve {} {} --rerun|--done`",
+                slot.rfc3339(),
+                describe_run(&by),
+                by.outcome,
+                job.name,
+                slot.rfc3339()
+            ),
+        )),
+        Claim::Busy { lease, run } => SlotResult {
+            busy: true,
+            ..skipped(skip(
                 job,
                 slot,
-                Kind::SkippedSlotHeld,
-                "slot-held",
-                format!(
-                    "slot {} is held for a person after {} ended {}; decide with `jobguard resolve {} {} --rerun|--done`",
-                    slot.rfc3339(),
-                    describe_run(&by),
-                    by.outcome,
-                    job.name,
-                    slot.rfc3339()
-                ),
-            )));
-        }
-        Ok(Claim::Busy { lease, run }) => {
-            let host_now = req.clock.map_or(0, |c| c.host_now);
-            let why = lease_held(slot, &lease, run.as_ref(), host_now);
-            return Err(SlotResult {
-                busy: true,
-                ..skipped(skip(job, slot, Kind::SkippedLeaseHeld, "lease-held", why))
-            });
-        }
-        Err(e) => return Err(skipped(store_failed(job, &e))),
-    };
-    Ok((lease, run, passed_over))
+                Kind::SkippedLeaseHeld,
+                "lease-held",
+                lease_held(slot, &lease, run.as_ref(), host_now),
+            ))
+        },
+    }
 }
 
 /// Why a claim found the lease of `slot` held ([`Claim::Busy`]): an attempt under an
@@ -1360,7 +1380,8 @@ fn command_spec(
     }
     // The job list the shim read, for `jobguard mark` in the command; the default list
     // needs no variable (and an inherited one must not point elsewhere).
-    if let Some(crate::config::ConfigSource::Path(p)) = crate::config::ConfigSource::resolved()
+    if let Some(crate::joblist::config::ConfigSource::Path(p)) =
+        crate::joblist::config::ConfigSource::resolved()
         && let Ok(p) = std::path::absolute(p)
     {
         env.push(("JOBGUARD_CONFIG".to_string(), p.display().to_string()));
@@ -1408,7 +1429,10 @@ fn announce(job: &Job, lease: &Lease, run: &Run) {
     ));
 }
 
-/// Runs the command for a claimed slot and records how it ended.
+/// Runs the command for a claimed slot and records how it ended: the report file and the
+/// command's spec, the start event, [`supervise`] (command and lease renewal side by
+/// side), what the outcome carries ([`complete`]), [`record`], and the failed slots a
+/// success settles. Returns the exit status.
 fn execute(
     job: &Job,
     store: &mut dyn Store,
@@ -1418,7 +1442,6 @@ fn execute(
     claimed_at: Instant,
     decisions: std::collections::BTreeMap<String, String>,
 ) -> u8 {
-    let slot_text = run.slot.rfc3339();
     // `settle_failures = "next-success"`: the earlier failed slots a success would settle,
     // read before the command starts, so that nothing but the outcome's own write stands
     // between the command's end and its record.
@@ -1437,111 +1460,204 @@ fn execute(
     };
     let spec = command_spec(job, lease, run, account, report_path.as_deref());
     announce(job, lease, run);
+    let Supervised {
+        mut finish,
+        code,
+        mut renewal,
+        good_until,
+    } = match supervise(job, store, lease, run, &spec, claimed_at) {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    complete(
+        job,
+        store,
+        run,
+        &mut finish,
+        report_path.as_deref(),
+        decisions,
+    );
+    // The slots a success settles are named in its report, and resolved once the success
+    // is recorded (a shim that dies in between leaves them failed: louder, never quieter;
+    // the next success settles them).
+    let settles = if finish.outcome == Outcome::Succeeded {
+        settle
+    } else {
+        Vec::new()
+    };
+    if !settles.is_empty() {
+        let slots: Vec<String> = settles.iter().map(|u| format_usec(*u)).collect();
+        finish.report.insert(SETTLED.into(), slots.join(","));
+    }
+    let code = record(job, store, &mut renewal, run, &finish, code, good_until);
+    if code == exit::OK {
+        for slot in settles {
+            if let Err(e) = store.resolve(&job.name, slot, Resolution::Done) {
+                eprintln!(
+                    "jobguard: {}: slot {} not settled: {e}",
+                    job.name,
+                    format_usec(slot)
+                );
+            }
+        }
+    }
+    code
+}
 
+/// How a supervised command ended: its outcome and status, and the lease as the
+/// renewals left it ([`renew::Renewal`], good until the `Instant` of this host's
+/// monotonic clock).
+struct Supervised {
+    finish: Finish,
+    code: u8,
+    renewal: renew::Renewal,
+    good_until: Instant,
+}
+
+/// Starts the command and supervises it to its end, the lease renewed from a thread of
+/// its own ([`renew::Renewer`]) so that a store call that hangs never holds up the
+/// supervisor's deadlines, under the logind inhibitor lock ([`logind::RunGuard`]), which
+/// is released as soon as the command ends. A command that cannot start is a failure
+/// of its own ([`spawn_failed`]).
+///
+/// # Errors
+/// [`exit::OS_ERROR`] when the supervisor lost track of the command (printed); the
+/// command is then killed if its renewer could not start.
+fn supervise(
+    job: &Job,
+    store: &mut dyn Store,
+    lease: &Lease,
+    run: &Run,
+    spec: &child::Spec,
+    claimed_at: Instant,
+) -> Result<Supervised, u8> {
     // The lease surely holds until here (by this host's monotonic clock), less a margin.
-    let mut lease_good_until = renew::good_until(claimed_at, job.lease_ttl);
-    let mut renewal = renew::Renewal::new(lease.clone());
+    let good_until = renew::good_until(claimed_at, job.lease_ttl);
+    let renewal = renew::Renewal::new(lease.clone());
     // The logind inhibitor lock is taken just before the command starts and released as
     // soon as it ends (when `guard` is dropped); the guard also hears logind's
     // PrepareForShutdown/PrepareForSleep, polled by `supervise_watching`. See crate::logind.
-    let mut guard = logind::RunGuard::start(job, &slot_text, &run.run_id);
-    let (finish, code) = match child::spawn(&spec) {
+    let mut guard = logind::RunGuard::start(job, &run.slot.rfc3339(), &run.run_id);
+    let pid = match child::spawn(spec) {
+        Ok(pid) => pid,
         Err(e) => {
-            let code = match e.kind() {
-                std::io::ErrorKind::NotFound => exit::NOT_FOUND,
-                std::io::ErrorKind::PermissionDenied => exit::CANNOT_EXECUTE,
-                _ => exit::CANNOT_EXECUTE,
-            };
-            let dir = spec.cwd.as_ref().filter(|d| !d.is_dir());
-            match dir {
-                Some(d) => eprintln!(
-                    "jobguard: {}: cannot start {:?}: working directory {}: {e}",
-                    job.name,
-                    job.command[0],
-                    d.display()
-                ),
-                None => eprintln!(
-                    "jobguard: {}: cannot start {:?}: {e}",
-                    job.name, job.command[0]
-                ),
-            }
-            let f = Finish {
-                outcome: Outcome::Failed,
-                reason: Some("exec".into()),
-                exit_status: Some(i32::from(code)),
-                report: Default::default(),
-                resolution: None,
-                ended_at: Some(jiff::Timestamp::now().as_microsecond()),
-            };
-            (f, code)
-        }
-        Ok(pid) => {
-            let limits = child::Limits {
-                timeout: job.timeout,
-                kill_grace: job.kill_grace,
-            };
-            let watch_fd = guard.watch_fd();
-            let mut on_watch = || guard.on_watch_ready();
-            let watch = watch_fd.map(|fd| child::Watch {
-                fd,
-                ready: &mut on_watch,
+            let (finish, code) = spawn_failed(job, spec, &e);
+            return Ok(Supervised {
+                finish,
+                code,
+                renewal,
+                good_until,
             });
-            // The lease is renewed from a thread of its own, so a store call that hangs
-            // never holds up the supervisor's deadlines (see renew).
-            let supervised = std::thread::scope(|scope| {
-                let renewer = renew::Renewer::start(
-                    scope,
-                    &mut *store,
-                    renewal,
-                    job.lease_ttl,
-                    job.kill_grace,
-                    claimed_at,
-                );
-                let mut renewer = match renewer {
-                    Ok(r) => r,
-                    Err(e) => {
-                        // Without a renewer, the lease must not be outlived: stop at once.
-                        let _ = nix::sys::signal::killpg(pid, nix::sys::signal::Signal::SIGKILL);
-                        return Err(e);
-                    }
-                };
-                let ended = child::supervise_watching(pid, limits, &mut renewer, watch);
-                // The command's end, before the renewal thread's last call returns.
-                let ended_at = jiff::Timestamp::now().as_microsecond();
-                let good_until = renewer.good_until();
-                Ok((ended, ended_at, good_until, renewer.into_renewal()))
-            });
-            let (ended, ended_at) = match supervised {
-                Ok((Ok(e), ended_at, good_until, renewed)) => {
-                    lease_good_until = good_until;
-                    renewal = renewed;
-                    (e, ended_at)
-                }
-                Ok((Err(e), ..)) | Err(e) => {
-                    eprintln!("jobguard: {}: lost track of the command: {e}", job.name);
-                    return exit::OS_ERROR;
-                }
-            };
-            if ended.lease_lost {
-                // Processes of the attempt that left its process group (setsid) go too.
-                identity::end_run_survivors(&run.run_id);
-            }
-            let (mut finish, code) = classify(job, &ended, guard.cut());
-            finish.ended_at = Some(ended_at);
-            (finish, code)
         }
     };
+    let limits = child::Limits {
+        timeout: job.timeout,
+        kill_grace: job.kill_grace,
+    };
+    let watch_fd = guard.watch_fd();
+    let mut on_watch = || guard.on_watch_ready();
+    let watch = watch_fd.map(|fd| child::Watch {
+        fd,
+        ready: &mut on_watch,
+    });
+    let supervised = std::thread::scope(|scope| {
+        let renewer = renew::Renewer::start(
+            scope,
+            &mut *store,
+            renewal,
+            job.lease_ttl,
+            job.kill_grace,
+            claimed_at,
+        );
+        let mut renewer = match renewer {
+            Ok(r) => r,
+            Err(e) => {
+                // Without a renewer, the lease must not be outlived: stop at once.
+                let _ = nix::sys::signal::killpg(pid, nix::sys::signal::Signal::SIGKILL);
+                return Err(e);
+            }
+        };
+        let ended = child::supervise_watching(pid, limits, &mut renewer, watch);
+        // The command's end, before the renewal thread's last call returns.
+        let ended_at = jiff::Timestamp::now().as_microsecond();
+        let good_until = renewer.good_until();
+        Ok((ended, ended_at, good_until, renewer.into_renewal()))
+    });
+    let (ended, ended_at, good_until, renewal) = match supervised {
+        Ok((Ok(e), ended_at, good_until, renewed)) => (e, ended_at, good_until, renewed),
+        Ok((Err(e), ..)) | Err(e) => {
+            eprintln!("jobguard: {}: lost track of the command: {e}", job.name);
+            return Err(exit::OS_ERROR);
+        }
+    };
+    if ended.lease_lost {
+        // Processes of the attempt that left its process group (setsid) go too.
+        identity::end_run_survivors(&run.run_id);
+    }
+    let (mut finish, code) = classify(job, &ended, guard.cut());
+    finish.ended_at = Some(ended_at);
     // The command has ended: release the inhibitor lock before the final writes.
     drop(guard);
-    let mut finish = finish;
+    Ok(Supervised {
+        finish,
+        code,
+        renewal,
+        good_until,
+    })
+}
+
+/// The outcome of a command that could not be started (`e`): failed with reason `exec`,
+/// and the status a shell gives, 127 for a command not found, else 126 (said on stderr,
+/// with the working directory when that is what is missing).
+fn spawn_failed(job: &Job, spec: &child::Spec, e: &std::io::Error) -> (Finish, u8) {
+    let code = match e.kind() {
+        std::io::ErrorKind::NotFound => exit::NOT_FOUND,
+        _ => exit::CANNOT_EXECUTE,
+    };
+    match spec.cwd.as_ref().filter(|d| !d.is_dir()) {
+        Some(d) => eprintln!(
+            "jobguard: {}: cannot start {:?}: working directory {}: {e}",
+            job.name,
+            job.command[0],
+            d.display()
+        ),
+        None => eprintln!(
+            "jobguard: {}: cannot start {:?}: {e}",
+            job.name, job.command[0]
+        ),
+    }
+    let finish = Finish {
+        outcome: Outcome::Failed,
+        reason: Some("exec".into()),
+        exit_status: Some(i32::from(code)),
+        report: Default::default(),
+        resolution: None,
+        ended_at: Some(jiff::Timestamp::now().as_microsecond()),
+    };
+    (finish, code)
+}
+
+/// What the outcome carries besides how the command ended: a cut run's re-run queued
+/// once, then held ([`crate::ops::recover::cut_resolution`]); the command's report file
+/// (bad lines and jobguard's own keys left out, with a warning); and the run's
+/// `decisions`, recorded with the outcome so that a shim that dies before it loses them,
+/// and `jobguard audit` then calls the gap missed (louder, never quieter).
+fn complete(
+    job: &Job,
+    store: &mut dyn Store,
+    run: &Run,
+    finish: &mut Finish,
+    report_path: Option<&std::path::Path>,
+    decisions: std::collections::BTreeMap<String, String>,
+) {
     if finish.resolution == Some(Resolution::Queued) {
         // Re-run once: a slot already cut off before is held for a person this time.
-        match crate::recover::cut_resolution(store, job, run) {
+        match crate::ops::recover::cut_resolution(store, job, run) {
             Ok(r) => finish.resolution = Some(r),
             Err(e) => eprintln!("jobguard: {}: {e}", job.name),
         }
     }
-    if let Some(p) = &report_path {
+    if let Some(p) = report_path {
         let collected = report::collect(p);
         for line in collected.bad {
             eprintln!(
@@ -1559,42 +1675,7 @@ fn execute(
         }
         finish.report = collected.pairs;
     }
-    // Recorded with the outcome: a shim that dies before it loses the decision, and
-    // `jobguard audit` then calls the gap missed (louder, never quieter).
     finish.report.extend(decisions);
-    // The slots a success settles are named in its report, and resolved once the success
-    // is recorded (a shim that dies in between leaves them failed: louder, never quieter;
-    // the next success settles them).
-    let settles = if finish.outcome == Outcome::Succeeded {
-        settle
-    } else {
-        Vec::new()
-    };
-    if !settles.is_empty() {
-        let slots: Vec<String> = settles.iter().map(|u| format_usec(*u)).collect();
-        finish.report.insert(SETTLED.into(), slots.join(","));
-    }
-    let code = record(
-        job,
-        store,
-        &mut renewal,
-        run,
-        &finish,
-        code,
-        lease_good_until,
-    );
-    if code == exit::OK {
-        for slot in settles {
-            if let Err(e) = store.resolve(&job.name, slot, Resolution::Done) {
-                eprintln!(
-                    "jobguard: {}: slot {} not settled: {e}",
-                    job.name,
-                    format_usec(slot)
-                );
-            }
-        }
-    }
-    code
 }
 
 /// The report key of a success that settles earlier failed slots
@@ -1755,7 +1836,6 @@ fn record(
     code: u8,
     lease_good_until: Instant,
 ) -> u8 {
-    let slot_text = run.slot.rfc3339();
     let mut kept = pending::Kept::new(
         &store.describe(),
         &renewal.lease,
@@ -1797,14 +1877,33 @@ fn record(
         &mut kept,
         lease_good_until,
     );
-    let (note, failure) = match result {
+    let (note, failure) = recorded(store, run, &kept, result, kept_note);
+    let status = if code == exit::OK { failure } else { code };
+    finished_event(job, run, renewal, finish, status, &note);
+    status
+}
+
+/// What became of the outcome ([`finish_with_retry`]'s `result`): a note for the finish
+/// event (empty when recorded) and the run's status for it: 0 when recorded, even after
+/// the lease had expired while the record still waited for it ([`pending::settle`]);
+/// [`exit::LEASE_LOST`] when another holder has the slot; [`exit::STORE_UNAVAILABLE`]
+/// or [`exit::SOFTWARE`] when the store could not take it, kept for a later run
+/// (`kept_note` says where).
+fn recorded(
+    store: &mut dyn Store,
+    run: &Run,
+    kept: &pending::Kept,
+    result: Result<store::Finished, StoreError>,
+    kept_note: impl Fn(&dyn std::fmt::Display) -> String,
+) -> (String, u8) {
+    match result {
         Ok(f) if f.recorded => {
             pending::forget(&run.run_id);
             (String::new(), exit::OK)
         }
         // The lease expired or passed while the store could not take the outcome: it is
         // recorded all the same while its record still waits for it.
-        Ok(_) => match pending::settle(store, &kept, false) {
+        Ok(_) => match pending::settle(store, kept, false) {
             Ok(pending::Settled::Recorded) => (
                 "; recorded after the lease had expired".to_string(),
                 exit::OK,
@@ -1823,8 +1922,20 @@ fn record(
         },
         Err(e @ StoreError::Unavailable { .. }) => (kept_note(&e), exit::STORE_UNAVAILABLE),
         Err(e) => (kept_note(&e), exit::SOFTWARE),
-    };
-    let status = if code == exit::OK { failure } else { code };
+    }
+}
+
+/// The run's finish event in the journal (its outcome's kind, [`pending::kind_of`]) and
+/// the unit's `STATUS=`, with `note` ([`recorded`]).
+fn finished_event(
+    job: &Job,
+    run: &Run,
+    renewal: &renew::Renewal,
+    finish: &Finish,
+    status: u8,
+    note: &str,
+) {
+    let slot_text = run.slot.rfc3339();
     let report = report::one_line(&finish.report);
     let mut ev = Event::new(
         pending::kind_of(finish.outcome),
@@ -1854,7 +1965,6 @@ fn record(
     ev.report = (!report.is_empty()).then_some(report);
     journal::emit(&ev);
     journal::status(&format!("slot {slot_text}: {}{note}", finish.outcome));
-    status
 }
 
 /// [`Store::finish`], retried while the store is unavailable, with backoff (0.1 s doubling
@@ -1894,23 +2004,8 @@ fn finish_with_retry(
         let result = if failed_once {
             renewal.present(|l| store.finish(l, &run.run_id, finish))
         } else {
-            // On success the join waits for a durable write already under way.
-            let (done, waiting) = std::sync::mpsc::channel::<()>();
-            let (name, copy) = (job.name.clone(), kept.clone());
-            let keeper = std::thread::Builder::new().spawn(move || {
-                let late = waiting.recv_timeout(KEEP_DURABLY_AFTER)
-                    == Err(std::sync::mpsc::RecvTimeoutError::Timeout);
-                late && keep_durably(&name, &copy)
-            });
-            // No thread to watch the write: keep the outcome durably first.
-            if keeper.is_err() {
-                kept_durably = keep_durably(&job.name, kept);
-            }
-            let result = renewal.present(|l| store.finish(l, &run.run_id, finish));
-            drop(done);
-            if let Ok(k) = keeper {
-                kept_durably = k.join().unwrap_or(false);
-            }
+            let (result, durably) = first_finish(job, store, renewal, run, finish, kept);
+            kept_durably = durably;
             result
         };
         let Err(e @ StoreError::Unavailable { .. }) = &result else {
@@ -1941,18 +2036,7 @@ fn finish_with_retry(
         pause = (pause * 2).min(Duration::from_secs(2));
         if lease_held && Instant::now() >= next_renewal {
             let sent = Instant::now();
-            // The kept copies name the generation this renewal writes before it is sent:
-            // should the shim give up or die, they name every one the store may hold.
-            let next = renewal.draw();
-            if (kept.renewal, kept.renewing) != (renewal.lease.renewal, Some(next)) {
-                kept.renewal = renewal.lease.renewal;
-                kept.renewing = Some(next);
-                if let Err(e) = pending::keep(&pending::runtime_dir(), kept, false) {
-                    eprintln!("jobguard: {}: cannot keep the outcome again: {e}", job.name);
-                }
-                keep_durably(&job.name, kept);
-            }
-            match renewal.renew(store, job.lease_ttl) {
+            match renew_waiting(job, store, renewal, kept) {
                 Ok(Some(_)) => lease_until = sent + job.lease_ttl - margin,
                 Ok(None) => {
                     lease_held = false;
@@ -1966,4 +2050,63 @@ fn finish_with_retry(
             next_renewal = Instant::now() + every;
         }
     }
+}
+
+/// The first write of the outcome ([`Store::finish`]), watched by a thread that keeps it
+/// durably ([`keep_durably`]) when the write has not answered within
+/// [`KEEP_DURABLY_AFTER`] (kept first when no thread can start). Returns the write's
+/// result and whether the outcome is kept durably; on success the join waits for a
+/// durable write already under way.
+fn first_finish(
+    job: &Job,
+    store: &mut dyn Store,
+    renewal: &mut renew::Renewal,
+    run: &Run,
+    finish: &Finish,
+    kept: &pending::Kept,
+) -> (Result<store::Finished, StoreError>, bool) {
+    let mut kept_durably = false;
+    let (done, waiting) = std::sync::mpsc::channel::<()>();
+    let (name, copy) = (job.name.clone(), kept.clone());
+    let keeper = std::thread::Builder::new().spawn(move || {
+        let late = waiting.recv_timeout(KEEP_DURABLY_AFTER)
+            == Err(std::sync::mpsc::RecvTimeoutError::Timeout);
+        late && keep_durably(&name, &copy)
+    });
+    // No thread to watch the write: keep the outcome durably first.
+    if keeper.is_err() {
+        kept_durably = keep_durably(&job.name, kept);
+    }
+    let result = renewal.present(|l| store.finish(l, &run.run_id, finish));
+    drop(done);
+    if let Ok(k) = keeper {
+        kept_durably = k.join().unwrap_or(false);
+    }
+    (result, kept_durably)
+}
+
+/// One renewal of the lease while the outcome waits for the store
+/// ([`renew::Renewal::renew`]: the lease's new expiry, µs since the epoch by the store's
+/// clock, or `None` when it expired or passed to another holder). The kept copies name the generation this renewal writes
+/// before it is sent: should the shim give up or die, they name every one the store may
+/// hold.
+///
+/// # Errors
+/// The store's.
+fn renew_waiting(
+    job: &Job,
+    store: &mut dyn Store,
+    renewal: &mut renew::Renewal,
+    kept: &mut pending::Kept,
+) -> Result<Option<i64>, StoreError> {
+    let next = renewal.draw();
+    if (kept.renewal, kept.renewing) != (renewal.lease.renewal, Some(next)) {
+        kept.renewal = renewal.lease.renewal;
+        kept.renewing = Some(next);
+        if let Err(e) = pending::keep(&pending::runtime_dir(), kept, false) {
+            eprintln!("jobguard: {}: cannot keep the outcome again: {e}", job.name);
+        }
+        keep_durably(&job.name, kept);
+    }
+    renewal.renew(store, job.lease_ttl)
 }

@@ -28,7 +28,7 @@
 //! run got there first (a shared store whose lease expired meanwhile); this host cannot
 //! undo that. The files of a shim that is still alive are left to it.
 //!
-//! Leaves to [`crate::shim`] when to keep and to [`crate::recover`] when to replay.
+//! Leaves to [`crate::shim`] when to keep and to [`crate::ops::recover`] when to replay.
 
 use std::collections::BTreeMap;
 use std::fs::{self, OpenOptions};
@@ -38,12 +38,12 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::identity;
-use crate::journal::{self, Event, Kind};
-use crate::lease::Lease;
-use crate::ledger::{Finish, Outcome, Resolution, Run, format_usec};
+use crate::guard::identity;
+use crate::guard::lease::Lease;
+use crate::guard::ledger::{Finish, Outcome, Resolution, Run, format_usec};
 use crate::paths;
 use crate::store::{RunQuery, Store, StoreError};
+use crate::systemd::journal::{self, Event, Kind};
 
 /// One kept outcome: the run, its grant, the shim that wrote it, and how the run ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -67,7 +67,7 @@ pub struct Kept {
     /// the kept files again before each renewal.
     #[serde(default)]
     pub renewing: Option<i64>,
-    /// [`crate::lease::Holder::id`] of the grant.
+    /// [`crate::guard::lease::Holder::id`] of the grant.
     pub holder: String,
     /// Host name of the holder.
     pub host: String,

@@ -13,7 +13,7 @@
 //! open connection, a lock held long) never delays the supervisor, whatever the store
 //! client's time-outs. One call is in flight at a time; its answer comes back through a
 //! channel, announced on a pipe the supervisor polls. `jobguard check` refuses a job whose
-//! `kill_grace` leaves no time to renew ([`crate::lease::check_fence`]).
+//! `kill_grace` leaves no time to renew ([`crate::guard::lease::check_fence`]).
 //!
 //! Each renewal writes a fresh renewal generation ([`Renewal`]), so that two copies of
 //! one holder resumed from one memory snapshot cannot both keep the lease: the second
@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use nix::fcntl::OFlag;
 
 use super::child::{Keep, Keeper};
-use crate::lease::{FENCE_MARGIN, Lease, next_renewal, renew_every};
+use crate::guard::lease::{FENCE_MARGIN, Lease, next_renewal, renew_every};
 use crate::store::{Finished, Store, StoreError};
 
 /// What the renewal thread sends back: when the call was sent, and its answer.

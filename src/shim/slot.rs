@@ -14,7 +14,7 @@
 //! that is shorter than the shortest interval between two elapses, the firing lands
 //! before the next elapse and `now` still lies in the slot that fired. The job list
 //! refuses jobs where it is not ([`crate::calendar::Schedule::interval_at_most`],
-//! checked by [`crate::config`]).
+//! checked by [`crate::joblist::config`]).
 //!
 //! A service that starts later still (a loaded host) takes the newer slot; the older one
 //! is then a slot that never ran, which the next run reports as a gap (`gap` event). A
@@ -30,8 +30,8 @@
 use jiff::Timestamp;
 
 use crate::calendar::{self, Schedule};
-use crate::job::Job;
-use crate::ledger::Slot;
+use crate::guard::ledger::Slot;
+use crate::joblist::job::Job;
 
 /// The slot of a run and what triggered it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,8 +124,12 @@ pub fn for_request(job: &Job, given: Option<&str>, now_usec: i64) -> Result<Curr
                 return Err(SlotError::Ambiguous {
                     given: text.to_string(),
                     schedule: job.schedule.clone(),
-                    first: crate::ledger::format_usec(a.as_microsecond().min(b.as_microsecond())),
-                    second: crate::ledger::format_usec(a.as_microsecond().max(b.as_microsecond())),
+                    first: crate::guard::ledger::format_usec(
+                        a.as_microsecond().min(b.as_microsecond()),
+                    ),
+                    second: crate::guard::ledger::format_usec(
+                        a.as_microsecond().max(b.as_microsecond()),
+                    ),
                 });
             }
             _ => {
@@ -134,7 +138,7 @@ pub fn for_request(job: &Job, given: Option<&str>, now_usec: i64) -> Result<Curr
                     given: text.to_string(),
                     schedule: job.schedule.clone(),
                     previous: prev
-                        .map(|p| crate::ledger::format_usec(p.as_microsecond()))
+                        .map(|p| crate::guard::ledger::format_usec(p.as_microsecond()))
                         .unwrap_or_else(|| "none".into()),
                 });
             }
@@ -164,13 +168,13 @@ pub fn for_request(job: &Job, given: Option<&str>, now_usec: i64) -> Result<Curr
         }),
         None => Err(SlotError::NoElapse {
             schedule: job.schedule.clone(),
-            at: crate::ledger::format_usec(now_usec),
+            at: crate::guard::ledger::format_usec(now_usec),
         }),
     }
 }
 
 /// The elapses after `after_usec` and at or before `upto_usec` (µs since the epoch), oldest
-/// first, leaving out those in a pause window ([`crate::pause::Pauses`]): the newest
+/// first, leaving out those in a pause window ([`crate::ops::pause::Pauses`]): the newest
 /// `limit` of them, and whether older ones were left out. Walks backward from
 /// `upto_usec`, over a window in one step, so the cost is `limit` steps (and one per
 /// window) however long the gap.
@@ -179,7 +183,7 @@ pub fn elapses_up_to(
     after_usec: i64,
     upto_usec: i64,
     limit: usize,
-    paused: &crate::pause::Pauses,
+    paused: &crate::ops::pause::Pauses,
 ) -> (Vec<i64>, bool) {
     let mut out = Vec::new();
     let mut at = upto_usec;

@@ -40,8 +40,8 @@ use std::cell::RefCell;
 use std::hash::{BuildHasher, Hasher, RandomState};
 use std::time::{Duration, Instant};
 
-use crate::lease::Lease;
-use crate::ledger::Run;
+use crate::guard::lease::Lease;
+use crate::guard::ledger::Run;
 use crate::store::rules::{self, ClaimDecision, ClaimState, EndDecision, RuleError, RunState};
 use crate::store::{Claim, ClaimRequest, StoreError};
 
@@ -379,7 +379,9 @@ impl Writes {
                 before: before.clone(),
                 after: before
                     .iter()
-                    .map(|r| with_resolution(r, &grant.rerun, crate::ledger::Resolution::Rerun))
+                    .map(|r| {
+                        with_resolution(r, &grant.rerun, crate::guard::ledger::Resolution::Rerun)
+                    })
                     .collect(),
             })
             .collect();
@@ -459,7 +461,7 @@ impl Writes {
         slot: i64,
         runs: &[Run],
         ids: &[String],
-        resolution: crate::ledger::Resolution,
+        resolution: crate::guard::ledger::Resolution,
     ) -> Writes {
         let after: Vec<Run> = runs
             .iter()
@@ -471,8 +473,9 @@ impl Writes {
             .cloned()
             .collect();
         let held = |id: &str| {
-            runs.iter()
-                .any(|r| r.run_id == id && r.resolution == Some(crate::ledger::Resolution::Held))
+            runs.iter().any(|r| {
+                r.run_id == id && r.resolution == Some(crate::guard::ledger::Resolution::Held)
+            })
         };
         ahead.sort_by_key(|r| held(&r.run_id));
         Writes {
@@ -494,11 +497,11 @@ impl Writes {
 }
 
 fn queued(run: &Run) -> bool {
-    run.resolution == Some(crate::ledger::Resolution::Queued)
+    run.resolution == Some(crate::guard::ledger::Resolution::Queued)
 }
 
 /// `run`, resolved `resolution` when its run id is one of `ids`.
-fn with_resolution(run: &Run, ids: &[String], resolution: crate::ledger::Resolution) -> Run {
+fn with_resolution(run: &Run, ids: &[String], resolution: crate::guard::ledger::Resolution) -> Run {
     Run {
         resolution: if ids.contains(&run.run_id) {
             Some(resolution)
@@ -540,13 +543,13 @@ fn commit<B: Backend>(
 pub(crate) fn check_finish(
     store: &str,
     run_id: &str,
-    finish: &crate::ledger::Finish,
+    finish: &crate::guard::ledger::Finish,
 ) -> Result<(), StoreError> {
     let invalid = |detail: String| StoreError::Invalid {
         store: store.to_string(),
         detail,
     };
-    if finish.outcome == crate::ledger::Outcome::Running {
+    if finish.outcome == crate::guard::ledger::Outcome::Running {
         return Err(invalid(format!(
             "finish: run {run_id}: running is not an end state"
         )));
@@ -788,7 +791,7 @@ pub(crate) fn resolve<B: Backend>(
     backend: &mut B,
     job: &str,
     slot: i64,
-    resolution: crate::ledger::Resolution,
+    resolution: crate::guard::ledger::Resolution,
 ) -> Result<usize, Fail<B::Client>> {
     let mut done = 0;
     // The slot's records when the first part was written.
@@ -854,7 +857,7 @@ macro_rules! store_ops {
             engine::check_finish(&self.describe(), run_id, finish)?;
             // The slot's records matter only to the one-success rule.
             let need = engine::Need {
-                slot: finish.outcome == crate::ledger::Outcome::Succeeded,
+                slot: finish.outcome == crate::guard::ledger::Outcome::Succeeded,
                 live: true,
             };
             let decision = self.engine("finish", |s| {
@@ -918,7 +921,7 @@ mod tests {
     //! `tests/store_conformance.rs` and `tests/store_differential.rs`).
 
     use super::*;
-    use crate::ledger::{Outcome, Resolution};
+    use crate::guard::ledger::{Outcome, Resolution};
     use crate::store::rules::tests::{end as ended, req};
 
     /// One job's state, a version that every commit moves, and how many more commits

@@ -28,7 +28,7 @@
 //! - `P id/RUN_ID`: the key of that run's record.
 //! - `P queued/JOB/SLOT`: present while a record of the slot is resolved `queued`.
 //! - `P hosts/HOST`: a host's heartbeat, JSON ([`Store::put_beat`]); the host's key
-//!   percent-encoded ([`crate::mark::key_component`]).
+//!   percent-encoded ([`crate::guard::mark::key_component`]).
 //!
 //! Every operation reads the job's state in one transaction of range reads (and a
 //! second one, when it needs records it learnt of in the first, that answers only while
@@ -61,8 +61,8 @@
 //! lease's time to live when a new leader is elected (etcd-io/etcd#9888), so the key may
 //! outlive the time to live: that only makes other hosts wait longer. The holder never
 //! relies on the server to expire it on time: it stops its command by its own monotonic
-//! clock, [`crate::lease::FENCE_MARGIN`] before the lease could expire counted from the
-//! send time of its last confirmed renewal ([`crate::lease::fence_after`]), as with every
+//! clock, [`crate::guard::lease::FENCE_MARGIN`] before the lease could expire counted from the
+//! send time of its last confirmed renewal ([`crate::guard::lease::fence_after`]), as with every
 //! store. The clock check of a claim ([`crate::store::ClaimRequest::clock`]) has no
 //! store clock to compare with and always passes: keep the hosts' clocks in step (NTP),
 //! as the slots themselves come from them.
@@ -76,9 +76,9 @@ use etcd_client::{
 };
 use serde_json::{Value, json};
 
-use crate::clock::{Clock, SystemClock};
-use crate::lease::Lease;
-use crate::ledger::{Finish, Resolution, Run};
+use crate::guard::clock::{Clock, SystemClock};
+use crate::guard::lease::Lease;
+use crate::guard::ledger::{Finish, Resolution, Run};
 use crate::store::engine::{self, Commit, LeaseRead, LeaseWrite, Need, RETRIES, Read, RunRead};
 use crate::store::remote::{self, CALL_TIMEOUT, CONNECT_TIMEOUT, slot_part};
 use crate::store::rules;
@@ -417,7 +417,7 @@ impl EtcdStore {
     fn mark_key(&self, namespace: &str, key: &str) -> String {
         self.key(&format!(
             "mark/{namespace}/{}",
-            crate::mark::key_component(key)
+            crate::guard::mark::key_component(key)
         ))
     }
     fn mark_day_prefix(&self, job: &str, day: i64) -> String {
@@ -1261,7 +1261,7 @@ impl engine::Backend for Session<'_> {
 /// As [`EtcdStore::open`].
 pub(crate) fn open_boxed(
     address: &str,
-    clock: std::sync::Arc<dyn crate::clock::Clock>,
+    clock: std::sync::Arc<dyn crate::guard::clock::Clock>,
 ) -> Result<Box<dyn Store>, StoreError> {
     let mut store = EtcdStore::open(address)?;
     store.set_clock(clock);
@@ -1387,7 +1387,7 @@ impl Store for EtcdStore {
             "{}{}~{}",
             self.mark_day_prefix(&mark.job, mark.marked_at.div_euclid(remote::MARK_DAY_USEC)),
             mark.namespace,
-            crate::mark::key_component(&mark.key)
+            crate::guard::mark::key_component(&mark.key)
         );
         let value = remote::mark_to_json(mark);
         self.retrying("mark", async |store, client| {
@@ -1478,7 +1478,10 @@ impl Store for EtcdStore {
     }
 
     fn put_beat(&mut self, host: &str, beat: &str) -> Result<(), StoreError> {
-        let key = self.key(&format!("hosts/{}", crate::mark::key_component(host)));
+        let key = self.key(&format!(
+            "hosts/{}",
+            crate::guard::mark::key_component(host)
+        ));
         self.retrying("write the heartbeat", async |_, client| {
             client.put(key.as_bytes(), beat.as_bytes(), None).await?;
             Ok(Some(()))
@@ -1504,7 +1507,7 @@ impl Store for EtcdStore {
     }
 
     fn read_beat(&mut self, key: &str) -> Result<Option<String>, StoreError> {
-        let path = self.key(&format!("hosts/{}", crate::mark::key_component(key)));
+        let path = self.key(&format!("hosts/{}", crate::guard::mark::key_component(key)));
         self.retrying("read a fleet record", async |_, client| {
             let resp = client.get(path.as_bytes(), None).await?;
             resp.kvs()
@@ -1520,7 +1523,10 @@ impl Store for EtcdStore {
 
     fn forget_beats(&mut self, hosts: &[String]) -> Result<(), StoreError> {
         for host in hosts {
-            let key = self.key(&format!("hosts/{}", crate::mark::key_component(host)));
+            let key = self.key(&format!(
+                "hosts/{}",
+                crate::guard::mark::key_component(host)
+            ));
             self.retrying("forget heartbeats", async |_, client| {
                 client.delete(key.as_bytes(), None).await?;
                 Ok(Some(()))

@@ -12,8 +12,8 @@
 
 use std::time::Duration;
 
-use crate::lease::{Holder, Lease};
-use crate::ledger::{Finish, NewRun, Outcome, Resolution, Run};
+use crate::guard::lease::{Holder, Lease};
+use crate::guard::ledger::{Finish, NewRun, Outcome, Resolution, Run};
 
 pub mod address;
 mod engine;
@@ -42,7 +42,7 @@ pub mod zookeeper;
 
 use std::sync::Arc;
 
-use crate::clock::{Clock, SystemClock};
+use crate::guard::clock::{Clock, SystemClock};
 use address::StoreAddress;
 
 /// For tests of races on a real store: runs `f` once, in this thread, when this thread's
@@ -175,12 +175,14 @@ impl StoreError {
             ),
         }
     }
+}
 
+impl crate::exit::Status for StoreError {
     /// The one exit status every command gives for this error (docs/commands.md, "Exit statuses"):
     /// 69 (`EX_UNAVAILABLE`) for a store that could not be reached, 78 (`EX_CONFIG`) for a
     /// bad or unsafe address, 70 (`EX_SOFTWARE`) for a store that answered with something
     /// jobguard cannot use.
-    pub fn exit_status(&self) -> u8 {
+    fn exit_status(&self) -> u8 {
         match self {
             StoreError::Unavailable { .. } => crate::exit::STORE_UNAVAILABLE,
             StoreError::Address { .. } | StoreError::Unsafe { .. } => crate::exit::CONFIG,
@@ -318,7 +320,7 @@ pub struct ScheduleDecl {
     pub job: String,
     /// What decides the job's slots: the schedule's normalized form (as
     /// `systemd-analyze calendar` prints it) and the zone its times are in
-    /// ([`crate::job::Job::schedule_fingerprint`]).
+    /// ([`crate::joblist::job::Job::schedule_fingerprint`]).
     pub fingerprint: String,
     /// When the declaring host's definition was written: the modification time of the
     /// file that states the job's schedule, µs since the Unix epoch.
@@ -330,7 +332,7 @@ pub struct ScheduleDecl {
     /// clock: the hosts that run by a schedule refresh it as they fire.
     pub seen_at: i64,
     /// How long, µs, the schedule holds without a refresh before a host with another one
-    /// takes the job over ([`crate::job::Job::schedule_horizon`]): twice the longest gap
+    /// takes the job over ([`crate::joblist::job::Job::schedule_horizon`]): twice the longest gap
     /// between its elapses, at least 10 minutes.
     pub horizon: i64,
 }
@@ -340,9 +342,9 @@ pub struct ScheduleDecl {
 /// that every host sees it. Its retention is the job's ([`Store::delete_marks`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mark {
-    /// What kind of key this is, e.g. `shipping` ([`crate::mark::check_namespace`]).
+    /// What kind of key this is, e.g. `shipping` ([`crate::guard::mark::check_namespace`]).
     pub namespace: String,
-    /// The key itself, e.g. an order id ([`crate::mark::check_key`]).
+    /// The key itself, e.g. an order id ([`crate::guard::mark::check_key`]).
     pub key: String,
     /// The job whose store holds the mark and whose retention applies.
     pub job: String,
@@ -432,7 +434,7 @@ pub trait Store: Send {
     fn claim(&mut self, req: &ClaimRequest) -> Result<Claim, StoreError>;
 
     /// Extends the lease to store-now + `ttl` and writes the renewal generation `next`
-    /// ([`crate::lease::next_renewal`]) if it is still held by `lease.holder` with
+    /// ([`crate::guard::lease::next_renewal`]) if it is still held by `lease.holder` with
     /// `lease.token`, has not expired, and its generation is `lease.renewal` or `next`
     /// (this renewal sent again): [`rules::renew`]. Returns the new `expire_at` (µs since
     /// the epoch, store clock), or `None` when the lease is lost; the caller then uses
@@ -599,10 +601,10 @@ pub trait Store: Send {
     ) -> Result<bool, StoreError>;
 
     /// Writes a fleet record `beat` (JSON) under `host`, replacing the earlier one of that
-    /// key: a host's heartbeat ([`crate::fleet::Beat`], under [`crate::fleet::Beat::key`])
-    /// or a job's pause windows ([`crate::pause`], under [`crate::pause::key`]). The
-    /// store keeps it as given and decides nothing: [`crate::fleet::judge`] and
-    /// [`crate::pause`] do. The table or keyspace is made on first use, like the
+    /// key: a host's heartbeat ([`crate::ops::fleet::Beat`], under [`crate::ops::fleet::Beat::key`])
+    /// or a job's pause windows ([`crate::ops::pause`], under [`crate::ops::pause::key`]). The
+    /// store keeps it as given and decides nothing: [`crate::ops::fleet::judge`] and
+    /// [`crate::ops::pause`] do. The table or keyspace is made on first use, like the
     /// schedule's.
     ///
     /// # Errors
@@ -618,7 +620,7 @@ pub trait Store: Send {
 
     /// Every fleet record the store holds, `(key, record)`, in no order; none before the
     /// first. Heartbeats and pause windows alike: readers tell them by key
-    /// ([`crate::pause::is_key`]).
+    /// ([`crate::ops::pause::is_key`]).
     ///
     /// # Errors
     /// The store's.
@@ -695,7 +697,7 @@ pub trait Store: Send {
     fn insert_mark(&mut self, mark: &Mark, fenced: bool) -> Result<bool, StoreError>;
 
     /// Deletes the marks of `job` recorded before `before` (µs since the epoch, store
-    /// clock); returns how many (retention: [`crate::retention::prune_job`]).
+    /// clock); returns how many (retention: [`crate::ops::retention::prune_job`]).
     ///
     /// # Errors
     /// The store's.
@@ -716,7 +718,7 @@ pub trait Store: Send {
     /// Deletes every record of each of `slots` (µs since the epoch) of `job`, but only of
     /// a slot none of whose records is `running` or started at or after `started_before`
     /// (µs, store clock), judged in the same atomic step as the delete, so a claim that
-    /// adds an attempt meanwhile keeps its slot whole (retention: [`crate::retention`]
+    /// adds an attempt meanwhile keeps its slot whole (retention: [`crate::ops::retention`]
     /// chooses the slots). Returns how many records were deleted. Leases and
     /// fencing-token counters are never deleted.
     fn delete_slots(

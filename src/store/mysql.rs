@@ -70,9 +70,9 @@ use std::time::Duration;
 use mysql::prelude::Queryable;
 use mysql::{Conn, Opts, OptsBuilder, Row, SslOpts, Value};
 
-use crate::clock::Clock;
-use crate::lease::Lease;
-use crate::ledger::{Finish, Outcome, Resolution, Run};
+use crate::guard::clock::Clock;
+use crate::guard::lease::Lease;
+use crate::guard::ledger::{Finish, Outcome, Resolution, Run};
 use crate::store::engine::{self, Commit, LeaseRead, LeaseWrite, Need, Read, RunRead, Writes};
 use crate::store::remote::{self, CALL_TIMEOUT, CANCEL_TIMEOUT, CONNECT_TIMEOUT};
 use crate::store::{
@@ -731,7 +731,7 @@ fn add_lease_column(conn: &mut Conn, name: &str) -> Result<(), Fail> {
 /// The table of marks ([`Store::mark`]), made with the first mark like the schedule
 /// table. Binary columns for the namespace and key: a `_bin` collation pads trailing
 /// spaces, and `a` and `a ` are two keys. The namespace is as long as
-/// [`crate::mark::MAX_STORED_NAMESPACE`] (129 bytes); a table made before a namespace was
+/// [`crate::guard::mark::MAX_STORED_NAMESPACE`] (129 bytes); a table made before a namespace was
 /// the job's own has 64 and is widened ([`WIDEN_MARK_NAMESPACE`]).
 const MARK_TABLE: &str = "CREATE TABLE IF NOT EXISTS jobguard_mark (
     namespace VARBINARY(129) NOT NULL,
@@ -974,7 +974,7 @@ fn write_grant(
 /// As [`MysqlStore::open`].
 pub(crate) fn open_boxed(
     address: &str,
-    clock: std::sync::Arc<dyn crate::clock::Clock>,
+    clock: std::sync::Arc<dyn crate::guard::clock::Clock>,
 ) -> Result<Box<dyn Store>, StoreError> {
     let _ = clock;
     Ok(Box::new(MysqlStore::open(address)?))
@@ -1064,7 +1064,8 @@ impl Store for MysqlStore {
             // already wide; a missing table comes with the first mark (1146 below).
             self.with_schema("widen the mark table", |c| {
                 let width: Option<Option<i64>> = c.query_first(MARK_NAMESPACE_WIDTH)?;
-                let wide = i64::try_from(crate::mark::MAX_STORED_NAMESPACE).unwrap_or(i64::MAX);
+                let wide =
+                    i64::try_from(crate::guard::mark::MAX_STORED_NAMESPACE).unwrap_or(i64::MAX);
                 if width.flatten().is_some_and(|w| w < wide) {
                     c.query_drop(WIDEN_MARK_NAMESPACE)?;
                 }
@@ -1390,7 +1391,7 @@ impl Store for MysqlStore {
                                  WHERE p.job = j.job AND p.slot_usec < {from}
                                  ORDER BY p.started_at, p.run_id LIMIT 1) FROM {jobs} j) win
                    ON win.seq = r.seq",
-                key = crate::ledger::SCHEDULE
+                key = crate::guard::ledger::SCHEDULE
             );
         }
         if !conditions.is_empty() {
@@ -1694,7 +1695,10 @@ mod tests {
 
     #[test]
     fn the_mark_table_holds_the_longest_stored_namespace() {
-        let column = format!("namespace VARBINARY({})", crate::mark::MAX_STORED_NAMESPACE);
+        let column = format!(
+            "namespace VARBINARY({})",
+            crate::guard::mark::MAX_STORED_NAMESPACE
+        );
         assert!(MARK_TABLE.contains(&column), "{MARK_TABLE}");
         assert!(
             WIDEN_MARK_NAMESPACE.contains(&column),

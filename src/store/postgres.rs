@@ -101,9 +101,9 @@ use tokio_postgres::types::Type;
 use tokio_postgres::{Client, Row};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use crate::clock::Clock;
-use crate::lease::Lease;
-use crate::ledger::{Finish, Outcome, Resolution, Run};
+use crate::guard::clock::Clock;
+use crate::guard::lease::Lease;
+use crate::guard::ledger::{Finish, Outcome, Resolution, Run};
 use crate::store::engine::{self, Commit, LeaseRead, LeaseWrite, Need, Read, RunRead, Writes};
 use crate::store::remote::{self, CALL_TIMEOUT, CANCEL_TIMEOUT, CONNECT_TIMEOUT};
 use crate::store::rules;
@@ -1549,7 +1549,7 @@ impl engine::Backend for Session<'_> {
 /// As [`PostgresStore::open`].
 pub(crate) fn open_boxed(
     address: &str,
-    clock: std::sync::Arc<dyn crate::clock::Clock>,
+    clock: std::sync::Arc<dyn crate::guard::clock::Clock>,
 ) -> Result<Box<dyn Store>, StoreError> {
     let _ = clock;
     Ok(Box::new(PostgresStore::open(address)?))
@@ -1950,7 +1950,7 @@ impl Store for PostgresStore {
                 } else {
                     crate::store::EVERY_JOB
                 },
-                key = crate::ledger::SCHEDULE
+                key = crate::guard::ledger::SCHEDULE
             ),
         };
         let sql = format!(

@@ -77,9 +77,9 @@ use std::time::Duration;
 
 use redis::{Connection, Pipeline, Value};
 
-use crate::clock::Clock;
-use crate::lease::Lease;
-use crate::ledger::{Finish, Outcome, Resolution, Run};
+use crate::guard::clock::Clock;
+use crate::guard::lease::Lease;
+use crate::guard::ledger::{Finish, Outcome, Resolution, Run};
 use crate::store::engine::{
     self, Commit, LeaseRead, LeaseWrite, Need, RETRIES, Read, RunRead, Writes,
 };
@@ -104,9 +104,9 @@ const DELETE_MARKS_BATCH: usize = 1000;
 const DELETE_SLOTS_BATCH: usize = 200;
 
 /// A mark's member in its job's index, and its key after `PREFIX mark:`: the namespace
-/// (no `:` in it, [`crate::mark::check_namespace`]) and the encoded key.
+/// (no `:` in it, [`crate::guard::mark::check_namespace`]) and the encoded key.
 fn mark_member(namespace: &str, key: &str) -> String {
-    format!("{namespace}:{}", crate::mark::key_component(key))
+    format!("{namespace}:{}", crate::guard::mark::key_component(key))
 }
 
 /// A mark's key: `PREFIX mark:NAMESPACE:KEY`, the key percent-encoded.
@@ -1062,7 +1062,7 @@ fn migrate_once(c: &mut Connection, p: &str) -> Result<Option<i64>, Fail> {
 /// As [`RedisStore::open`].
 pub(crate) fn open_boxed(
     address: &str,
-    clock: std::sync::Arc<dyn crate::clock::Clock>,
+    clock: std::sync::Arc<dyn crate::guard::clock::Clock>,
 ) -> Result<Box<dyn Store>, StoreError> {
     let _ = clock;
     Ok(Box::new(RedisStore::open(address)?))

@@ -5,7 +5,7 @@
 //! Everything that asks "what kind of store is this address?" reads [`KINDS`]: the
 //! address parser ([`crate::store::address`]), the job-list loader (which refuses a
 //! kind this build cannot open, with file:line:column), `jobguard check`, a job's
-//! network dependency ([`crate::job::Job::needs_network`]) and the generator (which
+//! network dependency ([`crate::joblist::job::Job::needs_network`]) and the generator (which
 //! skips such a job). The list says what a kind is, not how to open it: that is
 //! [`crate::store::open`]'s alone, so code that only reads the list (the generator,
 //! `config`) links no store client. A new store is its backend file (with an `open_boxed`

@@ -28,7 +28,7 @@ use serde_json::Value;
 #[cfg(any(feature = "store-etcd", feature = "store-zookeeper"))]
 use serde_json::{Map, json};
 
-use crate::ledger::{Outcome, Resolution, Run, Slot};
+use crate::guard::ledger::{Outcome, Resolution, Run, Slot};
 use crate::store::StoreError;
 
 /// How long connecting to a remote store may take before it counts as unavailable.

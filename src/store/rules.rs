@@ -6,7 +6,7 @@
 //! functions only reads the snapshot and applies the writes in one atomic step; the
 //! decision itself is made here and tested here, with no store at all.
 //!
-//! The module sits in `store/` (not beside [`crate::lease`] and [`crate::ledger`]) because
+//! The module sits in `store/` (not beside [`crate::guard::lease`] and [`crate::guard::ledger`]) because
 //! it is the store layer's decision procedure: it answers in the store's own values
 //! ([`Claim`], [`Finished`]) and is called only by the backends and their tests.
 //!
@@ -54,8 +54,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::lease::Lease;
-use crate::ledger::{Finish, Outcome, Resolution, Run, Slot};
+use crate::guard::lease::Lease;
+use crate::guard::ledger::{Finish, Outcome, Resolution, Run, Slot};
 use crate::store::{Claim, ClaimRequest, Finished, Mark, Marking, ScheduleDecl};
 
 /// How long after a lease's expiry, µs by the store's clock, a holder on another machine
@@ -69,7 +69,7 @@ use crate::store::{Claim, ClaimRequest, Finished, Mark, Marking, ScheduleDecl};
 /// slot a second time, so it is refused as [`Claim::Busy`] until the lease has been lapsed
 /// this long: one recovery pass of the holder's host (60 s) plus 30 s for passes that do
 /// not start at the same second. A holder cut off for longer is taken for gone, as
-/// `jobguard recover` takes it ([`crate::recover::holder_gone`]). Once a later grant has
+/// `jobguard recover` takes it ([`crate::ops::recover::holder_gone`]). Once a later grant has
 /// taken the lease on, when the attempt's lease lapsed is no longer known: its slot then
 /// waits until a recovery pass has judged the attempt ([`claim`], step 5). A claim from the
 /// same machine and boot needs no grace: its own shim replays a kept outcome before it
@@ -274,14 +274,14 @@ fn slot_state(runs: &[Run]) -> SlotState {
 /// - every record of the newest slot before it (the anchor: it bounds the first gap, and
 ///   a run still live there holds that gap back);
 /// - every record of the newest slot before it with a record that names a schedule
-///   ([`crate::ledger::names_a_schedule`]): whether that schedule is the current one
+///   ([`crate::guard::ledger::names_a_schedule`]): whether that schedule is the current one
 ///   decides whether the gaps from `from` on are judged at all;
 /// - the first record started (lowest `started_at`; of several started in the same µs,
 ///   one: here the lowest run id, in the SQL stores the one their index finds first) of a
 ///   slot before it: whether the job had a history when an elapse in the first gap came
 ///   due.
 ///
-/// With these, a check of the slots from `from` on ([`crate::audit::audit_job`]) judges
+/// With these, a check of the slots from `from` on ([`crate::ops::audit::audit_job`]) judges
 /// as it would with every record, except where the schedule changed back to an earlier
 /// one before `from`. For the stores that read every record and filter them here (`run`
 /// gives the record of an item); the SQL stores ask the same in their query.
@@ -299,7 +299,7 @@ pub fn window<T>(items: &mut Vec<T>, from: i64, run: impl Fn(&T) -> &Run) {
             ..Before::default()
         });
         b.anchor = b.anchor.max(r.slot.usec);
-        if crate::ledger::names_a_schedule(r) {
+        if crate::guard::ledger::names_a_schedule(r) {
             b.named = Some(b.named.map_or(r.slot.usec, |n| n.max(r.slot.usec)));
         }
         let first = (r.started_at, r.run_id.clone());
@@ -832,7 +832,7 @@ pub fn interrupt(
 ///
 /// - The job's lease row is still its grant (same holder and token): the lease's
 ///   `expire_at`, its last renewal plus the time to live. The shim stops the command
-///   before then (self-fencing, [`crate::lease::FENCE_MARGIN`]).
+///   before then (self-fencing, [`crate::guard::lease::FENCE_MARGIN`]).
 /// - A later grant holds the row (a higher token): that grant's `acquired_at`. A grant is
 ///   made only once the run's lease had expired or been released.
 /// - Otherwise (the row was released by a person, or is missing): `now`.

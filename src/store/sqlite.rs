@@ -5,7 +5,7 @@
 //!   expire_at). A released lease keeps its row with an empty holder and `expire_at = 0`,
 //!   so the fencing token keeps growing across releases.
 //! - `jobguard_run`: one row per attempt at a (job, slot), with every field of
-//!   [`crate::ledger::Run`]; the job's counters are a JSON object in `report`. A partial
+//!   [`crate::guard::ledger::Run`]; the job's counters are a JSON object in `report`. A partial
 //!   unique index allows at most one non-forced `succeeded` row per (job, slot).
 //!
 //! All times are INTEGER µs since the Unix epoch, read from the store's [`Clock`] (the
@@ -38,9 +38,9 @@ use rusqlite::{
     Connection, ErrorCode, OpenFlags, OptionalExtension, Row, TransactionBehavior, params,
 };
 
-use crate::clock::{Clock, SystemClock};
-use crate::lease::Lease;
-use crate::ledger::{Finish, Outcome, Resolution, Run, Slot};
+use crate::guard::clock::{Clock, SystemClock};
+use crate::guard::lease::Lease;
+use crate::guard::ledger::{Finish, Outcome, Resolution, Run, Slot};
 use crate::store::engine::{self, Commit, LeaseRead, LeaseWrite, Need, Read, RunRead, Writes};
 use crate::store::rules;
 use crate::store::{
@@ -1102,7 +1102,7 @@ impl Store for SqliteStore {
                             WHERE p.job = j.job AND +p.slot_usec < {f}
                             ORDER BY p.started_at, p.rowid LIMIT 1)
                      FROM {jobs} j)",
-                key = crate::ledger::SCHEDULE
+                key = crate::guard::ledger::SCHEDULE
             ));
         }
         if !query.outcomes.is_empty() {
@@ -1421,7 +1421,7 @@ mod tests {
     use rusqlite::trace::{TraceEvent, TraceEventCodes};
 
     use super::*;
-    use crate::clock::ManualClock;
+    use crate::guard::clock::ManualClock;
     use crate::store::rules::tests::{end, req};
     use crate::store::{Claim, ClaimRequest, RunQuery};
 

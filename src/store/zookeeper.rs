@@ -42,7 +42,7 @@
 //! - `P/schedule/JOB`: the schedule the job runs by
 //!   ([`crate::store::Store::declare_schedule`]), as JSON; swapped at the version read.
 //! - `P/hosts/HOST`: a host's heartbeat, JSON ([`crate::store::Store::put_beat`]); the
-//!   host's key percent-encoded ([`crate::mark::key_component`]).
+//!   host's key percent-encoded ([`crate::guard::mark::key_component`]).
 //!
 //! Each operation reads the ensemble's time, reads the job's state (one `multi` read, and a
 //! second for the records the first pointed at), decides with the rules, and writes in one
@@ -61,7 +61,7 @@
 //! and the job taken over while it still runs its command within its lease; when it is as
 //! long, the node ends no sooner than `expire_at` passes. Either way it adds no safe
 //! speed, so the holder fences itself by its own monotonic clock, as with every store
-//! ([`crate::lease::fence_after`]), and the others wait for `expire_at` by the leader's
+//! ([`crate::guard::lease::fence_after`]), and the others wait for `expire_at` by the leader's
 //! clock. No state lives in the session: a session the server expired (an idle host, a
 //! long pause) is replaced by a new one on the next call.
 
@@ -71,9 +71,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use zookeeper_client::{Acls, Client, CreateMode, MultiReadResult, MultiWriteError};
 
-use crate::clock::Clock;
-use crate::lease::Lease;
-use crate::ledger::{Finish, Resolution, Run};
+use crate::guard::clock::Clock;
+use crate::guard::lease::Lease;
+use crate::guard::ledger::{Finish, Resolution, Run};
 use crate::store::engine::{
     self, Commit, LeaseRead, LeaseWrite, Need, RETRIES, Read, RunRead, SlotWrite, Writes,
 };
@@ -463,7 +463,7 @@ impl ZooKeeperStore {
     fn mark_node(&self, namespace: &str, key: &str) -> String {
         self.node(&format!(
             "mark/{namespace}/{}",
-            crate::mark::key_component(key)
+            crate::guard::mark::key_component(key)
         ))
     }
 
@@ -1268,7 +1268,7 @@ struct Snapshot {
 /// As [`ZooKeeperStore::open`].
 pub(crate) fn open_boxed(
     address: &str,
-    clock: std::sync::Arc<dyn crate::clock::Clock>,
+    clock: std::sync::Arc<dyn crate::guard::clock::Clock>,
 ) -> Result<Box<dyn Store>, StoreError> {
     let _ = clock;
     Ok(Box::new(ZooKeeperStore::open(address)?))
@@ -1414,7 +1414,7 @@ impl Store for ZooKeeperStore {
         let index = format!(
             "{day}/{}~{}",
             mark.namespace,
-            crate::mark::key_component(&mark.key)
+            crate::guard::mark::key_component(&mark.key)
         );
         let parents = [
             self.node("mark"),
@@ -1562,7 +1562,7 @@ impl Store for ZooKeeperStore {
 
     fn put_beat(&mut self, host: &str, beat: &str) -> Result<(), StoreError> {
         let parent = self.node("hosts");
-        let node = format!("{parent}/{}", crate::mark::key_component(host));
+        let node = format!("{parent}/{}", crate::guard::mark::key_component(host));
         self.retrying("write the heartbeat", async |store, client| {
             match client.set_data(&node, beat.as_bytes(), None).await {
                 Ok(_) => return Ok(Some(())),
@@ -1613,7 +1613,11 @@ impl Store for ZooKeeperStore {
     }
 
     fn read_beat(&mut self, key: &str) -> Result<Option<String>, StoreError> {
-        let node = format!("{}/{}", self.node("hosts"), crate::mark::key_component(key));
+        let node = format!(
+            "{}/{}",
+            self.node("hosts"),
+            crate::guard::mark::key_component(key)
+        );
         self.retrying("read a fleet record", async |_, client| {
             match client.get_data(&node).await {
                 Ok((data, _)) => String::from_utf8(data)
@@ -1628,7 +1632,7 @@ impl Store for ZooKeeperStore {
     fn forget_beats(&mut self, hosts: &[String]) -> Result<(), StoreError> {
         let parent = self.node("hosts");
         for host in hosts {
-            let node = format!("{parent}/{}", crate::mark::key_component(host));
+            let node = format!("{parent}/{}", crate::guard::mark::key_component(host));
             self.retrying("forget heartbeats", async |_, client| {
                 match client.delete(&node, None).await {
                     Ok(()) | Err(zookeeper_client::Error::NoNode) => Ok(Some(())),

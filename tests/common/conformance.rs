@@ -8,8 +8,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use jobguard::lease::{Holder, Lease};
-use jobguard::ledger::{Finish, NewRun, Outcome, Resolution, Run, Slot};
+use jobguard::guard::lease::{Holder, Lease};
+use jobguard::guard::ledger::{Finish, NewRun, Outcome, Resolution, Run, Slot};
 use jobguard::store::rules::FOREIGN_GRACE_USEC;
 use jobguard::store::{
     Claim, ClaimRequest, ClockCheck, Finished, Mark, Marking, RunQuery, Store, StoreError,
@@ -1361,8 +1361,10 @@ pub fn runs_reads_a_window_of_slots(env: &dyn Env) {
             Outcome::Interrupted
         });
         if report {
-            end.report
-                .insert(jobguard::ledger::SCHEDULE.into(), "*-*-* 02:00:00".into());
+            end.report.insert(
+                jobguard::guard::ledger::SCHEDULE.into(),
+                "*-*-* 02:00:00".into(),
+            );
         }
         s.finish(&l, &rid(n), &end).unwrap();
     }
@@ -2413,7 +2415,7 @@ pub fn a_key_is_marked_once(env: &dyn Env) {
             Some(key.to_string())
         );
     }
-    let long = "k".repeat(jobguard::mark::MAX_KEY);
+    let long = "k".repeat(jobguard::guard::mark::MAX_KEY);
     assert!(matches!(
         a.mark(&new_mark("sync", "shipping", &long, 1, 0), false)
             .unwrap(),
@@ -2421,16 +2423,16 @@ pub fn a_key_is_marked_once(env: &dyn Env) {
     ));
     assert_eq!(
         b.read_mark("shipping", &long).unwrap().map(|m| m.key.len()),
-        Some(jobguard::mark::MAX_KEY)
+        Some(jobguard::guard::mark::MAX_KEY)
     );
     // The longest namespace as stored (a job's own: JOB@NAMESPACE), and the same namespace
     // one byte shorter, are two namespaces: nothing cuts it short.
-    let widest = jobguard::mark::stored_namespace(
-        &"j".repeat(jobguard::job::MAX_JOB_NAME_LEN),
-        &"n".repeat(jobguard::mark::MAX_NAMESPACE),
+    let widest = jobguard::guard::mark::stored_namespace(
+        &"j".repeat(jobguard::joblist::job::MAX_JOB_NAME_LEN),
+        &"n".repeat(jobguard::guard::mark::MAX_NAMESPACE),
         false,
     );
-    assert_eq!(widest.len(), jobguard::mark::MAX_STORED_NAMESPACE);
+    assert_eq!(widest.len(), jobguard::guard::mark::MAX_STORED_NAMESPACE);
     for namespace in [&widest[..widest.len() - 1], &widest[..]] {
         assert!(
             matches!(

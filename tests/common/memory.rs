@@ -9,8 +9,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use jobguard::lease::Lease;
-use jobguard::ledger::{Finish, Resolution, Run};
+use jobguard::guard::lease::Lease;
+use jobguard::guard::ledger::{Finish, Resolution, Run};
 use jobguard::store::rules::{
     ClaimDecision, ClaimState, EndDecision, MarkStep, RuleError, RunState, claim, finish,
     interrupt, mark, newest_bound, newest_by, released, renew, resolve, unlock,

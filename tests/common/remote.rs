@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use jobguard::clock::{Clock, ManualClock};
+use jobguard::guard::clock::{Clock, ManualClock};
 use jobguard::store::{Claim, RunQuery, Store, StoreError};
 
 use super::conformance::{Env, T0, finish, holder, request, rid};
@@ -865,7 +865,7 @@ pub fn etcd_reads_outlive_compaction(test: &str) {
     const GRANTS: u32 = 600;
     // Reports of 8 KiB make a read of the history (about 5 MB in 19 pages) take longer
     // than the time between two compactions below, so most reads see one.
-    let mut done = finish(jobguard::ledger::Outcome::Failed);
+    let mut done = finish(jobguard::guard::ledger::Outcome::Failed);
     done.report.insert("output".into(), "x".repeat(8 << 10));
     let mut s = jobguard::store::open(&ns.address()).unwrap();
     s.init().unwrap();
@@ -879,7 +879,7 @@ pub fn etcd_reads_outlive_compaction(test: &str) {
         };
         s.finish(&lease, &rid(n), &done).unwrap();
         if n % 3 == 0 {
-            s.resolve("sync", slot, jobguard::ledger::Resolution::Held)
+            s.resolve("sync", slot, jobguard::guard::ledger::Resolution::Held)
                 .unwrap();
         }
     }
@@ -966,7 +966,7 @@ pub fn etcd_lease_decides(test: &str) {
             .unwrap()
             .is_some()
     );
-    let lease = jobguard::lease::Lease {
+    let lease = jobguard::guard::lease::Lease {
         renewal: 1,
         ..lease
     };
@@ -1045,8 +1045,8 @@ pub fn success_is_unique_in_the_schema(server: &'static Server, test: &str) {
         .finish(
             &lease,
             &run.run_id,
-            &jobguard::ledger::Finish {
-                outcome: jobguard::ledger::Outcome::Succeeded,
+            &jobguard::guard::ledger::Finish {
+                outcome: jobguard::guard::ledger::Outcome::Succeeded,
                 reason: None,
                 exit_status: Some(0),
                 report: Default::default(),
@@ -1085,7 +1085,7 @@ pub fn success_is_unique_in_the_schema(server: &'static Server, test: &str) {
 /// index, Redis without the `slots:`/`queued:` keys) with a queued re-run in it: the
 /// first claim of this jobguard migrates it and finds the queued slot.
 pub fn upgrade_from_schema_1(server: &'static Server, test: &str) {
-    use jobguard::ledger::Resolution;
+    use jobguard::guard::ledger::Resolution;
     let Some(ns) = Namespace::new(server, test) else {
         return;
     };

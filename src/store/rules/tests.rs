@@ -9,8 +9,8 @@ use super::*;
 
 #[path = "../../../tests/common/memory.rs"]
 mod memory;
-use crate::lease::Holder;
-use crate::ledger::NewRun;
+use crate::guard::lease::Holder;
+use crate::guard::ledger::NewRun;
 use crate::store::ClockCheck;
 use memory::Memory;
 
@@ -513,7 +513,7 @@ fn a_copy_of_the_holder_loses_at_its_next_renewal() {
 
 /// A copy whose generation is behind may still record once the lease that the other copy
 /// renewed has expired and nothing else took the row: the other copy's command was
-/// stopped by then ([`crate::lease::fence_after`]), and its record would otherwise stay
+/// stopped by then ([`crate::guard::lease::fence_after`]), and its record would otherwise stay
 /// `running` until a recovery pass.
 #[test]
 fn a_copy_behind_records_its_lost_lease_once_the_other_copys_lease_expired() {

@@ -21,6 +21,13 @@ pub enum SystemdError {
     Bus(#[from] zbus::Error),
 }
 
+impl crate::exit::Status for SystemdError {
+    /// 71 (`EX_OSERR`): systemd could not be asked, or refused.
+    fn exit_status(&self) -> u8 {
+        crate::exit::OS_ERROR
+    }
+}
+
 /// One unit as systemd sees it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct UnitState {
@@ -68,7 +75,7 @@ pub fn timer_waits_for_its_service(timer_sub_state: &str, service_active_state: 
 }
 
 /// The unit names of job `job`: (`jobguard@JOB.timer`, `jobguard@JOB.service`). The job
-/// name is the instance as it is, as the generator writes it (`src/render.rs`): every
+/// name is the instance as it is, as the generator writes it (`src/systemd/render.rs`): every
 /// character a job name may hold is valid in a unit name, and the templates use `%i`.
 pub fn unit_names(job: &str) -> (String, String) {
     (

@@ -23,14 +23,14 @@ pub const MAX_NAMESPACE: usize = 64;
 pub const MAX_KEY: usize = 512;
 
 /// Between the job and the namespace in a job's own namespace as stored: `JOB@NAMESPACE`.
-/// Neither a job name ([`crate::job::is_valid_job_name`]) nor a namespace
+/// Neither a job name ([`crate::joblist::job::is_valid_job_name`]) nor a namespace
 /// ([`check_namespace`]) holds it, so a stored name is read back unambiguously and a
 /// shared namespace is never a job's own.
 pub const JOB_SEPARATOR: char = '@';
 
 /// The longest namespace as stored, bytes: a job's name, [`JOB_SEPARATOR`] and a
 /// namespace.
-pub const MAX_STORED_NAMESPACE: usize = crate::job::MAX_JOB_NAME_LEN + 1 + MAX_NAMESPACE;
+pub const MAX_STORED_NAMESPACE: usize = crate::joblist::job::MAX_JOB_NAME_LEN + 1 + MAX_NAMESPACE;
 
 /// The namespace as the store keeps it: `JOB@NAMESPACE` for the job's own, `NAMESPACE`
 /// when `shared` (see the module documentation).

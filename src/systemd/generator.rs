@@ -1,4 +1,4 @@
-//! The systemd generator: load the job list, [`render`](crate::render::render) it, write the result.
+//! The systemd generator: load the job list, [`render`](crate::systemd::render::render) it, write the result.
 //!
 //! Follows systemd.generator(7): runs at boot and on every daemon-reload, writes only
 //! into its output directory, talks to no other process, and never holds up boot. A bad
@@ -18,9 +18,9 @@ use nix::fcntl::OFlag;
 use nix::sys::stat::Mode;
 use nix::unistd::UnlinkatFlags;
 
-use crate::config::{ConfigError, ConfigSource, ErrorScope, JobSet};
-use crate::job::Job;
-use crate::render::{RenderOptions, UnitContent, UnitFile, render_common, render_jobs};
+use crate::joblist::config::{ConfigError, ConfigSource, ErrorScope, JobSet};
+use crate::joblist::job::Job;
+use crate::systemd::render::{RenderOptions, UnitContent, UnitFile, render_common, render_jobs};
 
 /// Identifier in log lines.
 pub const IDENT: &str = "jobguard-generator";
@@ -276,7 +276,7 @@ pub struct GeneratorArgs {
 /// [`crate::exit::OK`], or [`crate::exit::FAILURE`] when the output could not be written.
 pub fn run(args: &GeneratorArgs) -> u8 {
     let mut log = Log::open(args.generator_mode);
-    let set = crate::config::load(&ConfigSource::resolve(None));
+    let set = crate::joblist::config::load(&ConfigSource::resolve(None));
     let status = generate_into(&set, &args.normal_dir, &RenderOptions::from_env(), &mut log);
     // The process exits next: freeing thousands of jobs one by one is time at every boot
     // and reload for nothing.
@@ -286,7 +286,7 @@ pub fn run(args: &GeneratorArgs) -> u8 {
 
 /// Logs `set`'s errors, renders it and writes the units into `dir`. Returns the exit
 /// status as [`run`] does. Rendering and writing are split over a few threads by job;
-/// the output is the same as [`write_units`] of [`crate::render::render`].
+/// the output is the same as [`write_units`] of [`crate::systemd::render::render`].
 pub fn generate_into(set: &JobSet, dir: &Path, opts: &RenderOptions, log: &mut Log) -> u8 {
     for e in &set.errors {
         log.warn(&warning_line(e));

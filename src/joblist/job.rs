@@ -1,6 +1,6 @@
 //! One validated job from the job list, with every default applied.
 //!
-//! Parsing and validation of the TOML lives in [`crate::config`]; this type is what the
+//! Parsing and validation of the TOML lives in [`crate::joblist::config`]; this type is what the
 //! generator, the shim and the operator commands work with. Every field here has been
 //! checked: names follow [`is_valid_job_name`], spans are finite where the key requires
 //! it, relative paths are already resolved against the file that named them.
@@ -36,7 +36,7 @@ pub fn is_valid_job_name(name: &str) -> bool {
         })
 }
 
-/// The job name of the probes of `jobguard drill JOB` ([`crate::drill`]): `JOB@drill`, a
+/// The job name of the probes of `jobguard drill JOB` ([`crate::ops::drill`]): `JOB@drill`, a
 /// name no job can have ([`is_valid_job_name`] refuses `@`), safe as a lock file name and
 /// in every store's keys.
 pub fn drill_probe_name(job: &str) -> String {
@@ -162,7 +162,7 @@ pub struct Job {
     /// secrets stay out of the world-readable job list and unit files.
     pub store_file: Option<PathBuf>,
     /// The ID of a systemd credential holding the store address (systemd.exec(5),
-    /// `LoadCredential=`), valid by [`crate::credential::invalid_id`]; the generator
+    /// `LoadCredential=`), valid by [`crate::systemd::credential::invalid_id`]; the generator
     /// passes it to the job's service and to `jobguard-recover.service`.
     pub store_credential: Option<String>,
     /// How long the shim retries an unreachable store before `on_store_unavailable`.
@@ -202,7 +202,7 @@ pub struct Job {
     pub catch_up_limit: u32,
     /// How long records are kept (key `retention`): a record that started longer ago,
     /// of a slot that is done, is deleted by `jobguard recover` and `jobguard prune`
-    /// ([`crate::retention`]); `None` (`0` or `infinity`): kept forever.
+    /// ([`crate::ops::retention`]); `None` (`0` or `infinity`): kept forever.
     pub retention: Option<Duration>,
     /// The file the job was defined in.
     pub source: PathBuf,
@@ -268,7 +268,7 @@ pub enum StoreAddressError {
         /// The job.
         job: String,
         /// What was looked for, and where.
-        source: crate::credential::FindError,
+        source: crate::systemd::credential::FindError,
     },
     /// The address read from `store_file` or `store_credential` is a relative
     /// `sqlite://` path: the shim (started in `/`) and a shell would open different files.
@@ -293,6 +293,13 @@ pub enum StoreAddressError {
         /// The file it was read from.
         path: PathBuf,
     },
+}
+
+impl crate::exit::Status for StoreAddressError {
+    /// 78 (`EX_CONFIG`): the job's store address cannot be read.
+    fn exit_status(&self) -> u8 {
+        crate::exit::CONFIG
+    }
 }
 
 impl Job {
@@ -411,7 +418,7 @@ impl Job {
     /// The store address: [`Job::store`]; or the first line of [`Job::store_file`] that
     /// is neither empty nor a `#` comment, trimmed; or, by the same rule, the text of
     /// credential [`Job::store_credential`], read from the first place of
-    /// [`crate::credential::places`] that has it (`$CREDENTIALS_DIRECTORY` inside the
+    /// [`crate::systemd::credential::places`] that has it (`$CREDENTIALS_DIRECTORY` inside the
     /// service, else where systemd looks: `/run/credentials/@system`, `/etc/credstore`,
     /// `/run/credstore`, `/usr/lib/credstore`).
     ///
@@ -480,11 +487,12 @@ fn resolve_store_address(
     store_credential: Option<&str>,
 ) -> Result<String, StoreAddressError> {
     let (address, from) = if let Some(id) = store_credential {
-        let (path, text) =
-            crate::credential::find(id).map_err(|source| StoreAddressError::Credential {
+        let (path, text) = crate::systemd::credential::find(id).map_err(|source| {
+            StoreAddressError::Credential {
                 job: name.to_string(),
                 source,
-            })?;
+            }
+        })?;
         let address =
             first_address_line(&text).ok_or_else(|| StoreAddressError::CredentialEmpty {
                 job: name.to_string(),

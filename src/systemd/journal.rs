@@ -17,7 +17,7 @@ use tracing::Level;
 use tracing_subscriber::Layer as _;
 use tracing_subscriber::layer::SubscriberExt;
 
-use crate::ledger::Outcome;
+use crate::guard::ledger::Outcome;
 
 /// The kinds of event, each with its own `MESSAGE_ID` (see the journal catalog).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,7 +42,7 @@ pub enum Kind {
     /// Skipped: the store could not be reached (`on_store_unavailable = "skip"`).
     SkippedStoreUnavailable,
     /// Skipped: the slot lies in a window the job is paused across the fleet
-    /// ([`crate::pause`]).
+    /// ([`crate::ops::pause`]).
     SkippedPaused,
     /// The command exited 0.
     Finished,
@@ -63,7 +63,7 @@ pub enum Kind {
     /// not a job's event: `JOBGUARD_JOB` is left out.
     MetricsNotWritten,
     /// `jobguard recover` found a `running` record of another machine with this host's
-    /// machine id ([`crate::identity::Installation::twin`]); once per run.
+    /// machine id ([`crate::guard::identity::Installation::twin`]); once per run.
     MachineIdShared,
 }
 

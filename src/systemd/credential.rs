@@ -3,7 +3,7 @@
 //!
 //! A job's `store_credential = "ID"` names a credential instead of writing its store
 //! address into the job list. The generator asks systemd to pass it
-//! (`LoadCredential=ID`, [`crate::render`]); systemd then copies it into the service's
+//! (`LoadCredential=ID`, [`crate::systemd::render`]); systemd then copies it into the service's
 //! `$CREDENTIALS_DIRECTORY` (a root-only, non-swappable directory), taking it from the
 //! first of: the credentials the service manager itself received
 //! (`/run/credentials/@system`), `/etc/credstore/`, `/run/credstore/`,

@@ -18,7 +18,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::job::Job;
+use crate::joblist::job::Job;
 
 /// The shortest command text that counts as a match.
 pub const MIN_MATCH: usize = 8;
@@ -166,14 +166,14 @@ pub fn in_cron(jobs: &[&Job], root: &Path) -> Vec<Elsewhere> {
 /// `jobs`' commands (its `ExecStart=` argv joined, or its `sh -c` script).
 ///
 /// # Errors
-/// As [`crate::systemd_dbus::read_other_timers`].
-pub fn in_timers(jobs: &[&Job]) -> Result<Vec<Elsewhere>, crate::systemd_dbus::SystemdError> {
+/// As [`crate::systemd::dbus::read_other_timers`].
+pub fn in_timers(jobs: &[&Job]) -> Result<Vec<Elsewhere>, crate::systemd::dbus::SystemdError> {
     let wanted: Vec<(&str, String)> = jobs
         .iter()
         .map(|j| (j.name.as_str(), command_text(&j.command)))
         .collect();
     let mut out = Vec::new();
-    for (timer, argvs) in crate::systemd_dbus::read_other_timers()? {
+    for (timer, argvs) in crate::systemd::dbus::read_other_timers()? {
         for argv in argvs {
             let cmd = command_text(&argv);
             for (job, mine) in &wanted {

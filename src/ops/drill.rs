@@ -2,11 +2,11 @@
 //! second is refused or does nothing; zero duplicates", run against each layer without
 //! running the job's command and without touching its slots or lease.
 //!
-//! Every probe uses the job name `JOB@drill` ([`crate::job::drill_probe_name`]), in the
+//! Every probe uses the job name `JOB@drill` ([`crate::joblist::job::drill_probe_name`]), in the
 //! job's own lock directory and store, and probe slots taken from the store's clock, so a
 //! drill never counts as a slot of the job and can run against a production store at any
 //! time. No job can have that name: job names never hold `@`
-//! ([`crate::job::is_valid_job_name`]), so a real job `JOB.drill` (which
+//! ([`crate::joblist::job::is_valid_job_name`]), so a real job `JOB.drill` (which
 //! `jobguard import-crontab` can make) keeps its slots.
 //!
 //! A drill leaves nothing for `jobguard audit` to report: the fenced first holder of the
@@ -14,11 +14,11 @@
 //! second holder's attempt succeeded, and a probe record that a killed drill left
 //! `running` is settled (`interrupted`, resolution `done`) once its lease has expired by
 //! the store's clock, by the next drill or by `jobguard recover`
-//! ([`crate::recover::settle_probes`]; for a job no longer in the job list, its probe is
-//! found by [`crate::job::is_drill_probe_name`] and settled, not held for a person). The
+//! ([`crate::ops::recover::settle_probes`]; for a job no longer in the job list, its probe is
+//! found by [`crate::joblist::job::is_drill_probe_name`] and settled, not held for a person). The
 //! records stay in the ledger under `JOB@drill` until the job's `retention` lets them go:
 //! `jobguard prune` and `jobguard recover` prune them with the job's own
-//! ([`crate::retention::prune_job`]).
+//! ([`crate::ops::retention::prune_job`]).
 //!
 //! The layers and what each must show:
 //! 1. **lock**: a second taker of the probe lock is refused at once (flock(2) `LOCK_NB`,
@@ -31,11 +31,12 @@
 
 use std::time::{Duration, Instant};
 
-use crate::identity;
-use crate::job::{Job, drill_probe_name as probe_name};
-use crate::lease::Holder;
-use crate::ledger::{Finish, NewRun, Outcome, Resolution, Slot};
-use crate::lock::{JobLock, LockAttempt};
+use crate::exit::Status;
+use crate::guard::identity;
+use crate::guard::lease::Holder;
+use crate::guard::ledger::{Finish, NewRun, Outcome, Resolution, Slot};
+use crate::guard::lock::{JobLock, LockAttempt};
+use crate::joblist::job::{Job, drill_probe_name as probe_name};
 use crate::store::{Claim, ClaimRequest, Store};
 
 /// The lease time to live of the probes: the lease layer waits for it to expire.
@@ -139,9 +140,9 @@ fn lock_layer(job: &Job, dir: &std::path::Path) -> Verdict {
 
 fn store_layer(job: &Job, store: &mut dyn Store) -> Verdict {
     let t = Instant::now();
-    let before = crate::clock::Clock::now_usec(&crate::clock::SystemClock);
+    let before = crate::guard::clock::Clock::now_usec(&crate::guard::clock::SystemClock);
     let answer = store.now();
-    let after = crate::clock::Clock::now_usec(&crate::clock::SystemClock);
+    let after = crate::guard::clock::Clock::now_usec(&crate::guard::clock::SystemClock);
     let rtt = t.elapsed();
     match answer {
         Ok(store_now) => {
@@ -237,7 +238,7 @@ fn lease_layer(job: &Job, store: &mut dyn Store) -> Verdict {
         error: None,
         detail,
     };
-    let a = crate::lease::Holder::current();
+    let a = crate::guard::lease::Holder::current();
     let b = other_holder(&a);
     let slot = match store.now() {
         Ok(n) => n,
@@ -311,7 +312,7 @@ fn ledger_layer(job: &Job, store: &mut dyn Store) -> Verdict {
         error: None,
         detail,
     };
-    let a = crate::lease::Holder::current();
+    let a = crate::guard::lease::Holder::current();
     let slot = match store.now() {
         Ok(n) => n,
         Err(e) => return broken("ledger", &e),

@@ -40,7 +40,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::job::{Inhibit, Job};
+use crate::joblist::job::{Inhibit, Job};
 
 /// How long a D-Bus call to logind may take before it counts as "no logind".
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -398,7 +398,7 @@ impl RunGuard {
 
     fn note(&self, what: &str) {
         eprintln!("jobguard: {}: {what}", self.job);
-        crate::journal::status(what);
+        crate::systemd::journal::status(what);
     }
 
     /// What logind announced that is cutting the run now, if anything: a shutdown (from

@@ -26,12 +26,12 @@
 //!   `store_credential` (it opens every job's store).
 //!
 //! Every file starts with a header naming the generator and the source file. Every value
-//! is escaped by [`crate::unit_name`]. Writing the files is [`crate::generator`]'s job.
+//! is escaped by [`crate::systemd::unit_name`]. Writing the files is [`crate::systemd::generator`]'s job.
 //!
 //! What keeps a job inside its lease is not rendered here but set once in the template:
 //! `KillMode=mixed` with `SendSIGKILL=yes` (systemd.kill(5)). A live shim stops its
-//! command [`crate::lease::FENCE_MARGIN`] (1 s) before the lease could expire
-//! ([`crate::lease::check_fence`]); when the shim itself dies, systemd finds no process
+//! command [`crate::guard::lease::FENCE_MARGIN`] (1 s) before the lease could expire
+//! ([`crate::guard::lease::check_fence`]); when the shim itself dies, systemd finds no process
 //! for its SIGTERM step and SIGKILLs every other process of the unit's cgroup at once
 //! (systemd 252: within 2 ms, 0.1 s during a daemon-reload), `setsid()` or ignored
 //! SIGTERM notwithstanding, well inside that 1 s and whatever the job's settings.
@@ -41,10 +41,10 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use crate::config::JobSet;
-use crate::job::Job;
-use crate::timespan::TimeSpan;
-use crate::unit_name::{comment_text, escape_free_text, escape_specifiers, file_uri};
+use crate::joblist::config::JobSet;
+use crate::joblist::job::Job;
+use crate::joblist::timespan::TimeSpan;
+use crate::systemd::unit_name::{comment_text, escape_free_text, escape_specifiers, file_uri};
 
 /// Where the templates are installed, as the `.wants/` links name them.
 pub const DEFAULT_UNIT_DIR: &str = "/usr/lib/systemd/system";
@@ -293,7 +293,7 @@ fn service_text(job: &Job, src: &SourceText, desc: &str) -> String {
 /// from the credentials it received itself, else from `/etc/credstore/`,
 /// `/run/credstore/` or `/usr/lib/credstore/` (systemd.exec(5)), and a missing one does
 /// not stop the unit from starting (the shim reports it, naming every place it looked).
-/// `id` was checked by [`crate::credential::invalid_id`]; only `%` needs escaping, as
+/// `id` was checked by [`crate::systemd::credential::invalid_id`]; only `%` needs escaping, as
 /// systemd expands specifiers in the ID.
 fn load_credential(out: &mut String, id: &str) {
     let _ = writeln!(out, "LoadCredential={}", escape_specifiers(id));

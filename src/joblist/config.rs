@@ -27,7 +27,7 @@
 //! - A job defined in two files is an error naming both, and neither definition is used.
 //!
 //! The TOML is read through toml's span-keeping document API ([`toml::de::DeTable`]), so
-//! every value keeps its position. Time spans follow [`crate::timespan`], schedules
+//! every value keeps its position. Time spans follow [`crate::joblist::timespan`], schedules
 //! [`crate::calendar`].
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -39,9 +39,11 @@ use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
 use crate::calendar::{CalendarSpec, Schedule};
-use crate::job::{self, CatchUp, Inhibit, Job, OnInterrupted, OnStoreUnavailable, SettleFailures};
-use crate::keys;
-use crate::timespan::TimeSpan;
+use crate::joblist::job::{
+    self, CatchUp, Inhibit, Job, OnInterrupted, OnStoreUnavailable, SettleFailures,
+};
+use crate::joblist::keys;
+use crate::joblist::timespan::TimeSpan;
 
 /// The directory of the default job list.
 pub const DEFAULT_CONFIG_DIR: &str = "/etc/jobguard";
@@ -132,6 +134,13 @@ pub struct ConfigError {
     pub scope: ErrorScope,
 }
 
+impl crate::exit::Status for ConfigError {
+    /// 78 (`EX_CONFIG`): the job list is wrong.
+    fn exit_status(&self) -> u8 {
+        crate::exit::CONFIG
+    }
+}
+
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.file.display())?;
@@ -160,7 +169,7 @@ pub struct JobSet {
     /// The files read, in order.
     pub files: Vec<PathBuf>,
     /// `[metrics] textfile`: where `jobguard recover` writes every job's metrics
-    /// ([`crate::metrics`]) on each pass, for node_exporter's textfile collector.
+    /// ([`crate::ops::metrics`]) on each pass, for node_exporter's textfile collector.
     pub metrics_textfile: Option<PathBuf>,
     /// The valid stores named by `[defaults]` tables, in file order: read, besides the
     /// jobs' own, for the ledgers of jobs no longer in the list.
@@ -635,7 +644,7 @@ impl TableCtx<'_> {
         let mut p = Partial::default();
         for (k, v) in table.iter() {
             let key: &str = k.get_ref();
-            // Only the keys of the one table (crate::keys) are read.
+            // Only the keys of the one table (crate::joblist::keys) are read.
             if keys::find(keys::Scope::Job, key).is_none() {
                 let at = self.origin(key, k.span().start);
                 self.error(&at, unknown_key(&key_path(&[key]), key, keys::Scope::Job));
@@ -898,7 +907,7 @@ fn schedule(v: &Spanned<DeValue<'_>>) -> Result<(String, Schedule), String> {
         if c.next_elapse(now).is_none() {
             return Err(format!(
                 "schedule {s:?} never elapses (none after {}): its timer would never fire",
-                crate::ledger::format_usec(now.as_second() * 1_000_000)
+                crate::guard::ledger::format_usec(now.as_second() * 1_000_000)
             ));
         }
         Ok((s.to_string(), c))
@@ -985,10 +994,10 @@ fn path_value(v: &Spanned<DeValue<'_>>, dir: &Path) -> Result<PathBuf, String> {
     Ok(dir.join(s))
 }
 
-/// A systemd credential ID ([`crate::credential::invalid_id`]).
+/// A systemd credential ID ([`crate::systemd::credential::invalid_id`]).
 fn credential_id(v: &Spanned<DeValue<'_>>) -> Result<String, String> {
     let s = string(v)?;
-    match crate::credential::invalid_id(s) {
+    match crate::systemd::credential::invalid_id(s) {
         None => Ok(s.to_string()),
         Some(why) => Err(why),
     }
@@ -1020,7 +1029,7 @@ fn store_address(v: &Spanned<DeValue<'_>>, dir: &Path) -> Result<String, String>
 /// `on_failure` and `on_success`: a unit name, specifiers allowed (systemd.unit(5)).
 fn unit_name_value(v: &Spanned<DeValue<'_>>) -> Result<String, String> {
     let s = string(v)?;
-    if crate::unit_name::is_valid_unit_name_with_specifiers(s) {
+    if crate::systemd::unit_name::is_valid_unit_name_with_specifiers(s) {
         Ok(s.to_string())
     } else {
         Err(format!("invalid unit name {s:?}"))
@@ -1535,7 +1544,7 @@ fn build_job(
     };
     let lease_ttl = lease_ttl.unwrap_or(job::DEFAULT_LEASE_TTL);
     let kill_grace = kill_grace.unwrap_or(job::DEFAULT_KILL_GRACE);
-    if let Err(message) = crate::lease::check_fence(lease_ttl, kill_grace) {
+    if let Err(message) = crate::guard::lease::check_fence(lease_ttl, kill_grace) {
         // At the kill_grace that was set (in the job or a default), else at lease_ttl.
         let set = |f: fn(&Partial) -> Option<&Origin>| layers.iter().find_map(|l| f(l));
         let at = set(|l| l.kill_grace.as_ref().map(|v| &v.at))

@@ -2,7 +2,7 @@
 //!
 //! A minutely job writes 525,600 records a year, and nothing else deletes them. A slot's
 //! records are deleted, all of them, once every one started more than the job's
-//! `retention` ago (default 90 days, [`crate::job::DEFAULT_RETENTION`]; `0` or `infinity`
+//! `retention` ago (default 90 days, [`crate::joblist::job::DEFAULT_RETENTION`]; `0` or `infinity`
 //! keeps every record) and the slot is done: an attempt succeeded, or a person resolved
 //! it as done. A slot goes whole or not at all, so it never loses the record that made it
 //! done while a later attempt (a forced re-run) stays; the store re-checks this in the
@@ -32,8 +32,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::job::Job;
-use crate::ledger::{Outcome, Run};
+use crate::guard::ledger::{Outcome, Run};
+use crate::joblist::job::Job;
 use crate::store::rules::is_done;
 use crate::store::{RunQuery, Store, StoreError};
 
@@ -47,7 +47,7 @@ pub struct Pruned {
     pub deleted: usize,
     /// Records the job had before.
     pub total: usize,
-    /// Records of the job's drill probes ([`crate::job::drill_probe_name`]) deleted (with
+    /// Records of the job's drill probes ([`crate::joblist::job::drill_probe_name`]) deleted (with
     /// `dry_run`: that would be), by the job's retention.
     pub probes: usize,
     /// The job's marks deleted ([`crate::store::Store::delete_marks`]: those recorded
@@ -71,7 +71,7 @@ pub fn prune_job(store: &mut dyn Store, job: &Job, dry_run: bool) -> Result<Prun
     }
     let now = store.now()?;
     let (deleted, total) = prune_name(store, &job.name, now, job.retention, dry_run)?;
-    let probe = crate::job::drill_probe_name(&job.name);
+    let probe = crate::joblist::job::drill_probe_name(&job.name);
     let (probes, _) = prune_name(store, &probe, now, job.retention, dry_run)?;
     // Marks keep as long as records: a key marked by a run is known while its record is.
     let marks = match kept_since(now, job.retention) {
@@ -176,7 +176,7 @@ pub fn kept_since(now: i64, retention: Option<Duration>) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::{Resolution, Slot};
+    use crate::guard::ledger::{Resolution, Slot};
 
     const DAY: i64 = 86_400_000_000;
     const NOW: i64 = 1_796_169_600_000_000;

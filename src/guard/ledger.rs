@@ -222,8 +222,8 @@ pub struct Run {
 
 impl Run {
     /// The holder that made this record: the lease holder identity its grant carried.
-    pub fn holder(&self) -> crate::lease::Holder {
-        crate::lease::Holder {
+    pub fn holder(&self) -> crate::guard::lease::Holder {
+        crate::guard::lease::Holder {
             machine_id: self.machine_id.clone(),
             boot_id: self.boot_id.clone(),
             pid: self.pid,
@@ -273,7 +273,7 @@ pub struct Finish {
     pub ended_at: Option<i64>,
 }
 
-impl crate::identity::Record for Run {
+impl crate::guard::identity::Record for Run {
     fn machine_id(&self) -> &str {
         &self.machine_id
     }

@@ -18,7 +18,7 @@
 //! in this process through the same shim, which then runs only the queued slots: the
 //! current slot belongs to its timer (or to a person), not to recover.
 //!
-//! The same pass reports slots that were *missed* ([`crate::audit`]) after each job's
+//! The same pass reports slots that were *missed* ([`crate::ops::audit`]) after each job's
 //! newest record, once per slot and boot ([`report_missed`]); starts a job's `on_failure`
 //! unit for a slot it holds when no failing service announced the cut
 //! ([`start_on_failure`]); and arms timers: those systemd loaded but never started, and
@@ -36,12 +36,12 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use crate::audit::{self, FindingKind};
-use crate::identity;
-use crate::job::{Job, OnInterrupted};
-use crate::journal::{self, Event, Kind};
-use crate::ledger::{Outcome, Resolution, Run, format_usec};
+use crate::guard::identity;
+use crate::guard::ledger::{Outcome, Resolution, Run, format_usec};
+use crate::joblist::job::{Job, OnInterrupted};
+use crate::ops::audit::{self, FindingKind};
 use crate::store::{RunQuery, Store, StoreError};
+use crate::systemd::journal::{self, Event, Kind};
 
 /// What [`recover_job`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -442,7 +442,7 @@ pub struct Armed {
 /// elapse (systemd 252): it never fires again until restarted. A timer an operator
 /// stopped (inactive, once active) or masked (`LoadState=masked`) was stopped on purpose
 /// and is in neither list. Neither is a timer that waits for its service
-/// ([`crate::systemd_dbus::timer_waits_for_its_service`]). `show` may hold the services'
+/// ([`crate::systemd::dbus::timer_waits_for_its_service`]). `show` may hold the services'
 /// blocks as well.
 pub fn timers_to_arm(show: &str) -> (Vec<String>, Vec<String>) {
     let blocks: Vec<&str> = show.split("\n\n").collect();
@@ -462,7 +462,7 @@ pub fn timers_to_arm(show: &str) -> (Vec<String>, Vec<String>) {
             .find(|b| prop(b, "Id").as_deref() == Some(service.as_str()))
             .and_then(|b| prop(b, "ActiveState"))
             .unwrap_or_default();
-        crate::systemd_dbus::timer_waits_for_its_service(
+        crate::systemd::dbus::timer_waits_for_its_service(
             &prop(timer_block, "SubState").unwrap_or_default(),
             &service_state,
         )
@@ -759,10 +759,10 @@ pub fn recover_removed(
         ..RunQuery::default()
     })?;
     let me_host = format!("{} {}", identity::host_name(), me.machine_id);
-    let now = crate::clock::Clock::now_usec(&crate::clock::SystemClock);
+    let now = crate::guard::clock::Clock::now_usec(&crate::guard::clock::SystemClock);
     let mut seen: BTreeSet<(String, i64)> = BTreeSet::new();
     for run in queued.iter().filter(|r| mine(r)) {
-        if crate::job::is_drill_probe_name(&run.job)
+        if crate::joblist::job::is_drill_probe_name(&run.job)
             || !seen.insert((run.job.clone(), run.slot.usec))
         {
             continue;
@@ -790,8 +790,8 @@ pub fn recover_removed(
             continue;
         };
         // A drill's probe cut off with its drill: no probe slot is ever run again, so it is
-        // settled, not held for a person (crate::drill).
-        let ended = if crate::job::is_drill_probe_name(&run.job) {
+        // settled, not held for a person (crate::ops::drill).
+        let ended = if crate::joblist::job::is_drill_probe_name(&run.job) {
             store.interrupt(&run, reason, Resolution::Done)?
         } else {
             interrupt_removed(store, &run, reason)?
@@ -803,7 +803,7 @@ pub fn recover_removed(
     Ok(out)
 }
 
-/// Settles the `running` records of `job`'s drill probe ([`crate::job::drill_probe_name`])
+/// Settles the `running` records of `job`'s drill probe ([`crate::joblist::job::drill_probe_name`])
 /// whose holder is gone ([`holder_gone`]: a drill cut off in its lease layer):
 /// `interrupted`, resolution `done`, as no probe slot is ever run again. Returns how many.
 ///
@@ -811,7 +811,7 @@ pub fn recover_removed(
 /// Store errors.
 pub fn settle_probes(store: &mut dyn Store, job: &str) -> Result<usize, StoreError> {
     let running = store.runs(&RunQuery {
-        job: Some(crate::job::drill_probe_name(job)),
+        job: Some(crate::joblist::job::drill_probe_name(job)),
         outcomes: vec![Outcome::Running],
         ..RunQuery::default()
     })?;
@@ -851,7 +851,7 @@ const RECENT: usize = 200;
 /// At most this many missed-slot events per job and pass; the rest are summed up in one.
 const MAX_MISSED_EVENTS: usize = 100;
 
-/// The job's slots that are *missed* ([`crate::audit`]) in the span its newest `RECENT`
+/// The job's slots that are *missed* ([`crate::ops::audit`]) in the span its newest `RECENT`
 /// records cover and after them: elapsed before `now` − the job's grace (and this host's
 /// `boot` + grace), µs since the epoch, oldest first. A job with no record has none.
 ///
@@ -874,9 +874,9 @@ pub fn missed_slots(
         crate::store::rules::duration_usec(job.clock_tolerance),
     );
     let mut scope = audit::recent_scope(job, now, boot, back);
-    scope.paused = crate::pause::of_job(store, job)?.spans();
+    scope.paused = crate::ops::pause::of_job(store, job)?.spans();
     let mut findings = audit::audit_job(&recent, Some(&job.calendar), &BTreeSet::new(), &scope);
-    crate::audit::confirm_missed(store, &job.name, &mut findings)?;
+    crate::ops::audit::confirm_missed(store, &job.name, &mut findings)?;
     Ok(findings
         .into_iter()
         .filter(|f| f.kind == FindingKind::Missed && f.runs.is_empty())

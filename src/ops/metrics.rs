@@ -18,15 +18,15 @@
 //! - the last success is the newest `succeeded` record by start (one query, one record);
 //! - the last outcome and duration, the running records, and the missed, held, failed and
 //!   queued slots come from the newest [`RECENT`] records and the older slots an attempt
-//!   failed or was cut off in ([`crate::audit::judged_records`]), judged by
+//!   failed or was cut off in ([`crate::ops::audit::judged_records`]), judged by
 //!   [`audit::status_findings`] exactly as `jobguard status` judges them (missed slots
 //!   after the newest record and between the records read); `jobguard_job_needs_attention` is
 //!   [`audit::job_needs_attention`] of those findings, or a record among them of another
 //!   machine with this machine id (`jobguard_machine_id_shared`,
-//!   [`crate::identity::Installation::twin`]). systemd's timers are not read here,
+//!   [`crate::guard::identity::Installation::twin`]). systemd's timers are not read here,
 //!   so a timer that is not waiting counts only in `jobguard status`;
 //! - the lease is the store's lease row, listed while unexpired by the store's clock;
-//! - `jobguard_paused` is 1 while the job is paused across the fleet ([`crate::pause`]);
+//! - `jobguard_paused` is 1 while the job is paused across the fleet ([`crate::ops::pause`]);
 //!   elapses in its pause windows are not missed.
 //!
 //! A job whose store cannot be opened or read is still listed: `jobguard_store_up` 0 and
@@ -38,10 +38,10 @@ use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::Path;
 
-use crate::audit::{self, FindingKind};
-use crate::config::JobSet;
-use crate::job::Job;
-use crate::ledger::Outcome;
+use crate::guard::ledger::Outcome;
+use crate::joblist::config::JobSet;
+use crate::joblist::job::Job;
+use crate::ops::audit::{self, FindingKind};
 use crate::store::{RunQuery, Store, StoreError};
 
 /// How many recent records per job are read for the last outcome, running runs and
@@ -99,9 +99,9 @@ pub struct LedgerMetrics {
     /// id.
     pub needs_attention: bool,
     /// Recent records that prove another machine with this machine id
-    /// ([`crate::identity::Installation::twin`]).
+    /// ([`crate::guard::identity::Installation::twin`]).
     pub machine_id_shared: usize,
-    /// The job is paused across the fleet now ([`crate::pause`]).
+    /// The job is paused across the fleet now ([`crate::ops::pause`]).
     pub paused: bool,
 }
 
@@ -110,19 +110,17 @@ pub struct LedgerMetrics {
 pub struct Collected {
     /// One entry per job of the job list, by name.
     pub jobs: Vec<JobMetrics>,
-    /// `job: what went wrong` for each job whose store could not be read.
-    pub problems: Vec<String>,
-    /// The exit status of the last of those errors
-    /// ([`crate::store::StoreError::exit_status`]); 0 when there was none.
-    pub status: u8,
+    /// `job: what went wrong`, with its exit status, for each job whose store could not
+    /// be read, and `store: fleet: …` for each store whose fleet could not.
+    pub problems: Vec<crate::exit::Error>,
     /// How many problems the job list has ([`JobSet::errors`]): files not read, keys
     /// refused, jobs left out.
     pub list_errors: usize,
     /// The jobs left out by an error in their definition (they have no timer), by name.
     pub refused: Vec<String>,
-    /// The fleet of each store of the job list that could be read ([`crate::fleet`]),
+    /// The fleet of each store of the job list that could be read ([`crate::ops::fleet`]),
     /// with the store's address, masked.
-    pub fleets: Vec<(String, crate::fleet::Fleet)>,
+    pub fleets: Vec<(String, crate::ops::fleet::Fleet)>,
 }
 
 /// The interval of a job's schedule: the gap between its next two elapses after `now`
@@ -150,7 +148,7 @@ pub fn read_job(
     now: i64,
     boot: i64,
 ) -> Result<LedgerMetrics, StoreError> {
-    let (recent, read_back_to) = crate::audit::judged_records(store, job, RECENT)?;
+    let (recent, read_back_to) = crate::ops::audit::judged_records(store, job, RECENT)?;
     let last_success = store
         .runs(&RunQuery {
             job: Some(job.name.clone()),
@@ -163,10 +161,10 @@ pub fn read_job(
     let counts = store.outcome_counts(&job.name)?;
     let lease = store.lease(&job.name)?;
     let store_now = store.now()?;
-    let orphans = crate::recover::orphans(store, &recent)?;
+    let orphans = crate::ops::recover::orphans(store, &recent)?;
     let mut scope = audit::recent_scope(job, now, boot, read_back_to);
     // Elapses in a pause window are paused, not missed.
-    let pauses = crate::pause::of_job(store, job)?;
+    let pauses = crate::ops::pause::of_job(store, job)?;
     scope.paused = pauses.spans();
     // A paused job expects no slot: none of its slots is missed (as in `status`).
     let mut findings = audit::status_findings(
@@ -175,9 +173,11 @@ pub fn read_job(
         &orphans,
         &scope,
     );
-    crate::audit::confirm_missed(store, &job.name, &mut findings)?;
+    crate::ops::audit::confirm_missed(store, &job.name, &mut findings)?;
     let count = |kind: FindingKind| findings.iter().filter(|f| f.kind == kind).count();
-    let twins = crate::identity::Installation::here().twins(&recent).len();
+    let twins = crate::guard::identity::Installation::here()
+        .twins(&recent)
+        .len();
     let last = recent
         .iter()
         .filter(|r| r.outcome != Outcome::Running)
@@ -221,7 +221,7 @@ pub fn collect(set: &JobSet, now: i64, boot: i64) -> Collected {
     for job in set.jobs.values() {
         let ledger = job
             .store_address()
-            .map_err(|e| (e.to_string(), crate::exit::CONFIG))
+            .map_err(crate::exit::Error::from)
             .and_then(|address| {
                 let store = stores.entry(address.clone()).or_insert_with(|| {
                     crate::store::open(&address).and_then(|mut s| s.init().map(|()| s))
@@ -230,13 +230,12 @@ pub fn collect(set: &JobSet, now: i64, boot: i64) -> Collected {
                     Ok(s) => read_job(s.as_mut(), job, now, boot),
                     Err(e) => Err(e.clone()),
                 };
-                read.map_err(|e| (e.to_string(), e.exit_status()))
+                read.map_err(|e| crate::exit::Error::from(e).context(&job.name))
             });
         let ledger = match ledger {
             Ok(l) => Some(l),
-            Err((e, status)) => {
-                out.problems.push(format!("{}: {e}", job.name));
-                out.status = status;
+            Err(e) => {
+                out.problems.push(e);
                 None
             }
         };
@@ -249,22 +248,21 @@ pub fn collect(set: &JobSet, now: i64, boot: i64) -> Collected {
     for (address, store) in &mut stores {
         let Ok(store) = store else { continue };
         let masked = crate::store::address::mask(address);
-        match crate::fleet::read(store.as_mut()) {
+        match crate::ops::fleet::read(store.as_mut()) {
             Ok(fleet) => out.fleets.push((masked, fleet)),
-            Err(e) => {
-                out.problems.push(format!("{masked}: fleet: {e}"));
-                out.status = e.exit_status();
-            }
+            Err(e) => out
+                .problems
+                .push(crate::exit::Error::from(e).context(format!("{masked}: fleet"))),
         }
     }
     out
 }
 
-/// The store-wide series of the fleet view ([`crate::fleet`]): every host that shares a
+/// The store-wide series of the fleet view ([`crate::ops::fleet`]): every host that shares a
 /// store exports the same ones, so the shipped rules aggregate them (`max by (host)`,
 /// `max by (job)`) and one fact raises one alert.
-fn render_fleets(out: &mut String, fleets: &[(String, crate::fleet::Fleet)]) {
-    use crate::fleet::{HostView, JobView};
+fn render_fleets(out: &mut String, fleets: &[(String, crate::ops::fleet::Fleet)]) {
+    use crate::ops::fleet::{HostView, JobView};
     type HostFamily = (&'static str, &'static str, fn(&HostView) -> Option<f64>);
     type JobFamily = (&'static str, &'static str, fn(&JobView) -> f64);
     const HOSTS: [HostFamily; 2] = [

@@ -31,24 +31,24 @@ pub struct Holder {
 
 impl Holder {
     /// The identity of this process as a lease holder. This boot is first entered among the
-    /// installation's boots ([`crate::identity::Installation::enter_this_boot`]); when that fails, a warning
+    /// installation's boots ([`crate::guard::identity::Installation::enter_this_boot`]); when that fails, a warning
     /// goes to stderr and a record of this boot will be judged, after a crash, by its lease
     /// alone.
     pub fn current() -> Holder {
         let dir = crate::paths::state_dir();
-        if let Err(e) = crate::identity::Installation::enter_this_boot(&dir) {
+        if let Err(e) = crate::guard::identity::Installation::enter_this_boot(&dir) {
             eprintln!(
                 "jobguard: warning: {}: {e}: a run cut by a crash of this boot is found by its lease alone",
-                dir.join(crate::identity::BOOTS_FILE).display()
+                dir.join(crate::guard::identity::BOOTS_FILE).display()
             );
         }
         let pid = std::process::id();
         Holder {
-            machine_id: crate::identity::machine_id(),
-            boot_id: crate::identity::boot_id(),
+            machine_id: crate::guard::identity::machine_id(),
+            boot_id: crate::guard::identity::boot_id(),
             pid,
-            pid_start: crate::identity::process_start(pid).unwrap_or(0),
-            host: crate::identity::host_name(),
+            pid_start: crate::guard::identity::process_start(pid).unwrap_or(0),
+            host: crate::guard::identity::host_name(),
         }
     }
 
@@ -87,7 +87,7 @@ pub struct Lease {
 /// A fresh renewal generation for [`crate::store::Store::renew`]: random, never 0 (the
 /// generation of a grant), drawn at the moment of each renewal so that copies of one
 /// process resumed from one memory snapshot draw different ones. The kernel's random
-/// source ([`crate::identity::new_run_id`]) is part of a VM's snapshot unless the
+/// source ([`crate::guard::identity::new_run_id`]) is part of a VM's snapshot unless the
 /// hypervisor gives the guest a VM generation id (Linux reseeds it then, since 5.18), so
 /// the wall clock's nanoseconds are mixed in: copies resumed on two hosts do not renew in
 /// one nanosecond.
@@ -97,7 +97,7 @@ pub fn next_renewal() -> i64 {
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0);
     loop {
-        let id = crate::identity::new_run_id();
+        let id = crate::guard::identity::new_run_id();
         let random = u64::from_str_radix(&id[..16], 16).unwrap_or(0);
         let v = (random ^ nanos.rotate_left(29)) as i64 & i64::MAX;
         if v != 0 {
@@ -116,7 +116,7 @@ pub fn next_renewal() -> i64 {
 /// It is also all the lease may have left when the shim itself dies (just before its own
 /// SIGKILL was due), so whatever ends the processes of a dead shim must do so within it:
 /// under systemd the template's `KillMode=mixed` SIGKILLs every process left in the
-/// unit's cgroup as soon as the shim is gone (see [`crate::render`]).
+/// unit's cgroup as soon as the shim is gone (see [`crate::systemd::render`]).
 pub const FENCE_MARGIN: Duration = Duration::from_secs(1);
 
 /// When, after the send time of its last confirmed grant or renewal, the holder of a lease

@@ -1,6 +1,6 @@
 //! Who and where this process is: machine id, boot id, pid and the pid's start time.
 //!
-//! These make up the lease holder (`crate::lease::Holder`) and let `jobguard recover`
+//! These make up the lease holder (`crate::guard::lease::Holder`) and let `jobguard recover`
 //! prove a holder gone: a record from another boot of this machine, or from a pid that
 //! no longer runs the same process, belongs to a holder that is dead. They also find the
 //! processes an attempt left behind when its shim died ([`leftovers`]).
@@ -118,7 +118,7 @@ pub fn end_run_survivors(run_id: &str) -> bool {
     }
 }
 
-/// The variable that carries the shim's lease holder id (`Holder::id` of `crate::lease`) into the
+/// The variable that carries the shim's lease holder id (`Holder::id` of `crate::guard::lease`) into the
 /// environment of the command, and so of every process the command starts.
 pub const HOLDER_VAR: &str = "JOBGUARD_HOLDER";
 
@@ -394,7 +394,7 @@ impl Installation {
     }
 }
 
-/// What [`Installation`] reads of a ledger record ([`crate::ledger::Run`]) to tell whose
+/// What [`Installation`] reads of a ledger record ([`crate::guard::ledger::Run`]) to tell whose
 /// it is: the machine and boot that wrote it, and when it started (µs since the epoch,
 /// store clock).
 pub trait Record {

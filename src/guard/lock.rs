@@ -14,7 +14,7 @@
 //! holder has seen its run to the end ([`JobLock::clear_run_id`]), so the next holder
 //! learns of a run whose shim was killed ([`JobLock::unfinished_run`]).
 //!
-//! Leases across hosts are [`crate::lease`]'s job, not this module's.
+//! Leases across hosts are [`crate::guard::lease`]'s job, not this module's.
 
 use std::fs::{DirBuilder, File, OpenOptions};
 use std::io;
@@ -48,7 +48,7 @@ impl std::fmt::Display for LockHolder {
             write!(f, ", run {r}")?;
         }
         if let Some(t) = self.started_at {
-            write!(f, ", since {}", crate::ledger::format_usec(t))?;
+            write!(f, ", since {}", crate::guard::ledger::format_usec(t))?;
         }
         Ok(())
     }

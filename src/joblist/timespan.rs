@@ -6,7 +6,7 @@
 //! are allowed (`1.5h`, `.5s`) and are cut at the microsecond; `infinity` stands alone.
 //! Printing follows `format_timespan()` with an accuracy of 1 µs, which is what
 //! `systemd-analyze timespan` prints as "Human:". This module only converts text; which
-//! spans make sense for which key is decided by [`crate::config`].
+//! spans make sense for which key is decided by [`crate::joblist::config`].
 
 use std::fmt;
 use std::time::Duration;

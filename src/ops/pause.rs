@@ -19,12 +19,12 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::job::Job;
-use crate::ledger::format_usec;
+use crate::guard::ledger::format_usec;
+use crate::joblist::job::Job;
 use crate::store::{Store, StoreError};
 
 /// The start of every pause record's key; no heartbeat's key has a `/` before its first
-/// space ([`crate::fleet::Beat::key`] starts with the host name).
+/// space ([`crate::ops::fleet::Beat::key`] starts with the host name).
 pub const PREFIX: &str = "pause/";
 
 /// The key of `job`'s pause windows among the store's fleet records.
@@ -98,7 +98,7 @@ impl Pauses {
         self.windows.iter().find(|w| w.covers(usec))
     }
 
-    /// Every window as `[since, until)` ([`Window::span`]), for [`crate::audit::Scope`].
+    /// Every window as `[since, until)` ([`Window::span`]), for [`crate::ops::audit::Scope`].
     pub fn spans(&self) -> Vec<(i64, i64)> {
         self.windows.iter().map(Window::span).collect()
     }
@@ -162,6 +162,16 @@ pub enum PauseError {
         /// The store's time.
         now: String,
     },
+}
+
+impl crate::exit::Status for PauseError {
+    /// The store's; 2 (usage) for an `--until` that has passed.
+    fn exit_status(&self) -> u8 {
+        match self {
+            PauseError::Store(e) => crate::exit::Status::exit_status(e),
+            PauseError::UntilPassed { .. } => crate::exit::USAGE,
+        }
+    }
 }
 
 /// Pauses `job` from the store's now until `until` (µs since the epoch; `None`: until
@@ -232,9 +242,9 @@ pub fn resume(store: &mut dyn Store, job: &Job, by: &str) -> Result<Option<Windo
 }
 
 /// Writes `p` for `job`, without the windows that ended before the job's retention
-/// ([`crate::retention::kept_since`] at `now`).
+/// ([`crate::ops::retention::kept_since`] at `now`).
 fn write(store: &mut dyn Store, job: &Job, mut p: Pauses, now: i64) -> Result<(), StoreError> {
-    if let Some(kept) = crate::retention::kept_since(now, job.retention) {
+    if let Some(kept) = crate::ops::retention::kept_since(now, job.retention) {
         p.windows.retain(|w| w.until.is_none_or(|u| u >= kept));
     }
     p.windows.sort_by_key(|w| w.since);

@@ -3,7 +3,7 @@
 //! (docs/jobs.toml.md, its key table: name, type and default as written here) and
 //! jobguard.toml(5) (its KEYS section) describe; tests hold both pages to this table.
 //!
-//! Adding a key: its row here, its arm in the parser (`crate::config`), its row in
+//! Adding a key: its row here, its arm in the parser (`crate::joblist::config`), its row in
 //! docs/jobs.toml.md and its entry in packaging/man/jobguard.toml.5.
 
 /// Where a key may be written.

@@ -32,10 +32,10 @@ use jiff::Timestamp;
 use serde_json::{Value, json};
 
 use crate::calendar::Schedule;
-use crate::job::Job;
-use crate::ledger::{
+use crate::guard::ledger::{
     Outcome, PASSED_OVER_AFTER, Resolution, Run, SCHEDULE, format_span, format_usec,
 };
+use crate::joblist::job::Job;
 use crate::store::{RunQuery, Store, StoreError};
 
 /// The value of [`SCHEDULE`] for `cal`: its normalized form, as `systemd-analyze
@@ -86,7 +86,7 @@ pub enum FindingKind {
     /// An elapse a catch-up claim passed over on purpose (informational).
     PassedOver,
     /// An elapse with no record inside a window the job was paused across the fleet
-    /// ([`crate::pause`]; informational).
+    /// ([`crate::ops::pause`]; informational).
     Paused,
     /// A slot not done whose latest attempt waits for a person.
     Held,
@@ -202,7 +202,7 @@ pub struct Scope {
     /// caller read every record of the job in the window (`audit`).
     pub missed_after: Option<i64>,
     /// The job's pause windows, `[since, until)` µs since the epoch
-    /// ([`crate::pause::Pauses::spans`]): an elapse in one with no record is paused, not
+    /// ([`crate::ops::pause::Pauses::spans`]): an elapse in one with no record is paused, not
     /// missed nor passed over.
     pub paused: Vec<(i64, i64)>,
 }
@@ -229,13 +229,13 @@ pub fn read_back_to(newest_first: &[Run], limit: usize, tolerance: i64) -> Optio
 }
 
 /// The first slot (µs since the epoch) whose records `job`'s retention has surely kept at
-/// `now` ([`crate::retention::kept_since`]): retention deletes by start, by the store's
+/// `now` ([`crate::ops::retention::kept_since`]): retention deletes by start, by the store's
 /// clock, which may be ahead of this host's by up to `clock_tolerance`, and a slot's
 /// record may start up to `clock_tolerance` before it; hence twice the tolerance. `None`:
 /// every record is kept.
 pub fn retention_bound(job: &Job, now: i64) -> Option<i64> {
     let tolerance = crate::store::rules::duration_usec(job.clock_tolerance);
-    crate::retention::kept_since(now, job.retention)
+    crate::ops::retention::kept_since(now, job.retention)
         .map(|k| k.saturating_add(tolerance.saturating_mul(2)))
 }
 
@@ -818,7 +818,7 @@ pub fn confirm_missed(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::Slot;
+    use crate::guard::ledger::Slot;
 
     const MIN: i64 = 60_000_000;
     /// 2026-11-29T00:00:00Z.

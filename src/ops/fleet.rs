@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::job::Job;
+use crate::joblist::job::Job;
 use crate::store::ScheduleDecl;
 
 /// How long after its last heartbeat a host counts as silent, µs: five recovery passes
@@ -49,7 +49,7 @@ pub struct Beat {
     pub seen_at: i64,
     /// The host's jobs that use this store, by name.
     pub jobs: BTreeMap<String, JobBeat>,
-    /// How many errors the host's job list has ([`crate::config::JobSet::errors`]).
+    /// How many errors the host's job list has ([`crate::joblist::config::JobSet::errors`]).
     #[serde(default)]
     pub list_errors: usize,
     /// The jobs the host's job list left out for an error in their definition.
@@ -69,7 +69,7 @@ pub struct JobBeat {
 impl Beat {
     /// This host's heartbeat for the jobs of `set` that use the store at `address`
     /// (those whose address cannot be read are left out), with `seen_at` the store's time.
-    pub fn here(set: &crate::config::JobSet, address: &str, seen_at: i64) -> Beat {
+    pub fn here(set: &crate::joblist::config::JobSet, address: &str, seen_at: i64) -> Beat {
         let jobs = set
             .jobs
             .values()
@@ -82,9 +82,9 @@ impl Beat {
                 (j.name.clone(), beat)
             })
             .collect();
-        let installation = crate::identity::Installation::here();
+        let installation = crate::guard::identity::Installation::here();
         Beat {
-            host: crate::identity::host_name(),
+            host: crate::guard::identity::host_name(),
             machine_id: installation.machine_id.clone(),
             boot_id: installation.boot_id.clone(),
             boot_usec: installation.boot_usec,
@@ -133,7 +133,7 @@ impl Beat {
 /// The store's.
 pub fn beat(
     store: &mut dyn crate::store::Store,
-    set: &crate::config::JobSet,
+    set: &crate::joblist::config::JobSet,
     address: &str,
 ) -> Result<(), crate::store::StoreError> {
     let now = store.now()?;
@@ -154,7 +154,7 @@ pub fn read(store: &mut dyn crate::store::Store) -> Result<Fleet, crate::store::
     for (key, text) in &raw {
         if let Ok(b) = Beat::from_json(key, text) {
             // A name a job list refused may be no job name at all (not a ZooKeeper node).
-            let valid = |n: &String| crate::job::is_valid_job_name(n);
+            let valid = |n: &String| crate::joblist::job::is_valid_job_name(n);
             names.extend(b.jobs.into_keys().filter(valid));
             names.extend(b.refused.into_iter().filter(valid));
         }
@@ -210,7 +210,7 @@ pub fn definition_fingerprint(job: &Job) -> String {
 /// The keys of `beats` that the same machine has superseded: by a later beat of the same
 /// boot under another host name (the host was renamed, or its first pass ran before its
 /// name was set), or by a newer boot, when the beat was last written before that boot
-/// began (host clock against store clock, with [`crate::identity::TWIN_MARGIN_USEC`]
+/// began (host clock against store clock, with [`crate::guard::identity::TWIN_MARGIN_USEC`]
 /// between them). The machine is its machine id, or its name where it has none. A beat
 /// of another boot written after this one began is another machine's (a copied image),
 /// not an earlier boot, and stays.
@@ -222,7 +222,7 @@ pub fn superseded(beats: &[(String, Beat)]) -> BTreeSet<String> {
             a.machine_id == b.machine_id
         }
     };
-    let margin = crate::identity::TWIN_MARGIN_USEC;
+    let margin = crate::guard::identity::TWIN_MARGIN_USEC;
     let mut out = BTreeSet::new();
     for (key, b) in beats {
         let newer = beats.iter().any(|(k, o)| {
@@ -370,8 +370,11 @@ pub fn unarmed_jobs(
 pub fn judge(raw: Vec<(String, String)>, declared: &[ScheduleDecl], now: i64) -> Fleet {
     let mut unreadable = Vec::new();
     let mut beats: Vec<(String, Beat)> = Vec::new();
-    // A job's pause windows share the fleet records' keyspace (crate::pause).
-    for (key, text) in raw.into_iter().filter(|(k, _)| !crate::pause::is_key(k)) {
+    // A job's pause windows share the fleet records' keyspace (crate::ops::pause).
+    for (key, text) in raw
+        .into_iter()
+        .filter(|(k, _)| !crate::ops::pause::is_key(k))
+    {
         match Beat::from_json(&key, &text) {
             Ok(b) => beats.push((key, b)),
             Err(e) => unreadable.push(e),
@@ -588,7 +591,7 @@ mod tests {
     fn a_jobs_pause_windows_are_no_host_and_no_unreadable_heartbeat() {
         let mut r = raw(&[beat("a", "m1", "b", T0, T0)]);
         r.push((
-            crate::pause::key("sync"),
+            crate::ops::pause::key("sync"),
             r#"{"windows":[{"since":1,"until":null,"by":"root@a"}]}"#.into(),
         ));
         let f = judge(r, &[], T0 + MIN);

@@ -5,7 +5,7 @@
 //! The rules come from systemd.unit(5) ("STRING ESCAPING FOR INCLUSION IN UNIT NAMES",
 //! "SPECIFIERS"), systemd-escape(1), systemd.service(5) ("COMMAND LINES") and
 //! systemd.syntax(7). jobguard's own unit instances are job names, which use only
-//! characters that need no escaping (see [`crate::config`]), so units use `%i`; the
+//! characters that need no escaping (see [`crate::joblist::config`]), so units use `%i`; the
 //! functions here serve values that do need care: descriptions, paths, commands.
 
 use std::fmt::Write as _;

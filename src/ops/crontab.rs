@@ -868,8 +868,8 @@ fn delay_too_long(
     minutes: u32,
     now: Timestamp,
 ) -> Option<String> {
-    let late =
-        std::time::Duration::from_secs(u64::from(minutes) * 60) + crate::config::TIMER_ACCURACY;
+    let late = std::time::Duration::from_secs(u64::from(minutes) * 60)
+        + crate::joblist::config::TIMER_ACCURACY;
     let limit = i64::try_from(late.as_micros()).unwrap_or(i64::MAX);
     let found = schedule.interval_at_most(limit, now)?;
     Some(format!(
@@ -1144,8 +1144,8 @@ fn name_chars(text: &str, max: usize) -> String {
 
 /// The longest name part [`name_jobs`] builds from a line's words (command and next
 /// word), so that a hash (`-xxxxxx`) and a number (`-NNNN`) still fit within
-/// [`crate::job::MAX_JOB_NAME_LEN`].
-const NAME_STEM_MAX: usize = crate::job::MAX_JOB_NAME_LEN - 7 - 5;
+/// [`crate::joblist::job::MAX_JOB_NAME_LEN`].
+const NAME_STEM_MAX: usize = crate::joblist::job::MAX_JOB_NAME_LEN - 7 - 5;
 
 /// Gives every job of an import its final name. A name is the job's ledger key, so it
 /// depends on its own line and on the lines that would share it, never on the place of
@@ -1737,7 +1737,7 @@ mod tests {
         ));
         assert_eq!(n.len(), 3);
         for name in &n {
-            assert!(crate::job::is_valid_job_name(name), "{name}");
+            assert!(crate::joblist::job::is_valid_job_name(name), "{name}");
         }
         assert!(n[1].ends_with("-2"), "{n:?}");
     }
