@@ -93,8 +93,9 @@ fn rank(status: u8) -> usize {
 
 /// The more severe of two statuses ([`SEVERITY`]); the larger number when they rank alike
 /// (two commands' own statuses), so that the order they come in does not matter. A
-/// command over several jobs (`recover`, `status`, `audit`, `history`, `prune`, `status
-/// --fleet`, `store init`) exits with the worst status it met, whatever the jobs' order.
+/// command over several jobs or stores (`recover`, `status`, `status --fleet`, `audit`,
+/// `history`, `metrics`, `prune`, `resolve --done` of a removed job, `store init`) exits
+/// with the worst status it met, whatever the jobs' order.
 pub fn worst(a: u8, b: u8) -> u8 {
     if (rank(b), b) > (rank(a), a) { b } else { a }
 }
@@ -112,8 +113,10 @@ pub fn from_child(status: ExitStatus) -> u8 {
 }
 
 /// An error that ends a command, or one job's part of a command over several: what to
-/// say and the exit status it means (one of [`ALL`]). Every command's errors reach stderr
-/// through [`Error::print`], each line once, after `jobguard: `.
+/// say and the exit status it means (one of [`ALL`]). The errors the commands end with or
+/// report per job reach stderr through [`Error::print`], each line once, after
+/// `jobguard: `; a run's own log (`jobguard run`'s lines beside its journal events),
+/// warnings and notes, and `check`'s findings (its output) are printed where they arise.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Error {
     status: u8,

@@ -983,6 +983,50 @@ fn check_refuses_store_addresses_the_run_would_refuse() {
     );
 }
 
+/// More jobs of one ZooKeeper store elapse at one moment than ZooKeeper's default
+/// `maxClientCnxns` (60 per client address) lets this host connect: `check` warns once,
+/// naming the store, the moment and what to do; 60 jobs, or jobs spread with
+/// `randomized_delay`, are no warning; and a warning is not a problem (exit 0).
+#[cfg(feature = "store-zookeeper")]
+#[test]
+fn check_warns_when_more_jobs_of_a_zookeeper_store_elapse_together_than_it_takes_connections() {
+    let d = Dir::new();
+    let jobs = |n: usize, extra: &str| -> String {
+        (0..n)
+            .map(|i| {
+                format!(
+                    "[jobs.z{i:03}]\nschedule = \"hourly\"\ncommand = [\"/bin/true\"]\n\
+                     store = \"zookeeper://127.0.0.1:2181/jobguard\"\n{extra}"
+                )
+            })
+            .collect()
+    };
+    let run = |text: &str| {
+        let f = d.write("jobs.toml", text);
+        let out = check(&["--config", f.to_str().expect("utf-8")]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let stderr = run(&jobs(61, ""));
+    let warned: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("maxClientCnxns"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{stderr}");
+    assert!(
+        warned[0].contains("jobs.z000.schedule: warning: 61 jobs of store zookeeper://127.0.0.1:2181/jobguard elapse at ")
+            && warned[0].contains("randomized_delay"),
+        "{stderr}"
+    );
+    assert!(!run(&jobs(60, "")).contains("maxClientCnxns"));
+    assert!(!run(&jobs(61, "randomized_delay = \"5min\"\n")).contains("maxClientCnxns"));
+}
+
 #[test]
 fn a_long_list_is_read_whole_with_errors_in_order() {
     let d = Dir::new();

@@ -28,6 +28,11 @@ fn contend(server: &'static Server, test: &str) {
     let Some(ns) = Namespace::new(server, test) else {
         return;
     };
+    contend_at(&ns.address());
+}
+
+/// [`contend`] on the store at `address`.
+fn contend_at(address: &str) {
     let out_file = tempfile::NamedTempFile::new().unwrap();
     let out = out_file.path().display().to_string();
     // The command takes a moment, so that most racers meet a held lease and some may
@@ -35,7 +40,7 @@ fn contend(server: &'static Server, test: &str) {
     let sb = Sandbox::new(&format!(
         "[jobs.race]\nschedule = \"*-*-* 02:00:00 UTC\"\nstore = {:?}\n\
          command = [\"/bin/sh\", \"-c\", \"echo ran >> {out}; sleep 1\"]\n",
-        ns.address()
+        address
     ));
     let go = sb.file("go");
     let mut children: Vec<Child> = (0..RACERS)
@@ -1567,6 +1572,7 @@ const USER_CONNECTIONS: usize = 4;
 struct LimitedUser {
     postgres: bool,
     name: String,
+    ns: String,
 }
 
 impl LimitedUser {
@@ -1577,7 +1583,8 @@ impl LimitedUser {
                 format!(
                     "CREATE ROLE {name} LOGIN PASSWORD 'pw' CONNECTION LIMIT {USER_CONNECTIONS}"
                 ),
-                format!("CREATE SCHEMA {ns} AUTHORIZATION {name}"),
+                // `CREATE SCHEMA IF NOT EXISTS` needs the right even when the schema exists.
+                format!("GRANT CREATE ON DATABASE test TO {name}"),
             ]
         } else {
             vec![
@@ -1590,13 +1597,20 @@ impl LimitedUser {
         for s in statements {
             sql_value(postgres, &s).unwrap_or_else(|e| panic!("{s}: {e}"));
         }
-        LimitedUser { postgres, name }
+        LimitedUser {
+            postgres,
+            name,
+            ns: ns.to_string(),
+        }
     }
 
     /// The store address of namespace `ns` as this user.
     fn address(&self, ns: &str) -> String {
         if self.postgres {
-            format!("postgres://{}:pw@127.0.0.1:5432/test?schema={ns}", self.name)
+            format!(
+                "postgres://{}:pw@127.0.0.1:5432/test?schema={ns}",
+                self.name
+            )
         } else {
             format!("mysql://{}:pw@127.0.0.1:3306/{ns}", self.name)
         }
@@ -1605,12 +1619,19 @@ impl LimitedUser {
 
 impl Drop for LimitedUser {
     fn drop(&mut self) {
-        let s = if self.postgres {
-            format!("DROP ROLE IF EXISTS {}", self.name)
+        let statements = if self.postgres {
+            vec![
+                // The schema the role owns goes first (the namespace's own drop follows).
+                format!("DROP SCHEMA IF EXISTS {} CASCADE", self.ns),
+                format!("REVOKE CREATE ON DATABASE test FROM {}", self.name),
+                format!("DROP ROLE IF EXISTS {}", self.name),
+            ]
         } else {
-            format!("DROP USER IF EXISTS '{}'@'%'", self.name)
+            vec![format!("DROP USER IF EXISTS '{}'@'%'", self.name)]
         };
-        let _ = sql_value(self.postgres, &s);
+        for s in statements {
+            let _ = sql_value(self.postgres, &s);
+        }
     }
 }
 
@@ -1626,13 +1647,20 @@ fn more_long_jobs_than_connections(server: &'static Server, test: &str) {
         return;
     };
     let user = LimitedUser::new(postgres, &ns.name);
+    long_jobs_start_on_time(&user.address(&ns.name));
+}
+
+/// [`LONG_JOBS`] jobs of 8 s, with `lease_ttl = "6s"` (a renewal every 1.5 s), on the
+/// store at `address`, fire at once: each starts within 4 s of its firing, by its
+/// command's own clock, and each slot succeeds once.
+fn long_jobs_start_on_time(address: &str) {
     let out = tempfile::tempdir().unwrap();
     let jobs: String = (0..LONG_JOBS)
         .map(|i| {
             format!(
                 "[jobs.long{i}]\nschedule = \"*-*-* 02:00:00 UTC\"\nstore = {:?}\nlease_ttl = \"6s\"\nkill_grace = \"2s\"\n\
                  command = [\"/bin/sh\", \"-c\", \"date +%s.%N > {}/long{i}; sleep 8\"]\n\n",
-                user.address(&ns.name),
+                address,
                 out.path().display()
             )
         })
@@ -1686,4 +1714,50 @@ fn postgres_more_long_jobs_than_the_server_lets_a_user_connect_all_start_on_time
 #[test]
 fn mysql_more_long_jobs_than_the_server_lets_a_user_connect_all_start_on_time() {
     more_long_jobs_than_connections(server("mysql"), "store_contention::connections");
+}
+
+/// The PostgreSQL store behind PgBouncer in transaction mode, two server connections per
+/// database and user ([`common::tls::pgbouncer`]): no session state lasts past a
+/// statement, and a client waits in the pooler's queue. 32 racers of one slot run it
+/// once, and [`LONG_JOBS`] long jobs, whose renewals each go through the pooler, start on
+/// time and succeed once. `schema=` cannot pass a pooler (it is a start-up option): the
+/// job list's error says what to do instead.
+#[test]
+fn postgres_behind_pgbouncer_in_transaction_mode_runs_each_slot_once() {
+    let test = "store_contention::pgbouncer";
+    let Some(bouncer) = common::tls::pgbouncer(test) else {
+        return;
+    };
+    let db = common::remote::namespace();
+    let admin = |sql: &str| common::psql("postgres", sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+    admin(&format!("CREATE DATABASE {db}"));
+    struct Dropped(String);
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            let _ = common::psql(
+                "postgres",
+                &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.0),
+            );
+        }
+    }
+    let _db = Dropped(db.clone());
+    let address = format!(
+        "postgres://root@127.0.0.1:{}/{db}?sslmode=verify-full&sslrootcert={}",
+        bouncer.port,
+        bouncer.ca().display()
+    );
+    contend_at(&address);
+    long_jobs_start_on_time(&address);
+
+    let sb = Sandbox::new(&format!(
+        "[jobs.s]\nschedule = \"hourly\"\ncommand = [\"/bin/true\"]\nstore = {:?}\n",
+        format!("{address}&schema=s1")
+    ));
+    let out = sb.run(&["run", "s"]);
+    assert_eq!(out.status.code(), Some(78), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("leave schema= out and set the role's search path instead"),
+        "{}",
+        stderr(&out)
+    );
 }

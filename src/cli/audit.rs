@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::json;
 
-use crate::cli::{AuditArgs, job_store_address, list_store_addresses, open_store, view};
+use crate::cli::{AuditArgs, job_store_address, open_store, report_store_addresses, view};
 use crate::exit::{self, Error, Finished};
 use crate::guard::identity;
 use crate::guard::ledger::format_usec;
@@ -54,8 +54,14 @@ pub fn run(args: &AuditArgs) -> exit::Result {
                 .map_err(|e| Error::new(exit::USAGE, format!("bad {what} {text:?}: {e}"))),
         }
     };
-    let since = parse("--since", &args.since)?;
-    let until = parse("--until", &args.until)?.unwrap_or(now);
+    let (since, until) = match (parse("--since", &args.since), parse("--until", &args.until)) {
+        (Ok(s), Ok(u)) => (s, u.unwrap_or(now)),
+        (Err(a), Err(b)) => {
+            let lines = a.messages().iter().chain(b.messages()).cloned().collect();
+            return Err(Error::lines(exit::USAGE, lines));
+        }
+        (Err(e), _) | (_, Err(e)) => return Err(e),
+    };
     let mut finished = Finished::OK;
     let mut stores = open_stores(&set, args.job.as_deref(), &mut finished);
     let boot = identity::boot_time_usec();
@@ -272,7 +278,7 @@ fn open_stores(set: &JobSet, only: Option<&str>, finished: &mut Finished) -> Vec
                 BTreeSet::new()
             }
         },
-        None => list_store_addresses(set, finished),
+        None => report_store_addresses(set, finished),
     };
     let mut out = Vec::new();
     for address in addresses {

@@ -21,10 +21,11 @@ use crate::exit::{Error, Finished};
 const LABEL_WIDTH: usize = 16;
 
 /// Runs `jobguard calendar`: ends with 0, or 1 when an expression is invalid (its error
-/// printed in systemd-analyze's words, [`Error::verbatim`], and the rest still shown).
+/// printed in systemd-analyze's words, [`Error::verbatim`], and the rest still shown), or
+/// when stdout cannot be written.
 ///
 /// # Errors
-/// 1 for a base time that cannot be read, or stdout that cannot be written.
+/// 1 for a base time that cannot be read.
 pub fn run(args: &CalendarArgs) -> crate::exit::Result {
     let now = Timestamp::now();
     let local = crate::calendar::local_zone();

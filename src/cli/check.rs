@@ -75,6 +75,13 @@ pub fn run(args: &ConfigArgs) -> crate::exit::Result {
             );
         }
     }
+    for (job, message) in crowded_zookeeper(&set, jiff::Timestamp::now()) {
+        eprintln!(
+            "{}: jobs.{}.schedule: warning: {message}",
+            job.source.display(),
+            job.name
+        );
+    }
     let names: Vec<&str> = set.jobs.keys().map(String::as_str).collect();
     if !names.is_empty()
         && let Ok(settings) = crate::systemd::dbus::read_kill_settings(&names)
@@ -129,6 +136,50 @@ pub fn run(args: &ConfigArgs) -> crate::exit::Result {
     } else {
         crate::exit::Finished::with(crate::exit::FAILURE)
     })
+}
+
+/// ZooKeeper's default `maxClientCnxns`: connections one client address may hold to a
+/// server at once (the ZooKeeper Administrator's Guide).
+const ZOOKEEPER_MAX_CLIENT_CNXNS: usize = 60;
+
+/// Jobs of one ZooKeeper store more of which elapse at one moment (their next elapse after
+/// `now`, without `randomized_delay`) than [`ZOOKEEPER_MAX_CLIENT_CNXNS`]: this host's runs
+/// would connect at once, and those past the server's default limit wait for a retry.
+/// One warning, on the first such job by name, per store and moment. Nothing is held
+/// between calls ([`crate::store::Store::rest`]), so only jobs that call together count.
+fn crowded_zookeeper(set: &JobSet, now: jiff::Timestamp) -> Vec<(&Job, String)> {
+    use std::collections::BTreeMap;
+    let mut at: BTreeMap<(String, i64), Vec<&Job>> = BTreeMap::new();
+    for job in set
+        .jobs
+        .values()
+        .filter(|j| j.enabled && j.randomized_delay.is_none())
+    {
+        let Ok(address) = job.store_address() else {
+            continue;
+        };
+        let zookeeper =
+            crate::store::registry::kind_of(&address).is_some_and(|k| k.name == "zookeeper");
+        if let (true, Some(next)) = (zookeeper, job.calendar.next_elapse(now)) {
+            at.entry((address, next.as_microsecond()))
+                .or_default()
+                .push(job);
+        }
+    }
+    at.into_iter()
+        .filter(|(_, jobs)| jobs.len() > ZOOKEEPER_MAX_CLIENT_CNXNS)
+        .map(|((address, usec), jobs)| {
+            (
+                jobs[0],
+                format!(
+                    "{} jobs of store {} elapse at {}: more than ZooKeeper's default maxClientCnxns ({ZOOKEEPER_MAX_CLIENT_CNXNS} connections per client address) would connect from this host at once, and those past it start later, after a retry; raise maxClientCnxns on the ensemble, or spread the jobs with randomized_delay",
+                    jobs.len(),
+                    crate::store::address::mask(&address),
+                    crate::guard::ledger::format_usec(usec)
+                ),
+            )
+        })
+        .collect()
 }
 
 /// What is wrong with how systemd will end `job`'s service, `k`, or `None` when it keeps

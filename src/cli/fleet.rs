@@ -7,7 +7,7 @@
 //! Exit status: 0 when nothing needs a person, 1 ([`exit::ATTENTION`]) when something
 //! does, a store's status when one could not be read, 2 when `--forget` names no host.
 
-use crate::cli::{StatusArgs, list_store_addresses, open_store, view};
+use crate::cli::{StatusArgs, open_store, report_store_addresses, view};
 use crate::exit::{self, Error, Finished};
 use crate::joblist::config::{self, ConfigSource};
 use crate::ops::fleet::{Fleet, HostView};
@@ -20,7 +20,7 @@ use crate::ops::fleet::{Fleet, HostView};
 pub fn run(args: &StatusArgs) -> exit::Result {
     let set = config::load(&ConfigSource::resolve(args.config.config.clone()));
     let mut finished = Finished::OK;
-    let addresses = list_store_addresses(&set, &mut finished);
+    let addresses = report_store_addresses(&set, &mut finished);
     let mut json = Vec::new();
     let mut forgotten = 0;
     let mut first = true;

@@ -11,10 +11,11 @@ use crate::joblist::config::{self, ConfigSource};
 use crate::systemd::generator::{self, Log};
 use crate::systemd::render::RenderOptions;
 
-/// Runs `jobguard generate`.
+/// Runs `jobguard generate`: ends with 0, or the generator's status when a unit cannot be
+/// written ([`generator::generate_into`]).
 ///
 /// # Errors
-/// 1 when the directory cannot be created or a unit cannot be written.
+/// 1 when the directory cannot be created.
 pub fn run(args: &GenerateArgs) -> exit::Result {
     std::fs::create_dir_all(&args.output).map_err(|e| {
         Error::new(

@@ -6,7 +6,7 @@
 //! ([`crate::cli::list_store_addresses`]), and only when none holds a record of it does
 //! `history` exit [`exit::CONFIG`] (78), "no job named".
 
-use crate::cli::{HistoryArgs, find_job, list_store_addresses, open_job_store, open_store, view};
+use crate::cli::{HistoryArgs, find_job, open_job_store, open_store, report_store_addresses, view};
 use crate::exit::{self, Error, Finished};
 use crate::guard::ledger::Run;
 use crate::joblist::config::{self, ConfigSource};
@@ -47,7 +47,7 @@ pub fn run(args: &HistoryArgs) -> exit::Result {
 /// The history of a job no longer in the job list, from every store the list names.
 fn removed(args: &HistoryArgs, set: &config::JobSet) -> exit::Result {
     let mut finished = Finished::OK;
-    let addresses = list_store_addresses(set, &mut finished);
+    let addresses = report_store_addresses(set, &mut finished);
     let mut runs: Vec<Run> = Vec::new();
     let mut described = Vec::new();
     for address in &addresses {

@@ -553,19 +553,20 @@ pub fn job_store_address(job: &crate::joblist::job::Job) -> Result<String, Error
 /// Every store the job list names: each job's, each `[defaults]` table's
 /// ([`crate::joblist::config::JobSet::default_stores`]), and the built-in default
 /// ([`crate::paths::default_store_url`]) when its file exists. This is where the ledger of
-/// a job removed from the list is looked for. An address that cannot be read is
-/// reported into `finished` ([`Finished::report`]) and left out.
+/// a job removed from the list is looked for. An address that cannot be read is left
+/// out, and its error is returned beside the others for the caller to report (or not:
+/// `recover` has reported its jobs' already).
 pub fn list_store_addresses(
     set: &crate::joblist::config::JobSet,
-    finished: &mut Finished,
-) -> std::collections::BTreeSet<String> {
+) -> (std::collections::BTreeSet<String>, Vec<Error>) {
     let mut out = std::collections::BTreeSet::new();
+    let mut errors = Vec::new();
     for job in set.jobs.values() {
         match job_store_address(job) {
             Ok(a) => {
                 out.insert(a);
             }
-            Err(e) => finished.report(&e),
+            Err(e) => errors.push(e),
         }
     }
     for d in &set.default_stores {
@@ -573,13 +574,25 @@ pub fn list_store_addresses(
             Ok(a) => {
                 out.insert(a);
             }
-            Err(e) => finished.report(&e.into()),
+            Err(e) => errors.push(e.into()),
         }
     }
     if crate::paths::state_dir().join("jobguard.db").exists() {
         out.insert(crate::paths::default_store_url());
     }
-    out
+    (out, errors)
+}
+
+/// [`list_store_addresses`], each error reported into `finished` ([`Finished::report`]).
+pub fn report_store_addresses(
+    set: &crate::joblist::config::JobSet,
+    finished: &mut Finished,
+) -> std::collections::BTreeSet<String> {
+    let (addresses, errors) = list_store_addresses(set);
+    for e in &errors {
+        finished.report(e);
+    }
+    addresses
 }
 
 /// Opens and initialises the store at `url`.

@@ -259,7 +259,14 @@ fn removed_and_paused(set: &config::JobSet, systemd: bool, finished: &mut Finish
             Err(e) => eprintln!("jobguard: {e}"),
         }
     }
-    for address in list_store_addresses(set, finished) {
+    // The jobs' addresses that cannot be read were reported with the jobs; the
+    // `[defaults]` tables' are reported here.
+    for d in &set.default_stores {
+        if let Err(e) = d.address() {
+            finished.report(&e.into());
+        }
+    }
+    for address in list_store_addresses(set).0 {
         let mut store = match open_store(&address) {
             Ok(s) => s,
             Err(e) => {

@@ -163,6 +163,8 @@ fn wait_for(
                 if failures == STORE_TRIES {
                     return Err(e);
                 }
+                // Said as it happens: the wait goes on.
+                e.print();
                 std::thread::sleep(std::time::Duration::from_millis(500));
                 continue;
             }

@@ -10,7 +10,7 @@
 //! `--done` in every store the list names ([`crate::cli::list_store_addresses`]);
 //! `--rerun` is refused (exit 78): there is no job left to run it.
 
-use crate::cli::{ResolveArgs, find_job, list_store_addresses, open_job_store, open_store};
+use crate::cli::{ResolveArgs, find_job, open_job_store, open_store, report_store_addresses};
 use crate::exit::{self, Error, Finished};
 use crate::guard::ledger::{Outcome, Resolution, format_usec};
 use crate::joblist::config::{self, ConfigSource};
@@ -118,7 +118,7 @@ fn removed(args: &ResolveArgs, set: &config::JobSet) -> exit::Result {
     }
     let slot = slot(args)?;
     let mut finished = Finished::OK;
-    let addresses = list_store_addresses(set, &mut finished);
+    let addresses = report_store_addresses(set, &mut finished);
     let mut marked = 0;
     for address in &addresses {
         let mut store = match open_store(address) {

@@ -539,7 +539,8 @@ fn unreadable_json(job: &Job, now_usec: i64, units: Option<&JobUnits>, error: &s
 /// Runs `jobguard status`: ends with 0, [`exit::ATTENTION`] when something needs
 /// attention, or the worst status of a store or job list that could not be read
 /// ([`exit::CONFIG`] for a job list with any error: a job it left out is listed as
-/// refused). Every problem is reported on the way, after the table.
+/// refused). The problems are printed after the table; with `--json` they are in its
+/// `problems` and `config_errors` instead.
 ///
 /// # Errors
 /// None of its own (`--fleet`'s: [`crate::cli::fleet::run`]).

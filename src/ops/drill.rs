@@ -52,7 +52,7 @@ pub struct Verdict {
     /// What was seen, with numbers.
     pub detail: String,
     /// The exit status of the store error that kept the layer from being tried (the
-    /// store's, [`crate::store::StoreError::exit_status`]); `None` when it was tried.
+    /// store's, [`crate::exit::Status::exit_status`]); `None` when it was tried.
     pub error: Option<u8>,
 }
 

@@ -110,8 +110,8 @@ pub struct LedgerMetrics {
 pub struct Collected {
     /// One entry per job of the job list, by name.
     pub jobs: Vec<JobMetrics>,
-    /// `job: what went wrong`, with its exit status, for each job whose store could not
-    /// be read, and `store: fleet: …` for each store whose fleet could not.
+    /// What went wrong (`job: …`; an address's own error names its job), with its exit
+    /// status, for each job whose store could not be read, and `store: fleet: …` for each store whose fleet could not.
     pub problems: Vec<crate::exit::Error>,
     /// How many problems the job list has ([`JobSet::errors`]): files not read, keys
     /// refused, jobs left out.

@@ -775,12 +775,16 @@ fn open_store(job: &Job) -> Result<Box<dyn Store>, u8> {
     with_retry(job, || store::open(&address)).map_err(|e| store_failed(job, &e))
 }
 
-/// Retries `f` while the store is unavailable, with backoff, for `store_wait`; a stop signal
-/// (SIGTERM, SIGINT, SIGHUP: `systemctl stop`) ends the wait at once with the last error.
+/// Retries `f` while the store is unavailable, for `store_wait`: after a pause of 100 ms,
+/// doubling to 10 s, each drawn at random between half of it and all of it ([`jitter`]),
+/// so that the hosts and jobs refused together (a server's connection limit met by a
+/// fleet firing in one second) do not all come back together. A stop signal (SIGTERM,
+/// SIGINT, SIGHUP: `systemctl stop`) ends the wait at once with the last error.
 fn with_retry<T>(job: &Job, mut f: impl FnMut() -> Result<T, StoreError>) -> Result<T, StoreError> {
     let give_up = Instant::now() + job.store_wait;
-    let mut pause = Duration::from_millis(250);
+    let mut backoff = Duration::from_millis(100);
     loop {
+        let pause = jitter(backoff);
         match f() {
             Err(StoreError::Unavailable { store, detail }) if Instant::now() + pause < give_up => {
                 eprintln!(
@@ -791,11 +795,19 @@ fn with_retry<T>(job: &Job, mut f: impl FnMut() -> Result<T, StoreError>) -> Res
                     eprintln!("jobguard: {}: asked to stop; no longer waiting", job.name);
                     return Err(StoreError::Unavailable { store, detail });
                 }
-                pause = (pause * 2).min(Duration::from_secs(10));
+                backoff = (backoff * 2).min(Duration::from_secs(10));
             }
             other => return other,
         }
     }
+}
+
+/// A pause between half of `pause` and all of it, at random (std's per-process random
+/// hash keys over the moment: no generator is kept).
+fn jitter(pause: Duration) -> Duration {
+    use std::hash::BuildHasher;
+    let r = std::collections::hash_map::RandomState::new().hash_one(Instant::now()) % 1_000;
+    pause / 2 + pause / 2 * u32::try_from(r).unwrap_or(0) / 1_000
 }
 
 /// How many times a claim refused for a clock skew that its own round trip does not
@@ -1536,7 +1548,7 @@ fn supervise(
     let renewal = renew::Renewal::new(lease.clone());
     // The logind inhibitor lock is taken just before the command starts and released as
     // soon as it ends (when `guard` is dropped); the guard also hears logind's
-    // PrepareForShutdown/PrepareForSleep, polled by `supervise_watching`. See crate::logind.
+    // PrepareForShutdown/PrepareForSleep, polled by `supervise_watching`. See crate::systemd::logind.
     let mut guard = logind::RunGuard::start(job, &run.slot.rfc3339(), &run.run_id);
     let pid = match child::spawn(spec) {
         Ok(pid) => pid,

@@ -19,6 +19,15 @@
 //! one holder resumed from one memory snapshot cannot both keep the lease: the second
 //! copy's next renewal is refused and it stops its command
 //! ([`crate::store::rules::renew`]).
+//!
+//! Between calls the store holds nothing on its server: the thread lets go of the store's
+//! connection or session ([`Store::rest`]) as the command starts, and after each renewal
+//! as soon as it is answered; the next call (a renewal, the outcome) connects again. A
+//! running job then costs its server a connection only while it calls, so a fleet can
+//! run more jobs at once than the server takes connections (PostgreSQL's
+//! `max_connections`, a role's `CONNECTION LIMIT`, MariaDB's `MAX_USER_CONNECTIONS`,
+//! ZooKeeper's `maxClientCnxns`), at the cost of one more connection per run and one per
+//! renewal (`benches/connections.sh`).
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::mpsc;
@@ -168,6 +177,9 @@ impl<'scope> Renewer<'scope> {
         let job = renewal.lease.job.clone();
         let thread = scope.spawn(move || {
             let mut renewal = renewal;
+            // The claim's connection goes as the command starts, each renewal's as soon
+            // as it is answered: between calls the server holds nothing for this run.
+            store.rest();
             for () in asked {
                 let sent = Instant::now();
                 let got = renewal.renew(store, ttl);
@@ -175,6 +187,7 @@ impl<'scope> Renewer<'scope> {
                     break;
                 }
                 let _ = nix::unistd::write(&ring, b"!");
+                store.rest();
             }
             renewal
         });

@@ -396,6 +396,15 @@ pub trait Store: Send {
     /// The address for messages, with secrets masked.
     fn describe(&self) -> String;
 
+    /// Lets go of what this store holds on its server between calls (a connection, a
+    /// session), so that a running job costs the server nothing until its next call,
+    /// which connects again. The shim's renewal thread ([`crate::shim::renew`]) calls it
+    /// as the command starts and after each renewal: a fleet's running jobs are then not
+    /// capped by the server's connection limit. Nothing a store keeps for a job lives in a connection or a
+    /// session, so nothing is lost. Default: nothing to let go (SQLite's open file is no
+    /// server's resource).
+    fn rest(&mut self) {}
+
     /// Creates the schema or migrates it to the current version. Idempotent; also done
     /// implicitly on first use.
     ///

@@ -277,9 +277,14 @@ impl engine::ClientError for mysql::Error {
                 },
             },
             mysql::Error::MySqlError(e) => {
-                // Lock wait timeout, deadlock, too many connections, shutdown, a statement
-                // stopped by `KILL QUERY` (1317, see `kill_query`): retryable.
-                let retryable = matches!(e.code, 1205 | 1213 | 1040 | 1053 | 1317 | 2006 | 2013);
+                // Lock wait timeout, deadlock, too many connections (the server's 1040, a
+                // user's `max_user_connections` 1203 and `MAX_USER_CONNECTIONS` 1226: others
+                // are connected for the moment), shutdown, a statement stopped by `KILL
+                // QUERY` (1317, see `kill_query`): retryable.
+                let retryable = matches!(
+                    e.code,
+                    1205 | 1213 | 1040 | 1203 | 1226 | 1053 | 1317 | 2006 | 2013
+                );
                 let detail = format!("{op}: {}", e.message);
                 if retryable {
                     StoreError::Unavailable { store, detail }
@@ -981,6 +986,13 @@ pub(crate) fn open_boxed(
 }
 
 impl Store for MysqlStore {
+    /// Closes the connection (`COM_QUIT`, as the client does when it is dropped): one of
+    /// the server's `max_connections` (and of the user's `MAX_USER_CONNECTIONS`) is free
+    /// until the next call.
+    fn rest(&mut self) {
+        self.conn = None;
+    }
+
     fn describe(&self) -> String {
         self.describe.clone()
     }

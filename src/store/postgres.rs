@@ -573,12 +573,7 @@ impl Drop for PostgresStore {
     ///
     /// Then cancel requests still under way are waited for ([`remote::Cancels`]).
     fn drop(&mut self) {
-        self.client = None;
-        if let Some(driver) = self.driver.take() {
-            let _ = self
-                .rt
-                .block_on(async { tokio::time::timeout(CLOSE_TIMEOUT, driver).await });
-        }
+        self.close();
     }
 }
 
@@ -739,7 +734,30 @@ impl PostgresStore {
     }
 
     fn error(&self, op: &str, fail: Fail) -> StoreError {
+        // A pooler that refuses the start-up option carrying `schema=` (PgBouncer: "unsupported
+        // startup parameter: options") refuses every connection: the address is wrong for it.
+        if let (Some(schema), Fail::Client(e)) = (&self.schema, &fail)
+            && e.as_db_error()
+                .is_some_and(|db| db.message().contains("startup parameter: options"))
+        {
+            return StoreError::Address {
+                address: self.describe.clone(),
+                detail: format!(
+                    "{op}: the server refused the start-up option that sets schema={schema} (a pooler such as PgBouncer passes no options): leave schema= out and set the role's search path instead (ALTER ROLE ... IN DATABASE ... SET search_path = {schema})"
+                ),
+            };
+        }
         fail.store_error(&self.describe, op, SCHEMA_VERSION)
+    }
+
+    /// Ends the session, if any ([`Drop`]'s way); the next call connects again.
+    fn close(&mut self) {
+        self.client = None;
+        if let Some(driver) = self.driver.take() {
+            let _ = self
+                .rt
+                .block_on(async { tokio::time::timeout(CLOSE_TIMEOUT, driver).await });
+        }
     }
 
     /// Runs `f` on the connection (connecting first if needed) within [`CALL_TIMEOUT`].
@@ -1556,6 +1574,13 @@ pub(crate) fn open_boxed(
 }
 
 impl Store for PostgresStore {
+    /// Ends the session ([`PostgresStore::close`]): a backend process of the server, and
+    /// one of its `max_connections` (and of the role's `CONNECTION LIMIT`), is free until
+    /// the next call.
+    fn rest(&mut self) {
+        self.close();
+    }
+
     fn describe(&self) -> String {
         self.describe.clone()
     }

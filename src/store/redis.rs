@@ -1069,6 +1069,12 @@ pub(crate) fn open_boxed(
 }
 
 impl Store for RedisStore {
+    /// Closes the connection: one of the server's `maxclients` is free until the next
+    /// call.
+    fn rest(&mut self) {
+        self.conn = None;
+    }
+
     fn describe(&self) -> String {
         self.describe.clone()
     }

@@ -1275,6 +1275,13 @@ pub(crate) fn open_boxed(
 }
 
 impl Store for ZooKeeperStore {
+    /// Drops the client, which closes its session and connection: one of the server's
+    /// `maxClientCnxns` per client address (60 by default) is free until the next call,
+    /// which opens a new session. No state lives in a session (no ephemeral node).
+    fn rest(&mut self) {
+        self.client = None;
+    }
+
     fn describe(&self) -> String {
         self.describe.clone()
     }

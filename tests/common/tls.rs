@@ -386,8 +386,12 @@ fn start_zookeeper() -> Result<Server, String> {
         file("zoo.cfg"),
     ];
     let watcher = watch(&dir, "java", &args)?;
+    // The port listens before the server serves: a session opened then is closed at once
+    // ("no available hosts" for the first cases that start together), so ready means a
+    // session over TLS opens.
     wait_ready(&dir, Duration::from_secs(30), || {
         std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+            && zookeeper_session_opens(&dir.join("ca.pem"), port)
     })?;
     Ok(Server {
         port,
@@ -395,6 +399,41 @@ fn start_zookeeper() -> Result<Server, String> {
         startup: started.elapsed(),
         _watch: Mutex::new(watcher),
     })
+}
+
+/// Whether a session over TLS opens on the ZooKeeper server at `port` within 2 s, its
+/// certificate checked against `ca`; without the client (no `store-zookeeper`), true.
+fn zookeeper_session_opens(ca: &Path, port: u16) -> bool {
+    #[cfg(feature = "store-zookeeper")]
+    {
+        let Ok(ca) = std::fs::read_to_string(ca) else {
+            return false;
+        };
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return false;
+        };
+        rt.block_on(async {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            let Ok(tls) = zookeeper_client::TlsOptions::new().with_pem_ca(&ca) else {
+                return false;
+            };
+            let at = format!("127.0.0.1:{port}");
+            let mut connector = zookeeper_client::Client::connector();
+            let connect = connector.with_tls(tls).secure_connect(&at);
+            matches!(
+                tokio::time::timeout(Duration::from_secs(2), connect).await,
+                Ok(Ok(_))
+            )
+        })
+    }
+    #[cfg(not(feature = "store-zookeeper"))]
+    {
+        let _ = (ca, port);
+        true
+    }
 }
 
 /// The process's TLS-only ZooKeeper server, started on first use; `None` (after
@@ -689,6 +728,78 @@ impl Server {
     pub fn psql(&self, statement: &str) -> String {
         psql_at(&self.dir, self.port, statement).unwrap_or_else(|e| panic!("{statement}: {e}"))
     }
+}
+
+/// PgBouncer in transaction mode (`pool_mode = transaction`, two server connections per
+/// database and user), in front of the shared PostgreSQL at 127.0.0.1:5432 (plain, trust),
+/// speaking only TLS to its clients with this process's certificate, any database, the
+/// user `root` (trust). As a fleet runs it: no session state survives a transaction, and
+/// a client waits in PgBouncer's queue for a server connection.
+fn start_pgbouncer() -> Result<Server, String> {
+    if let Some(why) = missing(&["openssl", "pgbouncer", "setpriv"]) {
+        return Err(why);
+    }
+    let uid = if nix::unistd::geteuid().is_root() {
+        let user = nix::unistd::User::from_name(POSTGRES_OS_USER)
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("no user {POSTGRES_OS_USER:?} to run PgBouncer as"))?;
+        Some((user.uid.as_raw(), user.gid.as_raw()))
+    } else {
+        None
+    };
+    let started = Instant::now();
+    let dir = temp_dir("pgbouncer")?;
+    make_certificates(&dir)?;
+    let file = |name: &str| dir.join(name).display().to_string();
+    std::fs::set_permissions(dir.join("server.key"), Permissions::from_mode(0o600))
+        .map_err(|e| e.to_string())?;
+    let port = free_port();
+    std::fs::write(dir.join("users.txt"), "\"root\" \"\"\n\"postgres\" \"\"\n")
+        .map_err(|e| e.to_string())?;
+    let config = [
+        "[databases]".to_string(),
+        "* = host=127.0.0.1 port=5432".to_string(),
+        "[pgbouncer]".to_string(),
+        "listen_addr = 127.0.0.1".to_string(),
+        format!("listen_port = {port}"),
+        "unix_socket_dir =".to_string(),
+        "auth_type = trust".to_string(),
+        format!("auth_file = {}", file("users.txt")),
+        "pool_mode = transaction".to_string(),
+        "default_pool_size = 2".to_string(),
+        "max_client_conn = 2000".to_string(),
+        "client_tls_sslmode = require".to_string(),
+        format!("client_tls_key_file = {}", file("server.key")),
+        format!("client_tls_cert_file = {}", file("server.pem")),
+    ];
+    std::fs::write(dir.join("pgbouncer.ini"), config.join("\n") + "\n")
+        .map_err(|e| e.to_string())?;
+    if let Some((uid, gid)) = uid {
+        std::fs::set_permissions(&dir, Permissions::from_mode(0o755)).map_err(|e| e.to_string())?;
+        for name in ["server.key", "server.pem", "users.txt", "pgbouncer.ini"] {
+            std::os::unix::fs::chown(dir.join(name), Some(uid), Some(gid))
+                .map_err(|e| format!("chown {name}: {e}"))?;
+        }
+    }
+    let (program, mut args) = as_server_user(Path::new("/usr/sbin/pgbouncer"), uid);
+    args.push(file("pgbouncer.ini"));
+    let watcher = watch_with(&dir, "INT", &program, &args)?;
+    wait_ready(&dir, Duration::from_secs(30), || {
+        psql_at(&dir, port, "SELECT 1").is_ok()
+    })?;
+    Ok(Server {
+        port,
+        dir,
+        startup: started.elapsed(),
+        _watch: Mutex::new(watcher),
+    })
+}
+
+/// The process's PgBouncer in transaction mode ([`start_pgbouncer`]), started on first
+/// use; `None` (after [`super::go_on`]) when it cannot run here.
+pub fn pgbouncer(test: &str) -> Option<&'static Server> {
+    static CELL: OnceLock<Result<Server, String>> = OnceLock::new();
+    shared(&CELL, start_pgbouncer, test)
 }
 
 /// The process's TLS-only PostgreSQL server (`hostssl` lines only, trust), started on
