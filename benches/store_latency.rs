@@ -19,12 +19,15 @@
 //! `BENCH_PG_SSLMODE=disable` for PostgreSQL without TLS, whose default `prefer` encrypts
 //! when the server offers TLS). Servers that are not reachable are skipped.
 
-use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+#[path = "support/counter.rs"]
+mod counter;
+
+use std::net::TcpStream;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
+use counter::{Counter, percentile};
 use jobguard::guard::lease::Holder;
 use jobguard::guard::ledger::{Finish, NewRun, Outcome, Slot};
 use jobguard::store::{Claim, ClaimRequest, ClockCheck};
@@ -71,75 +74,6 @@ fn finish() -> Finish {
         resolution: None,
         ended_at: None,
     }
-}
-
-/// A TCP proxy that counts the client's request flights.
-struct Counter {
-    port: u16,
-    flights: Arc<AtomicU64>,
-}
-
-impl Counter {
-    fn start(target: u16) -> Counter {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let flights = Arc::new(AtomicU64::new(0));
-        let f = flights.clone();
-        std::thread::spawn(move || {
-            for client in listener.incoming() {
-                let Ok(client) = client else { continue };
-                let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else {
-                    continue;
-                };
-                let _ = client.set_nodelay(true);
-                let _ = server.set_nodelay(true);
-                // Who spoke last on this connection: 0 nobody, 1 client, 2 server.
-                let last = Arc::new(AtomicU8::new(0));
-                for (from, to, me) in [
-                    (
-                        client.try_clone().unwrap(),
-                        server.try_clone().unwrap(),
-                        1u8,
-                    ),
-                    (
-                        server.try_clone().unwrap(),
-                        client.try_clone().unwrap(),
-                        2u8,
-                    ),
-                ] {
-                    let (f, last) = (f.clone(), last.clone());
-                    std::thread::spawn(move || pump(from, to, me, &last, &f));
-                }
-            }
-        });
-        Counter { port, flights }
-    }
-}
-
-fn pump(mut from: TcpStream, mut to: TcpStream, me: u8, last: &AtomicU8, flights: &AtomicU64) {
-    let mut buf = [0u8; 65536];
-    loop {
-        match from.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                if last.swap(me, Ordering::SeqCst) != me && me == 1 {
-                    flights.fetch_add(1, Ordering::SeqCst);
-                }
-                if to.write_all(&buf[..n]).is_err() {
-                    break;
-                }
-            }
-        }
-    }
-    let _ = to.shutdown(Shutdown::Both);
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let rank = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[rank.min(sorted.len() - 1)]
 }
 
 fn ms(d: Duration) -> String {

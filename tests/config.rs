@@ -1019,7 +1019,7 @@ fn check_warns_when_more_jobs_of_a_zookeeper_store_elapse_together_than_it_takes
         .collect();
     assert_eq!(warned.len(), 1, "{stderr}");
     assert!(
-        warned[0].contains("jobs.z000.schedule: warning: 61 jobs of store zookeeper://127.0.0.1:2181/jobguard elapse at ")
+        warned[0].contains("jobs.z000.schedule: warning: 61 jobs of ZooKeeper zookeeper://127.0.0.1:2181 elapse at ")
             && warned[0].contains("randomized_delay"),
         "{stderr}"
     );

@@ -1756,7 +1756,7 @@ fn postgres_behind_pgbouncer_in_transaction_mode_runs_each_slot_once() {
     let out = sb.run(&["run", "s"]);
     assert_eq!(out.status.code(), Some(78), "{}", stderr(&out));
     assert!(
-        stderr(&out).contains("leave schema= out and set the role's search path instead"),
+        stderr(&out).contains("leave schema= out, and give the role the schema instead"),
         "{}",
         stderr(&out)
     );

@@ -142,11 +142,13 @@ pub fn run(args: &ConfigArgs) -> crate::exit::Result {
 /// server at once (the ZooKeeper Administrator's Guide).
 const ZOOKEEPER_MAX_CLIENT_CNXNS: usize = 60;
 
-/// Jobs of one ZooKeeper store more of which elapse at one moment (their next elapse after
-/// `now`, without `randomized_delay`) than [`ZOOKEEPER_MAX_CLIENT_CNXNS`]: this host's runs
-/// would connect at once, and those past the server's default limit wait for a retry.
-/// One warning, on the first such job by name, per store and moment. Nothing is held
-/// between calls ([`crate::store::Store::rest`]), so only jobs that call together count.
+/// Jobs of one ZooKeeper ensemble (its servers, whatever the path) more of which elapse
+/// at one moment (their next elapse after `now`, without `randomized_delay`) than
+/// [`ZOOKEEPER_MAX_CLIENT_CNXNS`]: this host's runs would connect at once, and those past
+/// the server's default limit wait for a retry, at their start and again at their
+/// renewals, which come together too. One warning, on the first such job by name, per
+/// ensemble and moment. Nothing is held between calls ([`crate::store::Store::rest`]), so
+/// only jobs that call together count; only the next elapse is compared.
 fn crowded_zookeeper(set: &JobSet, now: jiff::Timestamp) -> Vec<(&Job, String)> {
     use std::collections::BTreeMap;
     let mut at: BTreeMap<(String, i64), Vec<&Job>> = BTreeMap::new();
@@ -161,7 +163,17 @@ fn crowded_zookeeper(set: &JobSet, now: jiff::Timestamp) -> Vec<(&Job, String)> 
         let zookeeper =
             crate::store::registry::kind_of(&address).is_some_and(|k| k.name == "zookeeper");
         if let (true, Some(next)) = (zookeeper, job.calendar.next_elapse(now)) {
-            at.entry((address, next.as_microsecond()))
+            // The ensemble: the address without its path (`zookeeper://HOSTS`).
+            let servers = match address.split_once("://") {
+                Some((scheme, rest)) => {
+                    format!(
+                        "{scheme}://{}",
+                        rest.split(['/', '?']).next().unwrap_or(rest)
+                    )
+                }
+                None => address,
+            };
+            at.entry((servers, next.as_microsecond()))
                 .or_default()
                 .push(job);
         }
@@ -172,7 +184,7 @@ fn crowded_zookeeper(set: &JobSet, now: jiff::Timestamp) -> Vec<(&Job, String)> 
             (
                 jobs[0],
                 format!(
-                    "{} jobs of store {} elapse at {}: more than ZooKeeper's default maxClientCnxns ({ZOOKEEPER_MAX_CLIENT_CNXNS} connections per client address) would connect from this host at once, and those past it start later, after a retry; raise maxClientCnxns on the ensemble, or spread the jobs with randomized_delay",
+                    "{} jobs of ZooKeeper {} elapse at {}: more than ZooKeeper's default maxClientCnxns ({ZOOKEEPER_MAX_CLIENT_CNXNS} connections per client address) would connect from this host at once, and those past it start later, after a retry, and meet it again at their renewals; raise maxClientCnxns on the ensemble, or spread the jobs with randomized_delay",
                     jobs.len(),
                     crate::store::address::mask(&address),
                     crate::guard::ledger::format_usec(usec)

@@ -802,9 +802,9 @@ fn with_retry<T>(job: &Job, mut f: impl FnMut() -> Result<T, StoreError>) -> Res
     }
 }
 
-/// A pause between half of `pause` and all of it, at random (std's per-process random
-/// hash keys over the moment: no generator is kept).
-fn jitter(pause: Duration) -> Duration {
+/// A pause between half of `pause` and all of it, at random (std's random hash keys, per
+/// thread and moved on at every use, over the moment: no generator is kept).
+pub(crate) fn jitter(pause: Duration) -> Duration {
     use std::hash::BuildHasher;
     let r = std::collections::hash_map::RandomState::new().hash_one(Instant::now()) % 1_000;
     pause / 2 + pause / 2 * u32::try_from(r).unwrap_or(0) / 1_000

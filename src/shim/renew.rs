@@ -239,7 +239,9 @@ impl<'scope> Renewer<'scope> {
             Err(e) => {
                 eprintln!("jobguard: {}: lease renewal failed: {e}", self.job);
                 // Retry soon; the supervisor stops the command when the fence comes first.
-                self.next = now + (self.ttl / 10).max(Duration::from_millis(100));
+                // Jittered: jobs started together renew together, and a server's connection
+                // limit that refused them all must not meet them all again at once.
+                self.next = now + super::jitter((self.ttl / 10).max(Duration::from_millis(100)));
             }
         }
     }

@@ -1269,13 +1269,6 @@ pub(crate) fn open_boxed(
 }
 
 impl Store for EtcdStore {
-    /// Drops the client and its gRPC channel (one HTTP/2 connection per endpoint reached)
-    /// until the next call. A lease's `alive` key lives on an etcd lease that its renewals
-    /// keep alive one by one, not on a stream, so nothing depends on the channel.
-    fn rest(&mut self) {
-        self.client = None;
-    }
-
     fn describe(&self) -> String {
         self.describe.clone()
     }

@@ -400,9 +400,10 @@ pub trait Store: Send {
     /// session), so that a running job costs the server nothing until its next call,
     /// which connects again. The shim's renewal thread ([`crate::shim::renew`]) calls it
     /// as the command starts and after each renewal: a fleet's running jobs are then not
-    /// capped by the server's connection limit. Nothing a store keeps for a job lives in a connection or a
-    /// session, so nothing is lost. Default: nothing to let go (SQLite's open file is no
-    /// server's resource).
+    /// capped by the server's connection limit. Nothing a store keeps for a job lives in a
+    /// connection or a session, so nothing is lost. Default: nothing to let go (SQLite's
+    /// open file is no server's resource; etcd limits no connections, and a new channel
+    /// would cost an `Authenticate`, a write through its Raft log, at every renewal).
     fn rest(&mut self) {}
 
     /// Creates the schema or migrates it to the current version. Idempotent; also done

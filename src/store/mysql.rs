@@ -281,10 +281,10 @@ impl engine::ClientError for mysql::Error {
                 // user's `max_user_connections` 1203 and `MAX_USER_CONNECTIONS` 1226: others
                 // are connected for the moment), shutdown, a statement stopped by `KILL
                 // QUERY` (1317, see `kill_query`): retryable.
-                let retryable = matches!(
-                    e.code,
-                    1205 | 1213 | 1040 | 1203 | 1226 | 1053 | 1317 | 2006 | 2013
-                );
+                let retryable = matches!(e.code, 1205 | 1213 | 1040 | 1203 | 1053 | 1317 | 2006 | 2013)
+                    // 1226 also names the hourly limits (`max_questions`, ...), which do not
+                    // clear within a run's wait.
+                    || (e.code == 1226 && e.message.contains("max_user_connections"));
                 let detail = format!("{op}: {}", e.message);
                 if retryable {
                     StoreError::Unavailable { store, detail }

@@ -734,16 +734,24 @@ impl PostgresStore {
     }
 
     fn error(&self, op: &str, fail: Fail) -> StoreError {
-        // A pooler that refuses the start-up option carrying `schema=` (PgBouncer: "unsupported
-        // startup parameter: options") refuses every connection: the address is wrong for it.
-        if let (Some(schema), Fail::Client(e)) = (&self.schema, &fail)
-            && e.as_db_error()
-                .is_some_and(|db| db.message().contains("startup parameter: options"))
+        // A pooler that refuses the start-up option carrying `schema=` (PgBouncer 1.18:
+        // "unsupported startup parameter: options"; 1.20 and later: "unsupported startup
+        // parameter in options: search_path") refuses every connection: the address is
+        // wrong for it. `allow` and `prefer` wrap a second attempt's error.
+        let mut last = &fail;
+        while let Fail::After(_, then) = last {
+            last = then;
+        }
+        if let (Some(schema), Fail::Client(e)) = (&self.schema, last)
+            && e.as_db_error().is_some_and(|db| {
+                db.message().contains("unsupported startup parameter")
+                    && db.message().contains("options")
+            })
         {
             return StoreError::Address {
                 address: self.describe.clone(),
                 detail: format!(
-                    "{op}: the server refused the start-up option that sets schema={schema} (a pooler such as PgBouncer passes no options): leave schema= out and set the role's search path instead (ALTER ROLE ... IN DATABASE ... SET search_path = {schema})"
+                    "{op}: the server (a pooler such as PgBouncer) refused the start-up option that sets schema={schema}: leave schema= out, and give the role the schema instead (CREATE SCHEMA \"{schema}\"; ALTER ROLE ... IN DATABASE ... SET search_path = \"{schema}\")"
                 ),
             };
         }

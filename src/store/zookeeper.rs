@@ -1277,7 +1277,9 @@ pub(crate) fn open_boxed(
 impl Store for ZooKeeperStore {
     /// Drops the client, which closes its session and connection: one of the server's
     /// `maxClientCnxns` per client address (60 by default) is free until the next call,
-    /// which opens a new session. No state lives in a session (no ephemeral node).
+    /// which opens a new session. No state lives in a session (no ephemeral node). The
+    /// cost: a session's creation and its close are each a write through the ensemble's
+    /// quorum, once per renewal of a running job.
     fn rest(&mut self) {
         self.client = None;
     }

@@ -421,7 +421,7 @@ fn zookeeper_session_opens(ca: &Path, port: u16) -> bool {
                 return false;
             };
             let at = format!("127.0.0.1:{port}");
-            let mut connector = zookeeper_client::Client::connector();
+            let connector = zookeeper_client::Client::connector();
             let connect = connector.with_tls(tls).secure_connect(&at);
             matches!(
                 tokio::time::timeout(Duration::from_secs(2), connect).await,
@@ -607,27 +607,37 @@ fn as_server_user(program: &Path, uid: Option<(u32, u32)>) -> (String, Vec<Strin
 /// TLS, superuser).
 pub const POSTGRES_USER: &str = "postgres";
 
+/// The uid and gid PostgreSQL's programs run as: [`POSTGRES_OS_USER`]'s when this process
+/// is root (`initdb`, `postgres` and `pgbouncer` refuse root), else `None` (this user).
+fn postgres_os_user() -> Result<Option<(u32, u32)>, String> {
+    if !nix::unistd::geteuid().is_root() {
+        return Ok(None);
+    }
+    let user = nix::unistd::User::from_name(POSTGRES_OS_USER)
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("no user {POSTGRES_OS_USER:?} to run the server as"))?;
+    Ok(Some((user.uid.as_raw(), user.gid.as_raw())))
+}
+
+/// A fresh server directory ([`temp_dir`]) with the certificates, the server's key
+/// readable by its owner only (PostgreSQL and PgBouncer refuse any other).
+fn private_key_dir(kind: &str) -> Result<PathBuf, String> {
+    let dir = temp_dir(kind)?;
+    make_certificates(&dir)?;
+    std::fs::set_permissions(dir.join("server.key"), Permissions::from_mode(0o600))
+        .map_err(|e| e.to_string())?;
+    Ok(dir)
+}
+
 fn start_postgres() -> Result<Server, String> {
     if let Some(why) = missing(&["openssl", "psql", "setpriv"]) {
         return Err(why);
     }
     let bin = postgres_bin()?;
-    let root = nix::unistd::geteuid().is_root();
-    let uid = if root {
-        let user = nix::unistd::User::from_name(POSTGRES_OS_USER)
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| format!("no user {POSTGRES_OS_USER:?} to run PostgreSQL as"))?;
-        Some((user.uid.as_raw(), user.gid.as_raw()))
-    } else {
-        None
-    };
+    let uid = postgres_os_user()?;
     let started = Instant::now();
-    let dir = temp_dir("postgres")?;
-    make_certificates(&dir)?;
+    let dir = private_key_dir("postgres")?;
     let file = |name: &str| dir.join(name).display().to_string();
-    // The server refuses a key that others may read.
-    std::fs::set_permissions(dir.join("server.key"), Permissions::from_mode(0o600))
-        .map_err(|e| e.to_string())?;
     // The server's own files (data, socket) in a directory of its user; the directory
     // above and `ca.pem` stay root's: jobguard, as root, refuses an `sslrootcert` that
     // another user could change.
@@ -736,23 +746,17 @@ impl Server {
 /// user `root` (trust). As a fleet runs it: no session state survives a transaction, and
 /// a client waits in PgBouncer's queue for a server connection.
 fn start_pgbouncer() -> Result<Server, String> {
-    if let Some(why) = missing(&["openssl", "pgbouncer", "setpriv"]) {
+    if let Some(why) = missing(&["openssl", "psql", "setpriv"]) {
         return Err(why);
     }
-    let uid = if nix::unistd::geteuid().is_root() {
-        let user = nix::unistd::User::from_name(POSTGRES_OS_USER)
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| format!("no user {POSTGRES_OS_USER:?} to run PgBouncer as"))?;
-        Some((user.uid.as_raw(), user.gid.as_raw()))
-    } else {
-        None
-    };
+    // Not on a user's PATH: Debian puts it in /usr/sbin.
+    if !Path::new("/usr/sbin/pgbouncer").is_file() {
+        return Err("not installed: /usr/sbin/pgbouncer (Debian's pgbouncer)".to_string());
+    }
+    let uid = postgres_os_user()?;
     let started = Instant::now();
-    let dir = temp_dir("pgbouncer")?;
-    make_certificates(&dir)?;
+    let dir = private_key_dir("pgbouncer")?;
     let file = |name: &str| dir.join(name).display().to_string();
-    std::fs::set_permissions(dir.join("server.key"), Permissions::from_mode(0o600))
-        .map_err(|e| e.to_string())?;
     let port = free_port();
     std::fs::write(dir.join("users.txt"), "\"root\" \"\"\n\"postgres\" \"\"\n")
         .map_err(|e| e.to_string())?;
